@@ -1,0 +1,9 @@
+"""The base of every perfloop model: strict, documented fields."""
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Model(BaseModel):
+    """A pydantic model that rejects unknown fields (typos in configs fail loudly)."""
+
+    model_config = ConfigDict(extra="forbid")
