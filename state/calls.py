@@ -1,0 +1,182 @@
+"""Inputs and outputs of the tools that are not domain values of their own."""
+
+from pathlib import Path
+from typing import Literal
+
+from state.base import Model
+from state.measure import Measurement
+from state.process import ServerHandle
+from state.target import LaunchConfig, MeasureConfig
+from state.workspace import CommitInfo, InstrumentationRecord
+
+
+class LaunchArgs(Model):
+    """Start the target server and wait until it is healthy."""
+
+    repo: Path
+    """Working directory of the launch command."""
+    launch: LaunchConfig
+    """Launch command and limits."""
+    python: str
+    """Interpreter substituted for `{python}` in the command."""
+    log_path: Path
+    """Server log file."""
+    tree_sha256: str
+    """Fingerprint of the tree being launched."""
+    instrumented: bool
+    """Whether the profiler instrumentation is in the tree."""
+    profile_dir: Path | None
+    """PERFLOOP_PROFILE_DIR for the instrumentation, if any."""
+    launch_number: int
+    """Ordinal of this launch in the session."""
+
+
+class ServerArgs(Model):
+    """Refers to a running server."""
+
+    server: ServerHandle
+    """The server."""
+    grace_s: float = 10.0
+    """Seconds between SIGTERM and SIGKILL when stopping."""
+
+
+class ServerStatus(Model):
+    """Whether a server is alive and healthy."""
+
+    alive: bool
+    """Some member of its process group is running (zombies excluded)."""
+    healthy: bool
+    """Its health endpoint answers 200."""
+    killed: bool = False
+    """Stopping it needed SIGKILL."""
+
+
+class MeasureArgs(Model):
+    """Run the measurement workload against a server."""
+
+    base_url: str
+    """Server base URL."""
+    model: str
+    """Model name for requests."""
+    config: MeasureConfig
+    """The workload."""
+    label: str
+    """Label of the measurement."""
+    tree_sha256: str
+    """Fingerprint of the tree the server runs."""
+
+
+class MeasureResult(Model):
+    """Output of the measure tool."""
+
+    measurement: Measurement
+    """The measurement."""
+
+
+class ProfileArgs(Model):
+    """Take one profile of the running server."""
+
+    method: Literal["patch", "api"]
+    """Instrumentation trigger or /start_profile."""
+    base_url: str
+    """Server base URL."""
+    model: str
+    """Model name for requests."""
+    out_dir: Path
+    """Directory for this profile's files."""
+    profile_dir: Path | None
+    """The server's PERFLOOP_PROFILE_DIR (patch method)."""
+    profile_id: str
+    """Unique id of this profile."""
+    warmup_steps: int
+    """Steps discarded before recording (patch method)."""
+    active_steps: int
+    """Steps recorded."""
+    prompt: str
+    """Prompt of the profiling request."""
+    timeout_s: float
+    """Seconds to wait for the trace."""
+
+
+class ProfileFiles(Model):
+    """Files a profile produced."""
+
+    trace_path: Path
+    """Chrome trace (.json.gz)."""
+    summary_path: Path | None
+    """key_averages table, when the method writes one."""
+    trace_sha256: str
+    """Hash of the trace."""
+    device: str
+    """`cpu` or `cuda`."""
+    active_tokens: int
+    """prompt + completion tokens of the profiling request."""
+
+
+class PathArgs(Model):
+    """A single file path."""
+
+    path: Path
+    """The file."""
+
+
+class RepoArgs(Model):
+    """A target repo."""
+
+    repo: Path
+    """Top-level directory of the checkout."""
+
+
+class CopyTreeArgs(Model):
+    """Make a git checkout from a source tree (the embedded demo target)."""
+
+    src: Path
+    """Source tree."""
+    dest: Path
+    """New repository directory."""
+
+
+class BranchArgs(RepoArgs):
+    """Create or switch to a branch, keeping the working tree."""
+
+    name: str
+    """Branch name."""
+
+
+class InstrumentArgs(RepoArgs):
+    """Insert the dormant profiler into a file's ModelRunner.forward_decode."""
+
+    relpath: str
+    """Repo-relative file."""
+
+
+class RemoveInstrumentationArgs(RepoArgs):
+    """Remove exactly the instrumentation hunks recorded at insertion."""
+
+    record: InstrumentationRecord
+    """What was inserted."""
+
+
+class ApplyArgs(RepoArgs):
+    """Apply a patch and commit it (only it) on the current branch."""
+
+    diff: str
+    """Unified diff."""
+    subject: str
+    """Commit subject."""
+    trailers: dict[str, str]
+    """Commit trailers (Perfloop-Session, Perfloop-Playbook, Perfloop-Iteration)."""
+
+
+class CommitArgs(RepoArgs):
+    """Refers to a commit perfloop made."""
+
+    commit: CommitInfo
+    """The commit."""
+
+
+class Done(Model):
+    """An acknowledgement with a note."""
+
+    note: str = ""
+    """What happened."""

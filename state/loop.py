@@ -1,0 +1,173 @@
+"""The graph state of the optimization loop and the values its steps exchange."""
+
+import operator
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from state.base import Model
+from state.diagnosis import Diagnosis, Evidence
+from state.measure import Measurement
+from state.process import ServerHandle
+from state.session import SessionStatus
+from state.target import TargetConfig
+from state.workspace import CommitInfo, InstrumentationRecord, WorkspaceSnapshot
+
+
+class LoopOptions(Model):
+    """Choices made when the session was started."""
+
+    approve: Literal["auto", "manual"] = "auto"
+    """`auto` applies proposals at once; `manual` pauses for `perfloop approve|reject`."""
+    max_iterations: int = Field(3, ge=1)
+    """Upper bound on profile/diagnose rounds."""
+    playbook_dirs: list[Path] = Field(default_factory=list)
+    """Extra playbook directories, searched after the built-in catalog."""
+    session_dir: Path
+    """Where this session keeps logs, traces and measurements."""
+    demo_source: Path | None = None
+    """For `perfloop demo`: the embedded target tree copied into a new repo at `target.repo`."""
+    builtin_playbooks: bool = True
+    """Whether the built-in playbook catalog is searched (tests turn it off to isolate theirs)."""
+
+
+class ProfileResult(Model):
+    """One profile taken of the running server."""
+
+    iteration: int
+    """Loop iteration it belongs to."""
+    method: Literal["patch", "api"]
+    """How it was taken."""
+    trace_path: Path
+    """The torch.profiler Chrome trace (.json.gz)."""
+    summary_path: Path | None
+    """The key_averages table (patch method only)."""
+    trace_sha256: str
+    """Hash of the trace file."""
+    device: str
+    """`cpu` or `cuda`: what the profiler recorded."""
+    active_tokens: int
+    """Most tokens live in the KV cache during the profiled steps (prompt + completion)."""
+
+
+class Proposal(Model):
+    """A patch proposed from a finding."""
+
+    iteration: int
+    """Loop iteration."""
+    playbook: str
+    """Playbook id."""
+    title: str
+    """One-line title."""
+    explanation: str
+    """Why this is the bottleneck and what the patch does."""
+    diff: str
+    """Unified diff against the target repo."""
+    files: list[str]
+    """Repo-relative files the diff touches (the risk)."""
+    expected_gain_share: float
+    """Expected fraction of decode time removed."""
+    expected_gain_ms: float | None
+    """Expected TPOT reduction."""
+    evidence: list[Evidence]
+    """Ops and numbers behind the finding."""
+
+
+class Approval(Model):
+    """A human's or the auto-approver's answer to a proposal."""
+
+    approved: bool
+    """Whether to apply it."""
+    by: Literal["auto", "human"]
+    """Who answered."""
+    reason: str | None = None
+    """Why it was rejected (or a note)."""
+
+
+class Decision(Model):
+    """The verdict on one proposal."""
+
+    iteration: int
+    """Loop iteration."""
+    playbook: str
+    """Playbook id."""
+    verdict: Literal["accepted", "rejected", "failed"]
+    """accepted: kept; rejected: by a human or by measurement; failed: did not apply or crashed."""
+    reason: str
+    """One line: why."""
+    tpot_ms_before: float | None = None
+    """Reference median TPOT."""
+    tpot_ms_after: float | None = None
+    """Candidate median TPOT."""
+    noise_ms: float | None = None
+    """Measured noise the improvement had to exceed."""
+    outputs_identical: bool | None = None
+    """Whether the candidate's outputs equal the reference's."""
+    commit: str | None = None
+    """Commit sha on the session branch (accepted patches only)."""
+
+
+class Transition(Model):
+    """A node that ran, for `perfloop show`."""
+
+    node: str
+    """Graph node."""
+    at: datetime
+    """When it finished."""
+    note: str
+    """One line: what it did."""
+
+
+class LoopState(Model):
+    """The state checkpointed at every transition of the loop."""
+
+    session_id: str
+    """Session id (= LangGraph thread id)."""
+    target: TargetConfig
+    """The target being optimized."""
+    options: LoopOptions
+    """Session options."""
+    iteration: int = 1
+    """Current profile/diagnose round."""
+    start: WorkspaceSnapshot | None = None
+    """The repo as the session found it (the user's uncommitted work included)."""
+    branch: str | None = None
+    """Session branch `perfloop/<session>`."""
+    instrumentation: InstrumentationRecord | None = None
+    """Profiler instrumentation currently in the tree, if any."""
+    server: ServerHandle | None = None
+    """The running server, if any."""
+    launches: int = 0
+    """Server launches so far."""
+    baseline: Measurement | None = None
+    """First measurement of the session."""
+    reference: Measurement | None = None
+    """Measurement of the best accepted state so far (starts as the baseline)."""
+    candidate: Measurement | None = None
+    """Measurement of the current candidate patch."""
+    profiles: Annotated[list[ProfileResult], operator.add] = Field(default_factory=list)
+    """Profiles taken, in order."""
+    diagnosis: Diagnosis | None = None
+    """Diagnosis of the latest profile."""
+    tried: list[str] = Field(default_factory=list)
+    """Playbooks already proposed in this session (never proposed twice)."""
+    proposal: Proposal | None = None
+    """Proposal under consideration."""
+    approval: Approval | None = None
+    """Answer to the current proposal."""
+    pending_commit: CommitInfo | None = None
+    """Commit of the candidate patch, until it is accepted or rolled back."""
+    accepted: list[CommitInfo] = Field(default_factory=list)
+    """Accepted commits, in order."""
+    decisions: Annotated[list[Decision], operator.add] = Field(default_factory=list)
+    """Every verdict, in order."""
+    transitions: Annotated[list[Transition], operator.add] = Field(default_factory=list)
+    """Nodes run, in order."""
+    status: SessionStatus = "running"
+    """Session status."""
+    stop_reason: str | None = None
+    """Why the loop ended."""
+    error: str | None = None
+    """One-line error that aborted the loop."""

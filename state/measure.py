@@ -1,0 +1,66 @@
+"""Measurements: per-request timings and their statistics."""
+
+from state.base import Model
+
+
+class RequestRecord(Model):
+    """One streamed request of the measurement workload (cf. sglang bench_serving's output)."""
+
+    prompt_index: int
+    """Index of the prompt in the workload."""
+    ttft_ms: float
+    """Time to first token."""
+    itl_ms: list[float]
+    """Inter-token latencies, one per token after the first."""
+    text: str
+    """Generated text (temperature 0), for the output-equality gate."""
+    completion_tokens: int
+    """Tokens generated, as counted by the client (one per content delta)."""
+
+    @property
+    def tpot_ms(self) -> float:
+        """Mean time per output token after the first."""
+        return sum(self.itl_ms) / len(self.itl_ms) if self.itl_ms else 0.0
+
+
+class Stat(Model):
+    """A median with its spread over repeats."""
+
+    median: float
+    """Median."""
+    p25: float
+    """25th percentile."""
+    p75: float
+    """75th percentile."""
+    min: float
+    """Minimum."""
+    max: float
+    """Maximum."""
+    n: int
+    """Number of samples."""
+
+    @property
+    def iqr(self) -> float:
+        """Interquartile range: the spread used as measured noise."""
+        return self.p75 - self.p25
+
+
+class Measurement(Model):
+    """The workload measured once against a running server."""
+
+    label: str
+    """What was measured, e.g. `baseline` or `iteration-1`."""
+    tree_sha256: str
+    """Fingerprint of the working tree the server ran."""
+    tpot_ms: Stat
+    """Per-request mean time per output token."""
+    ttft_ms: Stat
+    """Per-request time to first token."""
+    output_tok_per_s: float
+    """Generated tokens per second of wall time over the workload (sequential requests)."""
+    outputs: list[str]
+    """Generated text per prompt (from the first repeat), in prompt order."""
+    outputs_stable: bool
+    """Whether every repeat of each prompt produced the same text."""
+    requests: list[RequestRecord]
+    """Every measured request."""

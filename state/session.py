@@ -1,0 +1,67 @@
+"""The session index entry and the summary a finished session prints."""
+
+from datetime import datetime
+from pathlib import Path
+from typing import Literal
+
+from state.base import Model
+
+SessionStatus = Literal["running", "paused", "done", "failed"]
+
+
+class Summary(Model):
+    """What a session achieved; `perfloop demo --json` prints it as its last line."""
+
+    session: str
+    """Session id."""
+    status: SessionStatus
+    """Where the session ended."""
+    tpot_ms_before: float | None
+    """Median TPOT of the baseline."""
+    tpot_ms_after: float | None
+    """Median TPOT after the accepted patches (equals before when none was accepted)."""
+    speedup: float | None
+    """tpot_ms_before / tpot_ms_after."""
+    ttft_ms_before: float | None
+    """Median TTFT of the baseline."""
+    ttft_ms_after: float | None
+    """Median TTFT at the end."""
+    outputs_identical: bool | None
+    """Whether the final outputs equal the baseline's (greedy, fixed prompts)."""
+    accepted: list[str]
+    """Playbook ids of the accepted patches, in order."""
+    rejected: list[str]
+    """Playbook ids proposed but rejected, rolled back or failed."""
+    commits: list[str]
+    """Commit shas of accepted patches on the session branch."""
+    branch: str | None
+    """The session branch in the target repo."""
+    server_launches: int
+    """How many times the target server was started."""
+    profile_method: str
+    """`patch` or `api`: how the profiles were taken."""
+    iterations: int
+    """Profile/diagnose iterations run."""
+    stop_reason: str
+    """Why the loop ended."""
+    repo: Path
+    """The target repo."""
+
+
+class SessionInfo(Model):
+    """A session as listed by `perfloop sessions`."""
+
+    id: str
+    """Session id (also the LangGraph thread id)."""
+    created_at: datetime
+    """When it started."""
+    target_name: str
+    """The target's name."""
+    target_path: Path | None
+    """The target config file, or None for the embedded demo."""
+    repo: Path
+    """The target repo."""
+    status: SessionStatus
+    """Last known status."""
+    summary: Summary | None = None
+    """Set when the session ends."""

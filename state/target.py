@@ -1,0 +1,89 @@
+"""The target: which engine checkout to optimize, where it runs, how to launch and measure it."""
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from state.base import Model
+
+
+class LocalHost(Model):
+    """The machine perfloop runs on; commands run as subprocesses in their own process group."""
+
+    kind: Literal["local"] = "local"
+    """Discriminator of the host variant."""
+
+
+Host = LocalHost
+"""Where the target runs. Remote SSH hosts join this union as a tagged variant."""
+
+
+class LaunchConfig(Model):
+    """How to start the target's server in the foreground, like a user's run_server.sh."""
+
+    argv: list[str]
+    """Command and arguments, run in the repo; `{port}` and `{python}` are substituted."""
+    port: int = Field(0, ge=0, le=65535)
+    """TCP port for the server; 0 picks a free one at each launch."""
+    health_path: str = "/health"
+    """HTTP path that answers 200 once the server can serve."""
+    startup_timeout_s: float = Field(180.0, gt=0)
+    """Seconds to wait for health before the launch counts as hung."""
+    stop_grace_s: float = Field(10.0, gt=0)
+    """Seconds between SIGTERM and SIGKILL of the server's process group."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Extra environment variables for the server."""
+
+
+class MeasureConfig(Model):
+    """The fixed workload used for TTFT/TPOT and for the output-equality gate."""
+
+    prompts: list[str] = Field(min_length=1)
+    """Fixed prompts, sent with temperature 0."""
+    max_tokens: int = Field(24, ge=2)
+    """Tokens generated per request (at least 2, so TPOT is defined)."""
+    repeats: int = Field(3, ge=1)
+    """How many times each prompt is sent; medians are over all requests."""
+    warmup_requests: int = Field(1, ge=0)
+    """Requests sent and discarded before measuring."""
+    request_timeout_s: float = Field(300.0, gt=0)
+    """Per-request timeout."""
+
+
+class ProfileConfig(Model):
+    """How a profile is taken."""
+
+    method: Literal["patch", "api"] = "patch"
+    """`patch`: torch.profiler instrumentation in ModelRunner.forward_decode; `api`: /start_profile."""
+    model_runner_path: str = "mla_server/model_runner.py"
+    """Repo-relative file holding `class ModelRunner` with `forward_decode` (patch method)."""
+    warmup_steps: int = Field(3, ge=0)
+    """Decode steps run under the profiler but discarded."""
+    active_steps: int = Field(5, ge=1)
+    """Decode steps recorded in the trace."""
+    prompt: str = "Profile this decode step, please."
+    """Prompt of the profiling request."""
+    timeout_s: float = Field(300.0, gt=0)
+    """Seconds to wait for the trace to be written."""
+
+
+class TargetConfig(Model):
+    """A target, as read from a TOML file (see examples/targets/mla_server.toml)."""
+
+    name: str
+    """Human-readable name."""
+    kind: str = "mla_server"
+    """Target kind: selects the playbook patch variant (e.g. `mla_server`, `sglang`)."""
+    repo: Path
+    """Path of the engine checkout (a git repository) on the host."""
+    host: Host = Field(default_factory=LocalHost)
+    """Where the target runs."""
+    model: str = "default"
+    """Model name sent in completion requests."""
+    launch: LaunchConfig
+    """How to start the server."""
+    measure: MeasureConfig
+    """The measurement workload."""
+    profile: ProfileConfig = Field(default_factory=ProfileConfig)
+    """How profiles are taken."""

@@ -1,0 +1,120 @@
+"""The benchmark client: streamed chat completions at temperature 0, timed per token.
+
+Timing is taken per request (TTFT, inter-token latencies) as sglang's bench_serving does, and turned
+into statistics by pure functions, separate from the HTTP I/O.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import statistics
+import time
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+from state.calls import MeasureArgs, MeasureResult
+from state.measure import Measurement, RequestRecord, Stat
+from tools.door import tool
+from tools.errors import ServerError
+from tools.progress import report
+
+
+def chat_body(model: str, prompt: str, max_tokens: int) -> dict:
+    """A streamed, greedy chat completion request (pure)."""
+    return {"model": model, "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": max_tokens, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}}
+
+
+def sse_data(lines: Iterator[bytes]) -> Iterator[dict]:
+    """Parse `data: {...}` lines of a server-sent event stream until `data: [DONE]` (pure)."""
+    for raw in lines:
+        line = raw.strip()
+        if not line.startswith(b"data:"):
+            continue
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            return
+        yield json.loads(data)
+
+
+def stream_completion(base_url: str, body: dict, timeout_s: float) -> tuple[list[float], str, dict]:
+    """Send one streamed request; return (arrival time of each content delta, text, usage)."""
+    url = urlsplit(base_url)
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=timeout_s)
+    try:
+        t0 = time.perf_counter()
+        conn.request("POST", "/v1/chat/completions", json.dumps(body),
+                     {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        if resp.status != 200:
+            raise ServerError(f"completion request failed with HTTP {resp.status}: "
+                              f"{resp.read().decode(errors='replace')[:200]}")
+        arrivals, parts, usage = [], [], {}
+        for event in sse_data(iter(resp.readline, b"")):
+            for choice in event.get("choices") or []:
+                content = (choice.get("delta") or {}).get("content")
+                if content:
+                    arrivals.append(time.perf_counter() - t0)
+                    parts.append(content)
+            usage = event.get("usage") or usage
+        return arrivals, "".join(parts), usage
+    except (OSError, http.client.HTTPException) as exc:
+        raise ServerError(f"completion request to {base_url} failed: {exc}") from exc
+    finally:
+        conn.close()
+
+
+def to_record(prompt_index: int, arrivals: list[float], text: str) -> RequestRecord:
+    """Per-request timing record from delta arrival times in seconds (pure)."""
+    if not arrivals:
+        raise ServerError(f"prompt {prompt_index}: the server streamed no tokens")
+    itl = [(b - a) * 1000 for a, b in zip(arrivals, arrivals[1:])]
+    return RequestRecord(prompt_index=prompt_index, ttft_ms=arrivals[0] * 1000, itl_ms=itl,
+                         text=text, completion_tokens=len(arrivals))
+
+
+def stat(values: list[float]) -> Stat:
+    """Median, quartiles and range of samples (pure)."""
+    if len(values) == 1:
+        v = values[0]
+        return Stat(median=v, p25=v, p75=v, min=v, max=v, n=1)
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return Stat(median=statistics.median(values), p25=q[0], p75=q[2], min=min(values),
+                max=max(values), n=len(values))
+
+
+def summarize(label: str, tree_sha256: str, records: list[RequestRecord], n_prompts: int,
+              wall_s: float) -> Measurement:
+    """Statistics and the output-equality data of one workload run (pure)."""
+    by_prompt: dict[int, list[str]] = {}
+    for r in records:
+        by_prompt.setdefault(r.prompt_index, []).append(r.text)
+    return Measurement(
+        label=label, tree_sha256=tree_sha256,
+        tpot_ms=stat([r.tpot_ms for r in records]), ttft_ms=stat([r.ttft_ms for r in records]),
+        output_tok_per_s=sum(r.completion_tokens for r in records) / wall_s,
+        outputs=[by_prompt[i][0] for i in range(n_prompts)],
+        outputs_stable=all(len(set(texts)) == 1 for texts in by_prompt.values()),
+        requests=records)
+
+
+@tool("bench.measure")
+def measure(args: MeasureArgs) -> MeasureResult:
+    """Warm up, then send every prompt `repeats` times, one request at a time."""
+    cfg = args.config
+    for i in range(cfg.warmup_requests):
+        stream_completion(args.base_url, chat_body(args.model, cfg.prompts[i % len(cfg.prompts)],
+                                                   cfg.max_tokens), cfg.request_timeout_s)
+    records: list[RequestRecord] = []
+    total = cfg.repeats * len(cfg.prompts)
+    t0 = time.perf_counter()
+    for rep in range(cfg.repeats):
+        for i, prompt in enumerate(cfg.prompts):
+            report(f"measuring {args.label}: request {len(records) + 1}/{total}")
+            arrivals, text, _ = stream_completion(
+                args.base_url, chat_body(args.model, prompt, cfg.max_tokens), cfg.request_timeout_s)
+            records.append(to_record(i, arrivals, text))
+    return MeasureResult(measurement=summarize(args.label, args.tree_sha256, records,
+                                               len(cfg.prompts), time.perf_counter() - t0))

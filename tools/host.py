@@ -1,0 +1,124 @@
+"""The local host: commands as subprocesses, each in its own session and process group.
+
+A background process is started with `start_new_session=True` (pid == pgid == sid), its output sent
+to a log file, stdin from /dev/null, so it survives perfloop and can be stopped as a group. Liveness
+ignores zombies: a group is alive while one of its members is not in state Z.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from state.process import ProcessHandle, RunResult
+from tools.errors import ServerError
+from tools.store import utcnow
+
+# Popen objects of children started by this process, so their exit codes can be read and reaped.
+_CHILDREN: dict[int, subprocess.Popen] = {}
+
+
+def run(argv: Sequence[str], cwd: Path, *, timeout_s: float = 600.0,
+        env: Mapping[str, str] | None = None) -> RunResult:
+    """Run a command to completion; on timeout kill its whole process group."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(list(argv), cwd=cwd, env=_env(env), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _signal_group(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        err += f"\n[perfloop] killed after {timeout_s:.0f}s timeout"
+    return RunResult(argv=list(argv), returncode=proc.returncode, stdout=out, stderr=err,
+                     duration_s=time.perf_counter() - t0)
+
+
+def start_background(argv: Sequence[str], cwd: Path, log_path: Path,
+                     env: Mapping[str, str] | None = None) -> ProcessHandle:
+    """Start a long-running process in its own session, output appended to `log_path`."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        try:
+            proc = subprocess.Popen(list(argv), cwd=cwd, env=_env(env), stdout=log,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+        except OSError as exc:
+            raise ServerError(f"cannot start {argv[0]!r} in {cwd}: {exc.strerror}") from exc
+    _CHILDREN[proc.pid] = proc
+    return ProcessHandle(pid=proc.pid, pgid=proc.pid, log_path=log_path, started_at=utcnow())
+
+
+def exit_code(pid: int) -> int | None:
+    """Exit code of a child of this process that has exited; None if running or not ours."""
+    proc = _CHILDREN.get(pid)
+    return None if proc is None else proc.poll()
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of a process group, read from /proc."""
+    for proc in list(_CHILDREN.values()):
+        proc.poll()  # reap our own exited children so they do not linger as zombies
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            members.append(int(entry.name))
+    return members
+
+
+def stop_group(pgid: int, grace_s: float = 10.0) -> bool:
+    """SIGTERM the group, wait up to `grace_s`, then SIGKILL. True if SIGKILL was needed."""
+    if not group_members(pgid):
+        return False
+    _signal_group(pgid, signal.SIGTERM)
+    if _wait_gone(pgid, grace_s):
+        return False
+    _signal_group(pgid, signal.SIGKILL)
+    if not _wait_gone(pgid, 10.0):
+        raise ServerError(f"process group {pgid} survived SIGKILL; inspect it with `ps -g {pgid}`")
+    return True
+
+
+def tail(path: Path, lines: int = 20) -> str:
+    """Last lines of a log file ('' if missing)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 16384))
+            return b"\n".join(f.read().splitlines()[-lines:]).decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _wait_gone(pgid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not group_members(pgid):
+            return True
+        time.sleep(0.05)
+    return not group_members(pgid)
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _env(extra: Mapping[str, str] | None) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(extra or {})
+    return env

@@ -1,0 +1,118 @@
+"""Taking a profile of a running server, two ways, and reading it back.
+
+`patch`: the server runs perfloop's dormant instrumentation (tools/instrumentation.py); writing
+`request.json` into its PERFLOOP_PROFILE_DIR arms torch.profiler for the next decode steps, and the
+instrumentation writes `<id>/trace.json.gz`, `<id>/summary.txt` and finally `<id>/done.json`.
+`api`: SGLang's `/start_profile` with `num_steps`; the server writes `<id>-TP-<rank>.trace.json.gz`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+from state.calls import PathArgs, ProfileArgs, ProfileFiles
+from state.profile import ProfileSummary
+from tools.bench import chat_body, stream_completion
+from tools.door import tool
+from tools.errors import TraceError
+from tools.http import post_json
+from tools.progress import report
+from tools.trace import read_chrome_trace
+
+_POLL_S = 0.2
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write a file so readers never see it half-written (temp file + rename)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _wait_for(describe: str, find, timeout_s: float):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        found = find()
+        if found:
+            return found
+        report(f"waiting for {describe} ({time.monotonic() - t0:.0f}s)")
+        time.sleep(_POLL_S)
+    raise TraceError(f"no {describe} after {timeout_s:.0f}s; check the server log and that "
+                     "enough decode steps ran (raise max_tokens or lower active_steps)")
+
+
+def _active_tokens(usage: dict, prompt: str, completion_tokens: int) -> int:
+    if usage.get("prompt_tokens") is not None and usage.get("completion_tokens") is not None:
+        return int(usage["prompt_tokens"]) + int(usage["completion_tokens"])
+    return len(prompt.encode()) + completion_tokens  # byte-level upper bound when usage is absent
+
+
+def _profile_patch(args: ProfileArgs) -> ProfileFiles:
+    if args.profile_dir is None:
+        raise TraceError("patch profiling needs a server launched with PERFLOOP_PROFILE_DIR; "
+                         "relaunch the session with the instrumentation in place")
+    stream_completion(args.base_url, chat_body(args.model, args.prompt, 8), args.timeout_s)
+    request = {"id": args.profile_id, "warmup_steps": args.warmup_steps,
+               "active_steps": args.active_steps}
+    write_atomic(args.profile_dir / "request.json", json.dumps(request))
+    steps = args.warmup_steps + args.active_steps + 4
+    arrivals, _, usage = stream_completion(
+        args.base_url, chat_body(args.model, args.prompt, steps), args.timeout_s)
+    out = args.profile_dir / args.profile_id
+
+    def done() -> dict | None:
+        if (out / "error.txt").exists():
+            raise TraceError(f"the instrumentation failed: {(out / 'error.txt').read_text()[:300]}")
+        return json.loads((out / "done.json").read_text()) if (out / "done.json").exists() else None
+
+    info = _wait_for(f"{out / 'done.json'}", done, args.timeout_s)
+    trace = out / "trace.json.gz"
+    return ProfileFiles(trace_path=trace, summary_path=out / "summary.txt",
+                        trace_sha256=sha256_file(trace), device=str(info.get("device", "cpu")),
+                        active_tokens=_active_tokens(usage, args.prompt, len(arrivals)))
+
+
+def _profile_api(args: ProfileArgs) -> ProfileFiles:
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    body = {"output_dir": str(args.out_dir), "num_steps": args.active_steps,
+            "activities": ["CPU", "GPU"], "profile_id": args.profile_id, "record_shapes": True}
+    code, text = post_json(args.base_url + "/start_profile", body)
+    if code != 200:
+        raise TraceError(f"/start_profile answered HTTP {code}: {text[:200]}; does this server "
+                         "support the profiling API? try --profile-method patch")
+    arrivals, _, usage = stream_completion(
+        args.base_url, chat_body(args.model, args.prompt, args.active_steps + 4), args.timeout_s)
+
+    def trace() -> Path | None:
+        found = sorted(args.out_dir.glob("*.trace.json.gz"))
+        return found[0] if found else None
+
+    path = _wait_for(f"a trace in {args.out_dir}", trace, args.timeout_s)
+    return ProfileFiles(trace_path=path, summary_path=None, trace_sha256=sha256_file(path),
+                        device="unknown",
+                        active_tokens=_active_tokens(usage, args.prompt, len(arrivals)))
+
+
+@tool("profile.take")
+def take(args: ProfileArgs) -> ProfileFiles:
+    """Take one profile of the running server by the chosen method."""
+    return _profile_patch(args) if args.method == "patch" else _profile_api(args)
+
+
+@tool("profile.read")
+def read(args: PathArgs) -> ProfileSummary:
+    """Read a Chrome trace into per-op statistics."""
+    return read_chrome_trace(args.path)

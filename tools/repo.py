@@ -1,0 +1,71 @@
+"""Door tools over the target's git checkout: workspace, session branch, patches, instrumentation."""
+
+from __future__ import annotations
+
+import hashlib
+
+from state.calls import (ApplyArgs, BranchArgs, CommitArgs, CopyTreeArgs, Done, InstrumentArgs,
+                         RemoveInstrumentationArgs, RepoArgs)
+from state.workspace import CommitInfo, InstrumentationRecord, WorkspaceSnapshot
+from tools import instrumentation
+from tools.door import tool
+from tools.git_workspace import GitWorkspace
+
+
+def tree_fingerprint(snap: WorkspaceSnapshot) -> str:
+    """One hash for HEAD plus every uncommitted change: what a server launched from it runs (pure)."""
+    parts = [snap.head_sha, snap.staged_diff_sha256, snap.unstaged_diff_sha256]
+    parts += [f"{k}={v}" for k, v in sorted(snap.dirty_sha256.items())]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+@tool("repo.create_from_tree")
+def create_from_tree(args: CopyTreeArgs) -> WorkspaceSnapshot:
+    """Copy a source tree into a new git repository (idempotent)."""
+    with GitWorkspace.create_from_tree(args.src, args.dest) as ws:
+        return ws.snapshot()
+
+
+@tool("repo.snapshot")
+def snapshot(args: RepoArgs) -> WorkspaceSnapshot:
+    """HEAD, branch and the hash of every uncommitted change."""
+    with GitWorkspace(args.repo) as ws:
+        return ws.snapshot()
+
+
+@tool("repo.ensure_branch")
+def ensure_branch(args: BranchArgs) -> WorkspaceSnapshot:
+    """Create or switch to the session branch, keeping the user's uncommitted work."""
+    with GitWorkspace(args.repo) as ws:
+        ws.ensure_branch(args.name)
+        return ws.snapshot()
+
+
+@tool("repo.instrument")
+def instrument(args: InstrumentArgs) -> InstrumentationRecord:
+    """Insert the dormant profiler instrumentation (idempotent)."""
+    with GitWorkspace(args.repo) as ws:
+        return instrumentation.instrument(ws, args.relpath)
+
+
+@tool("repo.remove_instrumentation")
+def remove_instrumentation(args: RemoveInstrumentationArgs) -> Done:
+    """Reverse exactly the instrumentation hunks and verify the file's hash (idempotent)."""
+    with GitWorkspace(args.repo) as ws:
+        instrumentation.remove_instrumentation(ws, args.record)
+    return Done(note=f"removed instrumentation from {args.record.relpath}")
+
+
+@tool("repo.apply_patch")
+def apply_patch(args: ApplyArgs) -> CommitInfo:
+    """Apply a patch fully or not at all, and commit only it on the current branch."""
+    with GitWorkspace(args.repo) as ws:
+        return ws.apply_and_commit(args.diff, args.subject, args.trailers)
+
+
+@tool("repo.revert_commit")
+def revert_commit(args: CommitArgs) -> WorkspaceSnapshot:
+    """Undo a commit of ours that was not accepted (worktree, index and branch)."""
+    with GitWorkspace(args.repo) as ws:
+        ws.revert_commit(args.commit)
+        return ws.snapshot()

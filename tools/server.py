@@ -1,0 +1,76 @@
+"""Target server control: launch and wait for health, check, stop by process group."""
+
+from __future__ import annotations
+
+import time
+
+from state.calls import LaunchArgs, ServerArgs, ServerStatus
+from state.process import ServerHandle
+from tools import host
+from tools.door import tool
+from tools.errors import ServerError
+from tools.http import free_port, get_status
+from tools.progress import report
+
+
+def build_argv(argv: list[str], port: int, python: str) -> list[str]:
+    """Substitute `{port}` and `{python}` in a launch command (pure)."""
+    return [a.replace("{port}", str(port)).replace("{python}", python) for a in argv]
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else "(empty log)"
+
+
+@tool("server.launch")
+def launch(args: LaunchArgs) -> ServerHandle:
+    """Start the server in its own process group and wait until its health endpoint answers 200.
+
+    A process that exits during start-up, or does not become healthy within the timeout, raises
+    ServerError with the exit code and the log's last line; a hung one is stopped first.
+    """
+    port = args.launch.port or free_port()
+    env = dict(args.launch.env)
+    if args.profile_dir is not None:
+        args.profile_dir.mkdir(parents=True, exist_ok=True)
+        env["PERFLOOP_PROFILE_DIR"] = str(args.profile_dir)
+    argv = build_argv(args.launch.argv, port, args.python)
+    proc = host.start_background(argv, args.repo, args.log_path, env)
+    base_url = f"http://127.0.0.1:{port}"
+    t0 = time.monotonic()
+    deadline = t0 + args.launch.startup_timeout_s
+    while time.monotonic() < deadline:
+        code = host.exit_code(proc.pid)
+        if code is not None or not host.group_members(proc.pgid):
+            log = host.tail(args.log_path)
+            raise ServerError(
+                f"server exited with code {code if code is not None else '?'} during start-up "
+                f"(log {args.log_path}): {_last_line(log)}")
+        if get_status(base_url + args.launch.health_path, timeout_s=1.0) == 200:
+            return ServerHandle(process=proc, base_url=base_url, port=port,
+                                health_path=args.launch.health_path, tree_sha256=args.tree_sha256, instrumented=args.instrumented,
+                                profile_dir=args.profile_dir, launch_number=args.launch_number,
+                                startup_s=time.monotonic() - t0)
+        report(f"launch #{args.launch_number}: waiting for {base_url}{args.launch.health_path} "
+               f"({time.monotonic() - t0:.0f}s) - {_last_line(host.tail(args.log_path, 3))[:80]}")
+        time.sleep(0.25)
+    host.stop_group(proc.pgid, args.launch.stop_grace_s)
+    raise ServerError(
+        f"server did not become healthy within {args.launch.startup_timeout_s:.0f}s and was stopped "
+        f"(log {args.log_path}): {_last_line(host.tail(args.log_path))}")
+
+
+@tool("server.status")
+def status(args: ServerArgs) -> ServerStatus:
+    """Whether the server's process group is alive and its health endpoint answers."""
+    alive = bool(host.group_members(args.server.process.pgid))
+    healthy = alive and get_status(args.server.base_url + args.server.health_path, timeout_s=2.0) == 200
+    return ServerStatus(alive=alive, healthy=healthy)
+
+
+@tool("server.stop")
+def stop(args: ServerArgs) -> ServerStatus:
+    """Stop the server's whole process group: SIGTERM, then SIGKILL after the grace period."""
+    killed = host.stop_group(args.server.process.pgid, args.grace_s)
+    return ServerStatus(alive=False, healthy=False, killed=killed)
