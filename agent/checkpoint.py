@@ -1,0 +1,43 @@
+"""LangGraph checkpointing: SQLite in $PERFLOOP_HOME, our state types allow-listed."""
+
+from __future__ import annotations
+
+import inspect
+import sqlite3
+from pathlib import Path
+
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from langgraph.checkpoint.sqlite import SqliteSaver
+from pydantic import BaseModel
+
+import state.calls
+import state.diagnosis
+import state.loop
+import state.measure
+import state.process
+import state.profile
+import state.session
+import state.target
+import state.workspace
+
+_STATE_MODULES = (state.calls, state.diagnosis, state.loop, state.measure, state.process,
+                  state.profile, state.session, state.target, state.workspace)
+
+
+def state_types() -> list[type]:
+    """Every pydantic model defined in our state modules: the serializer's allow-list."""
+    return [obj for mod in _STATE_MODULES for _, obj in inspect.getmembers(mod, inspect.isclass)
+            if issubclass(obj, BaseModel) and obj.__module__ == mod.__name__]
+
+
+def serializer() -> JsonPlusSerializer:
+    """A serializer that revives exactly our state types (no 'unregistered type' warnings)."""
+    return JsonPlusSerializer(allowed_msgpack_modules=state_types())
+
+
+def open_checkpointer(home: Path) -> SqliteSaver:
+    """The SqliteSaver for all sessions, in `home/checkpoints.sqlite`."""
+    conn = sqlite3.connect(home / "checkpoints.sqlite", check_same_thread=False)
+    saver = SqliteSaver(conn, serde=serializer())
+    saver.setup()
+    return saver

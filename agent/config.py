@@ -1,0 +1,54 @@
+"""Reading target configs (TOML) and building the embedded demo's config."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from state.target import TargetConfig
+from tools.errors import ConfigError
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DEMO_SOURCE = PROJECT_ROOT / "examples" / "targets" / "mla_server"
+DEMO_CONFIG = PROJECT_ROOT / "examples" / "targets" / "mla_server.toml"
+
+
+def load_target(path: Path, **overrides) -> TargetConfig:
+    """Parse and validate a target TOML; `repo` is resolved relative to the file."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read target config {path}: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
+    data.update(overrides)
+    try:
+        target = TargetConfig.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        raise ConfigError(f"{path}: field `{where}`: {err['msg']} (see examples/targets/mla_server.toml)") from exc
+    repo = target.repo.expanduser()
+    if not repo.is_absolute():
+        repo = (path.parent / repo).resolve()
+    return target.model_copy(update={"repo": repo})
+
+
+def with_flag(argv: list[str], flag: str, value: str) -> list[str]:
+    """Set `flag value` in a launch command, replacing an existing value (pure)."""
+    if flag in argv:
+        i = argv.index(flag)
+        return argv[: i + 1] + [value] + argv[i + 2:]
+    return argv + [flag, value]
+
+
+def check_repo(target: TargetConfig) -> None:
+    """The repo must exist and be the top level of a git checkout (never a subfolder of another)."""
+    repo = target.repo
+    if not repo.is_dir():
+        raise ConfigError(f"target repo {repo} does not exist; set `repo` in the target config")
+    if not (repo / ".git").exists():
+        raise ConfigError(f"target repo {repo} is not the top level of a git checkout; "
+                          f"run `git init` there and commit the engine source first")

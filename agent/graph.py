@@ -1,0 +1,52 @@
+"""The loop as a LangGraph StateGraph. Routing lives in each node's `Command[Literal[...]]`.
+
+    prepare -> instrument -> launch -> baseline -> profile -> diagnose -> propose
+    propose -> approve -> apply -> cleanup -> relaunch -> measure -> decide
+    decide -> profile (accepted, iterations left) | rollback -> propose | finish
+    any step -> abort on an unexpected tool error (cleans up like finish)
+
+`builder` is exported uncompiled so tests and `langgraph.json` can compile it with their own
+checkpointer; `compile_graph` is what the CLI uses.
+"""
+
+from __future__ import annotations
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+
+from agent.context import LoopContext
+from agent.steps_end import abort, finish
+from agent.steps_measure import decide, measure
+from agent.steps_patch import apply, approve, cleanup, relaunch, rollback
+from agent.steps_profile import diagnose, profile, propose
+from agent.steps_setup import baseline, instrument, launch, prepare
+from state.loop import LoopState
+
+NODES = (prepare, instrument, launch, baseline, profile, diagnose, propose, approve, apply,
+         cleanup, relaunch, measure, decide, rollback)
+
+
+def build() -> StateGraph:
+    """The uncompiled graph."""
+    g = StateGraph(LoopState, context_schema=LoopContext)
+    for node in NODES:
+        g.add_node(node.__name__, node)
+    g.add_node("finish", finish)
+    g.add_node("abort", abort)
+    g.add_edge(START, "prepare")
+    g.add_edge("finish", END)
+    g.add_edge("abort", END)
+    return g
+
+
+builder = build()
+
+
+def compile_graph(checkpointer: BaseCheckpointSaver | None = None) -> CompiledStateGraph:
+    """The compiled graph, checkpointed by `checkpointer`."""
+    return builder.compile(checkpointer=checkpointer)
+
+
+graph = compile_graph()
+"""For `langgraph dev` / LangGraph Studio (langgraph.json); the platform supplies persistence."""

@@ -1,0 +1,25 @@
+"""The acceptance rule, as a pure function: faster by more than the noise, and identical outputs."""
+
+from __future__ import annotations
+
+from state.measure import Measurement
+
+
+def judge(reference: Measurement, candidate: Measurement) -> tuple[bool, str, float]:
+    """Return (accept, one-line reason, noise_ms).
+
+    Noise is the larger interquartile range of the two per-request TPOT samples; the candidate's
+    median must beat the reference's by more than that, and every prompt's greedy output must match.
+    """
+    noise = max(reference.tpot_ms.iqr, candidate.tpot_ms.iqr)
+    before, after = reference.tpot_ms.median, candidate.tpot_ms.median
+    gain = before - after
+    if candidate.outputs != reference.outputs:
+        changed = sum(a != b for a, b in zip(reference.outputs, candidate.outputs))
+        return False, f"outputs changed for {changed}/{len(reference.outputs)} prompt(s)", noise
+    if not candidate.outputs_stable:
+        return False, "outputs differ between repeats of the same prompt", noise
+    if gain <= noise:
+        return False, (f"TPOT {before:.1f} -> {after:.1f} ms: change {gain:+.1f} ms is within the "
+                       f"measured noise {noise:.1f} ms"), noise
+    return True, f"TPOT {before:.1f} -> {after:.1f} ms ({before / after:.2f}x), outputs identical", noise

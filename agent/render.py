@@ -1,0 +1,92 @@
+"""How sessions look in a terminal (rich) and in `--json`."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.syntax import Syntax
+from rich.table import Table
+
+from state.loop import LoopState
+from state.records import ToolCallRecord
+from state.session import SessionInfo, Summary
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} ms"
+
+
+def summary(console: Console, s: Summary) -> None:
+    """The end-of-run summary."""
+    t = Table(title=f"perfloop session {s.session} ({s.status})", show_header=False)
+    speed = "-" if s.speedup is None else f"{s.speedup:.2f}x"
+    rows = [("TPOT", f"{_ms(s.tpot_ms_before)} -> {_ms(s.tpot_ms_after)} ({speed})"),
+            ("TTFT", f"{_ms(s.ttft_ms_before)} -> {_ms(s.ttft_ms_after)}"),
+            ("outputs identical", str(s.outputs_identical)),
+            ("accepted", ", ".join(s.accepted) or "none"),
+            ("rejected / failed", ", ".join(s.rejected) or "none"),
+            ("commits", ", ".join(c[:10] for c in s.commits) or "none"),
+            ("branch", s.branch or "-"), ("repo", str(s.repo)),
+            ("server launches", str(s.server_launches)),
+            ("profile method", s.profile_method), ("profiles taken", str(s.iterations)),
+            ("stopped because", s.stop_reason)]
+    for k, v in rows:
+        t.add_row(k, v)
+    console.print(t)
+
+
+def approval(console: Console, req: dict) -> None:
+    """What a paused session asks a human to approve."""
+    console.print(f"[bold]Session {req['session']} waits for approval[/bold]: {req['title']}")
+    console.print(req["explanation"], highlight=False)
+    gain = req.get("expected_gain_ms")
+    console.print(f"expected gain: {gain:.1f} ms/token" if gain is not None
+                  else f"expected gain: {req['expected_gain_share']:.0%} of decode time")
+    console.print("files touched: " + ", ".join(req["files"]))
+    t = Table("op", "dims", "share", "self time", "calls", title="evidence")
+    for e in req["evidence"]:
+        t.add_row(e["name"], str(e.get("dims")), f"{e['share']:.1%}", f"{e['self_us'] / 1000:.1f} ms",
+                  str(e["calls"]))
+    console.print(t)
+    console.print(Syntax(req["diff"], "diff", word_wrap=True))
+    console.print(f"approve: perfloop approve {req['session']}\n"
+                  f"reject:  perfloop reject {req['session']} --reason TEXT")
+
+
+def sessions(console: Console, infos: list[SessionInfo]) -> None:
+    """`perfloop sessions`."""
+    t = Table("session", "created", "target", "status", "speedup", "accepted")
+    for i in infos:
+        s = i.summary
+        t.add_row(i.id, i.created_at.strftime("%Y-%m-%d %H:%M"), i.target_name, i.status,
+                  f"{s.speedup:.2f}x" if s and s.speedup else "-",
+                  ", ".join(s.accepted) if s else "-")
+    console.print(t)
+
+
+def show_json(info: SessionInfo, state: LoopState, calls: list[ToolCallRecord]) -> dict:
+    """`perfloop show --json`."""
+    return {"session": info.model_dump(mode="json"),
+            "transitions": [t.model_dump(mode="json") for t in state.transitions],
+            "measurements": [m.model_dump(mode="json", exclude={"requests"})
+                             for m in (state.baseline, state.reference, state.candidate) if m],
+            "decisions": [d.model_dump(mode="json") for d in state.decisions],
+            "accepted_commits": [c.model_dump(mode="json") for c in state.accepted],
+            "profiles": [p.model_dump(mode="json") for p in state.profiles],
+            "tool_calls": len(calls)}
+
+
+def show(console: Console, info: SessionInfo, state: LoopState, calls: list[ToolCallRecord]) -> None:
+    """`perfloop show`."""
+    t = Table("#", "time (UTC)", "node", "what happened", title=f"session {info.id}: transitions")
+    for n, tr in enumerate(state.transitions, 1):
+        t.add_row(str(n), tr.at.strftime("%H:%M:%S"), tr.node, tr.note)
+    console.print(t)
+    d = Table("iter", "playbook", "verdict", "reason", title="decisions")
+    for dec in state.decisions:
+        d.add_row(str(dec.iteration), dec.playbook, dec.verdict, dec.reason)
+    console.print(d)
+    for c in state.accepted:
+        console.print(f"accepted commit {c.sha[:10]} on {c.branch}: {c.subject}")
+    console.print(f"{len(calls)} tool calls recorded; status {info.status}")
+    if info.summary:
+        summary(console, info.summary)

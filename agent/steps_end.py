@@ -1,0 +1,54 @@
+"""Terminal steps: finish leaves a clean tree and no server; abort does the same after an error."""
+
+from __future__ import annotations
+
+from langgraph.runtime import Runtime
+from langgraph.types import Command
+
+from agent.context import LoopContext, call, transition
+from agent.steps_patch import remove_instrumentation
+from state.calls import CommitArgs, ServerArgs
+from state.loop import LoopState
+from tools.errors import ToolError
+
+
+def _teardown(state: LoopState, runtime: Runtime[LoopContext]) -> list[str]:
+    """Stop the server, revert an undecided commit, remove instrumentation; return what failed."""
+    problems = []
+    steps = []
+    if state.server is not None:
+        steps.append(("stop server", lambda: call(runtime, "server.stop", ServerArgs(
+            server=state.server, grace_s=state.target.launch.stop_grace_s))))
+    if state.pending_commit is not None:
+        steps.append(("revert undecided commit", lambda: call(runtime, "repo.revert_commit", CommitArgs(
+            repo=state.target.repo, commit=state.pending_commit))))
+    steps.append(("remove instrumentation", lambda: remove_instrumentation(state, runtime)))
+    for what, action in steps:
+        try:
+            action()
+        except ToolError as exc:
+            problems.append(f"{what}: {exc}")
+    return problems
+
+
+def finish(state: LoopState, runtime: Runtime[LoopContext]) -> Command:
+    """Stop the server and take the instrumentation out: the repo keeps only accepted commits."""
+    runtime.context.door.node = "finish"
+    problems = _teardown(state, runtime)
+    reason = state.stop_reason or "done"
+    status = "failed" if problems else "done"
+    note = f"{status}: {reason}" + (f"; cleanup problems: {'; '.join(problems)}" if problems else "")
+    return Command(update={"server": None, "instrumentation": None, "pending_commit": None,
+                           "status": status, "stop_reason": reason,
+                           "error": "; ".join(problems) or None,
+                           "transitions": transition("finish", note)})
+
+
+def abort(state: LoopState, runtime: Runtime[LoopContext]) -> Command:
+    """After an unexpected tool error: clean up as finish does, and mark the session failed."""
+    runtime.context.door.node = "abort"
+    problems = _teardown(state, runtime)
+    error = "; ".join([state.error or "aborted"] + problems)
+    return Command(update={"server": None, "instrumentation": None, "pending_commit": None,
+                           "status": "failed", "stop_reason": "aborted", "error": error,
+                           "transitions": transition("abort", error)})

@@ -1,0 +1,44 @@
+"""Steps that judge a candidate: measure it, then accept or roll back."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from langgraph.runtime import Runtime
+from langgraph.types import Command
+
+from agent.context import LoopContext, step, transition
+from agent.judge import judge
+from agent.steps_setup import measure_server
+from state.loop import Decision, LoopState
+
+
+@step("measure")
+def measure(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["decide", "abort"]]:
+    """Measure the patched server with the same workload as the reference."""
+    m = measure_server(state, runtime, f"iteration-{state.iteration}")
+    note = f"candidate TPOT {m.tpot_ms.median:.1f} ms (IQR {m.tpot_ms.iqr:.1f}), TTFT {m.ttft_ms.median:.1f} ms"
+    return Command(update={"candidate": m, "transitions": transition("measure", note)}, goto="decide")
+
+
+@step("decide")
+def decide(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["profile", "rollback", "finish", "abort"]]:
+    """Accept if faster beyond noise with identical outputs; then profile again or stop."""
+    ok, reason, noise = judge(state.reference, state.candidate)
+    p, commit = state.proposal, state.pending_commit
+    decision = Decision(
+        iteration=state.iteration, playbook=p.playbook, verdict="accepted" if ok else "rejected",
+        reason=reason, tpot_ms_before=state.reference.tpot_ms.median,
+        tpot_ms_after=state.candidate.tpot_ms.median, noise_ms=noise,
+        outputs_identical=state.candidate.outputs == state.reference.outputs,
+        commit=commit.sha if ok else None)
+    update = {"decisions": [decision], "transitions": transition("decide", f"{decision.verdict}: {reason}")}
+    if not ok:
+        return Command(update=update, goto="rollback")
+    update |= {"accepted": state.accepted + [commit], "reference": state.candidate,
+               "pending_commit": None, "proposal": None, "tried": state.tried + [p.playbook],
+               "iteration": state.iteration + 1}
+    if state.iteration + 1 > state.options.max_iterations:
+        update["stop_reason"] = f"reached --max-iterations {state.options.max_iterations}"
+        return Command(update=update, goto="finish")
+    return Command(update=update, goto="profile")

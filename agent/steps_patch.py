@@ -1,0 +1,118 @@
+"""Steps that change the target: approve, apply, clean up instrumentation, relaunch, roll back."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from langgraph.runtime import Runtime
+from langgraph.types import Command, interrupt
+
+from agent.context import LoopContext, call, step, transition
+from agent.steps_setup import instrument_if_needed, start_server
+from state.calls import ApplyArgs, CommitArgs, RemoveInstrumentationArgs
+from state.loop import Approval, Decision, LoopState
+from tools.errors import PatchError, ServerError
+
+
+def approval_request(state: LoopState) -> dict:
+    """What a human sees when asked to approve (JSON-compatible)."""
+    p = state.proposal
+    return {"session": state.session_id, "playbook": p.playbook, "title": p.title,
+            "explanation": p.explanation, "expected_gain_ms": p.expected_gain_ms,
+            "expected_gain_share": p.expected_gain_share, "files": p.files, "diff": p.diff,
+            "evidence": [e.model_dump(mode="json") for e in p.evidence]}
+
+
+@step("approve")
+def approve(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["apply", "propose", "abort"]]:
+    """Auto-approve, or pause (LangGraph interrupt) until `perfloop approve|reject` answers."""
+    if state.options.approve == "auto":
+        answer = Approval(approved=True, by="auto")
+    else:
+        answer = Approval.model_validate(interrupt(approval_request(state)))
+    p = state.proposal
+    if answer.approved:
+        return Command(update={"approval": answer, "transitions": transition(
+            "approve", f"{p.playbook} approved ({answer.by})")}, goto="apply")
+    reason = answer.reason or "rejected"
+    decision = Decision(iteration=state.iteration, playbook=p.playbook, verdict="rejected",
+                        reason=f"rejected by {answer.by}: {reason}")
+    return Command(update={"approval": answer, "decisions": [decision],
+                           "tried": state.tried + [p.playbook], "proposal": None,
+                           "transitions": transition("approve", decision.reason)}, goto="propose")
+
+
+@step("apply")
+def apply(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["cleanup", "propose", "abort"]]:
+    """Apply the patch fully or not at all, committed alone on the session branch."""
+    p = state.proposal
+    trailers = {"Perfloop-Session": state.session_id, "Perfloop-Playbook": p.playbook,
+                "Perfloop-Iteration": str(state.iteration)}
+    try:
+        commit = call(runtime, "repo.apply_patch", ApplyArgs(
+            repo=state.target.repo, diff=p.diff, subject=f"perfloop: {p.title}", trailers=trailers))
+    except PatchError as exc:
+        decision = Decision(iteration=state.iteration, playbook=p.playbook, verdict="failed",
+                            reason=f"patch does not apply: {exc}")
+        return Command(update={"decisions": [decision], "tried": state.tried + [p.playbook],
+                               "proposal": None, "transitions": transition("apply", decision.reason)},
+                       goto="propose")
+    note = f"committed {commit.sha[:10]} on {commit.branch}"
+    return Command(update={"pending_commit": commit, "transitions": transition("apply", note)},
+                   goto="cleanup")
+
+
+def remove_instrumentation(state: LoopState, runtime: Runtime[LoopContext]) -> None:
+    """Reverse exactly the instrumentation hunks, if any are in the tree."""
+    if state.instrumentation is not None:
+        call(runtime, "repo.remove_instrumentation", RemoveInstrumentationArgs(
+            repo=state.target.repo, record=state.instrumentation))
+
+
+@step("cleanup")
+def cleanup(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["relaunch", "abort"]]:
+    """Remove the profiler instrumentation: the tree is the commit plus the user's own changes."""
+    remove_instrumentation(state, runtime)
+    note = ("instrumentation removed, file hash verified" if state.instrumentation
+            else "no instrumentation in the tree")
+    return Command(update={"instrumentation": None, "transitions": transition("cleanup", note)},
+                   goto="relaunch")
+
+
+@step("relaunch")
+def relaunch(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["measure", "rollback", "abort"]]:
+    """Restart the server on the patched tree; a crash or hang rolls the patch back.
+
+    When another profile may follow (patch method, iterations left), the dormant instrumentation is
+    put back first, so that profile needs no extra launch; the baseline ran with it too.
+    """
+    update: dict = {}
+    more = state.iteration < state.options.max_iterations
+    if more and state.target.profile.method == "patch":
+        update["instrumentation"] = instrument_if_needed(state, runtime)
+        state = state.model_copy(update=update)
+    try:
+        server = start_server(state, runtime, instrumented=state.instrumentation is not None)
+    except ServerError as exc:
+        p = state.proposal
+        decision = Decision(iteration=state.iteration, playbook=p.playbook, verdict="failed",
+                            reason=f"server failed after the patch: {exc}")
+        return Command(update={**update, "server": None, "launches": state.launches + 1,
+                               "decisions": [decision],
+                               "transitions": transition("relaunch", decision.reason)}, goto="rollback")
+    note = f"server #{server.launch_number} healthy in {server.startup_s:.1f}s"
+    return Command(update={**update, "server": server, "launches": server.launch_number,
+                           "transitions": transition("relaunch", note)}, goto="measure")
+
+
+@step("rollback")
+def rollback(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["propose", "abort"]]:
+    """Undo the candidate's commit; the reference measurement again describes the tree."""
+    commit = state.pending_commit
+    if commit is not None:
+        call(runtime, "repo.revert_commit", CommitArgs(repo=state.target.repo, commit=commit))
+    p = state.proposal
+    note = f"rolled back {p.playbook}" + (f" ({commit.sha[:10]})" if commit else "")
+    return Command(update={"pending_commit": None, "proposal": None, "candidate": None,
+                           "tried": state.tried + [p.playbook],
+                           "transitions": transition("rollback", note)}, goto="propose")

@@ -1,0 +1,94 @@
+"""Steps that find the bottleneck: profile the running server, diagnose, propose a patch."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from langgraph.runtime import Runtime
+from langgraph.types import Command
+
+from agent.context import LoopContext, call, step, transition
+from playbooks.engine import diagnose as run_diagnosis
+from playbooks.engine import load_playbooks, patch_text
+from state.calls import PathArgs, ProfileArgs
+from state.diagnosis import DiagnosisContext
+from state.loop import LoopState, ProfileResult, Proposal
+
+
+@step("profile")
+def profile(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["diagnose", "abort"]]:
+    """Take a profile by the session's method: the instrumentation trigger or /start_profile."""
+    cfg, server = state.target.profile, state.server
+    pid = f"it{state.iteration}-{cfg.method}"
+    files = call(runtime, "profile.take", ProfileArgs(
+        method=cfg.method, base_url=server.base_url, model=state.target.model,
+        out_dir=state.options.session_dir / "profiles" / pid, profile_dir=server.profile_dir,
+        profile_id=pid, warmup_steps=cfg.warmup_steps, active_steps=cfg.active_steps,
+        prompt=cfg.prompt, timeout_s=cfg.timeout_s))
+    result = ProfileResult(iteration=state.iteration, method=cfg.method, **files.model_dump())
+    note = f"{cfg.method} profile: {result.trace_path.name} ({result.active_tokens} active tokens)"
+    return Command(update={"profiles": [result], "transitions": transition("profile", note)},
+                   goto="diagnose")
+
+
+def _playbooks(state: LoopState):
+    books = load_playbooks(state.options.playbook_dirs)
+    if state.options.builtin_playbooks:
+        return books
+    extra = {d.resolve() for d in state.options.playbook_dirs}
+    return [b for b in books if b.source_dir.resolve().parent in extra]
+
+
+@step("diagnose")
+def diagnose(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["propose", "abort"]]:
+    """Rank ops by device (or CPU) self time and match the playbooks' signatures."""
+    latest = state.profiles[-1]
+    summary = call(runtime, "profile.read", PathArgs(path=latest.trace_path))
+    ctx = DiagnosisContext(target_kind=state.target.kind, active_tokens=latest.active_tokens,
+                           tpot_ms=state.reference.tpot_ms.median)
+    result = run_diagnosis(summary, ctx, _playbooks(state))
+    top = result.top_ops[0] if result.top_ops else None
+    note = (f"top op {top.name} {top.input_dims} {top.share:.0%} of {summary.time_basis} time; "
+            if top else "no ops in trace; ")
+    note += "findings: " + (", ".join(f.playbook for f in result.findings) or "none")
+    return Command(update={"diagnosis": result, "transitions": transition("diagnose", note)},
+                   goto="propose")
+
+
+def files_of(diff: str) -> list[str]:
+    """Repo-relative paths a unified diff touches (pure)."""
+    return sorted(set(re.findall(r"^\+\+\+ b/(\S+)", diff, flags=re.M)))
+
+
+@step("propose")
+def propose(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["approve", "finish", "abort"]]:
+    """Turn the best untried finding that has a patch for this target kind into a proposal."""
+    books = {b.id: b for b in _playbooks(state)}
+    skipped = []
+    for finding in state.diagnosis.findings:
+        book = books.get(finding.playbook)
+        if book is None or finding.playbook in state.tried:
+            continue
+        diff = patch_text(book, state.target.kind)
+        if diff is None:
+            skipped.append(f"{book.id} (no patch for kind {state.target.kind})")
+            continue
+        proposal = Proposal(
+            iteration=state.iteration, playbook=book.id, title=finding.title,
+            explanation=finding.explanation, diff=diff, files=files_of(diff),
+            expected_gain_share=finding.expected_gain_share,
+            expected_gain_ms=finding.expected_gain_ms, evidence=finding.evidence)
+        gain = (f"{proposal.expected_gain_ms:.1f} ms" if proposal.expected_gain_ms is not None
+                else f"{proposal.expected_gain_share:.0%}")
+        note = f"{book.id}: expected gain {gain} per token, touches {', '.join(proposal.files)}"
+        return Command(update={"proposal": proposal, "approval": None,
+                               "transitions": transition("propose", note)}, goto="approve")
+    reason = "no untried playbook matches the profile"
+    generic = [f for f in state.diagnosis.findings if f.playbook == "generic"]
+    if generic:
+        reason += f"; top: {generic[0].title}"
+    if skipped:
+        reason += "; skipped " + ", ".join(skipped)
+    return Command(update={"proposal": None, "stop_reason": reason,
+                           "transitions": transition("propose", reason)}, goto="finish")

@@ -1,0 +1,97 @@
+"""Steps before the first profile: prepare the repo, instrument, launch, measure the baseline."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from langgraph.runtime import Runtime
+from langgraph.types import Command
+
+from agent.context import LoopContext, call, step, transition
+from state.calls import (BranchArgs, CopyTreeArgs, InstrumentArgs, LaunchArgs, MeasureArgs,
+                         RepoArgs, ServerArgs)
+from state.loop import LoopState
+from state.process import ServerHandle
+from tools.repo import tree_fingerprint
+
+
+def session_branch(session_id: str) -> str:
+    """The branch accepted patches are committed on."""
+    return f"perfloop/{session_id}"
+
+
+@step("prepare")
+def prepare(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["instrument", "launch", "abort"]]:
+    """Create the demo checkout if asked, record the repo as found, switch to the session branch."""
+    repo = state.target.repo
+    if state.options.demo_source is not None:
+        call(runtime, "repo.create_from_tree", CopyTreeArgs(src=state.options.demo_source, dest=repo))
+    start = state.start or call(runtime, "repo.snapshot", RepoArgs(repo=repo))
+    branch = session_branch(state.session_id)
+    call(runtime, "repo.ensure_branch", BranchArgs(repo=repo, name=branch))
+    dirty = len(start.dirty_sha256)
+    note = f"repo {repo} at {start.head_sha[:10]}, {dirty} uncommitted file(s) kept; branch {branch}"
+    nxt = "instrument" if state.target.profile.method == "patch" else "launch"
+    return Command(update={"start": start, "branch": branch,
+                           "transitions": transition("prepare", note)}, goto=nxt)
+
+
+def instrument_if_needed(state: LoopState, runtime: Runtime[LoopContext]):
+    """Insert the dormant profiler unless it is already in the tree; returns the record."""
+    return state.instrumentation or call(runtime, "repo.instrument", InstrumentArgs(
+        repo=state.target.repo, relpath=state.target.profile.model_runner_path))
+
+
+@step("instrument")
+def instrument(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["launch", "abort"]]:
+    """Put the dormant torch.profiler into ModelRunner.forward_decode before the first launch."""
+    record = instrument_if_needed(state, runtime)
+    return Command(update={"instrumentation": record, "transitions": transition(
+        "instrument", f"dormant profiler inserted in {record.relpath}")}, goto="launch")
+
+
+def start_server(state: LoopState, runtime: Runtime[LoopContext], instrumented: bool) -> ServerHandle:
+    """Launch the server on the current tree (reusing a healthy one already running that tree)."""
+    snap = call(runtime, "repo.snapshot", RepoArgs(repo=state.target.repo))
+    fingerprint = tree_fingerprint(snap)
+    if state.server is not None:
+        if state.server.tree_sha256 == fingerprint and call(
+                runtime, "server.status", ServerArgs(server=state.server)).healthy:
+            return state.server
+        call(runtime, "server.stop", ServerArgs(server=state.server,
+                                                grace_s=state.target.launch.stop_grace_s))
+    number = state.launches + 1
+    session_dir = state.options.session_dir
+    return call(runtime, "server.launch", LaunchArgs(
+        repo=state.target.repo, launch=state.target.launch, python=runtime.context.python,
+        log_path=session_dir / "logs" / f"server-{number}.log", tree_sha256=fingerprint,
+        instrumented=instrumented, profile_dir=session_dir / "profiler" if instrumented else None,
+        launch_number=number))
+
+
+@step("launch")
+def launch(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["baseline", "abort"]]:
+    """Start the target server and wait for health."""
+    server = start_server(state, runtime, instrumented=state.instrumentation is not None)
+    note = f"server #{server.launch_number} healthy at {server.base_url} in {server.startup_s:.1f}s"
+    return Command(update={"server": server, "launches": server.launch_number,
+                           "transitions": transition("launch", note)}, goto="baseline")
+
+
+def measure_server(state: LoopState, runtime: Runtime[LoopContext], label: str):
+    """Run the measurement workload against the running server."""
+    server = state.server
+    return call(runtime, "bench.measure", MeasureArgs(
+        base_url=server.base_url, model=state.target.model, config=state.target.measure,
+        label=label, tree_sha256=server.tree_sha256)).measurement
+
+
+@step("baseline")
+def baseline(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["profile", "abort"]]:
+    """Measure TTFT/TPOT and record the outputs every candidate must reproduce."""
+    m = measure_server(state, runtime, "baseline")
+    note = f"baseline TPOT {m.tpot_ms.median:.1f} ms (IQR {m.tpot_ms.iqr:.1f}), TTFT {m.ttft_ms.median:.1f} ms"
+    if not m.outputs_stable:
+        note += "; WARNING: repeats of a prompt differ, outputs are not deterministic"
+    return Command(update={"baseline": m, "reference": m,
+                           "transitions": transition("baseline", note)}, goto="profile")
