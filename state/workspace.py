@@ -1,0 +1,47 @@
+"""Values that cross the git-workspace boundary: commits, snapshots, instrumentation records."""
+
+from pydantic import Field
+
+from state.base import Model
+
+
+class CommitInfo(Model):
+    """One commit perfloop made on a session branch."""
+
+    sha: str = Field(description="Full 40-hex object name of the commit.")
+    branch: str = Field(description="Branch the commit is on, e.g. 'perfloop/s1' (no refs/heads/).")
+    subject: str = Field(description="First line of the commit message.")
+    trailers: dict[str, str] = Field(
+        description="Trailers of the message, e.g. {'Perfloop-Session': 's1'}; last value wins."
+    )
+    parent_sha: str = Field(description="Full object name of the commit's first parent.")
+
+
+class WorkspaceSnapshot(Model):
+    """What a checkout looks like at one moment: compare two to prove nothing changed."""
+
+    path: str = Field(description="Absolute path of the working tree's top-level directory.")
+    head_sha: str = Field(description="Full object name HEAD points to.")
+    branch: str | None = Field(description="Current branch name, or None when HEAD is detached.")
+    dirty_sha256: dict[str, str | None] = Field(
+        description=(
+            "Every path git status reports (staged, unstaged or untracked; relative, '/'-separated)"
+            " -> sha256 hex of its working-tree bytes, or None when deleted from the working tree."
+        )
+    )
+    staged_diff_sha256: str = Field(
+        description="sha256 hex of `git diff --cached --binary` (index vs HEAD)."
+    )
+    unstaged_diff_sha256: str = Field(
+        description="sha256 hex of `git diff --binary` (working tree vs index)."
+    )
+
+
+class InstrumentationRecord(Model):
+    """The profiler hunks perfloop added to one file, enough to remove exactly those."""
+
+    relpath: str = Field(description="Path of the instrumented file, relative to the repo root.")
+    pre_sha256: str = Field(description="sha256 hex of the file's bytes before instrumentation.")
+    post_sha256: str = Field(description="sha256 hex of the file's bytes right after it.")
+    diff: str = Field(description="The exact unified diff (git format) that was applied.")
+    marker_id: str = Field(description="Comment text every inserted line carries.")

@@ -1,0 +1,341 @@
+"""A target checkout under git: patches become commits on a session branch; nothing of the user's is lost.
+
+Commits are built in a temporary index from HEAD's tree, so they hold only the patch; the patch is
+then applied to the real index and the working tree, so `git status` still shows exactly the user's
+own changes. `git checkout`, `git stash` and `git reset` are never run. Every git call goes through
+`GitWorkspace._git`, the one place where `GitCommandError` becomes `PatchError`.
+Commits (ours and the initial one of `create_from_tree`) use the identity "perfloop <perfloop@localhost>".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path, PurePosixPath
+from typing import Any, Iterator
+
+from git import GitCommandError, InvalidGitRepositoryError, NoSuchPathError, Repo
+
+from state.workspace import CommitInfo, WorkspaceSnapshot
+from tools.errors import PatchError
+
+IDENTITY_ENV = {
+    "GIT_AUTHOR_NAME": "perfloop",
+    "GIT_AUTHOR_EMAIL": "perfloop@localhost",
+    "GIT_COMMITTER_NAME": "perfloop",
+    "GIT_COMMITTER_EMAIL": "perfloop@localhost",
+}
+SESSION_BRANCH_PREFIX = "perfloop/"
+REVERTS_TRAILER = "Perfloop-Reverts"
+_APPLY = ("apply", "--whitespace=nowarn")  # overrides a user's apply.whitespace=fix
+_LOG_FORMAT = "--format=%H%x1f%P%x1f%s%x1f%(trailers:only,unfold)%x1e"
+_TRAILER_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*")
+_FAILED_AT = re.compile(r"patch failed: ([^\n']+):(\d+)")
+_ERROR = re.compile(r"(?:error|fatal): ([^\n]+)")
+
+
+def sha256_hex(data: bytes) -> str:
+    """sha256 of bytes as 64 lowercase hex digits."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def check_relpath(path: str) -> str:
+    """Return `path` if it names a file inside a repository and outside `.git/`; else PatchError."""
+    parts = PurePosixPath(path).parts
+    if not parts or path.startswith("/") or ".." in parts or any(p.lower() == ".git" for p in parts):
+        raise PatchError(f"refusing path {path!r}: patches may only touch files inside the repository, outside .git/; fix the diff's paths")
+    return path
+
+
+def check_trailers(trailers: dict[str, str]) -> None:
+    """PatchError unless there is at least one trailer and each is `Key-With-Dashes: one-line value`."""
+    if not trailers:
+        raise PatchError("perfloop commits are found by their trailers (e.g. Perfloop-Session); pass at least one")
+    for key, value in trailers.items():
+        if not _TRAILER_KEY.fullmatch(key) or not value or value != value.strip() or "\n" in value:
+            raise PatchError(f"bad trailer {key!r}: {value!r}; use Key-With-Dashes and a one-line value")
+
+
+def commit_message(subject: str, trailers: dict[str, str]) -> str:
+    """The message of a perfloop commit: one subject line, a blank line, `Key: value` trailers."""
+    if not subject.strip() or "\n" in subject:
+        raise PatchError("commit subject must be one non-empty line; shorten the patch title")
+    check_trailers(trailers)
+    return subject.strip() + "\n\n" + "".join(f"{k}: {v}\n" for k, v in trailers.items())
+
+
+def parse_log(text: str, branch: str) -> list[CommitInfo]:
+    """Parse `git log` output written with `_LOG_FORMAT`, newest first."""
+    commits = []
+    for record in filter(str.strip, text.split("\x1e")):
+        sha, parents, subject, block = record.lstrip("\n").split("\x1f")
+        pairs = (line.split(": ", 1) for line in block.splitlines() if ": " in line)
+        commits.append(CommitInfo(sha=sha, branch=branch, subject=subject,
+                                  trailers=dict(pairs), parent_sha=(parents.split() or [""])[0]))
+    return commits
+
+
+def explain_git_error(args: tuple[str, ...], stderr: str, hint: str | None = None) -> str:
+    """One actionable line for a failed git command, naming the file and line when git does."""
+    flags = " ".join(a for a in args if a.startswith("-") and a != "--whitespace=nowarn")
+    failed = _FAILED_AT.search(stderr)
+    if failed:
+        return f"patch does not apply: {failed[1]}:{failed[2]} (git apply {flags}); regenerate the diff against the current file"
+    detail = _ERROR.search(stderr)
+    lines = [line.strip(" '") for line in stderr.splitlines() if line.strip(" '")]
+    reason = detail[1].rstrip("'") if detail else (lines[-1] if lines else "no message")
+    reason += "".join(f" {line.strip()}" for line in stderr.splitlines() if line.startswith("\t"))
+    if hint:
+        return f"{hint} (git {args[0]}: {reason})"
+    if args[0] == "apply":
+        return f"patch does not apply: {reason} (git apply {flags}); regenerate the diff against the current file"
+    return f"git {args[0]} failed: {reason}; check the repository state and retry"
+
+
+class GitWorkspace:
+    """One target checkout. Open it once, use it as a context manager so its Repo is closed."""
+
+    def __init__(self, path: Path) -> None:
+        try:
+            self.repo = Repo(path)
+        except (InvalidGitRepositoryError, NoSuchPathError) as err:
+            raise PatchError(f"{path} is not a git checkout; run `git init` there or pick the repo root") from err
+        self.root = Path(self.repo.working_tree_dir).resolve()
+
+    def __enter__(self) -> GitWorkspace:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the git helper processes GitPython keeps open."""
+        self.repo.close()
+
+    @classmethod
+    def create_from_tree(cls, src: Path, dest: Path) -> GitWorkspace:
+        """Copy `src` (without __pycache__/.git) to `dest` and commit it on `main`; reopen if done."""
+        if not (dest / ".git").exists():
+            shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__", ".git"), dirs_exist_ok=True)
+            Repo.init(dest, initial_branch="main").close()
+        ws = cls(dest)
+        if not ws._ok("rev-parse", "--verify", "-q", "HEAD"):
+            ws._git("add", "--all")
+            ws._git("commit", "-q", "--no-verify", "--no-gpg-sign", "-m", f"perfloop: import {src.name}", env=IDENTITY_ENV)
+        return ws
+
+    def _git(self, *args: str, hint: str | None = None, **kwargs: Any) -> Any:
+        """Run `git ARGS` in the working tree; the one place GitCommandError becomes PatchError.
+
+        `hint` replaces the generic advice of the error line; kwargs go to `Git.execute`.
+        """
+        try:
+            return self.repo.git.execute(["git", *args], **kwargs)
+        except GitCommandError as err:
+            raise PatchError(explain_git_error(args, str(err.stderr), hint)) from err
+
+    def _ok(self, *args: str, **kwargs: Any) -> bool:
+        """Whether `git ARGS` succeeds."""
+        try:
+            self._git(*args, **kwargs)
+        except PatchError:
+            return False
+        return True
+
+    def _path(self, relpath: str) -> Path:
+        """Absolute path of a file inside the working tree (refusing .git/ and escapes)."""
+        path = (self.root / check_relpath(relpath)).resolve()
+        if not path.is_relative_to(self.root):
+            raise PatchError(f"refusing path {relpath!r}: it resolves outside the repository; fix the path")
+        return path
+
+    def _branch(self) -> str | None:
+        """The current branch name, None when HEAD is detached."""
+        return self._git("symbolic-ref", "--short", "-q", "HEAD") if self._ok("symbolic-ref", "-q", "HEAD") else None
+
+    def _session_branch(self) -> str:
+        """The current branch, which must be a perfloop session branch."""
+        branch = self._branch()
+        if not branch or not branch.startswith(SESSION_BRANCH_PREFIX):
+            raise PatchError(f"HEAD is on {branch or 'a detached commit'}, not a session branch; call ensure_branch('perfloop/<session>') first")
+        return branch
+
+    @contextmanager
+    def _scratch(self, diff: str) -> Iterator[tuple[str, dict[str, str]]]:
+        """A temp patch file for `diff` and an env with a temporary GIT_INDEX_FILE and our identity."""
+        with tempfile.TemporaryDirectory(prefix="perfloop-git-") as tmp:
+            patch = Path(tmp, "patch.diff")
+            patch.write_bytes((diff if diff.endswith("\n") else diff + "\n").encode())
+            yield str(patch), {"GIT_INDEX_FILE": str(Path(tmp, "index")), **IDENTITY_ENV}
+
+    def file_sha256(self, relpath: str) -> str:
+        """sha256 of a working-tree file's bytes."""
+        return sha256_hex(self._path(relpath).read_bytes())
+
+    def read_file(self, relpath: str) -> str:
+        """A working-tree file's text, UTF-8, line endings untouched."""
+        return self._path(relpath).read_bytes().decode("utf-8")
+
+    def changed_files(self, diff: str) -> list[str]:
+        """Paths a diff touches (both names of a rename), as git parses it; refuses binary and unsafe paths."""
+        if not diff.strip():
+            raise PatchError("the patch is empty; provide a unified diff")
+        with self._scratch(diff) as (patch, _env):
+            fields = iter(self._git(*_APPLY, "--numstat", "-z", patch, strip_newline_in_stdout=False).split("\0"))
+        paths = []
+        for field in filter(None, fields):
+            added, _deleted, path = field.split("\t", 2)
+            if added == "-":
+                raise PatchError(f"refusing binary patch for {path or 'a renamed file'}; send text diffs only")
+            paths += [path] if path else [next(fields), next(fields)]
+        return [check_relpath(p) for p in dict.fromkeys(paths)]
+
+    def snapshot(self) -> WorkspaceSnapshot:
+        """HEAD, branch, every dirty path's content hash and the hashes of the staged/unstaged diffs."""
+        status = self._git("status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames", strip_newline_in_stdout=False)
+        dirty = {}
+        for relpath in sorted({entry[3:] for entry in status.split("\0") if entry}):
+            path = self.root / relpath
+            dirty[relpath] = sha256_hex(path.read_bytes()) if path.is_file() else None
+        diff = ("diff", "--binary", "--no-color", "--no-ext-diff")
+        opts = {"strip_newline_in_stdout": False, "stdout_as_string": False}
+        return WorkspaceSnapshot(
+            path=str(self.root), head_sha=self._git("rev-parse", "HEAD"), branch=self._branch(), dirty_sha256=dirty,
+            staged_diff_sha256=sha256_hex(self._git(*diff, "--cached", **opts)),
+            unstaged_diff_sha256=sha256_hex(self._git(*diff, **opts)))
+
+    def ensure_branch(self, name: str) -> None:
+        """Be on branch `name`: create it at HEAD, or switch to it keeping index and working tree."""
+        self._git("check-ref-format", "--branch", name)
+        if self._branch() == name:
+            return
+        exists = self._ok("rev-parse", "--verify", "-q", f"refs/heads/{name}")
+        hint = f"cannot switch to branch {name} without losing uncommitted changes; commit or move them yourself, then retry"
+        self._git("switch", "-q", *(() if exists else ("-c",)), name, hint=hint)
+
+    def check_patch(self, diff: str) -> None:
+        """Raise PatchError unless `diff` applies to the working tree, the index and HEAD's tree."""
+        self.changed_files(diff)
+        with self._scratch(diff) as (patch, env):
+            self._git(*_APPLY, "--check", patch)
+            self._git(*_APPLY, "--check", "--cached", patch)
+            self._git("read-tree", "HEAD", env=env)
+            self._git(*_APPLY, "--check", "--cached", patch, env=env)
+
+    def worktree_has(self, diff: str) -> bool:
+        """Whether the working tree holds `diff`'s result (the patch reverses cleanly)."""
+        self.changed_files(diff)
+        with self._scratch(diff) as (patch, _env):
+            return self._ok(*_APPLY, "--check", "-R", patch)
+
+    def apply_to_worktree(self, diff: str, *, reverse: bool = False) -> None:
+        """Apply (or reverse) `diff` on the working tree only; all hunks or none."""
+        self.changed_files(diff)
+        with self._scratch(diff) as (patch, _env):
+            self._git(*_APPLY, *(("-R",) if reverse else ()), patch)
+
+    def apply_and_commit(self, diff: str, subject: str, trailers: dict[str, str]) -> CommitInfo:
+        """Commit `diff` alone on the session branch, then apply it to index and working tree.
+
+        Idempotent: a commit in HEAD's history with the same trailers is returned, after making
+        sure index and working tree hold its patch. All or nothing: checks come first, and a
+        failing later step undoes the earlier ones.
+        """
+        branch = self._session_branch()
+        message = commit_message(subject, trailers)
+        found = self.find_commit(trailers)
+        if found:
+            with self._scratch(self._commit_patch(found)) as (patch, _env):
+                self._apply_pair(patch, reverse=False, targets=self._targets(patch, present=True))
+            return found
+        self.check_patch(diff)
+        head = self._git("rev-parse", "HEAD")
+        with self._scratch(diff) as (patch, env):
+            sha = self._commit_tree(patch, env, message, head, reverse=False)
+            self._git("update-ref", "-m", "perfloop: apply", f"refs/heads/{branch}", sha, head)
+            try:
+                self._apply_pair(patch, reverse=False, targets=[("--cached",), ()])
+            except PatchError:
+                self._git("update-ref", "-m", "perfloop: undo apply", f"refs/heads/{branch}", head, sha)
+                raise
+        return parse_log(self._git("log", "-1", _LOG_FORMAT, sha), branch)[0]
+
+    def find_commit(self, trailers: dict[str, str]) -> CommitInfo | None:
+        """The newest commit in HEAD's whole history whose trailers include all of `trailers`.
+
+        Commits undone by a later `Perfloop-Reverts: <sha>` commit, and the revert commits
+        themselves, are skipped; a tip moved back by revert_commit is no longer in HEAD's history.
+        """
+        check_trailers(trailers)
+        greps = [f"--grep={k}: {v}" for k, v in trailers.items()]
+        commits = parse_log(self._git("log", "-F", "--all-match", *greps, _LOG_FORMAT, "HEAD"), self._branch() or "HEAD")
+        reverted = {c.trailers[REVERTS_TRAILER] for c in commits if REVERTS_TRAILER in c.trailers}
+        return next((c for c in commits if REVERTS_TRAILER not in c.trailers and c.sha not in reverted
+                     and trailers.items() <= c.trailers.items()), None)
+
+    def revert_commit(self, commit: CommitInfo) -> None:
+        """Undo one of our commits: move the branch back if it is the tip, else add a revert commit.
+
+        The patch is also reversed in index and working tree, all or nothing, checked before any
+        ref moves. Idempotent: a commit already undone (and its patch already gone) is left alone.
+        """
+        branch = self._session_branch()
+        head = self._git("rev-parse", "HEAD")
+        with self._scratch(self._commit_patch(commit)) as (patch, env):
+            targets = self._targets(patch, present=False)
+            new = None
+            if head == commit.sha:
+                new = commit.parent_sha
+            elif self._ok("merge-base", "--is-ancestor", commit.sha, head) and not self._git(
+                    "log", "-F", f"--grep={REVERTS_TRAILER}: {commit.sha}", "--format=%H", head):
+                message = commit_message(f'Revert "{commit.subject}"', {**commit.trailers, REVERTS_TRAILER: commit.sha})
+                new = self._commit_tree(patch, env, message, head, reverse=True)
+            if new:
+                self._git("update-ref", "-m", "perfloop: revert", f"refs/heads/{branch}", new, head)
+            try:
+                self._apply_pair(patch, reverse=True, targets=targets)
+            except PatchError:
+                if new:
+                    self._git("update-ref", "-m", "perfloop: undo revert", f"refs/heads/{branch}", head, new)
+                raise
+
+    def _commit_patch(self, commit: CommitInfo) -> str:
+        """The exact diff a commit made against its first parent."""
+        return self._git("diff-tree", "-p", "--binary", "--full-index", commit.parent_sha, commit.sha,
+                         strip_newline_in_stdout=False)
+
+    def _commit_tree(self, patch: str, env: dict[str, str], message: str, parent: str, *, reverse: bool) -> str:
+        """A commit object: `parent`'s tree with the patch (or its reverse) applied; no ref moves."""
+        self._git("read-tree", parent, env=env)
+        self._git(*_APPLY, "--cached", *(("-R",) if reverse else ()), patch, env=env)
+        tree = self._git("write-tree", env=env)
+        return self._git("commit-tree", "--no-gpg-sign", "-p", parent, "-m", message, tree, env=env)
+
+    def _has(self, patch: str, target: tuple[str, ...]) -> bool:
+        """Whether the patch is in the index (`--cached`) or working tree (); PatchError if neither fits."""
+        if self._ok(*_APPLY, "--check", "-R", *target, patch):
+            return True
+        self._git(*_APPLY, "--check", *target, patch)
+        return False
+
+    def _targets(self, patch: str, *, present: bool) -> list[tuple[str, ...]]:
+        """Index and/or working tree, where the patch's presence differs from `present`."""
+        return [t for t in (("--cached",), ()) if self._has(patch, t) != present]
+
+    def _apply_pair(self, patch: str, *, reverse: bool, targets: list[tuple[str, ...]]) -> None:
+        """Apply (or reverse) the patch on each target: all checked first, done ones undone on failure."""
+        sign, undo = (("-R",), ()) if reverse else ((), ("-R",))
+        for target in targets:
+            self._git(*_APPLY, "--check", *sign, *target, patch)
+        done: list[tuple[str, ...]] = []
+        try:
+            for target in targets:
+                self._git(*_APPLY, *sign, *target, patch)
+                done.append(target)
+        except PatchError:
+            for target in done:
+                self._git(*_APPLY, *undo, *target, patch)
+            raise
