@@ -1,0 +1,78 @@
+"""Load the playbook catalog and match it against a profile (the diagnose step)."""
+
+import tomllib
+from collections.abc import Sequence
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from playbooks.match import GENERIC, generic_finding, match_playbook
+from playbooks.schema import Playbook
+from state.diagnosis import Diagnosis, DiagnosisContext, Finding
+from state.profile import ProfileSummary
+from tools.errors import ConfigError
+
+CATALOG = Path(__file__).parent / "catalog"
+TOP_OPS = 10
+
+
+def load_playbooks(extra_dirs: Sequence[Path] = ()) -> list[Playbook]:
+    """Every `<dir>/<id>/playbook.toml`: the built-in catalog first, then each extra dir in order."""
+    found: dict[str, Playbook] = {}
+    for catalog in [CATALOG, *map(Path, extra_dirs)]:
+        if not catalog.is_dir():
+            raise ConfigError(f"playbook dir {catalog} does not exist; pass a folder of <id>/playbook.toml")
+        for file in sorted(catalog.glob("*/playbook.toml")):
+            playbook = load_playbook(file)
+            if playbook.id in found:
+                raise ConfigError(f"{file}: playbook id {playbook.id!r} is already defined in "
+                                  f"{found[playbook.id].source_dir}; rename one of them")
+            found[playbook.id] = playbook
+    return list(found.values())
+
+
+def load_playbook(file: Path) -> Playbook:
+    """One playbook.toml, validated; ConfigError naming the file and the offending field."""
+    try:
+        data = tomllib.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{file}: cannot read the playbook ({err})") from err
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{file}: invalid TOML ({err})") from err
+    if "source_dir" in data:
+        raise ConfigError(f"{file}: field 'source_dir' is set by the loader; remove it from the file")
+    try:
+        playbook = Playbook.model_validate({**data, "source_dir": str(file.parent)})
+    except ValidationError as err:
+        first = err.errors()[0]
+        field = ".".join(str(part) for part in first["loc"]) or "(top level)"
+        raise ConfigError(f"{file}: field {field}: {first['msg']}") from err
+    if playbook.id != file.parent.name or playbook.id == GENERIC:
+        raise ConfigError(f"{file}: id {playbook.id!r} must equal its folder name {file.parent.name!r} "
+                          f"and must not be {GENERIC!r}")
+    return playbook
+
+
+def diagnose(profile: ProfileSummary, ctx: DiagnosisContext, playbooks: Sequence[Playbook]) -> Diagnosis:
+    """Findings of every matching playbook, best first; a generic finding when none matches."""
+    findings = [f for pb in playbooks if (f := match_playbook(pb, profile, ctx)) is not None]
+    findings.sort(key=_rank, reverse=True)
+    return Diagnosis(findings=findings or [generic_finding(profile)],
+                     top_ops=profile.ops[:TOP_OPS], time_basis=profile.time_basis)
+
+
+def _rank(finding: Finding) -> tuple[float, float]:
+    """Sort key: confidence-weighted expected gain, then the share of the evidence."""
+    return (finding.confidence * finding.expected_gain_share, sum(e.share for e in finding.evidence))
+
+
+def patch_text(playbook: Playbook, target_kind: str) -> str | None:
+    """The playbook's patch for this kind of target, or None if it has none."""
+    if target_kind not in playbook.patches:
+        return None
+    path = Path(playbook.source_dir) / playbook.patches[target_kind]
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(f"playbook {playbook.id}: patch for {target_kind!r} at {path} cannot be read "
+                          f"({err.strerror}); add the file or remove it from [patches]") from err

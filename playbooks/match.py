@@ -1,0 +1,88 @@
+"""Pure matching of one playbook's signature against a profile, and the generic fallback finding."""
+
+import re
+
+from playbooks.schema import Playbook, Signature
+from state.diagnosis import DiagnosisContext, Evidence, Finding
+from state.profile import OpStat, ProfileSummary
+
+GENERIC = "generic"
+GENERIC_CONFIDENCE = 0.2
+MAX_EVIDENCE = 5
+
+
+def match_playbook(playbook: Playbook, profile: ProfileSummary, ctx: DiagnosisContext) -> Finding | None:
+    """The playbook's finding if its signature holds on this profile, else None."""
+    sig = playbook.signature
+    groups = [op for op in profile.ops if op.self_us > 0 and op_matches(op, sig, ctx.active_tokens)]
+    share = min(sum(op.share for op in groups), 1.0)
+    if not groups or share < sig.min_share:
+        return None
+    gain_share = min(sum(op.share * cast_fraction(op, ctx.active_tokens) for op in groups), 1.0)
+    return Finding(playbook=playbook.id, title=playbook.title, confidence=playbook.confidence,
+                   expected_gain_share=gain_share, expected_gain_ms=_gain_ms(gain_share, ctx),
+                   explanation=playbook.explanation,
+                   evidence=[_evidence(op, playbook.evidence_note, profile, ctx.active_tokens)
+                             for op in groups[:MAX_EVIDENCE]])
+
+
+def primary_dims(op: OpStat) -> list[int]:
+    """Dims of the op's first input that has any (the tensor an op like copy_ or to works on)."""
+    return next((dims for dims in op.input_dims if dims), [])
+
+
+def op_matches(op: OpStat, sig: Signature, active_tokens: int) -> bool:
+    """Whether one operator group satisfies the name and dims conditions of a signature."""
+    if not any(re.search(pattern, op.name) for pattern in sig.op_names):
+        return False
+    dims = primary_dims(op)
+    if sig.dims_rank is not None and len(dims) != sig.dims_rank:
+        return False
+    if sig.dims_tail is not None and dims[-len(sig.dims_tail):] != sig.dims_tail:
+        return False
+    ratio_min = sig.first_dim_over_active_tokens_min
+    return ratio_min is None or (bool(dims) and dims[0] / active_tokens >= ratio_min)
+
+
+def cast_fraction(op: OpStat, active_tokens: int) -> float:
+    """Fraction of a whole-pool cast saved by casting only the active rows: 1 - active / N."""
+    dims = primary_dims(op)
+    return min(max(1.0 - active_tokens / dims[0], 0.0), 1.0) if dims and dims[0] > 0 else 0.0
+
+
+def _gain_ms(gain_share: float, ctx: DiagnosisContext) -> float | None:
+    """The expected gain in ms of TPOT, when the baseline TPOT is known."""
+    return gain_share * ctx.tpot_ms if ctx.tpot_ms is not None else None
+
+
+def _evidence(op: OpStat, template: str, profile: ProfileSummary, active_tokens: int) -> Evidence:
+    """An evidence line for one operator group, its note filled from the playbook's template."""
+    dims = primary_dims(op)
+    first_dim = dims[0] if dims else 0
+    note = template.format(op=op.name, dims=str(op.input_dims), share_pct=100 * op.share, calls=op.calls,
+                           self_ms_per_step=op.self_us / profile.steps / 1000, first_dim=first_dim,
+                           active_tokens=active_tokens, pool_ratio=first_dim / active_tokens,
+                           basis=profile.time_basis)
+    return Evidence(op=op.name, dims=op.input_dims, self_us=op.self_us, share=op.share, calls=op.calls,
+                    note=note)
+
+
+def generic_finding(profile: ProfileSummary) -> Finding:
+    """A low-confidence finding naming the heaviest operator groups, for when no playbook matched."""
+    if not profile.ops:
+        return Finding(playbook=GENERIC, title="The profile recorded no operators", confidence=0.0,
+                       expected_gain_share=0.0, expected_gain_ms=None, evidence=[],
+                       explanation=f"{profile.source} holds no operator events: check that the "
+                                   "profiler wrapped the decode step and ran with record_shapes=True.")
+    top = profile.ops[0]
+    note = "{op} with input dims {dims}: {share_pct:.1f}% of {basis} time, {self_ms_per_step:.3f} ms per step"
+    return Finding(
+        playbook=GENERIC, title=f"{top.name} takes {top.share:.0%} of {profile.time_basis} time",
+        confidence=GENERIC_CONFIDENCE, expected_gain_share=0.0, expected_gain_ms=None,
+        explanation=(f"No playbook matched. The heaviest operator group is {top.name} with input dims "
+                     f"{top.input_dims}: {top.share:.1%} of {profile.time_basis} self time over "
+                     f"{top.calls} calls in {profile.steps} steps. Find where the decode step calls it "
+                     "with these dims and whether that work is needed for every token."),
+        evidence=[_evidence(op, note, profile, active_tokens=1)
+                  for op in profile.ops[:3]])
+

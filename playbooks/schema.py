@@ -1,0 +1,91 @@
+"""The format of `playbooks/catalog/<id>/playbook.toml`: a known bottleneck, its signature, its fix."""
+
+import re
+from pathlib import PurePosixPath
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from state.base import Model
+
+NOTE_FIELDS = {"op": "aten::copy_", "dims": "[[8, 1, 576]]", "share_pct": 50.0, "calls": 1,
+               "self_ms_per_step": 1.0, "first_dim": 8, "active_tokens": 1, "pool_ratio": 8.0,
+               "basis": "device"}
+"""Names an evidence note template may use, with sample values used to check templates on load."""
+
+
+class Signature(Model):
+    """What a profile must show for the playbook to apply; all given conditions must hold."""
+
+    op_names: list[str] = Field(min_length=1)
+    """Regular expressions (re.search) for the operator or kernel names involved."""
+    min_share: float = Field(default=0.0, ge=0, le=1)
+    """Least combined share (0..1) of the matching operator groups."""
+    dims_rank: int | None = None
+    """Required number of dims of the group's first tensor input."""
+    dims_tail: list[int] | None = Field(default=None, min_length=1)
+    """Required trailing dims of the first tensor input, e.g. [1, 576]."""
+    first_dim_over_active_tokens_min: float | None = None
+    """Least ratio of the first tensor input's first dim to the active tokens (a whole-pool op)."""
+
+    @field_validator("op_names")
+    @classmethod
+    def _compiles(cls, patterns: list[str]) -> list[str]:
+        """Reject patterns that are not valid regular expressions."""
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as err:
+                raise ValueError(f"{pattern!r} is not a valid regular expression: {err}") from err
+        return patterns
+
+
+class CastFractionGain(Model):
+    """A whole-pool cast that a gather-then-cast fix shrinks to the active rows."""
+
+    kind: Literal["cast_fraction"]
+    """Expected gain share = matched share x (1 - active_tokens / N), N the pool's first dim."""
+
+
+class Playbook(Model):
+    """A known bottleneck and its fix, as stored in the catalog."""
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    """Stable id; equals the playbook's folder name."""
+    title: str
+    """One-line title of the finding."""
+    explanation: str
+    """What the bottleneck is, why it happens and how the patch fixes it."""
+    confidence: float = Field(ge=0, le=1)
+    """How sure a full signature match is (0..1)."""
+    signature: Signature
+    """What the profile must show."""
+    evidence_note: str
+    """Template (str.format) of each evidence line; may use the names in NOTE_FIELDS."""
+    gain: CastFractionGain
+    """How to estimate the share of decode time the fix removes."""
+    patches: dict[str, str] = {}
+    """Target kind -> patch file relative to the playbook folder, e.g. mla_server = "patches/x.diff"."""
+    source_dir: str = ""
+    """Folder the playbook was loaded from; set by load_playbooks, never written in playbook.toml."""
+
+    @field_validator("evidence_note")
+    @classmethod
+    def _known_fields(cls, template: str) -> str:
+        """Reject templates that use names the engine does not provide."""
+        try:
+            template.format(**NOTE_FIELDS)
+        except (KeyError, IndexError, ValueError) as err:
+            raise ValueError(f"template {template!r} fails with sample values ({err!r}); "
+                             f"use only {', '.join(NOTE_FIELDS)}") from err
+        return template
+
+    @field_validator("patches")
+    @classmethod
+    def _relative(cls, patches: dict[str, str]) -> dict[str, str]:
+        """Keep patch paths inside the playbook folder."""
+        for kind, rel in patches.items():
+            path = PurePosixPath(rel)
+            if path.is_absolute() or ".." in path.parts:
+                raise ValueError(f"patch for {kind!r} must be a path inside the playbook folder, got {rel!r}")
+        return patches

@@ -1,0 +1,66 @@
+"""What the diagnose step concluded from a profile: ranked findings with their evidence."""
+
+from typing import Literal
+
+from pydantic import Field
+
+from state.base import Model
+from state.profile import OpStat
+
+
+class Evidence(Model):
+    """One operator group that supports a finding."""
+
+    op: str
+    """Operator (or kernel) name."""
+    dims: list[list[int]]
+    """Input dims of the group."""
+    self_us: float = Field(ge=0)
+    """Self time of the group over the whole profile, in microseconds."""
+    share: float = Field(ge=0, le=1)
+    """self_us as a fraction (0..1) of the profile's total self time."""
+    calls: int = Field(ge=0)
+    """How many times the operator ran with these dims."""
+    note: str
+    """One line saying why this group matters (from the playbook's evidence template)."""
+
+
+class Finding(Model):
+    """A suspected bottleneck: a matched playbook, or the generic top-operator finding."""
+
+    playbook: str
+    """Id of the matched playbook, or "generic" when no playbook matched."""
+    title: str
+    """One-line title."""
+    confidence: float = Field(ge=0, le=1)
+    """How sure the match is (0..1): the playbook's declared confidence; low for "generic"."""
+    expected_gain_share: float = Field(ge=0, le=1)
+    """Fraction (0..1) of decode time a fix should remove; 0 when unknown (generic)."""
+    expected_gain_ms: float | None
+    """expected_gain_share times the baseline TPOT, in ms; None without a TPOT or a known gain."""
+    explanation: str
+    """What the bottleneck is and what fixes it."""
+    evidence: list[Evidence]
+    """The operator groups behind the finding, heaviest first."""
+
+
+class Diagnosis(Model):
+    """The outcome of matching every playbook against one profile."""
+
+    findings: list[Finding]
+    """Findings, most promising first (confidence times expected gain, then share)."""
+    top_ops: list[OpStat]
+    """The profile's ten heaviest operator groups."""
+    time_basis: Literal["device", "cpu"]
+    """Whether shares are of device time or CPU time."""
+
+
+class DiagnosisContext(Model):
+    """What the diagnose step knows beyond the profile."""
+
+    target_kind: str
+    """Kind of target being tuned (`mla_server`, `sglang`): selects a playbook's patch."""
+    active_tokens: int = Field(ge=1)
+    """Most tokens live in the KV cache during profiling (prompt + completion, all requests)."""
+    tpot_ms: float | None = None
+    """Baseline time per output token in ms, to turn expected shares into milliseconds."""
