@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Literal
 
 from langgraph.runtime import Runtime
@@ -37,7 +38,7 @@ def _playbooks(state: LoopState):
     if state.options.builtin_playbooks:
         return books
     extra = {d.resolve() for d in state.options.playbook_dirs}
-    return [b for b in books if b.source_dir.resolve().parent in extra]
+    return [b for b in books if Path(b.source_dir).resolve().parent in extra]
 
 
 @step("diagnose")

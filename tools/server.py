@@ -14,7 +14,7 @@ from tools.progress import report
 
 
 def build_argv(argv: list[str], port: int, python: str) -> list[str]:
-    """Substitute `{port}` and `{python}` in a launch command (pure)."""
+    """Substitute `{port}` and `{python}` in a launch command or env values (pure)."""
     return [a.replace("{port}", str(port)).replace("{python}", python) for a in argv]
 
 
@@ -31,7 +31,7 @@ def launch(args: LaunchArgs) -> ServerHandle:
     ServerError with the exit code and the log's last line; a hung one is stopped first.
     """
     port = args.launch.port or free_port()
-    env = dict(args.launch.env)
+    env = {k: build_argv([v], port, args.python)[0] for k, v in args.launch.env.items()}
     if args.profile_dir is not None:
         args.profile_dir.mkdir(parents=True, exist_ok=True)
         env["PERFLOOP_PROFILE_DIR"] = str(args.profile_dir)
@@ -41,8 +41,9 @@ def launch(args: LaunchArgs) -> ServerHandle:
     t0 = time.monotonic()
     deadline = t0 + args.launch.startup_timeout_s
     while time.monotonic() < deadline:
+        gone = not host.group_members(proc.pgid)  # also reaps our exited children
         code = host.exit_code(proc.pid)
-        if code is not None or not host.group_members(proc.pgid):
+        if code is not None or gone:
             log = host.tail(args.log_path)
             raise ServerError(
                 f"server exited with code {code if code is not None else '?'} during start-up "

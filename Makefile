@@ -1,0 +1,32 @@
+# Every target sets itself up on a fresh machine: `make demo` and `make test` need nothing else.
+SHELL := /bin/bash
+VENV  := .venv
+PY    := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-unit test-fast gpu-test venv clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# torch 2.13.0 CPU lies on this kind of machine's disk; pin it so no CUDA build is downloaded.
+	$(PY) -m pip install -q "torch==2.13.0" || $(PY) -m pip install -q "torch>=2.4,<=2.14.1"
+	$(PY) -m pip install -q -e ".[test]"
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/perfloop demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q -ra tests
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q tests -m "not e2e"
+
+gpu-test: $(STAMP)
+	$(PY) -m pytest -q -m gpu tests
+
+clean:
+	rm -rf $(VENV) build *.egg-info

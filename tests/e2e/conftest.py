@@ -1,0 +1,115 @@
+"""End-to-end helpers: a real git checkout of the demo target, the real CLI in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.procs import processes_in
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO = ROOT / "examples" / "targets" / "mla_server"
+PERFLOOP = Path(sys.executable).parent / "perfloop"
+BUILTIN_PLAYBOOK = ROOT / "playbooks" / "catalog" / "kv-cache-full-pool-cast" / "playbook.toml"
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
+                          text=True).stdout
+
+
+def make_repo(dest: Path) -> Path:
+    """A committed git checkout of the demo target (like a user's engine checkout)."""
+    shutil.copytree(DEMO, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    git(dest, "init", "-q", "-b", "main")
+    git(dest, "-c", "user.name=u", "-c", "user.email=u@x", "add", "-A")
+    git(dest, "-c", "user.name=u", "-c", "user.email=u@x", "commit", "-qm", "engine")
+    return dest
+
+
+def write_target(path: Path, repo: Path, method: str = "patch") -> Path:
+    """A target TOML with a smaller workload than the demo's, to keep CI quick."""
+    path.write_text(f"""
+name = "e2e mla_server"
+kind = "mla_server"
+repo = "{repo}"
+model = "mla-demo"
+[launch]
+argv = ["bash", "launch.sh", "--port", "{{port}}", "--preset", "cpu"]
+env = {{ PYTHON = "{{python}}" }}
+startup_timeout_s = 120
+[measure]
+prompts = ["Explain the KV cache.", "Write a haiku about GPUs."]
+max_tokens = 12
+repeats = 3
+[profile]
+method = "{method}"
+""")
+    return path
+
+
+def perfloop(home: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run the real CLI with its own PERFLOOP_HOME and no stdin."""
+    env = {**os.environ, "PERFLOOP_HOME": str(home)}
+    return subprocess.run([str(PERFLOOP), *args], env=env, capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def last_json(proc: subprocess.CompletedProcess) -> dict:
+    assert proc.stdout.strip(), f"no output; stderr: {proc.stderr[-2000:]}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def assert_clean(repo: Path, session_branch: str | None = None) -> None:
+    """No instrumentation in the tree, no server left running in it."""
+    for f in repo.rglob("*.py"):
+        assert "perfloop-instrumentation" not in f.read_text(), f"instrumentation left in {f}"
+    assert processes_in(repo) == [], "server process left running"
+    if session_branch:
+        assert git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == session_branch
+
+
+def playbook_variant(dest_dir: Path, pid: str, confidence: float, diff: str) -> None:
+    """A playbook with the built-in signature but its own id, confidence and patch."""
+    text = BUILTIN_PLAYBOOK.read_text()
+    lines = []
+    for line in text.splitlines():
+        if line.startswith("id ="):
+            line = f'id = "{pid}"'
+        elif line.startswith("confidence ="):
+            line = f"confidence = {confidence}"
+        lines.append(line)
+    folder = dest_dir / pid
+    (folder / "patches").mkdir(parents=True)
+    (folder / "playbook.toml").write_text("\n".join(lines) + "\n")
+    (folder / "patches" / "mla_server.diff").write_text(diff)
+
+
+def edited_diff(repo: Path, tmp: Path, edits: dict[str, list[tuple[str, str]]]) -> str:
+    """The `git diff` of string replacements made in a scratch copy of `repo` (each must match)."""
+    scratch = tmp / f"scratch-{len(list(tmp.glob('scratch-*')))}"
+    shutil.copytree(repo, scratch)
+    for rel, pairs in edits.items():
+        f = scratch / rel
+        text = f.read_text()
+        for old, new in pairs:
+            assert old in text, f"{old!r} not in {rel}: the demo target changed, update the test"
+            text = text.replace(old, new, 1)
+        f.write_text(text)
+    return git(scratch, "diff")
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return make_repo(tmp_path / "engine")

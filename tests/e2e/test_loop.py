@@ -1,0 +1,169 @@
+"""The whole loop on the CPU demo target, through the real CLI, with real servers and git repos."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import (assert_clean, edited_diff, git, last_json, make_repo, perfloop,
+                                playbook_variant, processes_in, write_target)
+
+pytestmark = pytest.mark.e2e
+
+BACKEND = "mla_server/attention/mla_backend.py"
+RUNNER = "mla_server/model_runner.py"
+
+
+def test_demo_accepts_gather_then_cast(home: Path) -> None:
+    """`perfloop demo`: patch accepted, >=3x TPOT, identical outputs, clean tree, <=2 launches."""
+    proc = perfloop(home, "demo", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    s = last_json(proc)
+    assert s["status"] == "done"
+    assert s["accepted"] == ["kv-cache-full-pool-cast"]
+    assert s["outputs_identical"] is True
+    assert s["speedup"] >= 3.0, s
+    assert s["server_launches"] <= 2 * len(s["accepted"])
+    assert s["profile_method"] == "patch"
+    repo = Path(s["repo"])
+    assert_clean(repo, s["branch"])
+    assert git(repo, "status", "--porcelain") == ""
+    log = git(repo, "log", "--format=%H%n%B", "-1")
+    assert s["commits"][0] in log
+    assert f"Perfloop-Session: {s['session']}" in log
+    assert "Perfloop-Playbook: kv-cache-full-pool-cast" in log
+    assert git(repo, "diff", "--name-only", "HEAD~1", "HEAD").split() == [BACKEND]
+
+    shown = last_json(perfloop(home, "show", s["session"], "--json"))
+    nodes = [t["node"] for t in shown["transitions"]]
+    assert nodes[:13] == ["prepare", "instrument", "launch", "baseline", "profile", "diagnose",
+                          "propose", "approve", "apply", "cleanup", "relaunch", "measure", "decide"]
+    assert nodes[-1] == "finish"
+    assert shown["tool_calls"] >= 10
+    listed = last_json(perfloop(home, "sessions", "--json"))
+    assert [x["id"] for x in listed] == [s["session"]]
+
+
+def test_dirty_tree_keeps_user_changes_in_instrumented_and_patched_files(
+        tmp_path: Path, home: Path, repo: Path) -> None:
+    """The user's staged and unstaged work in the instrumented and the patched file survives."""
+    runner, backend = repo / RUNNER, repo / BACKEND
+    (repo / "NOTES.md").write_text("my notes\n")  # untracked
+    runner.write_text("# user: staged tweak\n" + runner.read_text())
+    git(repo, "add", RUNNER)
+    runner.write_text(runner.read_text() + "\n# user: unstaged tweak\n")
+    backend.write_text(backend.read_text() + "\n# user: unstaged tweak\n")
+    before = {p: (repo / p).read_text() for p in (RUNNER, BACKEND, "NOTES.md")}
+    staged = git(repo, "diff", "--cached")
+
+    proc = perfloop(home, "run", str(write_target(tmp_path / "t.toml", repo)), "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    s = last_json(proc)
+    assert s["accepted"] == ["kv-cache-full-pool-cast"] and s["profile_method"] == "patch"
+    assert s["server_launches"] == 2
+    assert_clean(repo, s["branch"])
+    # The commit holds the playbook patch only; the user's work is still uncommitted, intact.
+    committed = git(repo, "show", "HEAD", "--format=")
+    assert "user:" not in committed and "Gather-then-cast" in committed
+    assert (repo / RUNNER).read_text() == before[RUNNER]
+    assert (repo / "NOTES.md").read_text() == before["NOTES.md"]
+    assert "# user: unstaged tweak" in backend.read_text()
+    assert "Gather-then-cast" in backend.read_text()
+    assert git(repo, "diff", "--cached") == staged
+    status = git(repo, "status", "--porcelain").splitlines()
+    assert sorted(status) == sorted([f"MM {RUNNER}", f" M {BACKEND}", "?? NOTES.md"])
+
+
+def test_bad_patches_are_refused_rolled_back_then_the_good_one_lands(
+        tmp_path: Path, home: Path, repo: Path) -> None:
+    """A patch that does not apply, one that crashes the server, one that changes outputs."""
+    books = tmp_path / "books"
+    fix = [("k_buffer = self.kv_pool.get_key_buffer(layer_id).to(q.dtype)",
+            "k_buffer = self.kv_pool.get_key_buffer(layer_id)"),
+           ("k_buffer[kv_indices], causal=False)", "k_buffer[kv_indices].to(q.dtype), causal=False)")]
+    playbook_variant(books, "bad-does-not-apply", 1.0,
+                     edited_diff(repo, tmp_path, {BACKEND: fix}).replace("real = len", "real = LEN"))
+    playbook_variant(books, "bad-crashes-server", 0.99, edited_diff(repo, tmp_path, {BACKEND: fix + [
+        ("import torch\n", "import torch\n\nraise RuntimeError('patched backend is broken')\n")]}))
+    playbook_variant(books, "bad-changes-outputs", 0.98, edited_diff(repo, tmp_path, {BACKEND: fix + [
+        ("* self.scaling", "* self.scaling * 3.0")]}))
+
+    proc = perfloop(home, "run", str(write_target(tmp_path / "t.toml", repo)), "--json",
+                    "--playbooks", str(books), "--max-iterations", "1")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    s = last_json(proc)
+    shown = last_json(perfloop(home, "show", s["session"], "--json"))
+    verdicts = {d["playbook"]: (d["verdict"], d["reason"]) for d in shown["decisions"]}
+    assert verdicts["bad-does-not-apply"][0] == "failed"
+    assert "does not apply" in verdicts["bad-does-not-apply"][1]
+    assert verdicts["bad-crashes-server"][0] == "failed"
+    assert "patched backend is broken" in verdicts["bad-crashes-server"][1]
+    assert verdicts["bad-changes-outputs"][0] == "rejected"
+    assert "outputs changed" in verdicts["bad-changes-outputs"][1]
+    assert verdicts["kv-cache-full-pool-cast"][0] == "accepted"
+    assert s["accepted"] == ["kv-cache-full-pool-cast"] and s["outputs_identical"] is True
+    # Exactly one commit on the branch: the rolled-back candidates left nothing behind.
+    assert git(repo, "rev-list", "--count", "main..HEAD").strip() == "1"
+    assert "scaling * 3.0" not in (repo / BACKEND).read_text()
+    assert git(repo, "status", "--porcelain") == ""
+    assert_clean(repo, s["branch"])
+
+
+def test_manual_approval_pauses_then_approve_and_reject_resume(
+        tmp_path: Path, home: Path, repo: Path) -> None:
+    """`--approve manual` stops with the diff and evidence; approve/reject continue from a new process.
+
+    The approved run profiles through the server's /start_profile (`api`), the rejected one by patch.
+    """
+    target = write_target(tmp_path / "t.toml", repo, "api")
+    paused = perfloop(home, "run", str(target), "--approve", "manual", "--json", "--max-iterations", "1")
+    assert paused.returncode == 0, paused.stderr[-2000:]
+    p = last_json(paused)
+    assert p["status"] == "paused"
+    assert "waits for approval" in paused.stdout and "get_key_buffer" in paused.stdout
+    assert "expected gain" in paused.stdout and BACKEND in paused.stdout
+    again = perfloop(home, "resume", p["session"])
+    assert again.returncode == 2 and "waits for approval" in again.stderr
+
+    done = perfloop(home, "approve", p["session"], "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    s = last_json(done)
+    assert s["status"] == "done" and s["accepted"] == ["kv-cache-full-pool-cast"]
+    assert s["profile_method"] == "api" and s["server_launches"] == 2
+    assert_clean(repo, s["branch"])
+    twice = perfloop(home, "approve", p["session"])
+    assert twice.returncode == 2 and "not waiting for approval" in twice.stderr
+
+    repo2 = make_repo(tmp_path / "engine2")
+    paused2 = last_json(perfloop(home, "run", str(write_target(tmp_path / "t2.toml", repo2)),
+                                 "--approve", "manual", "--json"))
+    rejected = perfloop(home, "reject", paused2["session"], "--reason", "not this week", "--json")
+    assert rejected.returncode == 0, rejected.stderr[-2000:]
+    r = last_json(rejected)
+    assert r["status"] == "done" and r["accepted"] == [] and r["rejected"] == ["kv-cache-full-pool-cast"]
+    shown = last_json(perfloop(home, "show", r["session"], "--json"))
+    assert "not this week" in shown["decisions"][0]["reason"]
+    assert git(repo2, "rev-list", "--count", "main..HEAD").strip() == "0"
+    assert git(repo2, "status", "--porcelain") == ""
+    assert processes_in(repo2) == []
+
+
+def test_bad_cli_input_is_one_line_and_changes_nothing(tmp_path: Path, home: Path, repo: Path) -> None:
+    """Unknown session, bad option values, a config that is not a git repo top level."""
+    cases = [
+        (("show", "nope"), "no session 'nope'"),
+        (("demo", "--approve", "sometimes"), "--approve must be one of auto, manual"),
+        (("run", str(tmp_path / "missing.toml")), "cannot read target config"),
+        (("run", str(write_target(tmp_path / "sub.toml", repo / "mla_server"))), "not the top level of a git"),
+    ]
+    bad = tmp_path / "bad.toml"
+    bad.write_text('name = "x"\nrepo = "."\n[launch]\nargv = "not a list"\n')
+    cases.append((("run", str(bad)), "field `launch.argv`"))
+    for args, expected in cases:
+        proc = perfloop(home, *args)
+        assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+        assert expected in proc.stderr, (args, proc.stderr)
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert "Traceback" not in proc.stderr
+    assert git(repo, "status", "--porcelain") == ""

@@ -1,0 +1,71 @@
+"""The local host and server control against real processes: start, health, crash, hang, stop."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from state.calls import LaunchArgs, ServerArgs
+from state.target import LaunchConfig
+from tools import host, server
+from tools.errors import ServerError
+from tests.procs import processes_in
+
+
+def launch_args(tmp_path: Path, argv: list[str], timeout_s: float = 20.0) -> LaunchArgs:
+    return LaunchArgs(repo=tmp_path, launch=LaunchConfig(argv=argv, health_path="/",
+                                                         startup_timeout_s=timeout_s, stop_grace_s=2),
+                      python=sys.executable, log_path=tmp_path / "logs" / "server.log",
+                      tree_sha256="t", instrumented=False, profile_dir=None, launch_number=1)
+
+
+def test_run_captures_output_and_kills_the_group_on_timeout(tmp_path: Path) -> None:
+    ok = host.run(["bash", "-c", "echo out; echo err >&2; exit 3"], tmp_path)
+    assert (ok.returncode, ok.stdout, ok.stderr) == (3, "out\n", "err\n")
+    slow = host.run(["bash", "-c", "sleep 30 & sleep 30"], tmp_path, timeout_s=0.5)
+    assert slow.returncode < 0 and "timeout" in slow.stderr and slow.duration_s < 10
+
+
+def test_a_real_server_launches_healthy_and_stops_by_group(tmp_path: Path) -> None:
+    handle = server.launch(launch_args(tmp_path, ["{python}", "-m", "http.server", "{port}",
+                                                  "--bind", "127.0.0.1"]))
+    assert handle.base_url.endswith(str(handle.port)) and handle.startup_s < 20
+    assert handle.process.pid == handle.process.pgid
+    status = server.status(ServerArgs(server=handle))
+    assert status.alive and status.healthy
+    stopped = server.stop(ServerArgs(server=handle, grace_s=5))
+    assert not stopped.killed
+    assert host.group_members(handle.process.pgid) == []
+    assert not server.status(ServerArgs(server=handle)).alive
+
+
+def test_a_server_that_ignores_term_is_killed_with_its_children(tmp_path: Path) -> None:
+    script = "trap '' TERM; sleep 300 & python3 -m http.server $0 --bind 127.0.0.1; wait"
+    handle = server.launch(launch_args(tmp_path, ["bash", "-c", script, "{port}"]))
+    assert len(host.group_members(handle.process.pgid)) >= 2
+    t0 = time.monotonic()
+    assert server.stop(ServerArgs(server=handle, grace_s=1)).killed
+    assert time.monotonic() - t0 < 10
+    assert host.group_members(handle.process.pgid) == []
+    assert processes_in(tmp_path) == []
+
+
+def test_a_crash_at_start_reports_exit_code_and_log_line(tmp_path: Path) -> None:
+    args = launch_args(tmp_path, ["bash", "-c", "echo loading; echo 'ImportError: no module x' >&2; exit 7"])
+    with pytest.raises(ServerError, match=r"exited with code 7 during start-up .*ImportError: no module x"):
+        server.launch(args)
+
+
+def test_a_hung_start_is_stopped_after_the_timeout(tmp_path: Path) -> None:
+    args = launch_args(tmp_path, ["bash", "-c", "echo still loading; sleep 300"], timeout_s=1.5)
+    with pytest.raises(ServerError, match=r"did not become healthy within 2s and was stopped.*still loading"):
+        server.launch(args)
+    assert processes_in(tmp_path) == []
+
+
+def test_a_missing_program_is_one_clear_line(tmp_path: Path) -> None:
+    with pytest.raises(ServerError, match="cannot start 'no-such-binary-xyz'"):
+        server.launch(launch_args(tmp_path, ["no-such-binary-xyz"]))
