@@ -42,11 +42,17 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _context(min_context: int | None) -> tuple[str, ...]:
+    """git apply's -C option, or nothing for git's default (all context lines must match)."""
+    return () if min_context is None else (f"-C{min_context}",)
+
+
 def check_relpath(path: str) -> str:
     """Return `path` if it names a file inside a repository and outside `.git/`; else PatchError."""
     parts = PurePosixPath(path).parts
     if not parts or path.startswith("/") or ".." in parts or any(p.lower() == ".git" for p in parts):
-        raise PatchError(f"refusing path {path!r}: patches may only touch files inside the repository, outside .git/; fix the diff's paths")
+        raise PatchError(f"refusing path {path!r}: patches may only touch files inside the repository,"
+                         " outside .git/; fix the diff's paths")
     return path
 
 
@@ -83,7 +89,8 @@ def explain_git_error(args: tuple[str, ...], stderr: str, hint: str | None = Non
     flags = " ".join(a for a in args if a.startswith("-") and a != "--whitespace=nowarn")
     failed = _FAILED_AT.search(stderr)
     if failed:
-        return f"patch does not apply: {failed[1]}:{failed[2]} (git apply {flags}); regenerate the diff against the current file"
+        return (f"patch does not apply: {failed[1]}:{failed[2]} (git apply {flags});"
+                " regenerate the diff against the current file")
     detail = _ERROR.search(stderr)
     lines = [line.strip(" '") for line in stderr.splitlines() if line.strip(" '")]
     reason = detail[1].rstrip("'") if detail else (lines[-1] if lines else "no message")
@@ -124,7 +131,8 @@ class GitWorkspace:
         ws = cls(dest)
         if not ws._ok("rev-parse", "--verify", "-q", "HEAD"):
             ws._git("add", "--all")
-            ws._git("commit", "-q", "--no-verify", "--no-gpg-sign", "-m", f"perfloop: import {src.name}", env=IDENTITY_ENV)
+            ws._git("commit", "-q", "--no-verify", "--no-gpg-sign", "-m", f"perfloop: import {src.name}",
+                    env=IDENTITY_ENV)
         return ws
 
     def _git(self, *args: str, hint: str | None = None, **kwargs: Any) -> Any:
@@ -160,7 +168,8 @@ class GitWorkspace:
         """The current branch, which must be a perfloop session branch."""
         branch = self._branch()
         if not branch or not branch.startswith(SESSION_BRANCH_PREFIX):
-            raise PatchError(f"HEAD is on {branch or 'a detached commit'}, not a session branch; call ensure_branch('perfloop/<session>') first")
+            raise PatchError(f"HEAD is on {branch or 'a detached commit'}, not a session branch;"
+                             " call ensure_branch('perfloop/<session>') first")
         return branch
 
     @contextmanager
@@ -179,6 +188,10 @@ class GitWorkspace:
         """A working-tree file's text, UTF-8, line endings untouched."""
         return self._path(relpath).read_bytes().decode("utf-8")
 
+    def write_file(self, relpath: str, data: bytes) -> None:
+        """Overwrite a working-tree file's bytes (to put back exactly what was there)."""
+        self._path(relpath).write_bytes(data)
+
     def changed_files(self, diff: str) -> list[str]:
         """Paths a diff touches (both names of a rename), as git parses it; refuses binary and unsafe paths."""
         if not diff.strip():
@@ -195,7 +208,8 @@ class GitWorkspace:
 
     def snapshot(self) -> WorkspaceSnapshot:
         """HEAD, branch, every dirty path's content hash and the hashes of the staged/unstaged diffs."""
-        status = self._git("status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames", strip_newline_in_stdout=False)
+        status = self._git("status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames",
+                           strip_newline_in_stdout=False)
         dirty = {}
         for relpath in sorted({entry[3:] for entry in status.split("\0") if entry}):
             path = self.root / relpath
@@ -213,7 +227,8 @@ class GitWorkspace:
         if self._branch() == name:
             return
         exists = self._ok("rev-parse", "--verify", "-q", f"refs/heads/{name}")
-        hint = f"cannot switch to branch {name} without losing uncommitted changes; commit or move them yourself, then retry"
+        hint = (f"cannot switch to branch {name} without losing uncommitted changes;"
+                " commit or move them yourself, then retry")
         self._git("switch", "-q", *(() if exists else ("-c",)), name, hint=hint)
 
     def check_patch(self, diff: str) -> None:
@@ -225,17 +240,20 @@ class GitWorkspace:
             self._git("read-tree", "HEAD", env=env)
             self._git(*_APPLY, "--check", "--cached", patch, env=env)
 
-    def worktree_has(self, diff: str) -> bool:
-        """Whether the working tree holds `diff`'s result (the patch reverses cleanly)."""
+    def worktree_has(self, diff: str, *, min_context: int | None = None) -> bool:
+        """Whether the working tree holds `diff`'s result (the patch reverses cleanly).
+
+        `min_context` is git apply's -C: how many context lines around each hunk must match.
+        """
         self.changed_files(diff)
         with self._scratch(diff) as (patch, _env):
-            return self._ok(*_APPLY, "--check", "-R", patch)
+            return self._ok(*_APPLY, *_context(min_context), "--check", "-R", patch)
 
-    def apply_to_worktree(self, diff: str, *, reverse: bool = False) -> None:
+    def apply_to_worktree(self, diff: str, *, reverse: bool = False, min_context: int | None = None) -> None:
         """Apply (or reverse) `diff` on the working tree only; all hunks or none."""
         self.changed_files(diff)
         with self._scratch(diff) as (patch, _env):
-            self._git(*_APPLY, *(("-R",) if reverse else ()), patch)
+            self._git(*_APPLY, *_context(min_context), *(("-R",) if reverse else ()), patch)
 
     def apply_and_commit(self, diff: str, subject: str, trailers: dict[str, str]) -> CommitInfo:
         """Commit `diff` alone on the session branch, then apply it to index and working tree.
@@ -271,7 +289,8 @@ class GitWorkspace:
         """
         check_trailers(trailers)
         greps = [f"--grep={k}: {v}" for k, v in trailers.items()]
-        commits = parse_log(self._git("log", "-F", "--all-match", *greps, _LOG_FORMAT, "HEAD"), self._branch() or "HEAD")
+        log = self._git("log", "-F", "--all-match", *greps, _LOG_FORMAT, "HEAD")
+        commits = parse_log(log, self._branch() or "HEAD")
         reverted = {c.trailers[REVERTS_TRAILER] for c in commits if REVERTS_TRAILER in c.trailers}
         return next((c for c in commits if REVERTS_TRAILER not in c.trailers and c.sha not in reverted
                      and trailers.items() <= c.trailers.items()), None)
