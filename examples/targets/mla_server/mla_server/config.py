@@ -1,0 +1,83 @@
+"""Server configuration: presets and command-line flags."""
+
+import argparse
+import sys
+from dataclasses import dataclass
+
+PRESETS = {
+    # Sized so the full-pool cast dominates decode on a 2-core CPU (see README.md).
+    "cpu": dict(pool_slots=16384, layers=4, heads=4, hidden=256, experts=4, top_k=2, ffn=256,
+                max_running=4, context_len=1024),
+    # GLM-5 / DeepSeek-style attention geometry: 495,552-slot FP8 pool, 78 layers, 16 heads.
+    "glm5": dict(pool_slots=495552, layers=78, heads=16, hidden=2048, experts=8, top_k=2,
+                 ffn=1024, max_running=8, context_len=4096),
+}
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Everything that shapes the server; the same config gives the same greedy outputs."""
+
+    host: str
+    port: int
+    preset: str
+    device: str
+    pool_slots: int
+    layers: int
+    heads: int
+    hidden: int
+    experts: int
+    top_k: int
+    ffn: int
+    max_running: int
+    context_len: int
+    max_tokens_limit: int
+    default_max_tokens: int
+    seed: int
+    threads: int | None
+    model_name: str
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a usage error as a single line and exits with status 2."""
+
+    def error(self, message):
+        sys.stderr.write(f"mla_server: error: {message}\n")
+        sys.exit(2)
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The launch.sh flags; preset-sized flags default to None (= take the preset's value)."""
+    p = _OneLineParser(prog="mla_server", description="MLA decode demo server")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    for name in PRESETS["cpu"]:
+        p.add_argument("--" + name.replace("_", "-"), type=_positive, default=None,
+                       help="override the preset's value")
+    p.add_argument("--max-tokens-limit", type=_positive, default=1024,
+                   help="largest max_tokens a request may ask for")
+    p.add_argument("--default-max-tokens", type=_positive, default=128)
+    p.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+    p.add_argument("--threads", type=_positive, default=None, help="torch.set_num_threads")
+    p.add_argument("--model-name", default="mla-demo", help="the served model id")
+    return p
+
+
+def parse_config(argv: list[str]) -> ServerConfig:
+    """Parse flags into a ServerConfig, filling unset sizes from the preset."""
+    args = vars(build_parser().parse_args(argv))
+    for name, value in PRESETS[args["preset"]].items():
+        if args[name] is None:
+            args[name] = value
+    if args["top_k"] > args["experts"]:
+        build_parser().error(f"--top-k {args['top_k']} exceeds --experts {args['experts']}")
+    return ServerConfig(**args)

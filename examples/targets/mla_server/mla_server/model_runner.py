@@ -1,0 +1,86 @@
+"""Runs the model: prefill (forward_extend) and batched decode (forward_decode) with sampling."""
+
+import functools
+from dataclasses import dataclass
+
+import torch
+
+from mla_server.attention.mla_backend import MLAAttentionBackend
+from mla_server.config import ServerConfig
+from mla_server.kv_pool import KV_CACHE_DIM, MLATokenToKVPool
+from mla_server.model import MLAModel
+from mla_server.tokenizer import PRINTABLE_FIRST, PRINTABLE_LAST
+
+
+@dataclass
+class DecodeBatch:
+    """One decode step: a new token per request, padded to a fixed batch size.
+
+    Padding to `max_running` rows keeps every matmul the same shape whatever the batch holds, so
+    a request's output never depends on the other requests in the batch.
+    """
+
+    reqs: list  # the real requests (rows 0..len-1); rows after them are padding
+    input_ids: torch.Tensor  # [padded]
+    positions: torch.Tensor  # [padded]
+    out_cache_loc: torch.Tensor  # [real] slot of each request's new token
+    kv_indices: list  # per request: its slots 0..position (inclusive)
+
+
+def sample(logits: torch.Tensor, reqs: list) -> list[int]:
+    """Greedy (temperature 0) or temperature sampling, restricted to printable ASCII ids."""
+    printable = logits[:, PRINTABLE_FIRST : PRINTABLE_LAST + 1].cpu()
+    tokens = []
+    for row, req in zip(printable, reqs):
+        if req.temperature == 0:
+            choice = int(row.argmax())
+        else:
+            probs = (row / req.temperature).softmax(dim=-1)
+            choice = int(torch.multinomial(probs, 1, generator=req.generator))
+        tokens.append(PRINTABLE_FIRST + choice)
+    return tokens
+
+
+class ModelRunner:
+    """Owns the model, the KV pool and the attention backend."""
+
+    def __init__(self, cfg: ServerConfig):
+        self.cfg = cfg
+        self.device = torch.device(cfg.device)
+        self.model = MLAModel(cfg)
+        self.kv_pool = MLATokenToKVPool(cfg.pool_slots, cfg.layers, cfg.device)
+        self.attn_backend = MLAAttentionBackend(self.kv_pool, KV_CACHE_DIM**-0.5)
+
+    def forward_extend(self, req) -> int:
+        """Prefill one request's prompt into its slots; return its first sampled token."""
+        n = len(req.prompt_ids)
+        ids = torch.tensor(req.prompt_ids, device=self.device)
+        positions = torch.arange(n, device=self.device)
+        kv_indices = req.slots_device[:n]
+        attend = functools.partial(self.attn_backend.forward_extend, kv_indices=kv_indices)
+        h = self._run_layers(self.model.embed[ids], positions, attend)
+        return sample(self.model.logits(h[-1:]), [req])[0]
+
+    def build_decode_batch(self, reqs: list) -> DecodeBatch:
+        """Tensors for one decode step of `reqs` (each has a last token and a position)."""
+        pad = self.cfg.max_running - len(reqs)
+        ids = [r.last_token_id for r in reqs] + [0] * pad
+        positions = [r.position for r in reqs] + [0] * pad
+        return DecodeBatch(
+            reqs=reqs,
+            input_ids=torch.tensor(ids, device=self.device),
+            positions=torch.tensor(positions, device=self.device),
+            out_cache_loc=torch.tensor([r.slots[r.position] for r in reqs], device=self.device),
+            kv_indices=[r.slots_device[: r.position + 1] for r in reqs],
+        )
+
+    def forward_decode(self, batch):
+        """One decode step for the whole batch: all layers, then sampling; returns token ids."""
+        attend = functools.partial(self.attn_backend.forward_decode, batch=batch)
+        h = self._run_layers(self.model.embed[batch.input_ids], batch.positions, attend)
+        return sample(self.model.logits(h)[: len(batch.reqs)], batch.reqs)
+
+    def _run_layers(self, h, positions, attend):
+        for layer_id in range(self.cfg.layers):
+            h = self.model.layer_forward(layer_id, h, positions, attend)
+        return h

@@ -1,0 +1,136 @@
+"""Request validation and OpenAI-shaped response bodies."""
+
+import json
+import time
+import uuid
+from dataclasses import dataclass
+
+
+class APIError(Exception):
+    """An error returned to the client as an OpenAI-style body."""
+
+    def __init__(self, status: int, message: str, param: str | None = None,
+                 code: str | None = None, kind: str = "invalid_request_error"):
+        super().__init__(message)
+        self.status, self.message, self.param, self.code, self.kind = status, message, param, code, kind
+
+    def body(self) -> dict:
+        """`{"error": {...}}` as OpenAI sends it."""
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param,
+                          "code": self.code}}
+
+
+def bad_request(message: str, param: str | None = None) -> APIError:
+    """A 400 invalid_request_error."""
+    return APIError(400, message, param=param, code="invalid_value")
+
+
+@dataclass
+class ChatRequest:
+    """A validated /v1/chat/completions request."""
+
+    messages: list[dict]
+    max_tokens: int
+    temperature: float
+    seed: int | None
+    stop: list[str]
+    stream: bool
+    include_usage: bool
+
+
+def parse_json_object(raw: bytes) -> dict:
+    """Decode a JSON object body or raise a 400."""
+    try:
+        body = json.loads(raw or b"{}")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise bad_request(f"malformed JSON body: {exc}") from None
+    if not isinstance(body, dict):
+        raise bad_request("request body must be a JSON object")
+    return body
+
+
+def field_of(body: dict, name: str, types: tuple, default=None):
+    """`body[name]` if present and of one of `types` (bool is not an int), else a 400."""
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) and bool not in types or not isinstance(value, types):
+        names = "/".join(t.__name__ for t in types)
+        raise bad_request(f"'{name}' must be of type {names}, got {type(value).__name__}", name)
+    return value
+
+
+def _message(m) -> dict:
+    if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+        raise bad_request("each message must be an object with a string 'role'", "messages")
+    content = m.get("content")
+    if isinstance(content, list):
+        if not all(isinstance(p, dict) and isinstance(p.get("text"), str) for p in content):
+            raise bad_request("content parts must be objects with a string 'text'", "messages")
+        content = "".join(p["text"] for p in content)
+    if not isinstance(content, str):
+        raise bad_request("message 'content' must be a string or a list of text parts", "messages")
+    return {"role": m["role"], "content": content}
+
+
+def parse_chat_request(body: dict, max_tokens_limit: int, default_max_tokens: int) -> ChatRequest:
+    """Validate a chat completion body; unknown fields are ignored, wrong types are a 400."""
+    messages = field_of(body, "messages", (list,))
+    if not messages:
+        raise bad_request("'messages' must be a non-empty list", "messages")
+    max_tokens = field_of(body, "max_tokens", (int,))
+    max_tokens = field_of(body, "max_completion_tokens", (int,), max_tokens)
+    max_tokens = default_max_tokens if max_tokens is None else max_tokens
+    if not 1 <= max_tokens <= max_tokens_limit:
+        raise bad_request(f"'max_tokens' must be between 1 and {max_tokens_limit}, got {max_tokens}",
+                          "max_tokens")
+    temperature = float(field_of(body, "temperature", (int, float), 1.0))
+    if not 0 <= temperature <= 2:
+        raise bad_request(f"'temperature' must be between 0 and 2, got {temperature}", "temperature")
+    stop = field_of(body, "stop", (str, list), [])
+    stop = [stop] if isinstance(stop, str) else stop
+    if not all(isinstance(s, str) and s for s in stop):
+        raise bad_request("'stop' must be a non-empty string or a list of them", "stop")
+    options = field_of(body, "stream_options", (dict,), {})
+    return ChatRequest(
+        messages=[_message(m) for m in messages],
+        max_tokens=max_tokens,
+        temperature=temperature,
+        seed=field_of(body, "seed", (int,)),
+        stop=stop,
+        stream=field_of(body, "stream", (bool,), False),
+        include_usage=field_of(options, "include_usage", (bool,), False),
+    )
+
+
+class ResponseBuilder:
+    """OpenAI response bodies for one completion id."""
+
+    def __init__(self, model: str):
+        self.id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
+        self.model = model
+        self.created = int(time.time())
+
+    def _base(self, obj: str) -> dict:
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
+
+    @staticmethod
+    def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+        """The `usage` object."""
+        return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens}
+
+    def completion(self, text: str, finish_reason: str, usage: dict) -> dict:
+        """A non-streamed chat.completion."""
+        choice = {"index": 0, "message": {"role": "assistant", "content": text},
+                  "logprobs": None, "finish_reason": finish_reason}
+        return {**self._base("chat.completion"), "choices": [choice], "usage": usage}
+
+    def chunk(self, delta: dict, finish_reason: str | None = None) -> dict:
+        """A streamed chat.completion.chunk with one choice."""
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        return {**self._base("chat.completion.chunk"), "choices": [choice]}
+
+    def usage_chunk(self, usage: dict) -> dict:
+        """The final streamed chunk when stream_options.include_usage is set."""
+        return {**self._base("chat.completion.chunk"), "choices": [], "usage": usage}
