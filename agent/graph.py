@@ -1,7 +1,7 @@
 """The loop as a LangGraph StateGraph. Routing lives in each node's `Command[Literal[...]]`.
 
     prepare -> instrument -> launch -> baseline -> profile -> diagnose -> propose
-    propose -> approve -> apply -> cleanup -> relaunch -> measure -> decide
+    propose -> approve -> cleanup -> apply -> relaunch -> measure -> decide
     decide -> profile (accepted, iterations left) | rollback -> propose | finish
     any step -> abort on an unexpected tool error (cleans up like finish)
 
@@ -23,8 +23,8 @@ from agent.steps_profile import diagnose, profile, propose
 from agent.steps_setup import baseline, instrument, launch, prepare
 from state.loop import LoopState
 
-NODES = (prepare, instrument, launch, baseline, profile, diagnose, propose, approve, apply,
-         cleanup, relaunch, measure, decide, rollback)
+NODES = (prepare, instrument, launch, baseline, profile, diagnose, propose, approve, cleanup,
+         apply, relaunch, measure, decide, rollback)
 
 
 def build() -> StateGraph:

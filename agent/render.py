@@ -44,7 +44,7 @@ def approval(console: Console, req: dict) -> None:
     console.print("files touched: " + ", ".join(req["files"]))
     t = Table("op", "dims", "share", "self time", "calls", title="evidence")
     for e in req["evidence"]:
-        t.add_row(e["name"], str(e.get("dims")), f"{e['share']:.1%}", f"{e['self_us'] / 1000:.1f} ms",
+        t.add_row(e["op"], str(e.get("dims")), f"{e['share']:.1%}", f"{e['self_us'] / 1000:.1f} ms",
                   str(e["calls"]))
     console.print(t)
     console.print(Syntax(req["diff"], "diff", word_wrap=True))

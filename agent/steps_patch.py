@@ -24,7 +24,7 @@ def approval_request(state: LoopState) -> dict:
 
 
 @step("approve")
-def approve(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["apply", "propose", "abort"]]:
+def approve(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["cleanup", "propose", "abort"]]:
     """Auto-approve, or pause (LangGraph interrupt) until `perfloop approve|reject` answers."""
     if state.options.approve == "auto":
         answer = Approval(approved=True, by="auto")
@@ -33,7 +33,7 @@ def approve(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
     p = state.proposal
     if answer.approved:
         return Command(update={"approval": answer, "transitions": transition(
-            "approve", f"{p.playbook} approved ({answer.by})")}, goto="apply")
+            "approve", f"{p.playbook} approved ({answer.by})")}, goto="cleanup")
     reason = answer.reason or "rejected"
     decision = Decision(iteration=state.iteration, playbook=p.playbook, verdict="rejected",
                         reason=f"rejected by {answer.by}: {reason}")
@@ -43,7 +43,7 @@ def approve(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
 
 
 @step("apply")
-def apply(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["cleanup", "propose", "abort"]]:
+def apply(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["relaunch", "propose", "abort"]]:
     """Apply the patch fully or not at all, committed alone on the session branch."""
     p = state.proposal
     trailers = {"Perfloop-Session": state.session_id, "Perfloop-Playbook": p.playbook,
@@ -59,7 +59,7 @@ def apply(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["c
                        goto="propose")
     note = f"committed {commit.sha[:10]} on {commit.branch}"
     return Command(update={"pending_commit": commit, "transitions": transition("apply", note)},
-                   goto="cleanup")
+                   goto="relaunch")
 
 
 def remove_instrumentation(state: LoopState, runtime: Runtime[LoopContext]) -> None:
@@ -70,13 +70,17 @@ def remove_instrumentation(state: LoopState, runtime: Runtime[LoopContext]) -> N
 
 
 @step("cleanup")
-def cleanup(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["relaunch", "abort"]]:
-    """Remove the profiler instrumentation: the tree is the commit plus the user's own changes."""
+def cleanup(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["apply", "abort"]]:
+    """Remove the profiler instrumentation before the patch goes in.
+
+    The tree is then HEAD plus the user's own changes, so a patch near forward_decode applies as it
+    would to the user's checkout, and the commit can never pick up instrumentation.
+    """
     remove_instrumentation(state, runtime)
     note = ("instrumentation removed, file hash verified" if state.instrumentation
             else "no instrumentation in the tree")
     return Command(update={"instrumentation": None, "transitions": transition("cleanup", note)},
-                   goto="relaunch")
+                   goto="apply")
 
 
 @step("relaunch")

@@ -74,8 +74,9 @@ def _profile_patch(args: ProfileArgs) -> ProfileFiles:
     out = args.profile_dir / args.profile_id
 
     def done() -> dict | None:
-        if (out / "error.txt").exists():
-            raise TraceError(f"the instrumentation failed: {(out / 'error.txt').read_text()[:300]}")
+        for err in (out / "error.txt", args.profile_dir / "error.txt"):
+            if err.exists():
+                raise TraceError(f"the instrumentation failed ({err}): {err.read_text()[:300]}")
         return json.loads((out / "done.json").read_text()) if (out / "done.json").exists() else None
 
     info = _wait_for(f"{out / 'done.json'}", done, args.timeout_s)

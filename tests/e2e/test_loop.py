@@ -38,7 +38,7 @@ def test_demo_accepts_gather_then_cast(home: Path) -> None:
     shown = last_json(perfloop(home, "show", s["session"], "--json"))
     nodes = [t["node"] for t in shown["transitions"]]
     assert nodes[:13] == ["prepare", "instrument", "launch", "baseline", "profile", "diagnose",
-                          "propose", "approve", "apply", "cleanup", "relaunch", "measure", "decide"]
+                          "propose", "approve", "cleanup", "apply", "relaunch", "measure", "decide"]
     assert nodes[-1] == "finish"
     assert shown["tool_calls"] >= 10
     listed = last_json(perfloop(home, "sessions", "--json"))
