@@ -162,14 +162,17 @@ def cast_share(events: list[dict], pool_slots: int) -> dict:
     ops = sorted((e for e in events if e.get("cat") == "cpu_op" and inside(e)),
                  key=lambda e: (e["tid"], e["ts"], -e["dur"]))
     self_us = _self_times(ops)
+    n = len(steps)
     cast_us = sum(t for op, t in zip(ops, self_us) if _is_cast(op, pool_slots))
-    result = {"decode_steps": len(steps), "step_ms": statistics.mean(s["dur"] for s in steps) / 1000,
-              "cpu_share": cast_us / sum(self_us)}
+    result = {"decode_steps": n, "step_ms": statistics.mean(s["dur"] for s in steps) / 1000,
+              "cpu_share": cast_us / sum(self_us), "cpu_cast_ms": cast_us / n / 1000}
     by_ext = {op["args"].get("External id"): op for op in ops}
     kernels = [k for k in events if k.get("cat") == "kernel" and k["args"].get("External id") in by_ext]
     if kernels:
+        busy_us = sum(k["dur"] for k in kernels)
         cast_k = sum(k["dur"] for k in kernels if _is_cast(by_ext[k["args"]["External id"]], pool_slots))
-        result["gpu_share"] = cast_k / sum(k["dur"] for k in kernels)
+        result.update(gpu_share=cast_k / busy_us, gpu_cast_ms=cast_k / n / 1000,
+                      gpu_busy_ms=busy_us / n / 1000)
     return result
 
 
@@ -200,14 +203,18 @@ def patched_copy(work: Path) -> Path:
     return copy
 
 
+COLUMNS = [("TPOT ms", "tpot_ms", "{:.1f}"), ("profiled step ms", "step_ms", "{:.1f}"),
+           ("cast share CPU", "cpu_share", "{:.1%}"), ("CPU cast ms/step", "cpu_cast_ms", "{:.1f}"),
+           ("cast share GPU", "gpu_share", "{:.1%}"),
+           ("GPU cast ms/step", "gpu_cast_ms", "{:.1f}"), ("GPU busy ms/step", "gpu_busy_ms", "{:.1f}")]
+
+
 def print_table(rows: list[dict]) -> None:
-    """Human-readable table, then one JSON line per variant."""
-    gpu = any("gpu_share" in r for r in rows)
-    print(f"\n{'variant':<10} {'TPOT ms':>9} {'profiled step ms':>17} {'cast share CPU':>15}"
-          + (f" {'cast share GPU':>15}" if gpu else ""))
+    """Human-readable table (GPU columns only when the trace has kernels), then JSON lines."""
+    cols = [c for c in COLUMNS if c[1] in rows[0]]
+    print("\n" + f"{'variant':<10}" + "".join(f" {title:>17}" for title, _, _ in cols))
     for r in rows:
-        line = f"{r['variant']:<10} {r['tpot_ms']:>9.1f} {r['step_ms']:>17.1f} {r['cpu_share']:>15.1%}"
-        print(line + (f" {r.get('gpu_share', 0):>15.1%}" if gpu else ""))
+        print(f"{r['variant']:<10}" + "".join(f" {fmt.format(r.get(key, 0)):>17}" for _, key, fmt in cols))
     if len(rows) == 2:
         same = rows[0]["text"] == rows[1]["text"]
         print(f"\nTPOT ratio baseline/fixed: {rows[0]['tpot_ms'] / rows[1]['tpot_ms']:.2f}x; "

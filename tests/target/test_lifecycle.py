@@ -33,8 +33,10 @@ def test_sigterm_shuts_down_and_releases_port(tmp_path):
         server.proc.send_signal(signal.SIGTERM)
         assert server.proc.wait(timeout=5) == 0
         assert time.monotonic() - started < 5
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", port))  # the port is free again
+        with socket.socket() as s:  # the port can be listened on again, as a relaunch would
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", port))
+            s.listen()
     finally:
         server.stop()
 

@@ -40,7 +40,7 @@ def parse_profile_options(body: dict) -> ProfileOptions:
     field_of(body, "profile_prefix", (str,))
     field_of(body, "profile_stages", (list,))
     activities = field_of(body, "activities", (list,), ["CPU", "GPU"])
-    unknown = [a for a in activities if a not in KNOWN_ACTIVITIES]
+    unknown = [a for a in activities if not isinstance(a, str) or a not in KNOWN_ACTIVITIES]
     if unknown:
         raise bad_request(f"unknown profiler activities {unknown}", "activities")
     num_steps = field_of(body, "num_steps", (int,))
@@ -73,12 +73,16 @@ class ProfilerController:
 
     def request_start(self, opts: ProfileOptions) -> None:
         """Schedule a profile (HTTP thread); it starts after `start_step` decode steps."""
-        os.makedirs(opts.output_dir, exist_ok=True)
+        try:
+            os.makedirs(opts.output_dir, exist_ok=True)
+        except OSError as exc:
+            raise bad_request(f"cannot create output_dir: {exc}", "output_dir") from None
         with self._lock:
             if self._opts is not None:
                 raise bad_request("profiling is already in progress; call /stop_profile first")
-            self._opts, self._skip, self._steps = opts, opts.start_step, 0
+            self._skip, self._steps = opts.start_step, 0
             self._stop_requested, self._done = False, threading.Event()
+            self._opts = opts  # last: the scheduler thread reads it without the lock
 
     def request_stop(self) -> str:
         """Stop profiling now (HTTP thread); wait for the trace and return its path."""

@@ -75,10 +75,13 @@ class Handler(BaseHTTPRequestHandler):
     def _dispatch(self, routes: dict, parse_body: bool) -> None:
         route = routes.get(self.path.split("?")[0])
         try:
+            raw = self._read_body() if parse_body else None  # read first: keep-alive stays in sync
             if route is None:
                 raise APIError(404, f"no route {self.command} {self.path}", code="not_found")
-            body = parse_json_object(self._read_body()) if parse_body else None
-            route(body) if parse_body else route()
+            if parse_body:
+                route(parse_json_object(raw))
+            else:
+                route()
         except APIError as exc:
             self._send_json(exc.status, exc.body())
         except (BrokenPipeError, ConnectionResetError):
@@ -88,6 +91,7 @@ class Handler(BaseHTTPRequestHandler):
         try:
             length = int(self.headers.get("Content-Length") or 0)
         except ValueError:
+            self.close_connection = True  # the body cannot be skipped
             raise bad_request("invalid Content-Length header") from None
         return self.rfile.read(length)
 
