@@ -153,11 +153,11 @@ def _is_cast(op: dict, pool_slots: int) -> bool:
 def cast_share(events: list[dict], pool_slots: int) -> dict:
     """Cast share of decode time in a Chrome trace: CPU self time, and GPU kernel time if any.
 
-    Decode = ops inside the server's `decode_step` annotations. CPU share: self time of cast ops
+    Decode = ops inside the server's `forward_decode` annotations. CPU share: self time of cast ops
     (aten::to/_to_copy/copy_ whose first input is `[pool_slots, 1, 576]`) over the self time of all
     ops. GPU share: time of kernels launched by those cast ops over all decode kernels.
     """
-    steps = [e for e in events if e.get("cat") == "user_annotation" and e["name"] == "decode_step"]
+    steps = [e for e in events if e.get("cat") == "user_annotation" and e["name"] == "forward_decode"]
     inside = lambda e: any(s["tid"] == e["tid"] and s["ts"] <= e["ts"] <= s["ts"] + s["dur"] for s in steps)
     ops = sorted((e for e in events if e.get("cat") == "cpu_op" and inside(e)),
                  key=lambda e: (e["tid"], e["ts"], -e["dur"]))

@@ -160,7 +160,7 @@ class Scheduler:
     def _decode(self) -> None:
         batch = self.runner.build_decode_batch(self._running)
         try:
-            with torch.profiler.record_function("decode_step"):
+            with torch.profiler.record_function("forward_decode"):
                 tokens = self.runner.forward_decode(batch)
         except Exception:  # noqa: BLE001 - report to the clients, keep serving
             self._fail(self._running)
