@@ -127,13 +127,10 @@ class Scheduler:
                 self._decode()
 
     def _take_waiting(self) -> list:
+        """Drop cancelled waiting requests (freeing their slots); take as many as fit."""
+        self._waiting = deque(r for r in self._waiting if not self._reap(r))
         room = self.max_running - len(self._running)
-        taken = []
-        while self._waiting and len(taken) < room:
-            req = self._waiting.popleft()
-            if not self._reap(req):
-                taken.append(req)
-        return taken
+        return [self._waiting.popleft() for _ in range(min(room, len(self._waiting)))]
 
     def _reap(self, req: Request) -> bool:
         """Release a finished or cancelled request's slots; True if it should leave."""
