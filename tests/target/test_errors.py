@@ -72,3 +72,10 @@ def test_client_disconnect_frees_slots(start_server):
     while slow.get("/get_server_info")[1]["kv_slots_free"] < 60000:
         assert time.monotonic() < deadline, "slots of a disconnected client were not freed"
         time.sleep(0.1)
+
+
+def test_unknown_fields_are_ignored(small_server):
+    body = {"messages": MSG, "max_tokens": 3, "temperature": 0, "top_k": {"nested": [1]},
+            "logit_bias": None, "n": 1, "user": "u"}
+    status, reply = small_server.post("/v1/chat/completions", body)
+    assert status == 200 and len(reply["choices"][0]["message"]["content"]) == 3
