@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -14,7 +15,10 @@ from agent.config import DEMO_CONFIG, DEMO_SOURCE, check_repo, load_target, with
 from agent.session import Sessions, new_session_id
 from state.loop import LoopState
 from tools import progress
+from state.calls import ApplyArgs
 from tools.errors import ToolError
+from tools.repo import check_patch
+from tools.secrets import redact
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Profile, diagnose, patch and measure an LLM inference server, in a loop.")
@@ -41,7 +45,7 @@ def _run(fn):
             progress.set_reporter(lambda msg: status.update(msg))
             return fn()
     except ToolError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        err.print(f"[red]error:[/red] {redact(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
 
 
@@ -65,7 +69,7 @@ def _options(approve: str, method: str, max_iterations: int, playbooks: list[Pat
     _choice("approve", approve, ("auto", "manual"))
     _choice("profile-method", method, ("patch", "api"))
     return {"approve": approve, "max_iterations": max_iterations, "playbook_dirs": playbooks,
-            "builtin_playbooks": not no_builtin}
+            "builtin_playbooks": not no_builtin, "python": sys.executable}
 
 
 @app.command()
@@ -133,10 +137,30 @@ def _answer(session: str, answer: dict, as_json: bool) -> None:
     _finish(sessions, sessions.resume(session, answer), as_json)
 
 
+def _edited_patch(session: str, path: Path) -> str:
+    """Read and validate a human-edited patch against the paused session's repo (changes nothing)."""
+    try:
+        diff = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ToolError(f"cannot read edited patch {path}: {exc}") from exc
+    repo = Sessions().state(session).target.repo
+    check_patch(ApplyArgs(repo=repo, diff=diff, subject="check", trailers={}))
+    return diff
+
+
 @app.command()
-def approve(session: str, as_json: Json = False) -> None:
-    """Approve the patch a paused session proposes, and continue the loop."""
-    _run(lambda: _answer(session, {"approved": True, "by": "human"}, as_json))
+def approve(session: str, patch: Annotated[Path | None, typer.Option(
+        help="Apply this edited patch instead of the proposed one (validated first).")] = None,
+        as_json: Json = False) -> None:
+    """Approve the patch a paused session proposes (or your edit of it), and continue the loop."""
+
+    def body():
+        answer = {"approved": True, "by": "human"}
+        if patch is not None:
+            answer |= {"diff": _edited_patch(session, patch), "reason": f"edited patch from {patch}"}
+        _answer(session, answer, as_json)
+
+    _run(body)
 
 
 @app.command()
@@ -175,3 +199,5 @@ def show(session: str, as_json: Json = False) -> None:
 
     _run(body)
 
+
+from agent import cli_durable  # noqa: E402,F401  (registers replay/export/import/fork)

@@ -13,6 +13,7 @@ from langgraph.types import Command
 from state.loop import LoopState, Transition
 from tools.door import Door
 from tools.errors import ToolError
+from tools.faults import fault_point
 from tools.store import utcnow
 
 
@@ -21,9 +22,7 @@ class LoopContext:
     """Run-scoped context of one graph invocation."""
 
     door: Door
-    """The door every side effect goes through."""
-    python: str
-    """Interpreter substituted for `{python}` in launch commands."""
+    """The door every side effect goes through (live, or answering from a recording)."""
 
 
 def transition(node: str, note: str) -> list[Transition]:
@@ -31,24 +30,32 @@ def transition(node: str, note: str) -> list[Transition]:
     return [Transition(node=node, at=utcnow(), note=note)]
 
 
-def step(node: str) -> Callable:
-    """Decorate a node: tell the door which node calls, and send any ToolError to `abort`.
+def step(node: str, *, guarded: bool = True) -> Callable:
+    """Decorate a node: fault point at entry, tell the door who calls, count the calls it made.
 
-    Errors a node expects (a patch that does not apply, a server that crashes after a patch) are
-    handled inside the node; anything else a tool raises ends the loop through `abort`, which cleans up.
+    `calls_done` (the door's sequence number when the node finished) is checkpointed with the node's
+    update, so on resume the calls of a killed attempt can be marked superseded. When `guarded`, an
+    unexpected ToolError ends the loop through `abort`, which cleans up; errors a node expects (a
+    patch that does not apply, a server that crashes after a patch) are handled inside the node.
     """
 
     def decorate(fn: Callable[[LoopState, Runtime[LoopContext]], Command]) -> Callable:
         @wraps(fn)
         def run(state: LoopState, runtime: Runtime[LoopContext]) -> Command:
-            runtime.context.door.node = node
+            fault_point(f"node:{node}")
+            door = runtime.context.door
+            door.node = node
             try:
-                return fn(state, runtime)
+                cmd = fn(state, runtime)
             except ToolError as exc:
+                if not guarded:
+                    raise
                 message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                return Command(update={"error": f"{node}: {message}",
-                                       "transitions": transition(node, f"error: {message}")},
-                               goto="abort")
+                cmd = Command(update={"error": f"{node}: {message}",
+                                      "transitions": transition(node, f"error: {message}")},
+                              goto="abort")
+            return Command(update={**(cmd.update or {}), "calls_done": door.next_seq()},
+                           goto=cmd.goto)
 
         return run
 

@@ -4,6 +4,7 @@
     propose -> approve -> cleanup -> apply -> relaunch -> measure -> decide
     decide -> profile (accepted, iterations left) | rollback -> propose | finish
     any step -> abort on an unexpected tool error (cleans up like finish)
+    START -> reconcile -> profile | diagnose | propose | approve   (a forked session)
 
 `builder` is exported uncompiled so tests and `langgraph.json` can compile it with their own
 checkpointer; `compile_graph` is what the CLI uses.
@@ -20,11 +21,16 @@ from agent.steps_end import abort, finish
 from agent.steps_measure import decide, measure
 from agent.steps_patch import apply, approve, cleanup, relaunch, rollback
 from agent.steps_profile import diagnose, profile, propose
-from agent.steps_setup import baseline, instrument, launch, prepare
+from agent.steps_setup import baseline, instrument, launch, prepare, reconcile
 from state.loop import LoopState
 
 NODES = (prepare, instrument, launch, baseline, profile, diagnose, propose, approve, cleanup,
-         apply, relaunch, measure, decide, rollback)
+         apply, relaunch, measure, decide, rollback, reconcile)
+
+
+def _entry(state: LoopState) -> str:
+    """A new session starts at prepare; a fork first reconciles the world with its checkpoint."""
+    return "reconcile" if state.fork_at else "prepare"
 
 
 def build() -> StateGraph:
@@ -34,7 +40,7 @@ def build() -> StateGraph:
         g.add_node(node.__name__, node)
     g.add_node("finish", finish)
     g.add_node("abort", abort)
-    g.add_edge(START, "prepare")
+    g.add_conditional_edges(START, _entry, ["prepare", "reconcile"])
     g.add_edge("finish", END)
     g.add_edge("abort", END)
     return g

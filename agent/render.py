@@ -65,7 +65,7 @@ def sessions(console: Console, infos: list[SessionInfo]) -> None:
 
 def show_json(info: SessionInfo, state: LoopState, calls: list[ToolCallRecord]) -> dict:
     """`perfloop show --json`."""
-    return {"session": info.model_dump(mode="json"),
+    return {"session": info.model_dump(mode="json"), "parent": info.parent,
             "transitions": [t.model_dump(mode="json") for t in state.transitions],
             "measurements": [m.model_dump(mode="json", exclude={"requests"})
                              for m in (state.baseline, state.reference, state.candidate) if m],
@@ -77,6 +77,8 @@ def show_json(info: SessionInfo, state: LoopState, calls: list[ToolCallRecord]) 
 
 def show(console: Console, info: SessionInfo, state: LoopState, calls: list[ToolCallRecord]) -> None:
     """`perfloop show`."""
+    if info.parent:
+        console.print(f"forked from session {info.parent}")
     t = Table("#", "time (UTC)", "node", "what happened", title=f"session {info.id}: transitions")
     for n, tr in enumerate(state.transitions, 1):
         t.add_row(str(n), tr.at.strftime("%H:%M:%S"), tr.node, tr.note)

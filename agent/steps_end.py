@@ -5,7 +5,7 @@ from __future__ import annotations
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from agent.context import LoopContext, call, transition
+from agent.context import LoopContext, call, step, transition
 from agent.steps_patch import remove_instrumentation
 from state.calls import CommitArgs, ServerArgs
 from state.loop import LoopState
@@ -31,9 +31,9 @@ def _teardown(state: LoopState, runtime: Runtime[LoopContext]) -> list[str]:
     return problems
 
 
+@step("finish", guarded=False)
 def finish(state: LoopState, runtime: Runtime[LoopContext]) -> Command:
     """Stop the server and take the instrumentation out: the repo keeps only accepted commits."""
-    runtime.context.door.node = "finish"
     problems = _teardown(state, runtime)
     reason = state.stop_reason or "done"
     status = "failed" if problems else "done"
@@ -44,9 +44,9 @@ def finish(state: LoopState, runtime: Runtime[LoopContext]) -> Command:
                            "transitions": transition("finish", note)})
 
 
+@step("abort", guarded=False)
 def abort(state: LoopState, runtime: Runtime[LoopContext]) -> Command:
     """After an unexpected tool error: clean up as finish does, and mark the session failed."""
-    runtime.context.door.node = "abort"
     problems = _teardown(state, runtime)
     error = "; ".join([state.error or "aborted"] + problems)
     return Command(update={"server": None, "instrumentation": None, "pending_commit": None,

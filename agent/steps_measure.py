@@ -25,6 +25,8 @@ def measure(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
 def decide(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["profile", "rollback", "finish", "abort"]]:
     """Accept if faster beyond noise with identical outputs; then profile again or stop."""
     ok, reason, noise = judge(state.reference, state.candidate)
+    if state.approval is not None and state.approval.diff is not None:
+        reason += " (human-edited patch)"
     p, commit = state.proposal, state.pending_commit
     decision = Decision(
         iteration=state.iteration, playbook=p.playbook, verdict="accepted" if ok else "rejected",

@@ -32,8 +32,9 @@ def approve(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
         answer = Approval.model_validate(interrupt(approval_request(state)))
     p = state.proposal
     if answer.approved:
+        edited = " with an edited patch" if answer.diff is not None else ""
         return Command(update={"approval": answer, "transitions": transition(
-            "approve", f"{p.playbook} approved ({answer.by})")}, goto="cleanup")
+            "approve", f"{p.playbook} approved ({answer.by}){edited}")}, goto="cleanup")
     reason = answer.reason or "rejected"
     decision = Decision(iteration=state.iteration, playbook=p.playbook, verdict="rejected",
                         reason=f"rejected by {answer.by}: {reason}")
@@ -46,11 +47,15 @@ def approve(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
 def apply(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["relaunch", "propose", "abort"]]:
     """Apply the patch fully or not at all, committed alone on the session branch."""
     p = state.proposal
+    edited = state.approval is not None and state.approval.diff is not None
     trailers = {"Perfloop-Session": state.session_id, "Perfloop-Playbook": p.playbook,
                 "Perfloop-Iteration": str(state.iteration)}
+    if edited:
+        trailers["Perfloop-Edited"] = "human"
+    diff = state.approval.diff if edited else p.diff
     try:
         commit = call(runtime, "repo.apply_patch", ApplyArgs(
-            repo=state.target.repo, diff=p.diff, subject=f"perfloop: {p.title}", trailers=trailers))
+            repo=state.target.repo, diff=diff, subject=f"perfloop: {p.title}", trailers=trailers))
     except PatchError as exc:
         decision = Decision(iteration=state.iteration, playbook=p.playbook, verdict="failed",
                             reason=f"patch does not apply: {exc}")

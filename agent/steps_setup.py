@@ -63,10 +63,10 @@ def start_server(state: LoopState, runtime: Runtime[LoopContext], instrumented: 
     number = state.launches + 1
     session_dir = state.options.session_dir
     return call(runtime, "server.launch", LaunchArgs(
-        repo=state.target.repo, launch=state.target.launch, python=runtime.context.python,
+        repo=state.target.repo, launch=state.target.launch, python=state.options.python,
         log_path=session_dir / "logs" / f"server-{number}.log", tree_sha256=fingerprint,
         instrumented=instrumented, profile_dir=session_dir / "profiler" if instrumented else None,
-        launch_number=number))
+        launch_number=number, pid_file=session_dir / "server.pid"))
 
 
 @step("launch")
@@ -95,3 +95,29 @@ def baseline(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal
         note += "; WARNING: repeats of a prompt differ, outputs are not deterministic"
     return Command(update={"baseline": m, "reference": m,
                            "transitions": transition("baseline", note)}, goto="profile")
+
+
+FORK_STEPS = ("profile", "diagnose", "propose", "approve")
+"""Steps a session can be forked at: decision points before the tree changes in an iteration."""
+
+
+@step("reconcile")
+def reconcile(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
+        "profile", "diagnose", "propose", "approve", "abort"]]:
+    """First step of a fork: make the repo and server match the checkpoint, then continue there.
+
+    The fork gets its own branch at the commit the parent had at that checkpoint; a profile step
+    needs the (instrumented) server running, the other fork steps need nothing until relaunch.
+    """
+    head = state.accepted[-1].sha if state.accepted else state.start.head_sha
+    branch = session_branch(state.session_id)
+    call(runtime, "repo.ensure_branch", BranchArgs(repo=state.target.repo, name=branch, start_point=head))
+    update: dict = {"branch": branch, "fork_at": None}
+    if state.fork_at == "profile":
+        if state.target.profile.method == "patch":
+            update["instrumentation"] = instrument_if_needed(state, runtime)
+            state = state.model_copy(update=update)
+        server = start_server(state, runtime, instrumented=state.instrumentation is not None)
+        update |= {"server": server, "launches": server.launch_number}
+    note = f"forked: branch {branch} at {head[:10]}; continuing at {state.fork_at}"
+    return Command(update={**update, "transitions": transition("reconcile", note)}, goto=state.fork_at)

@@ -29,6 +29,8 @@ class LaunchArgs(Model):
     """PERFLOOP_PROFILE_DIR for the instrumentation, if any."""
     launch_number: int
     """Ordinal of this launch in the session."""
+    pid_file: Path | None = None
+    """Where the server's pid/pgid is written right after it is spawned (found again after a crash)."""
 
 
 class ServerArgs(Model):
@@ -141,6 +143,8 @@ class BranchArgs(RepoArgs):
 
     name: str
     """Branch name."""
+    start_point: str | None = None
+    """Commit a new branch starts at (default HEAD)."""
 
 
 class InstrumentArgs(RepoArgs):

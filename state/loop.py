@@ -29,6 +29,8 @@ class LoopOptions(Model):
     """Where this session keeps logs, traces and measurements."""
     demo_source: Path | None = None
     """For `perfloop demo`: the embedded target tree copied into a new repo at `target.repo`."""
+    python: str
+    """Interpreter substituted for `{python}` in launch commands (recorded, so replay matches)."""
     builtin_playbooks: bool = True
     """Whether the built-in playbook catalog is searched (tests turn it off to isolate theirs)."""
 
@@ -84,6 +86,8 @@ class Approval(Model):
     """Who answered."""
     reason: str | None = None
     """Why it was rejected (or a note)."""
+    diff: str | None = None
+    """A human-edited patch to apply instead of the proposal's (validated before resuming)."""
 
 
 class Decision(Model):
@@ -165,6 +169,10 @@ class LoopState(Model):
     """Every verdict, in order."""
     transitions: Annotated[list[Transition], operator.add] = Field(default_factory=list)
     """Nodes run, in order."""
+    fork_at: str | None = None
+    """Set in a forked session's initial state: the step to continue at after reconciling."""
+    calls_done: int = 0
+    """Door sequence number when the last completed node finished (later calls were superseded)."""
     status: SessionStatus = "running"
     """Session status."""
     stop_reason: str | None = None

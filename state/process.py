@@ -53,5 +53,7 @@ class ServerHandle(Model):
     """PERFLOOP_PROFILE_DIR given to the server (patch profiling method), if any."""
     launch_number: int
     """1 for the session's first launch, 2 for the next, ..."""
+    pid_file: Path | None = None
+    """The pid file written at spawn (removed when stopped)."""
     startup_s: float
     """Seconds from start to healthy."""

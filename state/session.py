@@ -64,4 +64,6 @@ class SessionInfo(Model):
     status: SessionStatus
     """Last known status."""
     summary: Summary | None = None
-    """Set when the session ends."""
+    """Set when the session ends or pauses."""
+    parent: str | None = None
+    """The session this one was forked from."""

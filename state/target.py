@@ -1,11 +1,15 @@
 """The target: which engine checkout to optimize, where it runs, how to launch and measure it."""
 
+import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from state.base import Model
+
+SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSPHRASE|CREDENTIAL|AUTH)", re.I)
+"""Environment variable names that hold secrets (shared with tools.secrets)."""
 
 
 class LocalHost(Model):
@@ -33,7 +37,20 @@ class LaunchConfig(Model):
     stop_grace_s: float = Field(10.0, gt=0)
     """Seconds between SIGTERM and SIGKILL of the server's process group."""
     env: dict[str, str] = Field(default_factory=dict)
-    """Extra environment variables for the server."""
+    """Extra environment variables for the server (no secrets: see pass_env)."""
+    pass_env: list[str] = Field(default_factory=list)
+    """Names of variables passed from perfloop's environment at launch (API keys, tokens): their
+    values are read when the server starts and are never stored in the session."""
+
+    @field_validator("env")
+    @classmethod
+    def _no_literal_secrets(cls, env: dict[str, str]) -> dict[str, str]:
+        """Refuse secret-looking variables written into the config."""
+        for name in env:
+            if SECRET_NAME.search(name) and "{" not in env[name]:
+                raise ValueError(f"{name} looks like a secret: export it in your shell and list "
+                                 f"its name under launch.pass_env instead")
+        return env
 
 
 class MeasureConfig(Model):

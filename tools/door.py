@@ -17,6 +17,7 @@ from typing import Protocol, TypeVar, get_type_hints
 from pydantic import BaseModel
 
 from state.records import ToolCallRecord
+from tools.faults import fault_point
 
 In = TypeVar("In", bound=BaseModel)
 Out = TypeVar("Out", bound=BaseModel)
@@ -66,6 +67,10 @@ class Door:
         self.recorder = recorder
         self.node = "-"
 
+    def next_seq(self) -> int:
+        """Sequence number the next recorded call will get."""
+        return self.recorder.next_seq(self.session_id)
+
     def call(self, name: str, args: BaseModel) -> BaseModel:
         """Run tool `name` with `args`; record it; return its output or re-raise its error."""
         spec = REGISTRY.get(name)
@@ -78,6 +83,7 @@ class Door:
         error: str | None = None
         try:
             output = spec.output_type.model_validate(spec.fn(args).model_dump())
+            fault_point(f"tool:{name}")
             return output
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}".splitlines()[0]

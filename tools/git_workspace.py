@@ -20,6 +20,7 @@ from typing import Any, Iterator
 from git import GitCommandError, InvalidGitRepositoryError, NoSuchPathError, Repo
 
 from state.workspace import CommitInfo, WorkspaceSnapshot
+from tools.faults import fault_point
 from tools.errors import PatchError
 
 IDENTITY_ENV = {
@@ -221,15 +222,20 @@ class GitWorkspace:
             staged_diff_sha256=sha256_hex(self._git(*diff, "--cached", **opts)),
             unstaged_diff_sha256=sha256_hex(self._git(*diff, **opts)))
 
-    def ensure_branch(self, name: str) -> None:
-        """Be on branch `name`: create it at HEAD, or switch to it keeping index and working tree."""
+    def ensure_branch(self, name: str, start_point: str | None = None) -> None:
+        """Be on branch `name`: create it (at HEAD or `start_point`), or switch to it.
+
+        `git switch` carries the index and working tree along and refuses, rather than overwrite,
+        when an uncommitted change conflicts with the switch.
+        """
         self._git("check-ref-format", "--branch", name)
         if self._branch() == name:
             return
         exists = self._ok("rev-parse", "--verify", "-q", f"refs/heads/{name}")
         hint = (f"cannot switch to branch {name} without losing uncommitted changes;"
                 " commit or move them yourself, then retry")
-        self._git("switch", "-q", *(() if exists else ("-c",)), name, hint=hint)
+        create = () if exists else ("-c", name, *((start_point,) if start_point else ()))
+        self._git("switch", "-q", *(create or (name,)), hint=hint)
 
     def check_patch(self, diff: str) -> None:
         """Raise PatchError unless `diff` applies to the working tree, the index and HEAD's tree."""
@@ -274,6 +280,7 @@ class GitWorkspace:
         with self._scratch(diff) as (patch, env):
             sha = self._commit_tree(patch, env, message, head, reverse=False)
             self._git("update-ref", "-m", "perfloop: apply", f"refs/heads/{branch}", sha, head)
+            fault_point("git:ref-moved")
             try:
                 self._apply_pair(patch, reverse=False, targets=[("--cached",), ()])
             except PatchError:
@@ -314,6 +321,7 @@ class GitWorkspace:
                 new = self._commit_tree(patch, env, message, head, reverse=True)
             if new:
                 self._git("update-ref", "-m", "perfloop: revert", f"refs/heads/{branch}", new, head)
+                fault_point("git:revert-ref-moved")
             try:
                 self._apply_pair(patch, reverse=True, targets=targets)
             except PatchError:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 import time
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from state.profile import ProfileSummary
 from tools.bench import chat_body, stream_completion
 from tools.door import tool
 from tools.errors import TraceError
+from tools.faults import fault_point
 from tools.http import post_json
 from tools.progress import report
 from tools.trace import read_chrome_trace
@@ -40,6 +42,11 @@ def write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def attempt_id(profile_id: str) -> str:
+    """A fresh id per attempt, so a re-run after a crash never picks up a stale or late profile."""
+    return f"{profile_id}-{secrets.token_hex(3)}"
 
 
 def _wait_for(describe: str, find, timeout_s: float):
@@ -65,13 +72,14 @@ def _profile_patch(args: ProfileArgs) -> ProfileFiles:
         raise TraceError("patch profiling needs a server launched with PERFLOOP_PROFILE_DIR; "
                          "relaunch the session with the instrumentation in place")
     stream_completion(args.base_url, chat_body(args.model, args.prompt, 8), args.timeout_s)
-    request = {"id": args.profile_id, "warmup_steps": args.warmup_steps,
-               "active_steps": args.active_steps}
-    write_atomic(args.profile_dir / "request.json", json.dumps(request))
+    pid = attempt_id(args.profile_id)
+    request = {"id": pid, "warmup_steps": args.warmup_steps, "active_steps": args.active_steps}
+    write_atomic(args.profile_dir / "request.json", json.dumps(request))  # replaces a stale one
+    fault_point("profile:requested")
     steps = args.warmup_steps + args.active_steps + 4
     arrivals, _, usage = stream_completion(
         args.base_url, chat_body(args.model, args.prompt, steps), args.timeout_s)
-    out = args.profile_dir / args.profile_id
+    out = args.profile_dir / pid
 
     def done() -> dict | None:
         for err in (out / "error.txt", args.profile_dir / "error.txt"):
@@ -87,10 +95,15 @@ def _profile_patch(args: ProfileArgs) -> ProfileFiles:
 
 
 def _profile_api(args: ProfileArgs) -> ProfileFiles:
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    body = {"output_dir": str(args.out_dir), "num_steps": args.active_steps,
-            "activities": ["CPU", "GPU"], "profile_id": args.profile_id, "record_shapes": True}
+    pid = attempt_id(args.profile_id)
+    out_dir = args.out_dir / pid
+    out_dir.mkdir(parents=True, exist_ok=True)
+    body = {"output_dir": str(out_dir), "num_steps": args.active_steps,
+            "activities": ["CPU", "GPU"], "profile_id": pid, "record_shapes": True}
     code, text = post_json(args.base_url + "/start_profile", body)
+    if code != 200:  # e.g. a profile started by a killed attempt is still running: stop it, retry once
+        post_json(args.base_url + "/stop_profile", {})
+        code, text = post_json(args.base_url + "/start_profile", body)
     if code != 200:
         raise TraceError(f"/start_profile answered HTTP {code}: {text[:200]}; does this server "
                          "support the profiling API? try --profile-method patch")
@@ -98,10 +111,10 @@ def _profile_api(args: ProfileArgs) -> ProfileFiles:
         args.base_url, chat_body(args.model, args.prompt, args.active_steps + 4), args.timeout_s)
 
     def trace() -> Path | None:
-        found = sorted(args.out_dir.glob("*.trace.json.gz"))
+        found = sorted(out_dir.glob("*.trace.json.gz"))
         return found[0] if found else None
 
-    path = _wait_for(f"a trace in {args.out_dir}", trace, args.timeout_s)
+    path = _wait_for(f"a trace in {out_dir}", trace, args.timeout_s)
     return ProfileFiles(trace_path=path, summary_path=None, trace_sha256=sha256_file(path),
                         device="unknown",
                         active_tokens=_active_tokens(usage, args.prompt, len(arrivals)))

@@ -37,7 +37,7 @@ def snapshot(args: RepoArgs) -> WorkspaceSnapshot:
 def ensure_branch(args: BranchArgs) -> WorkspaceSnapshot:
     """Create or switch to the session branch, keeping the user's uncommitted work."""
     with GitWorkspace(args.repo) as ws:
-        ws.ensure_branch(args.name)
+        ws.ensure_branch(args.name, args.start_point)
         return ws.snapshot()
 
 
@@ -61,6 +61,14 @@ def apply_patch(args: ApplyArgs) -> CommitInfo:
     """Apply a patch fully or not at all, and commit only it on the current branch."""
     with GitWorkspace(args.repo) as ws:
         return ws.apply_and_commit(args.diff, args.subject, args.trailers)
+
+
+@tool("repo.check_patch")
+def check_patch(args: ApplyArgs) -> Done:
+    """Validate a patch (paths inside the repo, no .git/, no binary) and that it applies; change nothing."""
+    with GitWorkspace(args.repo) as ws:
+        ws.check_patch(args.diff)
+    return Done(note=f"applies: {', '.join(ws.changed_files(args.diff))}")
 
 
 @tool("repo.revert_commit")

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import os
 import time
+from pathlib import Path
 
 from state.calls import LaunchArgs, ServerArgs, ServerStatus
 from state.process import ServerHandle
 from tools import host
 from tools.door import tool
 from tools.errors import ServerError
+from tools.faults import fault_point
 from tools.http import free_port, get_status
 from tools.progress import report
 
@@ -23,6 +27,35 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else "(empty log)"
 
 
+def passed_env(names: list[str]) -> dict[str, str]:
+    """Values of `launch.pass_env` from perfloop's own environment (read now, never stored)."""
+    missing = [n for n in names if n not in os.environ]
+    if missing:
+        raise ServerError(f"launch.pass_env names {', '.join(missing)} but perfloop's environment does "
+                          "not set it; export it before running perfloop")
+    return {n: os.environ[n] for n in names}
+
+
+def stop_recorded(pid_file: Path | None, cwd: Path, grace_s: float) -> bool:
+    """Stop the server a pid file records, if it still runs in `cwd`; True if one was stopped.
+
+    A killed perfloop may have started a server that never reached the checkpoint: the pid file,
+    written right after the spawn, is how the next attempt finds and stops it (no orphans).
+    """
+    if pid_file is None or not pid_file.exists():
+        return False
+    pgid = json.loads(pid_file.read_text())["pgid"]
+    members = host.group_members(pgid)
+    try:
+        same_place = bool(members) and Path(os.readlink(f"/proc/{members[0]}/cwd")) == cwd.resolve()
+    except OSError:
+        same_place = False
+    if same_place:
+        host.stop_group(pgid, grace_s)
+    pid_file.unlink(missing_ok=True)
+    return same_place
+
+
 @tool("server.launch")
 def launch(args: LaunchArgs) -> ServerHandle:
     """Start the server in its own process group and wait until its health endpoint answers 200.
@@ -32,11 +65,17 @@ def launch(args: LaunchArgs) -> ServerHandle:
     """
     port = args.launch.port or free_port()
     env = {k: build_argv([v], port, args.python)[0] for k, v in args.launch.env.items()}
+    env |= passed_env(args.launch.pass_env)
     if args.profile_dir is not None:
         args.profile_dir.mkdir(parents=True, exist_ok=True)
         env["PERFLOOP_PROFILE_DIR"] = str(args.profile_dir)
     argv = build_argv(args.launch.argv, port, args.python)
+    stop_recorded(args.pid_file, args.repo, args.launch.stop_grace_s)
     proc = host.start_background(argv, args.repo, args.log_path, env)
+    if args.pid_file is not None:
+        args.pid_file.write_text(json.dumps({"pid": proc.pid, "pgid": proc.pgid, "port": port,
+                                             "launch_number": args.launch_number}))
+    fault_point("server:spawned")
     base_url = f"http://127.0.0.1:{port}"
     t0 = time.monotonic()
     deadline = t0 + args.launch.startup_timeout_s
@@ -52,11 +91,14 @@ def launch(args: LaunchArgs) -> ServerHandle:
             return ServerHandle(process=proc, base_url=base_url, port=port,
                                 health_path=args.launch.health_path, tree_sha256=args.tree_sha256, instrumented=args.instrumented,
                                 profile_dir=args.profile_dir, launch_number=args.launch_number,
+                                pid_file=args.pid_file,
                                 startup_s=time.monotonic() - t0)
         report(f"launch #{args.launch_number}: waiting for {base_url}{args.launch.health_path} "
                f"({time.monotonic() - t0:.0f}s) - {_last_line(host.tail(args.log_path, 3))[:80]}")
         time.sleep(0.25)
     host.stop_group(proc.pgid, args.launch.stop_grace_s)
+    if args.pid_file is not None:
+        args.pid_file.unlink(missing_ok=True)
     raise ServerError(
         f"server did not become healthy within {args.launch.startup_timeout_s:.0f}s and was stopped "
         f"(log {args.log_path}): {_last_line(host.tail(args.log_path))}")
@@ -74,4 +116,6 @@ def status(args: ServerArgs) -> ServerStatus:
 def stop(args: ServerArgs) -> ServerStatus:
     """Stop the server's whole process group: SIGTERM, then SIGKILL after the grace period."""
     killed = host.stop_group(args.server.process.pgid, args.grace_s)
+    if args.server.pid_file is not None:
+        args.server.pid_file.unlink(missing_ok=True)
     return ServerStatus(alive=False, healthy=False, killed=killed)

@@ -139,7 +139,7 @@ def test_door_records_outputs_and_errors() -> None:
 def test_state_types_round_trip_without_unregistered_warnings(tmp_path: Path, caplog) -> None:
     assert LoopState in state_types()
     state = LoopState(session_id="s", target=load_target(DEMO_TOML),
-                      options=LoopOptions(session_dir=tmp_path),
+                      options=LoopOptions(session_dir=tmp_path, python="python3"),
                       baseline=measurement([10, 11], ["a"]))
     serde = serializer()
     with caplog.at_level(logging.WARNING):

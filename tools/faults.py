@@ -1,0 +1,41 @@
+"""Injectable crash points, for testing that every step resumes after SIGKILL.
+
+Set PERFLOOP_FAULTS_FILE to a file with one point name per line. When the run reaches the point named
+on the first line, that line is removed and the process kills itself with SIGKILL (no cleanup, no
+`finally`), exactly like a power cut or an OOM kill. Point names:
+- `node:<name>`: at the start of a node, i.e. right after the previous transition was checkpointed;
+- `tool:<name>`: after tool <name> did its side effect, before the door recorded it;
+- `<area>:<what>`: inside a tool (`git:ref-moved`, `git:revert-ref-moved`, `server:spawned`,
+  `profile:requested`).
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+PERFLOOP_FAULTS_TRACE, when set, names a file each point reached is appended to: a test runs a
+session once with it to learn the points in order, then arms them all.
+"""
+
+ENV = "PERFLOOP_FAULTS_FILE"
+TRACE_ENV = "PERFLOOP_FAULTS_TRACE"
+
+
+def fault_point(name: str) -> None:
+    """SIGKILL this process if `name` is the next armed fault point."""
+    trace = os.environ.get(TRACE_ENV)
+    if trace:
+        with open(trace, "a") as f:
+            f.write(name + "\n")
+    path = os.environ.get(ENV)
+    if not path:
+        return
+    file = Path(path)
+    try:
+        lines = file.read_text().splitlines()
+    except OSError:
+        return
+    if lines and lines[0].strip() == name:
+        file.write_text("".join(f"{line}\n" for line in lines[1:]))
+        os.kill(os.getpid(), signal.SIGKILL)

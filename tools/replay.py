@@ -1,0 +1,83 @@
+"""Playback of a recorded session: a door that answers every tool call from the recording.
+
+It starts no process, opens no socket and touches no file of the target: each call is matched, in
+order, against the recorded call (same tool, same input) and answered with the recorded output, or
+the recorded error is raised again. The first mismatch stops the replay with `ReplayDivergence`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+import tools.errors
+from state.records import ToolCallRecord
+from tools.door import REGISTRY
+
+
+class ReplayDivergence(Exception):
+    """The graph asked for a call the recording does not have (not a ToolError: nothing cleans up)."""
+
+
+def first_difference(recorded: Any, actual: Any, path: str = "") -> str | None:
+    """Where two JSON values first differ, as `path: recorded != actual` (pure)."""
+    if isinstance(recorded, dict) and isinstance(actual, dict):
+        for key in sorted(set(recorded) | set(actual)):
+            if key not in recorded or key not in actual:
+                return f"{path}.{key}: present only in {'replay' if key in actual else 'recording'}"
+            diff = first_difference(recorded[key], actual[key], f"{path}.{key}")
+            if diff:
+                return diff
+        return None
+    if isinstance(recorded, list) and isinstance(actual, list) and len(recorded) == len(actual):
+        for i, (r, a) in enumerate(zip(recorded, actual)):
+            diff = first_difference(r, a, f"{path}[{i}]")
+            if diff:
+                return diff
+        return None
+    if recorded != actual:
+        return f"{path or '(value)'}: recorded {str(recorded)[:80]!r}, now {str(actual)[:80]!r}"
+    return None
+
+
+def _error(text: str) -> Exception:
+    name, _, message = text.partition(": ")
+    cls = getattr(tools.errors, name, None)
+    if isinstance(cls, type) and issubclass(cls, Exception):
+        return cls(message)
+    return tools.errors.ToolError(text)
+
+
+class ReplayDoor:
+    """Drop-in for `Door` that plays a recording back."""
+
+    def __init__(self, session_id: str, calls: list[ToolCallRecord]) -> None:
+        self.session_id = session_id
+        self.calls = calls
+        self.position = 0
+        self.node = "-"
+
+    def next_seq(self) -> int:
+        return self.position
+
+    def call(self, name: str, args: BaseModel) -> BaseModel:
+        """Answer from the next recorded call, or raise ReplayDivergence naming the difference."""
+        k = self.position
+        where = f"call #{k} ({name} from node {self.node})"
+        if k >= len(self.calls):
+            raise ReplayDivergence(f"{where} was not recorded: the recording ends after {k} calls")
+        rec = self.calls[k]
+        if (rec.node, rec.name) != (self.node, name):
+            raise ReplayDivergence(f"{where} differs: the recording has {rec.name} from node {rec.node}")
+        diff = first_difference(rec.input, args.model_dump(mode="json"))
+        if diff:
+            raise ReplayDivergence(f"{where} has different input: {diff}")
+        self.position += 1
+        if rec.error is not None:
+            raise _error(rec.error)
+        return REGISTRY[name].output_type.model_validate(rec.output)
+
+    def unplayed(self) -> list[ToolCallRecord]:
+        """Recorded calls the replay never asked for."""
+        return self.calls[self.position:]

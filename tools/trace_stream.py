@@ -1,0 +1,180 @@
+"""Stream the events of a torch.profiler Chrome trace (`.json` or `.json.gz`) in bounded memory.
+
+The file is read in chunks of CHUNK_BYTES. Each chunk is cut after the last event boundary
+(`}` `,` `{` outside any string, at the depth of the `traceEvents` list) and the complete events
+before it are decoded at once by msgspec into `Event` structs that keep only the fields the
+analysis reads. A candidate cut is accepted only if the events before it decode as a JSON list, so
+a `}, {` inside a string or a nested object can never split an event: the next candidate back is
+tried instead. Memory stays at about two chunks plus one batch of events, whatever the file size.
+"""
+
+import gzip
+import re
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+import msgspec
+
+from tools.errors import TraceError
+
+CHUNK_BYTES = 8 << 20
+HEADER_LIMIT_BYTES = 64 << 20
+MAX_CUT_TRIES = 8
+_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+_BYTE = re.compile(r"\(byte (\d+)\)")
+
+
+class Args(msgspec.Struct):
+    """The `args` fields the analysis reads; every other key is skipped while decoding."""
+
+    correlation: int | None = None
+    external_id: int | None = msgspec.field(default=None, name="External id")
+    input_dims: list | None = msgspec.field(default=None, name="Input Dims")
+    input_type: list | None = msgspec.field(default=None, name="Input type")
+    device: int | None = None
+
+
+class Event(msgspec.Struct):
+    """One trace event, reduced to the fields the analysis reads."""
+
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    pid: int | str = 0
+    tid: int | str = 0
+    ts: float = 0.0
+    dur: float = 0.0
+    args: Args | None = None
+
+
+class _Device(msgspec.Struct):
+    """One entry of the trace's deviceProperties."""
+
+    name: str = ""
+
+
+class Header(msgspec.Struct):
+    """Top-level trace fields other than the events."""
+
+    deviceProperties: list[_Device] = []  # noqa: N815 (the trace's own key)
+
+
+class _Tail(msgspec.Struct):
+    """The last events and whatever top-level fields follow the list."""
+
+    traceEvents: list[Event]  # noqa: N815
+    deviceProperties: list[_Device] = []  # noqa: N815
+
+
+_EVENTS = msgspec.json.Decoder(list[Event])
+_HEADER = msgspec.json.Decoder(Header)
+_TAIL = msgspec.json.Decoder(_Tail)
+
+
+@dataclass
+class TraceStream:
+    """The events of one trace, batch by batch; `device_names` is complete once iterated."""
+
+    path: Path
+    device_names: list[str] = field(default_factory=list)
+    bytes_read: int = 0
+
+    def batches(self) -> Iterator[list[Event]]:
+        """Decoded events, one list per chunk; TraceError (file, byte offset, expectation) on bad input."""
+        with _open(self.path) as raw:
+            buf, start = self._find_events(raw)
+            while True:
+                chunk = self._read(raw)
+                if not chunk:
+                    break
+                buf = buf[start:] + chunk if start else buf + chunk
+                base = self.bytes_read - len(buf)
+                cut, events = _decode_prefix(buf)
+                start = cut
+                if events:
+                    yield events
+                elif len(buf) > HEADER_LIMIT_BYTES:
+                    raise TraceError(f"{self.path}: no event boundary in {len(buf)} bytes after byte "
+                                     f"offset {base}; expected trace events separated by '}}, {{'")
+            yield self._tail(buf[start:], self.bytes_read - len(buf) + start)
+
+    def _read(self, raw: BinaryIO) -> bytes:
+        """The next chunk of (decompressed) bytes; TraceError on a truncated or corrupt gzip stream."""
+        try:
+            chunk = raw.read(CHUNK_BYTES)
+        except (EOFError, OSError, zlib.error) as err:
+            raise TraceError(f"{self.path}: gzip data is truncated or corrupt after {self.bytes_read} "
+                             f"uncompressed bytes ({err}); re-export the trace") from err
+        self.bytes_read += len(chunk)
+        return chunk
+
+    def _find_events(self, raw: BinaryIO) -> tuple[bytes, int]:
+        """Read up to the opening `[` of traceEvents; decode the header before it."""
+        buf = b""
+        while (match := _KEY.search(buf)) is None:
+            chunk = self._read(raw)
+            if not chunk or len(buf) > HEADER_LIMIT_BYTES:
+                empty = not buf.strip()
+                raise TraceError(f"{self.path}: " + ("file is empty; expected a torch.profiler Chrome "
+                                 "trace (JSON)" if empty else "expected a JSON object with a "
+                                 "'traceEvents' list (torch.profiler export_chrome_trace output)"))
+            buf += chunk
+        head = buf[:match.start()].rstrip().rstrip(b",") + b"}"
+        try:
+            self.device_names += [d.name for d in _HEADER.decode(head).deviceProperties]
+        except msgspec.DecodeError as err:
+            raise TraceError(f"{self.path}: expected a JSON object with a 'traceEvents' list before "
+                             f"byte offset {match.start()} ({err})") from err
+        return buf, match.end()
+
+    def _tail(self, rest: bytes, offset: int) -> list[Event]:
+        """The events after the last cut, and the end of the document."""
+        prefix = b'{"traceEvents":['
+        try:
+            tail = _TAIL.decode(prefix + rest)
+        except msgspec.DecodeError as err:
+            at = _BYTE.search(str(err))
+            where = offset + int(at.group(1)) - len(prefix) if at else offset + len(rest)
+            raise TraceError(f"{self.path}: invalid JSON at byte offset {where} ({_reason(err)}); "
+                             "the trace is truncated or not a Chrome trace") from err
+        self.device_names += [d.name for d in tail.deviceProperties]
+        return tail.traceEvents
+
+
+def _reason(err: msgspec.DecodeError) -> str:
+    """msgspec's message without its own byte position."""
+    return _BYTE.sub("", str(err)).strip().rstrip(".").lower() or "malformed"
+
+
+def _decode_prefix(buf: bytes) -> tuple[int, list[Event]]:
+    """Decode the complete events at the front of `buf`; returns (offset of the next event, events).
+
+    Tries the last MAX_CUT_TRIES boundaries, latest first; (0, []) when none gives a valid list."""
+    end = len(buf)
+    for _ in range(MAX_CUT_TRIES):
+        close = buf.rfind(b"}", 0, end)
+        while close >= 0 and not _BOUNDARY.match(buf, close):
+            close = buf.rfind(b"}", 0, close)
+        if close < 0:
+            return 0, []
+        try:
+            events = _EVENTS.decode(b"[" + buf[:close + 1] + b"]")
+        except msgspec.DecodeError:
+            end = close
+            continue
+        return _BOUNDARY.match(buf, close).end() - 1, events
+    return 0, []
+
+
+def _open(path: Path) -> BinaryIO:
+    """The file's bytes, decompressed on the fly when it starts with the gzip magic."""
+    try:
+        with path.open("rb") as raw:
+            magic = raw.read(2)
+        return gzip.open(path, "rb") if magic == b"\x1f\x8b" else path.open("rb")
+    except OSError as err:
+        raise TraceError(f"{path}: cannot read the trace ({err.strerror}); check the path") from err
