@@ -1,0 +1,288 @@
+"""Durable sessions: SIGKILL at every point then resume, replay, export/import, locks, edits, fork,
+secrets. Real CLI processes, real servers, real git repos."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import (PERFLOOP, assert_clean, edited_diff, git, last_json, make_repo,
+                                perfloop, playbook_variant, write_target)
+from tests.procs import processes_in
+
+pytestmark = pytest.mark.e2e
+BACKEND = "mla_server/attention/mla_backend.py"
+RUNNER = "mla_server/model_runner.py"
+FIX = [("k_buffer = self.kv_pool.get_key_buffer(layer_id).to(q.dtype)",
+        "k_buffer = self.kv_pool.get_key_buffer(layer_id)"),
+       ("k_buffer[kv_indices], causal=False)", "k_buffer[kv_indices].to(q.dtype), causal=False)")]
+
+
+def dirty(repo: Path) -> dict[str, str]:
+    """The user's uncommitted work, in the instrumented and the patched file; returns it."""
+    (repo / RUNNER).write_text("# user: local tweak\n" + (repo / RUNNER).read_text())
+    (repo / BACKEND).write_text((repo / BACKEND).read_text() + "\n# user: note\n")
+    return {RUNNER: "# user: local tweak\n", BACKEND: "\n# user: note\n"}
+
+
+def tree(repo: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(repo)): p.read_bytes() for p in sorted(repo.rglob("*"))
+            if p.is_file() and ".git" not in p.parts and "__pycache__" not in p.parts}
+
+
+def with_bad_playbook(tmp_path: Path, repo: Path) -> Path:
+    """A playbook proposed first whose patch changes outputs: it is measured and rolled back."""
+    books = tmp_path / "books"
+    if not books.exists():
+        playbook_variant(books, "bad-changes-outputs", 1.0, edited_diff(repo, tmp_path, {BACKEND: FIX + [
+            ("* self.scaling", "* self.scaling * 3.0")]}))
+    return books
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory) -> dict:
+    """One uninterrupted session (dirty tree, a rolled-back and an accepted patch), fault points traced."""
+    tmp = tmp_path_factory.mktemp("recorded")
+    repo = make_repo(tmp / "engine")
+    dirty(repo)
+    books = with_bad_playbook(tmp, repo)
+    trace = tmp / "points.txt"
+    env = {**os.environ, "PERFLOOP_HOME": str(tmp / "home"), "PERFLOOP_FAULTS_TRACE": str(trace)}
+    proc = subprocess.run([str(PERFLOOP), "run", str(write_target(tmp / "t.toml", repo)), "--json",
+                           "--playbooks", str(books)], env=env, capture_output=True, text=True,
+                          timeout=900, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {"tmp": tmp, "repo": repo, "home": tmp / "home", "books": books,
+            "summary": last_json(proc), "points": trace.read_text().split()}
+
+
+def test_uninterrupted_reference_run(recorded: dict) -> None:
+    s = recorded["summary"]
+    assert s["accepted"] == ["kv-cache-full-pool-cast"] and s["rejected"] == ["bad-changes-outputs"]
+    points = recorded["points"]
+    for p in ("node:prepare", "node:rollback", "git:ref-moved", "git:revert-ref-moved",
+              "server:spawned", "profile:requested", "tool:repo.revert_commit", "node:finish"):
+        assert p in points
+
+
+def test_sigkill_at_every_point_then_resume_matches_uninterrupted(tmp_path: Path, home: Path,
+                                                                  recorded: dict) -> None:
+    repo = make_repo(tmp_path / "engine")
+    user = dirty(repo)
+    books = with_bad_playbook(tmp_path, repo)
+    points = recorded["points"]
+    faults = tmp_path / "faults.txt"
+    faults.write_text("".join(p + "\n" for p in points))
+    env = {**os.environ, "PERFLOOP_HOME": str(home), "PERFLOOP_FAULTS_FILE": str(faults)}
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(PERFLOOP), *args], env=env, capture_output=True, text=True,
+                              timeout=600, stdin=subprocess.DEVNULL)
+
+    first = cli("run", str(write_target(tmp_path / "t.toml", repo)), "--json", "--playbooks", str(books))
+    assert first.returncode == -signal.SIGKILL, first.stderr[-2000:]
+    session = last_json(cli("sessions", "--json"))[0]["id"]
+    kills = 1
+    for _ in range(len(points) + 5):
+        proc = cli("resume", session, "--json")
+        if proc.returncode != -signal.SIGKILL:
+            break
+        kills += 1
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert faults.read_text() == "", "some fault points were never reached"
+    assert kills == len(points)
+    s, ref = last_json(proc), recorded["summary"]
+    assert (s["accepted"], s["rejected"], s["outputs_identical"]) == (ref["accepted"], ref["rejected"], True)
+    assert git(repo, "rev-list", "--count", "main..HEAD").strip() == "1"
+    assert tree(repo) == tree(recorded["repo"])  # same files, byte for byte, as the uninterrupted run
+    for rel, mark in user.items():
+        assert mark in (repo / rel).read_text()
+    assert_clean(repo, s["branch"])
+    shown = last_json(cli("show", session, "--json"))
+    assert [d["verdict"] for d in shown["decisions"]] == ["rejected", "accepted"]
+
+
+def test_replay_answers_from_the_recording_without_the_host(recorded: dict, tmp_path: Path,
+                                                            monkeypatch) -> None:
+    """In-process replay with sockets and process creation forbidden and the target repo gone."""
+    import shutil
+    import socket
+
+    from agent.session import Sessions
+    home = tmp_path / "home"
+    shutil.copytree(recorded["home"], home)
+    gone = tmp_path / "repo-gone"
+    recorded_repo = recorded["repo"]
+    shutil.copytree(recorded_repo, gone)
+    shutil.rmtree(recorded_repo)
+    try:
+        def forbidden(*a, **k):
+            raise AssertionError("replay tried to open a socket or start a process")
+        monkeypatch.setattr(socket, "socket", forbidden)
+        monkeypatch.setattr(subprocess, "Popen", forbidden)
+        monkeypatch.setattr(os, "fork", forbidden)
+        s = Sessions(home)
+        sid = recorded["summary"]["session"]
+        t0 = time.monotonic()
+        state, summary = s.replay(sid)
+        assert time.monotonic() - t0 < 5
+        assert summary == s.info(sid).summary
+        assert [d.verdict for d in state.decisions] == ["rejected", "accepted"]
+        assert not recorded_repo.exists()
+    finally:
+        monkeypatch.undo()
+        shutil.copytree(gone, recorded_repo)
+
+
+def test_replay_cli_export_import_and_divergence(recorded: dict, tmp_path: Path) -> None:
+    sid = recorded["summary"]["session"]
+    out = tmp_path / "session.json.gz"
+    assert perfloop(recorded["home"], "export", sid, "-o", str(out)).returncode == 0
+    other = tmp_path / "elsewhere"
+    imported = perfloop(other, "import", str(out))
+    assert imported.returncode == 0 and sid in imported.stdout
+    assert perfloop(other, "import", str(out)).returncode == 2  # refuses to overwrite
+    t0 = time.monotonic()
+    rep = perfloop(other, "replay", sid, "--json")
+    assert rep.returncode == 0, rep.stderr[-2000:]
+    assert last_json(rep)["matches_recording"] is True and time.monotonic() - t0 < 15
+
+    import sqlite3
+    db = sqlite3.connect(other / "sessions.sqlite")
+    rows = db.execute("SELECT seq, record FROM tool_calls WHERE session_id = ? AND record LIKE "
+                      "'%\"name\":\"bench.measure\"%' ORDER BY seq", (sid,)).fetchall()
+    seq, record = rows[0]
+    db.execute("UPDATE tool_calls SET record = ? WHERE session_id = ? AND seq = ?",
+               (record.replace('"label":"baseline"', '"label":"tampered"'), sid, seq))
+    db.commit()
+    diverged = perfloop(other, "replay", sid)
+    assert diverged.returncode == 1
+    assert f"call #{seq} (bench.measure from node baseline) has different input" in diverged.stderr
+    assert ".label: recorded 'tampered', now 'baseline'" in diverged.stderr
+
+
+FIXTURE = Path(__file__).resolve().parents[1] / "data" / "sessions" / "demo-session.json.gz"
+
+
+def test_shipped_demo_recording_replays(tmp_path: Path) -> None:
+    """A real recorded `perfloop demo` session, shipped as a fixture, replays in under 5 s."""
+    home = tmp_path / "home"
+    sid = perfloop(home, "import", str(FIXTURE)).stdout.split()[2].rstrip(";")
+    t0 = time.monotonic()
+    rep = perfloop(home, "replay", sid, "--json")
+    elapsed = time.monotonic() - t0
+    assert rep.returncode == 0, rep.stderr[-2000:]
+    s = last_json(rep)
+    assert s["matches_recording"] and s["accepted"] == ["kv-cache-full-pool-cast"] and s["speedup"] > 3
+    assert elapsed < 5 + 3  # replay itself < 5 s; the rest is CLI start-up
+
+
+def test_concurrent_resume_is_refused(tmp_path: Path, home: Path, repo: Path) -> None:
+    env = {**os.environ, "PERFLOOP_HOME": str(home)}
+    runner = subprocess.Popen([str(PERFLOOP), "run", str(write_target(tmp_path / "t.toml", repo)),
+                               "--json", "--max-iterations", "1"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not processes_in(repo) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        sid = last_json(perfloop(home, "sessions", "--json"))[0]["id"]
+        second = perfloop(home, "resume", sid)
+        assert second.returncode == 2
+        assert f"session {sid} is already being run by perfloop process {runner.pid}" in second.stderr
+        assert len(second.stderr.strip().splitlines()) == 1
+        assert len(processes_in(repo)) <= 2  # the one server (bash exec'd into python) at most
+        out, errs = runner.communicate(timeout=600)
+    finally:
+        runner.kill()
+    assert runner.returncode == 0, errs[-2000:]
+    assert last_json(subprocess.CompletedProcess([], 0, out, errs))["server_launches"] == 2
+    assert processes_in(repo) == []
+
+
+def test_edited_patches_are_validated_and_recorded(tmp_path: Path, home: Path, repo: Path) -> None:
+    paused = last_json(perfloop(home, "run", str(write_target(tmp_path / "t.toml", repo)),
+                                "--approve", "manual", "--json", "--max-iterations", "1"))
+    sid = paused["session"]
+    before = tree(repo)
+    good = edited_diff(repo, tmp_path, {BACKEND: FIX + [("real = len(batch.kv_indices)",
+                                                         "real = len(batch.kv_indices)  # reviewed")]})
+    malicious = {
+        "escape": good.replace(f"a/{BACKEND}", "a/../outside.py").replace(f"b/{BACKEND}", "b/../outside.py"),
+        "gitdir": "diff --git a/.git/config b/.git/config\n--- a/.git/config\n+++ b/.git/config\n"
+                  "@@ -1 +1,2 @@\n [core]\n+\tfsmonitor = touch /tmp/pwned\n",
+        "binary": f"diff --git a/x.bin b/x.bin\nnew file mode 100644\nindex 0000000..1111111\n"
+                  "Binary files /dev/null and b/x.bin differ\n",
+        "stale": good.replace("real = len", "real = LEN"),
+    }
+    for name, diff in malicious.items():
+        f = tmp_path / f"{name}.diff"
+        f.write_text(diff)
+        proc = perfloop(home, "approve", sid, "--patch", str(f))
+        assert proc.returncode == 2, (name, proc.stdout, proc.stderr)
+        assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert last_json(perfloop(home, "sessions", "--json"))[0]["status"] == "paused"
+        assert tree(repo) == before
+    (tmp_path / "good.diff").write_text(good)
+    done = perfloop(home, "approve", sid, "--patch", str(tmp_path / "good.diff"), "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    s = last_json(done)
+    assert s["accepted"] == ["kv-cache-full-pool-cast"]
+    commit = git(repo, "show", "HEAD")
+    assert "# reviewed" in commit and "Perfloop-Edited: human" in commit
+    shown = last_json(perfloop(home, "show", sid, "--json"))
+    assert "human-edited patch" in shown["decisions"][-1]["reason"]
+    assert_clean(repo, s["branch"])
+
+
+def test_fork_rejects_what_was_approved(recorded: dict, tmp_path: Path) -> None:
+    home, parent = recorded["home"], recorded["summary"]["session"]
+    bad = perfloop(home, "fork", parent, "--at", "measure")
+    assert bad.returncode == 2 and "fork at one of" in bad.stderr
+    forked = perfloop(home, "fork", parent, "--at", "approve#2", "--approve", "manual", "--json")
+    assert forked.returncode == 0, forked.stderr[-2000:]
+    f = last_json(forked)
+    assert f["status"] == "paused"
+    done = last_json(perfloop(home, "reject", f["session"], "--reason", "try without it", "--json"))
+    assert done["status"] == "done" and done["accepted"] == []
+    shown = last_json(perfloop(home, "show", f["session"], "--json"))
+    assert shown["parent"] == parent
+    assert shown["transitions"][0]["node"] == "reconcile"
+    repo = recorded["repo"]
+    assert git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == done["branch"]
+    assert git(repo, "rev-list", "--count", "main..HEAD").strip() == "0"
+    assert_clean(repo)
+
+
+def test_secrets_never_reach_store_recordings_exports_or_logs(tmp_path: Path, home: Path,
+                                                             repo: Path) -> None:
+    secret = "sk-planted-" + os.urandom(8).hex()
+    target = write_target(tmp_path / "t.toml", repo)
+    text = target.read_text()
+    seen = tmp_path / "seen.sha"
+    target.write_text(text.replace(
+        'argv = ["bash", "launch.sh",',
+        f'pass_env = ["PERFLOOP_TEST_API_KEY"]\nargv = ["bash", "-c", "printf %s \\"$PERFLOOP_TEST_API_KEY\\" '
+        f'| sha256sum > {seen} && exec bash launch.sh \\"$@\\"", "launch",'))
+    env = {**os.environ, "PERFLOOP_HOME": str(home), "PERFLOOP_TEST_API_KEY": secret}
+    proc = subprocess.run([str(PERFLOOP), "run", str(target), "--json", "--max-iterations", "1"], env=env,
+                          capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    import hashlib
+    assert seen.read_text().split()[0] == hashlib.sha256(secret.encode()).hexdigest()  # it was passed
+    sid = last_json(proc)["session"]
+    export = tmp_path / "export.json"
+    subprocess.run([str(PERFLOOP), "export", sid, "-o", str(export)], env=env, check=True)
+    leaks = [p for p in [*home.rglob("*"), export] if p.is_file() and secret.encode() in p.read_bytes()]
+    assert leaks == []
+    assert secret not in proc.stdout + proc.stderr
+    literal = tmp_path / "literal.toml"
+    literal.write_text(text.replace('env = {', f'env = {{ OPENAI_API_KEY = "{secret}", ', 1))
+    refused = perfloop(home, "run", str(literal))
+    assert refused.returncode == 2 and "looks like a secret" in refused.stderr
+    assert secret not in refused.stderr
