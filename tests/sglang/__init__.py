@@ -1,0 +1,1 @@
+"""SGLang target kind: pure parts, and checks against real upstream wheels."""

@@ -1,0 +1,136 @@
+"""Pure SGLang helpers: patch choice and rebasing, misfit messages, /start_profile bodies, trace
+ranks, bench_serving JSONL (lines in the exact shape bench_serving 0.5.9/0.5.23 write), the example config."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agent.config import load_target
+from tools.errors import ConfigError, PatchError, TraceError
+from tools.sglang_bench import BenchOutputError, bench_module, bench_serving_argv, measurement_from_jsonl
+from tools.sglang_layout import parse_version
+from tools.sglang_playbook import choose_patch_key, does_not_fit, hunk_number, rebase_diff
+from tools.sglang_server import rank_traces, start_profile_body
+
+ROOT = Path(__file__).resolve().parents[2]
+PATCHES = {"mla_server": "a", "sglang": "new", "sglang@0.5.22": "new", "sglang@0.5.8": "old"}
+DIFF = ("diff --git a/python/sglang/x.py b/python/sglang/x.py\n--- a/python/sglang/x.py\n+++ b/python/sglang/x.py\n"
+        "@@ -5,3 +5,4 @@ class A:\n a\n+b\n c\n d\n@@ -40,2 +41,3 @@ def f():\n e\n+f\n g\n")
+
+
+@pytest.mark.parametrize("version, key", [((0, 5, 8), "sglang@0.5.8"), ((0, 5, 14), "sglang@0.5.8"),
+                                          ((0, 5, 22), "sglang@0.5.22"), ((0, 6, 0), "sglang@0.5.22")])
+def test_patch_key_is_the_newest_not_above_the_release(version, key):
+    assert choose_patch_key(PATCHES, version) == key
+
+
+def test_release_older_than_every_patch_is_refused():
+    with pytest.raises(ConfigError, match=r"no sglang patch for 0\.4\.9 \(the oldest starts at 0\.5\.8\)"):
+        choose_patch_key(PATCHES, (0, 4, 9))
+
+
+def test_versions_parse_from_release_strings():
+    assert parse_version("0.5.15.post1") == (0, 5, 15) and parse_version("v0.5.9") == (0, 5, 9)
+    with pytest.raises(ConfigError):
+        parse_version("dev")
+
+
+def test_rebase_moves_only_header_paths():
+    rebased = rebase_diff(DIFF, "sglang")
+    assert rebased.splitlines()[:3] == ["diff --git a/sglang/x.py b/sglang/x.py", "--- a/sglang/x.py", "+++ b/sglang/x.py"]
+    assert rebased.count("python/") == 0 and rebase_diff(DIFF, "python/sglang") == DIFF
+
+
+def test_misfit_names_the_hunk_from_gits_line():
+    assert hunk_number(DIFF, "python/sglang/x.py", 40) == 2
+    err = PatchError("patch does not apply: python/sglang/x.py:40 (git apply --check); regenerate the diff")
+    assert str(does_not_fit("0.5.14", DIFF, err)) == "playbook does not fit sglang 0.5.14: hunk 2 failed at python/sglang/x.py:40"
+
+
+def test_start_profile_body_sends_start_step_only_where_supported(tmp_path):
+    body = start_profile_body(tmp_path, "p1", 30, (0, 5, 23), start_step=20)
+    assert body == {"output_dir": str(tmp_path), "num_steps": 30, "activities": ["CPU", "GPU"],
+                    "profile_id": "p1", "record_shapes": True, "start_step": 20}
+    assert "start_step" not in start_profile_body(tmp_path, "p1", 30, (0, 4, 9), start_step=20)
+
+
+def test_per_rank_traces_are_collected_and_missing_ranks_named(tmp_path):
+    for name in ("p1-TP-0.trace.json.gz", "p1-TP-1-DP-1.trace.json.gz", "p2-TP-1.trace.json.gz"):
+        (tmp_path / name).write_bytes(b"")
+    with pytest.raises(TraceError, match=r"TP rank\(s\) \[1\]"):
+        rank_traces(tmp_path, "p1", 2)
+    (tmp_path / "p1-TP-1.trace.json.gz").write_bytes(b"")
+    assert {r: p.name for r, p in rank_traces(tmp_path, "p1", 2).items()} == {0: "p1-TP-0.trace.json.gz",
+                                                                          1: "p1-TP-1.trace.json.gz"}
+
+
+def bench_line(**details) -> str:
+    """A line as bench_serving writes with --output-details (result | result_details; abridged server_info)."""
+    result = {"tag": None, "backend": "sglang", "dataset_name": "random", "request_rate": float("inf"),
+              "max_concurrency": 1, "sharegpt_output_len": None, "random_input_len": 32, "random_output_len": 4,
+              "random_range_ratio": 1.0, "server_info": {"version": "0.5.23"}, "duration": 2.0, "completed": 3,
+              "total_input_tokens": 96, "total_output_tokens": 12, "total_output_tokens_retokenized": 12,
+              "request_throughput": 1.5, "input_throughput": 48.0, "output_throughput": 6.0,
+              "total_throughput": 54.0, "median_ttft_ms": 20.0, "median_tpot_ms": 10.0, "p99_itl_ms": 12.0}
+    result |= {"input_lens": [32, 32, 32], "output_lens": [4, 4, 4], "ttfts": [0.02, 0.03, 0.02],
+               "itls": [[0.01, 0.01, 0.012], [0.01, 0.011, 0.01], [0.01, 0.01, 0.01]],
+               "generated_texts": ["a b c d", "e f g h", "a b c d"], "errors": ["", "", ""]} | details
+    return json.dumps(result)
+
+
+def test_bench_serving_jsonl_becomes_a_measurement():
+    text = bench_line(duration=9.0) + "\n" + bench_line() + "\n"
+    m = measurement_from_jsonl(text, "baseline", "abc", n_prompts=2)
+    assert m.ttft_ms.median == pytest.approx(20.0) and m.tpot_ms.n == 3
+    assert m.tpot_ms.median == pytest.approx(31 / 3) and m.output_tok_per_s == pytest.approx(6.0)
+    assert m.outputs == ["a b c d", "e f g h"] and m.outputs_stable
+    assert [r.prompt_index for r in m.requests] == [0, 1, 0]
+
+
+@pytest.mark.parametrize("line, message", [
+    (bench_line(ttfts=[], itls=[], output_lens=[], generated_texts=[]), "rerun it with --output-details"),
+    (bench_line(errors=["", "HTTP 500: boom\ntrace", ""]), "request 1 failed: HTTP 500: boom"),
+    (json.dumps({"completed": 1}), "field `duration`"),
+    ("{not json", "not JSON"),
+])
+def test_unusable_bench_output_is_one_line(line, message):
+    with pytest.raises(BenchOutputError, match=message) as err:
+        measurement_from_jsonl(line, "x", "y", 1)
+    assert "\n" not in str(err.value)
+
+
+def test_bench_command_is_sequential_with_details():
+    argv = bench_serving_argv("py", bench_module(True), "http://h:1", "m", 6, 32, 200, "/o.jsonl")
+    assert argv[:3] == ["py", "-m", "sglang.benchmark.serving"] and argv[-3:] == ["--output-file", "/o.jsonl", "--output-details"]
+    assert argv[argv.index("--max-concurrency") + 1] == "1" and bench_module(False) == "sglang.bench_serving"
+
+
+def test_glm5_example_config_loads():
+    target = load_target(ROOT / "examples" / "targets" / "sglang-glm5.toml")
+    assert target.kind == "sglang" and target.launch.health_path == "/health_generate"
+    assert "--tp" in target.launch.argv and target.profile.warmup_steps == 20
+
+
+def test_health_falls_back_to_health_on_an_old_server():
+    import http.server
+    import threading
+
+    from tools.sglang_server import healthy_path
+
+    class Old(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            self.send_response(200 if self.path == "/health" else 404)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Old)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        assert healthy_path(f"http://127.0.0.1:{server.server_port}") == "/health"
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert healthy_path(f"http://127.0.0.1:{server.server_port}", timeout_s=0.5) is None
