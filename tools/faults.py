@@ -8,15 +8,15 @@ on the first line, that line is removed and the process kills itself with SIGKIL
 - `<area>:<what>`: inside a tool (`git:ref-moved`, `git:revert-ref-moved`, `server:spawned`,
   `profile:requested`).
 
+PERFLOOP_FAULTS_TRACE, when set, names a file each point reached is appended to: a test runs a
+session once with it to learn the points in order, then arms them all.
+"""
+
 from __future__ import annotations
 
 import os
 import signal
 from pathlib import Path
-
-PERFLOOP_FAULTS_TRACE, when set, names a file each point reached is appended to: a test runs a
-session once with it to learn the points in order, then arms them all.
-"""
 
 ENV = "PERFLOOP_FAULTS_FILE"
 TRACE_ENV = "PERFLOOP_FAULTS_TRACE"
