@@ -23,6 +23,27 @@ class Evidence(Model):
     """How many times the operator ran with these dims."""
     note: str
     """One line saying why this group matters (from the playbook's evidence template)."""
+    location: str | None = None
+    """Source `file.py:line (function)` that called the operator, when the trace has stacks."""
+
+
+class Roofline(Model):
+    """What an operator's memory traffic should cost at the device's bandwidth, against what it took."""
+
+    op: str
+    """The operator whose bytes are known."""
+    bytes_per_call: int = Field(ge=0)
+    """Bytes read plus written by one call (e.g. N*576*(1+2) for an FP8 -> BF16 cast of [N, 1, 576])."""
+    bandwidth_gbs: float = Field(gt=0)
+    """Memory bandwidth assumed, in GB/s (1e9 bytes per second)."""
+    bandwidth_source: str
+    """Where the bandwidth came from: the device table (`NVIDIA H200`), a flag, or a measurement."""
+    ideal_us_per_call: float = Field(ge=0)
+    """bytes_per_call at bandwidth_gbs, in microseconds."""
+    measured_us_per_call: float = Field(ge=0)
+    """Measured self time per call, in microseconds."""
+    line: str
+    """The comparison in one sentence."""
 
 
 class Finding(Model):
@@ -42,6 +63,8 @@ class Finding(Model):
     """What the bottleneck is and what fixes it."""
     evidence: list[Evidence]
     """The operator groups behind the finding, heaviest first."""
+    roofline: Roofline | None = None
+    """The bandwidth cost of the heaviest evidence operator, where its bytes are known."""
 
 
 class Diagnosis(Model):
@@ -64,3 +87,8 @@ class DiagnosisContext(Model):
     """Most tokens live in the KV cache during profiling (prompt + completion, all requests)."""
     tpot_ms: float | None = None
     """Baseline time per output token in ms, to turn expected shares into milliseconds."""
+    bandwidth_gbs: float | None = None
+    """Device memory bandwidth in GB/s for roofline lines; None: look the profile's device up in
+    playbooks.roofline.DEVICE_BANDWIDTH_GBS (no roofline if it is not there)."""
+    bandwidth_source: str = "flag"
+    """Where bandwidth_gbs came from (`flag`, `measured host copy`), shown in the roofline line."""

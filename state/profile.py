@@ -1,4 +1,4 @@
-"""What a profiler run measured: per-operator time, grouped by operator name and input dims."""
+"""What a profiler run measured: per-operator and per-kernel time, steps, device idle, host syncs."""
 
 from typing import Literal
 
@@ -11,8 +11,8 @@ class OpStat(Model):
     """One operator name called with one set of input dims, summed over the profiled steps."""
 
     name: str
-    """Operator name as the profiler reports it (`aten::copy_`), or a kernel name when no operator
-    launched that kernel."""
+    """Operator name as the profiler reports it (`aten::copy_`), a kernel name when no operator
+    launched that kernel, or `CUDA graph` for kernels replayed by cudaGraphLaunch."""
     calls: int = Field(ge=0)
     """How many times the operator ran with these dims."""
     self_us: float = Field(ge=0)
@@ -26,21 +26,156 @@ class OpStat(Model):
     """Dims of each input, in order ([] for scalars, lists of tensors and absent inputs)."""
     input_types: list[str] = []
     """Type of each input as the profiler names it (`c10::Float8_e4m3fn`, `Scalar`, '')."""
+    location: str | None = None
+    """Source `file.py:line (function)` of the innermost user Python frame that called the operator,
+    when the trace was recorded with_stack=True; None otherwise."""
+
+
+class KernelStat(Model):
+    """One GPU kernel (or memcpy/memset) name, summed over the profile."""
+
+    name: str
+    """Kernel name as the trace reports it."""
+    calls: int = Field(ge=0)
+    """How many times it ran."""
+    device_us: float = Field(ge=0)
+    """Its summed duration on the device, in microseconds."""
+    share: float = Field(ge=0, le=1)
+    """device_us as a fraction (0..1) of all kernel time."""
+    graph_calls: int = Field(default=0, ge=0)
+    """How many of the calls were replayed inside a CUDA graph (launched by cudaGraphLaunch)."""
+
+
+class StepStat(Model):
+    """One profiler step (`ProfilerStep#N`)."""
+
+    name: str
+    """The step marker's name, e.g. `ProfilerStep#12`."""
+    wall_us: float = Field(ge=0)
+    """Host duration of the step marker, in microseconds."""
+    device_us: float = Field(ge=0)
+    """Kernel time that started inside the step's window (its start to the next step's), in us."""
+    kernels: int = Field(ge=0)
+    """Kernels that started inside the step's window."""
+
+
+class DeviceActivity(Model):
+    """How busy the device was between its first and last kernel of each step (or of the trace)."""
+
+    kernels: int = Field(ge=0)
+    """Kernels (and memcpys/memsets) in the measured windows."""
+    busy_us: float = Field(ge=0)
+    """Time at least one kernel ran, in microseconds (overlaps counted once)."""
+    span_us: float = Field(ge=0)
+    """Summed time from the first kernel's start to the last kernel's end of each window, in us."""
+    idle_share: float = Field(ge=0, le=1)
+    """(span_us - busy_us) / span_us: the device's idle fraction between kernels."""
+    gaps: int = Field(ge=0)
+    """Idle gaps of at least 1 us between consecutive kernels."""
+    median_gap_us: float = Field(ge=0)
+    """Median length of those gaps, in microseconds (0 when there are none)."""
+    median_kernel_us: float = Field(ge=0)
+    """Median kernel duration, in microseconds."""
+    launch_us: float = Field(ge=0)
+    """Host time spent in kernel-launch API calls (cudaLaunchKernel, cuLaunchKernel, ...), in us."""
+    launch_bound: bool
+    """The default verdict: idle_share >= 0.3 and median_kernel_us <= 20 (short kernels, device
+    waiting for the CPU to launch the next one). Playbooks apply their own thresholds."""
+
+
+class SyncStat(Model):
+    """Host-device synchronizations of one kind from one place."""
+
+    name: str
+    """The synchronizing call: cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventSynchronize,
+    cudaMemcpy, or an operator that copies a device scalar to the host (aten::_local_scalar_dense,
+    the work of `.item()`)."""
+    caller: str
+    """Where it came from: the source location when the trace has stacks, else the enclosing
+    operator (e.g. aten::item), else `-`."""
+    calls: int = Field(ge=0)
+    """How many times it happened."""
+    decode_calls: int = Field(ge=0)
+    """How many of them were inside the decode path (forward_decode if annotated, else a
+    ProfilerStep, else anywhere)."""
+    host_us: float = Field(ge=0)
+    """Summed host time of the calls (the host waiting for the device), in microseconds."""
+
+
+class RankStat(Model):
+    """One trace file of a multi-file (one per rank) profile."""
+
+    source: str
+    """Path of the trace."""
+    total_self_us: float = Field(ge=0)
+    """Total self time of the file, on the summary's time basis, in microseconds."""
+    step_us: float = Field(ge=0)
+    """total_self_us per step, in microseconds."""
 
 
 class ProfileSummary(Model):
-    """A whole profile reduced to operator groups, heaviest first."""
+    """A whole profile reduced to operator groups, heaviest first, plus device and step views."""
 
     source: str
-    """Path of the trace or table this summary was read from."""
+    """Path of the trace or table this summary was read from (several joined by ', ')."""
     time_basis: Literal["device", "cpu"]
     """"device" when kernel times were attributed to operators; "cpu" when only host times exist."""
     steps: int = Field(ge=1)
     """Number of profiled decode steps: the number the caller gave, else the count of
     ProfilerStep#N markers, else of outermost forward_decode calls, else 1."""
     total_self_us: float = Field(ge=0)
-    """Sum of self time over every operator group, in microseconds."""
+    """Sum of self time over every operator group, in microseconds (all ranks)."""
     step_us: float = Field(ge=0)
-    """total_self_us divided by steps: the measured time of one decode step, in microseconds."""
+    """total_self_us divided by steps (and ranks): the measured time of one decode step, in us."""
     ops: list[OpStat]
     """Operator groups, one per (name, input dims), sorted by self_us, largest first."""
+    ranks: list[RankStat] = []
+    """One entry per trace file when several (ranks) were read together; empty for one file."""
+    device_name: str | None = None
+    """The GPU's name from the trace's deviceProperties (`NVIDIA H200`); None for CPU traces."""
+    kernels: list[KernelStat] = []
+    """Kernel names by device time, largest first (empty without device events)."""
+    step_stats: list[StepStat] = []
+    """One entry per ProfilerStep#N marker, in time order (first rank's trace)."""
+    device_activity: DeviceActivity | None = None
+    """Idle gaps and the launch-bound verdict; None without device events."""
+    syncs: list[SyncStat] = []
+    """Host-device synchronizations, most host time first."""
+    step_wall_us: float | None = None
+    """Mean host duration of a ProfilerStep, in microseconds; None without step markers."""
+
+
+class OpDelta(Model):
+    """How one operator group changed between two profiles, per step."""
+
+    name: str
+    """Operator or kernel name."""
+    input_dims: list[list[int]]
+    """Input dims of the group."""
+    before_us_per_step: float = Field(ge=0)
+    """Self time per step in the first profile, in microseconds (0 if absent)."""
+    after_us_per_step: float = Field(ge=0)
+    """Self time per step in the second profile, in microseconds (0 if absent)."""
+    delta_us_per_step: float
+    """after minus before, in microseconds per step."""
+    status: Literal["grew", "shrank", "appeared", "vanished", "same"]
+    """appeared/vanished: absent from one side; same: within max(5%, 1 us) per step."""
+
+
+class ProfileDiff(Model):
+    """The change from one profile to another, by operator group."""
+
+    before: str
+    """Source of the first profile."""
+    after: str
+    """Source of the second profile."""
+    time_basis: Literal["device", "cpu"]
+    """Basis of the second profile (the two should match; see `note`)."""
+    before_step_us: float = Field(ge=0)
+    """Step time of the first profile, in microseconds."""
+    after_step_us: float = Field(ge=0)
+    """Step time of the second profile, in microseconds."""
+    ops: list[OpDelta]
+    """Changed groups, largest absolute change first (unchanged groups left out)."""
+    note: str = ""
+    """A warning when the two profiles are on different time bases, else empty."""

@@ -54,7 +54,7 @@ def summarize(col: Collected, source: str, steps: int | None = None) -> ProfileS
     step_count = steps or len(walked.steps) or walked.decode_calls or 1
     walked.steps.sort(key=lambda s: s[1])
     windows = windows_of(col.kernels, [start for _, start, _ in walked.steps])
-    on_device = bool(col.kernels.ts)
+    on_device = bool(col.kernels.times)
     return ProfileSummary(
         source=source, time_basis="device" if on_device else "cpu", steps=step_count,
         total_self_us=total_us, step_us=total_us / step_count, ops=ops,
@@ -88,16 +88,16 @@ def _sync_stats(walked: Walked) -> list[SyncStat]:
 
 
 def trace_files(paths: Sequence[str | Path]) -> list[Path]:
-    """The given files, with each directory replaced by its `*.json`, `*.json.gz` and
-    key_averages `*.txt(.gz)` files in name order; TraceError if a path does not exist or a
-    directory holds none."""
+    """The given files, with each directory replaced by its `*.json` and `*.json.gz` traces in name
+    order (key_averages tables are read only when named); TraceError if a path does not exist or a
+    directory holds no trace."""
     out: list[Path] = []
     for raw in map(Path, paths):
         if raw.is_dir():
             found = sorted(p for p in raw.iterdir() if p.is_file() and p.name.endswith(
-                (".json", ".json.gz", ".txt", ".txt.gz")))
+                (".json", ".json.gz")))
             if not found:
-                raise TraceError(f"{raw}: directory holds no .json, .json.gz or .txt profiler files")
+                raise TraceError(f"{raw}: directory holds no .json or .json.gz trace; pass trace files")
             out += found
         elif raw.exists():
             out.append(raw)

@@ -8,6 +8,8 @@ small ints. Nothing here depends on event order: `tools.trace_walk` sorts each t
 from array import array
 from dataclasses import dataclass, field
 
+import msgspec
+
 from tools.trace_stream import Event
 
 DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
@@ -19,32 +21,39 @@ SYNC_CALLS = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaE
                         "cudaMemcpy", "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize"})
 """Runtime/driver calls that block the host until the device has finished queued work."""
 
+_DECODE = msgspec.json.decode
 DimsKey = tuple[tuple[int, ...], ...]
 OpKey = tuple[str, DimsKey, tuple[str, ...]]
 
 
 @dataclass
 class HostColumns:
-    """One host thread's events: start, duration, kind (OP..SYNC) and an int payload per event.
+    """One host thread's events: start and duration (`times`, pairs), kind (OP..SYNC) and an int
+    payload (`ints`, pairs): the interned op key for OP/ANNOTATION/PYFUNC/SYNC, the correlation id
+    for LAUNCH/GRAPH_LAUNCH. Two flat arrays, so that adding an event is two C calls."""
 
-    The payload is the interned op key for OP/ANNOTATION/PYFUNC/SYNC and the correlation id for
-    LAUNCH/GRAPH_LAUNCH."""
+    times: array = field(default_factory=lambda: array("d"))
+    ints: array = field(default_factory=lambda: array("q"))
 
-    ts: array = field(default_factory=lambda: array("d"))
-    dur: array = field(default_factory=lambda: array("d"))
-    kind: array = field(default_factory=lambda: array("b"))
-    payload: array = field(default_factory=lambda: array("q"))
+    ts = property(lambda self: self.times[0::2], doc="Start of each event, us.")
+    dur = property(lambda self: self.times[1::2], doc="Duration of each event, us.")
+    kind = property(lambda self: self.ints[0::2], doc="Kind of each event (OP..SYNC).")
+    payload = property(lambda self: self.ints[1::2], doc="Key or correlation id of each event.")
 
 
 @dataclass
 class KernelColumns:
-    """Every device event: device index, start, duration, correlation id and interned kernel name."""
+    """Every device event: start and duration (`times`, pairs); device index, correlation id and
+    interned kernel name (`ints`, triples)."""
 
-    device: array = field(default_factory=lambda: array("l"))
-    ts: array = field(default_factory=lambda: array("d"))
-    dur: array = field(default_factory=lambda: array("d"))
-    corr: array = field(default_factory=lambda: array("q"))
-    name: array = field(default_factory=lambda: array("l"))
+    times: array = field(default_factory=lambda: array("d"))
+    ints: array = field(default_factory=lambda: array("q"))
+
+    ts = property(lambda self: self.times[0::2], doc="Start of each kernel, us.")
+    dur = property(lambda self: self.times[1::2], doc="Duration of each kernel, us.")
+    device = property(lambda self: self.ints[0::3], doc="Device index of each kernel.")
+    corr = property(lambda self: self.ints[1::3], doc="Correlation id of each kernel (-1 if none).")
+    name = property(lambda self: self.ints[2::3], doc="Interned name of each kernel.")
 
 
 @dataclass
@@ -52,6 +61,7 @@ class Collected:
     """Everything one pass keeps: interned keys, host threads, kernels, step markers, launch time."""
 
     keys: dict[OpKey, int] = field(default_factory=dict)
+    raw_keys: dict[tuple[str, bytes, bytes], int] = field(default_factory=dict)
     key_list: list[OpKey] = field(default_factory=list)
     threads: dict[tuple, HostColumns] = field(default_factory=dict)
     kernels: KernelColumns = field(default_factory=KernelColumns)
@@ -66,6 +76,14 @@ class Collected:
         if found is None:
             found = self.keys[key] = len(self.key_list)
             self.key_list.append(key)
+        return found
+
+    def intern_raw(self, name: str, dims: bytes, types: bytes) -> int:
+        """intern() for an op whose dims and types are still raw JSON; each distinct one parsed once."""
+        found = self.raw_keys.get((name, dims, types))
+        if found is None:
+            key = (name, dims_key(_DECODE(dims)) if dims else (), tuple(_DECODE(types)) if types else ())
+            found = self.raw_keys[(name, dims, types)] = self.intern(key)
         return found
 
     def add(self, events: list[Event]) -> None:
@@ -84,13 +102,10 @@ class Collected:
     def _kernel(self, e: Event) -> None:
         """Record one kernel, memcpy or memset."""
         args = e.args
-        k = self.kernels
         name = self.kernel_names.setdefault(e.name, len(self.kernel_names))
-        k.device.append((args.device or 0) if args else 0)
-        k.ts.append(e.ts)
-        k.dur.append(e.dur)
-        k.corr.append(args.correlation if args and args.correlation is not None else -1)
-        k.name.append(name)
+        corr = args.correlation if args and args.correlation is not None else -1
+        self.kernels.times.extend((e.ts, e.dur))
+        self.kernels.ints.extend(((args.device or 0) if args else 0, corr, name))
 
     def _api_call(self, e: Event) -> None:
         """Record a launch (by correlation id) or a sync (by name); other API calls are dropped."""
@@ -107,21 +122,19 @@ class Collected:
     def _host(self, e: Event, kind: int) -> None:
         """Record an operator (interned with its dims and dtypes), annotation or Python frame."""
         args = e.args
-        if kind == OP and args is not None and args.input_dims is not None:
-            key = (e.name, dims_key(args.input_dims), tuple(args.input_type or ()))
+        if kind == OP and args is not None:
+            key = self.intern_raw(e.name, bytes(args.input_dims), bytes(args.input_type))
         else:
-            key = (e.name, (), ())
-        self._push(e, kind, self.intern(key))
+            key = self.intern((e.name, (), ()))
+        self._push(e, kind, key)
 
     def _push(self, e: Event, kind: int, payload: int) -> None:
         """Append one host event to its thread's columns."""
         cols = self.threads.get((e.pid, e.tid))
         if cols is None:
             cols = self.threads[(e.pid, e.tid)] = HostColumns()
-        cols.ts.append(e.ts)
-        cols.dur.append(e.dur)
-        cols.kind.append(kind)
-        cols.payload.append(payload)
+        cols.times.extend((e.ts, e.dur))
+        cols.ints.extend((kind, payload))
 
 
 def dims_key(dims: list) -> DimsKey:

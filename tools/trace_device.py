@@ -52,7 +52,7 @@ def windows_of(k: KernelColumns, step_starts: list[float]) -> dict[tuple[int, in
     """Kernel (start, end) intervals per (device, step window); window k runs from step k's start to
     step k+1's; one window (0) when there are no steps; kernels before the first step are left out."""
     out: dict[tuple[int, int], list[tuple[float, float]]] = {}
-    for device, ts, dur in zip(k.device, k.ts, k.dur):
+    for device, ts, dur in zip(k.device, k.ts, k.dur, strict=True):
         window = bisect_right(step_starts, ts) - 1 if step_starts else 0
         if window >= 0:
             out.setdefault((device, window), []).append((ts, ts + dur))

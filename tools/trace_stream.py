@@ -28,17 +28,19 @@ _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _BYTE = re.compile(r"\(byte (\d+)\)")
 
 
-class Args(msgspec.Struct):
-    """The `args` fields the analysis reads; every other key is skipped while decoding."""
+class Args(msgspec.Struct, gc=False):
+    """The `args` fields the analysis reads; every other key is skipped while decoding.
+
+    Input dims and types stay raw JSON: operators repeat a few shapes millions of times, so they
+    are interned by their bytes and parsed once per distinct value."""
 
     correlation: int | None = None
-    external_id: int | None = msgspec.field(default=None, name="External id")
-    input_dims: list | None = msgspec.field(default=None, name="Input Dims")
-    input_type: list | None = msgspec.field(default=None, name="Input type")
+    input_dims: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input Dims")
+    input_type: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input type")
     device: int | None = None
 
 
-class Event(msgspec.Struct):
+class Event(msgspec.Struct, gc=False):
     """One trace event, reduced to the fields the analysis reads."""
 
     ph: str = ""

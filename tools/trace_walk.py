@@ -65,7 +65,8 @@ def walk(col: Collected, work: dict[int, float]) -> Walked:
     graph_key = col.intern((GRAPH_ROW, (), ()))
     for cols in col.threads.values():
         ts, dur, kind, payload = cols.ts, cols.dur, cols.kind, cols.payload
-        order = sorted(range(len(ts)), key=lambda i: (ts[i], -dur[i]))
+        order = sorted(range(len(ts)), key=dur.__getitem__, reverse=True)  # parents first on ties
+        order.sort(key=ts.__getitem__)
         stack: list[_Frame] = []
         for i in order:
             start = ts[i]
