@@ -2,7 +2,9 @@
 
 import re
 
+from playbooks.roofline import ITEMSIZE, roofline
 from playbooks.schema import Playbook, Signature
+from playbooks.signals import signal_evidence, signal_gain, signals_hold
 from state.diagnosis import DiagnosisContext, Evidence, Finding
 from state.profile import OpStat, ProfileSummary
 
@@ -14,16 +16,29 @@ MAX_EVIDENCE = 5
 def match_playbook(playbook: Playbook, profile: ProfileSummary, ctx: DiagnosisContext) -> Finding | None:
     """The playbook's finding if its signature holds on this profile, else None."""
     sig = playbook.signature
-    groups = [op for op in profile.ops if op.self_us > 0 and op_matches(op, sig, ctx.active_tokens)]
+    groups = [op for op in profile.ops if op.self_us > 0 and op_matches(op, sig, ctx.active_tokens, profile.steps)]
     share = min(sum(op.share for op in groups), 1.0)
-    if not groups or share < sig.min_share:
+    if sig.op_names and (not groups or share < sig.min_share):
         return None
-    gain_share = min(sum(op.share * cast_fraction(op, ctx.active_tokens) for op in groups), 1.0)
+    if not signals_hold(sig, profile):
+        return None
+    gain_share = _gain_share(playbook, groups, profile, ctx)
+    evidence = [_evidence(op, playbook.evidence_note, profile, ctx.active_tokens) for op in groups[:MAX_EVIDENCE]]
+    evidence += signal_evidence(sig, profile, playbook.evidence_note, ctx.active_tokens)[:MAX_EVIDENCE]
     return Finding(playbook=playbook.id, title=playbook.title, confidence=playbook.confidence,
                    expected_gain_share=gain_share, expected_gain_ms=_gain_ms(gain_share, ctx),
-                   explanation=playbook.explanation,
-                   evidence=[_evidence(op, playbook.evidence_note, profile, ctx.active_tokens)
-                             for op in groups[:MAX_EVIDENCE]])
+                   explanation=playbook.explanation, evidence=evidence,
+                   roofline=roofline(groups[0], profile, ctx) if groups else None)
+
+
+def _gain_share(playbook: Playbook, groups: list[OpStat], profile: ProfileSummary, ctx: DiagnosisContext) -> float:
+    """The expected gain share by the playbook's gain model."""
+    gain = playbook.gain
+    if gain.kind == "cast_fraction":
+        return min(sum(op.share * cast_fraction(op, ctx.active_tokens) for op in groups), 1.0)
+    if gain.kind == "matched_share":
+        return min(gain.factor * sum(op.share for op in groups), 1.0)
+    return signal_gain(gain.kind, gain.factor, profile)
 
 
 def primary_dims(op: OpStat) -> list[int]:
@@ -31,8 +46,8 @@ def primary_dims(op: OpStat) -> list[int]:
     return next((dims for dims in op.input_dims if dims), [])
 
 
-def op_matches(op: OpStat, sig: Signature, active_tokens: int) -> bool:
-    """Whether one operator group satisfies the name and dims conditions of a signature."""
+def op_matches(op: OpStat, sig: Signature, active_tokens: int, steps: int = 1) -> bool:
+    """Whether one operator group satisfies the name, dims, dtype and frequency conditions."""
     if not any(re.search(pattern, op.name) for pattern in sig.op_names):
         return False
     dims = primary_dims(op)
@@ -40,8 +55,22 @@ def op_matches(op: OpStat, sig: Signature, active_tokens: int) -> bool:
         return False
     if sig.dims_tail is not None and dims[-len(sig.dims_tail):] != sig.dims_tail:
         return False
+    if sig.dtype_change is not None and dtype_change(op) != sig.dtype_change:
+        return False
+    if sig.min_calls_per_step is not None and op.calls / steps < sig.min_calls_per_step:
+        return False
     ratio_min = sig.first_dim_over_active_tokens_min
     return ratio_min is None or (bool(dims) and dims[0] / active_tokens >= ratio_min)
+
+
+def dtype_change(op: OpStat) -> str | None:
+    """"widen" or "narrow" for a copy whose (dst, src) element sizes differ; None otherwise."""
+    if len(op.input_types) < 2:
+        return None
+    dst, src = ITEMSIZE.get(op.input_types[0]), ITEMSIZE.get(op.input_types[1])
+    if dst is None or src is None or dst == src:
+        return None
+    return "widen" if dst > src else "narrow"
 
 
 def cast_fraction(op: OpStat, active_tokens: int) -> float:
@@ -62,9 +91,12 @@ def _evidence(op: OpStat, template: str, profile: ProfileSummary, active_tokens:
     note = template.format(op=op.name, dims=str(op.input_dims), share_pct=100 * op.share, calls=op.calls,
                            self_ms_per_step=op.self_us / profile.steps / 1000, first_dim=first_dim,
                            active_tokens=active_tokens, pool_ratio=first_dim / active_tokens,
-                           basis=profile.time_basis)
+                           basis=profile.time_basis, calls_per_step=op.calls / profile.steps,
+                           types=" <- ".join(op.input_types[:2]) or "-", location=op.location or "-",
+                           idle_pct=0.0, median_kernel_us=0.0, kernels_per_step=0.0, gaps=0,
+                           launch_ms_per_step=0.0, caller="-")
     return Evidence(op=op.name, dims=op.input_dims, self_us=op.self_us, share=op.share, calls=op.calls,
-                    note=note)
+                    note=note, location=op.location)
 
 
 def generic_finding(profile: ProfileSummary) -> Finding:
@@ -76,13 +108,14 @@ def generic_finding(profile: ProfileSummary) -> Finding:
                                    "profiler wrapped the decode step and ran with record_shapes=True.")
     top = profile.ops[0]
     note = "{op} with input dims {dims}: {share_pct:.1f}% of {basis} time, {self_ms_per_step:.3f} ms per step"
+    where = (f", called from {top.location}" if top.location else
+             " (record with with_stack=True to see the calling source line)")
     return Finding(
         playbook=GENERIC, title=f"{top.name} takes {top.share:.0%} of {profile.time_basis} time",
         confidence=GENERIC_CONFIDENCE, expected_gain_share=0.0, expected_gain_ms=None,
         explanation=(f"No playbook matched. The heaviest operator group is {top.name} with input dims "
                      f"{top.input_dims}: {top.share:.1%} of {profile.time_basis} self time over "
-                     f"{top.calls} calls in {profile.steps} steps. Find where the decode step calls it "
+                     f"{top.calls} calls in {profile.steps} steps{where}. Find where the decode step calls it "
                      "with these dims and whether that work is needed for every token."),
         evidence=[_evidence(op, note, profile, active_tokens=1)
                   for op in profile.ops[:3]])
-

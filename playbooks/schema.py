@@ -2,23 +2,26 @@
 
 import re
 from pathlib import PurePosixPath
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from state.base import Model
 
 NOTE_FIELDS = {"op": "aten::copy_", "dims": "[[8, 1, 576]]", "share_pct": 50.0, "calls": 1,
                "self_ms_per_step": 1.0, "first_dim": 8, "active_tokens": 1, "pool_ratio": 8.0,
-               "basis": "device"}
+               "basis": "device", "calls_per_step": 1.0, "types": "c10::BFloat16 <- c10::Float8_e4m3fn",
+               "location": "model.py:12 (forward)", "idle_pct": 40.0, "median_kernel_us": 3.0,
+               "kernels_per_step": 100.0, "gaps": 10, "launch_ms_per_step": 1.0, "caller": "aten::item"}
 """Names an evidence note template may use, with sample values used to check templates on load."""
 
 
 class Signature(Model):
     """What a profile must show for the playbook to apply; all given conditions must hold."""
 
-    op_names: list[str] = Field(min_length=1)
-    """Regular expressions (re.search) for the operator or kernel names involved."""
+    op_names: list[str] = []
+    """Regular expressions (re.search) for the operator or kernel names involved; empty for a
+    signature on device or sync signals only."""
     min_share: float = Field(default=0.0, ge=0, le=1)
     """Least combined share (0..1) of the matching operator groups."""
     dims_rank: int | None = None
@@ -27,6 +30,26 @@ class Signature(Model):
     """Required trailing dims of the first tensor input, e.g. [1, 576]."""
     first_dim_over_active_tokens_min: float | None = None
     """Least ratio of the first tensor input's first dim to the active tokens (a whole-pool op)."""
+    dtype_change: Literal["widen", "narrow"] | None = None
+    """For copy ops (inputs dst, src): the dst dtype must be wider ("widen", an upcast) or narrower
+    than the src dtype."""
+    min_calls_per_step: float | None = None
+    """Least calls per profiled step of each matching group (work repeated every step)."""
+    device_idle_share_min: float | None = None
+    """Least idle fraction of the device between kernels (DeviceActivity.idle_share)."""
+    median_kernel_us_max: float | None = None
+    """Most median kernel duration, in microseconds (short kernels)."""
+    min_decode_syncs_per_step: float | None = None
+    """Least host-device syncs per step inside the decode path."""
+
+    @model_validator(mode="after")
+    def _something_to_match(self) -> "Signature":
+        """A signature needs op names or at least one device or sync condition."""
+        signals = (self.device_idle_share_min, self.median_kernel_us_max, self.min_decode_syncs_per_step)
+        if not self.op_names and all(v is None for v in signals):
+            raise ValueError("give op_names or one of device_idle_share_min, median_kernel_us_max, "
+                             "min_decode_syncs_per_step")
+        return self
 
     @field_validator("op_names")
     @classmethod
@@ -47,6 +70,37 @@ class CastFractionGain(Model):
     """Expected gain share = matched share x (1 - active_tokens / N), N the pool's first dim."""
 
 
+class MatchedShareGain(Model):
+    """Work a fix removes outright (e.g. a cast moved to load time)."""
+
+    kind: Literal["matched_share"]
+    """Expected gain share = factor x the matched groups' share."""
+    factor: float = Field(default=1.0, ge=0, le=1)
+    """Fraction of the matched time the fix removes."""
+
+
+class DeviceIdleGain(Model):
+    """Device idle time between kernels that a fix (e.g. CUDA graphs) removes."""
+
+    kind: Literal["device_idle"]
+    """Expected gain share = factor x idle time between kernels / decode time."""
+    factor: float = Field(default=0.8, ge=0, le=1)
+    """Fraction of the idle time the fix removes."""
+
+
+class SyncWaitGain(Model):
+    """Host time blocked in decode-path syncs that a fix removes."""
+
+    kind: Literal["sync_wait"]
+    """Expected gain share = factor x host time in decode syncs / decode time."""
+    factor: float = Field(default=1.0, ge=0, le=1)
+    """Fraction of the blocked time the fix removes."""
+
+
+Gain = Annotated[CastFractionGain | MatchedShareGain | DeviceIdleGain | SyncWaitGain,
+                 Field(discriminator="kind")]
+
+
 class Playbook(Model):
     """A known bottleneck and its fix, as stored in the catalog."""
 
@@ -62,7 +116,7 @@ class Playbook(Model):
     """What the profile must show."""
     evidence_note: str
     """Template (str.format) of each evidence line; may use the names in NOTE_FIELDS."""
-    gain: CastFractionGain
+    gain: Gain
     """How to estimate the share of decode time the fix removes."""
     patches: dict[str, str] = {}
     """Target kind -> patch file relative to the playbook folder, e.g. mla_server = "patches/x.diff"."""
