@@ -202,3 +202,4 @@ def show(session: str, as_json: Json = False) -> None:
 
 from agent import cli_durable  # noqa: E402,F401  (registers replay/export/import/fork)
 from agent import cli_sglang  # noqa: E402,F401  (registers instrument/playbook)
+from agent import cli_analysis  # noqa: E402,F401  (registers analyze/diagnose/diff)
