@@ -56,7 +56,7 @@ def trace_of(tmp_path: Path, step) -> ProfileSummary:
 
 def test_builtin_catalog() -> None:
     playbook = next(pb for pb in load_playbooks() if pb.id == CASE)
-    assert playbook.patches == {"mla_server": "patches/mla_server.diff"}
+    assert playbook.patches["mla_server"] == "patches/mla_server.diff"
     assert "forward_decode" in playbook.explanation and "gather" in playbook.explanation
     assert patch_text(playbook, "no-such-kind") is None
 
@@ -94,7 +94,8 @@ def test_real_cuda_traces() -> None:
     fixed = diagnose(read_chrome_trace(TRACES / "gather_then_cast_cuda.json.gz"), CTX, playbooks)
     assert full.findings[0].playbook == CASE and full.time_basis == "device"
     assert full.findings[0].expected_gain_share == pytest.approx(0.855 * (1 - 100 / 65536), abs=0.01)
-    assert fixed.findings[0].playbook == "generic"
+    assert "generic" not in [f.playbook for f in fixed.findings]
+    assert CASE not in [f.playbook for f in fixed.findings]
 
 
 def test_glm5_table_and_active_tokens() -> None:
@@ -114,13 +115,14 @@ def test_extra_dir_patch_min_share_and_ranking(tmp_path: Path) -> None:
     write_playbook(tmp_path, "tmp-cast", confidence=0.5)
     write_playbook(tmp_path, "tmp-unlikely", min_share=0.999)
     playbooks = load_playbooks([tmp_path])
-    assert [pb.id for pb in playbooks] == [CASE, "tmp-cast", "tmp-unlikely"]
+    assert [pb.id for pb in playbooks][-2:] == ["tmp-cast", "tmp-unlikely"] and CASE in [pb.id for pb in playbooks]
     profile = trace_of(tmp_path / "trace", full_pool_cast)
     assert [f.playbook for f in diagnose(profile, CTX, playbooks).findings] == [CASE, "tmp-cast"]
-    assert patch_text(playbooks[1], "demo") == "--- a/x\n+++ b/x\n"
+    tmp_cast = playbooks[-2]
+    assert patch_text(tmp_cast, "demo") == "--- a/x\n+++ b/x\n"
     (tmp_path / "tmp-cast" / "patches" / "demo.diff").unlink()
     with pytest.raises(ConfigError, match="patch for 'demo'"):
-        patch_text(playbooks[1], "demo")
+        patch_text(tmp_cast, "demo")
 
 
 @pytest.mark.parametrize(("edit", "expected"), [
@@ -129,7 +131,7 @@ def test_extra_dir_patch_min_share_and_ranking(tmp_path: Path) -> None:
     (lambda t: t.replace("min_share = 0.1", "min_share = 0.1\nmax_share = 1"), "field signature.max_share"),
     (lambda t: t.replace("'^aten::copy_$'", "'^aten::(copy_'"), "field signature.op_names"),
     (lambda t: t.replace("{share_pct:.0f}", "{pct}"), "field evidence_note"),
-    (lambda t: t.replace('"cast_fraction"', '"linear"'), "field gain.kind"),
+    (lambda t: t.replace('"cast_fraction"', '"linear"'), "field gain: .*'linear'"),
     (lambda t: t.replace('"patches/demo.diff"', '"../demo.diff"'), "field patches"),
     (lambda t: t.replace('id = "tmp-cast"', 'id = "other"'), "must equal its folder name"),
     (lambda t: 'source_dir = "/x"\n' + t, "set by the loader"),

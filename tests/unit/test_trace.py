@@ -40,7 +40,8 @@ def matmul_heavy(pool: torch.Tensor) -> None:
         torch.mm(a, w)
 
 
-def record_trace(path: Path, step: Callable[[torch.Tensor], None], steps: int = 2) -> str:
+def record_trace(path: Path, step: Callable[[torch.Tensor], None], steps: int = 2,
+                 with_stack: bool = False) -> str:
     """Profile `steps` decode steps (after one warm-up) on CPU; export the Chrome trace to `path`.
 
     Returns the key_averages table grouped by input shape. torch allows one export per trace."""
@@ -54,7 +55,7 @@ def record_trace(path: Path, step: Callable[[torch.Tensor], None], steps: int = 
                       .table(sort_by="self_cpu_time_total", row_limit=20))
 
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True, on_trace_ready=ready,
-                 schedule=schedule(wait=0, warmup=1, active=steps, repeat=1)) as prof:
+                 with_stack=with_stack, schedule=schedule(wait=0, warmup=1, active=steps, repeat=1)) as prof:
         for _ in range(steps + 1):
             with record_function("forward_decode"):
                 step(pool)
