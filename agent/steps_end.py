@@ -7,7 +7,7 @@ from langgraph.types import Command
 
 from agent.context import LoopContext, call, step, transition
 from agent.steps_patch import remove_instrumentation
-from state.calls import CommitArgs, ServerArgs
+from state.calls import CommitArgs, PidFileArgs, ServerArgs
 from state.loop import LoopState
 from tools.errors import ToolError
 
@@ -19,6 +19,9 @@ def _teardown(state: LoopState, runtime: Runtime[LoopContext]) -> list[str]:
     if state.server is not None:
         steps.append(("stop server", lambda: call(runtime, "server.stop", ServerArgs(
             server=state.server, grace_s=state.target.launch.stop_grace_s))))
+    steps.append(("stop orphaned server", lambda: call(runtime, "server.stop_recorded", PidFileArgs(
+        pid_file=state.options.session_dir / "server.pid", repo=state.target.repo,
+        grace_s=state.target.launch.stop_grace_s))))
     if state.pending_commit is not None:
         steps.append(("revert undecided commit", lambda: call(runtime, "repo.revert_commit", CommitArgs(
             repo=state.target.repo, commit=state.pending_commit))))
@@ -50,5 +53,5 @@ def abort(state: LoopState, runtime: Runtime[LoopContext]) -> Command:
     problems = _teardown(state, runtime)
     error = "; ".join([state.error or "aborted"] + problems)
     return Command(update={"server": None, "instrumentation": None, "pending_commit": None,
-                           "status": "failed", "stop_reason": "aborted", "error": error,
+                           "status": "failed", "stop_reason": f"aborted: {error}", "error": error,
                            "transitions": transition("abort", error)})

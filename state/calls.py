@@ -42,6 +42,17 @@ class ServerArgs(Model):
     """Seconds between SIGTERM and SIGKILL when stopping."""
 
 
+class PidFileArgs(Model):
+    """A session's server pid file."""
+
+    pid_file: Path
+    """The file `server.launch` writes at spawn."""
+    repo: Path
+    """The repo the server runs in (a recorded process elsewhere is not ours)."""
+    grace_s: float = 10.0
+    """Seconds between SIGTERM and SIGKILL."""
+
+
 class ServerStatus(Model):
     """Whether a server is alive and healthy."""
 

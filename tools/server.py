@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from state.calls import LaunchArgs, ServerArgs, ServerStatus
+from state.calls import LaunchArgs, PidFileArgs, ServerArgs, ServerStatus
 from state.process import ServerHandle
 from tools import host
 from tools.door import tool
@@ -116,6 +116,15 @@ def status(args: ServerArgs) -> ServerStatus:
 def stop(args: ServerArgs) -> ServerStatus:
     """Stop the server's whole process group: SIGTERM, then SIGKILL after the grace period."""
     killed = host.stop_group(args.server.process.pgid, args.grace_s)
-    if args.server.pid_file is not None:
-        args.server.pid_file.unlink(missing_ok=True)
+    pid_file = args.server.pid_file
+    if pid_file is not None and pid_file.exists():
+        if json.loads(pid_file.read_text())["pgid"] == args.server.process.pgid:
+            pid_file.unlink()  # only our own record: it may already name a newer server
     return ServerStatus(alive=False, healthy=False, killed=killed)
+
+
+@tool("server.stop_recorded")
+def stop_recorded_tool(args: PidFileArgs) -> ServerStatus:
+    """Stop the server a session's pid file names, if it still runs in the repo (orphan clean-up)."""
+    stopped = stop_recorded(args.pid_file, args.repo, args.grace_s)
+    return ServerStatus(alive=False, healthy=False, killed=stopped)

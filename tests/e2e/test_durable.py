@@ -49,8 +49,8 @@ def recorded(tmp_path_factory) -> dict:
     """One uninterrupted session (dirty tree, a rolled-back and an accepted patch), fault points traced."""
     tmp = tmp_path_factory.mktemp("recorded")
     repo = make_repo(tmp / "engine")
-    dirty(repo)
     books = with_bad_playbook(tmp, repo)
+    dirty(repo)
     trace = tmp / "points.txt"
     env = {**os.environ, "PERFLOOP_HOME": str(tmp / "home"), "PERFLOOP_FAULTS_TRACE": str(trace)}
     proc = subprocess.run([str(PERFLOOP), "run", str(write_target(tmp / "t.toml", repo)), "--json",
@@ -73,8 +73,8 @@ def test_uninterrupted_reference_run(recorded: dict) -> None:
 def test_sigkill_at_every_point_then_resume_matches_uninterrupted(tmp_path: Path, home: Path,
                                                                   recorded: dict) -> None:
     repo = make_repo(tmp_path / "engine")
-    user = dirty(repo)
     books = with_bad_playbook(tmp_path, repo)
+    user = dirty(repo)
     points = recorded["points"]
     faults = tmp_path / "faults.txt"
     faults.write_text("".join(p + "\n" for p in points))
@@ -206,12 +206,12 @@ def test_concurrent_resume_is_refused(tmp_path: Path, home: Path, repo: Path) ->
 
 
 def test_edited_patches_are_validated_and_recorded(tmp_path: Path, home: Path, repo: Path) -> None:
+    good = edited_diff(repo, tmp_path, {BACKEND: FIX + [("real = len(batch.kv_indices)",
+                                                         "real = len(batch.kv_indices)  # reviewed")]})
     paused = last_json(perfloop(home, "run", str(write_target(tmp_path / "t.toml", repo)),
                                 "--approve", "manual", "--json", "--max-iterations", "1"))
     sid = paused["session"]
     before = tree(repo)
-    good = edited_diff(repo, tmp_path, {BACKEND: FIX + [("real = len(batch.kv_indices)",
-                                                         "real = len(batch.kv_indices)  # reviewed")]})
     malicious = {
         "escape": good.replace(f"a/{BACKEND}", "a/../outside.py").replace(f"b/{BACKEND}", "b/../outside.py"),
         "gitdir": "diff --git a/.git/config b/.git/config\n--- a/.git/config\n+++ b/.git/config\n"
@@ -240,22 +240,36 @@ def test_edited_patches_are_validated_and_recorded(tmp_path: Path, home: Path, r
     assert_clean(repo, s["branch"])
 
 
-def test_fork_rejects_what_was_approved(recorded: dict, tmp_path: Path) -> None:
-    home, parent = recorded["home"], recorded["summary"]["session"]
+def test_fork_refuses_to_move_a_dirty_tree(recorded: dict) -> None:
+    """The user's uncommitted edit sits in the patched file: going back would touch it, so no."""
+    home, parent, repo = recorded["home"], recorded["summary"]["session"], recorded["repo"]
+    before, head = tree(repo), git(repo, "rev-parse", "HEAD")
     bad = perfloop(home, "fork", parent, "--at", "measure")
     assert bad.returncode == 2 and "fork at one of" in bad.stderr
-    forked = perfloop(home, "fork", parent, "--at", "approve#2", "--approve", "manual", "--json")
+    forked = perfloop(home, "fork", parent, "--at", "approve#2", "--json")
+    assert forked.returncode == 1
+    assert "without losing uncommitted changes" in last_json(forked)["stop_reason"]
+    assert tree(repo) == before and git(repo, "rev-parse", "HEAD") == head
+    assert_clean(repo, recorded["summary"]["branch"])
+
+
+def test_fork_rejects_what_was_approved(tmp_path: Path, home: Path, repo: Path) -> None:
+    parent = last_json(perfloop(home, "run", str(write_target(tmp_path / "t.toml", repo)), "--json",
+                                "--max-iterations", "1"))
+    assert parent["accepted"] == ["kv-cache-full-pool-cast"]
+    forked = perfloop(home, "fork", parent["session"], "--at", "approve", "--approve", "manual", "--json")
     assert forked.returncode == 0, forked.stderr[-2000:]
     f = last_json(forked)
     assert f["status"] == "paused"
     done = last_json(perfloop(home, "reject", f["session"], "--reason", "try without it", "--json"))
     assert done["status"] == "done" and done["accepted"] == []
     shown = last_json(perfloop(home, "show", f["session"], "--json"))
-    assert shown["parent"] == parent
+    assert shown["parent"] == parent["session"]
     assert shown["transitions"][0]["node"] == "reconcile"
-    repo = recorded["repo"]
     assert git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == done["branch"]
     assert git(repo, "rev-list", "--count", "main..HEAD").strip() == "0"
+    assert "Gather-then-cast" not in (repo / BACKEND).read_text()
+    assert git(repo, "status", "--porcelain") == ""
     assert_clean(repo)
 
 
