@@ -12,6 +12,7 @@ from agent.steps_setup import instrument_if_needed, start_server
 from state.calls import ApplyArgs, CommitArgs, RemoveInstrumentationArgs
 from state.loop import Approval, Decision, LoopState
 from tools.errors import PatchError, ServerError
+from tools.sglang_playbook import does_not_fit
 
 
 def approval_request(state: LoopState) -> dict:
@@ -57,8 +58,10 @@ def apply(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["r
         commit = call(runtime, "repo.apply_patch", ApplyArgs(
             repo=state.target.repo, diff=diff, subject=f"perfloop: {p.title}", trailers=trailers))
     except PatchError as exc:
+        reason = (str(does_not_fit(state.sglang.version, diff, exc)) if state.sglang is not None
+                  else f"patch does not apply: {exc}")
         decision = Decision(iteration=state.iteration, playbook=p.playbook, verdict="failed",
-                            reason=f"patch does not apply: {exc}")
+                            reason=reason)
         return Command(update={"decisions": [decision], "tried": state.tried + [p.playbook],
                                "proposal": None, "transitions": transition("apply", decision.reason)},
                        goto="propose")

@@ -13,6 +13,8 @@ from agent.context import LoopContext, call, step, transition
 from playbooks.engine import diagnose as run_diagnosis
 from playbooks.engine import load_playbooks, patch_text
 from state.calls import PathArgs, ProfileArgs
+from tools.errors import ConfigError
+from tools.sglang_playbook import sglang_patch
 from state.diagnosis import DiagnosisContext
 from state.loop import LoopState, ProfileResult, Proposal
 
@@ -62,6 +64,18 @@ def files_of(diff: str) -> list[str]:
     return sorted(set(re.findall(r"^\+\+\+ b/(\S+)", diff, flags=re.M)))
 
 
+def target_patch(state: LoopState, book) -> str | None:
+    """The playbook's patch for this target: by kind, and for SGLang by the checkout's release."""
+    if state.target.kind == "sglang" and state.sglang is not None:
+        if not any(k == "sglang" or k.startswith("sglang@") for k in book.patches):
+            return None
+        try:
+            return sglang_patch(book.patches, Path(book.source_dir), state.sglang)[1]
+        except ConfigError:  # no patch for this release: the finding is reported, not proposed
+            return None
+    return patch_text(book, state.target.kind)
+
+
 @step("propose")
 def propose(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["approve", "finish", "abort"]]:
     """Turn the best untried finding that has a patch for this target kind into a proposal."""
@@ -71,7 +85,7 @@ def propose(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
         book = books.get(finding.playbook)
         if book is None or finding.playbook in state.tried:
             continue
-        diff = patch_text(book, state.target.kind)
+        diff = target_patch(state, book)
         if diff is None:
             skipped.append(f"{book.id} (no patch for kind {state.target.kind})")
             continue

@@ -31,15 +31,24 @@ def prepare(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
     call(runtime, "repo.ensure_branch", BranchArgs(repo=repo, name=branch))
     dirty = len(start.dirty_sha256)
     note = f"repo {repo} at {start.head_sha[:10]}, {dirty} uncommitted file(s) kept; branch {branch}"
+    update = {"start": start, "branch": branch}
+    if state.target.kind == "sglang":
+        site = call(runtime, "repo.sglang_site", RepoArgs(repo=repo))
+        hook = site.hook
+        profile = state.target.profile.model_copy(update={
+            "model_runner_path": hook.relpath, "hook_class": hook.class_name, "hook_method": hook.method})
+        update |= {"sglang": site.layout, "target": state.target.model_copy(update={"profile": profile})}
+        note += f"; sglang {site.layout.version}, decode hook {hook.class_name}.{hook.method}"
     nxt = "instrument" if state.target.profile.method == "patch" else "launch"
-    return Command(update={"start": start, "branch": branch,
-                           "transitions": transition("prepare", note)}, goto=nxt)
+    return Command(update={**update, "transitions": transition("prepare", note)}, goto=nxt)
 
 
 def instrument_if_needed(state: LoopState, runtime: Runtime[LoopContext]):
     """Insert the dormant profiler unless it is already in the tree; returns the record."""
+    cfg = state.target.profile
     return state.instrumentation or call(runtime, "repo.instrument", InstrumentArgs(
-        repo=state.target.repo, relpath=state.target.profile.model_runner_path))
+        repo=state.target.repo, relpath=cfg.model_runner_path, class_name=cfg.hook_class,
+        method=cfg.hook_method))
 
 
 @step("instrument")

@@ -7,6 +7,7 @@ from state.base import Model
 from state.measure import Measurement
 from state.process import ServerHandle
 from state.target import LaunchConfig, MeasureConfig
+from state.sglang import HookSite, SglangLayout
 from state.workspace import CommitInfo, InstrumentationRecord
 
 
@@ -163,6 +164,10 @@ class InstrumentArgs(RepoArgs):
 
     relpath: str
     """Repo-relative file."""
+    class_name: str = "ModelRunner"
+    """Class holding the decode method."""
+    method: str = "forward_decode"
+    """The decode method."""
 
 
 class RemoveInstrumentationArgs(RepoArgs):
@@ -188,6 +193,15 @@ class CommitArgs(RepoArgs):
 
     commit: CommitInfo
     """The commit."""
+
+
+class SglangSite(Model):
+    """Where an SGLang checkout keeps what the loop touches."""
+
+    layout: SglangLayout
+    """Package location and release."""
+    hook: HookSite
+    """The eager decode method to instrument."""
 
 
 class Done(Model):

@@ -12,6 +12,7 @@ from state.diagnosis import Diagnosis, Evidence
 from state.measure import Measurement
 from state.process import ServerHandle
 from state.session import SessionStatus
+from state.sglang import SglangLayout
 from state.target import TargetConfig
 from state.workspace import CommitInfo, InstrumentationRecord, WorkspaceSnapshot
 
@@ -139,6 +140,8 @@ class LoopState(Model):
     """The repo as the session found it (the user's uncommitted work included)."""
     branch: str | None = None
     """Session branch `perfloop/<session>`."""
+    sglang: SglangLayout | None = None
+    """For `kind = "sglang"`: where the package lies in the repo and its release."""
     instrumentation: InstrumentationRecord | None = None
     """Profiler instrumentation currently in the tree, if any."""
     server: ServerHandle | None = None

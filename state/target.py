@@ -74,7 +74,12 @@ class ProfileConfig(Model):
     method: Literal["patch", "api"] = "patch"
     """`patch`: torch.profiler instrumentation in ModelRunner.forward_decode; `api`: /start_profile."""
     model_runner_path: str = "mla_server/model_runner.py"
-    """Repo-relative file holding `class ModelRunner` with `forward_decode` (patch method)."""
+    """Repo-relative file holding the decode method to instrument (patch method). For `kind =
+    "sglang"` the site is found from the checkout's release (see tools/sglang_layout.py)."""
+    hook_class: str = "ModelRunner"
+    """Class whose decode method is instrumented."""
+    hook_method: str = "forward_decode"
+    """Method called once per decode step."""
     warmup_steps: int = Field(3, ge=0)
     """Decode steps run under the profiler but discarded."""
     active_steps: int = Field(5, ge=1)

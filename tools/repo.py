@@ -5,9 +5,9 @@ from __future__ import annotations
 import hashlib
 
 from state.calls import (ApplyArgs, BranchArgs, CommitArgs, CopyTreeArgs, Done, InstrumentArgs,
-                         RemoveInstrumentationArgs, RepoArgs)
+                         RemoveInstrumentationArgs, RepoArgs, SglangSite)
 from state.workspace import CommitInfo, InstrumentationRecord, WorkspaceSnapshot
-from tools import instrumentation
+from tools import instrumentation, sglang_layout
 from tools.door import tool
 from tools.git_workspace import GitWorkspace
 
@@ -45,7 +45,7 @@ def ensure_branch(args: BranchArgs) -> WorkspaceSnapshot:
 def instrument(args: InstrumentArgs) -> InstrumentationRecord:
     """Insert the dormant profiler instrumentation (idempotent)."""
     with GitWorkspace(args.repo) as ws:
-        return instrumentation.instrument(ws, args.relpath)
+        return instrumentation.instrument(ws, args.relpath, args.class_name, args.method)
 
 
 @tool("repo.remove_instrumentation")
@@ -61,6 +61,13 @@ def apply_patch(args: ApplyArgs) -> CommitInfo:
     """Apply a patch fully or not at all, and commit only it on the current branch."""
     with GitWorkspace(args.repo) as ws:
         return ws.apply_and_commit(args.diff, args.subject, args.trailers)
+
+
+@tool("repo.sglang_site")
+def sglang_site(args: RepoArgs) -> SglangSite:
+    """Locate the SGLang package in the repo, its release, and the decode method to instrument."""
+    layout = sglang_layout.locate(args.repo)
+    return SglangSite(layout=layout, hook=sglang_layout.hook_site(args.repo, layout))
 
 
 @tool("repo.check_patch")

@@ -77,6 +77,7 @@ def launch(args: LaunchArgs) -> ServerHandle:
                                              "launch_number": args.launch_number}))
     fault_point("server:spawned")
     base_url = f"http://127.0.0.1:{port}"
+    health_path = args.launch.health_path
     t0 = time.monotonic()
     deadline = t0 + args.launch.startup_timeout_s
     while time.monotonic() < deadline:
@@ -87,13 +88,17 @@ def launch(args: LaunchArgs) -> ServerHandle:
             raise ServerError(
                 f"server exited with code {code if code is not None else '?'} during start-up "
                 f"(log {args.log_path}): {_last_line(log)}")
-        if get_status(base_url + args.launch.health_path, timeout_s=1.0) == 200:
+        code = get_status(base_url + health_path, timeout_s=1.0)
+        if code == 404 and health_path != "/health":
+            health_path = "/health"  # e.g. /health_generate on a build without it
+        if code == 200:
             return ServerHandle(process=proc, base_url=base_url, port=port,
-                                health_path=args.launch.health_path, tree_sha256=args.tree_sha256, instrumented=args.instrumented,
+                                health_path=health_path, tree_sha256=args.tree_sha256,
+                                instrumented=args.instrumented,
                                 profile_dir=args.profile_dir, launch_number=args.launch_number,
                                 pid_file=args.pid_file,
                                 startup_s=time.monotonic() - t0)
-        report(f"launch #{args.launch_number}: waiting for {base_url}{args.launch.health_path} "
+        report(f"launch #{args.launch_number}: waiting for {base_url}{health_path} "
                f"({time.monotonic() - t0:.0f}s) - {_last_line(host.tail(args.log_path, 3))[:80]}")
         time.sleep(0.25)
     host.stop_group(proc.pgid, args.launch.stop_grace_s)

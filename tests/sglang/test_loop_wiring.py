@@ -1,0 +1,63 @@
+"""The loop on a `kind = "sglang"` target, up to the first launch (no GPU here to run SGLang):
+release detection, the decode hook per release, instrumentation in the real upstream file, and the
+playbook patch chosen by release, applied and committed by the loop's own code path."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from langgraph.checkpoint.memory import InMemorySaver
+
+from agent.checkpoint import serializer
+from agent.context import LoopContext
+from agent.graph import builder
+from agent.steps_profile import target_patch
+from playbooks.engine import load_playbooks
+from state.calls import ApplyArgs
+from state.loop import LoopOptions, LoopState
+from state.target import LaunchConfig, MeasureConfig, TargetConfig
+from tests.sglang.conftest import unpack
+from tools.door import Door
+from tools.store import SessionStore
+
+EXPECTED = {"0.5.9": ("python/sglang/srt/model_executor/model_runner.py", "ModelRunner", "forward_decode"),
+            "0.5.23": ("python/sglang/srt/model_executor/runner/eager_runner.py", "EagerRunner",
+                       "_execute_decode")}
+
+
+@pytest.mark.parametrize("version", sorted(EXPECTED))
+def test_prepare_and_instrument_an_upstream_checkout(version: str, tmp_path: Path) -> None:
+    ws = unpack(version, tmp_path)
+    repo = Path(ws.repo.working_tree_dir)
+    ws.close()
+    target = TargetConfig(name="sglang", kind="sglang", repo=repo,
+                          launch=LaunchConfig(argv=["{python}", "-m", "sglang.launch_server"]),
+                          measure=MeasureConfig(prompts=["hi"]))
+    state = LoopState(session_id="s1", target=target,
+                      options=LoopOptions(session_dir=tmp_path / "session", python=sys.executable))
+    store = SessionStore(tmp_path / "store.sqlite")
+    graph = builder.compile(checkpointer=InMemorySaver(serde=serializer()), interrupt_before=["launch"])
+    cfg = {"configurable": {"thread_id": "s1"}}
+    door = Door("s1", store)
+    graph.invoke(state, cfg, context=LoopContext(door=door))
+    after = LoopState.model_validate(graph.get_state(cfg).values)
+    relpath, cls, method = EXPECTED[version]
+    assert after.sglang.version == version
+    assert (after.target.profile.model_runner_path, after.target.profile.hook_class,
+            after.target.profile.hook_method) == (relpath, cls, method)
+    assert after.instrumentation.relpath == relpath
+    source = (repo / relpath).read_text()
+    assert "perfloop-instrumentation" in source
+    compile(source, relpath, "exec")
+
+    book = next(b for b in load_playbooks() if b.id == "kv-cache-full-pool-cast")
+    diff = target_patch(after, book)
+    chosen = Path(book.source_dir) / "patches" / f"sglang-{version}.diff"
+    assert diff == chosen.read_text()  # picked by release (0.5.9 and 0.5.23 patches differ)
+    commit = door.call("repo.apply_patch", ApplyArgs(repo=repo, diff=diff, subject="s", trailers={
+        "Perfloop-Session": "s1", "Perfloop-Playbook": book.id}))
+    assert commit.branch == "perfloop/s1"
+    assert [c.name for c in store.tool_calls("s1")][:3] == ["repo.snapshot", "repo.ensure_branch",
+                                                            "repo.sglang_site"]
