@@ -9,12 +9,10 @@ Commits (ours and the initial one of `create_from_tree`) use the identity "perfl
 
 from __future__ import annotations
 
-import hashlib
-import re
 import shutil
 import tempfile
 from contextlib import contextmanager
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, Iterator
 
 from git import GitCommandError, InvalidGitRepositoryError, NoSuchPathError, Repo
@@ -22,85 +20,10 @@ from git import GitCommandError, InvalidGitRepositoryError, NoSuchPathError, Rep
 from state.workspace import CommitInfo, WorkspaceSnapshot
 from tools.faults import fault_point
 from tools.errors import PatchError
+from tools.git_commands import (APPLY, LOG_FORMAT, IDENTITY_ENV, REVERTS_TRAILER, SESSION_BRANCH_PREFIX,
+                                  apply_context, check_relpath, check_trailers, commit_message,
+                                  explain_git_error, parse_log, sha256_hex)
 
-IDENTITY_ENV = {
-    "GIT_AUTHOR_NAME": "perfloop",
-    "GIT_AUTHOR_EMAIL": "perfloop@localhost",
-    "GIT_COMMITTER_NAME": "perfloop",
-    "GIT_COMMITTER_EMAIL": "perfloop@localhost",
-}
-SESSION_BRANCH_PREFIX = "perfloop/"
-REVERTS_TRAILER = "Perfloop-Reverts"
-_APPLY = ("apply", "--whitespace=nowarn")  # overrides a user's apply.whitespace=fix
-_LOG_FORMAT = "--format=%H%x1f%P%x1f%s%x1f%(trailers:only,unfold)%x1e"
-_TRAILER_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*")
-_FAILED_AT = re.compile(r"patch failed: ([^\n']+):(\d+)")
-_ERROR = re.compile(r"(?:error|fatal): ([^\n]+)")
-
-
-def sha256_hex(data: bytes) -> str:
-    """sha256 of bytes as 64 lowercase hex digits."""
-    return hashlib.sha256(data).hexdigest()
-
-
-def _context(min_context: int | None) -> tuple[str, ...]:
-    """git apply's -C option, or nothing for git's default (all context lines must match)."""
-    return () if min_context is None else (f"-C{min_context}",)
-
-
-def check_relpath(path: str) -> str:
-    """Return `path` if it names a file inside a repository and outside `.git/`; else PatchError."""
-    parts = PurePosixPath(path).parts
-    if not parts or path.startswith("/") or ".." in parts or any(p.lower() == ".git" for p in parts):
-        raise PatchError(f"refusing path {path!r}: patches may only touch files inside the repository,"
-                         " outside .git/; fix the diff's paths")
-    return path
-
-
-def check_trailers(trailers: dict[str, str]) -> None:
-    """PatchError unless there is at least one trailer and each is `Key-With-Dashes: one-line value`."""
-    if not trailers:
-        raise PatchError("perfloop commits are found by their trailers (e.g. Perfloop-Session); pass at least one")
-    for key, value in trailers.items():
-        if not _TRAILER_KEY.fullmatch(key) or not value or value != value.strip() or "\n" in value:
-            raise PatchError(f"bad trailer {key!r}: {value!r}; use Key-With-Dashes and a one-line value")
-
-
-def commit_message(subject: str, trailers: dict[str, str]) -> str:
-    """The message of a perfloop commit: one subject line, a blank line, `Key: value` trailers."""
-    if not subject.strip() or "\n" in subject:
-        raise PatchError("commit subject must be one non-empty line; shorten the patch title")
-    check_trailers(trailers)
-    return subject.strip() + "\n\n" + "".join(f"{k}: {v}\n" for k, v in trailers.items())
-
-
-def parse_log(text: str, branch: str) -> list[CommitInfo]:
-    """Parse `git log` output written with `_LOG_FORMAT`, newest first."""
-    commits = []
-    for record in filter(str.strip, text.split("\x1e")):
-        sha, parents, subject, block = record.lstrip("\n").split("\x1f")
-        pairs = (line.split(": ", 1) for line in block.splitlines() if ": " in line)
-        commits.append(CommitInfo(sha=sha, branch=branch, subject=subject,
-                                  trailers=dict(pairs), parent_sha=(parents.split() or [""])[0]))
-    return commits
-
-
-def explain_git_error(args: tuple[str, ...], stderr: str, hint: str | None = None) -> str:
-    """One actionable line for a failed git command, naming the file and line when git does."""
-    flags = " ".join(a for a in args if a.startswith("-") and a != "--whitespace=nowarn")
-    failed = _FAILED_AT.search(stderr)
-    if failed:
-        return (f"patch does not apply: {failed[1]}:{failed[2]} (git apply {flags});"
-                " regenerate the diff against the current file")
-    detail = _ERROR.search(stderr)
-    lines = [line.strip(" '") for line in stderr.splitlines() if line.strip(" '")]
-    reason = detail[1].rstrip("'") if detail else (lines[-1] if lines else "no message")
-    reason += "".join(f" {line.strip()}" for line in stderr.splitlines() if line.startswith("\t"))
-    if hint:
-        return f"{hint} (git {args[0]}: {reason})"
-    if args[0] == "apply":
-        return f"patch does not apply: {reason} (git apply {flags}); regenerate the diff against the current file"
-    return f"git {args[0]} failed: {reason}; check the repository state and retry"
 
 
 class GitWorkspace:
@@ -198,7 +121,7 @@ class GitWorkspace:
         if not diff.strip():
             raise PatchError("the patch is empty; provide a unified diff")
         with self._scratch(diff) as (patch, _env):
-            fields = iter(self._git(*_APPLY, "--numstat", "-z", patch, strip_newline_in_stdout=False).split("\0"))
+            fields = iter(self._git(*APPLY, "--numstat", "-z", patch, strip_newline_in_stdout=False).split("\0"))
         paths = []
         for field in filter(None, fields):
             added, _deleted, path = field.split("\t", 2)
@@ -241,10 +164,10 @@ class GitWorkspace:
         """Raise PatchError unless `diff` applies to the working tree, the index and HEAD's tree."""
         self.changed_files(diff)
         with self._scratch(diff) as (patch, env):
-            self._git(*_APPLY, "--check", patch)
-            self._git(*_APPLY, "--check", "--cached", patch)
+            self._git(*APPLY, "--check", patch)
+            self._git(*APPLY, "--check", "--cached", patch)
             self._git("read-tree", "HEAD", env=env)
-            self._git(*_APPLY, "--check", "--cached", patch, env=env)
+            self._git(*APPLY, "--check", "--cached", patch, env=env)
 
     def worktree_has(self, diff: str, *, min_context: int | None = None) -> bool:
         """Whether the working tree holds `diff`'s result (the patch reverses cleanly).
@@ -253,13 +176,13 @@ class GitWorkspace:
         """
         self.changed_files(diff)
         with self._scratch(diff) as (patch, _env):
-            return self._ok(*_APPLY, *_context(min_context), "--check", "-R", patch)
+            return self._ok(*APPLY, *apply_context(min_context), "--check", "-R", patch)
 
     def apply_to_worktree(self, diff: str, *, reverse: bool = False, min_context: int | None = None) -> None:
         """Apply (or reverse) `diff` on the working tree only; all hunks or none."""
         self.changed_files(diff)
         with self._scratch(diff) as (patch, _env):
-            self._git(*_APPLY, *_context(min_context), *(("-R",) if reverse else ()), patch)
+            self._git(*APPLY, *apply_context(min_context), *(("-R",) if reverse else ()), patch)
 
     def apply_and_commit(self, diff: str, subject: str, trailers: dict[str, str]) -> CommitInfo:
         """Commit `diff` alone on the session branch, then apply it to index and working tree.
@@ -286,7 +209,7 @@ class GitWorkspace:
             except PatchError:
                 self._git("update-ref", "-m", "perfloop: undo apply", f"refs/heads/{branch}", head, sha)
                 raise
-        return parse_log(self._git("log", "-1", _LOG_FORMAT, sha), branch)[0]
+        return parse_log(self._git("log", "-1", LOG_FORMAT, sha), branch)[0]
 
     def find_commit(self, trailers: dict[str, str]) -> CommitInfo | None:
         """The newest commit in HEAD's whole history whose trailers include all of `trailers`.
@@ -296,7 +219,7 @@ class GitWorkspace:
         """
         check_trailers(trailers)
         greps = [f"--grep={k}: {v}" for k, v in trailers.items()]
-        log = self._git("log", "-F", "--all-match", *greps, _LOG_FORMAT, "HEAD")
+        log = self._git("log", "-F", "--all-match", *greps, LOG_FORMAT, "HEAD")
         commits = parse_log(log, self._branch() or "HEAD")
         reverted = {c.trailers[REVERTS_TRAILER] for c in commits if REVERTS_TRAILER in c.trailers}
         return next((c for c in commits if REVERTS_TRAILER not in c.trailers and c.sha not in reverted
@@ -337,15 +260,15 @@ class GitWorkspace:
     def _commit_tree(self, patch: str, env: dict[str, str], message: str, parent: str, *, reverse: bool) -> str:
         """A commit object: `parent`'s tree with the patch (or its reverse) applied; no ref moves."""
         self._git("read-tree", parent, env=env)
-        self._git(*_APPLY, "--cached", *(("-R",) if reverse else ()), patch, env=env)
+        self._git(*APPLY, "--cached", *(("-R",) if reverse else ()), patch, env=env)
         tree = self._git("write-tree", env=env)
         return self._git("commit-tree", "--no-gpg-sign", "-p", parent, "-m", message, tree, env=env)
 
     def _has(self, patch: str, target: tuple[str, ...]) -> bool:
         """Whether the patch is in the index (`--cached`) or working tree (); PatchError if neither fits."""
-        if self._ok(*_APPLY, "--check", "-R", *target, patch):
+        if self._ok(*APPLY, "--check", "-R", *target, patch):
             return True
-        self._git(*_APPLY, "--check", *target, patch)
+        self._git(*APPLY, "--check", *target, patch)
         return False
 
     def _targets(self, patch: str, *, present: bool) -> list[tuple[str, ...]]:
@@ -356,13 +279,13 @@ class GitWorkspace:
         """Apply (or reverse) the patch on each target: all checked first, done ones undone on failure."""
         sign, undo = (("-R",), ()) if reverse else ((), ("-R",))
         for target in targets:
-            self._git(*_APPLY, "--check", *sign, *target, patch)
+            self._git(*APPLY, "--check", *sign, *target, patch)
         done: list[tuple[str, ...]] = []
         try:
             for target in targets:
-                self._git(*_APPLY, *sign, *target, patch)
+                self._git(*APPLY, *sign, *target, patch)
                 done.append(target)
         except PatchError:
             for target in done:
-                self._git(*_APPLY, *undo, *target, patch)
+                self._git(*APPLY, *undo, *target, patch)
             raise
