@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from rich.console import Console
 from rich.syntax import Syntax
 from rich.table import Table
@@ -42,11 +44,15 @@ def approval(console: Console, req: dict) -> None:
     console.print(f"expected gain: {gain:.1f} ms/token" if gain is not None
                   else f"expected gain: {req['expected_gain_share']:.0%} of decode time")
     console.print("files touched: " + ", ".join(req["files"]))
-    t = Table("op", "dims", "share", "self time", "calls", title="evidence")
+    t = Table("op", "dims", "share", "self time", "calls", "where", title="evidence")
     for e in req["evidence"]:
         t.add_row(e["op"], str(e.get("dims")), f"{e['share']:.1%}", f"{e['self_us'] / 1000:.1f} ms",
-                  str(e["calls"]))
+                  str(e["calls"]), e.get("location") or "-")
     console.print(t)
+    for e in req["evidence"]:
+        console.print(e["note"], highlight=False)
+    hunks = re.findall(r"^\+\+\+ b/(\S+)\n@@ -(\d+)", req["diff"], flags=re.M)
+    console.print("patch changes: " + ", ".join(f"{f}:{line}" for f, line in hunks))
     console.print(Syntax(req["diff"], "diff", word_wrap=True))
     console.print(f"approve: perfloop approve {req['session']}\n"
                   f"reject:  perfloop reject {req['session']} --reason TEXT")
