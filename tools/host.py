@@ -8,10 +8,11 @@ ignores zombies: a group is alive while one of its members is not in state Z.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from state.process import ProcessHandle, RunResult
@@ -122,3 +123,45 @@ def _env(extra: Mapping[str, str] | None) -> dict[str, str]:
     env = dict(os.environ)
     env.update(extra or {})
     return env
+
+
+# File operations, so that this module satisfies tools.hosts.Host like an SSH host does.
+
+def read_file(path: Path) -> bytes:
+    """A file's content (FileNotFoundError if missing)."""
+    return Path(path).read_bytes()
+
+
+def write_file_atomic(path: Path, data: bytes | str, mode: int | None = None) -> None:
+    """Replace a file at once (a temp file beside it, then rename); mode defaults to the old
+    file's (0o644 for a new one)."""
+    path = Path(path)
+    if mode is None:
+        mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_bytes(data.encode() if isinstance(data, str) else data)
+        tmp.chmod(mode)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def fetch(remote: Path, local: Path, progress: Callable[[int, int], None] | None = None) -> int:
+    """Copy a file (the local host's "remote" is itself); `progress(done, total)` at the end."""
+    Path(local).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(remote, local)
+    size = Path(local).stat().st_size
+    if progress:
+        progress(size, size)
+    return size
+
+
+def exists(path: Path) -> bool:
+    """Whether a path exists."""
+    return Path(path).exists()
+
+
+def makedirs(path: Path) -> None:
+    """Create a directory and its parents (no error if it exists)."""
+    Path(path).mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,153 @@
+"""A real OpenSSH sshd on 127.0.0.1 (a free high port), with generated host and client keys."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from state.ssh import SSHHostConfig
+from tools.ssh_host import SSHHost
+
+SSHD = Path("/usr/sbin/sshd")
+PASSPHRASE = "correct horse battery staple"
+PASSPHRASE_ENV = "PERFLOOP_TEST_SSH_KEY_PASSPHRASE"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def keygen(path: Path, passphrase: str = "") -> Path:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", passphrase, "-C", path.name,
+                    "-f", str(path)], check=True, timeout=30)
+    return path
+
+
+def children_of(pid: int) -> list[int]:
+    """Direct children of `pid`, from /proc."""
+    kids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(")") + 2:].split()[1]) == pid:
+                kids.append(int(entry.name))
+    return kids
+
+
+@dataclass
+class Sshd:
+    """One sshd daemon: its directory (keys, config, log), port and pid file."""
+
+    dir: Path
+    port: int
+
+    @property
+    def pidfile(self) -> Path:
+        return self.dir / f"sshd-{self.port}.pid"
+
+    @property
+    def client_key(self) -> Path:
+        return self.dir / "client_key"
+
+    def start(self) -> None:
+        cfg = self.dir / f"sshd-{self.port}.conf"
+        cfg.write_text("\n".join([
+            f"Port {self.port}", "ListenAddress 127.0.0.1", f"HostKey {self.dir / 'host_key'}",
+            f"PidFile {self.pidfile}", f"AuthorizedKeysFile {self.dir / 'authorized_keys'}",
+            "PasswordAuthentication no", "KbdInteractiveAuthentication no", "UsePAM no",
+            "StrictModes no", "PermitRootLogin prohibit-password", "AllowTcpForwarding yes",
+            "Subsystem sftp internal-sftp", "MaxStartups 50", ""]))
+        Path("/run/sshd").mkdir(parents=True, exist_ok=True)
+        log = self.dir / f"sshd-{self.port}.log"
+        subprocess.run([str(SSHD), "-f", str(cfg), "-E", str(log)], check=True, timeout=30)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"sshd did not listen on {self.port}: {log.read_text()[-2000:]}")
+
+    def stop(self) -> None:
+        """Stop the daemon and every connection it serves (its children), by pid."""
+        pid = int(self.pidfile.read_text())
+        sessions = children_of(pid)
+        os.kill(pid, signal.SIGTERM)
+        for child in sessions:
+            try:
+                os.kill(child, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+            time.sleep(0.05)
+
+    def known_hosts_line(self) -> str:
+        key = (self.dir / "host_key.pub").read_text().split()
+        return f"[127.0.0.1]:{self.port} {key[0]} {key[1]}\n"
+
+    def config(self, tmp: Path, **fields: object) -> SSHHostConfig:
+        """A host config for this sshd with the good client key (via a temp SSH config file)."""
+        known = tmp / "known_hosts"
+        if not known.exists():
+            known.write_text(self.known_hosts_line())
+        ssh_config = tmp / "ssh_config"
+        if not ssh_config.exists():
+            ssh_config.write_text(f"Host 127.0.0.1\n  IdentityFile {self.client_key}\n")
+        values = dict(url=f"ssh://root@127.0.0.1:{self.port}", known_hosts=known,
+                      config_file=ssh_config, connect_timeout_s=20, keepalive_s=5)
+        return SSHHostConfig(**{**values, **fields})
+
+
+@pytest.fixture(scope="session")
+def sshd_dir() -> Iterator[Path]:
+    if not SSHD.exists():
+        pytest.fail("no /usr/sbin/sshd: install openssh-server (apt-get install -y openssh-server)")
+    root = Path(tempfile.mkdtemp(prefix="perfloop-sshd-"))
+    root.chmod(0o700)
+    keygen(root / "host_key")
+    keygen(root / "client_key")
+    keygen(root / "other_key")
+    keygen(root / "locked_key", PASSPHRASE)
+    authorized = [(root / n).with_suffix(".pub").read_text() for n in ("client_key", "locked_key")]
+    (root / "authorized_keys").write_text("".join(authorized))
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def sshd(sshd_dir: Path) -> Iterator[Sshd]:
+    daemon = Sshd(sshd_dir, free_port())
+    daemon.start()
+    yield daemon
+    daemon.stop()
+
+
+@pytest.fixture(autouse=True)
+def _no_agent(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests authenticate only with the keys they name, never a developer's ssh-agent."""
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+
+
+@pytest.fixture(scope="session")
+def host(sshd: Sshd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHHost]:
+    """An SSH host connected to the test sshd as root with the good client key."""
+    remote = SSHHost(sshd.config(tmp_path_factory.mktemp("client")))
+    yield remote
+    remote.close()
