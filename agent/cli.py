@@ -74,17 +74,20 @@ def _options(approve: str, method: str, max_iterations: int, playbooks: list[Pat
 
 @app.command()
 def demo(device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+         preset: Annotated[str, typer.Option(help="Demo server size: cpu, or glm5 (GLM-5 geometry, one H200).")] = "cpu",
          approve: Approve = "auto", profile_method: Method = "patch", max_iterations: Iters = 3,
          playbooks: Books = [], no_builtin_playbooks: NoBuiltin = False, as_json: Json = False) -> None:
     """Copy the embedded MLA demo server into a workspace and run the whole loop on it."""
 
     def body():
         _choice("device", device, ("cpu", "cuda"))
+        _choice("preset", preset, ("cpu", "glm5"))
         opts = _options(approve, profile_method, max_iterations, playbooks, no_builtin_playbooks)
         sessions = Sessions()
         sid = new_session_id()
         target = load_target(DEMO_CONFIG, repo=str(sessions.home / "workspaces" / sid / "mla_server"))
-        launch = target.launch.model_copy(update={"argv": with_flag(target.launch.argv, "--device", device)})
+        argv = with_flag(with_flag(target.launch.argv, "--device", device), "--preset", preset)
+        launch = target.launch.model_copy(update={"argv": argv})
         target = target.model_copy(update={
             "launch": launch, "profile": target.profile.model_copy(update={"method": profile_method})})
         state = sessions.start(target, {**opts, "demo_source": DEMO_SOURCE}, sid, None)

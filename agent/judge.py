@@ -19,6 +19,8 @@ def judge(reference: Measurement, candidate: Measurement) -> tuple[bool, str, fl
         return False, f"outputs changed for {changed}/{len(reference.outputs)} prompt(s)", noise
     if not candidate.outputs_stable:
         return False, "outputs differ between repeats of the same prompt", noise
+    if gain < 0 and -gain > noise:
+        return False, f"TPOT got worse: {before:.1f} -> {after:.1f} ms (noise {noise:.1f} ms)", noise
     if gain <= noise:
         return False, (f"TPOT {before:.1f} -> {after:.1f} ms: change {gain:+.1f} ms is within the "
                        f"measured noise {noise:.1f} ms"), noise

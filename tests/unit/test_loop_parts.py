@@ -46,6 +46,11 @@ def test_judge_rejects_a_gain_within_noise() -> None:
     assert not ok and "within the measured noise" in reason and noise >= 10
 
 
+def test_judge_names_a_regression() -> None:
+    ok, reason, _ = judge(measurement([100, 101, 99, 100], ["a"]), measurement([150, 151, 149, 150], ["a"]))
+    assert not ok and reason.startswith("TPOT got worse: 100.0 -> 150.0 ms")
+
+
 def test_stat_and_record() -> None:
     s = stat([1.0, 2.0, 3.0, 4.0, 100.0])
     assert (s.median, s.min, s.max, s.n) == (3.0, 1.0, 100.0, 5)
