@@ -4,7 +4,7 @@ VENV  := .venv
 PY    := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-unit test-fast gpu-test venv clean
+.PHONY: demo test test-fast gpu-test venv system-deps clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -16,13 +16,18 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# The SSH tests run against a real OpenSSH sshd on 127.0.0.1 (started by the tests themselves).
+system-deps:
+	@test -x /usr/sbin/sshd || { echo "installing openssh-server (for the SSH tests)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server >/dev/null; }
+
 demo: $(STAMP)
 	$(VENV)/bin/perfloop demo
 
-test: $(STAMP)
+test: $(STAMP) system-deps
 	$(PY) -m pytest -q -ra tests
 
-test-fast: $(STAMP)
+test-fast: $(STAMP) system-deps
 	$(PY) -m pytest -q tests -m "not e2e"
 
 gpu-test: $(STAMP)
