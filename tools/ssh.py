@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 import paramiko
@@ -27,6 +28,8 @@ from tools.errors import ToolError
 
 DEFAULT_KEYS = ("id_ed25519", "id_ecdsa", "id_rsa")
 Prompt = Callable[[str], str]
+"""Asks the user for a key's passphrase, given the question (e.g. getpass.getpass)."""
+T = TypeVar("T")
 
 
 class SSHError(ToolError):
@@ -147,7 +150,8 @@ class Connection:
                  backoff_s: float = 0.5) -> None:
         self.cfg, self.prompt, self.tries, self.backoff_s = cfg, prompt, tries, backoff_s
         self.known_hosts = cfg.known_hosts or Path.home() / ".ssh" / "known_hosts"
-        self.endpoint = resolve(cfg.url, load_config(cfg.config_file))
+        self.config = load_config(cfg.config_file)
+        self.endpoint = resolve(cfg.url, self.config)
         self.reconnects = 0
         self._clients: list[paramiko.SSHClient] = []
         self._keys: dict[Path, paramiko.PKey] = {}
@@ -165,7 +169,7 @@ class Connection:
         transport = self._clients[-1].get_transport() if self._clients else None
         return transport is not None and transport.is_active()
 
-    def opening(self, open_fn: Callable[[paramiko.SSHClient], object]) -> object:
+    def opening(self, open_fn: Callable[[paramiko.SSHClient], T]) -> T:
         """`open_fn(client)` (open a channel or SFTP session), reconnecting once if the transport
         turns out dead. Only openings are retried: nothing has run on the host yet."""
         try:
@@ -200,8 +204,7 @@ class Connection:
         self._clients = []
 
     def _connect(self) -> None:
-        config = load_config(self.cfg.config_file)
-        hops = [resolve(j, config, follow_jumps=False) for j in self.endpoint.jumps]
+        hops = [resolve(j, self.config, follow_jumps=False) for j in self.endpoint.jumps]
         hops.append(self.endpoint)
         sock = None
         try:
@@ -246,7 +249,7 @@ class Connection:
         if path not in self._keys:
             try:
                 self._keys[path] = paramiko.PKey.from_path(path)
-            except paramiko.PasswordRequiredException:
+            except (paramiko.PasswordRequiredException, TypeError):  # TypeError: from cryptography
                 self._keys[path] = self._decrypt(path)
             except (paramiko.SSHException, ValueError, OSError) as exc:
                 raise SSHAuthError(f"cannot read private key {path}: {exc}") from None
@@ -262,7 +265,7 @@ class Connection:
             raise SSHAuthError(f"private key {path} is encrypted: {hint} (or run interactively)")
         secrets.register(passphrase)
         try:
-            return paramiko.PKey.from_path(path, passphrase)
+            return paramiko.PKey.from_path(path, passphrase.encode())
         except (paramiko.SSHException, ValueError):
             source = f"${name}" if name else "the prompt"
             raise SSHAuthError(f"the passphrase from {source} does not decrypt {path}") from None
@@ -282,6 +285,8 @@ def _translate(exc: BaseException, hop: Endpoint, known_hosts: Path) -> BaseExce
         keys = ", ".join(str(p) for p in hop.identity_files if p.is_file()) or "no key file"
         return SSHAuthError(f"{hop} refused every key offered ({keys}, plus ssh-agent keys): add "
                             f"the public key to its authorized_keys or set IdentityFile for it")
+    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
+        return SSHError(f"cannot connect to {hop}: connection refused or host unreachable")
     if isinstance(exc, (paramiko.SSHException, EOFError, OSError)):
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return SSHError(f"cannot connect to {hop}: {reason}")

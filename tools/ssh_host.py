@@ -140,8 +140,8 @@ class SSHHost:
                 if err.pgid is not None:
                     self._shell(kill_script(err.pgid, "KILL"))
                 _pump(channel, out, err, time.monotonic() + 10)
-            if finished and not channel.status_event.is_set():
-                raise EOFError("channel closed without an exit status")
+            if finished and not channel.eof_received:
+                raise EOFError("the channel closed before the command's output ended")
             code = channel.recv_exit_status() if finished else -9
         except (paramiko.SSHException, EOFError, OSError) as exc:
             raise self._lost(f"running {argv[0]!r}", exc) from exc

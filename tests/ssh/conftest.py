@@ -35,18 +35,24 @@ def keygen(path: Path, passphrase: str = "") -> Path:
     return path
 
 
-def children_of(pid: int) -> list[int]:
-    """Direct children of `pid`, from /proc."""
-    kids = []
+def sshd_descendants(pid: int) -> list[int]:
+    """The sshd processes under `pid` (one per connection, and its privilege-separated child)."""
+    parents: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 stat = (entry / "stat").read_text()
             except OSError:
                 continue
-            if int(stat[stat.rindex(")") + 2:].split()[1]) == pid:
-                kids.append(int(entry.name))
-    return kids
+            ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+            if stat[stat.index("(") + 1:stat.rindex(")")] == "sshd":
+                parents.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        kids = parents.get(todo.pop(), [])
+        found += kids
+        todo += kids
+    return found
 
 
 @dataclass
@@ -86,8 +92,10 @@ class Sshd:
 
     def stop(self) -> None:
         """Stop the daemon and every connection it serves (its children), by pid."""
+        if not self.pidfile.exists():
+            return
         pid = int(self.pidfile.read_text())
-        sessions = children_of(pid)
+        sessions = sshd_descendants(pid)
         os.kill(pid, signal.SIGTERM)
         for child in sessions:
             try:
