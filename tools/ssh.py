@@ -174,7 +174,7 @@ class Connection:
         turns out dead. Only openings are retried: nothing has run on the host yet."""
         try:
             return open_fn(self.client())
-        except (paramiko.SSHException, EOFError, OSError) as exc:
+        except (paramiko.SSHException, EOFError, OSError):
             if self.alive():
                 raise
         self.reconnect()

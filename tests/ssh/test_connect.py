@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import re
+import signal
 import subprocess
 import threading
 import time
@@ -88,6 +91,22 @@ def test_passphrase_from_env_or_prompt_never_shows(sshd: Sshd, tmp_path: Path,
     asked: list[str] = []
     prompted = Connection(cfg, prompt=lambda text: asked.append(text) or PASSPHRASE)
     assert echo(prompted) == "ok" and asked == [f"passphrase for {sshd.dir / 'locked_key'}: "]
+
+
+def test_ssh_agent_keys_are_offered_after_key_files(sshd: Sshd, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "ssh_config").write_text(f"Host *\n  IdentityFile {sshd.dir / 'other_key'}\n")
+    sock = tmp_path / "agent.sock"
+    started = subprocess.run(["ssh-agent", "-s", "-a", str(sock)], capture_output=True, text=True,
+                             check=True, timeout=30).stdout
+    agent_pid = int(re.search(r"SSH_AGENT_PID=(\d+)", started).group(1))
+    try:
+        monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
+        subprocess.run(["ssh-add", "-q", str(sshd.client_key)], check=True, timeout=30,
+                       capture_output=True)
+        assert echo(Connection(sshd.config(tmp_path))) == "ok"  # other_key refused, agent's accepted
+    finally:
+        os.kill(agent_pid, signal.SIGTERM)
 
 
 def test_an_alias_from_the_ssh_config(sshd: Sshd, tmp_path: Path) -> None:
