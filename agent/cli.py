@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -47,6 +48,14 @@ def _run(fn):
     except ToolError as exc:
         err.print(f"[red]error:[/red] {redact(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
+    except Exception as exc:  # a bug: one line, the traceback on request, the session resumable
+        if os.environ.get("PERFLOOP_DEBUG"):
+            raise
+        first = redact(str(exc)).splitlines()[0] if str(exc) else ""
+        err.print(f"[red]internal error:[/red] {type(exc).__name__}: {first} (PERFLOOP_DEBUG=1 shows "
+                  "the traceback; a session it stopped continues with `perfloop resume SESSION`)",
+                  highlight=False, soft_wrap=True)
+        raise typer.Exit(3) from None
 
 
 def _finish(sessions: Sessions, state: LoopState, as_json: bool) -> None:

@@ -1,0 +1,37 @@
+"""Suite-wide guard: a test must not leave processes running in its temporary folders."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from tests.procs import processes_in
+
+
+def _kill(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.killpg(os.getpgid(pid), signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_processes(request):
+    """After each test that has a tmp_path: kill anything still running there, and say so."""
+    path = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames else None
+    yield
+    if path is None:
+        return
+    leaked = processes_in(path)
+    _kill(leaked)
+    assert not leaked, f"test left {len(leaked)} process(es) running in its tmp_path (killed now)"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_leaks_at_exit(tmp_path_factory):
+    """At the end of the run: kill whatever still runs under pytest's base temp folder."""
+    yield
+    _kill(processes_in(tmp_path_factory.getbasetemp()))
