@@ -28,7 +28,8 @@ def profile(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
         method=cfg.method, base_url=server.base_url, model=state.target.model,
         out_dir=state.options.session_dir / "profiles" / pid, profile_dir=server.profile_dir,
         profile_id=pid, warmup_steps=cfg.warmup_steps, active_steps=cfg.active_steps,
-        prompt=cfg.prompt, timeout_s=cfg.timeout_s))
+        prompt=cfg.prompt, timeout_s=cfg.timeout_s, tp_size=state.target.tp_size,
+        sglang_version=state.sglang.version if state.sglang else None))
     result = ProfileResult(iteration=state.iteration, method=cfg.method, **files.model_dump())
     note = f"{cfg.method} profile: {result.trace_path.name} ({result.active_tokens} active tokens)"
     return Command(update={"profiles": [result], "transitions": transition("profile", note)},

@@ -110,13 +110,17 @@ class ProfileArgs(Model):
     """Prompt of the profiling request."""
     timeout_s: float
     """Seconds to wait for the trace."""
+    tp_size: int = 1
+    """Ranks that each write a trace (api method)."""
+    sglang_version: str | None = None
+    """SGLang release, to shape the /start_profile body (e.g. `start_step`); None for other kinds."""
 
 
 class ProfileFiles(Model):
     """Files a profile produced."""
 
     trace_path: Path
-    """Chrome trace (.json.gz)."""
+    """Chrome trace (.json.gz), or the folder of one trace per rank."""
     summary_path: Path | None
     """key_averages table, when the method writes one."""
     trace_sha256: str

@@ -103,6 +103,8 @@ class TargetConfig(Model):
     """Where the target runs."""
     model: str = "default"
     """Model name sent in completion requests."""
+    tp_size: int = Field(1, ge=1)
+    """Tensor-parallel ranks: an `api` profile waits for one trace per rank and merges them."""
     launch: LaunchConfig
     """How to start the server."""
     measure: MeasureConfig

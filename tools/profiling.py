@@ -23,7 +23,9 @@ from tools.errors import TraceError
 from tools.faults import fault_point
 from tools.http import post_json
 from tools.progress import report
-from tools.trace import read_chrome_trace
+from tools.sglang_layout import parse_version
+from tools.sglang_server import rank_traces, start_profile_body
+from tools.trace import read_profiles
 
 _POLL_S = 0.2
 
@@ -94,12 +96,19 @@ def _profile_patch(args: ProfileArgs) -> ProfileFiles:
                         active_tokens=_active_tokens(usage, args.prompt, len(arrivals)))
 
 
+def _api_body(args: ProfileArgs, out_dir: Path, pid: str) -> dict:
+    if args.sglang_version is None:
+        return {"output_dir": str(out_dir), "num_steps": args.active_steps,
+                "activities": ["CPU", "GPU"], "profile_id": pid, "record_shapes": True}
+    return start_profile_body(out_dir, pid, args.active_steps, parse_version(args.sglang_version),
+                              start_step=args.warmup_steps)
+
+
 def _profile_api(args: ProfileArgs) -> ProfileFiles:
     pid = attempt_id(args.profile_id)
     out_dir = args.out_dir / pid
     out_dir.mkdir(parents=True, exist_ok=True)
-    body = {"output_dir": str(out_dir), "num_steps": args.active_steps,
-            "activities": ["CPU", "GPU"], "profile_id": pid, "record_shapes": True}
+    body = _api_body(args, out_dir, pid)
     code, text = post_json(args.base_url + "/start_profile", body)
     if code != 200:  # e.g. a profile started by a killed attempt is still running: stop it, retry once
         post_json(args.base_url + "/stop_profile", {})
@@ -108,14 +117,20 @@ def _profile_api(args: ProfileArgs) -> ProfileFiles:
         raise TraceError(f"/start_profile answered HTTP {code}: {text[:200]}; does this server "
                          "support the profiling API? try --profile-method patch")
     arrivals, _, usage = stream_completion(
-        args.base_url, chat_body(args.model, args.prompt, args.active_steps + 4), args.timeout_s)
+        args.base_url, chat_body(args.model, args.prompt, args.warmup_steps + args.active_steps + 4),
+        args.timeout_s)
 
-    def trace() -> Path | None:
-        found = sorted(out_dir.glob("*.trace.json.gz"))
-        return found[0] if found else None
+    def all_ranks() -> dict[int, Path] | None:
+        try:
+            return rank_traces(out_dir, pid, args.tp_size)
+        except TraceError:
+            return None
 
-    path = _wait_for(f"a trace in {out_dir}", trace, args.timeout_s)
-    return ProfileFiles(trace_path=path, summary_path=None, trace_sha256=sha256_file(path),
+    ranks = _wait_for(f"{args.tp_size} rank trace(s) in {out_dir}", all_ranks, args.timeout_s)
+    path = ranks[0] if args.tp_size == 1 else out_dir
+    digest = hashlib.sha256("".join(sha256_file(p) for _, p in sorted(ranks.items())).encode())
+    return ProfileFiles(trace_path=path, summary_path=None,
+                        trace_sha256=sha256_file(path) if args.tp_size == 1 else digest.hexdigest(),
                         device="unknown",
                         active_tokens=_active_tokens(usage, args.prompt, len(arrivals)))
 
@@ -128,5 +143,5 @@ def take(args: ProfileArgs) -> ProfileFiles:
 
 @tool("profile.read")
 def read(args: PathArgs) -> ProfileSummary:
-    """Read a Chrome trace into per-op statistics."""
-    return read_chrome_trace(args.path)
+    """Read a Chrome trace (or a folder of one per rank, merged) into per-op statistics."""
+    return read_profiles([args.path])

@@ -70,13 +70,19 @@ class ReplayDoor:
         rec = self.calls[k]
         if (rec.node, rec.name) != (self.node, name):
             raise ReplayDivergence(f"{where} differs: the recording has {rec.name} from node {rec.node}")
-        diff = first_difference(rec.input, args.model_dump(mode="json"))
+        spec = REGISTRY[name]
+        try:  # through today's model, so fields added since the recording take their defaults
+            recorded = spec.input_type.model_validate(rec.input).model_dump(mode="json")
+        except ValueError as exc:
+            raise ReplayDivergence(f"{where}: the recorded input no longer fits {spec.input_type.__name__}: "
+                                   f"{str(exc).splitlines()[0]}") from None
+        diff = first_difference(recorded, args.model_dump(mode="json"))
         if diff:
             raise ReplayDivergence(f"{where} has different input: {diff}")
         self.position += 1
         if rec.error is not None:
             raise _error(rec.error)
-        return REGISTRY[name].output_type.model_validate(rec.output)
+        return spec.output_type.model_validate(rec.output)
 
     def unplayed(self) -> list[ToolCallRecord]:
         """Recorded calls the replay never asked for."""
