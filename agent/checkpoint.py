@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import pkgutil
 import sqlite3
 from pathlib import Path
 
@@ -10,23 +12,17 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite import SqliteSaver
 from pydantic import BaseModel
 
-import state.calls
-import state.diagnosis
-import state.loop
-import state.measure
-import state.process
-import state.profile
-import state.session
-import state.target
-import state.workspace
+import state
 
-_STATE_MODULES = (state.calls, state.diagnosis, state.loop, state.measure, state.process,
-                  state.profile, state.session, state.target, state.workspace)
+
+def _state_modules() -> list:
+    """Every module of the `state` package (new ones are picked up without editing this list)."""
+    return [importlib.import_module(f"state.{m.name}") for m in pkgutil.iter_modules(state.__path__)]
 
 
 def state_types() -> list[type]:
     """Every pydantic model defined in our state modules: the serializer's allow-list."""
-    return [obj for mod in _STATE_MODULES for _, obj in inspect.getmembers(mod, inspect.isclass)
+    return [obj for mod in _state_modules() for _, obj in inspect.getmembers(mod, inspect.isclass)
             if issubclass(obj, BaseModel) and obj.__module__ == mod.__name__]
 
 

@@ -14,6 +14,7 @@ from agent.judge import judge
 from agent.steps_profile import files_of
 from state.loop import LoopOptions, LoopState
 from state.measure import RequestRecord
+from state.sglang import SglangLayout
 from tools.bench import sse_data, stat, summarize, to_record
 from tools.door import Door, tool
 from tools.errors import ConfigError, ToolError
@@ -145,7 +146,8 @@ def test_state_types_round_trip_without_unregistered_warnings(tmp_path: Path, ca
     assert LoopState in state_types()
     state = LoopState(session_id="s", target=load_target(DEMO_TOML),
                       options=LoopOptions(session_dir=tmp_path, python="python3"),
-                      baseline=measurement([10, 11], ["a"]))
+                      baseline=measurement([10, 11], ["a"]),
+                      sglang=SglangLayout(kind="checkout", package_dir="python/sglang", version="0.5.23"))
     serde = serializer()
     with caplog.at_level(logging.WARNING):
         back = serde.loads_typed(serde.dumps_typed(state))
