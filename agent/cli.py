@@ -48,6 +48,8 @@ def _run(fn):
     except ToolError as exc:
         err.print(f"[red]error:[/red] {redact(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
+    except (typer.Exit, typer.Abort):
+        raise
     except Exception as exc:  # a bug: one line, the traceback on request, the session resumable
         if os.environ.get("PERFLOOP_DEBUG"):
             raise
