@@ -12,7 +12,8 @@ import typer
 from rich.console import Console
 
 from agent import render
-from agent.config import DEMO_CONFIG, DEMO_SOURCE, check_repo, load_target, with_flag
+from agent.config import DEMO_CONFIG, DEMO_SOURCE, check_repo, load_target, with_flag, with_host
+from agent.remote import executor_for, remote_base
 from agent.session import Sessions, new_session_id
 from state.loop import LoopState
 from tools import progress
@@ -31,6 +32,9 @@ Iters = Annotated[int, typer.Option(min=1, help="Most profile/diagnose rounds.")
 Books = Annotated[list[Path], typer.Option("--playbooks", help="Extra playbook directory (repeatable).")]
 NoBuiltin = Annotated[bool, typer.Option("--no-builtin-playbooks", help="Search only --playbooks directories.")]
 Json = Annotated[bool, typer.Option("--json", help="End with one JSON summary line.")]
+HostUrl = Annotated[str | None, typer.Option("--host", help="Run on this SSH host (ssh://user@host:port or ssh://ALIAS).")]
+TrustNew = Annotated[bool, typer.Option("--trust-new-host", help="Record an unknown SSH host key (a changed one is always refused).")]
+HostPython = Annotated[str | None, typer.Option("--host-python", help="Interpreter on the SSH host (needs pydantic, GitPython, msgspec).")]
 
 
 def _choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
@@ -87,8 +91,10 @@ def _options(approve: str, method: str, max_iterations: int, playbooks: list[Pat
 def demo(device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
          preset: Annotated[str, typer.Option(help="Demo server size: cpu, or glm5 (GLM-5 geometry, one H200).")] = "cpu",
          approve: Approve = "auto", profile_method: Method = "patch", max_iterations: Iters = 3,
-         playbooks: Books = [], no_builtin_playbooks: NoBuiltin = False, as_json: Json = False) -> None:
-    """Copy the embedded MLA demo server into a workspace and run the whole loop on it."""
+         playbooks: Books = [], no_builtin_playbooks: NoBuiltin = False, host: HostUrl = None,
+         trust_new_host: TrustNew = False, host_python: HostPython = None,
+         as_json: Json = False) -> None:
+    """Copy the embedded MLA demo server into a workspace (on --host if given) and run the loop on it."""
 
     def body():
         _choice("device", device, ("cpu", "cuda"))
@@ -96,7 +102,9 @@ def demo(device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
         opts = _options(approve, profile_method, max_iterations, playbooks, no_builtin_playbooks)
         sessions = Sessions()
         sid = new_session_id()
-        target = load_target(DEMO_CONFIG, repo=str(sessions.home / "workspaces" / sid / "mla_server"))
+        target = with_host(load_target(DEMO_CONFIG), host, trust_new_host, host_python)
+        base = remote_base(target) if target.host.kind == "ssh" else sessions.home
+        target = target.model_copy(update={"repo": base / "workspaces" / sid / "mla_server"})
         argv = with_flag(with_flag(target.launch.argv, "--device", device), "--preset", preset)
         launch = target.launch.model_copy(update={"argv": argv})
         target = target.model_copy(update={
@@ -112,11 +120,12 @@ def run(target_toml: Annotated[Path, typer.Argument(help="Target config (TOML)."
         approve: Approve = "auto", profile_method: Annotated[str | None, typer.Option(
             "--profile-method", help="Override the config's profile method (patch|api).")] = None,
         max_iterations: Iters = 3, playbooks: Books = [], no_builtin_playbooks: NoBuiltin = False,
+        host: HostUrl = None, trust_new_host: TrustNew = False, host_python: HostPython = None,
         as_json: Json = False) -> None:
     """Run the loop on the target a TOML file describes."""
 
     def body():
-        target = load_target(target_toml)
+        target = with_host(load_target(target_toml), host, trust_new_host, host_python)
         method = profile_method or target.profile.method
         opts = _options(approve, method, max_iterations, playbooks, no_builtin_playbooks)
         target = target.model_copy(update={"profile": target.profile.model_copy(update={"method": method})})
@@ -157,8 +166,10 @@ def _edited_patch(session: str, path: Path) -> str:
         diff = path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise ToolError(f"cannot read edited patch {path}: {exc}") from exc
-    repo = Sessions().state(session).target.repo
-    check_patch(ApplyArgs(repo=repo, diff=diff, subject="check", trailers={}))
+    state = Sessions().state(session)
+    args = ApplyArgs(repo=state.target.repo, diff=diff, subject="check", trailers={})
+    with executor_for(state.target, state.options.session_dir) as remote:  # where the repo lives
+        remote.call("repo.check_patch", args) if remote else check_patch(args)
     return diff
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from state.ssh import SSHHostConfig
 from state.target import TargetConfig
 from tools.errors import ConfigError
 
@@ -30,6 +31,10 @@ def load_target(path: Path, **overrides) -> TargetConfig:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"]) or "(top level)"
         raise ConfigError(f"{path}: field `{where}`: {err['msg']} (see examples/targets/mla_server.toml)") from exc
+    if target.host.kind == "ssh":
+        if not target.repo.is_absolute():
+            raise ConfigError(f"{path}: `repo` must be an absolute path on the SSH host, not {target.repo}")
+        return target
     repo = target.repo.expanduser()
     if not repo.is_absolute():
         repo = (path.parent / repo).resolve()
@@ -45,10 +50,33 @@ def with_flag(argv: list[str], flag: str, value: str) -> list[str]:
 
 
 def check_repo(target: TargetConfig) -> None:
-    """The repo must exist and be the top level of a git checkout (never a subfolder of another)."""
+    """The repo must exist and be the top level of a git checkout (never a subfolder of another).
+    A repo on an SSH host is not checked here: the first tool run there names what is missing."""
+    if target.host.kind == "ssh":
+        return
     repo = target.repo
     if not repo.is_dir():
         raise ConfigError(f"target repo {repo} does not exist; set `repo` in the target config")
     if not (repo / ".git").exists():
         raise ConfigError(f"target repo {repo} is not the top level of a git checkout; "
                           f"run `git init` there and commit the engine source first")
+
+
+def with_host(target: TargetConfig, url: str | None, trust_new_host: bool = False,
+              python: str | None = None) -> TargetConfig:
+    """Apply `--host URL` (an ssh:// URL replacing the config's host or its url),
+    `--trust-new-host` and `--host-python` to a target."""
+    host = target.host
+    if url is not None:
+        try:
+            host = (host.model_copy(update={"url": SSHHostConfig(url=url).url})
+                    if isinstance(host, SSHHostConfig) else SSHHostConfig(url=url))
+        except ValidationError as exc:
+            raise ConfigError(f"--host: {exc.errors()[0]['msg'].removeprefix('Value error, ')}") from None
+    for flag, field, value in (("--trust-new-host", "trust_new_host", trust_new_host or None),
+                               ("--host-python", "python", python)):
+        if value is not None:
+            if not isinstance(host, SSHHostConfig):
+                raise ConfigError(f"{flag} needs an SSH host: pass --host ssh://... too")
+            host = host.model_copy(update={field: value})
+    return target.model_copy(update={"host": host})

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import wraps
+from pathlib import Path
 from typing import Any
 
 from langgraph.runtime import Runtime
@@ -23,6 +24,11 @@ class LoopContext:
 
     door: Door
     """The door every side effect goes through (live, or answering from a recording)."""
+
+
+def host_dir(state: LoopState) -> Path:
+    """Where host-side files (server logs, pid file, profiler output) live on the target's host."""
+    return state.options.host_dir or state.options.session_dir
 
 
 def transition(node: str, note: str) -> list[Transition]:

@@ -18,9 +18,11 @@ import tools.bench  # noqa: F401  (registers tools)
 import tools.profiling  # noqa: F401
 import tools.repo  # noqa: F401
 import tools.server  # noqa: F401
+import tools.transfer  # noqa: F401
 from agent.checkpoint import open_checkpointer, serializer
 from agent.context import LoopContext
 from agent.graph import compile_graph
+from agent.remote import executor_for, remote_options
 from agent.steps_setup import FORK_STEPS
 from state.loop import LoopOptions, LoopState
 from state.session import SessionInfo, Summary
@@ -54,7 +56,8 @@ class Sessions:
     def start(self, target: TargetConfig, options: dict[str, Any], session_id: str,
               target_path: Path | None, parent: str | None = None) -> LoopState:
         """Record a new session and run the loop until it ends or pauses for approval."""
-        opts = LoopOptions(session_dir=self.session_dir(session_id), **options)
+        opts = LoopOptions(session_dir=self.session_dir(session_id),
+                           **{**options, **remote_options(target, session_id)})
         inp = LoopState(session_id=session_id, target=target, options=opts)
         return self.start_from(inp, target_path, parent)
 
@@ -119,9 +122,11 @@ class Sessions:
                 self.store.supersede_after(session_id, done)
             if answer is not None:
                 self.store.add_input(session_id, "answer", answer)
-            door = Door(session_id, self.store)
-            self.graph.invoke(inp, self.config(session_id), context=LoopContext(door=door),
-                              durability="sync")
+            known = inp if isinstance(inp, LoopState) else self.state(session_id)
+            with executor_for(known.target, known.options.session_dir) as executor:
+                door = Door(session_id, self.store, executor)
+                self.graph.invoke(inp, self.config(session_id), context=LoopContext(door=door),
+                                  durability="sync")
             state = self.state(session_id)
             status = "paused" if self.pending_approval(session_id) is not None else state.status
             info = self.info(session_id)
@@ -147,6 +152,7 @@ class Sessions:
         parent = LoopState.model_validate(hits[n - 1].values)
         options = parent.options.model_copy(update={
             "session_dir": self.session_dir(new_id), "demo_source": None,
+            "host_dir": parent.options.host_dir and parent.options.host_dir.parent / new_id,
             **({"approve": approve} if approve else {})})
         inp = parent.model_copy(update={
             "session_id": new_id, "options": options, "fork_at": step, "server": None,

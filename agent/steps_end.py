@@ -5,7 +5,7 @@ from __future__ import annotations
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from agent.context import LoopContext, call, step, transition
+from agent.context import LoopContext, call, host_dir, step, transition
 from agent.steps_patch import remove_instrumentation
 from state.calls import CommitArgs, PidFileArgs, ServerArgs
 from state.loop import LoopState
@@ -20,7 +20,7 @@ def _teardown(state: LoopState, runtime: Runtime[LoopContext]) -> list[str]:
         steps.append(("stop server", lambda: call(runtime, "server.stop", ServerArgs(
             server=state.server, grace_s=state.target.launch.stop_grace_s))))
     steps.append(("stop orphaned server", lambda: call(runtime, "server.stop_recorded", PidFileArgs(
-        pid_file=state.options.session_dir / "server.pid", repo=state.target.repo,
+        pid_file=host_dir(state) / "server.pid", repo=state.target.repo,
         grace_s=state.target.launch.stop_grace_s))))
     if state.pending_commit is not None:
         steps.append(("revert undecided commit", lambda: call(runtime, "repo.revert_commit", CommitArgs(

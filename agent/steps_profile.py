@@ -9,10 +9,10 @@ from typing import Literal
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from agent.context import LoopContext, call, step, transition
+from agent.context import LoopContext, call, host_dir, step, transition
 from playbooks.engine import diagnose as run_diagnosis
 from playbooks.engine import load_playbooks, patch_text
-from state.calls import PathArgs, ProfileArgs
+from state.calls import FetchArgs, PathArgs, ProfileArgs, ProfileFiles
 from tools.errors import ConfigError
 from tools.sglang_playbook import sglang_patch
 from state.diagnosis import DiagnosisContext
@@ -26,14 +26,28 @@ def profile(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
     pid = f"it{state.iteration}-{cfg.method}"
     files = call(runtime, "profile.take", ProfileArgs(
         method=cfg.method, base_url=server.base_url, model=state.target.model,
-        out_dir=state.options.session_dir / "profiles" / pid, profile_dir=server.profile_dir,
+        out_dir=host_dir(state) / "profiles" / pid, profile_dir=server.profile_dir,
         profile_id=pid, warmup_steps=cfg.warmup_steps, active_steps=cfg.active_steps,
         prompt=cfg.prompt, timeout_s=cfg.timeout_s, tp_size=state.target.tp_size,
         sglang_version=state.sglang.version if state.sglang else None))
+    if state.target.host.kind == "ssh":
+        files = fetched(state, runtime, files, state.options.session_dir / "profiles" / pid)
     result = ProfileResult(iteration=state.iteration, method=cfg.method, **files.model_dump())
     note = f"{cfg.method} profile: {result.trace_path.name} ({result.active_tokens} active tokens)"
     return Command(update={"profiles": [result], "transitions": transition("profile", note)},
                    goto="diagnose")
+
+
+def fetched(state: LoopState, runtime: Runtime[LoopContext], files: ProfileFiles,
+            local_dir: Path) -> ProfileFiles:
+    """Copy a profile's folder from the target host into `local_dir`; the files' local paths."""
+    trace = files.trace_path
+    folder = trace.parent if trace.name.endswith((".json", ".json.gz")) else trace  # or per-rank
+    local = call(runtime, "host.fetch", FetchArgs(host=state.target.host, remote=folder,
+                                                   local=local_dir / folder.name)).path
+    return files.model_copy(update={
+        "trace_path": local if folder == trace else local / trace.name,
+        "summary_path": local / files.summary_path.name if files.summary_path else None})
 
 
 def _playbooks(state: LoopState):

@@ -7,9 +7,9 @@ from typing import Literal
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from agent.context import LoopContext, call, step, transition
+from agent.context import LoopContext, call, host_dir, step, transition
 from state.calls import (BranchArgs, CopyTreeArgs, InstrumentArgs, LaunchArgs, MeasureArgs,
-                         RepoArgs, ServerArgs)
+                         PushTreeArgs, RepoArgs, ServerArgs)
 from state.loop import LoopState
 from state.process import ServerHandle
 from tools.repo import tree_fingerprint
@@ -25,7 +25,12 @@ def prepare(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
     """Create the demo checkout if asked, record the repo as found, switch to the session branch."""
     repo = state.target.repo
     if state.options.demo_source is not None:
-        call(runtime, "repo.create_from_tree", CopyTreeArgs(src=state.options.demo_source, dest=repo))
+        src = state.options.demo_source
+        if state.target.host.kind == "ssh":  # the tree goes to the host first, then becomes a repo there
+            src = host_dir(state) / "demo" / src.name
+            call(runtime, "host.push_tree", PushTreeArgs(
+                host=state.target.host, src=state.options.demo_source, dest=src))
+        call(runtime, "repo.create_from_tree", CopyTreeArgs(src=src, dest=repo))
     start = state.start or call(runtime, "repo.snapshot", RepoArgs(repo=repo))
     branch = session_branch(state.session_id)
     call(runtime, "repo.ensure_branch", BranchArgs(repo=repo, name=branch))
@@ -70,12 +75,12 @@ def start_server(state: LoopState, runtime: Runtime[LoopContext], instrumented: 
         call(runtime, "server.stop", ServerArgs(server=state.server,
                                                 grace_s=state.target.launch.stop_grace_s))
     number = state.launches + 1
-    session_dir = state.options.session_dir
+    files = host_dir(state)
     return call(runtime, "server.launch", LaunchArgs(
         repo=state.target.repo, launch=state.target.launch, python=state.options.python,
-        log_path=session_dir / "logs" / f"server-{number}.log", tree_sha256=fingerprint,
-        instrumented=instrumented, profile_dir=session_dir / "profiler" if instrumented else None,
-        launch_number=number, pid_file=session_dir / "server.pid"))
+        log_path=files / "logs" / f"server-{number}.log", tree_sha256=fingerprint,
+        instrumented=instrumented, profile_dir=files / "profiler" if instrumented else None,
+        launch_number=number, pid_file=files / "server.pid"))
 
 
 @step("launch")

@@ -8,6 +8,7 @@ from state.measure import Measurement
 from state.process import ServerHandle
 from state.target import LaunchConfig, MeasureConfig
 from state.sglang import HookSite, SglangLayout
+from state.ssh import SSHHostConfig
 from state.workspace import CommitInfo, InstrumentationRecord
 
 
@@ -213,3 +214,25 @@ class Done(Model):
 
     note: str = ""
     """What happened."""
+
+
+class FetchArgs(Model):
+    """Copy a file or a flat folder of a remote host to this machine."""
+
+    host: SSHHostConfig
+    """The host."""
+    remote: Path
+    """File or folder on the host."""
+    local: Path
+    """Where the copy goes here."""
+
+
+class PushTreeArgs(Model):
+    """Upload a local source tree (without __pycache__) to a folder of a remote host."""
+
+    host: SSHHostConfig
+    """The host."""
+    src: Path
+    """Local tree."""
+    dest: Path
+    """Folder on the host (created; files in it are replaced)."""

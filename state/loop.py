@@ -28,6 +28,9 @@ class LoopOptions(Model):
     """Extra playbook directories, searched after the built-in catalog."""
     session_dir: Path
     """Where this session keeps logs, traces and measurements."""
+    host_dir: Path | None = None
+    """On a remote target host: where the server's logs, pid file and profiler files live
+    (`~/.perfloop/sessions/<id>` there); None for the local host (then `session_dir`)."""
     demo_source: Path | None = None
     """For `perfloop demo`: the embedded target tree copied into a new repo at `target.repo`."""
     python: str

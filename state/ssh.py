@@ -33,6 +33,9 @@ class SSHHostConfig(Model):
     """Seconds allowed for the TCP connection, banner and authentication of each hop."""
     keepalive_s: int = Field(15, ge=0)
     """Seconds between SSH keepalive packets (0: none)."""
+    python: str = "python3"
+    """Interpreter on the host that runs perfloop's tools and `{python}` in launch commands; it
+    needs pydantic, GitPython and msgspec (and what the server needs, e.g. torch)."""
 
     @field_validator("url")
     @classmethod

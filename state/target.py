@@ -2,11 +2,12 @@
 
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
 from state.base import Model
+from state.ssh import SSHHostConfig
 
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSPHRASE|CREDENTIAL|AUTH)", re.I)
 """Environment variable names that hold secrets (shared with tools.secrets)."""
@@ -19,8 +20,8 @@ class LocalHost(Model):
     """Discriminator of the host variant."""
 
 
-Host = LocalHost
-"""Where the target runs. Remote SSH hosts join this union as a tagged variant."""
+Host = Annotated[LocalHost | SSHHostConfig, Field(discriminator="kind")]
+"""Where the target runs: this machine, or a remote host over SSH."""
 
 
 class LaunchConfig(Model):

@@ -4,6 +4,10 @@ Every tool is a function `fn(args: InModel) -> OutModel` registered with `@tool(
 `door.call("name", InModel(...))`; the door validates the input, runs the tool, and records the call
 (inputs, output or error, start time, duration) through its recorder before returning. Recording every
 call from the first one is what later lets a session be replayed without its host.
+
+A tool runs where the target lives (`where="host"`, the default) or always here (`where="local"`,
+e.g. reading a fetched trace). With an executor (tools/remote_client.py for an SSH host), host tools
+are run by it on the target host; without one, everything runs in this process.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Protocol, TypeVar, get_type_hints
+from typing import Literal, Protocol, TypeVar, get_type_hints
 
 from pydantic import BaseModel
 
@@ -31,13 +35,16 @@ class ToolSpec:
     fn: Callable[[BaseModel], BaseModel]
     input_type: type[BaseModel]
     output_type: type[BaseModel]
+    where: Literal["host", "local"] = "host"
 
 
 REGISTRY: dict[str, ToolSpec] = {}
 
 
-def tool(name: str) -> Callable[[Callable[[In], Out]], Callable[[In], Out]]:
-    """Register `fn` as tool `name`; its annotations give the input and output models."""
+def tool(name: str, where: Literal["host", "local"] = "host"
+         ) -> Callable[[Callable[[In], Out]], Callable[[In], Out]]:
+    """Register `fn` as tool `name`; its annotations give the input and output models; `where`
+    says whether it runs on the target's host or always in this process."""
 
     def register(fn: Callable[[In], Out]) -> Callable[[In], Out]:
         hints = get_type_hints(fn)
@@ -45,7 +52,7 @@ def tool(name: str) -> Callable[[Callable[[In], Out]], Callable[[In], Out]]:
         (input_type,) = hints.values()
         if name in REGISTRY and REGISTRY[name].fn is not fn:
             raise ValueError(f"tool {name!r} registered twice")
-        REGISTRY[name] = ToolSpec(name, fn, input_type, output_type)
+        REGISTRY[name] = ToolSpec(name, fn, input_type, output_type, where)
         return fn
 
     return register
@@ -59,12 +66,19 @@ class Recorder(Protocol):
     def record(self, call: ToolCallRecord) -> None: ...
 
 
+class Executor(Protocol):
+    """Runs host tools on a remote host."""
+
+    def call(self, name: str, args: BaseModel) -> BaseModel: ...
+
+
 class Door:
     """Runs registered tools for one session and records each call."""
 
-    def __init__(self, session_id: str, recorder: Recorder) -> None:
+    def __init__(self, session_id: str, recorder: Recorder, executor: Executor | None = None) -> None:
         self.session_id = session_id
         self.recorder = recorder
+        self.executor = executor
         self.node = "-"
 
     def next_seq(self) -> int:
@@ -82,7 +96,9 @@ class Door:
         output: BaseModel | None = None
         error: str | None = None
         try:
-            output = spec.output_type.model_validate(spec.fn(args).model_dump())
+            remote = self.executor is not None and spec.where == "host"
+            result = self.executor.call(name, args) if remote else spec.fn(args)
+            output = spec.output_type.model_validate(result.model_dump())
             fault_point(f"tool:{name}")
             return output
         except Exception as exc:

@@ -23,3 +23,13 @@ class TraceError(ToolError):
 
 class ConfigError(ToolError):
     """A target config or command-line value is invalid."""
+
+
+def error_from(text: str) -> Exception:
+    """The exception a one-line `Type: message` names (a recorded or remote error): the same
+    `tools.errors` class when it is one, else a ToolError carrying the whole line."""
+    name, _, message = text.partition(": ")
+    cls = globals().get(name)
+    if isinstance(cls, type) and issubclass(cls, Exception):
+        return cls(message)
+    return ToolError(text)

@@ -62,3 +62,20 @@ def host_for(spec: LocalHost | SSHHostConfig, prompt: Prompt | None = None) -> H
     if isinstance(spec, SSHHostConfig):
         return SSHHost(spec, prompt)
     return local_host  # type: ignore[return-value]  # a module satisfying the protocol
+
+
+_connected: dict[str, SSHHost] = {}
+
+
+def connect(cfg: SSHHostConfig, prompt: Prompt | None = None) -> SSHHost:
+    """The SSH host a config names, shared by every tool of this process (one connection)."""
+    key = cfg.model_dump_json()
+    if key not in _connected:
+        _connected[key] = SSHHost(cfg, prompt)
+    return _connected[key]
+
+
+def close_all() -> None:
+    """Close every connection `connect` opened."""
+    while _connected:
+        _connected.popitem()[1].close()

@@ -141,7 +141,7 @@ def take(args: ProfileArgs) -> ProfileFiles:
     return _profile_patch(args) if args.method == "patch" else _profile_api(args)
 
 
-@tool("profile.read")
+@tool("profile.read", where="local")
 def read(args: PathArgs) -> ProfileSummary:
     """Read a Chrome trace (or a folder of one per rank, merged) into per-op statistics."""
     return read_profiles([args.path])

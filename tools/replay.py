@@ -11,9 +11,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-import tools.errors
 from state.records import ToolCallRecord
 from tools.door import REGISTRY
+from tools.errors import error_from
 
 
 class ReplayDivergence(Exception):
@@ -39,14 +39,6 @@ def first_difference(recorded: Any, actual: Any, path: str = "") -> str | None:
     if recorded != actual:
         return f"{path or '(value)'}: recorded {str(recorded)[:80]!r}, now {str(actual)[:80]!r}"
     return None
-
-
-def _error(text: str) -> Exception:
-    name, _, message = text.partition(": ")
-    cls = getattr(tools.errors, name, None)
-    if isinstance(cls, type) and issubclass(cls, Exception):
-        return cls(message)
-    return tools.errors.ToolError(text)
 
 
 class ReplayDoor:
@@ -81,7 +73,7 @@ class ReplayDoor:
             raise ReplayDivergence(f"{where} has different input: {diff}")
         self.position += 1
         if rec.error is not None:
-            raise _error(rec.error)
+            raise error_from(rec.error)
         return spec.output_type.model_validate(rec.output)
 
     def unplayed(self) -> list[ToolCallRecord]:

@@ -34,7 +34,12 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class ConnectionLost(SSHError):
-    """The connection dropped while an operation was under way; the next call reconnects."""
+    """The connection dropped while an operation was under way; the next call reconnects.
+    `pgid` is the remote process group of the command that was running, when known."""
+
+    def __init__(self, message: str, pgid: int | None = None) -> None:
+        super().__init__(message)
+        self.pgid = pgid
 
 
 def _exports(env: Mapping[str, str] | None) -> str:
@@ -144,7 +149,7 @@ class SSHHost:
                 raise EOFError("the channel closed before the command's output ended")
             code = channel.recv_exit_status() if finished else -9
         except (paramiko.SSHException, EOFError, OSError) as exc:
-            raise self._lost(f"running {argv[0]!r}", exc) from exc
+            raise self._lost(f"running {argv[0]!r}", exc, err.pgid) from exc
         finally:
             channel.close()
         out.close()
@@ -266,9 +271,9 @@ class SSHHost:
             time.sleep(0.1)
         return not self.group_members(pgid)
 
-    def _lost(self, doing: str, exc: BaseException) -> ConnectionLost:
+    def _lost(self, doing: str, exc: BaseException, pgid: int | None = None) -> ConnectionLost:
         return ConnectionLost(f"connection to {self.conn.endpoint} dropped while {doing} "
-                              f"({exc or type(exc).__name__}); the next call reconnects")
+                              f"({exc or type(exc).__name__}); the next call reconnects", pgid)
 
 
 def _pump(channel: paramiko.Channel, out: LineSplitter, err: LineSplitter, deadline: float) -> bool:

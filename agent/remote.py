@@ -1,0 +1,46 @@
+"""Sessions whose target lives on an SSH host: the connection, the executor, where files go there."""
+
+from __future__ import annotations
+
+import getpass
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from state.target import TargetConfig
+from tools.hosts import close_all, connect
+from tools.remote_client import RemoteExecutor, ensure_package, remote_home
+from tools.ssh import Prompt
+
+
+def ssh_prompt() -> Prompt | None:
+    """Ask for a key passphrase at the terminal, only when there is one."""
+    return getpass.getpass if sys.stdin.isatty() else None
+
+
+def remote_base(target: TargetConfig) -> Path:
+    """perfloop's folder on the target's SSH host: `~/.perfloop` there (absolute)."""
+    return Path(remote_home(connect(target.host, ssh_prompt()))) / ".perfloop"
+
+
+def remote_options(target: TargetConfig, session_id: str) -> dict:
+    """Session options an SSH target sets: the host's interpreter and the session's folder there."""
+    if target.host.kind != "ssh":
+        return {}
+    return {"python": target.host.python,
+            "host_dir": remote_base(target) / "sessions" / session_id}
+
+
+@contextmanager
+def executor_for(target: TargetConfig, session_dir: Path) -> Iterator[RemoteExecutor | None]:
+    """The executor running host tools on the target's SSH host (None for the local host); the
+    connection is closed when the block ends. Reconnects are logged to `session_dir/remote.log`."""
+    if target.host.kind != "ssh":
+        yield None
+        return
+    try:
+        host = connect(target.host, ssh_prompt())
+        yield RemoteExecutor(host, target.host.python, ensure_package(host), session_dir / "remote.log")
+    finally:
+        close_all()

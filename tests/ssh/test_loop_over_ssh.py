@@ -1,0 +1,188 @@
+"""The whole loop on a target that lives on an SSH host: the real CLI, a real sshd, server and git.
+
+The host is this machine reached through the test sshd as root, so the target checkout, the
+server, git and the benchmark client all run in sshd's sessions; only the graph, the recording and
+the fetched traces stay with the CLI (its own PERFLOOP_HOME).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+import shutil
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import git, last_json, make_repo, perfloop
+from tests.procs import processes_in
+from tests.ssh.conftest import Sshd, free_port
+
+BACKEND = "mla_server/attention/mla_backend.py"
+HOST_HOME = Path.home()
+"""The host's home for root, taken before any test points HOME elsewhere."""
+LOCAL_NODES = ["prepare", "instrument", "launch", "baseline", "profile", "diagnose", "propose",
+               "approve", "cleanup", "apply", "relaunch", "measure", "decide"]
+
+
+def ssh_target(path: Path, repo: Path, sshd: Sshd, client: Path) -> Path:
+    """A target TOML whose host is the test sshd (known_hosts and an SSH config with the key)."""
+    known, ssh_config = client / "known_hosts", client / "ssh_config"
+    client.mkdir(exist_ok=True)
+    known.write_text(sshd.known_hosts_line())
+    ssh_config.write_text(f"Host 127.0.0.1\n  IdentityFile {sshd.client_key}\n")
+    q = json.dumps  # a JSON string is a valid TOML basic string, quotes and all
+    path.write_text(f"""
+name = "mla_server over ssh"
+kind = "mla_server"
+repo = {q(str(repo))}
+model = "mla-demo"
+[host]
+kind = "ssh"
+url = "ssh://root@127.0.0.1:{sshd.port}"
+known_hosts = {q(str(known))}
+config_file = {q(str(ssh_config))}
+python = {q(sys.executable)}
+keepalive_s = 2
+[launch]
+argv = ["bash", "launch.sh", "--port", "{{port}}", "--preset", "cpu"]
+# The local e2e runs inherit PYTHONDONTWRITEBYTECODE from the test environment; an SSH session
+# starts from sshd's environment, so the target says it (else __pycache__ shows as untracked).
+env = {{ PYTHON = "{{python}}", PYTHONDONTWRITEBYTECODE = "1" }}
+startup_timeout_s = 120
+[measure]
+prompts = ["Explain the KV cache.", "Write a haiku about GPUs."]
+max_tokens = 12
+repeats = 3
+""")
+    return path
+
+
+def remote_session_dir(session: str) -> Path:
+    """The session's folder on the host (this machine, as root: `~/.perfloop/sessions/<id>`)."""
+    return HOST_HOME / ".perfloop" / "sessions" / session
+
+
+def assert_same_result_as_local(home: Path, s: dict, repo: Path, pycache_ok: bool = False) -> None:
+    """What the local e2e run asserts: one accepted patch, same outputs, >=3x, clean tree
+    (`pycache_ok`: the server, started without PYTHONDONTWRITEBYTECODE, left `__pycache__/`)."""
+    assert s["status"] == "done", s
+    assert s["accepted"] == ["kv-cache-full-pool-cast"]
+    assert s["outputs_identical"] is True
+    assert s["speedup"] >= 3.0, s
+    assert s["server_launches"] == 2
+    assert Path(s["repo"]) == repo
+    assert git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == s["branch"]
+    status = git(repo, "status", "--porcelain").splitlines()
+    assert [ln for ln in status if not (pycache_ok and ln.endswith("/__pycache__/"))] == []
+    for f in repo.rglob("*.py"):
+        assert "perfloop-instrumentation" not in f.read_text(), f"instrumentation left in {f}"
+    log = git(repo, "log", "--format=%H%n%B", "-1")
+    assert s["commits"][0] in log
+    assert f"Perfloop-Session: {s['session']}" in log
+    assert "Perfloop-Playbook: kv-cache-full-pool-cast" in log
+    assert git(repo, "diff", "--name-only", "HEAD~1", "HEAD").split() == [BACKEND]
+    assert processes_in(repo) == [], "server process left running"
+    shown = last_json(perfloop(home, "show", s["session"], "--json"))
+    nodes = [t["node"] for t in shown["transitions"]]
+    assert nodes[:13] == LOCAL_NODES and nodes[-1] == "finish"
+    # Host-side files stayed on the host; the traces were fetched here for reading.
+    host_dir = remote_session_dir(s["session"])
+    assert sorted(p.name for p in (host_dir / "logs").iterdir()) == ["server-1.log", "server-2.log"]
+    assert list((home / "sessions" / s["session"] / "profiles").rglob("trace.json.gz"))
+    shutil.rmtree(host_dir)
+
+
+def test_whole_loop_over_ssh_in_a_path_with_shell_syntax(sshd: Sshd, tmp_path: Path) -> None:
+    """The demo target in a checkout whose path would run `$(touch ...)` if it reached a shell
+    unquoted: the same result as the local run, nothing executed."""
+    canary = Path(f"/tmp/pwned-{secrets.token_hex(4)}")
+    nasty = tmp_path / f"it's a \"repo\" $(touch {canary}) `touch {canary}`"
+    repo = make_repo(nasty / "engine")
+    home = tmp_path / "home"
+    target = ssh_target(tmp_path / "t.toml", repo, sshd, tmp_path / "client")
+    proc = perfloop(home, "run", str(target), "--json", timeout=400)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    s = last_json(proc)
+    assert_same_result_as_local(home, s, repo)
+    assert not canary.exists()
+    replayed = perfloop(home, "replay", s["session"], "--json")  # from the recording: no host needed
+    assert replayed.returncode == 0 and last_json(replayed)["matches_recording"] is True
+
+
+def remote_call_running(tool: str) -> bool:
+    """Whether a `python -m tools.remote` process runs `tool` on this machine."""
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"tools.remote" in argv and len(argv) >= 4:
+            try:
+                if json.loads(base64.b64decode(argv[3]))["name"] == tool:
+                    return True
+            except ValueError:
+                continue
+    return False
+
+
+def test_connection_dropped_mid_measurement_then_resumed(sshd: Sshd, tmp_path: Path) -> None:
+    """sshd is killed (every connection with it) and restarted while the baseline is measured on
+    the host: the executor reconnects, stops the interrupted attempt, measures again, and the
+    session ends as the local run does."""
+    own = Sshd(sshd.dir, free_port())  # its own daemon: restarting it hurts no other test
+    own.start()
+    dropped = threading.Event()
+
+    def drop_during_measure() -> None:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not remote_call_running("bench.measure"):
+            time.sleep(0.05)
+        time.sleep(0.5)  # requests under way
+        own.stop()
+        own.start()
+        dropped.set()
+
+    repo = make_repo(tmp_path / "engine")
+    home = tmp_path / "home"
+    target = ssh_target(tmp_path / "t.toml", repo, own, tmp_path / "client")
+    watcher = threading.Thread(target=drop_during_measure, daemon=True)
+    watcher.start()
+    try:
+        proc = perfloop(home, "run", str(target), "--json", timeout=400)
+        watcher.join(timeout=30)
+        assert dropped.is_set(), "the measurement was never seen running on the host"
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        s = last_json(proc)
+        log = (home / "sessions" / s["session"] / "remote.log").read_text()
+        assert "bench.measure: connection lost" in log and "reconnect #1" in log, log
+        assert_same_result_as_local(home, s, repo)
+    finally:
+        own.stop()
+
+
+def test_demo_on_a_new_host_creates_the_checkout_there(sshd: Sshd, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """`perfloop demo --host URL --trust-new-host --host-python PY` with the user's own ~/.ssh
+    (config naming the key, no known_hosts yet): the tree is uploaded, the repo made on the host."""
+    user_home = tmp_path / "user"
+    (user_home / ".ssh").mkdir(parents=True)
+    (user_home / ".ssh" / "config").write_text(f"Host 127.0.0.1\n  IdentityFile {sshd.client_key}\n")
+    monkeypatch.setenv("HOME", str(user_home))
+    home = tmp_path / "home"
+    proc = perfloop(home, "demo", "--host", f"ssh://root@127.0.0.1:{sshd.port}", "--trust-new-host",
+                    "--host-python", sys.executable, "--json", timeout=400)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    s = last_json(proc)
+    repo = HOST_HOME / ".perfloop" / "workspaces" / s["session"] / "mla_server"
+    try:
+        assert (user_home / ".ssh" / "known_hosts").read_text().split()[1:] == \
+            sshd.known_hosts_line().split()[1:]
+        assert git(repo, "log", "--format=%s", "main").strip() == "perfloop: import mla_server"
+        assert_same_result_as_local(home, s, repo, pycache_ok=True)  # the demo config does not set it
+    finally:
+        shutil.rmtree(repo.parent, ignore_errors=True)

@@ -1,0 +1,77 @@
+"""Door tools run on an SSH host through `python -m tools.remote`, against the test sshd."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from state.calls import ApplyArgs, RepoArgs
+from tools.door import Door
+from tools.errors import PatchError, ToolError
+from tools.remote import decode_request, encode_request
+from tools.remote_client import (MAX_ARG_CHARS, RemoteExecutor, ensure_package, package_files,
+                                 package_hash)
+from tools.repo import snapshot
+from tools.ssh_host import SSHHost
+
+
+class Calls:
+    """A recorder keeping calls in memory."""
+
+    def __init__(self) -> None:
+        self.calls = []
+
+    def next_seq(self, session_id: str) -> int:
+        return len(self.calls)
+
+    def record(self, call) -> None:
+        self.calls.append(call)
+
+
+def repo_at(path: Path) -> Path:
+    path.mkdir()
+    subprocess.run(["git", "init", "-q", "-b", "main", str(path)], check=True)
+    (path / "a.txt").write_text("a\n")
+    subprocess.run(["git", "-C", str(path), "-c", "user.name=u", "-c", "user.email=u@x",
+                    "commit", "-qm", "a", "--allow-empty"], check=True)
+    return path
+
+
+def test_request_round_trip_and_package_hash(tmp_path: Path) -> None:
+    arg = encode_request("repo.snapshot", {"repo": "/a b/$(x)"})
+    assert decode_request(arg) == {"name": "repo.snapshot", "input": {"repo": "/a b/$(x)"}}
+    files = package_files()
+    assert "tools/remote.py" in files and "state/loop.py" in files
+    assert not any("__pycache__" in rel for rel in files)
+    assert package_hash(files) == package_hash(dict(reversed(files.items())))
+    assert package_hash({**files, "tools/remote.py": b"changed"}) != package_hash(files)
+
+
+def test_a_host_tool_runs_remotely_and_its_errors_keep_their_type(host: SSHHost, tmp_path: Path) -> None:
+    pkg = ensure_package(host)
+    assert ensure_package(host) == pkg and host.exists(pkg / "tools" / "remote.py")
+    door = Door("s", Calls(), RemoteExecutor(host, sys.executable, pkg))
+    repo = repo_at(tmp_path / "it's $(echo) repo")
+    assert door.call("repo.snapshot", RepoArgs(repo=repo)) == snapshot(RepoArgs(repo=repo))
+    with pytest.raises(PatchError, match="is not a git checkout"):
+        door.call("repo.snapshot", RepoArgs(repo=tmp_path / "missing"))
+    assert door.recorder.calls[-1].error.startswith("PatchError: ")
+
+
+def test_a_long_request_travels_as_a_file(host: SSHHost, tmp_path: Path) -> None:
+    pkg = ensure_package(host)
+    repo = repo_at(tmp_path / "repo")
+    executor = RemoteExecutor(host, sys.executable, pkg)
+    junk = ApplyArgs(repo=repo, diff="x" * (2 * MAX_ARG_CHARS), subject="s", trailers={})
+    with pytest.raises(PatchError, match="No valid patches in input"):
+        executor.call("repo.check_patch", junk)
+    assert host.run(["ls", "-A", str(pkg / "requests")], "/").stdout == ""  # read, then removed
+
+
+def test_an_interpreter_without_the_tools_fails_in_one_line(host: SSHHost, tmp_path: Path) -> None:
+    executor = RemoteExecutor(host, "/bin/false", ensure_package(host))
+    with pytest.raises(ToolError, match=r"repo.snapshot on .* ended \(exit code 1\) without a result"):
+        executor.call("repo.snapshot", RepoArgs(repo=tmp_path))

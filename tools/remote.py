@@ -1,0 +1,85 @@
+"""Running one door tool on the target's host: `python -m tools.remote REQUEST`.
+
+The client (tools/remote_client.py) ships the `tools` and `state` packages to the host and runs this
+module there with one argument: the base64 of `{"name": ..., "input": ...}`, or `@PATH` of a file
+holding that JSON when it is too long for a command line. Progress lines go to stderr prefixed with
+`PROGRESS`; the result is exactly one stdout line `RESULT{"output": ...}` or
+`RESULT{"error": "ErrorType: one line"}`. This module imports nothing that needs paramiko.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+from contextlib import redirect_stdout
+from pathlib import Path
+
+RESULT = "__perfloop_result__="
+PROGRESS = "__perfloop_progress__="
+TOOL_MODULES = ("tools.server", "tools.bench", "tools.profiling", "tools.repo")
+"""Modules whose import registers the host tools."""
+
+
+def encode_request(name: str, payload: dict) -> str:
+    """The command-line argument carrying a request (pure)."""
+    return base64.b64encode(json.dumps({"name": name, "input": payload}).encode()).decode()
+
+
+def decode_request(arg: str) -> dict:
+    """The request an argument carries: base64 JSON, or `@PATH` of a JSON file (removed once read)."""
+    if arg.startswith("@"):
+        path = Path(arg[1:])
+        text = path.read_text()
+        path.unlink(missing_ok=True)
+        return json.loads(text)
+    return json.loads(base64.b64decode(arg))
+
+
+def one_line(exc: BaseException) -> str:
+    """`Type: first line of the message`, as the door records errors."""
+    return f"{type(exc).__name__}: {exc}".splitlines()[0]
+
+
+def run_tool(request: dict) -> dict:
+    """Run the named tool on its input here; `{"output": ...}` or `{"error": ...}`."""
+    import importlib
+
+    for module in TOOL_MODULES:
+        importlib.import_module(module)
+    from tools.door import REGISTRY
+
+    spec = REGISTRY.get(request["name"])
+    if spec is None or spec.where != "host":
+        return {"error": f"ToolError: no host tool named {request['name']!r} in perfloop's package "
+                         f"on this host"}
+    try:
+        output = spec.fn(spec.input_type.model_validate(request["input"]))
+        return {"output": output.model_dump(mode="json")}
+    except Exception as exc:  # every failure goes back as one line; the client re-raises it
+        return {"error": one_line(exc)}
+
+
+def main(argv: list[str]) -> int:
+    """Entry point on the host: one request in, one result line out."""
+    from tools.progress import set_reporter
+
+    set_reporter(lambda message: print(PROGRESS + message, file=sys.stderr, flush=True))
+    try:
+        request = decode_request(argv[1])
+    except (IndexError, OSError, ValueError) as exc:
+        request, result = None, {"error": f"ToolError: bad remote request: {one_line(exc)}"}
+    if request is not None:
+        try:
+            with redirect_stdout(sys.stderr):  # stray prints never corrupt the result line
+                result = run_tool(request)
+        except ImportError as exc:
+            result = {"error": f"ToolError: {sys.executable} on this host cannot import perfloop's "
+                               f"tools ({one_line(exc)}); install pydantic, GitPython and msgspec "
+                               "for it, or point host.python at an interpreter that has them"}
+    print(RESULT + json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,78 @@
+"""Door tools that move files between this machine and an SSH host; they always run here."""
+
+from __future__ import annotations
+
+import stat
+from collections.abc import Callable
+from typing import TypeVar
+
+import paramiko
+
+from state.calls import Done, FetchArgs, PathArgs, PushTreeArgs
+from tools.door import tool
+from tools.errors import ToolError
+from tools.hosts import connect
+from tools.progress import report
+from tools.ssh_host import ConnectionLost, SSHHost
+
+T = TypeVar("T")
+
+
+def once_more_after_a_drop(host: SSHHost, action: Callable[[], T]) -> T:
+    """Run an idempotent transfer; if the connection drops during it, reconnect and run it again."""
+    try:
+        return action()
+    except FileNotFoundError:
+        raise
+    except (ConnectionLost, paramiko.SSHException, EOFError, OSError):
+        if host.conn.alive():
+            raise
+    host.conn.reconnect()
+    return action()
+
+
+@tool("host.fetch", where="local")
+def fetch(args: FetchArgs) -> PathArgs:
+    """Copy a remote file, or every file of a remote folder, to `local` (streamed, with progress)."""
+    host = connect(args.host)
+    return once_more_after_a_drop(host, lambda: _fetch(host, args))
+
+
+def _fetch(host: SSHHost, args: FetchArgs) -> PathArgs:
+    sftp = host.sftp()
+    try:
+        if stat.S_ISDIR(sftp.stat(str(args.remote)).st_mode):
+            pairs = [(args.remote / a.filename, args.local / a.filename)
+                     for a in sftp.listdir_attr(str(args.remote)) if stat.S_ISREG(a.st_mode or 0)]
+        else:
+            pairs = [(args.remote, args.local)]
+    except FileNotFoundError:
+        raise ToolError(f"{args.remote} does not exist on {host.conn.endpoint}; "
+                        "check the session's host folder there") from None
+    for remote, local in pairs:
+        host.fetch(remote, local, lambda done, total, name=remote.name: report(
+            f"fetching {name} from {host.conn.endpoint}: {done >> 10}/{total >> 10} KiB"))
+    return PathArgs(path=args.local)
+
+
+@tool("host.push_tree", where="local")
+def push_tree(args: PushTreeArgs) -> Done:
+    """Upload a source tree (files replaced atomically, modes kept; no __pycache__ or .git)."""
+    host = connect(args.host)
+    return once_more_after_a_drop(host, lambda: _push_tree(host, args))
+
+
+def _push_tree(host: SSHHost, args: PushTreeArgs) -> Done:
+    files = [p for p in sorted(args.src.rglob("*"))
+             if p.is_file() and not {"__pycache__", ".git"} & set(p.relative_to(args.src).parts)]
+    if not files:
+        raise ToolError(f"{args.src} has no files to upload")
+    folders = sorted({str(args.dest / p.relative_to(args.src).parent) for p in files})
+    made = host.run(["mkdir", "-p", "--", *folders], "/")
+    if made.returncode != 0:
+        raise ToolError(f"cannot create {args.dest} on {host.conn.endpoint}: {made.stderr.strip()}")
+    for p in files:
+        report(f"uploading {p.relative_to(args.src)} to {host.conn.endpoint}")
+        host.write_file_atomic(args.dest / p.relative_to(args.src), p.read_bytes(),
+                               stat.S_IMODE(p.stat().st_mode))
+    return Done(note=f"uploaded {len(files)} files to {args.dest}")
