@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import sys
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -53,6 +54,7 @@ def run_tool(request: dict) -> dict:
     if spec is None or spec.where != "host":
         return {"error": f"ToolError: no host tool named {request['name']!r} in perfloop's package "
                          f"on this host"}
+    os.environ.update(request.get("env") or {})  # launch.pass_env values forwarded by the client
     try:
         output = spec.fn(spec.input_type.model_validate(request["input"]))
         return {"output": output.model_dump(mode="json")}

@@ -19,10 +19,12 @@ from pathlib import Path, PurePosixPath
 
 from pydantic import BaseModel
 
+from state.calls import LaunchArgs
 from tools.door import REGISTRY
 from tools.errors import ToolError, error_from
 from tools.progress import report
 from tools.remote import PROGRESS, RESULT, encode_request
+from tools.server import passed_env
 from tools.ssh_host import ConnectionLost, SSHHost
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,6 +79,17 @@ def ensure_package(host: SSHHost) -> PurePosixPath:
     return dest
 
 
+def forwarded_env(args: BaseModel) -> dict[str, str]:
+    """For a server launch: the `launch.pass_env` values from perfloop's own environment.
+
+    They travel in a 0600 request file that the host deletes once read, never in the recorded
+    input, and are set in the remote tool's environment, where `server.launch` picks them up.
+    """
+    if not isinstance(args, LaunchArgs):
+        return {}
+    return passed_env(args.launch.pass_env)
+
+
 class RemoteExecutor:
     """Runs host tools on one SSH host with the interpreter `python`, from `pkg_dir`."""
 
@@ -100,11 +113,12 @@ class RemoteExecutor:
 
     def _call_once(self, name: str, args: BaseModel) -> BaseModel:
         arg = encode_request(name, args.model_dump(mode="json"))
-        if len(arg) > MAX_ARG_CHARS:
+        env = forwarded_env(args)
+        if len(arg) > MAX_ARG_CHARS or env:  # secrets never go on a command line (visible in ps)
             path = self.pkg_dir / "requests" / f"{secrets.token_hex(8)}.json"
             self.host.makedirs(path.parent)
             self.host.write_file_atomic(path, json.dumps(
-                {"name": name, "input": args.model_dump(mode="json")}))
+                {"name": name, "input": args.model_dump(mode="json"), "env": env}), mode=0o600)
             arg = f"@{path}"
         done = self.host.run([self.python, "-m", "tools.remote", arg], str(self.pkg_dir),
                              timeout_s=CALL_TIMEOUT_S, on_line=self._line)

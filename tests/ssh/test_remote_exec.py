@@ -75,3 +75,32 @@ def test_an_interpreter_without_the_tools_fails_in_one_line(host: SSHHost, tmp_p
     executor = RemoteExecutor(host, "/bin/false", ensure_package(host))
     with pytest.raises(ToolError, match=r"repo.snapshot on .* ended \(exit code 1\) without a result"):
         executor.call("repo.snapshot", RepoArgs(repo=tmp_path))
+
+
+def test_pass_env_reaches_the_remote_server_but_no_file_or_command_line(
+        host: SSHHost, tmp_path: Path, monkeypatch) -> None:
+    """A secret named in launch.pass_env is forwarded in a 0600 request file the host deletes."""
+    import hashlib
+    import json as _json
+
+    from state.calls import LaunchArgs, ServerArgs
+    from state.target import LaunchConfig
+
+    secret = "sk-remote-" + hashlib.sha256(str(tmp_path).encode()).hexdigest()[:16]
+    monkeypatch.setenv("PERFLOOP_TEST_API_KEY", secret)
+    pkg = ensure_package(host)
+    calls = Calls()
+    door = Door("s", calls, RemoteExecutor(host, sys.executable, pkg))
+    seen = tmp_path / "seen.sha"
+    launch = LaunchConfig(argv=["bash", "-c", f'printf %s "$PERFLOOP_TEST_API_KEY" | sha256sum > {seen}; '
+                                              'exec python3 -m http.server "$0" --bind 127.0.0.1', "{port}"],
+                          health_path="/", startup_timeout_s=30, pass_env=["PERFLOOP_TEST_API_KEY"])
+    server = door.call("server.launch", LaunchArgs(
+        repo=tmp_path, launch=launch, python=sys.executable, log_path=tmp_path / "server.log",
+        tree_sha256="t", instrumented=False, profile_dir=None, launch_number=1))
+    try:
+        assert seen.read_text().split()[0] == hashlib.sha256(secret.encode()).hexdigest()
+        assert not host.exists(pkg / "requests") or not host.sftp().listdir(str(pkg / "requests"))
+        assert secret not in _json.dumps([c.model_dump(mode="json") for c in calls.calls])
+    finally:
+        door.call("server.stop", ServerArgs(server=server, grace_s=5))
