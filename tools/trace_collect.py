@@ -27,30 +27,30 @@ OpKey = tuple[str, DimsKey, tuple[str, ...]]
 
 
 @dataclass
-class HostColumns:
-    """One host thread's events: start and duration (`times`, pairs), kind (OP..SYNC) and an int
-    payload (`ints`, pairs): the interned op key for OP/ANNOTATION/PYFUNC/SYNC, the correlation id
-    for LAUNCH/GRAPH_LAUNCH. Two flat arrays, so that adding an event is two C calls."""
+class _TimedColumns:
+    """Start and duration of each event (`times`, pairs) and integer fields (`ints`): two flat
+    arrays, so that adding an event is two C calls."""
 
     times: array = field(default_factory=lambda: array("d"))
     ints: array = field(default_factory=lambda: array("q"))
 
     ts = property(lambda self: self.times[0::2], doc="Start of each event, us.")
     dur = property(lambda self: self.times[1::2], doc="Duration of each event, us.")
+
+
+@dataclass
+class HostColumns(_TimedColumns):
+    """One host thread's events; `ints` pairs: kind (OP..SYNC) and an int payload: the interned op
+    key for OP/ANNOTATION/PYFUNC/SYNC, the correlation id for LAUNCH/GRAPH_LAUNCH."""
+
     kind = property(lambda self: self.ints[0::2], doc="Kind of each event (OP..SYNC).")
     payload = property(lambda self: self.ints[1::2], doc="Key or correlation id of each event.")
 
 
 @dataclass
-class KernelColumns:
-    """Every device event: start and duration (`times`, pairs); device index, correlation id and
-    interned kernel name (`ints`, triples)."""
+class KernelColumns(_TimedColumns):
+    """Every device event; `ints` triples: device index, correlation id, interned kernel name."""
 
-    times: array = field(default_factory=lambda: array("d"))
-    ints: array = field(default_factory=lambda: array("q"))
-
-    ts = property(lambda self: self.times[0::2], doc="Start of each kernel, us.")
-    dur = property(lambda self: self.times[1::2], doc="Duration of each kernel, us.")
     device = property(lambda self: self.ints[0::3], doc="Device index of each kernel.")
     corr = property(lambda self: self.ints[1::3], doc="Correlation id of each kernel (-1 if none).")
     name = property(lambda self: self.ints[2::3], doc="Interned name of each kernel.")

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from state.calls import ApplyArgs, RepoArgs
+from tests.recorders import MemoryRecorder
 from tools.door import Door
 from tools.errors import PatchError, ToolError
 from tools.remote import decode_request, encode_request
@@ -16,19 +17,6 @@ from tools.remote_client import (MAX_ARG_CHARS, RemoteExecutor, ensure_package, 
                                  package_hash)
 from tools.repo import snapshot
 from tools.ssh_host import SSHHost
-
-
-class Calls:
-    """A recorder keeping calls in memory."""
-
-    def __init__(self) -> None:
-        self.calls = []
-
-    def next_seq(self, session_id: str) -> int:
-        return len(self.calls)
-
-    def record(self, call) -> None:
-        self.calls.append(call)
 
 
 def repo_at(path: Path) -> Path:
@@ -53,7 +41,7 @@ def test_request_round_trip_and_package_hash(tmp_path: Path) -> None:
 def test_a_host_tool_runs_remotely_and_its_errors_keep_their_type(host: SSHHost, tmp_path: Path) -> None:
     pkg = ensure_package(host)
     assert ensure_package(host) == pkg and host.exists(pkg / "tools" / "remote.py")
-    door = Door("s", Calls(), RemoteExecutor(host, sys.executable, pkg))
+    door = Door("s", MemoryRecorder(), RemoteExecutor(host, sys.executable, pkg))
     repo = repo_at(tmp_path / "it's $(echo) repo")
     assert door.call("repo.snapshot", RepoArgs(repo=repo)) == snapshot(RepoArgs(repo=repo))
     with pytest.raises(PatchError, match="is not a git checkout"):
@@ -89,7 +77,7 @@ def test_pass_env_reaches_the_remote_server_but_no_file_or_command_line(
     secret = "sk-remote-" + hashlib.sha256(str(tmp_path).encode()).hexdigest()[:16]
     monkeypatch.setenv("PERFLOOP_TEST_API_KEY", secret)
     pkg = ensure_package(host)
-    calls = Calls()
+    calls = MemoryRecorder()
     door = Door("s", calls, RemoteExecutor(host, sys.executable, pkg))
     seen = tmp_path / "seen.sha"
     launch = LaunchConfig(argv=["bash", "-c", f'printf %s "$PERFLOOP_TEST_API_KEY" | sha256sum > {seen}; '

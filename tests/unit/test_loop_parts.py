@@ -16,6 +16,7 @@ from state.loop import LoopOptions, LoopState
 from state.measure import RequestRecord
 from state.sglang import SglangLayout
 from tools.bench import sse_data, stat, summarize, to_record
+from tests.recorders import MemoryRecorder
 from tools.door import Door, tool
 from tools.errors import ConfigError, ToolError
 from tools.server import build_argv
@@ -116,19 +117,8 @@ def _double(args: _In) -> _Out:
     return _Out(y=2 * args.x)
 
 
-class _MemoryRecorder:
-    def __init__(self) -> None:
-        self.calls = []
-
-    def next_seq(self, session_id: str) -> int:
-        return len(self.calls)
-
-    def record(self, call) -> None:
-        self.calls.append(call)
-
-
 def test_door_records_outputs_and_errors() -> None:
-    rec = _MemoryRecorder()
+    rec = MemoryRecorder()
     door = Door("s1", rec)
     door.node = "n"
     assert door.call("test.double", _In(x=2)).y == 4

@@ -1,0 +1,16 @@
+"""A recorder for the tool door that keeps calls in memory (tests that need no session store)."""
+
+from __future__ import annotations
+
+
+class MemoryRecorder:
+    """Implements tools.door.Recorder with a list."""
+
+    def __init__(self) -> None:
+        self.calls = []
+
+    def next_seq(self, session_id: str) -> int:
+        return len(self.calls)
+
+    def record(self, call) -> None:
+        self.calls.append(call)
