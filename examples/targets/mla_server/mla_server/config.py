@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 PRESETS = {
     # Sized so the full-pool cast dominates decode on a 2-core CPU (see README.md).
-    "cpu": dict(pool_slots=16384, layers=4, heads=4, hidden=256, experts=4, top_k=2, ffn=256,
+    "cpu": dict(pool_slots=24576, layers=4, heads=4, hidden=256, experts=4, top_k=2, ffn=256,
                 max_running=4, context_len=1024),
     # GLM-5 / DeepSeek-style attention geometry: 495,552-slot FP8 pool, 78 layers, 16 heads.
     "glm5": dict(pool_slots=495552, layers=78, heads=16, hidden=2048, experts=8, top_k=2,
