@@ -23,6 +23,7 @@ def summary(console: Console, s: Summary) -> None:
     speed = "-" if s.speedup is None else f"{s.speedup:.2f}x"
     rows = [("TPOT", f"{_ms(s.tpot_ms_before)} -> {_ms(s.tpot_ms_after)} ({speed})"),
             ("TTFT", f"{_ms(s.ttft_ms_before)} -> {_ms(s.ttft_ms_after)}"),
+            ("measured by", s.measured_by or "-"),
             ("outputs identical", str(s.outputs_identical)),
             ("accepted", ", ".join(s.accepted) or "none"),
             ("rejected / failed", ", ".join(s.rejected) or "none"),

@@ -207,5 +207,6 @@ def summarize(state: LoopState, status: str) -> Summary:
         accepted=[c.trailers.get("Perfloop-Playbook", "?") for c in state.accepted],
         rejected=rejected, commits=[c.sha for c in state.accepted], branch=state.branch,
         server_launches=state.launches, profile_method=state.target.profile.method,
+        measured_by=before.client if before else None,
         iterations=len(state.profiles), stop_reason=state.stop_reason or state.error or "",
         repo=state.target.repo)

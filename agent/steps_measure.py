@@ -17,7 +17,8 @@ from state.loop import Decision, LoopState
 def measure(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["decide", "abort"]]:
     """Measure the patched server with the same workload as the reference."""
     m = measure_server(state, runtime, f"iteration-{state.iteration}")
-    note = f"candidate TPOT {m.tpot_ms.median:.1f} ms (IQR {m.tpot_ms.iqr:.1f}), TTFT {m.ttft_ms.median:.1f} ms"
+    note = (f"candidate TPOT {m.tpot_ms.median:.1f} ms (IQR {m.tpot_ms.iqr:.1f}), "
+            f"TTFT {m.ttft_ms.median:.1f} ms, measured by {m.client}")
     return Command(update={"candidate": m, "transitions": transition("measure", note)}, goto="decide")
 
 

@@ -12,6 +12,7 @@ from state.calls import (BranchArgs, CopyTreeArgs, InstrumentArgs, LaunchArgs, M
                          PushTreeArgs, RepoArgs, ServerArgs)
 from state.loop import LoopState
 from state.process import ServerHandle
+from state.target import TargetConfig
 from tools.repo import tree_fingerprint
 
 
@@ -94,17 +95,25 @@ def launch(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["
 
 def measure_server(state: LoopState, runtime: Runtime[LoopContext], label: str):
     """Run the measurement workload against the running server."""
-    server = state.server
+    server, target = state.server, state.target
     return call(runtime, "bench.measure", MeasureArgs(
-        base_url=server.base_url, model=state.target.model, config=state.target.measure,
-        label=label, tree_sha256=server.tree_sha256)).measurement
+        base_url=server.base_url, model=target.model, config=target.measure, label=label,
+        tree_sha256=server.tree_sha256, bench_serving=bench_serving_use(target),
+        python=state.options.python, repo=str(target.repo))).measurement
+
+
+def bench_serving_use(target: TargetConfig) -> Literal["auto", "always", "never"]:
+    """The config's `measure.bench_serving.use`, where `auto` applies to SGLang targets only (pure)."""
+    use = target.measure.bench_serving.use
+    return "never" if use == "auto" and target.kind != "sglang" else use
 
 
 @step("baseline")
 def baseline(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["profile", "abort"]]:
     """Measure TTFT/TPOT and record the outputs every candidate must reproduce."""
     m = measure_server(state, runtime, "baseline")
-    note = f"baseline TPOT {m.tpot_ms.median:.1f} ms (IQR {m.tpot_ms.iqr:.1f}), TTFT {m.ttft_ms.median:.1f} ms"
+    note = (f"baseline TPOT {m.tpot_ms.median:.1f} ms (IQR {m.tpot_ms.iqr:.1f}), "
+            f"TTFT {m.ttft_ms.median:.1f} ms, measured by {m.client}")
     if not m.outputs_stable:
         note += "; WARNING: repeats of a prompt differ, outputs are not deterministic"
     return Command(update={"baseline": m, "reference": m,

@@ -79,6 +79,13 @@ class MeasureArgs(Model):
     """Label of the measurement."""
     tree_sha256: str
     """Fingerprint of the tree the server runs."""
+    bench_serving: Literal["auto", "always", "never"] = "never"
+    """Whether to measure with sglang.bench_serving: the config's choice, `never` where `auto`
+    does not apply (targets other than SGLang)."""
+    python: str = ""
+    """Interpreter on the host that the target runs with (`{python}` in the benchmark's python)."""
+    repo: str = ""
+    """The target repo on the host, substituted for `{repo}` in the benchmark's tokenizer path."""
 
 
 class MeasureResult(Model):

@@ -50,6 +50,8 @@ class Measurement(Model):
 
     label: str
     """What was measured, e.g. `baseline` or `iteration-1`."""
+    client: str = "perfloop"
+    """Which client measured: `perfloop`, or e.g. `sglang.bench_serving (sglang 0.5.9)`."""
     tree_sha256: str
     """Fingerprint of the working tree the server ran."""
     tpot_ms: Stat

@@ -40,6 +40,8 @@ class Summary(Model):
     """How many times the target server was started."""
     profile_method: str
     """`patch` or `api`: how the profiles were taken."""
+    measured_by: str | None = None
+    """The client that measured TPOT: `perfloop`, or sglang's bench_serving with its release."""
     iterations: int
     """Profile/diagnose iterations run."""
     stop_reason: str

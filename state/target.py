@@ -54,8 +54,32 @@ class LaunchConfig(Model):
         return env
 
 
+class BenchServingConfig(Model):
+    """Measuring with SGLang's own benchmark, `python -m sglang.bench_serving`, on the host."""
+
+    use: Literal["auto", "always", "never"] = "auto"
+    """`auto`: for `kind = "sglang"` targets, when the target's python has sglang's benchmark
+    module (else perfloop's client); `always`: required, for any target; `never`: perfloop's client."""
+    backend: Literal["sglang", "sglang-oai", "sglang-oai-chat"] = "sglang"
+    """bench_serving `--backend`: SGLang's native `/generate`, or its OpenAI-compatible endpoints."""
+    python: str = "{python}"
+    """Interpreter on the host to run the benchmark with; `{python}` is the target's own."""
+    tokenizer: str | None = None
+    """bench_serving `--tokenizer`: a path on the host (`{repo}` is substituted) or a model id;
+    unset, bench_serving uses the model name."""
+    input_len: int = Field(128, ge=1)
+    """Prompt length in tokens of its `random-ids` dataset (fixed seed: the same prompts each run)."""
+    seed: int = 1
+    """bench_serving `--seed`, fixed so that baseline and candidate get the same prompts."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Extra environment variables for the benchmark process, e.g. `HF_HUB_OFFLINE = "1"`."""
+
+
 class MeasureConfig(Model):
-    """The fixed workload used for TTFT/TPOT and for the output-equality gate."""
+    """The fixed workload used for TTFT/TPOT and for the output-equality gate.
+
+    perfloop's client sends `prompts`; with bench_serving, each run sends `len(prompts)` prompts of
+    its seeded `random-ids` dataset instead, `repeats` runs, `max_tokens` output tokens each."""
 
     prompts: list[str] = Field(min_length=1)
     """Fixed prompts, sent with temperature 0."""
@@ -67,6 +91,8 @@ class MeasureConfig(Model):
     """Requests sent and discarded before measuring."""
     request_timeout_s: float = Field(300.0, gt=0)
     """Per-request timeout."""
+    bench_serving: BenchServingConfig = Field(default_factory=BenchServingConfig)
+    """When and how to measure with `sglang.bench_serving` instead of perfloop's client."""
 
 
 class ProfileConfig(Model):

@@ -16,8 +16,9 @@ from urllib.parse import urlsplit
 from state.calls import MeasureArgs, MeasureResult
 from state.measure import Measurement, RequestRecord, Stat
 from tools.door import tool
-from tools.errors import ServerError
+from tools.errors import ConfigError, ServerError
 from tools.progress import report
+from tools.sglang_bench import find_bench, run_bench
 
 
 def chat_body(model: str, prompt: str, max_tokens: int) -> dict:
@@ -102,6 +103,18 @@ def summarize(label: str, tree_sha256: str, records: list[RequestRecord], n_prom
 
 @tool("bench.measure")
 def measure(args: MeasureArgs) -> MeasureResult:
+    """Measure with sglang.bench_serving where asked and present, else with perfloop's client."""
+    python = args.config.bench_serving.python.replace("{python}", args.python)
+    found = find_bench(python) if args.bench_serving != "never" else None
+    if found is None and args.bench_serving == "always":
+        raise ConfigError(f"measure.bench_serving.use = \"always\" but {python} has no sglang with "
+                          "bench_serving; install sglang there, or set measure.bench_serving.python")
+    if found is not None:
+        return MeasureResult(measurement=measure_with_bench_serving(args, python, *found))
+    return MeasureResult(measurement=measure_with_client(args))
+
+
+def measure_with_client(args: MeasureArgs) -> Measurement:
     """Warm up, then send every prompt `repeats` times, one request at a time."""
     cfg = args.config
     for i in range(cfg.warmup_requests):
@@ -116,5 +129,15 @@ def measure(args: MeasureArgs) -> MeasureResult:
             arrivals, text, _ = stream_completion(
                 args.base_url, chat_body(args.model, prompt, cfg.max_tokens), cfg.request_timeout_s)
             records.append(to_record(i, arrivals, text))
-    return MeasureResult(measurement=summarize(args.label, args.tree_sha256, records,
-                                               len(cfg.prompts), time.perf_counter() - t0))
+    return summarize(args.label, args.tree_sha256, records, len(cfg.prompts), time.perf_counter() - t0)
+
+
+def measure_with_bench_serving(args: MeasureArgs, python: str, module: str, version: str) -> Measurement:
+    """`repeats` runs of bench_serving over `len(prompts)` seeded prompts, summarized like the client's."""
+    cfg = args.config
+    n = len(cfg.prompts)
+    records, duration = run_bench(python, module, cfg.bench_serving, args.base_url, args.model, n,
+                                  cfg.max_tokens, cfg.repeats, cfg.warmup_requests, cfg.request_timeout_s,
+                                  args.repo, args.label)
+    m = summarize(args.label, args.tree_sha256, records, n, duration)
+    return m.model_copy(update={"client": f"{module} (sglang {version})"})

@@ -1,23 +1,45 @@
-"""`python -m sglang.bench_serving` on the target host: the command, and its JSONL read into a Measurement.
+"""`python -m sglang.bench_serving` on the target host: finding it, running it, reading its JSONL.
 
-Both are pure. bench_serving appends one JSON line per run to `--output-file`; with
-`--output-details` the line also holds per-request `ttfts`/`itls` (seconds), `output_lens` and
-`generated_texts`, which perfloop needs for TPOT spread and the output-equality gate.
+bench_serving appends one JSON line per run to `--output-file`; with `--output-details` the line
+also holds per-request `ttfts`/`itls` (seconds), `output_lens` and `generated_texts`, which perfloop
+needs for TPOT spread and the output-equality gate. Everything here but `find_bench` and
+`run_bench` is pure; those two run on the host (the measure tool runs there).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
 
 from pydantic import ValidationError
 
-from state.measure import Measurement, RequestRecord
+from state.measure import RequestRecord
 from state.sglang import BenchServingRecord
-from tools.bench import summarize
-from tools.errors import ToolError
+from state.target import BenchServingConfig
+from tools.errors import ConfigError, ToolError
+from tools.progress import report
 
 NEW_MODULE_FILE = "benchmark/serving.py"
 """Package-relative file of the benchmark's newer home, `sglang.benchmark.serving` (0.5.23 has it)."""
+OLD_MODULE_FILE = "bench_serving.py"
+"""Package-relative file of `sglang.bench_serving` (every 0.5.x; a shim to the new home in 0.5.23)."""
+IMPORT_TIMEOUT_S = 300.0
+"""Allowance on top of the requests' own timeouts for importing sglang and loading a tokenizer."""
+
+_PROBE = """\
+import importlib.metadata as m, importlib.util as u, json
+spec = u.find_spec("sglang")
+try:
+    version = m.version("sglang")
+except m.PackageNotFoundError:
+    version = ""
+print(json.dumps({"dir": spec.submodule_search_locations[0] if spec and spec.submodule_search_locations else "",
+                  "version": version}))
+"""
+"""Locates the sglang package without importing it (its `__init__` pulls in much of the engine)."""
 
 
 class BenchOutputError(ToolError):
@@ -29,14 +51,39 @@ def bench_module(has_new_module_file: bool) -> str:
     return "sglang.benchmark.serving" if has_new_module_file else "sglang.bench_serving"
 
 
-def bench_serving_argv(python: str, module: str, base_url: str, model: str, num_prompts: int,
-                       input_len: int, output_len: int, output_file: str) -> list[str]:
-    """One sequential, streamed run on random prompts with per-request details (pure)."""
-    return [python, "-m", module, "--backend", "sglang", "--base-url", base_url, "--model", model,
-            "--dataset-name", "random", "--num-prompts", str(num_prompts),
-            "--random-input-len", str(input_len), "--random-output-len", str(output_len),
+def find_bench(python: str) -> tuple[str, str] | None:
+    """(module, sglang version) of the benchmark in `python`'s sglang, or None without one."""
+    try:
+        proc = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise ConfigError(f"cannot run {python!r} to look for sglang's bench_serving: {err}; "
+                          "check measure.bench_serving.python") from err
+    if proc.returncode != 0:
+        raise ConfigError(f"{python!r} failed looking for sglang's bench_serving: "
+                          f"{(proc.stderr.strip().splitlines() or ['no output'])[-1]}")
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    package = Path(found["dir"]) if found["dir"] else None
+    if package is None or not ((package / NEW_MODULE_FILE).is_file() or (package / OLD_MODULE_FILE).is_file()):
+        return None
+    version = found["version"] or "unknown"
+    return bench_module((package / NEW_MODULE_FILE).is_file()), version
+
+
+def bench_serving_argv(python: str, module: str, cfg: BenchServingConfig, base_url: str, model: str,
+                       num_prompts: int, output_len: int, warmup: int, output_file: str,
+                       repo: str) -> list[str]:
+    """One sequential, streamed run of the seeded `random-ids` prompts with per-request details (pure).
+
+    `random-ids` needs no dataset download (`random` fetches ShareGPT); a range ratio of 1 gives
+    every prompt exactly `input_len` tokens and every request `output_len` (EOS ignored)."""
+    argv = [python, "-m", module, "--backend", cfg.backend, "--base-url", base_url, "--model", model,
+            "--dataset-name", "random-ids", "--num-prompts", str(num_prompts),
+            "--random-input-len", str(cfg.input_len), "--random-output-len", str(output_len),
             "--random-range-ratio", "1", "--max-concurrency", "1", "--request-rate", "inf",
-            "--output-file", output_file, "--output-details"]
+            "--seed", str(cfg.seed), "--warmup-requests", str(warmup), "--disable-tqdm"]
+    if cfg.tokenizer:
+        argv += ["--tokenizer", cfg.tokenizer.replace("{repo}", repo)]
+    return argv + ["--output-file", output_file, "--output-details"]
 
 
 def parse_bench_line(line: str) -> BenchServingRecord:
@@ -56,26 +103,56 @@ def parse_bench_line(line: str) -> BenchServingRecord:
                                " (is this a bench_serving --output-file line?)") from err
 
 
-def _records(record: BenchServingRecord, n_prompts: int, errors: list) -> list[RequestRecord]:
-    """Per-request records in dataset order; request i used prompt i % n_prompts."""
+def _records(line: str) -> tuple[list[RequestRecord], float]:
+    """Per-request records of one run, in dataset order (request i used prompt i), and its duration."""
+    record = parse_bench_line(line)
     n = len(record.ttfts)
     if not n or not (len(record.itls) == len(record.output_lens) == len(record.generated_texts) == n):
         raise BenchOutputError("bench_serving line has no (or uneven) per-request details; "
                                "rerun it with --output-details")
-    for i, error in enumerate(errors):
+    for i, error in enumerate(json.loads(line).get("errors") or []):
         if error:
             raise BenchOutputError(f"bench_serving request {i} failed: {str(error).splitlines()[0][:200]}")
-    return [RequestRecord(prompt_index=i % n_prompts, ttft_ms=record.ttfts[i] * 1000,
+    return [RequestRecord(prompt_index=i, ttft_ms=record.ttfts[i] * 1000,
                           itl_ms=[x * 1000 for x in record.itls[i]], text=record.generated_texts[i],
-                          completion_tokens=record.output_lens[i]) for i in range(n)]
+                          completion_tokens=record.output_lens[i]) for i in range(n)], record.duration
 
 
-def measurement_from_jsonl(text: str, label: str, tree_sha256: str, n_prompts: int) -> Measurement:
-    """The last run in a bench_serving `--output-file` as perfloop's Measurement (pure)."""
+def records_from_jsonl(text: str) -> tuple[list[RequestRecord], float]:
+    """Every run in a bench_serving `--output-file`: all requests, and the runs' total duration (pure).
+
+    Runs of the same seeded dataset send the same prompts, so request i of each run is prompt i."""
     lines = [line for line in text.splitlines() if line.strip()]
     if not lines:
         raise BenchOutputError("bench_serving wrote no result line; check its output for errors")
-    record = parse_bench_line(lines[-1])
-    errors = json.loads(lines[-1]).get("errors") or []
-    requests = _records(record, n_prompts, errors)
-    return summarize(label, tree_sha256, requests, min(n_prompts, len(requests)), record.duration)
+    records: list[RequestRecord] = []
+    duration = 0.0
+    for line in lines:
+        run, seconds = _records(line)
+        records += run
+        duration += seconds
+    return records, duration
+
+
+def run_bench(python: str, module: str, cfg: BenchServingConfig, base_url: str, model: str,
+              num_prompts: int, output_len: int, repeats: int, warmup: int, request_timeout_s: float,
+              repo: str, label: str) -> tuple[list[RequestRecord], float]:
+    """Run bench_serving `repeats` times (warm-up before the first) into one JSONL file; read it."""
+    env = os.environ | cfg.env
+    timeout_s = request_timeout_s * (num_prompts + warmup) + IMPORT_TIMEOUT_S
+    with tempfile.TemporaryDirectory(prefix="perfloop-bench-") as tmp:
+        out = Path(tmp) / "bench.jsonl"
+        for run in range(repeats):
+            report(f"measuring {label} with {module}: run {run + 1}/{repeats}")
+            argv = bench_serving_argv(python, module, cfg, base_url, model, num_prompts, output_len,
+                                      warmup if run == 0 else 0, str(out), repo)
+            try:
+                proc = subprocess.run(argv, cwd=tmp, env=env, capture_output=True, text=True,
+                                      timeout=timeout_s, stdin=subprocess.DEVNULL)
+            except subprocess.TimeoutExpired as err:
+                raise BenchOutputError(f"{module} did not finish within {timeout_s:.0f}s "
+                                       f"(measure.request_timeout_s x requests + {IMPORT_TIMEOUT_S:.0f}s)") from err
+            if proc.returncode != 0:
+                last = (proc.stderr.strip() or proc.stdout.strip() or "no output").splitlines()[-1]
+                raise BenchOutputError(f"{module} exited with status {proc.returncode}: {last[:300]}")
+        return records_from_jsonl(out.read_text(encoding="utf-8") if out.exists() else "")

@@ -7,8 +7,11 @@ from pathlib import Path
 import pytest
 
 from agent.config import load_target
+from agent.steps_setup import bench_serving_use
+from state.target import BenchServingConfig
 from tools.errors import ConfigError, PatchError, TraceError
-from tools.sglang_bench import BenchOutputError, bench_module, bench_serving_argv, measurement_from_jsonl
+from tools.bench import summarize
+from tools.sglang_bench import BenchOutputError, bench_module, bench_serving_argv, records_from_jsonl
 from tools.sglang_layout import parse_version
 from tools.sglang_playbook import choose_patch_key, does_not_fit, hunk_number, rebase_diff
 from tools.sglang_server import rank_traces, start_profile_body
@@ -79,13 +82,16 @@ def bench_line(**details) -> str:
     return json.dumps(result)
 
 
-def test_bench_serving_jsonl_becomes_a_measurement():
-    text = bench_line(duration=9.0) + "\n" + bench_line() + "\n"
-    m = measurement_from_jsonl(text, "baseline", "abc", n_prompts=2)
-    assert m.ttft_ms.median == pytest.approx(20.0) and m.tpot_ms.n == 3
-    assert m.tpot_ms.median == pytest.approx(31 / 3) and m.output_tok_per_s == pytest.approx(6.0)
-    assert m.outputs == ["a b c d", "e f g h"] and m.outputs_stable
-    assert [r.prompt_index for r in m.requests] == [0, 1, 0]
+def test_bench_serving_runs_become_a_measurement():
+    """Two runs of the same seeded prompts: request i of each run is prompt i."""
+    text = bench_line(duration=9.0) + "\n" + bench_line(generated_texts=["a b c d", "e f g h", "x"]) + "\n"
+    records, duration = records_from_jsonl(text)
+    assert duration == pytest.approx(11.0) and [r.prompt_index for r in records] == [0, 1, 2] * 2
+    m = summarize("baseline", "abc", records, 3, duration)
+    assert m.ttft_ms.median == pytest.approx(20.0) and m.tpot_ms.n == 6
+    assert m.tpot_ms.median == pytest.approx(31 / 3) and m.output_tok_per_s == pytest.approx(24 / 11)
+    assert m.outputs == ["a b c d", "e f g h", "a b c d"]
+    assert not m.outputs_stable  # prompt 2 gave "a b c d" in one run and "x" in the other
 
 
 @pytest.mark.parametrize("line, message", [
@@ -93,17 +99,25 @@ def test_bench_serving_jsonl_becomes_a_measurement():
     (bench_line(errors=["", "HTTP 500: boom\ntrace", ""]), "request 1 failed: HTTP 500: boom"),
     (json.dumps({"completed": 1}), "field `duration`"),
     ("{not json", "not JSON"),
+    ("", "wrote no result line"),
 ])
 def test_unusable_bench_output_is_one_line(line, message):
     with pytest.raises(BenchOutputError, match=message) as err:
-        measurement_from_jsonl(line, "x", "y", 1)
+        records_from_jsonl(line)
     assert "\n" not in str(err.value)
 
 
-def test_bench_command_is_sequential_with_details():
-    argv = bench_serving_argv("py", bench_module(True), "http://h:1", "m", 6, 32, 200, "/o.jsonl")
+def test_bench_command_is_sequential_seeded_and_detailed():
+    cfg = BenchServingConfig(backend="sglang-oai-chat", tokenizer="{repo}/tokenizer", input_len=16, seed=7)
+    argv = bench_serving_argv("py", bench_module(True), cfg, "http://h:1", "m", 6, 200, 1, "/o.jsonl", "/r p")
     assert argv[:3] == ["py", "-m", "sglang.benchmark.serving"] and argv[-3:] == ["--output-file", "/o.jsonl", "--output-details"]
-    assert argv[argv.index("--max-concurrency") + 1] == "1" and bench_module(False) == "sglang.bench_serving"
+    opts = {flag: argv[i + 1] for i, flag in enumerate(argv[:-1]) if flag.startswith("--")}
+    assert opts["--max-concurrency"] == "1" and opts["--dataset-name"] == "random-ids"
+    assert opts["--backend"] == "sglang-oai-chat" and opts["--tokenizer"] == "/r p/tokenizer"
+    assert (opts["--num-prompts"], opts["--random-input-len"], opts["--random-output-len"], opts["--seed"]) == \
+        ("6", "16", "200", "7")
+    assert "--tokenizer" not in bench_serving_argv("py", "m", BenchServingConfig(), "u", "m", 1, 2, 0, "o", "r")
+    assert bench_module(False) == "sglang.bench_serving"
 
 
 def test_glm5_example_config_loads():
@@ -134,3 +148,13 @@ def test_health_falls_back_to_health_on_an_old_server():
         server.shutdown()
         server.server_close()
     assert healthy_path(f"http://127.0.0.1:{server.server_port}", timeout_s=0.5) is None
+
+
+@pytest.mark.parametrize("kind, use, expected", [
+    ("sglang", "auto", "auto"), ("mla_server", "auto", "never"), ("mla_server", "always", "always"),
+    ("sglang", "never", "never")])
+def test_bench_serving_auto_means_sglang_targets(kind, use, expected):
+    target = load_target(ROOT / "examples" / "targets" / "sglang-glm5.toml")
+    target = target.model_copy(update={"kind": kind, "measure": target.measure.model_copy(
+        update={"bench_serving": BenchServingConfig(use=use)})})
+    assert bench_serving_use(target) == expected

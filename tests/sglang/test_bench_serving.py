@@ -1,0 +1,128 @@
+"""Measuring with the real `python -m sglang.bench_serving` (sglang 0.5.9 and 0.5.23 from the package
+registry, each in a venv of its own) against the real demo server, which speaks SGLang's OpenAI chat endpoint;
+the demo target ships a Hugging Face tokenizer equal to its byte-level one for the benchmark."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from state.calls import MeasureArgs
+from state.target import BenchServingConfig, MeasureConfig
+from tests.e2e.conftest import git, last_json, make_repo, perfloop, write_target
+from tests.procs import processes_in
+from tests.sglang.conftest import bench_python
+from tests.target.conftest import SMALL, TARGET, Server, free_port, launch, wait_healthy
+from tools.bench import measure
+from tools.errors import ConfigError
+from tools.sglang_bench import BenchOutputError
+
+VERSION = "0.5.9"
+CLIENT = f"sglang.bench_serving (sglang {VERSION})"
+
+
+@pytest.fixture(scope="module")
+def bench_py() -> Path:
+    return bench_python(VERSION)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    port = free_port()
+    log = tmp_path_factory.mktemp("bench-server") / "server.log"
+    srv = Server(launch(TARGET, ["--port", str(port), *SMALL], log), port, log)
+    wait_healthy(srv)
+    yield srv
+    srv.stop()
+
+
+def bench_config(python: str, **overrides) -> BenchServingConfig:
+    """bench_serving on the demo server: its OpenAI chat endpoint and its shipped tokenizer."""
+    return BenchServingConfig(**({"use": "always", "backend": "sglang-oai-chat", "python": python,
+                                  "tokenizer": "{repo}/tokenizer", "input_len": 24,
+                                  "env": {"HF_HUB_OFFLINE": "1"}} | overrides))
+
+
+def measure_args(server: Server, bench: BenchServingConfig, use: str = "always") -> MeasureArgs:
+    cfg = MeasureConfig(prompts=["one", "two", "three"], max_tokens=6, repeats=2, bench_serving=bench)
+    return MeasureArgs(base_url=server.url, model="mla-demo", config=cfg, label="baseline",
+                       tree_sha256="t", bench_serving=use, python=sys.executable, repo=str(TARGET))
+
+
+@pytest.mark.parametrize("version, module", [("0.5.9", "sglang.bench_serving"),
+                                             ("0.5.23", "sglang.benchmark.serving")])
+def test_real_bench_serving_measures_the_server(version: str, module: str, server: Server) -> None:
+    """Two runs of three seeded prompts: every request streamed 6 tokens, greedy outputs repeat."""
+    m = measure(measure_args(server, bench_config(str(bench_python(version))))).measurement
+    assert m.client == f"{module} (sglang {version})"
+    assert [r.prompt_index for r in m.requests] == [0, 1, 2, 0, 1, 2]
+    assert all(r.completion_tokens == 6 and len(r.itl_ms) == 5 and r.ttft_ms > 0 for r in m.requests)
+    assert m.outputs_stable and all(len(text) == 6 for text in m.outputs)  # byte tokens: one char each
+    assert m.tpot_ms.n == 6 and m.tpot_ms.median > 0 and m.output_tok_per_s > 0
+
+
+def test_auto_without_sglang_uses_perfloop_client(server: Server) -> None:
+    """`auto` on a python without sglang (this test venv's) measures with perfloop's own client."""
+    m = measure(measure_args(server, BenchServingConfig(), use="auto")).measurement
+    assert m.client == "perfloop" and len(m.requests) == 6
+
+
+def test_always_without_sglang_is_one_clear_line(server: Server) -> None:
+    with pytest.raises(ConfigError) as err:
+        measure(measure_args(server, BenchServingConfig(use="always")))
+    assert str(err.value) == (f'measure.bench_serving.use = "always" but {sys.executable} has no sglang '
+                              "with bench_serving; install sglang there, or set measure.bench_serving.python")
+
+
+def test_failing_bench_serving_is_one_clear_line(bench_py: Path, server: Server) -> None:
+    """A tokenizer path that does not exist: bench_serving exits non-zero, its last line is named."""
+    bench = bench_config(str(bench_py), tokenizer="{repo}/no-such-tokenizer")
+    with pytest.raises(BenchOutputError) as err:
+        measure(measure_args(server, bench))
+    assert str(err.value).startswith("sglang.bench_serving exited with status 1: ")
+    assert "\n" not in str(err.value)
+
+
+def test_the_loop_measures_with_bench_serving(bench_py: Path, tmp_path: Path) -> None:
+    """The whole demo loop with `measure.bench_serving.use = "always"`: the baseline and the
+    candidate are measured by bench_serving, the patch is judged on those numbers and accepted."""
+    repo = make_repo(tmp_path / "engine")
+    target = write_target(tmp_path / "t.toml", repo)
+    target.write_text(target.read_text() + f"""
+[measure.bench_serving]
+use = "always"
+backend = "sglang-oai-chat"
+python = {json.dumps(str(bench_py))}
+tokenizer = "{{repo}}/tokenizer"
+input_len = 24
+env = {{ HF_HUB_OFFLINE = "1" }}
+""")
+    home = tmp_path / "home"
+    proc = perfloop(home, "run", str(target), "--json", "--max-iterations", "1")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    s = last_json(proc)
+    assert s["status"] == "done" and s["accepted"] == ["kv-cache-full-pool-cast"], s
+    assert s["outputs_identical"] is True and s["speedup"] > 1
+    shown = last_json(perfloop(home, "show", s["session"], "--json"))
+    notes = [(t["node"], t["note"]) for t in shown["transitions"] if t["node"] in ("baseline", "measure")]
+    assert [node for node, _ in notes] == ["baseline", "measure"]
+    assert all(note.endswith(f"measured by {CLIENT}") for _, note in notes), notes
+    assert git(repo, "status", "--porcelain") == "" and processes_in(repo) == []
+
+
+def test_shipped_tokenizer_is_the_servers(bench_py: Path) -> None:
+    """transformers' AutoTokenizer on the demo's `tokenizer/` gives the server's byte ids, both ways."""
+    sample = "KV cache: wörld ✓ \x01\x7f"
+    script = ("import json, sys; from transformers import AutoTokenizer; "
+              f"t = AutoTokenizer.from_pretrained({str(TARGET / 'tokenizer')!r}); ids = t.encode(sys.argv[1]); "
+              "print(json.dumps([ids, t.decode(ids), t.vocab_size]))")
+    done = subprocess.run([str(bench_py), "-W", "ignore", "-c", script, sample], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, done.stderr[-1000:]
+    ids, text, vocab = json.loads(done.stdout.strip().splitlines()[-1])
+    assert ids == list(sample.encode("utf-8")) and text == sample and vocab == 256
