@@ -2,6 +2,7 @@
 
 import re
 from pathlib import Path
+from urllib.parse import urlsplit
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
@@ -31,6 +32,10 @@ class LaunchConfig(Model):
     """Command and arguments, run in the repo; `{port}` and `{python}` are substituted."""
     port: int = Field(0, ge=0, le=65535)
     """TCP port for the server; 0 picks a free one at each launch."""
+    base_url: str = "http://127.0.0.1:{port}"
+    """Where perfloop (on the target's host) reaches the server; `{port}` is substituted. Set it
+    when the server listens elsewhere, e.g. `http://10.0.0.5:{port}` for a server bound to one
+    interface."""
     health_path: str = "/health"
     """HTTP path that answers 200 once the server can serve."""
     startup_timeout_s: float = Field(180.0, gt=0)
@@ -42,6 +47,15 @@ class LaunchConfig(Model):
     pass_env: list[str] = Field(default_factory=list)
     """Names of variables passed from perfloop's environment at launch (API keys, tokens): their
     values are read when the server starts and are never stored in the session."""
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        """An http(s) URL with a host and no path (paths such as /health are appended)."""
+        parts = urlsplit(url.replace("{port}", "1"))
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/"):
+            raise ValueError(f"{url!r} is not a server base URL; write it like http://127.0.0.1:{{port}}")
+        return url.rstrip("/")
 
     @field_validator("env")
     @classmethod

@@ -76,7 +76,7 @@ def launch(args: LaunchArgs) -> ServerHandle:
         args.pid_file.write_text(json.dumps({"pid": proc.pid, "pgid": proc.pgid, "port": port,
                                              "launch_number": args.launch_number}))
     fault_point("server:spawned")
-    base_url = f"http://127.0.0.1:{port}"
+    base_url = build_argv([args.launch.base_url], port, args.python)[0]
     health_path = args.launch.health_path
     t0 = time.monotonic()
     deadline = t0 + args.launch.startup_timeout_s
