@@ -11,7 +11,7 @@ from langgraph.types import Command
 
 from agent.context import LoopContext, call, host_dir, step, transition
 from playbooks.engine import diagnose as run_diagnosis
-from playbooks.engine import load_playbooks, patch_text
+from playbooks.engine import launch_conflict, load_playbooks, patch_text
 from state.calls import FetchArgs, PathArgs, ProfileArgs, ProfileFiles
 from tools.errors import ConfigError
 from tools.sglang_playbook import sglang_patch
@@ -103,6 +103,10 @@ def propose(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
         diff = target_patch(state, book)
         if diff is None:
             skipped.append(f"{book.id} (no patch for kind {state.target.kind})")
+            continue
+        conflict = launch_conflict(book, state.target.kind, state.target.launch.argv)
+        if conflict is not None:
+            skipped.append(f"{book.id} (not proposed: {conflict})")
             continue
         proposal = Proposal(
             iteration=state.iteration, playbook=book.id, title=finding.title,

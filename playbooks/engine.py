@@ -76,3 +76,33 @@ def patch_text(playbook: Playbook, target_kind: str) -> str | None:
     except OSError as err:
         raise ConfigError(f"playbook {playbook.id}: patch for {target_kind!r} at {path} cannot be read "
                           f"({err.strerror}); add the file or remove it from [patches]") from err
+
+
+def flag_value(argv: list[str], flag: str) -> str | None:
+    """The value of `flag` in argv (`--flag V` or `--flag=V`), "" for a bare flag, None if absent (pure)."""
+    for i, arg in enumerate(argv):
+        if arg == flag:
+            nxt = argv[i + 1] if i + 1 < len(argv) else ""
+            return "" if nxt.startswith("--") else nxt
+        if arg.startswith(flag + "="):
+            return arg[len(flag) + 1:]
+    return None
+
+
+def launch_conflict(playbook: Playbook, kind: str, argv: list[str]) -> str | None:
+    """Why the playbook's patch does not work with this launch command, or None (pure)."""
+    for limit in playbook.launch_limits:
+        if limit.kind != kind:
+            continue
+        value = flag_value(argv, limit.flag)
+        if limit.refuse_when == "present" and value is not None:
+            return limit.reason
+        if limit.refuse_when == "absent" and value is None:
+            return limit.reason
+        if limit.refuse_when == "above" and value:
+            try:
+                if float(value) > limit.value:
+                    return limit.reason
+            except ValueError:
+                continue
+    return None

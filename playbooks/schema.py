@@ -101,6 +101,23 @@ Gain = Annotated[CastFractionGain | MatchedShareGain | DeviceIdleGain | SyncWait
                  Field(discriminator="kind")]
 
 
+class LaunchLimit(Model):
+    """A server launch option under which the playbook's patch for one target kind does not work:
+    the loop refuses to propose it there and says why, instead of spending launches on it."""
+
+    kind: str
+    """Target kind the limit is for, e.g. `sglang`."""
+    flag: str = Field(pattern=r"^--[a-z0-9][a-z0-9-]*$")
+    """A command-line flag of `launch.argv`, e.g. `--disable-cuda-graph`."""
+    refuse_when: Literal["present", "absent", "above"]
+    """`present`/`absent`: the flag is (not) in argv; `above`: its value (`--flag N` or
+    `--flag=N`) is a number greater than `value`."""
+    value: float = 0
+    """Threshold for `above`."""
+    reason: str
+    """Why the patch does not work there and what to change, shown to the user."""
+
+
 class Playbook(Model):
     """A known bottleneck and its fix, as stored in the catalog."""
 
@@ -120,6 +137,8 @@ class Playbook(Model):
     """How to estimate the share of decode time the fix removes."""
     patches: dict[str, str] = {}
     """Target kind -> patch file relative to the playbook folder, e.g. mla_server = "patches/x.diff"."""
+    launch_limits: list[LaunchLimit] = []
+    """Launch options under which a patch is not proposed (see LaunchLimit)."""
     source_dir: str = ""
     """Folder the playbook was loaded from; set by load_playbooks, never written in playbook.toml."""
 

@@ -9,17 +9,20 @@ from pathlib import Path
 
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.runtime import Runtime
 
 from agent.checkpoint import serializer
 from agent.context import LoopContext
 from agent.graph import builder
-from agent.steps_profile import target_patch
+from agent.steps_profile import propose, target_patch
 from playbooks.engine import load_playbooks
 from state.calls import ApplyArgs
+from state.diagnosis import Diagnosis, Finding
 from state.loop import LoopOptions, LoopState
 from state.target import LaunchConfig, MeasureConfig, TargetConfig
 from tests.sglang.conftest import unpack
 from tools.door import Door
+from tools.sglang_layout import locate
 from tools.store import SessionStore
 
 EXPECTED = {"0.5.9": ("python/sglang/srt/model_executor/model_runner.py", "ModelRunner", "forward_decode"),
@@ -61,3 +64,37 @@ def test_prepare_and_instrument_an_upstream_checkout(version: str, tmp_path: Pat
     assert commit.branch == "perfloop/s1"
     assert [c.name for c in store.tool_calls("s1")][:3] == ["repo.snapshot", "repo.ensure_branch",
                                                             "repo.sglang_site"]
+
+
+ARGV = ["{python}", "-m", "sglang.launch_server", "--tp", "8", "--port", "{port}"]
+
+
+@pytest.mark.parametrize("extra, refused", [
+    (["--disable-cuda-graph"], None),
+    ([], "unless launched with --disable-cuda-graph"),
+    (["--disable-cuda-graph", "--dcp-size", "2"], "with --dcp-size > 1"),
+    (["--disable-cuda-graph", "--dcp-size=1"], None),
+    (["--disable-cuda-graph", "--speculative-algorithm", "EAGLE"], "with speculative decoding"),
+])
+def test_propose_refuses_the_cast_patch_where_it_keeps_the_cast(extra, refused, tmp_path: Path) -> None:
+    """On a real 0.5.23 checkout: the patch is proposed for eager decode, and refused with the reason
+    under CUDA graphs, DCP or speculative decoding (no launch spent on it)."""
+    ws = unpack("0.5.23", tmp_path)
+    repo = Path(ws.repo.working_tree_dir)
+    ws.close()
+    book = next(b for b in load_playbooks() if b.id == "kv-cache-full-pool-cast")
+    finding = Finding(playbook=book.id, title=book.title, confidence=0.9, expected_gain_share=0.6,
+                      expected_gain_ms=None, explanation=book.explanation, evidence=[])
+    state = LoopState(
+        session_id="s1", options=LoopOptions(session_dir=tmp_path / "session", python=sys.executable),
+        target=TargetConfig(name="sglang", kind="sglang", repo=repo, launch=LaunchConfig(argv=ARGV + extra),
+                            measure=MeasureConfig(prompts=["hi"])),
+        sglang=locate(repo), diagnosis=Diagnosis(findings=[finding], top_ops=[], time_basis="device"))
+    door = Door("s1", SessionStore(tmp_path / "store.sqlite"))
+    cmd = propose(state, Runtime(context=LoopContext(door=door)))
+    if refused is None:
+        assert cmd.goto == "approve" and cmd.update["proposal"].playbook == book.id
+    else:
+        assert cmd.goto == "finish" and cmd.update["proposal"] is None
+        assert f"skipped {book.id} (not proposed: " in cmd.update["stop_reason"]
+        assert refused in cmd.update["stop_reason"]
