@@ -54,9 +54,10 @@ method = "{method}"
     return path
 
 
-def perfloop(home: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    """Run the real CLI with its own PERFLOOP_HOME and no stdin."""
-    env = {**os.environ, "PERFLOOP_HOME": str(home)}
+def perfloop(home: Path, *args: str, timeout: float = 600,
+             env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run the real CLI with its own PERFLOOP_HOME and no stdin (plus `env`, if given)."""
+    env = {**os.environ, "PERFLOOP_HOME": str(home), **(env or {})}
     return subprocess.run([str(PERFLOOP), *args], env=env, capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL)
 

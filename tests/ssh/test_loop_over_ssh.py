@@ -11,6 +11,7 @@ import base64
 import json
 import secrets
 import shutil
+import signal
 import sys
 import threading
 import time
@@ -185,3 +186,37 @@ def test_demo_on_a_new_host_creates_the_checkout_there(sshd: Sshd, tmp_path: Pat
         assert_same_result_as_local(home, s, repo)  # the demo config does not set PYTHONDONTWRITEBYTECODE
     finally:
         shutil.rmtree(repo.parent, ignore_errors=True)
+
+
+def test_sigkill_mid_session_over_ssh_then_resume(sshd: Sshd, tmp_path: Path) -> None:
+    """perfloop is SIGKILLed three times while its target lives on the SSH host: after the first
+    server started there (pid file on the host, launch not recorded), after the patch was committed
+    on the host (not recorded), and before the candidate is measured. `perfloop resume` each time
+    reconciles with what the host holds: one commit, no server left behind, the same result."""
+    repo = make_repo(tmp_path / "engine")
+    home = tmp_path / "home"
+    target = ssh_target(tmp_path / "t.toml", repo, sshd, tmp_path / "client")
+    faults = tmp_path / "faults.txt"
+    points = ["tool:server.launch", "tool:repo.apply_patch", "node:measure"]
+    faults.write_text("".join(p + "\n" for p in points))
+    env = {"PERFLOOP_FAULTS_FILE": str(faults)}
+    first = perfloop(home, "run", str(target), "--json", "--max-iterations", "1", timeout=400, env=env)
+    assert first.returncode == -signal.SIGKILL, first.stderr[-2000:]
+    session = last_json(perfloop(home, "sessions", "--json"))[0]["id"]
+    kills = 1
+    while kills < 10:
+        proc = perfloop(home, "resume", session, "--json", timeout=400, env=env)
+        if proc.returncode != -signal.SIGKILL:
+            break
+        kills += 1
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert kills == len(points) and faults.read_text() == ""
+    s = last_json(proc)
+    assert s["status"] == "done" and s["accepted"] == ["kv-cache-full-pool-cast"], s
+    assert s["outputs_identical"] is True
+    assert git(repo, "rev-list", "--count", "main..HEAD").strip() == "1"  # committed once
+    assert git(repo, "status", "--porcelain") == ""
+    for f in repo.rglob("*.py"):
+        assert "perfloop-instrumentation" not in f.read_text(), f"instrumentation left in {f}"
+    assert processes_in(repo) == [], "server process left running on the host"
+    shutil.rmtree(remote_session_dir(session))
