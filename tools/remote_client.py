@@ -55,12 +55,24 @@ def remote_home(host: SSHHost) -> PurePosixPath:
     return PurePosixPath(host.sftp().normalize("."))
 
 
+PRUNE_AFTER_DAYS = 7
+"""Package versions on a host unused for longer than this are removed when a new one is uploaded."""
+
+
 def ensure_package(host: SSHHost) -> PurePosixPath:
-    """Upload this version of the packages to `~/.cache/perfloop/pkg-<hash12>` unless present."""
+    """Upload this version of the packages to `~/.cache/perfloop/pkg-<hash12>` unless present.
+
+    Each use touches the folder; a new upload removes the other versions unused for
+    PRUNE_AFTER_DAYS, so upgrades do not pile up copies on the host."""
     files = package_files()
     dest = remote_home(host) / ".cache" / "perfloop" / f"pkg-{package_hash(files)[:12]}"
     if host.exists(dest):
+        host.run(["touch", "-c", "--", str(dest)], "/")
         return dest
+    prune = host.run(["find", str(dest.parent), "-mindepth", "1", "-maxdepth", "1", "-name", "pkg-*",
+                      "-type", "d", "-mtime", f"+{PRUNE_AFTER_DAYS}", "-exec", "rm", "-rf", "--", "{}", "+"], "/")
+    if prune.returncode != 0:
+        report(f"could not prune old perfloop packages on {host.conn.endpoint}: {prune.stderr.strip()}")
     tmp = dest.with_name(f"{dest.name}.tmp-{secrets.token_hex(4)}")
     folders = sorted({str(tmp / rel).rsplit("/", 1)[0] for rel in files})
     done = host.run(["mkdir", "-p", "--", *folders], "/")

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -13,8 +16,8 @@ from tests.recorders import MemoryRecorder
 from tools.door import Door
 from tools.errors import PatchError, ToolError
 from tools.remote import decode_request, encode_request
-from tools.remote_client import (MAX_ARG_CHARS, RemoteExecutor, ensure_package, package_files,
-                                 package_hash)
+from tools.remote_client import (MAX_ARG_CHARS, PRUNE_AFTER_DAYS, RemoteExecutor, ensure_package,
+                                 package_files, package_hash)
 from tools.repo import snapshot
 from tools.ssh_host import SSHHost
 
@@ -92,3 +95,24 @@ def test_pass_env_reaches_the_remote_server_but_no_file_or_command_line(
         assert secret not in _json.dumps([c.model_dump(mode="json") for c in calls.calls])
     finally:
         door.call("server.stop", ServerArgs(server=server, grace_s=5))
+
+
+def test_a_new_package_version_prunes_old_unused_ones(host: SSHHost) -> None:
+    """Uploading a version removes the versions unused for a week, keeps recent ones, and each use
+    marks its version as used."""
+    pkg = ensure_package(host)
+    root = Path(str(pkg.parent))
+    old, recent = root / "pkg-0ld0000000000", root / "pkg-rec000000000"
+    week_ago = time.time() - (PRUNE_AFTER_DAYS + 1) * 86400
+    for folder, when in ((old, week_ago), (recent, time.time() - 86400)):
+        (folder / "tools").mkdir(parents=True, exist_ok=True)
+        os.utime(folder, (when, when))
+    os.utime(Path(str(pkg)), (week_ago, week_ago))
+    assert ensure_package(host) == pkg and Path(str(pkg)).stat().st_mtime > week_ago  # in use: touched
+    shutil.rmtree(Path(str(pkg)))  # as if this perfloop version were new to the host
+    try:
+        assert ensure_package(host) == pkg and host.exists(pkg / "tools" / "remote.py")
+        assert not old.exists() and recent.is_dir()
+    finally:
+        shutil.rmtree(recent, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
