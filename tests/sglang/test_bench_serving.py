@@ -1,6 +1,7 @@
 """Measuring with the real `python -m sglang.bench_serving` (sglang 0.5.9 and 0.5.23 from the package
-registry, each in a venv of its own) against the real demo server, which speaks SGLang's OpenAI chat endpoint;
-the demo target ships a Hugging Face tokenizer equal to its byte-level one for the benchmark."""
+registry, each in a venv of its own) against the real demo server, which speaks SGLang's native
+`/generate` and OpenAI chat endpoints; the demo target ships a Hugging Face tokenizer equal to its
+byte-level one for the benchmark."""
 
 from __future__ import annotations
 
@@ -42,8 +43,8 @@ def server(tmp_path_factory):
 
 
 def bench_config(python: str, **overrides) -> BenchServingConfig:
-    """bench_serving on the demo server: its OpenAI chat endpoint and its shipped tokenizer."""
-    return BenchServingConfig(**({"use": "always", "backend": "sglang-oai-chat", "python": python,
+    """bench_serving on the demo server with its shipped tokenizer (native `/generate` by default)."""
+    return BenchServingConfig(**({"use": "always", "python": python,
                                   "tokenizer": "{repo}/tokenizer", "input_len": 24,
                                   "env": {"HF_HUB_OFFLINE": "1"}} | overrides))
 
@@ -54,11 +55,16 @@ def measure_args(server: Server, bench: BenchServingConfig, use: str = "always")
                        tree_sha256="t", bench_serving=use, python=sys.executable, repo=str(TARGET))
 
 
-@pytest.mark.parametrize("version, module", [("0.5.9", "sglang.bench_serving"),
-                                             ("0.5.23", "sglang.benchmark.serving")])
-def test_real_bench_serving_measures_the_server(version: str, module: str, server: Server) -> None:
-    """Two runs of three seeded prompts: every request streamed 6 tokens, greedy outputs repeat."""
-    m = measure(measure_args(server, bench_config(str(bench_python(version))))).measurement
+@pytest.mark.parametrize("version, module, backend", [
+    ("0.5.9", "sglang.bench_serving", "sglang"),
+    ("0.5.23", "sglang.benchmark.serving", "sglang"),
+    ("0.5.23", "sglang.benchmark.serving", "sglang-oai-chat")])
+def test_real_bench_serving_measures_the_server(version: str, module: str, backend: str,
+                                                server: Server) -> None:
+    """Two runs of three seeded prompts: every request streamed 6 tokens, greedy outputs repeat.
+    `sglang` is SGLang's native /generate, `sglang-oai-chat` its OpenAI chat endpoint."""
+    bench = bench_config(str(bench_python(version)), backend=backend)
+    m = measure(measure_args(server, bench)).measurement
     assert m.client == f"{module} (sglang {version})"
     assert [r.prompt_index for r in m.requests] == [0, 1, 2, 0, 1, 2]
     assert all(r.completion_tokens == 6 and len(r.itl_ms) == 5 and r.ttft_ms > 0 for r in m.requests)
@@ -96,7 +102,6 @@ def test_the_loop_measures_with_bench_serving(bench_py: Path, tmp_path: Path) ->
     target.write_text(target.read_text() + f"""
 [measure.bench_serving]
 use = "always"
-backend = "sglang-oai-chat"
 python = {json.dumps(str(bench_py))}
 tokenizer = "{{repo}}/tokenizer"
 input_len = 24

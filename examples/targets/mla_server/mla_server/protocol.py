@@ -38,6 +38,18 @@ class ChatRequest:
     include_usage: bool
 
 
+@dataclass
+class GenerateRequest:
+    """A validated SGLang-native `/generate` request (text in, text out, no chat template)."""
+
+    prompt_ids: list[int]
+    max_tokens: int
+    temperature: float
+    seed: int | None
+    stop: list[str]
+    stream: bool
+
+
 def parse_json_object(raw: bytes) -> dict:
     """Decode a JSON object body or raise a 400."""
     try:
@@ -73,6 +85,46 @@ def _message(m) -> dict:
     return {"role": m["role"], "content": content}
 
 
+def _max_tokens(value: int | None, default: int, limit: int, name: str) -> int:
+    value = default if value is None else value
+    if not 1 <= value <= limit:
+        raise bad_request(f"'{name}' must be between 1 and {limit}, got {value}", name)
+    return value
+
+
+def _temperature(body: dict) -> float:
+    temperature = float(field_of(body, "temperature", (int, float), 1.0))
+    if not 0 <= temperature <= 2:
+        raise bad_request(f"'temperature' must be between 0 and 2, got {temperature}", "temperature")
+    return temperature
+
+
+def _stop(body: dict) -> list[str]:
+    stop = field_of(body, "stop", (str, list), [])
+    stop = [stop] if isinstance(stop, str) else stop
+    if not all(isinstance(s, str) and s for s in stop):
+        raise bad_request("'stop' must be a non-empty string or a list of them", "stop")
+    return stop
+
+
+def parse_generate_request(body: dict, encode, max_tokens_limit: int,
+                           default_max_tokens: int) -> GenerateRequest:
+    """Validate a `/generate` body: `text` or `input_ids`, `sampling_params` (`max_new_tokens`,
+    `temperature`, `stop`, `seed`; others such as `ignore_eos` accepted and ignored), `stream`."""
+    text, ids = field_of(body, "text", (str,)), field_of(body, "input_ids", (list,))
+    if (text is None) == (ids is None):
+        raise bad_request("give exactly one of 'text' (a string) or 'input_ids' (token ids)", "text")
+    if ids is not None and not (ids and all(isinstance(i, int) and 0 <= i < 256 for i in ids)):
+        raise bad_request("'input_ids' must be a non-empty list of token ids in [0, 256)", "input_ids")
+    params = field_of(body, "sampling_params", (dict,), {})
+    return GenerateRequest(
+        prompt_ids=encode(text) if text is not None else ids,
+        max_tokens=_max_tokens(field_of(params, "max_new_tokens", (int,)), default_max_tokens,
+                               max_tokens_limit, "max_new_tokens"),
+        temperature=_temperature(params), seed=field_of(params, "seed", (int,)), stop=_stop(params),
+        stream=field_of(body, "stream", (bool,), False))
+
+
 def parse_chat_request(body: dict, max_tokens_limit: int, default_max_tokens: int) -> ChatRequest:
     """Validate a chat completion body; unknown fields are ignored, wrong types are a 400."""
     messages = field_of(body, "messages", (list,))
@@ -80,27 +132,25 @@ def parse_chat_request(body: dict, max_tokens_limit: int, default_max_tokens: in
         raise bad_request("'messages' must be a non-empty list", "messages")
     max_tokens = field_of(body, "max_tokens", (int,))
     max_tokens = field_of(body, "max_completion_tokens", (int,), max_tokens)
-    max_tokens = default_max_tokens if max_tokens is None else max_tokens
-    if not 1 <= max_tokens <= max_tokens_limit:
-        raise bad_request(f"'max_tokens' must be between 1 and {max_tokens_limit}, got {max_tokens}",
-                          "max_tokens")
-    temperature = float(field_of(body, "temperature", (int, float), 1.0))
-    if not 0 <= temperature <= 2:
-        raise bad_request(f"'temperature' must be between 0 and 2, got {temperature}", "temperature")
-    stop = field_of(body, "stop", (str, list), [])
-    stop = [stop] if isinstance(stop, str) else stop
-    if not all(isinstance(s, str) and s for s in stop):
-        raise bad_request("'stop' must be a non-empty string or a list of them", "stop")
     options = field_of(body, "stream_options", (dict,), {})
     return ChatRequest(
         messages=[_message(m) for m in messages],
-        max_tokens=max_tokens,
-        temperature=temperature,
+        max_tokens=_max_tokens(max_tokens, default_max_tokens, max_tokens_limit, "max_tokens"),
+        temperature=_temperature(body),
         seed=field_of(body, "seed", (int,)),
-        stop=stop,
+        stop=_stop(body),
         stream=field_of(body, "stream", (bool,), False),
         include_usage=field_of(options, "include_usage", (bool,), False),
     )
+
+
+def generate_body(rid: str, text: str, prompt_tokens: int, completion_tokens: int,
+                  finish_reason: str | None) -> dict:
+    """A `/generate` response, or one streamed event of it: the text so far, as SGLang sends it."""
+    finish = None if finish_reason is None else {"type": finish_reason}
+    return {"text": text, "meta_info": {"id": rid, "prompt_tokens": prompt_tokens,
+                                        "completion_tokens": completion_tokens,
+                                        "finish_reason": finish}}
 
 
 class ResponseBuilder:

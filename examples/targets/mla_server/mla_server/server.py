@@ -1,4 +1,4 @@
-"""HTTP server: OpenAI-compatible chat completions plus SGLang's profiling endpoints.
+"""HTTP server: OpenAI-compatible chat completions, SGLang's native /generate and profiling endpoints.
 
 Run with `launch.sh --port N`; standard library `http.server`, one thread per connection, and a
 scheduler thread that batches decode across requests.
@@ -21,8 +21,9 @@ from mla_server.config import ServerConfig, parse_config
 from mla_server.kv_pool import PoolExhausted
 from mla_server.model_runner import ModelRunner
 from mla_server.profiler import ProfilerController, parse_profile_options
-from mla_server.protocol import (APIError, ChatRequest, ResponseBuilder, bad_request,
-                                 parse_chat_request, parse_json_object)
+from mla_server.protocol import (APIError, ChatRequest, GenerateRequest, ResponseBuilder,
+                                 bad_request, generate_body, parse_chat_request,
+                                 parse_generate_request, parse_json_object)
 from mla_server.scheduler import Request, Scheduler
 from mla_server.tokenizer import apply_chat_template, encode
 
@@ -39,13 +40,16 @@ class Engine:
         self.profiler = ProfilerController()
         self.scheduler = Scheduler(self.runner, self.profiler, cfg.max_running)
 
-    def new_request(self, chat: ChatRequest) -> Request:
-        """Tokenize, check the context length and submit (PoolExhausted → 429)."""
-        prompt_ids = encode(apply_chat_template(chat.messages))
-        if len(prompt_ids) + chat.max_tokens > self.cfg.context_len:
-            raise bad_request(f"prompt ({len(prompt_ids)} tokens) + max_tokens ({chat.max_tokens})"
-                              f" exceeds the context length {self.cfg.context_len}", "messages")
-        req = Request(prompt_ids, chat.max_tokens, chat.temperature, chat.seed, chat.stop)
+    def new_request(self, ask: ChatRequest | GenerateRequest) -> Request:
+        """Tokenize (chat: with the template), check the context length and submit (PoolExhausted → 429)."""
+        if isinstance(ask, ChatRequest):
+            prompt_ids, field = encode(apply_chat_template(ask.messages)), "messages"
+        else:
+            prompt_ids, field = ask.prompt_ids, "text"
+        if len(prompt_ids) + ask.max_tokens > self.cfg.context_len:
+            raise bad_request(f"prompt ({len(prompt_ids)} tokens) + max_tokens ({ask.max_tokens})"
+                              f" exceeds the context length {self.cfg.context_len}", field)
+        req = Request(prompt_ids, ask.max_tokens, ask.temperature, ask.seed, ask.stop)
         try:
             self.scheduler.submit(req)
         except PoolExhausted as exc:
@@ -68,7 +72,8 @@ class Handler(BaseHTTPRequestHandler):
         self._dispatch(routes, parse_body=False)
 
     def do_POST(self):
-        routes = {"/v1/chat/completions": self._chat, "/start_profile": self._start_profile,
+        routes = {"/v1/chat/completions": self._chat, "/generate": self._generate,
+                  "/start_profile": self._start_profile,
                   "/stop_profile": self._stop_profile}
         self._dispatch(routes, parse_body=True)
 
@@ -136,6 +141,37 @@ class Handler(BaseHTTPRequestHandler):
         finally:
             self.engine.scheduler.cancel(req)  # no-op once finished; frees slots if the client left
 
+    def _generate(self, body):
+        """SGLang's native API: streamed events carry the text so far and token counts."""
+        cfg = self.engine.cfg
+        gen = parse_generate_request(body, encode, cfg.max_tokens_limit, cfg.default_max_tokens)
+        req = self.engine.new_request(gen)
+        rid = f"gen-{id(req):x}"
+        try:
+            if not gen.stream:
+                *_, last = self._events(req)
+                if last[0] == "error":
+                    raise APIError(500, last[1], kind="server_error")
+                self._send_json(200, generate_body(rid, last[2], len(req.prompt_ids),
+                                                   len(req.output_ids), last[1]))
+                return
+            self._start_sse()
+            text, tokens = "", 0
+            for event in self._events(req):
+                if event[0] == "error":
+                    self._sse(APIError(500, event[1], kind="server_error").body())
+                    break
+                if event[0] == "token":  # counted here: the scheduler may already be further on
+                    text, tokens = text + event[1], tokens + 1
+                else:
+                    text, tokens = event[2], len(req.output_ids)
+                self._sse(generate_body(rid, text, len(req.prompt_ids), tokens,
+                                        event[1] if event[0] == "finish" else None))
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+        finally:
+            self.engine.scheduler.cancel(req)
+
     def _events(self, req: Request):
         """Yield the request's events; stop (and cancel) if the client disconnects."""
         while True:
@@ -160,13 +196,16 @@ class Handler(BaseHTTPRequestHandler):
         usage = out.usage(len(req.prompt_ids), len(req.output_ids))
         self._send_json(200, out.completion(last[2], last[1], usage))
 
-    def _stream(self, req: Request, chat: ChatRequest, out: ResponseBuilder) -> None:
+    def _start_sse(self) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Connection", "close")
         self.end_headers()
         self.close_connection = True
+
+    def _stream(self, req: Request, chat: ChatRequest, out: ResponseBuilder) -> None:
+        self._start_sse()
         self._sse(out.chunk({"role": "assistant", "content": ""}))
         holdback = max((len(s) for s in chat.stop), default=1) - 1
         text, sent = "", 0
