@@ -86,7 +86,18 @@ class BenchServingConfig(Model):
     seed: int = 1
     """bench_serving `--seed`, fixed so that baseline and candidate get the same prompts."""
     env: dict[str, str] = Field(default_factory=dict)
-    """Extra environment variables for the benchmark process, e.g. `HF_HUB_OFFLINE = "1"`."""
+    """Extra environment variables for the benchmark process, e.g. `HF_HUB_OFFLINE = "1"` (no
+    secrets: the benchmark inherits the host's own environment, e.g. its HF_TOKEN)."""
+
+    @field_validator("env")
+    @classmethod
+    def _no_secrets(cls, env: dict[str, str]) -> dict[str, str]:
+        """Refuse secret-looking variables written into the config (they would be recorded)."""
+        for name in env:
+            if SECRET_NAME.search(name):
+                raise ValueError(f"{name} looks like a secret: set it in the host's environment, where "
+                                 "bench_serving inherits it, not in measure.bench_serving.env")
+        return env
 
 
 class MeasureConfig(Model):

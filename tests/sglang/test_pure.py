@@ -158,3 +158,9 @@ def test_bench_serving_auto_means_sglang_targets(kind, use, expected):
     target = target.model_copy(update={"kind": kind, "measure": target.measure.model_copy(
         update={"bench_serving": BenchServingConfig(use=use)})})
     assert bench_serving_use(target) == expected
+
+
+def test_bench_serving_env_refuses_secrets():
+    with pytest.raises(ValueError, match="HF_TOKEN looks like a secret: set it in the host's environment"):
+        BenchServingConfig(env={"HF_TOKEN": "hf_abc"})
+    assert BenchServingConfig(env={"HF_HUB_OFFLINE": "1"}).env == {"HF_HUB_OFFLINE": "1"}
