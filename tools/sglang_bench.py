@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import tempfile
 from pathlib import Path
@@ -154,5 +155,9 @@ def run_bench(python: str, module: str, cfg: BenchServingConfig, base_url: str, 
                                        f"(measure.request_timeout_s x requests + {IMPORT_TIMEOUT_S:.0f}s)") from err
             if proc.returncode != 0:
                 last = (proc.stderr.strip() or proc.stdout.strip() or "no output").splitlines()[-1]
-                raise BenchOutputError(f"{module} exited with status {proc.returncode}: {last[:300]}")
+                fd, kept = tempfile.mkstemp(prefix="perfloop-bench-", suffix=".log")
+                with os.fdopen(fd, "w") as f:
+                    f.write(f"$ {shlex.join(argv)}\n{proc.stdout}\n{proc.stderr}")
+                raise BenchOutputError(f"{module} exited with status {proc.returncode}: {last[:300]} "
+                                       f"(its whole output: {kept} on the host)")
         return records_from_jsonl(out.read_text(encoding="utf-8") if out.exists() else "")

@@ -90,8 +90,11 @@ def test_failing_bench_serving_is_one_clear_line(bench_py: Path, server: Server)
     bench = bench_config(str(bench_py), tokenizer="{repo}/no-such-tokenizer")
     with pytest.raises(BenchOutputError) as err:
         measure(measure_args(server, bench))
-    assert str(err.value).startswith("sglang.bench_serving exited with status 1: ")
-    assert "\n" not in str(err.value)
+    message = str(err.value)
+    assert message.startswith("sglang.bench_serving exited with status 1: ") and "\n" not in message
+    kept = Path(message.rsplit("(its whole output: ", 1)[1].removesuffix(" on the host)"))
+    assert "no-such-tokenizer" in kept.read_text() and "--backend sglang" in kept.read_text()
+    kept.unlink()
 
 
 def test_the_loop_measures_with_bench_serving(bench_py: Path, tmp_path: Path) -> None:
