@@ -58,3 +58,5 @@ class BenchServingRecord(Model):
     """Per-request generated text (written with `--output-details`)."""
     output_lens: list[int] = Field(default_factory=list)
     """Per-request output token counts (written with `--output-details`)."""
+    errors: list[str | None] = Field(default_factory=list)
+    """Per-request error text, empty for a success (written with `--output-details`)."""

@@ -14,6 +14,15 @@ SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSPHRASE|CREDENTIAL|AUTH
 """Environment variable names that hold secrets (shared with tools.secrets)."""
 
 
+def refuse_secrets(env: dict[str, str], advice: str) -> dict[str, str]:
+    """`env`, unless a variable looks like a secret written out literally (a `{...}` template is
+    not); the error names it and gives `advice`."""
+    for name, value in env.items():
+        if SECRET_NAME.search(name) and "{" not in value:
+            raise ValueError(f"{name} looks like a secret: {advice}")
+    return env
+
+
 class LocalHost(Model):
     """The machine perfloop runs on; commands run as subprocesses in their own process group."""
 
@@ -61,11 +70,7 @@ class LaunchConfig(Model):
     @classmethod
     def _no_literal_secrets(cls, env: dict[str, str]) -> dict[str, str]:
         """Refuse secret-looking variables written into the config."""
-        for name in env:
-            if SECRET_NAME.search(name) and "{" not in env[name]:
-                raise ValueError(f"{name} looks like a secret: export it in your shell and list "
-                                 f"its name under launch.pass_env instead")
-        return env
+        return refuse_secrets(env, "export it in your shell and list its name under launch.pass_env instead")
 
 
 class BenchServingConfig(Model):
@@ -91,13 +96,10 @@ class BenchServingConfig(Model):
 
     @field_validator("env")
     @classmethod
-    def _no_secrets(cls, env: dict[str, str]) -> dict[str, str]:
+    def _no_literal_secrets(cls, env: dict[str, str]) -> dict[str, str]:
         """Refuse secret-looking variables written into the config (they would be recorded)."""
-        for name in env:
-            if SECRET_NAME.search(name):
-                raise ValueError(f"{name} looks like a secret: set it in the host's environment, where "
-                                 "bench_serving inherits it, not in measure.bench_serving.env")
-        return env
+        return refuse_secrets(env, "set it in the host's environment, where bench_serving inherits "
+                                   "it, not in measure.bench_serving.env")
 
 
 class MeasureConfig(Model):

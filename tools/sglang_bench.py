@@ -111,7 +111,7 @@ def _records(line: str) -> tuple[list[RequestRecord], float]:
     if not n or not (len(record.itls) == len(record.output_lens) == len(record.generated_texts) == n):
         raise BenchOutputError("bench_serving line has no (or uneven) per-request details; "
                                "rerun it with --output-details")
-    for i, error in enumerate(json.loads(line).get("errors") or []):
+    for i, error in enumerate(record.errors):
         if error:
             raise BenchOutputError(f"bench_serving request {i} failed: {str(error).splitlines()[0][:200]}")
     return [RequestRecord(prompt_index=i, ttft_ms=record.ttfts[i] * 1000,
