@@ -12,7 +12,7 @@ from state.records import ToolCallRecord
 from state.session import SessionInfo
 from tools.errors import ConfigError
 from tools.secrets import redact
-from tools.store import SessionStore
+from tools.door.store import SessionStore
 
 FORMAT = "perfloop-session/1"
 

@@ -19,7 +19,8 @@ from state.loop import LoopState
 from tools import progress
 from state.calls import ApplyArgs
 from tools.errors import ToolError
-from tools.repo import check_patch
+from tools.door.registry import spec_of
+from tools.workspace.repo import check_patch
 from tools.secrets import redact
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -169,7 +170,7 @@ def _edited_patch(session: str, path: Path) -> str:
     state = Sessions().state(session)
     args = ApplyArgs(repo=state.target.repo, diff=diff, subject="check", trailers={})
     with executor_for(state.target, state.options.session_dir) as remote:  # where the repo lives
-        remote.call("repo.check_patch", args) if remote else check_patch(args)
+        remote.call(spec_of(check_patch), args) if remote else check_patch(args)
     return diff
 
 

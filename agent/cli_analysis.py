@@ -20,8 +20,8 @@ from state.diagnosis import Diagnosis, DiagnosisContext
 from state.profile import ProfileDiff, ProfileSummary
 from tools.errors import ToolError
 from tools.trace import read_profiles
-from tools.trace_bandwidth import measure_copy_bandwidth_gbs
-from tools.trace_diff import diff_profiles
+from tools.trace.bandwidth import measure_copy_bandwidth_gbs
+from tools.trace.diff import diff_profiles
 
 DEFAULT_ACTIVE_TOKENS = 1024
 """Default tokens live in the KV cache while profiling: a short chat's prompt and answer (a few

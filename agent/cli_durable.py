@@ -13,7 +13,7 @@ from agent import render
 from agent.archive import export_session, import_session
 from agent.cli import Json, _finish, _run, app, err
 from agent.session import Sessions, new_session_id
-from tools.replay import ReplayDivergence
+from tools.door.replay import ReplayDivergence
 
 
 @app.command()

@@ -21,11 +21,11 @@ from state.sglang import HookSite
 from state.target import ProfileConfig
 from state.workspace import InstrumentationRecord
 from tools.errors import ConfigError
-from tools.git_workspace import GitWorkspace
-from tools.instrumentation import instrument as insert_hook
-from tools.instrumentation import remove_instrumentation
-from tools.sglang_layout import hook_site, locate
-from tools.sglang_playbook import apply_sglang_patch, sglang_patch
+from tools.workspace.git import GitWorkspace
+from tools.workspace.instrumentation import instrument as insert_hook
+from tools.workspace.instrumentation import remove_instrumentation
+from tools.sglang.layout import hook_site, locate
+from tools.sglang.patches import apply_sglang_patch, sglang_patch
 
 RECORDS_FILE = "perfloop-instrumentation.json"
 """File in the repo's git dir: repo-relative path -> InstrumentationRecord of what we inserted."""

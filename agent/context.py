@@ -13,9 +13,13 @@ from langgraph.types import Command
 
 from state.loop import LoopState, Transition
 from tools.door import Door
+from tools.door.registry import In, Out
 from tools.errors import ToolError
-from tools.faults import fault_point
-from tools.store import utcnow
+from tools.door.faults import fault_point
+from state.base import utcnow
+
+
+Node = Callable[[LoopState, "Runtime[LoopContext]"], Command]
 
 
 @dataclass
@@ -36,23 +40,26 @@ def transition(node: str, note: str) -> list[Transition]:
     return [Transition(node=node, at=utcnow(), note=note)]
 
 
-def step(node: str, *, guarded: bool = True) -> Callable:
-    """Decorate a node: fault point at entry, tell the door who calls, count the calls it made.
+def step(fn: Node | None = None, *, guarded: bool = True) -> Any:
+    """Decorate a node (`@step` or `@step(guarded=False)`); its name is the function's name.
 
-    `calls_done` (the door's sequence number when the node finished) is checkpointed with the node's
-    update, so on resume the calls of a killed attempt can be marked superseded. When `guarded`, an
-    unexpected ToolError ends the loop through `abort`, which cleans up; errors a node expects (a
-    patch that does not apply, a server that crashes after a patch) are handled inside the node.
+    At entry: a fault point, and the door learns which node calls. `calls_done` (the door's
+    sequence number when the node finished) is checkpointed with the node's update, so on resume
+    the calls of a killed attempt can be marked superseded. When `guarded`, an unexpected
+    ToolError ends the loop through `abort`, which cleans up; errors a node expects (a patch that
+    does not apply, a server that crashes after a patch) are handled inside the node.
     """
 
-    def decorate(fn: Callable[[LoopState, Runtime[LoopContext]], Command]) -> Callable:
-        @wraps(fn)
+    def decorate(node_fn: Node) -> Node:
+        node = node_fn.__name__
+
+        @wraps(node_fn)
         def run(state: LoopState, runtime: Runtime[LoopContext]) -> Command:
             fault_point(f"node:{node}")
             door = runtime.context.door
             door.node = node
             try:
-                cmd = fn(state, runtime)
+                cmd = node_fn(state, runtime)
             except ToolError as exc:
                 if not guarded:
                     raise
@@ -65,9 +72,9 @@ def step(node: str, *, guarded: bool = True) -> Callable:
 
         return run
 
-    return decorate
+    return decorate(fn) if fn is not None else decorate
 
 
-def call(runtime: Runtime[LoopContext], name: str, args: Any) -> Any:
-    """Shorthand for `runtime.context.door.call(name, args)`."""
-    return runtime.context.door.call(name, args)
+def call(runtime: Runtime[LoopContext], fn: Callable[[In], Out], args: In) -> Out:
+    """Shorthand for `runtime.context.door.call(fn, args)`: run tool `fn` through the door."""
+    return runtime.context.door.call(fn, args)

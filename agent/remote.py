@@ -9,9 +9,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from state.target import TargetConfig
-from tools.hosts import close_all, connect
-from tools.remote_client import RemoteExecutor, ensure_package, remote_home
-from tools.ssh import Prompt
+from tools.hosts.connect import close_all, connect
+from tools.hosts.client import RemoteExecutor, ensure_package, remote_home
+from tools.hosts.connection import Prompt
 
 
 def ssh_prompt() -> Prompt | None:

@@ -14,11 +14,6 @@ from typing import Any
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
-import tools.bench  # noqa: F401  (registers tools)
-import tools.profiling  # noqa: F401
-import tools.repo  # noqa: F401
-import tools.server  # noqa: F401
-import tools.transfer  # noqa: F401
 from agent.checkpoint import open_checkpointer, serializer
 from agent.context import LoopContext
 from agent.graph import compile_graph
@@ -27,10 +22,11 @@ from agent.steps_setup import FORK_STEPS
 from state.loop import LoopOptions, LoopState
 from state.session import SessionInfo, Summary
 from state.target import TargetConfig
-from tools.door import Door
+from tools.door.live import LiveDoor
 from tools.errors import ConfigError, ToolError
-from tools.replay import ReplayDivergence, ReplayDoor
-from tools.store import SessionStore, perfloop_home, utcnow
+from tools.door.replay import ReplayDivergence, ReplayDoor
+from state.base import utcnow
+from tools.door.store import SessionStore, perfloop_home
 
 
 def new_session_id() -> str:
@@ -124,7 +120,7 @@ class Sessions:
                 self.store.add_input(session_id, "answer", answer)
             known = inp if isinstance(inp, LoopState) else self.state(session_id)
             with executor_for(known.target, known.options.session_dir) as executor:
-                door = Door(session_id, self.store, executor)
+                door = LiveDoor(session_id, self.store, executor)
                 self.graph.invoke(inp, self.config(session_id), context=LoopContext(door=door),
                                   durability="sync")
             state = self.state(session_id)

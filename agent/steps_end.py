@@ -5,11 +5,13 @@ from __future__ import annotations
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
+from agent.actions import remove_instrumentation
 from agent.context import LoopContext, call, host_dir, step, transition
-from agent.steps_patch import remove_instrumentation
 from state.calls import CommitArgs, PidFileArgs, ServerArgs
 from state.loop import LoopState
 from tools.errors import ToolError
+from tools import server
+from tools.workspace import repo
 
 
 def _teardown(state: LoopState, runtime: Runtime[LoopContext]) -> list[str]:
@@ -17,13 +19,13 @@ def _teardown(state: LoopState, runtime: Runtime[LoopContext]) -> list[str]:
     problems = []
     steps = []
     if state.server is not None:
-        steps.append(("stop server", lambda: call(runtime, "server.stop", ServerArgs(
+        steps.append(("stop server", lambda: call(runtime, server.stop, ServerArgs(
             server=state.server, grace_s=state.target.launch.stop_grace_s))))
-    steps.append(("stop orphaned server", lambda: call(runtime, "server.stop_recorded", PidFileArgs(
+    steps.append(("stop orphaned server", lambda: call(runtime, server.stop_recorded, PidFileArgs(
         pid_file=host_dir(state) / "server.pid", repo=state.target.repo,
         grace_s=state.target.launch.stop_grace_s))))
     if state.pending_commit is not None:
-        steps.append(("revert undecided commit", lambda: call(runtime, "repo.revert_commit", CommitArgs(
+        steps.append(("revert undecided commit", lambda: call(runtime, repo.revert_commit, CommitArgs(
             repo=state.target.repo, commit=state.pending_commit))))
     steps.append(("remove instrumentation", lambda: remove_instrumentation(state, runtime)))
     for what, action in steps:
@@ -34,7 +36,7 @@ def _teardown(state: LoopState, runtime: Runtime[LoopContext]) -> list[str]:
     return problems
 
 
-@step("finish", guarded=False)
+@step(guarded=False)
 def finish(state: LoopState, runtime: Runtime[LoopContext]) -> Command:
     """Stop the server and take the instrumentation out: the repo keeps only accepted commits."""
     problems = _teardown(state, runtime)
@@ -47,7 +49,7 @@ def finish(state: LoopState, runtime: Runtime[LoopContext]) -> Command:
                            "transitions": transition("finish", note)})
 
 
-@step("abort", guarded=False)
+@step(guarded=False)
 def abort(state: LoopState, runtime: Runtime[LoopContext]) -> Command:
     """After an unexpected tool error: clean up as finish does, and mark the session failed."""
     problems = _teardown(state, runtime)

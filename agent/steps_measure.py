@@ -7,13 +7,13 @@ from typing import Literal
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
+from agent.actions import measure_server
 from agent.context import LoopContext, step, transition
 from agent.judge import judge
-from agent.steps_setup import measure_server
 from state.loop import Decision, LoopState
 
 
-@step("measure")
+@step
 def measure(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["decide", "abort"]]:
     """Measure the patched server with the same workload as the reference."""
     m = measure_server(state, runtime, f"iteration-{state.iteration}")
@@ -22,7 +22,7 @@ def measure(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
     return Command(update={"candidate": m, "transitions": transition("measure", note)}, goto="decide")
 
 
-@step("decide")
+@step
 def decide(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["profile", "rollback", "finish", "abort"]]:
     """Accept if faster beyond noise with identical outputs; then profile again or stop."""
     ok, reason, noise = judge(state.reference, state.candidate)
@@ -39,7 +39,7 @@ def decide(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["
     if not ok:
         return Command(update=update, goto="rollback")
     update |= {"accepted": state.accepted + [commit], "reference": state.candidate,
-               "pending_commit": None, "proposal": None, "tried": state.tried + [p.playbook],
+               "pending_commit": None, "proposal": None,
                "iteration": state.iteration + 1}
     if state.iteration + 1 > state.options.max_iterations:
         update["stop_reason"] = f"reached --max-iterations {state.options.max_iterations}"

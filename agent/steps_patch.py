@@ -7,12 +7,13 @@ from typing import Literal
 from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 
+from agent.actions import instrument_if_needed, remove_instrumentation, start_server
 from agent.context import LoopContext, call, step, transition
-from agent.steps_setup import instrument_if_needed, start_server
-from state.calls import ApplyArgs, CommitArgs, RemoveInstrumentationArgs
+from state.calls import ApplyArgs, CommitArgs
 from state.loop import Approval, Decision, LoopState
 from tools.errors import PatchError, ServerError
-from tools.sglang_playbook import does_not_fit
+from tools.sglang.patches import does_not_fit
+from tools.workspace import repo
 
 
 def approval_request(state: LoopState) -> dict:
@@ -24,7 +25,7 @@ def approval_request(state: LoopState) -> dict:
             "evidence": [e.model_dump(mode="json") for e in p.evidence]}
 
 
-@step("approve")
+@step
 def approve(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["cleanup", "propose", "abort"]]:
     """Auto-approve, or pause (LangGraph interrupt) until `perfloop approve|reject` answers."""
     if state.options.approve == "auto":
@@ -40,11 +41,11 @@ def approve(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
     decision = Decision(iteration=state.iteration, playbook=p.playbook, verdict="rejected",
                         reason=f"rejected by {answer.by}: {reason}")
     return Command(update={"approval": answer, "decisions": [decision],
-                           "tried": state.tried + [p.playbook], "proposal": None,
+                           "proposal": None,
                            "transitions": transition("approve", decision.reason)}, goto="propose")
 
 
-@step("apply")
+@step
 def apply(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["relaunch", "propose", "abort"]]:
     """Apply the patch fully or not at all, committed alone on the session branch."""
     p = state.proposal
@@ -55,29 +56,21 @@ def apply(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["r
         trailers["Perfloop-Edited"] = "human"
     diff = state.approval.diff if edited else p.diff
     try:
-        commit = call(runtime, "repo.apply_patch", ApplyArgs(
+        commit = call(runtime, repo.apply_patch, ApplyArgs(
             repo=state.target.repo, diff=diff, subject=f"perfloop: {p.title}", trailers=trailers))
     except PatchError as exc:
         reason = (str(does_not_fit(state.sglang.version, diff, exc)) if state.sglang is not None
                   else f"patch does not apply: {exc}")
         decision = Decision(iteration=state.iteration, playbook=p.playbook, verdict="failed",
                             reason=reason)
-        return Command(update={"decisions": [decision], "tried": state.tried + [p.playbook],
-                               "proposal": None, "transitions": transition("apply", decision.reason)},
+        return Command(update={"decisions": [decision], "proposal": None, "transitions": transition("apply", decision.reason)},
                        goto="propose")
     note = f"committed {commit.sha[:10]} on {commit.branch}"
     return Command(update={"pending_commit": commit, "transitions": transition("apply", note)},
                    goto="relaunch")
 
 
-def remove_instrumentation(state: LoopState, runtime: Runtime[LoopContext]) -> None:
-    """Reverse exactly the instrumentation hunks, if any are in the tree."""
-    if state.instrumentation is not None:
-        call(runtime, "repo.remove_instrumentation", RemoveInstrumentationArgs(
-            repo=state.target.repo, record=state.instrumentation))
-
-
-@step("cleanup")
+@step
 def cleanup(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["apply", "abort"]]:
     """Remove the profiler instrumentation before the patch goes in.
 
@@ -91,7 +84,7 @@ def cleanup(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
                    goto="apply")
 
 
-@step("relaunch")
+@step
 def relaunch(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["measure", "rollback", "abort"]]:
     """Restart the server on the patched tree; a crash or hang rolls the patch back.
 
@@ -104,7 +97,7 @@ def relaunch(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal
         update["instrumentation"] = instrument_if_needed(state, runtime)
         state = state.model_copy(update=update)
     try:
-        server = start_server(state, runtime, instrumented=state.instrumentation is not None)
+        handle = start_server(state, runtime, instrumented=state.instrumentation is not None)
     except ServerError as exc:
         p = state.proposal
         decision = Decision(iteration=state.iteration, playbook=p.playbook, verdict="failed",
@@ -112,19 +105,18 @@ def relaunch(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal
         return Command(update={**update, "server": None, "launches": state.launches + 1,
                                "decisions": [decision],
                                "transitions": transition("relaunch", decision.reason)}, goto="rollback")
-    note = f"server #{server.launch_number} healthy in {server.startup_s:.1f}s"
-    return Command(update={**update, "server": server, "launches": server.launch_number,
+    note = f"server #{handle.launch_number} healthy in {handle.startup_s:.1f}s"
+    return Command(update={**update, "server": handle, "launches": handle.launch_number,
                            "transitions": transition("relaunch", note)}, goto="measure")
 
 
-@step("rollback")
+@step
 def rollback(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["propose", "abort"]]:
     """Undo the candidate's commit; the reference measurement again describes the tree."""
     commit = state.pending_commit
     if commit is not None:
-        call(runtime, "repo.revert_commit", CommitArgs(repo=state.target.repo, commit=commit))
+        call(runtime, repo.revert_commit, CommitArgs(repo=state.target.repo, commit=commit))
     p = state.proposal
     note = f"rolled back {p.playbook}" + (f" ({commit.sha[:10]})" if commit else "")
     return Command(update={"pending_commit": None, "proposal": None, "candidate": None,
-                           "tried": state.tried + [p.playbook],
                            "transitions": transition("rollback", note)}, goto="propose")

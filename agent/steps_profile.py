@@ -14,17 +14,19 @@ from playbooks.engine import diagnose as run_diagnosis
 from playbooks.engine import launch_conflict, load_playbooks, patch_text
 from state.calls import FetchArgs, PathArgs, ProfileArgs, ProfileFiles
 from tools.errors import ConfigError
-from tools.sglang_playbook import sglang_patch
+from tools.sglang.patches import sglang_patch
 from state.diagnosis import DiagnosisContext
 from state.loop import LoopState, ProfileResult, Proposal
+from tools.hosts import transfer
+from tools import profiling
 
 
-@step("profile")
+@step
 def profile(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["diagnose", "abort"]]:
     """Take a profile by the session's method: the instrumentation trigger or /start_profile."""
     cfg, server = state.target.profile, state.server
     pid = f"it{state.iteration}-{cfg.method}"
-    files = call(runtime, "profile.take", ProfileArgs(
+    files = call(runtime, profiling.take, ProfileArgs(
         method=cfg.method, base_url=server.base_url, model=state.target.model,
         out_dir=host_dir(state) / "profiles" / pid, profile_dir=server.profile_dir,
         profile_id=pid, warmup_steps=cfg.warmup_steps, active_steps=cfg.active_steps,
@@ -43,7 +45,7 @@ def fetched(state: LoopState, runtime: Runtime[LoopContext], files: ProfileFiles
     """Copy a profile's folder from the target host into `local_dir`; the files' local paths."""
     trace = files.trace_path
     folder = trace.parent if trace.name.endswith((".json", ".json.gz")) else trace  # or per-rank
-    local = call(runtime, "host.fetch", FetchArgs(host=state.target.host, remote=folder,
+    local = call(runtime, transfer.fetch, FetchArgs(host=state.target.host, remote=folder,
                                                    local=local_dir / folder.name)).path
     return files.model_copy(update={
         "trace_path": local if folder == trace else local / trace.name,
@@ -58,11 +60,11 @@ def _playbooks(state: LoopState):
     return [b for b in books if Path(b.source_dir).resolve().parent in extra]
 
 
-@step("diagnose")
+@step
 def diagnose(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["propose", "abort"]]:
     """Rank ops by device (or CPU) self time and match the playbooks' signatures."""
     latest = state.profiles[-1]
-    summary = call(runtime, "profile.read", PathArgs(path=latest.trace_path))
+    summary = call(runtime, profiling.read, PathArgs(path=latest.trace_path))
     ctx = DiagnosisContext(target_kind=state.target.kind, active_tokens=latest.active_tokens,
                            tpot_ms=state.reference.tpot_ms.median)
     result = run_diagnosis(summary, ctx, _playbooks(state))
@@ -91,7 +93,7 @@ def target_patch(state: LoopState, book) -> str | None:
     return patch_text(book, state.target.kind)
 
 
-@step("propose")
+@step
 def propose(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["approve", "finish", "abort"]]:
     """Turn the best untried finding that has a patch for this target kind into a proposal."""
     books = {b.id: b for b in _playbooks(state)}

@@ -7,39 +7,33 @@ from typing import Literal
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
+from agent.actions import instrument_if_needed, measure_server, session_branch, start_server
 from agent.context import LoopContext, call, host_dir, step, transition
-from state.calls import (BranchArgs, CopyTreeArgs, InstrumentArgs, LaunchArgs, MeasureArgs,
-                         PushTreeArgs, RepoArgs, ServerArgs)
+from state.calls import BranchArgs, CopyTreeArgs, PushTreeArgs, RepoArgs
 from state.loop import LoopState
-from state.process import ServerHandle
-from state.target import TargetConfig
-from tools.repo import tree_fingerprint
+from tools.hosts import transfer
+from tools.workspace import repo
 
 
-def session_branch(session_id: str) -> str:
-    """The branch accepted patches are committed on."""
-    return f"perfloop/{session_id}"
-
-
-@step("prepare")
+@step
 def prepare(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["instrument", "launch", "abort"]]:
     """Create the demo checkout if asked, record the repo as found, switch to the session branch."""
-    repo = state.target.repo
+    checkout = state.target.repo
     if state.options.demo_source is not None:
         src = state.options.demo_source
         if state.target.host.kind == "ssh":  # the tree goes to the host first, then becomes a repo there
             src = host_dir(state) / "demo" / src.name
-            call(runtime, "host.push_tree", PushTreeArgs(
+            call(runtime, transfer.push_tree, PushTreeArgs(
                 host=state.target.host, src=state.options.demo_source, dest=src))
-        call(runtime, "repo.create_from_tree", CopyTreeArgs(src=src, dest=repo))
-    start = state.start or call(runtime, "repo.snapshot", RepoArgs(repo=repo))
+        call(runtime, repo.create_from_tree, CopyTreeArgs(src=src, dest=checkout))
+    start = state.start or call(runtime, repo.snapshot, RepoArgs(repo=checkout))
     branch = session_branch(state.session_id)
-    call(runtime, "repo.ensure_branch", BranchArgs(repo=repo, name=branch))
+    call(runtime, repo.ensure_branch, BranchArgs(repo=checkout, name=branch))
     dirty = len(start.dirty_sha256)
-    note = f"repo {repo} at {start.head_sha[:10]}, {dirty} uncommitted file(s) kept; branch {branch}"
+    note = f"repo {checkout} at {start.head_sha[:10]}, {dirty} uncommitted file(s) kept; branch {branch}"
     update = {"start": start, "branch": branch}
     if state.target.kind == "sglang":
-        site = call(runtime, "repo.sglang_site", RepoArgs(repo=repo))
+        site = call(runtime, repo.sglang_site, RepoArgs(repo=checkout))
         hook = site.hook
         profile = state.target.profile.model_copy(update={
             "model_runner_path": hook.relpath, "hook_class": hook.class_name, "hook_method": hook.method})
@@ -49,15 +43,7 @@ def prepare(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
     return Command(update={**update, "transitions": transition("prepare", note)}, goto=nxt)
 
 
-def instrument_if_needed(state: LoopState, runtime: Runtime[LoopContext]):
-    """Insert the dormant profiler unless it is already in the tree; returns the record."""
-    cfg = state.target.profile
-    return state.instrumentation or call(runtime, "repo.instrument", InstrumentArgs(
-        repo=state.target.repo, relpath=cfg.model_runner_path, class_name=cfg.hook_class,
-        method=cfg.hook_method))
-
-
-@step("instrument")
+@step
 def instrument(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["launch", "abort"]]:
     """Put the dormant torch.profiler into ModelRunner.forward_decode before the first launch."""
     record = instrument_if_needed(state, runtime)
@@ -65,50 +51,16 @@ def instrument(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Liter
         "instrument", f"dormant profiler inserted in {record.relpath}")}, goto="launch")
 
 
-def start_server(state: LoopState, runtime: Runtime[LoopContext], instrumented: bool) -> ServerHandle:
-    """Launch the server on the current tree (reusing a healthy one already running that tree)."""
-    snap = call(runtime, "repo.snapshot", RepoArgs(repo=state.target.repo))
-    fingerprint = tree_fingerprint(snap)
-    if state.server is not None:
-        if state.server.tree_sha256 == fingerprint and call(
-                runtime, "server.status", ServerArgs(server=state.server)).healthy:
-            return state.server
-        call(runtime, "server.stop", ServerArgs(server=state.server,
-                                                grace_s=state.target.launch.stop_grace_s))
-    number = state.launches + 1
-    files = host_dir(state)
-    return call(runtime, "server.launch", LaunchArgs(
-        repo=state.target.repo, launch=state.target.launch, python=state.options.python,
-        log_path=files / "logs" / f"server-{number}.log", tree_sha256=fingerprint,
-        instrumented=instrumented, profile_dir=files / "profiler" if instrumented else None,
-        launch_number=number, pid_file=files / "server.pid"))
-
-
-@step("launch")
+@step
 def launch(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["baseline", "abort"]]:
     """Start the target server and wait for health."""
-    server = start_server(state, runtime, instrumented=state.instrumentation is not None)
-    note = f"server #{server.launch_number} healthy at {server.base_url} in {server.startup_s:.1f}s"
-    return Command(update={"server": server, "launches": server.launch_number,
+    handle = start_server(state, runtime, instrumented=state.instrumentation is not None)
+    note = f"server #{handle.launch_number} healthy at {handle.base_url} in {handle.startup_s:.1f}s"
+    return Command(update={"server": handle, "launches": handle.launch_number,
                            "transitions": transition("launch", note)}, goto="baseline")
 
 
-def measure_server(state: LoopState, runtime: Runtime[LoopContext], label: str):
-    """Run the measurement workload against the running server."""
-    server, target = state.server, state.target
-    return call(runtime, "bench.measure", MeasureArgs(
-        base_url=server.base_url, model=target.model, config=target.measure, label=label,
-        tree_sha256=server.tree_sha256, bench_serving=bench_serving_use(target),
-        python=state.options.python, repo=str(target.repo))).measurement
-
-
-def bench_serving_use(target: TargetConfig) -> Literal["auto", "always", "never"]:
-    """The config's `measure.bench_serving.use`, where `auto` applies to SGLang targets only (pure)."""
-    use = target.measure.bench_serving.use
-    return "never" if use == "auto" and target.kind != "sglang" else use
-
-
-@step("baseline")
+@step
 def baseline(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["profile", "abort"]]:
     """Measure TTFT/TPOT and record the outputs every candidate must reproduce."""
     m = measure_server(state, runtime, "baseline")
@@ -124,7 +76,7 @@ FORK_STEPS = ("profile", "diagnose", "propose", "approve")
 """Steps a session can be forked at: decision points before the tree changes in an iteration."""
 
 
-@step("reconcile")
+@step
 def reconcile(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
         "profile", "diagnose", "propose", "approve", "abort"]]:
     """First step of a fork: make the repo and server match the checkpoint, then continue there.
@@ -134,13 +86,13 @@ def reconcile(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Litera
     """
     head = state.accepted[-1].sha if state.accepted else state.start.head_sha
     branch = session_branch(state.session_id)
-    call(runtime, "repo.ensure_branch", BranchArgs(repo=state.target.repo, name=branch, start_point=head))
+    call(runtime, repo.ensure_branch, BranchArgs(repo=state.target.repo, name=branch, start_point=head))
     update: dict = {"branch": branch, "fork_at": None}
     if state.fork_at == "profile":
         if state.target.profile.method == "patch":
             update["instrumentation"] = instrument_if_needed(state, runtime)
             state = state.model_copy(update=update)
-        server = start_server(state, runtime, instrumented=state.instrumentation is not None)
-        update |= {"server": server, "launches": server.launch_number}
+        handle = start_server(state, runtime, instrumented=state.instrumentation is not None)
+        update |= {"server": handle, "launches": handle.launch_number}
     note = f"forked: branch {branch} at {head[:10]}; continuing at {state.fork_at}"
     return Command(update={**update, "transitions": transition("reconcile", note)}, goto=state.fork_at)

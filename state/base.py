@@ -1,5 +1,7 @@
 """The base of every perfloop model: strict, documented fields."""
 
+from datetime import datetime, timezone
+
 from pydantic import BaseModel, ConfigDict
 
 
@@ -7,3 +9,8 @@ class Model(BaseModel):
     """A pydantic model that rejects unknown fields (typos in configs fail loudly)."""
 
     model_config = ConfigDict(extra="forbid")
+
+
+def utcnow() -> datetime:
+    """Timezone-aware now, for records."""
+    return datetime.now(timezone.utc)

@@ -3,9 +3,9 @@
 import operator
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from state.base import Model
 from state.diagnosis import Diagnosis, Evidence
@@ -161,8 +161,6 @@ class LoopState(Model):
     """Profiles taken, in order."""
     diagnosis: Diagnosis | None = None
     """Diagnosis of the latest profile."""
-    tried: list[str] = Field(default_factory=list)
-    """Playbooks already proposed in this session (never proposed twice)."""
     proposal: Proposal | None = None
     """Proposal under consideration."""
     approval: Approval | None = None
@@ -185,3 +183,16 @@ class LoopState(Model):
     """Why the loop ended."""
     error: str | None = None
     """One-line error that aborted the loop."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_legacy(cls, data: Any) -> Any:
+        """States recorded before `tried` was derived carry it; it is implied by `decisions`."""
+        if isinstance(data, dict) and "tried" in data:
+            data = {k: v for k, v in data.items() if k != "tried"}
+        return data
+
+    @property
+    def tried(self) -> set[str]:
+        """Playbooks already proposed in this session (each has a decision; never proposed twice)."""
+        return {d.playbook for d in self.decisions}

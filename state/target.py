@@ -129,7 +129,7 @@ class ProfileConfig(Model):
     """`patch`: torch.profiler instrumentation in ModelRunner.forward_decode; `api`: /start_profile."""
     model_runner_path: str = "mla_server/model_runner.py"
     """Repo-relative file holding the decode method to instrument (patch method). For `kind =
-    "sglang"` the site is found from the checkout's release (see tools/sglang_layout.py)."""
+    "sglang"` the site is found from the checkout's release (see tools/sglang/layout.py)."""
     hook_class: str = "ModelRunner"
     """Class whose decode method is instrumented."""
     hook_method: str = "forward_decode"

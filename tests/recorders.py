@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 class MemoryRecorder:
-    """Implements tools.door.Recorder with a list."""
+    """Implements tools.door.live.Recorder with a list."""
 
     def __init__(self) -> None:
         self.calls = []

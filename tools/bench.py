@@ -18,7 +18,7 @@ from state.measure import Measurement, RequestRecord, Stat
 from tools.door import tool
 from tools.errors import ConfigError, ServerError
 from tools.progress import report
-from tools.sglang_bench import find_bench, run_bench
+from tools.sglang.bench import find_bench, run_bench
 
 
 def chat_body(model: str, prompt: str, max_tokens: int) -> dict:

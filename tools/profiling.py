@@ -1,6 +1,6 @@
 """Taking a profile of a running server, two ways, and reading it back.
 
-`patch`: the server runs perfloop's dormant instrumentation (tools/instrumentation.py); writing
+`patch`: the server runs perfloop's dormant instrumentation (tools/workspace/instrumentation.py); writing
 `request.json` into its PERFLOOP_PROFILE_DIR arms torch.profiler for the next decode steps, and the
 instrumentation writes `<id>/trace.json.gz`, `<id>/summary.txt` and finally `<id>/done.json`.
 `api`: SGLang's `/start_profile` with `num_steps`; the server writes `<id>-TP-<rank>.trace.json.gz`.
@@ -20,11 +20,12 @@ from state.profile import ProfileSummary
 from tools.bench import chat_body, stream_completion
 from tools.door import tool
 from tools.errors import TraceError
-from tools.faults import fault_point
+from tools.hosts.local import write_file_atomic
+from tools.door.faults import fault_point
 from tools.http import post_json
 from tools.progress import report
-from tools.sglang_layout import parse_version
-from tools.sglang_server import rank_traces, start_profile_body
+from tools.sglang.layout import parse_version
+from tools.sglang.server import rank_traces, start_profile_body
 from tools.trace import read_profiles
 
 _POLL_S = 0.2
@@ -37,13 +38,6 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write a file so readers never see it half-written (temp file + rename)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def attempt_id(profile_id: str) -> str:
@@ -76,7 +70,7 @@ def _profile_patch(args: ProfileArgs) -> ProfileFiles:
     stream_completion(args.base_url, chat_body(args.model, args.prompt, 8), args.timeout_s)
     pid = attempt_id(args.profile_id)
     request = {"id": pid, "warmup_steps": args.warmup_steps, "active_steps": args.active_steps}
-    write_atomic(args.profile_dir / "request.json", json.dumps(request))  # replaces a stale one
+    write_file_atomic(args.profile_dir / "request.json", json.dumps(request))  # replaces a stale one
     fault_point("profile:requested")
     steps = args.warmup_steps + args.active_steps + 4
     arrivals, _, usage = stream_completion(

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from state.calls import LaunchArgs, PidFileArgs, ServerArgs, ServerStatus
 from state.process import ServerHandle
-from tools import host
+from tools.hosts import local as host
 from tools.door import tool
 from tools.errors import ServerError
-from tools.faults import fault_point
+from tools.door.faults import fault_point
 from tools.http import free_port, get_status
 from tools.progress import report
 
@@ -36,7 +36,7 @@ def passed_env(names: list[str]) -> dict[str, str]:
     return {n: os.environ[n] for n in names}
 
 
-def stop_recorded(pid_file: Path | None, cwd: Path, grace_s: float) -> bool:
+def stop_pid_file(pid_file: Path | None, cwd: Path, grace_s: float) -> bool:
     """Stop the server a pid file records, if it still runs in `cwd`; True if one was stopped.
 
     A killed perfloop may have started a server that never reached the checkpoint: the pid file,
@@ -70,7 +70,7 @@ def launch(args: LaunchArgs) -> ServerHandle:
         args.profile_dir.mkdir(parents=True, exist_ok=True)
         env["PERFLOOP_PROFILE_DIR"] = str(args.profile_dir)
     argv = build_argv(args.launch.argv, port, args.python)
-    stop_recorded(args.pid_file, args.repo, args.launch.stop_grace_s)
+    stop_pid_file(args.pid_file, args.repo, args.launch.stop_grace_s)
     proc = host.start_background(argv, args.repo, args.log_path, env)
     if args.pid_file is not None:
         args.pid_file.write_text(json.dumps({"pid": proc.pid, "pgid": proc.pgid, "port": port,
@@ -129,7 +129,7 @@ def stop(args: ServerArgs) -> ServerStatus:
 
 
 @tool("server.stop_recorded")
-def stop_recorded_tool(args: PidFileArgs) -> ServerStatus:
+def stop_recorded(args: PidFileArgs) -> ServerStatus:
     """Stop the server a session's pid file names, if it still runs in the repo (orphan clean-up)."""
-    stopped = stop_recorded(args.pid_file, args.repo, args.grace_s)
+    stopped = stop_pid_file(args.pid_file, args.repo, args.grace_s)
     return ServerStatus(alive=False, healthy=False, killed=stopped)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from tools.errors import PatchError
-from tools import git_workspace
-from tools.git_workspace import GitWorkspace
+from tools.workspace import git as git_workspace
+from tools.workspace.git import GitWorkspace
 
 ORIGINAL = "".join(f"line {i}\n" for i in range(1, 21))
 TRAILERS = {"Perfloop-Session": "s1", "Perfloop-Playbook": "fp8-gather", "Perfloop-Iteration": "1"}

@@ -10,7 +10,8 @@ import pytest
 
 from state.calls import LaunchArgs, ServerArgs
 from state.target import LaunchConfig
-from tools import host, server
+from tools import server
+from tools.hosts import local as host
 from tools.errors import ServerError
 from tests.procs import processes_in
 

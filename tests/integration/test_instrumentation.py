@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from tools.errors import InstrumentationError
-from tools.git_commands import sha256_hex
-from tools.git_workspace import GitWorkspace
-from tools.instrumentation import (MARKER_ID, build_instrumentation_diff, instrument, instrumented_source,
+from tools.workspace.commands import sha256_hex
+from tools.workspace.git import GitWorkspace
+from tools.workspace.instrumentation import (MARKER_ID, build_instrumentation_diff, instrument, instrumented_source,
                                    is_instrumented, remove_instrumentation)
 
 RUNNER = '''\

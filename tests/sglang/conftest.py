@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.git_workspace import GitWorkspace
+from tools.workspace.git import GitWorkspace
 
 CACHE = Path(os.environ.get("PERFLOOP_CACHE", Path.home() / ".cache" / "perfloop")) / "wheels"
 NEEDED = ("_version.py", "srt/layers/attention/flashinfer_mla_backend.py", "srt/model_executor/model_runner.py",

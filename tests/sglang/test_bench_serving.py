@@ -21,7 +21,7 @@ from tests.sglang.conftest import bench_python
 from tests.target.conftest import SMALL, TARGET, Server, free_port, launch, wait_healthy
 from tools.bench import measure
 from tools.errors import ConfigError
-from tools.sglang_bench import BenchOutputError
+from tools.sglang.bench import BenchOutputError
 
 VERSION = "0.5.9"
 CLIENT = f"sglang.bench_serving (sglang {VERSION})"

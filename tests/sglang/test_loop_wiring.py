@@ -21,9 +21,10 @@ from state.diagnosis import Diagnosis, Finding
 from state.loop import LoopOptions, LoopState
 from state.target import LaunchConfig, MeasureConfig, TargetConfig
 from tests.sglang.conftest import unpack
-from tools.door import Door
-from tools.sglang_layout import locate
-from tools.store import SessionStore
+from tools.door.live import LiveDoor as Door
+from tools.workspace.repo import apply_patch
+from tools.sglang.layout import locate
+from tools.door.store import SessionStore
 
 EXPECTED = {"0.5.9": ("python/sglang/srt/model_executor/model_runner.py", "ModelRunner", "forward_decode"),
             "0.5.23": ("python/sglang/srt/model_executor/runner/eager_runner.py", "EagerRunner",
@@ -59,7 +60,7 @@ def test_prepare_and_instrument_an_upstream_checkout(version: str, tmp_path: Pat
     diff = target_patch(after, book)
     chosen = Path(book.source_dir) / "patches" / f"sglang-{version}.diff"
     assert diff == chosen.read_text()  # picked by release (0.5.9 and 0.5.23 patches differ)
-    commit = door.call("repo.apply_patch", ApplyArgs(repo=repo, diff=diff, subject="s", trailers={
+    commit = door.call(apply_patch, ApplyArgs(repo=repo, diff=diff, subject="s", trailers={
         "Perfloop-Session": "s1", "Perfloop-Playbook": book.id}))
     assert commit.branch == "perfloop/s1"
     assert [c.name for c in store.tool_calls("s1")][:3] == ["repo.snapshot", "repo.ensure_branch",

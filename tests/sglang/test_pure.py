@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 
 from agent.config import load_target
-from agent.steps_setup import bench_serving_use
+from agent.actions import bench_serving_use
 from state.target import BenchServingConfig
 from tools.errors import ConfigError, PatchError, TraceError
 from tools.bench import summarize
-from tools.sglang_bench import BenchOutputError, bench_module, bench_serving_argv, records_from_jsonl
-from tools.sglang_layout import parse_version
-from tools.sglang_playbook import choose_patch_key, does_not_fit, hunk_number, rebase_diff
-from tools.sglang_server import rank_traces, start_profile_body
+from tools.sglang.bench import BenchOutputError, bench_module, bench_serving_argv, records_from_jsonl
+from tools.sglang.layout import parse_version
+from tools.sglang.patches import choose_patch_key, does_not_fit, hunk_number, rebase_diff
+from tools.sglang.server import rank_traces, start_profile_body
 
 ROOT = Path(__file__).resolve().parents[2]
 PATCHES = {"mla_server": "a", "sglang": "new", "sglang@0.5.22": "new", "sglang@0.5.8": "old"}
@@ -124,30 +124,6 @@ def test_glm5_example_config_loads():
     target = load_target(ROOT / "examples" / "targets" / "sglang-glm5.toml")
     assert target.kind == "sglang" and target.launch.health_path == "/health_generate"
     assert "--tp" in target.launch.argv and target.profile.warmup_steps == 20
-
-
-def test_health_falls_back_to_health_on_an_old_server():
-    import http.server
-    import threading
-
-    from tools.sglang_server import healthy_path
-
-    class Old(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 (http.server's name)
-            self.send_response(200 if self.path == "/health" else 404)
-            self.end_headers()
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.HTTPServer(("127.0.0.1", 0), Old)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        assert healthy_path(f"http://127.0.0.1:{server.server_port}") == "/health"
-    finally:
-        server.shutdown()
-        server.server_close()
-    assert healthy_path(f"http://127.0.0.1:{server.server_port}", timeout_s=0.5) is None
 
 
 @pytest.mark.parametrize("kind, use, expected", [

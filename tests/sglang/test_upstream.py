@@ -20,9 +20,9 @@ from agent.cli import app
 from playbooks.engine import load_playbooks
 from tests.sglang.conftest import unpack
 from tools.errors import PatchError
-from tools.instrumentation import MARKER_ID, instrument, is_instrumented, remove_instrumentation
-from tools.sglang_layout import backend_relpath, hook_site, locate
-from tools.sglang_playbook import apply_sglang_patch, sglang_patch
+from tools.workspace.instrumentation import MARKER_ID, instrument, is_instrumented, remove_instrumentation
+from tools.sglang.layout import backend_relpath, hook_site, locate
+from tools.sglang.patches import apply_sglang_patch, sglang_patch
 
 PLAYBOOK = next(b for b in load_playbooks() if b.id == "kv-cache-full-pool-cast")
 SOURCE_DIR = Path(PLAYBOOK.source_dir)

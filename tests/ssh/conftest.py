@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from state.ssh import SSHHostConfig
-from tools.ssh_host import SSHHost
+from tools.hosts.ssh import SSHHost
 
 SSHD = Path("/usr/sbin/sshd")
 PASSPHRASE = "correct horse battery staple"

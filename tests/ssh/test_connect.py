@@ -16,8 +16,8 @@ import pytest
 
 from tests.ssh.conftest import PASSPHRASE, PASSPHRASE_ENV, Sshd, free_port
 from tools import secrets
-from tools.ssh import Connection, HostKeyError, SSHAuthError
-from tools.ssh_host import ConnectionLost, SSHHost
+from tools.hosts.connection import Connection, HostKeyError, SSHAuthError
+from tools.hosts.ssh import ConnectionLost, SSHHost
 
 
 def fingerprint(pub: Path) -> str:

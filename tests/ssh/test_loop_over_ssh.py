@@ -115,13 +115,13 @@ def test_whole_loop_over_ssh_in_a_path_with_shell_syntax(sshd: Sshd, tmp_path: P
 
 
 def remote_call_running(tool: str) -> bool:
-    """Whether a `python -m tools.remote` process runs `tool` on this machine."""
+    """Whether a `python -m tools.hosts.remote` process runs `tool` on this machine."""
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
             argv = cmdline.read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"tools.remote" in argv and len(argv) >= 4:
+        if b"tools.hosts.remote" in argv and len(argv) >= 4:
             try:
                 if json.loads(base64.b64decode(argv[3]))["name"] == tool:
                     return True

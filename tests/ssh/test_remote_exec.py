@@ -1,4 +1,4 @@
-"""Door tools run on an SSH host through `python -m tools.remote`, against the test sshd."""
+"""Door tools run on an SSH host through `python -m tools.hosts.remote`, against the test sshd."""
 
 from __future__ import annotations
 
@@ -13,13 +13,15 @@ import pytest
 
 from state.calls import ApplyArgs, RepoArgs
 from tests.recorders import MemoryRecorder
-from tools.door import Door
+from tools import server
+from tools.door.live import LiveDoor as Door
+from tools.door.registry import spec_of
 from tools.errors import PatchError, ToolError
-from tools.remote import decode_request, encode_request
-from tools.remote_client import (MAX_ARG_CHARS, PRUNE_AFTER_DAYS, RemoteExecutor, ensure_package,
+from tools.hosts.remote import decode_request, encode_request, request_body
+from tools.hosts.client import (MAX_ARG_CHARS, PRUNE_AFTER_DAYS, RemoteExecutor, ensure_package,
                                  package_files, package_hash)
-from tools.repo import snapshot
-from tools.ssh_host import SSHHost
+from tools.workspace.repo import check_patch, snapshot
+from tools.hosts.ssh import SSHHost
 
 
 def repo_at(path: Path) -> Path:
@@ -32,23 +34,24 @@ def repo_at(path: Path) -> Path:
 
 
 def test_request_round_trip_and_package_hash(tmp_path: Path) -> None:
-    arg = encode_request("repo.snapshot", {"repo": "/a b/$(x)"})
-    assert decode_request(arg) == {"name": "repo.snapshot", "input": {"repo": "/a b/$(x)"}}
+    arg = encode_request(request_body(spec_of(snapshot), {"repo": "/a b/$(x)"}))
+    assert decode_request(arg) == {"name": "repo.snapshot", "tool": "tools.workspace.repo:snapshot",
+                                   "input": {"repo": "/a b/$(x)"}}
     files = package_files()
-    assert "tools/remote.py" in files and "state/loop.py" in files
+    assert "tools/hosts/remote.py" in files and "state/loop.py" in files
     assert not any("__pycache__" in rel for rel in files)
     assert package_hash(files) == package_hash(dict(reversed(files.items())))
-    assert package_hash({**files, "tools/remote.py": b"changed"}) != package_hash(files)
+    assert package_hash({**files, "tools/hosts/remote.py": b"changed"}) != package_hash(files)
 
 
 def test_a_host_tool_runs_remotely_and_its_errors_keep_their_type(host: SSHHost, tmp_path: Path) -> None:
     pkg = ensure_package(host)
-    assert ensure_package(host) == pkg and host.exists(pkg / "tools" / "remote.py")
+    assert ensure_package(host) == pkg and host.exists(pkg / "tools" / "hosts" / "remote.py")
     door = Door("s", MemoryRecorder(), RemoteExecutor(host, sys.executable, pkg))
     repo = repo_at(tmp_path / "it's $(echo) repo")
-    assert door.call("repo.snapshot", RepoArgs(repo=repo)) == snapshot(RepoArgs(repo=repo))
+    assert door.call(snapshot, RepoArgs(repo=repo)) == snapshot(RepoArgs(repo=repo))
     with pytest.raises(PatchError, match="is not a git checkout"):
-        door.call("repo.snapshot", RepoArgs(repo=tmp_path / "missing"))
+        door.call(snapshot, RepoArgs(repo=tmp_path / "missing"))
     assert door.recorder.calls[-1].error.startswith("PatchError: ")
 
 
@@ -58,14 +61,14 @@ def test_a_long_request_travels_as_a_file(host: SSHHost, tmp_path: Path) -> None
     executor = RemoteExecutor(host, sys.executable, pkg)
     junk = ApplyArgs(repo=repo, diff="x" * (2 * MAX_ARG_CHARS), subject="s", trailers={})
     with pytest.raises(PatchError, match="No valid patches in input"):
-        executor.call("repo.check_patch", junk)
+        executor.call(spec_of(check_patch), junk)
     assert host.run(["ls", "-A", str(pkg / "requests")], "/").stdout == ""  # read, then removed
 
 
 def test_an_interpreter_without_the_tools_fails_in_one_line(host: SSHHost, tmp_path: Path) -> None:
     executor = RemoteExecutor(host, "/bin/false", ensure_package(host))
     with pytest.raises(ToolError, match=r"repo.snapshot on .* ended \(exit code 1\) without a result"):
-        executor.call("repo.snapshot", RepoArgs(repo=tmp_path))
+        executor.call(spec_of(snapshot), RepoArgs(repo=tmp_path))
 
 
 def test_pass_env_reaches_the_remote_server_but_no_file_or_command_line(
@@ -86,7 +89,7 @@ def test_pass_env_reaches_the_remote_server_but_no_file_or_command_line(
     launch = LaunchConfig(argv=["bash", "-c", f'printf %s "$PERFLOOP_TEST_API_KEY" | sha256sum > {seen}; '
                                               'exec python3 -m http.server "$0" --bind 127.0.0.1', "{port}"],
                           health_path="/", startup_timeout_s=30, pass_env=["PERFLOOP_TEST_API_KEY"])
-    server = door.call("server.launch", LaunchArgs(
+    handle = door.call(server.launch, LaunchArgs(
         repo=tmp_path, launch=launch, python=sys.executable, log_path=tmp_path / "server.log",
         tree_sha256="t", instrumented=False, profile_dir=None, launch_number=1))
     try:
@@ -94,7 +97,7 @@ def test_pass_env_reaches_the_remote_server_but_no_file_or_command_line(
         assert not host.exists(pkg / "requests") or not host.sftp().listdir(str(pkg / "requests"))
         assert secret not in _json.dumps([c.model_dump(mode="json") for c in calls.calls])
     finally:
-        door.call("server.stop", ServerArgs(server=server, grace_s=5))
+        door.call(server.stop, ServerArgs(server=handle, grace_s=5))
 
 
 def test_a_new_package_version_prunes_old_unused_ones(host: SSHHost) -> None:
@@ -111,7 +114,7 @@ def test_a_new_package_version_prunes_old_unused_ones(host: SSHHost) -> None:
     assert ensure_package(host) == pkg and Path(str(pkg)).stat().st_mtime > week_ago  # in use: touched
     shutil.rmtree(Path(str(pkg)))  # as if this perfloop version were new to the host
     try:
-        assert ensure_package(host) == pkg and host.exists(pkg / "tools" / "remote.py")
+        assert ensure_package(host) == pkg and host.exists(pkg / "tools" / "hosts" / "remote.py")
         assert not old.exists() and recent.is_dir()
     finally:
         shutil.rmtree(recent, ignore_errors=True)

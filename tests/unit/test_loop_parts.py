@@ -17,7 +17,8 @@ from state.measure import RequestRecord
 from state.sglang import SglangLayout
 from tools.bench import sse_data, stat, summarize, to_record
 from tests.recorders import MemoryRecorder
-from tools.door import Door, tool
+from tools.door import tool
+from tools.door.live import LiveDoor as Door
 from tools.errors import ConfigError, ToolError
 from tools.server import build_argv
 
@@ -121,11 +122,11 @@ def test_door_records_outputs_and_errors() -> None:
     rec = MemoryRecorder()
     door = Door("s1", rec)
     door.node = "n"
-    assert door.call("test.double", _In(x=2)).y == 4
+    assert door.call(_double, _In(x=2)).y == 4
     with pytest.raises(ToolError):
-        door.call("test.double", _In(x=-1))
+        door.call(_double, _In(x=-1))
     with pytest.raises(TypeError, match="takes _In"):
-        door.call("test.double", _Out(y=1))
+        door.call(_double, _Out(y=1))  # type: ignore[arg-type]
     ok, failed = rec.calls[0], rec.calls[1]
     assert (ok.seq, ok.node, ok.input, ok.output, ok.error) == (0, "n", {"x": 2}, {"y": 4}, None)
     assert failed.output is None and failed.error == "ToolError: negative input; pass x >= 0"

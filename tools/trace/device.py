@@ -1,13 +1,13 @@
 """The device side of a trace: time per kernel name, idle gaps, the launch-bound verdict, steps.
 
-Pure functions over the kernel columns that `tools.trace_collect` gathered.
+Pure functions over the kernel columns that `tools.trace.collect` gathered.
 """
 
 from bisect import bisect_right
 from statistics import median
 
 from state.profile import DeviceActivity, KernelStat, StepStat
-from tools.trace_collect import KernelColumns
+from tools.trace.collect import KernelColumns
 
 GAP_MIN_US = 1.0
 LAUNCH_BOUND_IDLE_SHARE = 0.3

@@ -1,11 +1,11 @@
 """Running door tools on an SSH host: ship perfloop's packages there, run each call remotely.
 
 `ensure_package` uploads the `tools` and `state` packages (their .py files) over SFTP into a folder
-named by their content hash, once per version. `RemoteExecutor.call` runs `python -m tools.remote`
-(tools/remote.py) there, turns its progress lines into local progress, re-raises its errors as the
+named by their content hash, once per version. `RemoteExecutor.call` runs `python -m tools.hosts.remote`
+(tools/hosts/remote.py) there, turns its progress lines into local progress, re-raises its errors as the
 same `tools.errors` type, and when the connection drops mid-call, reconnects, stops what the lost
 call left running on the host and runs the call once more (every host tool is idempotent).
-It lives apart from tools/remote.py so the host side never needs paramiko.
+It lives apart from tools/hosts/remote.py so the host side never needs paramiko.
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ from pathlib import Path, PurePosixPath
 from pydantic import BaseModel
 
 from state.calls import LaunchArgs
-from tools.door import REGISTRY
+from tools.door.registry import ToolSpec
 from tools.errors import ToolError, error_from
 from tools.progress import report
-from tools.remote import PROGRESS, RESULT, encode_request
+from tools.hosts.remote import PROGRESS, RESULT, encode_request, request_body
 from tools.server import passed_env
-from tools.ssh_host import ConnectionLost, SSHHost
+from tools.hosts.ssh import ConnectionLost, SSHHost
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("tools", "state")
 CALL_TIMEOUT_S = 6 * 3600.0
 """Outer limit of one remote call; each tool enforces its own, shorter timeouts."""
@@ -110,10 +110,11 @@ class RemoteExecutor:
         self.host, self.python, self.pkg_dir, self.log_path = host, python, pkg_dir, log_path
         self.reconnects = 0
 
-    def call(self, name: str, args: BaseModel) -> BaseModel:
-        """Run tool `name` on the host; after a dropped connection, reconnect and run it again."""
+    def call(self, spec: ToolSpec, args: BaseModel) -> BaseModel:
+        """Run a host tool on the host; after a dropped connection, reconnect and run it again."""
+        name = spec.name
         try:
-            return self._call_once(name, args)
+            return self._call_once(spec, args)
         except ConnectionLost as lost:
             self.host.conn.reconnect()
             if lost.pgid is not None:  # the lost attempt may still run there: stop it first
@@ -121,18 +122,17 @@ class RemoteExecutor:
             self.reconnects += 1
             self._log(f"{name}: connection lost ({lost}); reconnected (reconnect "
                       f"#{self.reconnects}), stopped the interrupted attempt, running it again")
-            return self._call_once(name, args)
+            return self._call_once(spec, args)
 
-    def _call_once(self, name: str, args: BaseModel) -> BaseModel:
-        arg = encode_request(name, args.model_dump(mode="json"))
-        env = forwarded_env(args)
+    def _call_once(self, spec: ToolSpec, args: BaseModel) -> BaseModel:
+        name, payload, env = spec.name, args.model_dump(mode="json"), forwarded_env(args)
+        arg = encode_request(request_body(spec, payload))
         if len(arg) > MAX_ARG_CHARS or env:  # secrets never go on a command line (visible in ps)
             path = self.pkg_dir / "requests" / f"{secrets.token_hex(8)}.json"
             self.host.makedirs(path.parent)
-            self.host.write_file_atomic(path, json.dumps(
-                {"name": name, "input": args.model_dump(mode="json"), "env": env}), mode=0o600)
+            self.host.write_file_atomic(path, json.dumps(request_body(spec, payload, env)), mode=0o600)
             arg = f"@{path}"
-        done = self.host.run([self.python, "-m", "tools.remote", arg], str(self.pkg_dir),
+        done = self.host.run([self.python, "-m", "tools.hosts.remote", arg], str(self.pkg_dir),
                              timeout_s=CALL_TIMEOUT_S, on_line=self._line)
         results = [ln for ln in done.stdout.splitlines() if ln.startswith(RESULT)]
         if not results:
@@ -143,7 +143,7 @@ class RemoteExecutor:
         result = json.loads(results[-1][len(RESULT):])
         if "error" in result:
             raise error_from(result["error"])
-        return REGISTRY[name].output_type.model_validate(result["output"])
+        return spec.output_type.model_validate(result["output"])
 
     def _line(self, stream: str, line: str) -> None:
         if stream == "stderr" and line.startswith(PROGRESS):

@@ -107,7 +107,3 @@ class SessionStore:
         rows = self._conn.execute(sql + " ORDER BY seq", (session_id,)).fetchall()
         return [ToolCallRecord.model_validate_json(r[0]) for r in rows]
 
-
-def utcnow() -> datetime:
-    """Timezone-aware now, for records."""
-    return datetime.now(timezone.utc)

@@ -21,8 +21,8 @@ import re
 
 from state.workspace import InstrumentationRecord
 from tools.errors import InstrumentationError, PatchError
-from tools.git_commands import sha256_hex
-from tools.git_workspace import GitWorkspace
+from tools.workspace.commands import sha256_hex
+from tools.workspace.git import GitWorkspace
 
 MARKER_ID = "perfloop-instrumentation"
 CONTEXT_LINES = 3

@@ -1,4 +1,4 @@
-"""Talking to a running SGLang server: health with fallback, /start_profile, per-rank traces.
+"""Talking to a running SGLang server: /start_profile, per-rank traces.
 
 Body and path choices are pure functions; the two I/O helpers are thin (tools.http).
 """
@@ -9,23 +9,12 @@ import re
 from pathlib import Path
 
 from tools.errors import ServerError, TraceError
-from tools.http import get_status, post_json
-
-HEALTH_PATHS = ("/health_generate", "/health")
-"""Health endpoints, best first: /health_generate runs a one-token generation, /health only pings."""
+from tools.http import post_json
 
 START_STEP_SINCE = (0, 5, 8)
 """Oldest release whose ProfileReq we read with `start_step` (0.5.8, 0.5.9 and 0.5.23 have it)."""
 
 _RANK = re.compile(r"-TP-(\d+)(?:-DP-(\d+))?(?:-PP-(\d+))?(?:-EP-(\d+))?")
-
-
-def healthy_path(base_url: str, timeout_s: float = 5.0) -> str | None:
-    """The first health path answering 200, or None (a 404 on /health_generate falls back to /health)."""
-    for path in HEALTH_PATHS:
-        if get_status(base_url + path, timeout_s=timeout_s) == 200:
-            return path
-    return None
 
 
 def start_profile_body(out_dir: Path, profile_id: str, num_steps: int, version: tuple[int, int, int],

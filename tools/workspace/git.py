@@ -18,9 +18,9 @@ from typing import Any, Iterator
 from git import GitCommandError, InvalidGitRepositoryError, NoSuchPathError, Repo
 
 from state.workspace import CommitInfo, WorkspaceSnapshot
-from tools.faults import fault_point
+from tools.door.faults import fault_point
 from tools.errors import PatchError
-from tools.git_commands import (APPLY, LOG_FORMAT, IDENTITY_ENV, REVERTS_TRAILER, SESSION_BRANCH_PREFIX,
+from tools.workspace.commands import (APPLY, LOG_FORMAT, IDENTITY_ENV, REVERTS_TRAILER, SESSION_BRANCH_PREFIX,
                                   apply_context, check_relpath, check_trailers, commit_message,
                                   explain_git_error, parse_log, sha256_hex)
 

@@ -9,7 +9,7 @@ their own name. Syncs are counted with their caller and whether they sat inside 
 import re
 from dataclasses import dataclass, field
 
-from tools.trace_collect import ANNOTATION, GRAPH_LAUNCH, LAUNCH, OP, PYFUNC, SYNC, Collected
+from tools.trace.collect import ANNOTATION, GRAPH_LAUNCH, LAUNCH, OP, PYFUNC, SYNC, Collected
 
 STEP_MARKER = "ProfilerStep#"
 DECODE_CALL = "forward_decode"

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from state.sglang import SglangLayout
 from tools.errors import ConfigError, PatchError
-from tools.git_workspace import GitWorkspace
-from tools.sglang_layout import parse_version
+from tools.workspace.git import GitWorkspace
+from tools.sglang.layout import parse_version
 
 UPSTREAM_PACKAGE_DIR = "python/sglang"
 """Package folder the catalog's SGLang patches are written against."""

@@ -1,8 +1,8 @@
-"""Running one door tool on the target's host: `python -m tools.remote REQUEST`.
+"""Running one door tool on the target's host: `python -m tools.hosts.remote REQUEST`.
 
-The client (tools/remote_client.py) ships the `tools` and `state` packages to the host and runs this
-module there with one argument: the base64 of `{"name": ..., "input": ...}`, or `@PATH` of a file
-holding that JSON when it is too long for a command line. Progress lines go to stderr prefixed with
+The client (tools/hosts/client.py) ships the `tools` and `state` packages to the host and runs this
+module there with one argument: the base64 of `{"name": ..., "tool": "module:function", "input":
+...}`, or `@PATH` of a file holding that JSON when it is too long for a command line. Progress lines go to stderr prefixed with
 `PROGRESS`; the result is exactly one stdout line `RESULT{"output": ...}` or
 `RESULT{"error": "ErrorType: one line"}`. This module imports nothing that needs paramiko.
 """
@@ -10,21 +10,29 @@ holding that JSON when it is too long for a command line. Progress lines go to s
 from __future__ import annotations
 
 import base64
+import importlib
 import json
 import os
 import sys
 from contextlib import redirect_stdout
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # at run time imported in find_tool, so a host without pydantic gets one clear line
+    from tools.door.registry import ToolSpec
 
 RESULT = "__perfloop_result__="
 PROGRESS = "__perfloop_progress__="
-TOOL_MODULES = ("tools.server", "tools.bench", "tools.profiling", "tools.repo")
-"""Modules whose import registers the host tools."""
 
 
-def encode_request(name: str, payload: dict) -> str:
+def request_body(spec: ToolSpec, payload: dict, env: dict[str, str] | None = None) -> dict:
+    """What the host needs to run a tool: its recorded name, where it lives, its input (pure)."""
+    return {"name": spec.name, "tool": spec.location, "input": payload, **({"env": env} if env else {})}
+
+
+def encode_request(body: dict) -> str:
     """The command-line argument carrying a request (pure)."""
-    return base64.b64encode(json.dumps({"name": name, "input": payload}).encode()).decode()
+    return base64.b64encode(json.dumps(body).encode()).decode()
 
 
 def decode_request(arg: str) -> dict:
@@ -42,17 +50,24 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}".splitlines()[0]
 
 
+def find_tool(location: str) -> ToolSpec | None:
+    """The tool at `module:function` inside perfloop's `tools` package, or None."""
+    from tools.door.registry import spec_of
+
+    module_name, _, attr = location.partition(":")
+    if not module_name.startswith("tools.") or not attr.isidentifier():
+        return None
+    try:
+        return spec_of(getattr(importlib.import_module(module_name), attr))
+    except (AttributeError, TypeError):
+        return None
+
+
 def run_tool(request: dict) -> dict:
     """Run the named tool on its input here; `{"output": ...}` or `{"error": ...}`."""
-    import importlib
-
-    for module in TOOL_MODULES:
-        importlib.import_module(module)
-    from tools.door import REGISTRY
-
-    spec = REGISTRY.get(request["name"])
-    if spec is None or spec.where != "host":
-        return {"error": f"ToolError: no host tool named {request['name']!r} in perfloop's package "
+    spec = find_tool(request.get("tool", ""))
+    if spec is None or spec.where != "host" or spec.name != request.get("name"):
+        return {"error": f"ToolError: no host tool named {request.get('name')!r} in perfloop's package "
                          f"on this host"}
     os.environ.update(request.get("env") or {})  # launch.pass_env values forwarded by the client
     try:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from state.process import ProcessHandle, RunResult
 from tools.errors import ServerError
-from tools.store import utcnow
+from state.base import utcnow
 
 # Popen objects of children started by this process, so their exit codes can be read and reaped.
 _CHILDREN: dict[int, subprocess.Popen] = {}
@@ -125,7 +125,7 @@ def _env(extra: Mapping[str, str] | None) -> dict[str, str]:
     return env
 
 
-# File operations, so that this module satisfies tools.hosts.Host like an SSH host does.
+# File operations, so that this module satisfies tools.hosts.connect.Host like an SSH host does.
 
 def read_file(path: Path) -> bytes:
     """A file's content (FileNotFoundError if missing)."""

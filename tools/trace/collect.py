@@ -2,7 +2,7 @@
 
 Host events (operators, annotations, Python frames, launch and sync API calls) go into per-thread
 arrays; kernels into per-trace arrays; operator names with their dims and dtypes are interned to
-small ints. Nothing here depends on event order: `tools.trace_walk` sorts each thread afterwards.
+small ints. Nothing here depends on event order: `tools.trace.walk` sorts each thread afterwards.
 """
 
 from array import array
@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from tools.trace_stream import Event
+from tools.trace.stream import Event
 
 DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver"})

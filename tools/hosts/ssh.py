@@ -1,4 +1,4 @@
-"""A remote host over SSH with the same operations as the local host (tools/host.py).
+"""A remote host over SSH with the same operations as the local host (tools/hosts/local.py).
 
 Commands reach the remote shell only through the pure builders below, which `shlex.quote` every
 argument, path and environment value. `run` prints the shell's pid first (sshd makes each command
@@ -21,11 +21,10 @@ from pathlib import Path, PurePosixPath
 
 import paramiko
 
-from state.process import ProcessHandle, RunResult
+from state.process import RunResult
 from state.ssh import SSHHostConfig
 from tools.errors import ServerError
-from tools.ssh import Connection, Prompt, SSHError
-from tools.store import utcnow
+from tools.hosts.connection import Connection, Prompt, SSHError
 
 PGID_MARK = "__perfloop_pgid__="
 LineCallback = Callable[[str, str], None]
@@ -55,16 +54,6 @@ def run_script(argv: Sequence[str], cwd: str | PurePosixPath,
     """Shell line that reports its pgid on stderr, then runs `argv` in `cwd` (pure)."""
     return (f"echo {PGID_MARK}$$ >&2; cd -- {shlex.quote(str(cwd))} || exit 1; "
             f"{_exports(env)}exec {shlex.join(argv)}")
-
-
-def background_script(argv: Sequence[str], cwd: str | PurePosixPath, log_path: str | PurePosixPath,
-                      env: Mapping[str, str] | None = None) -> str:
-    """Shell line that starts `argv` in its own session, output appended to the log, and prints
-    its pid (pure)."""
-    log = PurePosixPath(log_path)
-    return (f"mkdir -p -- {shlex.quote(str(log.parent))} && cd -- {shlex.quote(str(cwd))} || exit 1; "
-            f"{_exports(env)}setsid nohup {shlex.join(argv)} >> {shlex.quote(str(log))} 2>&1 "
-            f"< /dev/null & echo $!")
 
 
 def kill_script(pgid: int, signal_name: str) -> str:
@@ -158,16 +147,6 @@ class SSHHost:
         return RunResult(argv=list(argv), returncode=code, stdout=out.text(), stderr=stderr,
                          duration_s=time.perf_counter() - t0)
 
-    def start_background(self, argv: Sequence[str], cwd: Path | str, log_path: Path | str,
-                         env: Mapping[str, str] | None = None) -> ProcessHandle:
-        """Start a long-running process in its own session, output appended to `log_path`."""
-        code, out, err = self._shell(background_script(argv, cwd, log_path, env))
-        if code != 0 or not out.strip().isdigit():
-            raise ServerError(f"cannot start {argv[0]!r} in {cwd} on {self.conn.endpoint}: "
-                              f"{(err.strip().splitlines() or ['exit code %d' % code])[-1]}")
-        pid = int(out.strip())
-        return ProcessHandle(pid=pid, pgid=pid, log_path=Path(log_path), started_at=utcnow())
-
     def group_members(self, pgid: int) -> list[int]:
         """Live (non-zombie) processes of a remote process group."""
         code, out, err = self._shell(PS_SCRIPT)
@@ -187,21 +166,6 @@ class SSHHost:
             raise ServerError(f"process group {pgid} on {self.conn.endpoint} survived SIGKILL; "
                               f"inspect it with `ps -g {pgid}` there")
         return True
-
-    def tail(self, path: Path | str, lines: int = 20) -> str:
-        """Last lines of a remote log file ('' if missing)."""
-        try:
-            with self.sftp().open(str(path), "rb") as f:
-                f.seek(max(0, f.stat().st_size - 16384))
-                return b"\n".join(f.read().splitlines()[-lines:]).decode(errors="replace")
-        except FileNotFoundError:
-            return ""
-
-    def read_file(self, path: Path | str) -> bytes:
-        """A remote file's content (FileNotFoundError if missing)."""
-        with self.sftp().open(str(path), "rb") as f:
-            f.prefetch()
-            return f.read()
 
     def write_file_atomic(self, path: Path | str, data: bytes | str, mode: int | None = None) -> None:
         """Replace a remote file at once: write `NAME.<random>.tmp`, chmod, rename over NAME.

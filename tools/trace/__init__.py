@@ -1,8 +1,8 @@
 """Read torch.profiler output: Chrome traces (`export_chrome_trace`) and key_averages tables.
 
-`read_chrome_trace` streams one trace (`tools.trace_stream`), collects compact columns in one pass
-(`tools.trace_collect`), nests each host thread to attribute device or CPU time to operators
-(`tools.trace_walk`) and adds the device view (`tools.trace_device`). `read_profiles` takes files
+`read_chrome_trace` streams one trace (`tools.trace.stream`), collects compact columns in one pass
+(`tools.trace.collect`), nests each host thread to attribute device or CPU time to operators
+(`tools.trace.walk`) and adds the device view (`tools.trace.device`). `read_profiles` takes files
 and directories (one trace per rank, or key_averages `.txt` tables) and merges them.
 """
 
@@ -13,13 +13,13 @@ import msgspec
 
 from state.profile import OpStat, ProfileSummary, SyncStat
 from tools.errors import TraceError
-from tools.trace_collect import Collected
-from tools.trace_device import (device_activity, first_kernel_names, kernel_stats, step_stats,
+from tools.trace.collect import Collected
+from tools.trace.device import (device_activity, first_kernel_names, kernel_stats, step_stats,
                                 windows_of, work_by_correlation)
-from tools.trace_merge import merge_summaries
-from tools.trace_stream import Event, TraceStream
-from tools.trace_table import read_key_averages_table, read_table_file
-from tools.trace_walk import Walked, walk
+from tools.trace.merge import merge_summaries
+from tools.trace.stream import Event, TraceStream
+from tools.trace.table import read_key_averages_table, read_table_file
+from tools.trace.walk import Walked, walk
 
 __all__ = ["read_chrome_trace", "read_key_averages_table", "read_profiles", "summarize_events",
            "trace_files"]

@@ -11,9 +11,9 @@ import paramiko
 from state.calls import Done, FetchArgs, PathArgs, PushTreeArgs
 from tools.door import tool
 from tools.errors import ToolError
-from tools.hosts import connect
+from tools.hosts.connect import connect
 from tools.progress import report
-from tools.ssh_host import ConnectionLost, SSHHost
+from tools.hosts.ssh import ConnectionLost, SSHHost
 
 T = TypeVar("T")
 

@@ -7,12 +7,12 @@ the recorded error is raised again. The first mismatch stops the replay with `Re
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel
 
 from state.records import ToolCallRecord
-from tools.door import REGISTRY
+from tools.door.registry import In, Out, spec_of
 from tools.errors import error_from
 
 
@@ -42,7 +42,7 @@ def first_difference(recorded: Any, actual: Any, path: str = "") -> str | None:
 
 
 class ReplayDoor:
-    """Drop-in for `Door` that plays a recording back."""
+    """The door that plays a recording back (satisfies `tools.door.Door`)."""
 
     def __init__(self, session_id: str, calls: list[ToolCallRecord]) -> None:
         self.session_id = session_id
@@ -53,8 +53,10 @@ class ReplayDoor:
     def next_seq(self) -> int:
         return self.position
 
-    def call(self, name: str, args: BaseModel) -> BaseModel:
+    def call(self, fn: Callable[[In], Out], args: In) -> Out:
         """Answer from the next recorded call, or raise ReplayDivergence naming the difference."""
+        spec = spec_of(fn)
+        name = spec.name
         k = self.position
         where = f"call #{k} ({name} from node {self.node})"
         if k >= len(self.calls):
@@ -62,7 +64,6 @@ class ReplayDoor:
         rec = self.calls[k]
         if (rec.node, rec.name) != (self.node, name):
             raise ReplayDivergence(f"{where} differs: the recording has {rec.name} from node {rec.node}")
-        spec = REGISTRY[name]
         try:  # through today's model, so fields added since the recording take their defaults
             recorded = spec.input_type.model_validate(rec.input).model_dump(mode="json")
         except ValueError as exc:
@@ -74,7 +75,7 @@ class ReplayDoor:
         self.position += 1
         if rec.error is not None:
             raise error_from(rec.error)
-        return spec.output_type.model_validate(rec.output)
+        return spec.output_type.model_validate(rec.output)  # type: ignore[return-value]
 
     def unplayed(self) -> list[ToolCallRecord]:
         """Recorded calls the replay never asked for."""

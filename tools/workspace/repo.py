@@ -7,9 +7,10 @@ import hashlib
 from state.calls import (ApplyArgs, BranchArgs, CommitArgs, CopyTreeArgs, Done, InstrumentArgs,
                          RemoveInstrumentationArgs, RepoArgs, SglangSite)
 from state.workspace import CommitInfo, InstrumentationRecord, WorkspaceSnapshot
-from tools import instrumentation, sglang_layout
+from tools.sglang import layout as sglang_layout
+from tools.workspace import instrumentation
 from tools.door import tool
-from tools.git_workspace import GitWorkspace
+from tools.workspace.git import GitWorkspace
 
 
 def tree_fingerprint(snap: WorkspaceSnapshot) -> str:

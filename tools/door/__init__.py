@@ -1,0 +1,31 @@
+"""The one door through which the loop causes side effects, and what it needs.
+
+A node calls `door.call(server.launch, LaunchArgs(...))` and gets the tool's own output type back.
+Two doors satisfy `Door`: `LiveDoor` (tools/door/live.py) runs the tool and records the call;
+`ReplayDoor` (tools/door/replay.py) answers from a recording without touching any host. The session
+store (store.py) holds recordings; faults.py holds the crash points the durability tests arm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from tools.door.registry import In, Out, ToolSpec, spec_of, tool
+
+__all__ = ["Door", "ToolSpec", "spec_of", "tool"]
+
+
+class Door(Protocol):
+    """What a node sees: a typed call, the calling node's name, and the recording's position."""
+
+    node: str
+    """The node now calling (recorded with each call)."""
+
+    def call(self, fn: Callable[[In], Out], args: In) -> Out:
+        """Run (or play back) tool `fn` on `args`; its output, or its error re-raised."""
+        ...
+
+    def next_seq(self) -> int:
+        """Sequence number the next recorded call will get."""
+        ...

@@ -1,0 +1,80 @@
+"""The live door: runs a tool (here, or on the target's host through an executor) and records it.
+
+The door validates the input type, runs the tool, validates the output, and records the call
+(inputs, output or one-line error, start time, duration) through its recorder before returning or
+re-raising. Recording every call from the first one is what later lets a session be replayed
+without its host. With an executor (tools/hosts/client.py for an SSH host), host tools run there.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Protocol
+
+from pydantic import BaseModel
+
+from state.records import ToolCallRecord
+from tools.door.faults import fault_point
+from tools.door.registry import In, Out, ToolSpec, spec_of
+
+
+class Recorder(Protocol):
+    """Where tool calls are written as they happen."""
+
+    def next_seq(self, session_id: str) -> int: ...
+
+    def record(self, call: ToolCallRecord) -> None: ...
+
+
+class Executor(Protocol):
+    """Runs host tools on a remote host."""
+
+    def call(self, spec: ToolSpec, args: BaseModel) -> BaseModel: ...
+
+
+class LiveDoor:
+    """Runs tools for one session and records each call."""
+
+    def __init__(self, session_id: str, recorder: Recorder, executor: Executor | None = None) -> None:
+        self.session_id = session_id
+        self.recorder = recorder
+        self.executor = executor
+        self.node = "-"
+
+    def next_seq(self) -> int:
+        """Sequence number the next recorded call will get."""
+        return self.recorder.next_seq(self.session_id)
+
+    def call(self, fn: Callable[[In], Out], args: In) -> Out:
+        """Run tool `fn` with `args`; record it; return its output or re-raise its error."""
+        spec = spec_of(fn)
+        if not isinstance(args, spec.input_type):
+            raise TypeError(f"tool {spec.name!r} takes {spec.input_type.__name__}, got {type(args).__name__}")
+        started, t0 = datetime.now(timezone.utc), time.perf_counter()
+        output: BaseModel | None = None
+        error: str | None = None
+        try:
+            remote = self.executor is not None and spec.where == "host"
+            result = self.executor.call(spec, args) if self.executor is not None and remote else fn(args)
+            output = spec.output_type.model_validate(result.model_dump())
+            fault_point(f"tool:{spec.name}")
+            return output  # type: ignore[return-value]  # validated as the tool's own output type
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            raise
+        finally:
+            self.recorder.record(
+                ToolCallRecord(
+                    session_id=self.session_id,
+                    seq=self.recorder.next_seq(self.session_id),
+                    node=self.node,
+                    name=spec.name,
+                    input=args.model_dump(mode="json"),
+                    output=None if output is None else output.model_dump(mode="json"),
+                    error=error,
+                    started_at=started,
+                    duration_s=time.perf_counter() - t0,
+                )
+            )

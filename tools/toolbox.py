@@ -1,0 +1,36 @@
+"""Every door tool, in one explicit list.
+
+Nodes call a tool by its function (`door.call(server.launch, args)`); the recorded name comes from
+its `@tool` declaration. This list is where a reader finds them all, and what looks a recorded name
+up again (`perfloop show`, tests). An SSH host runs a tool from the `module:function` the client
+sends (tools/hosts/remote.py), so it needs no list of its own.
+"""
+
+from __future__ import annotations
+
+from tools import bench, profiling, server
+from tools.door.registry import ToolSpec, spec_of
+from tools.hosts import transfer
+from tools.workspace import repo
+
+TOOLS = (
+    # the target's checkout (tools/workspace/repo.py)
+    repo.create_from_tree, repo.snapshot, repo.ensure_branch, repo.instrument,
+    repo.remove_instrumentation, repo.apply_patch, repo.check_patch, repo.revert_commit,
+    repo.sglang_site,
+    # the server and its measurement
+    server.launch, server.status, server.stop, server.stop_recorded, bench.measure,
+    # profiles: taken where the server runs, read here
+    profiling.take, profiling.read,
+    # moving files between here and an SSH host
+    transfer.fetch, transfer.push_tree,
+)
+
+BY_NAME: dict[str, ToolSpec] = {spec_of(fn).name: spec_of(fn) for fn in TOOLS}
+
+
+def spec_named(name: str) -> ToolSpec:
+    """The tool recorded as `name` (KeyError naming the known ones)."""
+    if name not in BY_NAME:
+        raise KeyError(f"no tool named {name!r}; known: {sorted(BY_NAME)}")
+    return BY_NAME[name]
