@@ -11,8 +11,14 @@ from typing import Literal
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, call, host_dir
-from state.calls import (InstrumentArgs, LaunchArgs, MeasureArgs, RemoveInstrumentationArgs, RepoArgs,
-                         ServerArgs)
+from state.calls import (
+    InstrumentArgs,
+    LaunchArgs,
+    MeasureArgs,
+    RemoveInstrumentationArgs,
+    RepoArgs,
+    ServerArgs,
+)
 from state.loop import LoopState
 from state.measure import Measurement
 from state.process import ServerHandle
@@ -31,16 +37,26 @@ def session_branch(session_id: str) -> str:
 def instrument_if_needed(state: LoopState, runtime: Runtime[LoopContext]) -> InstrumentationRecord:
     """Insert the dormant profiler unless it is already in the tree; returns the record."""
     cfg = state.target.profile
-    return state.instrumentation or call(runtime, repo.instrument, InstrumentArgs(
-        repo=state.target.repo, relpath=cfg.model_runner_path, class_name=cfg.hook_class,
-        method=cfg.hook_method))
+    return state.instrumentation or call(
+        runtime,
+        repo.instrument,
+        InstrumentArgs(
+            repo=state.target.repo,
+            relpath=cfg.model_runner_path,
+            class_name=cfg.hook_class,
+            method=cfg.hook_method,
+        ),
+    )
 
 
 def remove_instrumentation(state: LoopState, runtime: Runtime[LoopContext]) -> None:
     """Reverse exactly the instrumentation hunks, if any are in the tree."""
     if state.instrumentation is not None:
-        call(runtime, repo.remove_instrumentation, RemoveInstrumentationArgs(
-            repo=state.target.repo, record=state.instrumentation))
+        call(
+            runtime,
+            repo.remove_instrumentation,
+            RemoveInstrumentationArgs(repo=state.target.repo, record=state.instrumentation),
+        )
 
 
 def start_server(state: LoopState, runtime: Runtime[LoopContext], instrumented: bool) -> ServerHandle:
@@ -48,18 +64,29 @@ def start_server(state: LoopState, runtime: Runtime[LoopContext], instrumented: 
     snap = call(runtime, repo.snapshot, RepoArgs(repo=state.target.repo))
     fingerprint = repo.tree_fingerprint(snap)
     if state.server is not None:
-        if state.server.tree_sha256 == fingerprint and call(
-                runtime, server.status, ServerArgs(server=state.server)).healthy:
+        if (
+            state.server.tree_sha256 == fingerprint
+            and call(runtime, server.status, ServerArgs(server=state.server)).healthy
+        ):
             return state.server
-        call(runtime, server.stop, ServerArgs(server=state.server,
-                                              grace_s=state.target.launch.stop_grace_s))
+        call(runtime, server.stop, ServerArgs(server=state.server, grace_s=state.target.launch.stop_grace_s))
     number = state.launches + 1
     files = host_dir(state)
-    return call(runtime, server.launch, LaunchArgs(
-        repo=state.target.repo, launch=state.target.launch, python=state.options.python,
-        log_path=files / "logs" / f"server-{number}.log", tree_sha256=fingerprint,
-        instrumented=instrumented, profile_dir=files / "profiler" if instrumented else None,
-        launch_number=number, pid_file=files / "server.pid"))
+    return call(
+        runtime,
+        server.launch,
+        LaunchArgs(
+            repo=state.target.repo,
+            launch=state.target.launch,
+            python=state.options.python,
+            log_path=files / "logs" / f"server-{number}.log",
+            tree_sha256=fingerprint,
+            instrumented=instrumented,
+            profile_dir=files / "profiler" if instrumented else None,
+            launch_number=number,
+            pid_file=files / "server.pid",
+        ),
+    )
 
 
 def bench_serving_use(target: TargetConfig) -> Literal["auto", "always", "never"]:
@@ -72,7 +99,17 @@ def measure_server(state: LoopState, runtime: Runtime[LoopContext], label: str) 
     """Run the measurement workload against the running server."""
     handle, target = state.server, state.target
     assert handle is not None, "measure_server needs a running server"
-    return call(runtime, bench.measure, MeasureArgs(
-        base_url=handle.base_url, model=target.model, config=target.measure, label=label,
-        tree_sha256=handle.tree_sha256, bench_serving=bench_serving_use(target),
-        python=state.options.python, repo=str(target.repo))).measurement
+    return call(
+        runtime,
+        bench.measure,
+        MeasureArgs(
+            base_url=handle.base_url,
+            model=target.model,
+            config=target.measure,
+            label=label,
+            tree_sha256=handle.tree_sha256,
+            bench_serving=bench_serving_use(target),
+            python=state.options.python,
+            repo=str(target.repo),
+        ),
+    ).measurement

@@ -10,9 +10,9 @@ from pydantic import ValidationError
 
 from state.records import ToolCallRecord
 from state.session import SessionInfo
+from tools.door.store import SessionStore
 from tools.errors import ConfigError
 from tools.secrets import redact
-from tools.door.store import SessionStore
 
 FORMAT = "perfloop-session/1"
 
@@ -23,10 +23,13 @@ def export_session(store: SessionStore, session_id: str, out: Path) -> int:
     if info is None:
         raise ConfigError(f"no session {session_id!r} to export; list them with `perfloop sessions`")
     calls = store.tool_calls(session_id)
-    doc = {"format": FORMAT, "session": info.model_dump(mode="json"),
-           "initial": store.inputs(session_id, "initial"),
-           "answers": store.inputs(session_id, "answer"),
-           "tool_calls": [c.model_dump(mode="json") for c in calls]}
+    doc = {
+        "format": FORMAT,
+        "session": info.model_dump(mode="json"),
+        "initial": store.inputs(session_id, "initial"),
+        "answers": store.inputs(session_id, "answer"),
+        "tool_calls": [c.model_dump(mode="json") for c in calls],
+    }
     data = redact(json.dumps(doc)).encode()
     out.write_bytes(gzip.compress(data) if out.suffix == ".gz" else data)
     return len(calls)

@@ -22,8 +22,12 @@ def _state_modules() -> list:
 
 def state_types() -> list[type]:
     """Every pydantic model defined in our state modules: the serializer's allow-list."""
-    return [obj for mod in _state_modules() for _, obj in inspect.getmembers(mod, inspect.isclass)
-            if issubclass(obj, BaseModel) and obj.__module__ == mod.__name__]
+    return [
+        obj
+        for mod in _state_modules()
+        for _, obj in inspect.getmembers(mod, inspect.isclass)
+        if issubclass(obj, BaseModel) and obj.__module__ == mod.__name__
+    ]
 
 
 def serializer() -> JsonPlusSerializer:

@@ -15,27 +15,44 @@ from agent import render
 from agent.config import DEMO_CONFIG, DEMO_SOURCE, check_repo, load_target, with_flag, with_host
 from agent.remote import executor_for, remote_base
 from agent.session import Sessions, new_session_id
+from state.calls import ApplyArgs
 from state.loop import LoopState
 from tools import progress
-from state.calls import ApplyArgs
-from tools.errors import ToolError
 from tools.door.registry import spec_of
-from tools.workspace.repo import check_patch
+from tools.errors import ToolError
 from tools.secrets import redact
+from tools.workspace.repo import check_patch
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Profile, diagnose, patch and measure an LLM inference server, in a loop.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Profile, diagnose, patch and measure an LLM inference server, in a loop.",
+)
 err = Console(stderr=True)
 
 Approve = Annotated[str, typer.Option(help="auto: apply proposals at once; manual: pause for approval.")]
-Method = Annotated[str, typer.Option("--profile-method", help="patch: instrument forward_decode; api: /start_profile.")]
+Method = Annotated[
+    str, typer.Option("--profile-method", help="patch: instrument forward_decode; api: /start_profile.")
+]
 Iters = Annotated[int, typer.Option(min=1, help="Most profile/diagnose rounds.")]
 Books = Annotated[list[Path], typer.Option("--playbooks", help="Extra playbook directory (repeatable).")]
-NoBuiltin = Annotated[bool, typer.Option("--no-builtin-playbooks", help="Search only --playbooks directories.")]
+NoBuiltin = Annotated[
+    bool, typer.Option("--no-builtin-playbooks", help="Search only --playbooks directories.")
+]
 Json = Annotated[bool, typer.Option("--json", help="End with one JSON summary line.")]
-HostUrl = Annotated[str | None, typer.Option("--host", help="Run on this SSH host (ssh://user@host:port or ssh://ALIAS).")]
-TrustNew = Annotated[bool, typer.Option("--trust-new-host", help="Record an unknown SSH host key (a changed one is always refused).")]
-HostPython = Annotated[str | None, typer.Option("--host-python", help="Interpreter on the SSH host (needs pydantic, GitPython, msgspec).")]
+HostUrl = Annotated[
+    str | None, typer.Option("--host", help="Run on this SSH host (ssh://user@host:port or ssh://ALIAS).")
+]
+TrustNew = Annotated[
+    bool,
+    typer.Option(
+        "--trust-new-host", help="Record an unknown SSH host key (a changed one is always refused)."
+    ),
+]
+HostPython = Annotated[
+    str | None,
+    typer.Option("--host-python", help="Interpreter on the SSH host (needs pydantic, GitPython, msgspec)."),
+]
 
 
 def _choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
@@ -59,9 +76,12 @@ def _run(fn):
         if os.environ.get("PERFLOOP_DEBUG"):
             raise
         first = redact(str(exc)).splitlines()[0] if str(exc) else ""
-        err.print(f"[red]internal error:[/red] {type(exc).__name__}: {first} (PERFLOOP_DEBUG=1 shows "
-                  "the traceback; a session it stopped continues with `perfloop resume SESSION`)",
-                  highlight=False, soft_wrap=True)
+        err.print(
+            f"[red]internal error:[/red] {type(exc).__name__}: {first} (PERFLOOP_DEBUG=1 shows "
+            "the traceback; a session it stopped continues with `perfloop resume SESSION`)",
+            highlight=False,
+            soft_wrap=True,
+        )
         raise typer.Exit(3) from None
 
 
@@ -80,23 +100,38 @@ def _finish(sessions: Sessions, state: LoopState, as_json: bool) -> None:
         raise typer.Exit(1)
 
 
-def _options(approve: str, method: str, max_iterations: int, playbooks: list[Path],
-             no_builtin: bool) -> dict:
+def _options(approve: str, method: str, max_iterations: int, playbooks: list[Path], no_builtin: bool) -> dict:
     _choice("approve", approve, ("auto", "manual"))
     _choice("profile-method", method, ("patch", "api"))
-    return {"approve": approve, "max_iterations": max_iterations, "playbook_dirs": playbooks,
-            "builtin_playbooks": not no_builtin, "python": sys.executable}
+    return {
+        "approve": approve,
+        "max_iterations": max_iterations,
+        "playbook_dirs": playbooks,
+        "builtin_playbooks": not no_builtin,
+        "python": sys.executable,
+    }
 
 
 @app.command()
-def demo(device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
-         preset: Annotated[str, typer.Option(help="Demo server size: cpu, or glm5 (GLM-5 geometry, one H200).")] = "cpu",
-         approve: Approve = "auto", profile_method: Method = "patch", max_iterations: Iters = 3,
-         playbooks: Books = [], no_builtin_playbooks: NoBuiltin = False, host: HostUrl = None,
-         trust_new_host: TrustNew = False, host_python: HostPython = None,
-         as_json: Json = False) -> None:
+def demo(
+    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+    preset: Annotated[
+        str, typer.Option(help="Demo server size: cpu, or glm5 (GLM-5 geometry, one H200).")
+    ] = "cpu",
+    approve: Approve = "auto",
+    profile_method: Method = "patch",
+    max_iterations: Iters = 3,
+    playbooks: Books = None,
+    no_builtin_playbooks: NoBuiltin = False,
+    host: HostUrl = None,
+    trust_new_host: TrustNew = False,
+    host_python: HostPython = None,
+    as_json: Json = False,
+) -> None:
     """Copy the embedded MLA demo server into a workspace (on --host if given) and run the loop on it."""
 
+    if playbooks is None:
+        playbooks = []
     def body():
         _choice("device", device, ("cpu", "cuda"))
         _choice("preset", preset, ("cpu", "glm5"))
@@ -108,8 +143,9 @@ def demo(device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
         target = target.model_copy(update={"repo": base / "workspaces" / sid / "mla_server"})
         argv = with_flag(with_flag(target.launch.argv, "--device", device), "--preset", preset)
         launch = target.launch.model_copy(update={"argv": argv})
-        target = target.model_copy(update={
-            "launch": launch, "profile": target.profile.model_copy(update={"method": profile_method})})
+        target = target.model_copy(
+            update={"launch": launch, "profile": target.profile.model_copy(update={"method": profile_method})}
+        )
         state = sessions.start(target, {**opts, "demo_source": DEMO_SOURCE}, sid, None)
         _finish(sessions, state, as_json)
 
@@ -117,14 +153,24 @@ def demo(device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
 
 
 @app.command()
-def run(target_toml: Annotated[Path, typer.Argument(help="Target config (TOML).")],
-        approve: Approve = "auto", profile_method: Annotated[str | None, typer.Option(
-            "--profile-method", help="Override the config's profile method (patch|api).")] = None,
-        max_iterations: Iters = 3, playbooks: Books = [], no_builtin_playbooks: NoBuiltin = False,
-        host: HostUrl = None, trust_new_host: TrustNew = False, host_python: HostPython = None,
-        as_json: Json = False) -> None:
+def run(
+    target_toml: Annotated[Path, typer.Argument(help="Target config (TOML).")],
+    approve: Approve = "auto",
+    profile_method: Annotated[
+        str | None, typer.Option("--profile-method", help="Override the config's profile method (patch|api).")
+    ] = None,
+    max_iterations: Iters = 3,
+    playbooks: Books = None,
+    no_builtin_playbooks: NoBuiltin = False,
+    host: HostUrl = None,
+    trust_new_host: TrustNew = False,
+    host_python: HostPython = None,
+    as_json: Json = False,
+) -> None:
     """Run the loop on the target a TOML file describes."""
 
+    if playbooks is None:
+        playbooks = []
     def body():
         target = with_host(load_target(target_toml), host, trust_new_host, host_python)
         method = profile_method or target.profile.method
@@ -145,8 +191,10 @@ def resume(session: str, as_json: Json = False) -> None:
     def body():
         sessions = Sessions()
         if sessions.pending_approval(session) is not None:
-            raise ToolError(f"session {session} waits for approval: `perfloop approve {session}` "
-                            f"or `perfloop reject {session} --reason TEXT`")
+            raise ToolError(
+                f"session {session} waits for approval: `perfloop approve {session}` "
+                f"or `perfloop reject {session} --reason TEXT`"
+            )
         _finish(sessions, sessions.resume(session), as_json)
 
     _run(body)
@@ -156,8 +204,10 @@ def _answer(session: str, answer: dict, as_json: bool) -> None:
     sessions = Sessions()
     sessions.info(session)
     if sessions.pending_approval(session) is None:
-        raise ToolError(f"session {session} is not waiting for approval (status "
-                        f"{sessions.info(session).status}); see `perfloop show {session}`")
+        raise ToolError(
+            f"session {session} is not waiting for approval (status "
+            f"{sessions.info(session).status}); see `perfloop show {session}`"
+        )
     _finish(sessions, sessions.resume(session, answer), as_json)
 
 
@@ -175,9 +225,14 @@ def _edited_patch(session: str, path: Path) -> str:
 
 
 @app.command()
-def approve(session: str, patch: Annotated[Path | None, typer.Option(
-        help="Apply this edited patch instead of the proposed one (validated first).")] = None,
-        as_json: Json = False) -> None:
+def approve(
+    session: str,
+    patch: Annotated[
+        Path | None,
+        typer.Option(help="Apply this edited patch instead of the proposed one (validated first)."),
+    ] = None,
+    as_json: Json = False,
+) -> None:
     """Approve the patch a paused session proposes (or your edit of it), and continue the loop."""
 
     def body():
@@ -190,8 +245,9 @@ def approve(session: str, patch: Annotated[Path | None, typer.Option(
 
 
 @app.command()
-def reject(session: str, reason: Annotated[str, typer.Option(help="Why (recorded).")],
-           as_json: Json = False) -> None:
+def reject(
+    session: str, reason: Annotated[str, typer.Option(help="Why (recorded).")], as_json: Json = False
+) -> None:
     """Reject the patch a paused session proposes, and continue the loop."""
     _run(lambda: _answer(session, {"approved": False, "by": "human", "reason": reason}, as_json))
 
@@ -226,6 +282,8 @@ def show(session: str, as_json: Json = False) -> None:
     _run(body)
 
 
-from agent import cli_durable  # noqa: E402,F401  (registers replay/export/import/fork)
-from agent import cli_sglang  # noqa: E402,F401  (registers instrument/playbook)
-from agent import cli_analysis  # noqa: E402,F401  (registers analyze/diagnose/diff)
+from agent import (
+    cli_analysis,  # noqa: F401  (registers analyze/diagnose/diff)
+    cli_durable,  # noqa: F401  (registers replay/export/import/fork)
+    cli_sglang,  # noqa: F401  (registers instrument/playbook)
+)

@@ -29,8 +29,12 @@ hundred to a thousand tokens) for one request. The pool-cast signature asks for 
 that, so only a pool far larger than one chat (>= 8192 slots) is flagged. Pass --active-tokens
 with the real number (prompt + generated tokens, summed over the requests in flight)."""
 
-Traces = Annotated[list[Path], typer.Argument(help="Trace files (.json, .json.gz), key_averages .txt "
-                                                   "tables, or directories of them (one per rank).")]
+Traces = Annotated[
+    list[Path],
+    typer.Argument(
+        help="Trace files (.json, .json.gz), key_averages .txt tables, or directories of them (one per rank)."
+    ),
+]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 Top = Annotated[int, typer.Option(min=1, help="Rows to show.")]
 Steps = Annotated[int | None, typer.Option(min=1, help="Decode steps in the trace (default: counted).")]
@@ -40,29 +44,63 @@ def analysis_json(profile: ProfileSummary, by: str, top: int) -> dict:
     """The `analyze --json` document: totals, then rows sorted by time (ops or kernels)."""
     device = profile.time_basis == "device"
     if by == "kernel":
-        rows = [{"name": k.name, "share": k.share, "self_device_us": k.device_us, "calls": k.calls,
-                 "graph_calls": k.graph_calls, "input_dims": []} for k in profile.kernels[:top]]
+        rows = [
+            {
+                "name": k.name,
+                "share": k.share,
+                "self_device_us": k.device_us,
+                "calls": k.calls,
+                "graph_calls": k.graph_calls,
+                "input_dims": [],
+            }
+            for k in profile.kernels[:top]
+        ]
     else:
-        rows = [{"name": op.name, "share": op.share, "self_device_us": op.self_us if device else 0.0,
-                 "self_us": op.self_us, "total_us": op.total_us, "calls": op.calls,
-                 "input_dims": op.input_dims, "input_types": op.input_types, "location": op.location}
-                for op in profile.ops[:top]]
-    total_device = (sum(k.device_us for k in profile.kernels) if by == "kernel" else profile.total_self_us) \
-        if device else 0.0
-    return {"source": profile.source, "time_basis": profile.time_basis, "device_name": profile.device_name,
-            "by": by, "steps": profile.steps, "total_device_us": total_device,
-            "total_self_us": profile.total_self_us, "step_us": profile.step_us,
-            "step_wall_us": profile.step_wall_us, "ops": rows,
-            "device_activity": profile.device_activity.model_dump() if profile.device_activity else None,
-            "syncs": [s.model_dump() for s in profile.syncs],
-            "steps_detail": [s.model_dump() for s in profile.step_stats],
-            "ranks": [r.model_dump() for r in profile.ranks]}
+        rows = [
+            {
+                "name": op.name,
+                "share": op.share,
+                "self_device_us": op.self_us if device else 0.0,
+                "self_us": op.self_us,
+                "total_us": op.total_us,
+                "calls": op.calls,
+                "input_dims": op.input_dims,
+                "input_types": op.input_types,
+                "location": op.location,
+            }
+            for op in profile.ops[:top]
+        ]
+    total_device = (
+        (sum(k.device_us for k in profile.kernels) if by == "kernel" else profile.total_self_us)
+        if device
+        else 0.0
+    )
+    return {
+        "source": profile.source,
+        "time_basis": profile.time_basis,
+        "device_name": profile.device_name,
+        "by": by,
+        "steps": profile.steps,
+        "total_device_us": total_device,
+        "total_self_us": profile.total_self_us,
+        "step_us": profile.step_us,
+        "step_wall_us": profile.step_wall_us,
+        "ops": rows,
+        "device_activity": profile.device_activity.model_dump() if profile.device_activity else None,
+        "syncs": [s.model_dump() for s in profile.syncs],
+        "steps_detail": [s.model_dump() for s in profile.step_stats],
+        "ranks": [r.model_dump() for r in profile.ranks],
+    }
 
 
 @app.command()
-def analyze(traces: Traces, as_json: Json = False, top: Top = 20, steps: Steps = None,
-            by: Annotated[str, typer.Option(help="op: rows per operator and dims; kernel: per GPU kernel.")] = "op",
-            ) -> None:
+def analyze(
+    traces: Traces,
+    as_json: Json = False,
+    top: Top = 20,
+    steps: Steps = None,
+    by: Annotated[str, typer.Option(help="op: rows per operator and dims; kernel: per GPU kernel.")] = "op",
+) -> None:
     """Time per operator (or kernel), device idle, syncs and steps of profiler traces."""
 
     def body():
@@ -79,27 +117,41 @@ def analyze(traces: Traces, as_json: Json = False, top: Top = 20, steps: Steps =
 
 
 @app.command()
-def diagnose(traces: Traces, as_json: Json = False, steps: Steps = None,
-             active_tokens: Annotated[int, typer.Option(min=1, help="Tokens live in the KV cache while "
-                                                        "profiling (prompt + generated, all requests).")]
-             = DEFAULT_ACTIVE_TOKENS,
-             tpot_ms: Annotated[float | None, typer.Option(help="Baseline TPOT in ms (gains in ms).")] = None,
-             target_kind: Annotated[str, typer.Option(help="Target kind, for which patches exist.")] = "sglang",
-             bandwidth_gbs: Annotated[float | None, typer.Option(help="Memory bandwidth for roofline lines, "
-                                                                 "GB/s (default: by GPU name; CPU: measured).")]
-             = None,
-             playbooks: Annotated[list[Path], typer.Option("--playbooks", help="Extra playbook dir.")] = [],
-             ) -> None:
+def diagnose(
+    traces: Traces,
+    as_json: Json = False,
+    steps: Steps = None,
+    active_tokens: Annotated[
+        int,
+        typer.Option(
+            min=1, help="Tokens live in the KV cache while profiling (prompt + generated, all requests)."
+        ),
+    ] = DEFAULT_ACTIVE_TOKENS,
+    tpot_ms: Annotated[float | None, typer.Option(help="Baseline TPOT in ms (gains in ms).")] = None,
+    target_kind: Annotated[str, typer.Option(help="Target kind, for which patches exist.")] = "sglang",
+    bandwidth_gbs: Annotated[
+        float | None,
+        typer.Option(help="Memory bandwidth for roofline lines, GB/s (default: by GPU name; CPU: measured)."),
+    ] = None,
+    playbooks: Annotated[list[Path] | None, typer.Option("--playbooks", help="Extra playbook dir.")] = None,
+) -> None:
     """Match the playbooks against profiler traces: ranked findings with evidence and gains."""
 
+    if playbooks is None:
+        playbooks = []
     def body():
         profile = read_profiles(traces, steps)
         source = "flag"
         bw = bandwidth_gbs
         if bw is None and profile.time_basis == "cpu":
             bw, source = measure_copy_bandwidth_gbs(), "measured host copy"
-        ctx = DiagnosisContext(target_kind=target_kind, active_tokens=active_tokens, tpot_ms=tpot_ms,
-                               bandwidth_gbs=bw, bandwidth_source=source)
+        ctx = DiagnosisContext(
+            target_kind=target_kind,
+            active_tokens=active_tokens,
+            tpot_ms=tpot_ms,
+            bandwidth_gbs=bw,
+            bandwidth_source=source,
+        )
         result = run_diagnosis(profile, ctx, load_playbooks(playbooks))
         if as_json:
             print(json.dumps({"source": profile.source, **result.model_dump(mode="json")}))
@@ -110,9 +162,12 @@ def diagnose(traces: Traces, as_json: Json = False, steps: Steps = None,
 
 
 @app.command()
-def diff(before: Annotated[Path, typer.Argument(help="Trace (or directory) before the change.")],
-         after: Annotated[Path, typer.Argument(help="Trace (or directory) after the change.")],
-         as_json: Json = False, top: Top = 20) -> None:
+def diff(
+    before: Annotated[Path, typer.Argument(help="Trace (or directory) before the change.")],
+    after: Annotated[Path, typer.Argument(help="Trace (or directory) after the change.")],
+    as_json: Json = False,
+    top: Top = 20,
+) -> None:
     """Which operator groups grew, shrank, appeared or vanished between two profiles (per step)."""
 
     def body():
@@ -129,29 +184,47 @@ def diff(before: Annotated[Path, typer.Argument(help="Trace (or directory) befor
 def _print_analysis(console: Console, doc: dict, profile: ProfileSummary) -> None:
     """A table of the rows, then the device and sync lines."""
     unit = "device" if doc["time_basis"] == "device" else "cpu"
-    table = Table(title=f"{doc['source']}: {doc['steps']} steps, {doc['step_us'] / 1e3:.3f} ms {unit} time per step")
+    table = Table(
+        title=f"{doc['source']}: {doc['steps']} steps, {doc['step_us'] / 1e3:.3f} ms {unit} time per step"
+    )
     for col in ("share", f"self {unit} ms/step", "calls", "name", "input dims"):
         table.add_column(col, overflow="fold")
     for row in doc["ops"]:
         us = row["self_device_us"] if unit == "device" else row["self_us"]
-        table.add_row(f"{row['share']:.1%}", f"{us / doc['steps'] / 1e3:.3f}", str(row["calls"]),
-                      row["name"][:100], str(row["input_dims"]))
+        table.add_row(
+            f"{row['share']:.1%}",
+            f"{us / doc['steps'] / 1e3:.3f}",
+            str(row["calls"]),
+            row["name"][:100],
+            str(row["input_dims"]),
+        )
     console.print(table)
     act = profile.device_activity
     if act is not None:
-        console.print(f"device idle {act.idle_share:.0%} of its span over {act.gaps} gaps; median kernel "
-                      f"{act.median_kernel_us:.1f} us; launch-bound: {'yes' if act.launch_bound else 'no'}")
+        console.print(
+            f"device idle {act.idle_share:.0%} of its span over {act.gaps} gaps; median kernel "
+            f"{act.median_kernel_us:.1f} us; launch-bound: {'yes' if act.launch_bound else 'no'}"
+        )
     for s in profile.syncs[:5]:
-        console.print(f"sync {s.name} from {s.caller}: {s.calls} calls ({s.decode_calls} in decode), "
-                      f"{s.host_us / 1e3:.3f} ms on the host")
+        console.print(
+            f"sync {s.name} from {s.caller}: {s.calls} calls ({s.decode_calls} in decode), "
+            f"{s.host_us / 1e3:.3f} ms on the host"
+        )
 
 
 def _print_diagnosis(console: Console, result: Diagnosis) -> None:
     """Each finding with its gain, evidence and roofline line."""
     for n, f in enumerate(result.findings, 1):
-        gain = f"{f.expected_gain_ms:.1f} ms" if f.expected_gain_ms is not None else f"{f.expected_gain_share:.0%}"
-        console.print(f"[bold]{n}. {f.playbook}[/bold] (confidence {f.confidence:.0%}, expected gain {gain}): "
-                      f"{f.title}", highlight=False)
+        gain = (
+            f"{f.expected_gain_ms:.1f} ms"
+            if f.expected_gain_ms is not None
+            else f"{f.expected_gain_share:.0%}"
+        )
+        console.print(
+            f"[bold]{n}. {f.playbook}[/bold] (confidence {f.confidence:.0%}, expected gain {gain}): "
+            f"{f.title}",
+            highlight=False,
+        )
         for e in f.evidence:
             console.print(f"   - {e.note}", highlight=False, soft_wrap=True)
         if f.roofline is not None:
@@ -160,13 +233,20 @@ def _print_diagnosis(console: Console, result: Diagnosis) -> None:
 
 def _print_diff(console: Console, result: ProfileDiff) -> None:
     """One row per changed group."""
-    table = Table(title=f"{result.before} -> {result.after}: {result.before_step_us / 1e3:.3f} -> "
-                        f"{result.after_step_us / 1e3:.3f} ms per step ({result.time_basis})")
+    table = Table(
+        title=f"{result.before} -> {result.after}: {result.before_step_us / 1e3:.3f} -> "
+        f"{result.after_step_us / 1e3:.3f} ms per step ({result.time_basis})"
+    )
     for col in ("status", "before us/step", "after us/step", "name", "input dims"):
         table.add_column(col, overflow="fold")
     for r in result.ops:
-        table.add_row(r.status, f"{r.before_us_per_step:.1f}", f"{r.after_us_per_step:.1f}", r.name[:100],
-                      str(r.input_dims))
+        table.add_row(
+            r.status,
+            f"{r.before_us_per_step:.1f}",
+            f"{r.after_us_per_step:.1f}",
+            r.name[:100],
+            str(r.input_dims),
+        )
     console.print(table)
     if result.note:
         console.print(f"note: {result.note}")

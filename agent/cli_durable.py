@@ -42,8 +42,10 @@ def replay(session: str, as_json: Json = False) -> None:
 
 
 @app.command("export")
-def export_cmd(session: str, output: Annotated[Path, typer.Option("-o", "--output",
-                                                                  help="File to write (.json or .json.gz).")]) -> None:
+def export_cmd(
+    session: str,
+    output: Annotated[Path, typer.Option("-o", "--output", help="File to write (.json or .json.gz).")],
+) -> None:
     """Write a recorded session to one file, to import and replay it on another machine."""
 
     def body():
@@ -65,10 +67,18 @@ def import_cmd(file: Path) -> None:
 
 
 @app.command()
-def fork(session: str, at: Annotated[str, typer.Option(
-        "--at", help="Step to continue at: profile, diagnose, propose or approve (STEP#N: its N-th visit).")],
-         approve: Annotated[str | None, typer.Option(help="auto or manual (default: the parent's).")] = None,
-         as_json: Json = False) -> None:
+def fork(
+    session: str,
+    at: Annotated[
+        str,
+        typer.Option(
+            "--at",
+            help="Step to continue at: profile, diagnose, propose or approve (STEP#N: its N-th visit).",
+        ),
+    ],
+    approve: Annotated[str | None, typer.Option(help="auto or manual (default: the parent's).")] = None,
+    as_json: Json = False,
+) -> None:
     """Start a new session from a checkpoint of an ended one, and run it live."""
 
     def body():

@@ -21,11 +21,11 @@ from state.sglang import HookSite
 from state.target import ProfileConfig
 from state.workspace import InstrumentationRecord
 from tools.errors import ConfigError
+from tools.sglang.layout import hook_site, locate
+from tools.sglang.patches import apply_sglang_patch, sglang_patch
 from tools.workspace.git import GitWorkspace
 from tools.workspace.instrumentation import instrument as insert_hook
 from tools.workspace.instrumentation import remove_instrumentation
-from tools.sglang.layout import hook_site, locate
-from tools.sglang.patches import apply_sglang_patch, sglang_patch
 
 RECORDS_FILE = "perfloop-instrumentation.json"
 """File in the repo's git dir: repo-relative path -> InstrumentationRecord of what we inserted."""
@@ -47,7 +47,9 @@ def _site(repo: Path, kind: str) -> HookSite:
     """Where the hook goes for this kind of target."""
     if kind == "sglang":
         return hook_site(repo, locate(repo))
-    return HookSite(relpath=ProfileConfig().model_runner_path, class_name="ModelRunner", method="forward_decode")
+    return HookSite(
+        relpath=ProfileConfig().model_runner_path, class_name="ModelRunner", method="forward_decode"
+    )
 
 
 def _records_path(ws: GitWorkspace) -> Path:
@@ -61,8 +63,10 @@ def _load_records(ws: GitWorkspace) -> dict[str, InstrumentationRecord]:
     try:
         return {k: InstrumentationRecord.model_validate(v) for k, v in json.loads(path.read_text()).items()}
     except (ValueError, AttributeError) as err:
-        raise ConfigError(f"{path} is unreadable ({err.__class__.__name__}); delete it and remove the "
-                          "'# perfloop-instrumentation' lines by hand") from err
+        raise ConfigError(
+            f"{path} is unreadable ({err.__class__.__name__}); delete it and remove the "
+            "'# perfloop-instrumentation' lines by hand"
+        ) from err
 
 
 def _save_records(ws: GitWorkspace, records: dict[str, InstrumentationRecord]) -> None:
@@ -76,8 +80,13 @@ def _save_records(ws: GitWorkspace, records: dict[str, InstrumentationRecord]) -
 
 
 @app.command("instrument")
-def instrument_cmd(repo: Repo, kind: Kind = "sglang", remove: Annotated[bool, typer.Option(
-        "--remove", help="Remove exactly the hook inserted before.")] = False) -> None:
+def instrument_cmd(
+    repo: Repo,
+    kind: Kind = "sglang",
+    remove: Annotated[
+        bool, typer.Option("--remove", help="Remove exactly the hook inserted before.")
+    ] = False,
+) -> None:
     """Insert perfloop's dormant profiler hook into the target's eager decode step (or remove it)."""
 
     def body():
@@ -87,24 +96,33 @@ def instrument_cmd(repo: Repo, kind: Kind = "sglang", remove: Annotated[bool, ty
             if remove:
                 record = records.pop(site.relpath, None)
                 if record is None:
-                    raise ConfigError(f"no record of instrumenting {site.relpath} in {_records_path(ws)}; "
-                                      "nothing removed (delete '# perfloop-instrumentation' lines by hand)")
+                    raise ConfigError(
+                        f"no record of instrumenting {site.relpath} in {_records_path(ws)}; "
+                        "nothing removed (delete '# perfloop-instrumentation' lines by hand)"
+                    )
                 remove_instrumentation(ws, record)
                 _save_records(ws, records)
                 print(f"removed instrumentation from {site.relpath}")
                 return
             records[site.relpath] = insert_hook(ws, site.relpath, site.class_name, site.method)
             _save_records(ws, records)
-            print(f"instrumented {site.class_name}.{site.method} in {site.relpath}; "
-                  "arm it by launching with PERFLOOP_PROFILE_DIR set")
+            print(
+                f"instrumented {site.class_name}.{site.method} in {site.relpath}; "
+                "arm it by launching with PERFLOOP_PROFILE_DIR set"
+            )
 
     _run(body)
 
 
 @playbook_app.command("apply")
-def apply_cmd(playbook_id: Annotated[str, typer.Argument(help="Playbook id, e.g. kv-cache-full-pool-cast.")],
-              repo: Repo, kind: Kind = "sglang", check: Annotated[bool, typer.Option(
-                  "--check", help="Only check that the patch fits; change nothing.")] = False) -> None:
+def apply_cmd(
+    playbook_id: Annotated[str, typer.Argument(help="Playbook id, e.g. kv-cache-full-pool-cast.")],
+    repo: Repo,
+    kind: Kind = "sglang",
+    check: Annotated[
+        bool, typer.Option("--check", help="Only check that the patch fits; change nothing.")
+    ] = False,
+) -> None:
     """Apply a playbook's patch to the target's working tree (all hunks or none)."""
 
     def body():

@@ -30,7 +30,9 @@ def load_target(path: Path, **overrides) -> TargetConfig:
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        raise ConfigError(f"{path}: field `{where}`: {err['msg']} (see examples/targets/mla_server.toml)") from exc
+        raise ConfigError(
+            f"{path}: field `{where}`: {err['msg']} (see examples/targets/mla_server.toml)"
+        ) from exc
     if target.host.kind == "ssh":
         if not target.repo.is_absolute():
             raise ConfigError(f"{path}: `repo` must be an absolute path on the SSH host, not {target.repo}")
@@ -45,8 +47,8 @@ def with_flag(argv: list[str], flag: str, value: str) -> list[str]:
     """Set `flag value` in a launch command, replacing an existing value (pure)."""
     if flag in argv:
         i = argv.index(flag)
-        return argv[: i + 1] + [value] + argv[i + 2:]
-    return argv + [flag, value]
+        return [*argv[:i + 1], value, *argv[i + 2:]]
+    return [*argv, flag, value]
 
 
 def check_repo(target: TargetConfig) -> None:
@@ -58,23 +60,31 @@ def check_repo(target: TargetConfig) -> None:
     if not repo.is_dir():
         raise ConfigError(f"target repo {repo} does not exist; set `repo` in the target config")
     if not (repo / ".git").exists():
-        raise ConfigError(f"target repo {repo} is not the top level of a git checkout; "
-                          f"run `git init` there and commit the engine source first")
+        raise ConfigError(
+            f"target repo {repo} is not the top level of a git checkout; "
+            f"run `git init` there and commit the engine source first"
+        )
 
 
-def with_host(target: TargetConfig, url: str | None, trust_new_host: bool = False,
-              python: str | None = None) -> TargetConfig:
+def with_host(
+    target: TargetConfig, url: str | None, trust_new_host: bool = False, python: str | None = None
+) -> TargetConfig:
     """Apply `--host URL` (an ssh:// URL replacing the config's host or its url),
     `--trust-new-host` and `--host-python` to a target."""
     host = target.host
     if url is not None:
         try:
-            host = (host.model_copy(update={"url": SSHHostConfig(url=url).url})
-                    if isinstance(host, SSHHostConfig) else SSHHostConfig(url=url))
+            host = (
+                host.model_copy(update={"url": SSHHostConfig(url=url).url})
+                if isinstance(host, SSHHostConfig)
+                else SSHHostConfig(url=url)
+            )
         except ValidationError as exc:
             raise ConfigError(f"--host: {exc.errors()[0]['msg'].removeprefix('Value error, ')}") from None
-    for flag, field, value in (("--trust-new-host", "trust_new_host", trust_new_host or None),
-                               ("--host-python", "python", python)):
+    for flag, field, value in (
+        ("--trust-new-host", "trust_new_host", trust_new_host or None),
+        ("--host-python", "python", python),
+    ):
         if value is not None:
             if not isinstance(host, SSHHostConfig):
                 raise ConfigError(f"{flag} needs an SSH host: pass --host ssh://... too")

@@ -11,13 +11,12 @@ from typing import Any
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
+from state.base import utcnow
 from state.loop import LoopState, Transition
 from tools.door import Door
+from tools.door.faults import fault_point
 from tools.door.registry import In, Out
 from tools.errors import ToolError
-from tools.door.faults import fault_point
-from state.base import utcnow
-
 
 Node = Callable[[LoopState, "Runtime[LoopContext]"], Command]
 
@@ -64,11 +63,14 @@ def step(fn: Node | None = None, *, guarded: bool = True) -> Any:
                 if not guarded:
                     raise
                 message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                cmd = Command(update={"error": f"{node}: {message}",
-                                      "transitions": transition(node, f"error: {message}")},
-                              goto="abort")
-            return Command(update={**(cmd.update or {}), "calls_done": door.next_seq()},
-                           goto=cmd.goto)
+                cmd = Command(
+                    update={
+                        "error": f"{node}: {message}",
+                        "transitions": transition(node, f"error: {message}"),
+                    },
+                    goto="abort",
+                )
+            return Command(update={**(cmd.update or {}), "calls_done": door.next_seq()}, goto=cmd.goto)
 
         return run
 

@@ -24,8 +24,23 @@ from agent.steps_profile import diagnose, profile, propose
 from agent.steps_setup import baseline, instrument, launch, prepare, reconcile
 from state.loop import LoopState
 
-NODES = (prepare, instrument, launch, baseline, profile, diagnose, propose, approve, cleanup,
-         apply, relaunch, measure, decide, rollback, reconcile)
+NODES = (
+    prepare,
+    instrument,
+    launch,
+    baseline,
+    profile,
+    diagnose,
+    propose,
+    approve,
+    cleanup,
+    apply,
+    relaunch,
+    measure,
+    decide,
+    rollback,
+    reconcile,
+)
 
 
 def _entry(state: LoopState) -> str:

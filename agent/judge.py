@@ -15,13 +15,19 @@ def judge(reference: Measurement, candidate: Measurement) -> tuple[bool, str, fl
     before, after = reference.tpot_ms.median, candidate.tpot_ms.median
     gain = before - after
     if candidate.outputs != reference.outputs:
-        changed = sum(a != b for a, b in zip(reference.outputs, candidate.outputs))
+        changed = sum(a != b for a, b in zip(reference.outputs, candidate.outputs, strict=False))
         return False, f"outputs changed for {changed}/{len(reference.outputs)} prompt(s)", noise
     if not candidate.outputs_stable:
         return False, "outputs differ between repeats of the same prompt", noise
     if gain < 0 and -gain > noise:
         return False, f"TPOT got worse: {before:.1f} -> {after:.1f} ms (noise {noise:.1f} ms)", noise
     if gain <= noise:
-        return False, (f"TPOT {before:.1f} -> {after:.1f} ms: change {gain:+.1f} ms is within the "
-                       f"measured noise {noise:.1f} ms"), noise
+        return (
+            False,
+            (
+                f"TPOT {before:.1f} -> {after:.1f} ms: change {gain:+.1f} ms is within the "
+                f"measured noise {noise:.1f} ms"
+            ),
+            noise,
+        )
     return True, f"TPOT {before:.1f} -> {after:.1f} ms ({before / after:.2f}x), outputs identical", noise

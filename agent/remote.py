@@ -9,8 +9,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from state.target import TargetConfig
-from tools.hosts.connect import close_all, connect
 from tools.hosts.client import RemoteExecutor, ensure_package, remote_home
+from tools.hosts.connect import close_all, connect
 from tools.hosts.connection import Prompt
 
 
@@ -28,8 +28,7 @@ def remote_options(target: TargetConfig, session_id: str) -> dict:
     """Session options an SSH target sets: the host's interpreter and the session's folder there."""
     if target.host.kind != "ssh":
         return {}
-    return {"python": target.host.python,
-            "host_dir": remote_base(target) / "sessions" / session_id}
+    return {"python": target.host.python, "host_dir": remote_base(target) / "sessions" / session_id}
 
 
 @contextmanager

@@ -21,17 +21,21 @@ def summary(console: Console, s: Summary) -> None:
     """The end-of-run summary."""
     t = Table(title=f"perfloop session {s.session} ({s.status})", show_header=False)
     speed = "-" if s.speedup is None else f"{s.speedup:.2f}x"
-    rows = [("TPOT", f"{_ms(s.tpot_ms_before)} -> {_ms(s.tpot_ms_after)} ({speed})"),
-            ("TTFT", f"{_ms(s.ttft_ms_before)} -> {_ms(s.ttft_ms_after)}"),
-            ("measured by", s.measured_by or "-"),
-            ("outputs identical", str(s.outputs_identical)),
-            ("accepted", ", ".join(s.accepted) or "none"),
-            ("rejected / failed", ", ".join(s.rejected) or "none"),
-            ("commits", ", ".join(c[:10] for c in s.commits) or "none"),
-            ("branch", s.branch or "-"), ("repo", str(s.repo)),
-            ("server launches", str(s.server_launches)),
-            ("profile method", s.profile_method), ("profiles taken", str(s.iterations)),
-            ("stopped because", s.stop_reason)]
+    rows = [
+        ("TPOT", f"{_ms(s.tpot_ms_before)} -> {_ms(s.tpot_ms_after)} ({speed})"),
+        ("TTFT", f"{_ms(s.ttft_ms_before)} -> {_ms(s.ttft_ms_after)}"),
+        ("measured by", s.measured_by or "-"),
+        ("outputs identical", str(s.outputs_identical)),
+        ("accepted", ", ".join(s.accepted) or "none"),
+        ("rejected / failed", ", ".join(s.rejected) or "none"),
+        ("commits", ", ".join(c[:10] for c in s.commits) or "none"),
+        ("branch", s.branch or "-"),
+        ("repo", str(s.repo)),
+        ("server launches", str(s.server_launches)),
+        ("profile method", s.profile_method),
+        ("profiles taken", str(s.iterations)),
+        ("stopped because", s.stop_reason),
+    ]
     for k, v in rows:
         t.add_row(k, v)
     console.print(t)
@@ -42,21 +46,31 @@ def approval(console: Console, req: dict) -> None:
     console.print(f"[bold]Session {req['session']} waits for approval[/bold]: {req['title']}")
     console.print(req["explanation"], highlight=False)
     gain = req.get("expected_gain_ms")
-    console.print(f"expected gain: {gain:.1f} ms/token" if gain is not None
-                  else f"expected gain: {req['expected_gain_share']:.0%} of decode time")
+    console.print(
+        f"expected gain: {gain:.1f} ms/token"
+        if gain is not None
+        else f"expected gain: {req['expected_gain_share']:.0%} of decode time"
+    )
     console.print("files touched: " + ", ".join(req["files"]))
     t = Table("op", "dims", "share", "self time", "calls", "where", title="evidence")
     for e in req["evidence"]:
-        t.add_row(e["op"], str(e.get("dims")), f"{e['share']:.1%}", f"{e['self_us'] / 1000:.1f} ms",
-                  str(e["calls"]), e.get("location") or "-")
+        t.add_row(
+            e["op"],
+            str(e.get("dims")),
+            f"{e['share']:.1%}",
+            f"{e['self_us'] / 1000:.1f} ms",
+            str(e["calls"]),
+            e.get("location") or "-",
+        )
     console.print(t)
     for e in req["evidence"]:
         console.print(e["note"], highlight=False)
     hunks = re.findall(r"^\+\+\+ b/(\S+)\n@@ -(\d+)", req["diff"], flags=re.M)
     console.print("patch changes: " + ", ".join(f"{f}:{line}" for f, line in hunks))
     console.print(Syntax(req["diff"], "diff", word_wrap=True))
-    console.print(f"approve: perfloop approve {req['session']}\n"
-                  f"reject:  perfloop reject {req['session']} --reason TEXT")
+    console.print(
+        f"approve: perfloop approve {req['session']}\nreject:  perfloop reject {req['session']} --reason TEXT"
+    )
 
 
 def sessions(console: Console, infos: list[SessionInfo]) -> None:
@@ -64,22 +78,33 @@ def sessions(console: Console, infos: list[SessionInfo]) -> None:
     t = Table("session", "created", "target", "status", "speedup", "accepted")
     for i in infos:
         s = i.summary
-        t.add_row(i.id, i.created_at.strftime("%Y-%m-%d %H:%M"), i.target_name, i.status,
-                  f"{s.speedup:.2f}x" if s and s.speedup else "-",
-                  ", ".join(s.accepted) if s else "-")
+        t.add_row(
+            i.id,
+            i.created_at.strftime("%Y-%m-%d %H:%M"),
+            i.target_name,
+            i.status,
+            f"{s.speedup:.2f}x" if s and s.speedup else "-",
+            ", ".join(s.accepted) if s else "-",
+        )
     console.print(t)
 
 
 def show_json(info: SessionInfo, state: LoopState, calls: list[ToolCallRecord]) -> dict:
     """`perfloop show --json`."""
-    return {"session": info.model_dump(mode="json"), "parent": info.parent,
-            "transitions": [t.model_dump(mode="json") for t in state.transitions],
-            "measurements": [m.model_dump(mode="json", exclude={"requests"})
-                             for m in (state.baseline, state.reference, state.candidate) if m],
-            "decisions": [d.model_dump(mode="json") for d in state.decisions],
-            "accepted_commits": [c.model_dump(mode="json") for c in state.accepted],
-            "profiles": [p.model_dump(mode="json") for p in state.profiles],
-            "tool_calls": len(calls)}
+    return {
+        "session": info.model_dump(mode="json"),
+        "parent": info.parent,
+        "transitions": [t.model_dump(mode="json") for t in state.transitions],
+        "measurements": [
+            m.model_dump(mode="json", exclude={"requests"})
+            for m in (state.baseline, state.reference, state.candidate)
+            if m
+        ],
+        "decisions": [d.model_dump(mode="json") for d in state.decisions],
+        "accepted_commits": [c.model_dump(mode="json") for c in state.accepted],
+        "profiles": [p.model_dump(mode="json") for p in state.profiles],
+        "tool_calls": len(calls),
+    }
 
 
 def show(console: Console, info: SessionInfo, state: LoopState, calls: list[ToolCallRecord]) -> None:

@@ -19,14 +19,14 @@ from agent.context import LoopContext
 from agent.graph import compile_graph
 from agent.remote import executor_for, remote_options
 from agent.steps_setup import FORK_STEPS
+from state.base import utcnow
 from state.loop import LoopOptions, LoopState
 from state.session import SessionInfo, Summary
 from state.target import TargetConfig
 from tools.door.live import LiveDoor
-from tools.errors import ConfigError, ToolError
 from tools.door.replay import ReplayDivergence, ReplayDoor
-from state.base import utcnow
 from tools.door.store import SessionStore, perfloop_home
+from tools.errors import ConfigError, ToolError
 
 
 def new_session_id() -> str:
@@ -49,20 +49,35 @@ class Sessions:
     def session_dir(self, session_id: str) -> Path:
         return self.home / "sessions" / session_id
 
-    def start(self, target: TargetConfig, options: dict[str, Any], session_id: str,
-              target_path: Path | None, parent: str | None = None) -> LoopState:
+    def start(
+        self,
+        target: TargetConfig,
+        options: dict[str, Any],
+        session_id: str,
+        target_path: Path | None,
+        parent: str | None = None,
+    ) -> LoopState:
         """Record a new session and run the loop until it ends or pauses for approval."""
-        opts = LoopOptions(session_dir=self.session_dir(session_id),
-                           **{**options, **remote_options(target, session_id)})
+        opts = LoopOptions(
+            session_dir=self.session_dir(session_id), **{**options, **remote_options(target, session_id)}
+        )
         inp = LoopState(session_id=session_id, target=target, options=opts)
         return self.start_from(inp, target_path, parent)
 
     def start_from(self, inp: LoopState, target_path: Path | None, parent: str | None = None) -> LoopState:
         """Record a session whose initial state is `inp`, then run it."""
         sid = inp.session_id
-        self.store.put_session(SessionInfo(
-            id=sid, created_at=utcnow(), target_name=inp.target.name, target_path=target_path,
-            repo=inp.target.repo, status="running", parent=parent))
+        self.store.put_session(
+            SessionInfo(
+                id=sid,
+                created_at=utcnow(),
+                target_name=inp.target.name,
+                target_path=target_path,
+                repo=inp.target.repo,
+                status="running",
+                parent=parent,
+            )
+        )
         self.store.add_input(sid, "initial", inp.model_dump(mode="json"))
         return self._invoke(sid, inp)
 
@@ -85,8 +100,10 @@ class Sessions:
     def state(self, session_id: str) -> LoopState:
         snap = self.graph.get_state(self.config(session_id))
         if not snap.values:
-            raise ConfigError(f"session {session_id} has no checkpoints in {self.home} (imported?); "
-                              f"use `perfloop replay {session_id}`")
+            raise ConfigError(
+                f"session {session_id} has no checkpoints in {self.home} (imported?); "
+                f"use `perfloop replay {session_id}`"
+            )
         return LoopState.model_validate(snap.values)
 
     def pending_approval(self, session_id: str) -> dict | None:
@@ -104,8 +121,10 @@ class Sessions:
             except BlockingIOError:
                 f.seek(0)
                 holder = f.read().strip() or "?"
-                raise SessionBusy(f"session {session_id} is already being run by perfloop process "
-                                  f"{holder}; wait for it to finish (or end that process)") from None
+                raise SessionBusy(
+                    f"session {session_id} is already being run by perfloop process "
+                    f"{holder}; wait for it to finish (or end that process)"
+                ) from None
             f.truncate(0)
             f.write(str(os.getpid()))
             f.flush()
@@ -121,8 +140,9 @@ class Sessions:
             known = inp if isinstance(inp, LoopState) else self.state(session_id)
             with executor_for(known.target, known.options.session_dir) as executor:
                 door = LiveDoor(session_id, self.store, executor)
-                self.graph.invoke(inp, self.config(session_id), context=LoopContext(door=door),
-                                  durability="sync")
+                self.graph.invoke(
+                    inp, self.config(session_id), context=LoopContext(door=door), durability="sync"
+                )
             state = self.state(session_id)
             status = "paused" if self.pending_approval(session_id) is not None else state.status
             info = self.info(session_id)
@@ -137,23 +157,40 @@ class Sessions:
             raise ConfigError(f"cannot fork at {step!r}; fork at one of: {', '.join(FORK_STEPS)}")
         info = self.info(session_id)
         if info.status in ("running", "paused"):
-            raise ConfigError(f"session {session_id} is {info.status}; fork it once it has ended "
-                              f"(approve/reject or resume it first)")
+            raise ConfigError(
+                f"session {session_id} is {info.status}; fork it once it has ended "
+                f"(approve/reject or resume it first)"
+            )
         history = list(self.graph.get_state_history(self.config(session_id)))[::-1]
         hits = [snap for snap in history if snap.next == (step,)]
         n = int(nth or 1)
         if len(hits) < n:
-            raise ConfigError(f"session {session_id} reached {step} {len(hits)} time(s); "
-                              f"there is no {step}#{n} to fork at")
+            raise ConfigError(
+                f"session {session_id} reached {step} {len(hits)} time(s); there is no {step}#{n} to fork at"
+            )
         parent = LoopState.model_validate(hits[n - 1].values)
-        options = parent.options.model_copy(update={
-            "session_dir": self.session_dir(new_id), "demo_source": None,
-            "host_dir": parent.options.host_dir and parent.options.host_dir.parent / new_id,
-            **({"approve": approve} if approve else {})})
-        inp = parent.model_copy(update={
-            "session_id": new_id, "options": options, "fork_at": step, "server": None,
-            "instrumentation": None, "pending_commit": None, "launches": 0, "transitions": [],
-            "calls_done": 0, "status": "running"})
+        options = parent.options.model_copy(
+            update={
+                "session_dir": self.session_dir(new_id),
+                "demo_source": None,
+                "host_dir": parent.options.host_dir and parent.options.host_dir.parent / new_id,
+                **({"approve": approve} if approve else {}),
+            }
+        )
+        inp = parent.model_copy(
+            update={
+                "session_id": new_id,
+                "options": options,
+                "fork_at": step,
+                "server": None,
+                "instrumentation": None,
+                "pending_commit": None,
+                "launches": 0,
+                "transitions": [],
+                "calls_done": 0,
+                "status": "running",
+            }
+        )
         return self.start_from(inp, info.target_path, parent=session_id)
 
     def replay(self, session_id: str) -> tuple[LoopState, Summary]:
@@ -169,13 +206,17 @@ class Sessions:
         graph.invoke(LoopState.model_validate(initial[0]), cfg, context=ctx)
         for answer in answers:
             if _pending(graph, cfg) is None:
-                raise ReplayDivergence(f"the recording has an approval answer ({answer}) but the "
-                                       "replayed session did not pause for one")
+                raise ReplayDivergence(
+                    f"the recording has an approval answer ({answer}) but the "
+                    "replayed session did not pause for one"
+                )
             graph.invoke(Command(resume=answer), cfg, context=ctx)
         if door.unplayed():
             nxt = door.unplayed()[0]
-            raise ReplayDivergence(f"the replay ended but the recording has {len(door.unplayed())} more "
-                                   f"call(s), next: #{door.position} {nxt.name} from node {nxt.node}")
+            raise ReplayDivergence(
+                f"the replay ended but the recording has {len(door.unplayed())} more "
+                f"call(s), next: #{door.position} {nxt.name} from node {nxt.node}"
+            )
         state = LoopState.model_validate(graph.get_state(cfg).values)
         status = "paused" if _pending(graph, cfg) is not None else state.status
         return state, summarize(state, status)
@@ -193,7 +234,8 @@ def summarize(state: LoopState, status: str) -> Summary:
     before, after = state.baseline, state.reference
     rejected = [d.playbook for d in state.decisions if d.verdict != "accepted"]
     return Summary(
-        session=state.session_id, status=status,
+        session=state.session_id,
+        status=status,
         tpot_ms_before=before.tpot_ms.median if before else None,
         tpot_ms_after=after.tpot_ms.median if after else None,
         speedup=before.tpot_ms.median / after.tpot_ms.median if before and after else None,
@@ -201,8 +243,13 @@ def summarize(state: LoopState, status: str) -> Summary:
         ttft_ms_after=after.ttft_ms.median if after else None,
         outputs_identical=after.outputs == before.outputs if before and after else None,
         accepted=[c.trailers.get("Perfloop-Playbook", "?") for c in state.accepted],
-        rejected=rejected, commits=[c.sha for c in state.accepted], branch=state.branch,
-        server_launches=state.launches, profile_method=state.target.profile.method,
+        rejected=rejected,
+        commits=[c.sha for c in state.accepted],
+        branch=state.branch,
+        server_launches=state.launches,
+        profile_method=state.target.profile.method,
         measured_by=before.client if before else None,
-        iterations=len(state.profiles), stop_reason=state.stop_reason or state.error or "",
-        repo=state.target.repo)
+        iterations=len(state.profiles),
+        stop_reason=state.stop_reason or state.error or "",
+        repo=state.target.repo,
+    )

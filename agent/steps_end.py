@@ -9,8 +9,8 @@ from agent.actions import remove_instrumentation
 from agent.context import LoopContext, call, host_dir, step, transition
 from state.calls import CommitArgs, PidFileArgs, ServerArgs
 from state.loop import LoopState
-from tools.errors import ToolError
 from tools import server
+from tools.errors import ToolError
 from tools.workspace import repo
 
 
@@ -19,14 +19,41 @@ def _teardown(state: LoopState, runtime: Runtime[LoopContext]) -> list[str]:
     problems = []
     steps = []
     if state.server is not None:
-        steps.append(("stop server", lambda: call(runtime, server.stop, ServerArgs(
-            server=state.server, grace_s=state.target.launch.stop_grace_s))))
-    steps.append(("stop orphaned server", lambda: call(runtime, server.stop_recorded, PidFileArgs(
-        pid_file=host_dir(state) / "server.pid", repo=state.target.repo,
-        grace_s=state.target.launch.stop_grace_s))))
+        steps.append(
+            (
+                "stop server",
+                lambda: call(
+                    runtime,
+                    server.stop,
+                    ServerArgs(server=state.server, grace_s=state.target.launch.stop_grace_s),
+                ),
+            )
+        )
+    steps.append(
+        (
+            "stop orphaned server",
+            lambda: call(
+                runtime,
+                server.stop_recorded,
+                PidFileArgs(
+                    pid_file=host_dir(state) / "server.pid",
+                    repo=state.target.repo,
+                    grace_s=state.target.launch.stop_grace_s,
+                ),
+            ),
+        )
+    )
     if state.pending_commit is not None:
-        steps.append(("revert undecided commit", lambda: call(runtime, repo.revert_commit, CommitArgs(
-            repo=state.target.repo, commit=state.pending_commit))))
+        steps.append(
+            (
+                "revert undecided commit",
+                lambda: call(
+                    runtime,
+                    repo.revert_commit,
+                    CommitArgs(repo=state.target.repo, commit=state.pending_commit),
+                ),
+            )
+        )
     steps.append(("remove instrumentation", lambda: remove_instrumentation(state, runtime)))
     for what, action in steps:
         try:
@@ -43,17 +70,32 @@ def finish(state: LoopState, runtime: Runtime[LoopContext]) -> Command:
     reason = state.stop_reason or "done"
     status = "failed" if problems else "done"
     note = f"{status}: {reason}" + (f"; cleanup problems: {'; '.join(problems)}" if problems else "")
-    return Command(update={"server": None, "instrumentation": None, "pending_commit": None,
-                           "status": status, "stop_reason": reason,
-                           "error": "; ".join(problems) or None,
-                           "transitions": transition("finish", note)})
+    return Command(
+        update={
+            "server": None,
+            "instrumentation": None,
+            "pending_commit": None,
+            "status": status,
+            "stop_reason": reason,
+            "error": "; ".join(problems) or None,
+            "transitions": transition("finish", note),
+        }
+    )
 
 
 @step(guarded=False)
 def abort(state: LoopState, runtime: Runtime[LoopContext]) -> Command:
     """After an unexpected tool error: clean up as finish does, and mark the session failed."""
     problems = _teardown(state, runtime)
-    error = "; ".join([state.error or "aborted"] + problems)
-    return Command(update={"server": None, "instrumentation": None, "pending_commit": None,
-                           "status": "failed", "stop_reason": f"aborted: {error}", "error": error,
-                           "transitions": transition("abort", error)})
+    error = "; ".join([state.error or "aborted", *problems])
+    return Command(
+        update={
+            "server": None,
+            "instrumentation": None,
+            "pending_commit": None,
+            "status": "failed",
+            "stop_reason": f"aborted: {error}",
+            "error": error,
+            "transitions": transition("abort", error),
+        }
+    )

@@ -17,30 +17,43 @@ from state.loop import Decision, LoopState
 def measure(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["decide", "abort"]]:
     """Measure the patched server with the same workload as the reference."""
     m = measure_server(state, runtime, f"iteration-{state.iteration}")
-    note = (f"candidate TPOT {m.tpot_ms.median:.1f} ms (IQR {m.tpot_ms.iqr:.1f}), "
-            f"TTFT {m.ttft_ms.median:.1f} ms, measured by {m.client}")
+    note = (
+        f"candidate TPOT {m.tpot_ms.median:.1f} ms (IQR {m.tpot_ms.iqr:.1f}), "
+        f"TTFT {m.ttft_ms.median:.1f} ms, measured by {m.client}"
+    )
     return Command(update={"candidate": m, "transitions": transition("measure", note)}, goto="decide")
 
 
 @step
-def decide(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["profile", "rollback", "finish", "abort"]]:
+def decide(
+    state: LoopState, runtime: Runtime[LoopContext]
+) -> Command[Literal["profile", "rollback", "finish", "abort"]]:
     """Accept if faster beyond noise with identical outputs; then profile again or stop."""
     ok, reason, noise = judge(state.reference, state.candidate)
     if state.approval is not None and state.approval.diff is not None:
         reason += " (human-edited patch)"
     p, commit = state.proposal, state.pending_commit
     decision = Decision(
-        iteration=state.iteration, playbook=p.playbook, verdict="accepted" if ok else "rejected",
-        reason=reason, tpot_ms_before=state.reference.tpot_ms.median,
-        tpot_ms_after=state.candidate.tpot_ms.median, noise_ms=noise,
+        iteration=state.iteration,
+        playbook=p.playbook,
+        verdict="accepted" if ok else "rejected",
+        reason=reason,
+        tpot_ms_before=state.reference.tpot_ms.median,
+        tpot_ms_after=state.candidate.tpot_ms.median,
+        noise_ms=noise,
         outputs_identical=state.candidate.outputs == state.reference.outputs,
-        commit=commit.sha if ok else None)
+        commit=commit.sha if ok else None,
+    )
     update = {"decisions": [decision], "transitions": transition("decide", f"{decision.verdict}: {reason}")}
     if not ok:
         return Command(update=update, goto="rollback")
-    update |= {"accepted": state.accepted + [commit], "reference": state.candidate,
-               "pending_commit": None, "proposal": None,
-               "iteration": state.iteration + 1}
+    update |= {
+        "accepted": [*state.accepted, commit],
+        "reference": state.candidate,
+        "pending_commit": None,
+        "proposal": None,
+        "iteration": state.iteration + 1,
+    }
     if state.iteration + 1 > state.options.max_iterations:
         update["stop_reason"] = f"reached --max-iterations {state.options.max_iterations}"
         return Command(update=update, goto="finish")

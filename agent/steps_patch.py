@@ -19,14 +19,23 @@ from tools.workspace import repo
 def approval_request(state: LoopState) -> dict:
     """What a human sees when asked to approve (JSON-compatible)."""
     p = state.proposal
-    return {"session": state.session_id, "playbook": p.playbook, "title": p.title,
-            "explanation": p.explanation, "expected_gain_ms": p.expected_gain_ms,
-            "expected_gain_share": p.expected_gain_share, "files": p.files, "diff": p.diff,
-            "evidence": [e.model_dump(mode="json") for e in p.evidence]}
+    return {
+        "session": state.session_id,
+        "playbook": p.playbook,
+        "title": p.title,
+        "explanation": p.explanation,
+        "expected_gain_ms": p.expected_gain_ms,
+        "expected_gain_share": p.expected_gain_share,
+        "files": p.files,
+        "diff": p.diff,
+        "evidence": [e.model_dump(mode="json") for e in p.evidence],
+    }
 
 
 @step
-def approve(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["cleanup", "propose", "abort"]]:
+def approve(
+    state: LoopState, runtime: Runtime[LoopContext]
+) -> Command[Literal["cleanup", "propose", "abort"]]:
     """Auto-approve, or pause (LangGraph interrupt) until `perfloop approve|reject` answers."""
     if state.options.approve == "auto":
         answer = Approval(approved=True, by="auto")
@@ -35,39 +44,71 @@ def approve(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
     p = state.proposal
     if answer.approved:
         edited = " with an edited patch" if answer.diff is not None else ""
-        return Command(update={"approval": answer, "transitions": transition(
-            "approve", f"{p.playbook} approved ({answer.by}){edited}")}, goto="cleanup")
+        return Command(
+            update={
+                "approval": answer,
+                "transitions": transition("approve", f"{p.playbook} approved ({answer.by}){edited}"),
+            },
+            goto="cleanup",
+        )
     reason = answer.reason or "rejected"
-    decision = Decision(iteration=state.iteration, playbook=p.playbook, verdict="rejected",
-                        reason=f"rejected by {answer.by}: {reason}")
-    return Command(update={"approval": answer, "decisions": [decision],
-                           "proposal": None,
-                           "transitions": transition("approve", decision.reason)}, goto="propose")
+    decision = Decision(
+        iteration=state.iteration,
+        playbook=p.playbook,
+        verdict="rejected",
+        reason=f"rejected by {answer.by}: {reason}",
+    )
+    return Command(
+        update={
+            "approval": answer,
+            "decisions": [decision],
+            "proposal": None,
+            "transitions": transition("approve", decision.reason),
+        },
+        goto="propose",
+    )
 
 
 @step
-def apply(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["relaunch", "propose", "abort"]]:
+def apply(
+    state: LoopState, runtime: Runtime[LoopContext]
+) -> Command[Literal["relaunch", "propose", "abort"]]:
     """Apply the patch fully or not at all, committed alone on the session branch."""
     p = state.proposal
     edited = state.approval is not None and state.approval.diff is not None
-    trailers = {"Perfloop-Session": state.session_id, "Perfloop-Playbook": p.playbook,
-                "Perfloop-Iteration": str(state.iteration)}
+    trailers = {
+        "Perfloop-Session": state.session_id,
+        "Perfloop-Playbook": p.playbook,
+        "Perfloop-Iteration": str(state.iteration),
+    }
     if edited:
         trailers["Perfloop-Edited"] = "human"
     diff = state.approval.diff if edited else p.diff
     try:
-        commit = call(runtime, repo.apply_patch, ApplyArgs(
-            repo=state.target.repo, diff=diff, subject=f"perfloop: {p.title}", trailers=trailers))
+        commit = call(
+            runtime,
+            repo.apply_patch,
+            ApplyArgs(repo=state.target.repo, diff=diff, subject=f"perfloop: {p.title}", trailers=trailers),
+        )
     except PatchError as exc:
-        reason = (str(does_not_fit(state.sglang.version, diff, exc)) if state.sglang is not None
-                  else f"patch does not apply: {exc}")
-        decision = Decision(iteration=state.iteration, playbook=p.playbook, verdict="failed",
-                            reason=reason)
-        return Command(update={"decisions": [decision], "proposal": None, "transitions": transition("apply", decision.reason)},
-                       goto="propose")
+        reason = (
+            str(does_not_fit(state.sglang.version, diff, exc))
+            if state.sglang is not None
+            else f"patch does not apply: {exc}"
+        )
+        decision = Decision(iteration=state.iteration, playbook=p.playbook, verdict="failed", reason=reason)
+        return Command(
+            update={
+                "decisions": [decision],
+                "proposal": None,
+                "transitions": transition("apply", decision.reason),
+            },
+            goto="propose",
+        )
     note = f"committed {commit.sha[:10]} on {commit.branch}"
-    return Command(update={"pending_commit": commit, "transitions": transition("apply", note)},
-                   goto="relaunch")
+    return Command(
+        update={"pending_commit": commit, "transitions": transition("apply", note)}, goto="relaunch"
+    )
 
 
 @step
@@ -78,14 +119,18 @@ def cleanup(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
     would to the user's checkout, and the commit can never pick up instrumentation.
     """
     remove_instrumentation(state, runtime)
-    note = ("instrumentation removed, file hash verified" if state.instrumentation
-            else "no instrumentation in the tree")
-    return Command(update={"instrumentation": None, "transitions": transition("cleanup", note)},
-                   goto="apply")
+    note = (
+        "instrumentation removed, file hash verified"
+        if state.instrumentation
+        else "no instrumentation in the tree"
+    )
+    return Command(update={"instrumentation": None, "transitions": transition("cleanup", note)}, goto="apply")
 
 
 @step
-def relaunch(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["measure", "rollback", "abort"]]:
+def relaunch(
+    state: LoopState, runtime: Runtime[LoopContext]
+) -> Command[Literal["measure", "rollback", "abort"]]:
     """Restart the server on the patched tree; a crash or hang rolls the patch back.
 
     When another profile may follow (patch method, iterations left), the dormant instrumentation is
@@ -100,14 +145,32 @@ def relaunch(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal
         handle = start_server(state, runtime, instrumented=state.instrumentation is not None)
     except ServerError as exc:
         p = state.proposal
-        decision = Decision(iteration=state.iteration, playbook=p.playbook, verdict="failed",
-                            reason=f"server failed after the patch: {exc}")
-        return Command(update={**update, "server": None, "launches": state.launches + 1,
-                               "decisions": [decision],
-                               "transitions": transition("relaunch", decision.reason)}, goto="rollback")
+        decision = Decision(
+            iteration=state.iteration,
+            playbook=p.playbook,
+            verdict="failed",
+            reason=f"server failed after the patch: {exc}",
+        )
+        return Command(
+            update={
+                **update,
+                "server": None,
+                "launches": state.launches + 1,
+                "decisions": [decision],
+                "transitions": transition("relaunch", decision.reason),
+            },
+            goto="rollback",
+        )
     note = f"server #{handle.launch_number} healthy in {handle.startup_s:.1f}s"
-    return Command(update={**update, "server": handle, "launches": handle.launch_number,
-                           "transitions": transition("relaunch", note)}, goto="measure")
+    return Command(
+        update={
+            **update,
+            "server": handle,
+            "launches": handle.launch_number,
+            "transitions": transition("relaunch", note),
+        },
+        goto="measure",
+    )
 
 
 @step
@@ -118,5 +181,12 @@ def rollback(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal
         call(runtime, repo.revert_commit, CommitArgs(repo=state.target.repo, commit=commit))
     p = state.proposal
     note = f"rolled back {p.playbook}" + (f" ({commit.sha[:10]})" if commit else "")
-    return Command(update={"pending_commit": None, "proposal": None, "candidate": None,
-                           "transitions": transition("rollback", note)}, goto="propose")
+    return Command(
+        update={
+            "pending_commit": None,
+            "proposal": None,
+            "candidate": None,
+            "transitions": transition("rollback", note),
+        },
+        goto="propose",
+    )

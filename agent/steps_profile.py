@@ -13,12 +13,12 @@ from agent.context import LoopContext, call, host_dir, step, transition
 from playbooks.engine import diagnose as run_diagnosis
 from playbooks.engine import launch_conflict, load_playbooks, patch_text
 from state.calls import FetchArgs, PathArgs, ProfileArgs, ProfileFiles
-from tools.errors import ConfigError
-from tools.sglang.patches import sglang_patch
 from state.diagnosis import DiagnosisContext
 from state.loop import LoopState, ProfileResult, Proposal
-from tools.hosts import transfer
 from tools import profiling
+from tools.errors import ConfigError
+from tools.hosts import transfer
+from tools.sglang.patches import sglang_patch
 
 
 @step
@@ -26,30 +26,48 @@ def profile(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
     """Take a profile by the session's method: the instrumentation trigger or /start_profile."""
     cfg, server = state.target.profile, state.server
     pid = f"it{state.iteration}-{cfg.method}"
-    files = call(runtime, profiling.take, ProfileArgs(
-        method=cfg.method, base_url=server.base_url, model=state.target.model,
-        out_dir=host_dir(state) / "profiles" / pid, profile_dir=server.profile_dir,
-        profile_id=pid, warmup_steps=cfg.warmup_steps, active_steps=cfg.active_steps,
-        prompt=cfg.prompt, timeout_s=cfg.timeout_s, tp_size=state.target.tp_size,
-        sglang_version=state.sglang.version if state.sglang else None))
+    files = call(
+        runtime,
+        profiling.take,
+        ProfileArgs(
+            method=cfg.method,
+            base_url=server.base_url,
+            model=state.target.model,
+            out_dir=host_dir(state) / "profiles" / pid,
+            profile_dir=server.profile_dir,
+            profile_id=pid,
+            warmup_steps=cfg.warmup_steps,
+            active_steps=cfg.active_steps,
+            prompt=cfg.prompt,
+            timeout_s=cfg.timeout_s,
+            tp_size=state.target.tp_size,
+            sglang_version=state.sglang.version if state.sglang else None,
+        ),
+    )
     if state.target.host.kind == "ssh":
         files = fetched(state, runtime, files, state.options.session_dir / "profiles" / pid)
     result = ProfileResult(iteration=state.iteration, method=cfg.method, **files.model_dump())
     note = f"{cfg.method} profile: {result.trace_path.name} ({result.active_tokens} active tokens)"
-    return Command(update={"profiles": [result], "transitions": transition("profile", note)},
-                   goto="diagnose")
+    return Command(update={"profiles": [result], "transitions": transition("profile", note)}, goto="diagnose")
 
 
-def fetched(state: LoopState, runtime: Runtime[LoopContext], files: ProfileFiles,
-            local_dir: Path) -> ProfileFiles:
+def fetched(
+    state: LoopState, runtime: Runtime[LoopContext], files: ProfileFiles, local_dir: Path
+) -> ProfileFiles:
     """Copy a profile's folder from the target host into `local_dir`; the files' local paths."""
     trace = files.trace_path
     folder = trace.parent if trace.name.endswith((".json", ".json.gz")) else trace  # or per-rank
-    local = call(runtime, transfer.fetch, FetchArgs(host=state.target.host, remote=folder,
-                                                   local=local_dir / folder.name)).path
-    return files.model_copy(update={
-        "trace_path": local if folder == trace else local / trace.name,
-        "summary_path": local / files.summary_path.name if files.summary_path else None})
+    local = call(
+        runtime,
+        transfer.fetch,
+        FetchArgs(host=state.target.host, remote=folder, local=local_dir / folder.name),
+    ).path
+    return files.model_copy(
+        update={
+            "trace_path": local if folder == trace else local / trace.name,
+            "summary_path": local / files.summary_path.name if files.summary_path else None,
+        }
+    )
 
 
 def _playbooks(state: LoopState):
@@ -65,15 +83,20 @@ def diagnose(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal
     """Rank ops by device (or CPU) self time and match the playbooks' signatures."""
     latest = state.profiles[-1]
     summary = call(runtime, profiling.read, PathArgs(path=latest.trace_path))
-    ctx = DiagnosisContext(target_kind=state.target.kind, active_tokens=latest.active_tokens,
-                           tpot_ms=state.reference.tpot_ms.median)
+    ctx = DiagnosisContext(
+        target_kind=state.target.kind,
+        active_tokens=latest.active_tokens,
+        tpot_ms=state.reference.tpot_ms.median,
+    )
     result = run_diagnosis(summary, ctx, _playbooks(state))
     top = result.top_ops[0] if result.top_ops else None
-    note = (f"top op {top.name} {top.input_dims} {top.share:.0%} of {summary.time_basis} time; "
-            if top else "no ops in trace; ")
+    note = (
+        f"top op {top.name} {top.input_dims} {top.share:.0%} of {summary.time_basis} time; "
+        if top
+        else "no ops in trace; "
+    )
     note += "findings: " + (", ".join(f.playbook for f in result.findings) or "none")
-    return Command(update={"diagnosis": result, "transitions": transition("diagnose", note)},
-                   goto="propose")
+    return Command(update={"diagnosis": result, "transitions": transition("diagnose", note)}, goto="propose")
 
 
 def files_of(diff: str) -> list[str]:
@@ -94,7 +117,9 @@ def target_patch(state: LoopState, book) -> str | None:
 
 
 @step
-def propose(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["approve", "finish", "abort"]]:
+def propose(
+    state: LoopState, runtime: Runtime[LoopContext]
+) -> Command[Literal["approve", "finish", "abort"]]:
     """Turn the best untried finding that has a patch for this target kind into a proposal."""
     books = {b.id: b for b in _playbooks(state)}
     skipped = []
@@ -111,20 +136,33 @@ def propose(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
             skipped.append(f"{book.id} (not proposed: {conflict})")
             continue
         proposal = Proposal(
-            iteration=state.iteration, playbook=book.id, title=finding.title,
-            explanation=finding.explanation, diff=diff, files=files_of(diff),
+            iteration=state.iteration,
+            playbook=book.id,
+            title=finding.title,
+            explanation=finding.explanation,
+            diff=diff,
+            files=files_of(diff),
             expected_gain_share=finding.expected_gain_share,
-            expected_gain_ms=finding.expected_gain_ms, evidence=finding.evidence)
-        gain = (f"{proposal.expected_gain_ms:.1f} ms" if proposal.expected_gain_ms is not None
-                else f"{proposal.expected_gain_share:.0%}")
+            expected_gain_ms=finding.expected_gain_ms,
+            evidence=finding.evidence,
+        )
+        gain = (
+            f"{proposal.expected_gain_ms:.1f} ms"
+            if proposal.expected_gain_ms is not None
+            else f"{proposal.expected_gain_share:.0%}"
+        )
         note = f"{book.id}: expected gain {gain} per token, touches {', '.join(proposal.files)}"
-        return Command(update={"proposal": proposal, "approval": None,
-                               "transitions": transition("propose", note)}, goto="approve")
+        return Command(
+            update={"proposal": proposal, "approval": None, "transitions": transition("propose", note)},
+            goto="approve",
+        )
     reason = "no untried playbook matches the profile"
     generic = [f for f in state.diagnosis.findings if f.playbook == "generic"]
     if generic:
         reason += f"; top: {generic[0].title}"
     if skipped:
         reason += "; skipped " + ", ".join(skipped)
-    return Command(update={"proposal": None, "stop_reason": reason,
-                           "transitions": transition("propose", reason)}, goto="finish")
+    return Command(
+        update={"proposal": None, "stop_reason": reason, "transitions": transition("propose", reason)},
+        goto="finish",
+    )

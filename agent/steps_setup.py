@@ -16,15 +16,20 @@ from tools.workspace import repo
 
 
 @step
-def prepare(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["instrument", "launch", "abort"]]:
+def prepare(
+    state: LoopState, runtime: Runtime[LoopContext]
+) -> Command[Literal["instrument", "launch", "abort"]]:
     """Create the demo checkout if asked, record the repo as found, switch to the session branch."""
     checkout = state.target.repo
     if state.options.demo_source is not None:
         src = state.options.demo_source
         if state.target.host.kind == "ssh":  # the tree goes to the host first, then becomes a repo there
             src = host_dir(state) / "demo" / src.name
-            call(runtime, transfer.push_tree, PushTreeArgs(
-                host=state.target.host, src=state.options.demo_source, dest=src))
+            call(
+                runtime,
+                transfer.push_tree,
+                PushTreeArgs(host=state.target.host, src=state.options.demo_source, dest=src),
+            )
         call(runtime, repo.create_from_tree, CopyTreeArgs(src=src, dest=checkout))
     start = state.start or call(runtime, repo.snapshot, RepoArgs(repo=checkout))
     branch = session_branch(state.session_id)
@@ -35,8 +40,13 @@ def prepare(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
     if state.target.kind == "sglang":
         site = call(runtime, repo.sglang_site, RepoArgs(repo=checkout))
         hook = site.hook
-        profile = state.target.profile.model_copy(update={
-            "model_runner_path": hook.relpath, "hook_class": hook.class_name, "hook_method": hook.method})
+        profile = state.target.profile.model_copy(
+            update={
+                "model_runner_path": hook.relpath,
+                "hook_class": hook.class_name,
+                "hook_method": hook.method,
+            }
+        )
         update |= {"sglang": site.layout, "target": state.target.model_copy(update={"profile": profile})}
         note += f"; sglang {site.layout.version}, decode hook {hook.class_name}.{hook.method}"
     nxt = "instrument" if state.target.profile.method == "patch" else "launch"
@@ -47,8 +57,13 @@ def prepare(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
 def instrument(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["launch", "abort"]]:
     """Put the dormant torch.profiler into ModelRunner.forward_decode before the first launch."""
     record = instrument_if_needed(state, runtime)
-    return Command(update={"instrumentation": record, "transitions": transition(
-        "instrument", f"dormant profiler inserted in {record.relpath}")}, goto="launch")
+    return Command(
+        update={
+            "instrumentation": record,
+            "transitions": transition("instrument", f"dormant profiler inserted in {record.relpath}"),
+        },
+        goto="launch",
+    )
 
 
 @step
@@ -56,20 +71,29 @@ def launch(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["
     """Start the target server and wait for health."""
     handle = start_server(state, runtime, instrumented=state.instrumentation is not None)
     note = f"server #{handle.launch_number} healthy at {handle.base_url} in {handle.startup_s:.1f}s"
-    return Command(update={"server": handle, "launches": handle.launch_number,
-                           "transitions": transition("launch", note)}, goto="baseline")
+    return Command(
+        update={
+            "server": handle,
+            "launches": handle.launch_number,
+            "transitions": transition("launch", note),
+        },
+        goto="baseline",
+    )
 
 
 @step
 def baseline(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["profile", "abort"]]:
     """Measure TTFT/TPOT and record the outputs every candidate must reproduce."""
     m = measure_server(state, runtime, "baseline")
-    note = (f"baseline TPOT {m.tpot_ms.median:.1f} ms (IQR {m.tpot_ms.iqr:.1f}), "
-            f"TTFT {m.ttft_ms.median:.1f} ms, measured by {m.client}")
+    note = (
+        f"baseline TPOT {m.tpot_ms.median:.1f} ms (IQR {m.tpot_ms.iqr:.1f}), "
+        f"TTFT {m.ttft_ms.median:.1f} ms, measured by {m.client}"
+    )
     if not m.outputs_stable:
         note += "; WARNING: repeats of a prompt differ, outputs are not deterministic"
-    return Command(update={"baseline": m, "reference": m,
-                           "transitions": transition("baseline", note)}, goto="profile")
+    return Command(
+        update={"baseline": m, "reference": m, "transitions": transition("baseline", note)}, goto="profile"
+    )
 
 
 FORK_STEPS = ("profile", "diagnose", "propose", "approve")
@@ -77,8 +101,9 @@ FORK_STEPS = ("profile", "diagnose", "propose", "approve")
 
 
 @step
-def reconcile(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
-        "profile", "diagnose", "propose", "approve", "abort"]]:
+def reconcile(
+    state: LoopState, runtime: Runtime[LoopContext]
+) -> Command[Literal["profile", "diagnose", "propose", "approve", "abort"]]:
     """First step of a fork: make the repo and server match the checkpoint, then continue there.
 
     The fork gets its own branch at the commit the parent had at that checkpoint; a profile step

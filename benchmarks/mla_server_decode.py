@@ -39,13 +39,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(target: Path, port: int, server_args: list[str], log_path: Path,
-                 timeout_s: float = 900) -> subprocess.Popen:
+def start_server(
+    target: Path, port: int, server_args: list[str], log_path: Path, timeout_s: float = 900
+) -> subprocess.Popen:
     """Launch `launch.sh` in its own process group and wait until /health answers."""
     env = {**os.environ, "PYTHON": os.environ.get("PYTHON", sys.executable)}
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(["bash", str(target / "launch.sh"), "--port", str(port), *server_args],
-                                stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            ["bash", str(target / "launch.sh"), "--port", str(port), *server_args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -85,8 +91,12 @@ def request_json(port: int, method: str, path: str, body: dict | None, timeout: 
 
 def stream_chat(port: int, max_tokens: int) -> tuple[str, list[float]]:
     """Stream one greedy completion; return its text and each content chunk's arrival time."""
-    body = {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": max_tokens,
-            "temperature": 0, "stream": True}
+    body = {
+        "messages": [{"role": "user", "content": PROMPT}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+    }
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     conn.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
     resp = conn.getresponse()
@@ -118,9 +128,12 @@ def measure_tpot(port: int, max_tokens: int, repeats: int) -> tuple[float, str]:
 def profile_trace(port: int, steps: int, out_dir: Path) -> Path:
     """Profile `steps` decode steps of a single stream via /start_profile; return the trace."""
     profile_id = f"bench-{int(time.time() * 1000)}"
-    status, body = request_json(port, "POST", "/start_profile",
-                                {"output_dir": str(out_dir), "num_steps": steps,
-                                 "start_step": 2, "profile_id": profile_id})
+    status, body = request_json(
+        port,
+        "POST",
+        "/start_profile",
+        {"output_dir": str(out_dir), "num_steps": steps, "start_step": 2, "profile_id": profile_id},
+    )
     if status != 200:
         sys.exit(f"/start_profile failed: {status} {body}")
     stream_chat(port, steps + 8)
@@ -159,20 +172,27 @@ def cast_share(events: list[dict], pool_slots: int) -> dict:
     """
     steps = [e for e in events if e.get("cat") == "user_annotation" and e["name"] == "forward_decode"]
     inside = lambda e: any(s["tid"] == e["tid"] and s["ts"] <= e["ts"] <= s["ts"] + s["dur"] for s in steps)
-    ops = sorted((e for e in events if e.get("cat") == "cpu_op" and inside(e)),
-                 key=lambda e: (e["tid"], e["ts"], -e["dur"]))
+    ops = sorted(
+        (e for e in events if e.get("cat") == "cpu_op" and inside(e)),
+        key=lambda e: (e["tid"], e["ts"], -e["dur"]),
+    )
     self_us = _self_times(ops)
     n = len(steps)
-    cast_us = sum(t for op, t in zip(ops, self_us) if _is_cast(op, pool_slots))
-    result = {"decode_steps": n, "step_ms": statistics.mean(s["dur"] for s in steps) / 1000,
-              "cpu_share": cast_us / sum(self_us), "cpu_cast_ms": cast_us / n / 1000}
+    cast_us = sum(t for op, t in zip(ops, self_us, strict=False) if _is_cast(op, pool_slots))
+    result = {
+        "decode_steps": n,
+        "step_ms": statistics.mean(s["dur"] for s in steps) / 1000,
+        "cpu_share": cast_us / sum(self_us),
+        "cpu_cast_ms": cast_us / n / 1000,
+    }
     by_ext = {op["args"].get("External id"): op for op in ops}
     kernels = [k for k in events if k.get("cat") == "kernel" and k["args"].get("External id") in by_ext]
     if kernels:
         busy_us = sum(k["dur"] for k in kernels)
         cast_k = sum(k["dur"] for k in kernels if _is_cast(by_ext[k["args"]["External id"]], pool_slots))
-        result.update(gpu_share=cast_k / busy_us, gpu_cast_ms=cast_k / n / 1000,
-                      gpu_busy_ms=busy_us / n / 1000)
+        result.update(
+            gpu_share=cast_k / busy_us, gpu_cast_ms=cast_k / n / 1000, gpu_busy_ms=busy_us / n / 1000
+        )
     return result
 
 
@@ -203,10 +223,15 @@ def patched_copy(work: Path) -> Path:
     return copy
 
 
-COLUMNS = [("TPOT ms", "tpot_ms", "{:.1f}"), ("profiled step ms", "step_ms", "{:.1f}"),
-           ("cast share CPU", "cpu_share", "{:.1%}"), ("CPU cast ms/step", "cpu_cast_ms", "{:.1f}"),
-           ("cast share GPU", "gpu_share", "{:.1%}"),
-           ("GPU cast ms/step", "gpu_cast_ms", "{:.1f}"), ("GPU busy ms/step", "gpu_busy_ms", "{:.1f}")]
+COLUMNS = [
+    ("TPOT ms", "tpot_ms", "{:.1f}"),
+    ("profiled step ms", "step_ms", "{:.1f}"),
+    ("cast share CPU", "cpu_share", "{:.1%}"),
+    ("CPU cast ms/step", "cpu_cast_ms", "{:.1f}"),
+    ("cast share GPU", "gpu_share", "{:.1%}"),
+    ("GPU cast ms/step", "gpu_cast_ms", "{:.1f}"),
+    ("GPU busy ms/step", "gpu_busy_ms", "{:.1f}"),
+]
 
 
 def print_table(rows: list[dict]) -> None:
@@ -217,8 +242,10 @@ def print_table(rows: list[dict]) -> None:
         print(f"{r['variant']:<10}" + "".join(f" {fmt.format(r.get(key, 0)):>17}" for _, key, fmt in cols))
     if len(rows) == 2:
         same = rows[0]["text"] == rows[1]["text"]
-        print(f"\nTPOT ratio baseline/fixed: {rows[0]['tpot_ms'] / rows[1]['tpot_ms']:.2f}x; "
-              f"greedy output identical: {same}")
+        print(
+            f"\nTPOT ratio baseline/fixed: {rows[0]['tpot_ms'] / rows[1]['tpot_ms']:.2f}x; "
+            f"greedy output identical: {same}"
+        )
     for r in rows:
         print(json.dumps(r))
 

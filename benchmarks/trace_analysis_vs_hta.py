@@ -30,33 +30,66 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = 61
 KERNELS = [  # (name, mean us) of one layer's kernels, MLA decode on a large GPU
-    ("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)"
-     "::{lambda()#3}::operator()() const::{lambda()#12}::operator()() const::{lambda(c10::BFloat16)#1}, "
-     "std::array<char*, 2ul>, 4, TrivialOffsetCalculator<1, unsigned int>, TrivialOffsetCalculator<1, unsigned int>, "
-     "at::native::memory::LoadWithCast<1>, at::native::memory::StoreWithCast<1> >", 115.0),
-    ("void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_bf16_64x64_64x4_tn_align8>(cutlass_80_tensorop_"
-     "bf16_s16816gemm_bf16_64x64_64x4_tn_align8::Params)", 9.3),
-    ("void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_32x6_nn_align8>(cutlass_80_"
-     "tensorop_bf16_s16816gemm_relu_bf16_64x64_32x6_nn_align8::Params)", 6.6),
-    ("void flashinfer::BatchDecodeWithPagedKVCacheKernelMLA<true, 4u, 16u, 8u, 2u, 4u, __nv_bfloat16, "
-     "__nv_bfloat16, __nv_bfloat16, int>(flashinfer::Params)", 7.9),
+    (
+        "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)"
+        "::{lambda()#3}::operator()() const::{lambda()#12}::operator()() const::{lambda(c10::BFloat16)#1}, "
+        "std::array<char*, 2ul>, 4, TrivialOffsetCalculator<1, unsigned int>, TrivialOffsetCalculator<1, unsigned int>, "
+        "at::native::memory::LoadWithCast<1>, at::native::memory::StoreWithCast<1> >",
+        115.0,
+    ),
+    (
+        "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_bf16_64x64_64x4_tn_align8>(cutlass_80_tensorop_"
+        "bf16_s16816gemm_bf16_64x64_64x4_tn_align8::Params)",
+        9.3,
+    ),
+    (
+        "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_32x6_nn_align8>(cutlass_80_"
+        "tensorop_bf16_s16816gemm_relu_bf16_64x64_32x6_nn_align8::Params)",
+        6.6,
+    ),
+    (
+        "void flashinfer::BatchDecodeWithPagedKVCacheKernelMLA<true, 4u, 16u, 8u, 2u, 4u, __nv_bfloat16, "
+        "__nv_bfloat16, __nv_bfloat16, int>(flashinfer::Params)",
+        7.9,
+    ),
     ("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0", 2.4),
     ("triton_poi_fused_silu_mul_1", 1.9),
-    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>, "
-     "std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<c10::BFloat16>, std::array<char*, 3ul>)", 1.6),
-    ("void at::native::index_elementwise_kernel<128, 4, at::native::gpu_index_kernel<at::native::index_kernel_"
-     "impl<at::native::OpaqueType<2> >(at::TensorIteratorBase&, c10::ArrayRef<long>, c10::ArrayRef<long>)"
-     "::{lambda(char*, char const*, long)#1}>(at::TensorIteratorBase&, c10::ArrayRef<long>)::{lambda(int)#1}>"
-     "(long, at::native::gpu_index_kernel::{lambda(int)#1})", 3.1),
-    ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, c10::BFloat16, float, c10::BFloat16, "
-     "at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(c10::BFloat16*, c10::BFloat16 const*, int)", 2.2),
-    ("void cublasLt::splitKreduce_kernel<32, 16, int, float, __nv_bfloat16, float, __nv_bfloat16, true, false, "
-     "false>(cublasLt::cublasSplitKParams<float>, float const*, __nv_bfloat16 const*, __nv_bfloat16*)", 1.3),
-    ("void moe_align_block_size_kernel<int>(int const*, int*, int*, int*, int, int, int, unsigned long)", 1.1),
+    (
+        "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>, "
+        "std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<c10::BFloat16>, std::array<char*, 3ul>)",
+        1.6,
+    ),
+    (
+        "void at::native::index_elementwise_kernel<128, 4, at::native::gpu_index_kernel<at::native::index_kernel_"
+        "impl<at::native::OpaqueType<2> >(at::TensorIteratorBase&, c10::ArrayRef<long>, c10::ArrayRef<long>)"
+        "::{lambda(char*, char const*, long)#1}>(at::TensorIteratorBase&, c10::ArrayRef<long>)::{lambda(int)#1}>"
+        "(long, at::native::gpu_index_kernel::{lambda(int)#1})",
+        3.1,
+    ),
+    (
+        "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, c10::BFloat16, float, c10::BFloat16, "
+        "at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(c10::BFloat16*, c10::BFloat16 const*, int)",
+        2.2,
+    ),
+    (
+        "void cublasLt::splitKreduce_kernel<32, 16, int, float, __nv_bfloat16, float, __nv_bfloat16, true, false, "
+        "false>(cublasLt::cublasSplitKParams<float>, float const*, __nv_bfloat16 const*, __nv_bfloat16*)",
+        1.3,
+    ),
+    (
+        "void moe_align_block_size_kernel<int>(int const*, int*, int*, int*, int, int, int, unsigned long)",
+        1.1,
+    ),
 ]
 # one layer: (outer op, inner op or None, kernel index, input dims, input types)
 LAYER_OPS = [
-    ("aten::to", "aten::copy_", 0, [[495552, 1, 576], [495552, 1, 576], []], ["c10::BFloat16", "c10::Float8_e4m3fn", ""]),
+    (
+        "aten::to",
+        "aten::copy_",
+        0,
+        [[495552, 1, 576], [495552, 1, 576], []],
+        ["c10::BFloat16", "c10::Float8_e4m3fn", ""],
+    ),
     ("aten::linear", "aten::mm", 1, [[1, 7168], [7168, 2112]], ["c10::BFloat16", "c10::BFloat16"]),
     ("aten::linear", "aten::mm", 2, [[1, 2048], [2048, 7168]], ["c10::BFloat16", "c10::BFloat16"]),
     ("sglang::mla_decode", None, 3, [[1, 16, 576], [495552, 1, 576]], ["c10::BFloat16", "c10::BFloat16"]),
@@ -72,15 +105,19 @@ HOST_PID = 437
 
 
 def _host(cat: str, name: str, ts: float, dur: float, args: str) -> str:
-    return (f'  {{\n    "ph": "X", "cat": "{cat}", "name": "{name}", "pid": {HOST_PID}, "tid": {HOST_PID},\n'
-            f'    "ts": {ts:.3f}, "dur": {dur:.3f},\n    "args": {{\n      {args}\n    }}\n  }}')
+    return (
+        f'  {{\n    "ph": "X", "cat": "{cat}", "name": "{name}", "pid": {HOST_PID}, "tid": {HOST_PID},\n'
+        f'    "ts": {ts:.3f}, "dur": {dur:.3f},\n    "args": {{\n      {args}\n    }}\n  }}'
+    )
 
 
 def _op_args(ext: int, dims: list, types: list) -> str:
     strides = [[1] * len(d) for d in dims]
-    return (f'"External id": {ext},"Record function id": 0, "Concrete Inputs": {json.dumps([""] * len(dims))}, '
-            f'"Input type": {json.dumps(types)}, "Input Strides": {json.dumps(strides)}, '
-            f'"Input Dims": {json.dumps(dims)}, "Ev Idx": {ext - 1}')
+    return (
+        f'"External id": {ext},"Record function id": 0, "Concrete Inputs": {json.dumps([""] * len(dims))}, '
+        f'"Input type": {json.dumps(types)}, "Input Strides": {json.dumps(strides)}, '
+        f'"Input Dims": {json.dumps(dims)}, "Ev Idx": {ext - 1}'
+    )
 
 
 class Writer:
@@ -112,10 +149,19 @@ class Writer:
                 self.corr += 1
                 launch_ts = self.ts
                 self.ts += 4.2
-                host.append(_host("cuda_runtime", "cudaLaunchKernel", launch_ts, 4.0,
-                                  f'"External id": {inner_ext}, "cbid": 211, "correlation": {self.corr}'))
-                host.append(f'  {{\n    "ph": "s", "id": {self.corr}, "pid": {HOST_PID}, "tid": {HOST_PID}, '
-                            f'"ts": {launch_ts:.3f},\n    "cat": "ac2g", "name": "ac2g"\n  }}')
+                host.append(
+                    _host(
+                        "cuda_runtime",
+                        "cudaLaunchKernel",
+                        launch_ts,
+                        4.0,
+                        f'"External id": {inner_ext}, "cbid": 211, "correlation": {self.corr}',
+                    )
+                )
+                host.append(
+                    f'  {{\n    "ph": "s", "id": {self.corr}, "pid": {HOST_PID}, "tid": {HOST_PID}, '
+                    f'"ts": {launch_ts:.3f},\n    "cat": "ac2g", "name": "ac2g"\n  }}'
+                )
                 dur = max(KERNELS[k][1] * self.rng.uniform(0.8, 1.2), 0.5)
                 gpu_ts = max(gpu_ts, launch_ts + 3.0)
                 device.append(
@@ -124,17 +170,31 @@ class Writer:
                     f'      "queued": 0, "device": 0, "context": 1,\n      "stream": 7, "correlation": {self.corr},\n'
                     f'      "registers per thread": 32, "shared memory": 0, "blocks per SM": 558.5, '
                     f'"warps per SM": 2234.2, "grid": [73728, 1, 1], "block": [128, 1, 1], '
-                    f'"est. achieved occupancy %": 100\n    }}\n  }}')
-                device.append(f'  {{\n    "ph": "f", "id": {self.corr}, "pid": 0, "tid": 7, "ts": {gpu_ts:.3f}, '
-                              f'"cat": "ac2g", "name": "ac2g", "bp": "e"\n  }}')
+                    f'"est. achieved occupancy %": 100\n    }}\n  }}'
+                )
+                device.append(
+                    f'  {{\n    "ph": "f", "id": {self.corr}, "pid": 0, "tid": 7, "ts": {gpu_ts:.3f}, '
+                    f'"cat": "ac2g", "name": "ac2g", "bp": "e"\n  }}'
+                )
                 gpu_ts += dur + 0.8
                 if inner is not None:
-                    host.append(_host("cpu_op", inner, inner_ts, self.ts - inner_ts, _op_args(inner_ext, dims, types)))
+                    host.append(
+                        _host("cpu_op", inner, inner_ts, self.ts - inner_ts, _op_args(inner_ext, dims, types))
+                    )
                 self.ts += 1.0
-                host.append(_host("cpu_op", outer, outer_ts, self.ts - outer_ts, _op_args(outer_ext, dims, types)))
+                host.append(
+                    _host("cpu_op", outer, outer_ts, self.ts - outer_ts, _op_args(outer_ext, dims, types))
+                )
         self.ts = max(self.ts, gpu_ts) + 10.0
-        host.append(_host("user_annotation", f"ProfilerStep#{n}", step_start, self.ts - step_start,
-                          f'"External id": {step_ext}, "Record function id": 0, "Ev Idx": 0'))
+        host.append(
+            _host(
+                "user_annotation",
+                f"ProfilerStep#{n}",
+                step_start,
+                self.ts - step_start,
+                f'"External id": {step_ext}, "Record function id": 0, "Ev Idx": 0',
+            )
+        )
         return host + device
 
 
@@ -142,10 +202,12 @@ def write_trace(path: Path, size_bytes: int) -> int:
     """A Kineto-layout trace of at least size_bytes; returns the number of steps written."""
     writer, steps, written = Writer(), 0, 0
     with path.open("w") as out:
-        head = ('{\n  "schemaVersion": 1,\n  "deviceProperties": [\n    {\n      "id": 0, "name": "NVIDIA H200", '
-                '"totalGlobalMem": 150109880320,\n      "computeMajor": 9, "computeMinor": 0, "numSms": 132\n    }\n  ],\n'
-                '  "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 1},\n  "record_shapes": 1,\n'
-                '  "displayTimeUnit": "ms",\n  "baseTimeNanoseconds": 1790857026000000000,\n  "traceEvents": [\n')
+        head = (
+            '{\n  "schemaVersion": 1,\n  "deviceProperties": [\n    {\n      "id": 0, "name": "NVIDIA H200", '
+            '"totalGlobalMem": 150109880320,\n      "computeMajor": 9, "computeMinor": 0, "numSms": 132\n    }\n  ],\n'
+            '  "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 1},\n  "record_shapes": 1,\n'
+            '  "displayTimeUnit": "ms",\n  "baseTimeNanoseconds": 1790857026000000000,\n  "traceEvents": [\n'
+        )
         written += out.write(head)
         first = True
         while written < size_bytes:
@@ -167,9 +229,11 @@ total = float(comp["sum (us)"].sum())
 rows = comp[comp["name"] != "others"].sort_values("sum (us)", ascending=False).head(10)
 print(json.dumps([[n, float(s) / total] for n, s in zip(rows["name"], rows["sum (us)"])]))
 """
-WRAPPER = ("import resource, subprocess, sys; p = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
-           "sys.stderr.write(p.stderr[-2000:]); print(p.stdout.strip().splitlines()[-1] if p.returncode == 0 else ''); "
-           "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(p.returncode)")
+WRAPPER = (
+    "import resource, subprocess, sys; p = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+    "sys.stderr.write(p.stderr[-2000:]); print(p.stdout.strip().splitlines()[-1] if p.returncode == 0 else ''); "
+    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(p.returncode)"
+)
 
 
 def measure(argv: list[str]) -> tuple[float, float, str]:
@@ -191,8 +255,11 @@ def main() -> None:
     args = parser.parse_args()
     check = subprocess.run([args.hta_python, "-c", "import hta"], capture_output=True)
     if check.returncode != 0:
-        print(f"HTA is not importable by {args.hta_python}: `{args.hta_python} -m pip install "
-              "HolisticTraceAnalysis` (or pass --hta-python PATH)", file=sys.stderr)
+        print(
+            f"HTA is not importable by {args.hta_python}: `{args.hta_python} -m pip install "
+            "HolisticTraceAnalysis` (or pass --hta-python PATH)",
+            file=sys.stderr,
+        )
         sys.exit(2)
     folder = Path(tempfile.mkdtemp(prefix="trace-bench-"))
     try:
@@ -200,11 +267,25 @@ def main() -> None:
         start = time.perf_counter()
         steps = write_trace(trace, int(args.size_gb * 1e9))
         size = trace.stat().st_size
-        print(f"wrote {trace}: {size / 1e9:.2f} GB, {steps} decode steps of {LAYERS} layers "
-              f"in {time.perf_counter() - start:.0f} s")
+        print(
+            f"wrote {trace}: {size / 1e9:.2f} GB, {steps} decode steps of {LAYERS} layers "
+            f"in {time.perf_counter() - start:.0f} s"
+        )
         hta = measure([args.hta_python, "-c", HTA_RUNNER, str(trace)])
-        perfloop = measure([sys.executable, "-c", "from agent.cli import app; app()", "analyze", str(trace),
-                            "--by", "kernel", "--json", "--top", "10"])
+        perfloop = measure(
+            [
+                sys.executable,
+                "-c",
+                "from agent.cli import app; app()",
+                "analyze",
+                str(trace),
+                "--by",
+                "kernel",
+                "--json",
+                "--top",
+                "10",
+            ]
+        )
         report(size, hta, perfloop)
     finally:
         if args.keep:
@@ -218,15 +299,17 @@ def report(size: int, hta: tuple, perfloop: tuple) -> None:
     hta_top = json.loads(hta[2])
     ours = [[row["name"], row["share"]] for row in json.loads(perfloop[2])["ops"]]
     same_names = [n for n, _ in hta_top] == [n for n, _ in ours]
-    worst = max(abs(a[1] - b[1]) for a, b in zip(hta_top, ours))
+    worst = max(abs(a[1] - b[1]) for a, b in zip(hta_top, ours, strict=False))
     print(f"\ntrace: {size / 1e9:.2f} GB uncompressed\n")
     print("| tool | wall time (s) | peak memory (GB) |\n|---|---|---|")
     print(f"| HTA 0.5.0 get_gpu_kernel_breakdown | {hta[0]:.1f} | {hta[1]:.2f} |")
     print(f"| perfloop analyze --by kernel | {perfloop[0]:.1f} | {perfloop[1]:.2f} |")
     print(f"| ratio HTA / perfloop | {hta[0] / perfloop[0]:.1f}x | {hta[1] / perfloop[1]:.1f}x |")
-    print(f"\ntop-10 kernels: same names in the same order: {'yes' if same_names else 'NO'}; "
-          f"largest share difference {100 * worst:.3f} percentage points "
-          f"({'within' if worst <= 0.01 else 'NOT within'} 1%)")
+    print(
+        f"\ntop-10 kernels: same names in the same order: {'yes' if same_names else 'NO'}; "
+        f"largest share difference {100 * worst:.3f} percentage points "
+        f"({'within' if worst <= 0.01 else 'NOT within'} 1%)"
+    )
 
 
 if __name__ == "__main__":

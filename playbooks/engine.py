@@ -25,8 +25,10 @@ def load_playbooks(extra_dirs: Sequence[Path] = ()) -> list[Playbook]:
         for file in sorted(catalog.glob("*/playbook.toml")):
             playbook = load_playbook(file)
             if playbook.id in found:
-                raise ConfigError(f"{file}: playbook id {playbook.id!r} is already defined in "
-                                  f"{found[playbook.id].source_dir}; rename one of them")
+                raise ConfigError(
+                    f"{file}: playbook id {playbook.id!r} is already defined in "
+                    f"{found[playbook.id].source_dir}; rename one of them"
+                )
             found[playbook.id] = playbook
     return list(found.values())
 
@@ -48,8 +50,10 @@ def load_playbook(file: Path) -> Playbook:
         field = ".".join(str(part) for part in first["loc"]) or "(top level)"
         raise ConfigError(f"{file}: field {field}: {first['msg']}") from err
     if playbook.id != file.parent.name or playbook.id == GENERIC:
-        raise ConfigError(f"{file}: id {playbook.id!r} must equal its folder name {file.parent.name!r} "
-                          f"and must not be {GENERIC!r}")
+        raise ConfigError(
+            f"{file}: id {playbook.id!r} must equal its folder name {file.parent.name!r} "
+            f"and must not be {GENERIC!r}"
+        )
     return playbook
 
 
@@ -57,8 +61,11 @@ def diagnose(profile: ProfileSummary, ctx: DiagnosisContext, playbooks: Sequence
     """Findings of every matching playbook, best first; a generic finding when none matches."""
     findings = [f for pb in playbooks if (f := match_playbook(pb, profile, ctx)) is not None]
     findings.sort(key=_rank, reverse=True)
-    return Diagnosis(findings=findings or [generic_finding(profile)],
-                     top_ops=profile.ops[:TOP_OPS], time_basis=profile.time_basis)
+    return Diagnosis(
+        findings=findings or [generic_finding(profile)],
+        top_ops=profile.ops[:TOP_OPS],
+        time_basis=profile.time_basis,
+    )
 
 
 def _rank(finding: Finding) -> tuple[float, float]:
@@ -74,8 +81,10 @@ def patch_text(playbook: Playbook, target_kind: str) -> str | None:
     try:
         return path.read_text(encoding="utf-8")
     except OSError as err:
-        raise ConfigError(f"playbook {playbook.id}: patch for {target_kind!r} at {path} cannot be read "
-                          f"({err.strerror}); add the file or remove it from [patches]") from err
+        raise ConfigError(
+            f"playbook {playbook.id}: patch for {target_kind!r} at {path} cannot be read "
+            f"({err.strerror}); add the file or remove it from [patches]"
+        ) from err
 
 
 def flag_value(argv: list[str], flag: str) -> str | None:
@@ -85,7 +94,7 @@ def flag_value(argv: list[str], flag: str) -> str | None:
             nxt = argv[i + 1] if i + 1 < len(argv) else ""
             return "" if nxt.startswith("--") else nxt
         if arg.startswith(flag + "="):
-            return arg[len(flag) + 1:]
+            return arg[len(flag) + 1 :]
     return None
 
 

@@ -16,22 +16,34 @@ MAX_EVIDENCE = 5
 def match_playbook(playbook: Playbook, profile: ProfileSummary, ctx: DiagnosisContext) -> Finding | None:
     """The playbook's finding if its signature holds on this profile, else None."""
     sig = playbook.signature
-    groups = [op for op in profile.ops if op.self_us > 0 and op_matches(op, sig, ctx.active_tokens, profile.steps)]
+    groups = [
+        op for op in profile.ops if op.self_us > 0 and op_matches(op, sig, ctx.active_tokens, profile.steps)
+    ]
     share = min(sum(op.share for op in groups), 1.0)
     if sig.op_names and (not groups or share < sig.min_share):
         return None
     if not signals_hold(sig, profile):
         return None
     gain_share = _gain_share(playbook, groups, profile, ctx)
-    evidence = [_evidence(op, playbook.evidence_note, profile, ctx.active_tokens) for op in groups[:MAX_EVIDENCE]]
+    evidence = [
+        _evidence(op, playbook.evidence_note, profile, ctx.active_tokens) for op in groups[:MAX_EVIDENCE]
+    ]
     evidence += signal_evidence(sig, profile, playbook.evidence_note, ctx.active_tokens)[:MAX_EVIDENCE]
-    return Finding(playbook=playbook.id, title=playbook.title, confidence=playbook.confidence,
-                   expected_gain_share=gain_share, expected_gain_ms=_gain_ms(gain_share, ctx),
-                   explanation=playbook.explanation, evidence=evidence,
-                   roofline=roofline(groups[0], profile, ctx) if groups else None)
+    return Finding(
+        playbook=playbook.id,
+        title=playbook.title,
+        confidence=playbook.confidence,
+        expected_gain_share=gain_share,
+        expected_gain_ms=_gain_ms(gain_share, ctx),
+        explanation=playbook.explanation,
+        evidence=evidence,
+        roofline=roofline(groups[0], profile, ctx) if groups else None,
+    )
 
 
-def _gain_share(playbook: Playbook, groups: list[OpStat], profile: ProfileSummary, ctx: DiagnosisContext) -> float:
+def _gain_share(
+    playbook: Playbook, groups: list[OpStat], profile: ProfileSummary, ctx: DiagnosisContext
+) -> float:
     """The expected gain share by the playbook's gain model."""
     gain = playbook.gain
     if gain.kind == "cast_fraction":
@@ -53,7 +65,7 @@ def op_matches(op: OpStat, sig: Signature, active_tokens: int, steps: int = 1) -
     dims = primary_dims(op)
     if sig.dims_rank is not None and len(dims) != sig.dims_rank:
         return False
-    if sig.dims_tail is not None and dims[-len(sig.dims_tail):] != sig.dims_tail:
+    if sig.dims_tail is not None and dims[-len(sig.dims_tail) :] != sig.dims_tail:
         return False
     if sig.dtype_change is not None and dtype_change(op) != sig.dtype_change:
         return False
@@ -64,7 +76,7 @@ def op_matches(op: OpStat, sig: Signature, active_tokens: int, steps: int = 1) -
 
 
 def dtype_change(op: OpStat) -> str | None:
-    """"widen" or "narrow" for a copy whose (dst, src) element sizes differ; None otherwise."""
+    """ "widen" or "narrow" for a copy whose (dst, src) element sizes differ; None otherwise."""
     if len(op.input_types) < 2:
         return None
     dst, src = ITEMSIZE.get(op.input_types[0]), ITEMSIZE.get(op.input_types[1])
@@ -88,34 +100,68 @@ def _evidence(op: OpStat, template: str, profile: ProfileSummary, active_tokens:
     """An evidence line for one operator group, its note filled from the playbook's template."""
     dims = primary_dims(op)
     first_dim = dims[0] if dims else 0
-    note = template.format(op=op.name, dims=str(op.input_dims), share_pct=100 * op.share, calls=op.calls,
-                           self_ms_per_step=op.self_us / profile.steps / 1000, first_dim=first_dim,
-                           active_tokens=active_tokens, pool_ratio=first_dim / active_tokens,
-                           basis=profile.time_basis, calls_per_step=op.calls / profile.steps,
-                           types=" <- ".join(op.input_types[:2]) or "-", location=op.location or "-",
-                           idle_pct=0.0, median_kernel_us=0.0, kernels_per_step=0.0, gaps=0,
-                           launch_ms_per_step=0.0, caller="-")
-    return Evidence(op=op.name, dims=op.input_dims, self_us=op.self_us, share=op.share, calls=op.calls,
-                    note=note, location=op.location)
+    note = template.format(
+        op=op.name,
+        dims=str(op.input_dims),
+        share_pct=100 * op.share,
+        calls=op.calls,
+        self_ms_per_step=op.self_us / profile.steps / 1000,
+        first_dim=first_dim,
+        active_tokens=active_tokens,
+        pool_ratio=first_dim / active_tokens,
+        basis=profile.time_basis,
+        calls_per_step=op.calls / profile.steps,
+        types=" <- ".join(op.input_types[:2]) or "-",
+        location=op.location or "-",
+        idle_pct=0.0,
+        median_kernel_us=0.0,
+        kernels_per_step=0.0,
+        gaps=0,
+        launch_ms_per_step=0.0,
+        caller="-",
+    )
+    return Evidence(
+        op=op.name,
+        dims=op.input_dims,
+        self_us=op.self_us,
+        share=op.share,
+        calls=op.calls,
+        note=note,
+        location=op.location,
+    )
 
 
 def generic_finding(profile: ProfileSummary) -> Finding:
     """A low-confidence finding naming the heaviest operator groups, for when no playbook matched."""
     if not profile.ops:
-        return Finding(playbook=GENERIC, title="The profile recorded no operators", confidence=0.0,
-                       expected_gain_share=0.0, expected_gain_ms=None, evidence=[],
-                       explanation=f"{profile.source} holds no operator events: check that the "
-                                   "profiler wrapped the decode step and ran with record_shapes=True.")
+        return Finding(
+            playbook=GENERIC,
+            title="The profile recorded no operators",
+            confidence=0.0,
+            expected_gain_share=0.0,
+            expected_gain_ms=None,
+            evidence=[],
+            explanation=f"{profile.source} holds no operator events: check that the "
+            "profiler wrapped the decode step and ran with record_shapes=True.",
+        )
     top = profile.ops[0]
     note = "{op} with input dims {dims}: {share_pct:.1f}% of {basis} time, {self_ms_per_step:.3f} ms per step"
-    where = (f", called from {top.location}" if top.location else
-             " (record with with_stack=True to see the calling source line)")
+    where = (
+        f", called from {top.location}"
+        if top.location
+        else " (record with with_stack=True to see the calling source line)"
+    )
     return Finding(
-        playbook=GENERIC, title=f"{top.name} takes {top.share:.0%} of {profile.time_basis} time",
-        confidence=GENERIC_CONFIDENCE, expected_gain_share=0.0, expected_gain_ms=None,
-        explanation=(f"No playbook matched. The heaviest operator group is {top.name} with input dims "
-                     f"{top.input_dims}: {top.share:.1%} of {profile.time_basis} self time over "
-                     f"{top.calls} calls in {profile.steps} steps{where}. Find where the decode step calls it "
-                     "with these dims and whether that work is needed for every token."),
-        evidence=[_evidence(op, note, profile, active_tokens=1)
-                  for op in profile.ops[:3]])
+        playbook=GENERIC,
+        title=f"{top.name} takes {top.share:.0%} of {profile.time_basis} time",
+        confidence=GENERIC_CONFIDENCE,
+        expected_gain_share=0.0,
+        expected_gain_ms=None,
+        explanation=(
+            f"No playbook matched. The heaviest operator group is {top.name} with input dims "
+            f"{top.input_dims}: {top.share:.1%} of {profile.time_basis} self time over "
+            f"{top.calls} calls in {profile.steps} steps{where}. Find where the decode step calls it "
+            "with these dims and whether that work is needed for every token."
+        ),
+        evidence=[_evidence(op, note, profile, active_tokens=1) for op in profile.ops[:3]],
+    )

@@ -9,15 +9,37 @@ from math import prod
 from state.diagnosis import DiagnosisContext, Roofline
 from state.profile import OpStat, ProfileSummary
 
-DEVICE_BANDWIDTH_GBS = {"H200": 4800.0, "H100": 3350.0, "H20": 4000.0, "B200": 8000.0, "A100": 2039.0,
-                        "RTX PRO 6000": 1792.0, "L40S": 864.0, "A10G": 600.0}
+DEVICE_BANDWIDTH_GBS = {
+    "H200": 4800.0,
+    "H100": 3350.0,
+    "H20": 4000.0,
+    "B200": 8000.0,
+    "A100": 2039.0,
+    "RTX PRO 6000": 1792.0,
+    "L40S": 864.0,
+    "A10G": 600.0,
+}
 """Peak HBM/GDDR bandwidth in GB/s by a substring of the device name (vendor datasheets:
 H200 HBM3e 4.8 TB/s, H100 SXM 3.35 TB/s, A100 80GB 2.04 TB/s, ...)."""
 
-ITEMSIZE = {"c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1, "c10::Float8_e4m3fnuz": 1,
-            "c10::Float8_e5m2fnuz": 1, "c10::BFloat16": 2, "c10::Half": 2, "float": 4, "double": 8,
-            "signed char": 1, "unsigned char": 1, "bool": 1, "short int": 2, "int": 4, "long int": 8,
-            "c10::complex<float>": 8, "c10::complex<double>": 16}
+ITEMSIZE = {
+    "c10::Float8_e4m3fn": 1,
+    "c10::Float8_e5m2": 1,
+    "c10::Float8_e4m3fnuz": 1,
+    "c10::Float8_e5m2fnuz": 1,
+    "c10::BFloat16": 2,
+    "c10::Half": 2,
+    "float": 4,
+    "double": 8,
+    "signed char": 1,
+    "unsigned char": 1,
+    "bool": 1,
+    "short int": 2,
+    "int": 4,
+    "long int": 8,
+    "c10::complex<float>": 8,
+    "c10::complex<double>": 16,
+}
 """Bytes per element by the profiler's input type names."""
 
 COPY_OPS = frozenset({"aten::copy_"})
@@ -55,9 +77,18 @@ def roofline(op: OpStat, profile: ProfileSummary, ctx: DiagnosisContext) -> Roof
     measured = op.self_us / op.calls
     dims = "x".join(map(str, op.input_dims[0]))
     pct = 100 * ideal / measured if measured else 0.0
-    line = (f"{op.name} moves {nbytes / 1e6:.1f} MB per call ({dims} elements x "
-            f"({ITEMSIZE[op.input_types[1]]}+{ITEMSIZE[op.input_types[0]]}) B): {ideal:.1f} us at "
-            f"{gbs:.0f} GB/s ({source}); measured {measured:.1f} us per call on the {profile.time_basis} "
-            f"({pct:.0f}% of that bandwidth)")
-    return Roofline(op=op.name, bytes_per_call=nbytes, bandwidth_gbs=gbs, bandwidth_source=source,
-                    ideal_us_per_call=ideal, measured_us_per_call=measured, line=line)
+    line = (
+        f"{op.name} moves {nbytes / 1e6:.1f} MB per call ({dims} elements x "
+        f"({ITEMSIZE[op.input_types[1]]}+{ITEMSIZE[op.input_types[0]]}) B): {ideal:.1f} us at "
+        f"{gbs:.0f} GB/s ({source}); measured {measured:.1f} us per call on the {profile.time_basis} "
+        f"({pct:.0f}% of that bandwidth)"
+    )
+    return Roofline(
+        op=op.name,
+        bytes_per_call=nbytes,
+        bandwidth_gbs=gbs,
+        bandwidth_source=source,
+        ideal_us_per_call=ideal,
+        measured_us_per_call=measured,
+        line=line,
+    )

@@ -8,11 +8,26 @@ from pydantic import Field, field_validator, model_validator
 
 from state.base import Model
 
-NOTE_FIELDS = {"op": "aten::copy_", "dims": "[[8, 1, 576]]", "share_pct": 50.0, "calls": 1,
-               "self_ms_per_step": 1.0, "first_dim": 8, "active_tokens": 1, "pool_ratio": 8.0,
-               "basis": "device", "calls_per_step": 1.0, "types": "c10::BFloat16 <- c10::Float8_e4m3fn",
-               "location": "model.py:12 (forward)", "idle_pct": 40.0, "median_kernel_us": 3.0,
-               "kernels_per_step": 100.0, "gaps": 10, "launch_ms_per_step": 1.0, "caller": "aten::item"}
+NOTE_FIELDS = {
+    "op": "aten::copy_",
+    "dims": "[[8, 1, 576]]",
+    "share_pct": 50.0,
+    "calls": 1,
+    "self_ms_per_step": 1.0,
+    "first_dim": 8,
+    "active_tokens": 1,
+    "pool_ratio": 8.0,
+    "basis": "device",
+    "calls_per_step": 1.0,
+    "types": "c10::BFloat16 <- c10::Float8_e4m3fn",
+    "location": "model.py:12 (forward)",
+    "idle_pct": 40.0,
+    "median_kernel_us": 3.0,
+    "kernels_per_step": 100.0,
+    "gaps": 10,
+    "launch_ms_per_step": 1.0,
+    "caller": "aten::item",
+}
 """Names an evidence note template may use, with sample values used to check templates on load."""
 
 
@@ -47,8 +62,10 @@ class Signature(Model):
         """A signature needs op names or at least one device or sync condition."""
         signals = (self.device_idle_share_min, self.median_kernel_us_max, self.min_decode_syncs_per_step)
         if not self.op_names and all(v is None for v in signals):
-            raise ValueError("give op_names or one of device_idle_share_min, median_kernel_us_max, "
-                             "min_decode_syncs_per_step")
+            raise ValueError(
+                "give op_names or one of device_idle_share_min, median_kernel_us_max, "
+                "min_decode_syncs_per_step"
+            )
         return self
 
     @field_validator("op_names")
@@ -97,8 +114,9 @@ class SyncWaitGain(Model):
     """Fraction of the blocked time the fix removes."""
 
 
-Gain = Annotated[CastFractionGain | MatchedShareGain | DeviceIdleGain | SyncWaitGain,
-                 Field(discriminator="kind")]
+Gain = Annotated[
+    CastFractionGain | MatchedShareGain | DeviceIdleGain | SyncWaitGain, Field(discriminator="kind")
+]
 
 
 class LaunchLimit(Model):
@@ -149,8 +167,9 @@ class Playbook(Model):
         try:
             template.format(**NOTE_FIELDS)
         except (KeyError, IndexError, ValueError) as err:
-            raise ValueError(f"template {template!r} fails with sample values ({err!r}); "
-                             f"use only {', '.join(NOTE_FIELDS)}") from err
+            raise ValueError(
+                f"template {template!r} fails with sample values ({err!r}); use only {', '.join(NOTE_FIELDS)}"
+            ) from err
         return template
 
     @field_validator("patches")

@@ -26,7 +26,9 @@ def signals_hold(sig: Signature, profile: ProfileSummary) -> bool:
     act = profile.device_activity
     if sig.device_idle_share_min is not None and (act is None or act.idle_share < sig.device_idle_share_min):
         return False
-    if sig.median_kernel_us_max is not None and (act is None or act.median_kernel_us > sig.median_kernel_us_max):
+    if sig.median_kernel_us_max is not None and (
+        act is None or act.median_kernel_us > sig.median_kernel_us_max
+    ):
         return False
     if sig.min_decode_syncs_per_step is not None:
         per_step = sum(s.decode_calls for s in decode_syncs(profile)) / profile.steps
@@ -34,36 +36,77 @@ def signals_hold(sig: Signature, profile: ProfileSummary) -> bool:
     return True
 
 
-def signal_evidence(sig: Signature, profile: ProfileSummary, template: str, active_tokens: int) -> list[Evidence]:
+def signal_evidence(
+    sig: Signature, profile: ProfileSummary, template: str, active_tokens: int
+) -> list[Evidence]:
     """Evidence lines for the signature's signals: the idle device, then each decode-path sync."""
     out: list[Evidence] = []
     act = profile.device_activity
     if act is not None and (sig.device_idle_share_min is not None or sig.median_kernel_us_max is not None):
         idle_us = act.span_us - act.busy_us
-        fields = _fields(op="GPU idle between kernels", calls=act.gaps, us=idle_us, profile=profile,
-                         active_tokens=active_tokens, idle_pct=100 * act.idle_share,
-                         median_kernel_us=act.median_kernel_us, kernels_per_step=act.kernels / profile.steps,
-                         gaps=act.gaps, launch_ms_per_step=act.launch_us / profile.steps / 1000,
-                         share_pct=100 * act.idle_share)
-        out.append(Evidence(op=fields["op"], dims=[], self_us=idle_us, share=act.idle_share, calls=act.gaps,
-                            note=template.format(**fields)))
+        fields = _fields(
+            op="GPU idle between kernels",
+            calls=act.gaps,
+            us=idle_us,
+            profile=profile,
+            active_tokens=active_tokens,
+            idle_pct=100 * act.idle_share,
+            median_kernel_us=act.median_kernel_us,
+            kernels_per_step=act.kernels / profile.steps,
+            gaps=act.gaps,
+            launch_ms_per_step=act.launch_us / profile.steps / 1000,
+            share_pct=100 * act.idle_share,
+        )
+        out.append(
+            Evidence(
+                op=fields["op"],
+                dims=[],
+                self_us=idle_us,
+                share=act.idle_share,
+                calls=act.gaps,
+                note=template.format(**fields),
+            )
+        )
     if sig.min_decode_syncs_per_step is not None:
         total = decode_time_us(profile)
         for s in decode_syncs(profile):
             share = min(s.host_us / total, 1.0) if total else 0.0
-            fields = _fields(op=s.name, calls=s.decode_calls, us=s.host_us, profile=profile,
-                             active_tokens=active_tokens, caller=s.caller, share_pct=100 * share)
+            fields = _fields(
+                op=s.name,
+                calls=s.decode_calls,
+                us=s.host_us,
+                profile=profile,
+                active_tokens=active_tokens,
+                caller=s.caller,
+                share_pct=100 * share,
+            )
             location = s.caller if ".py:" in s.caller else None
-            out.append(Evidence(op=s.name, dims=[], self_us=s.host_us, share=share, calls=s.decode_calls,
-                                note=template.format(**fields), location=location))
+            out.append(
+                Evidence(
+                    op=s.name,
+                    dims=[],
+                    self_us=s.host_us,
+                    share=share,
+                    calls=s.decode_calls,
+                    note=template.format(**fields),
+                    location=location,
+                )
+            )
     return out
 
 
 def _fields(op: str, calls: int, us: float, profile: ProfileSummary, active_tokens: int, **extra) -> dict:
     """Template fields for a signal line: NOTE_FIELDS' names, neutral where they do not apply."""
     base = {key: "-" if isinstance(value, str) else 0 for key, value in NOTE_FIELDS.items()}
-    base.update(op=op, dims="[]", calls=calls, self_ms_per_step=us / profile.steps / 1000,
-                calls_per_step=calls / profile.steps, active_tokens=active_tokens, basis=profile.time_basis)
+    base.update(
+        op=op,
+        dims="[]",
+        calls=calls,
+        self_ms_per_step=us / profile.steps / 1000,
+        calls_per_step=calls / profile.steps,
+        active_tokens=active_tokens,
+        basis=profile.time_basis,
+    )
     base.update(extra)
     return base
 

@@ -1,6 +1,6 @@
 """The base of every perfloop model: strict, documented fields."""
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from pydantic import BaseModel, ConfigDict
 
@@ -13,4 +13,4 @@ class Model(BaseModel):
 
 def utcnow() -> datetime:
     """Timezone-aware now, for records."""
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)

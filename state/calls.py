@@ -6,9 +6,9 @@ from typing import Literal
 from state.base import Model
 from state.measure import Measurement
 from state.process import ServerHandle
-from state.target import LaunchConfig, MeasureConfig
 from state.sglang import HookSite, SglangLayout
 from state.ssh import SSHHostConfig
+from state.target import LaunchConfig, MeasureConfig
 from state.workspace import CommitInfo, InstrumentationRecord
 
 

@@ -2,8 +2,8 @@
 
 import re
 from pathlib import Path
-from urllib.parse import urlsplit
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 
@@ -98,8 +98,11 @@ class BenchServingConfig(Model):
     @classmethod
     def _no_literal_secrets(cls, env: dict[str, str]) -> dict[str, str]:
         """Refuse secret-looking variables written into the config (they would be recorded)."""
-        return refuse_secrets(env, "set it in the host's environment, where bench_serving inherits "
-                                   "it, not in measure.bench_serving.env")
+        return refuse_secrets(
+            env,
+            "set it in the host's environment, where bench_serving inherits "
+            "it, not in measure.bench_serving.env",
+        )
 
 
 class MeasureConfig(Model):

@@ -29,9 +29,7 @@ class WorkspaceSnapshot(Model):
             " -> sha256 hex of its working-tree bytes, or None when deleted from the working tree."
         )
     )
-    staged_diff_sha256: str = Field(
-        description="sha256 hex of `git diff --cached --binary` (index vs HEAD)."
-    )
+    staged_diff_sha256: str = Field(description="sha256 hex of `git diff --cached --binary` (index vs HEAD).")
     unstaged_diff_sha256: str = Field(
         description="sha256 hex of `git diff --binary` (working tree vs index)."
     )

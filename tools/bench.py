@@ -7,6 +7,7 @@ into statistics by pure functions, separate from the HTTP I/O.
 from __future__ import annotations
 
 import http.client
+import itertools
 import json
 import statistics
 import time
@@ -23,9 +24,14 @@ from tools.sglang.bench import find_bench, run_bench
 
 def chat_body(model: str, prompt: str, max_tokens: int) -> dict:
     """A streamed, greedy chat completion request (pure)."""
-    return {"model": model, "messages": [{"role": "user", "content": prompt}],
-            "max_tokens": max_tokens, "temperature": 0, "stream": True,
-            "stream_options": {"include_usage": True}}
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
 
 
 def sse_data(lines: Iterator[bytes]) -> Iterator[dict]:
@@ -46,12 +52,13 @@ def stream_completion(base_url: str, body: dict, timeout_s: float) -> tuple[list
     conn = http.client.HTTPConnection(url.hostname, url.port, timeout=timeout_s)
     try:
         t0 = time.perf_counter()
-        conn.request("POST", "/v1/chat/completions", json.dumps(body),
-                     {"Content-Type": "application/json"})
+        conn.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
         resp = conn.getresponse()
         if resp.status != 200:
-            raise ServerError(f"completion request failed with HTTP {resp.status}: "
-                              f"{resp.read().decode(errors='replace')[:200]}")
+            raise ServerError(
+                f"completion request failed with HTTP {resp.status}: "
+                f"{resp.read().decode(errors='replace')[:200]}"
+            )
         arrivals, parts, usage = [], [], {}
         for event in sse_data(iter(resp.readline, b"")):
             for choice in event.get("choices") or []:
@@ -71,9 +78,14 @@ def to_record(prompt_index: int, arrivals: list[float], text: str) -> RequestRec
     """Per-request timing record from delta arrival times in seconds (pure)."""
     if not arrivals:
         raise ServerError(f"prompt {prompt_index}: the server streamed no tokens")
-    itl = [(b - a) * 1000 for a, b in zip(arrivals, arrivals[1:])]
-    return RequestRecord(prompt_index=prompt_index, ttft_ms=arrivals[0] * 1000, itl_ms=itl,
-                         text=text, completion_tokens=len(arrivals))
+    itl = [(b - a) * 1000 for a, b in itertools.pairwise(arrivals)]
+    return RequestRecord(
+        prompt_index=prompt_index,
+        ttft_ms=arrivals[0] * 1000,
+        itl_ms=itl,
+        text=text,
+        completion_tokens=len(arrivals),
+    )
 
 
 def stat(values: list[float]) -> Stat:
@@ -82,23 +94,28 @@ def stat(values: list[float]) -> Stat:
         v = values[0]
         return Stat(median=v, p25=v, p75=v, min=v, max=v, n=1)
     q = statistics.quantiles(values, n=4, method="inclusive")
-    return Stat(median=statistics.median(values), p25=q[0], p75=q[2], min=min(values),
-                max=max(values), n=len(values))
+    return Stat(
+        median=statistics.median(values), p25=q[0], p75=q[2], min=min(values), max=max(values), n=len(values)
+    )
 
 
-def summarize(label: str, tree_sha256: str, records: list[RequestRecord], n_prompts: int,
-              wall_s: float) -> Measurement:
+def summarize(
+    label: str, tree_sha256: str, records: list[RequestRecord], n_prompts: int, wall_s: float
+) -> Measurement:
     """Statistics and the output-equality data of one workload run (pure)."""
     by_prompt: dict[int, list[str]] = {}
     for r in records:
         by_prompt.setdefault(r.prompt_index, []).append(r.text)
     return Measurement(
-        label=label, tree_sha256=tree_sha256,
-        tpot_ms=stat([r.tpot_ms for r in records]), ttft_ms=stat([r.ttft_ms for r in records]),
+        label=label,
+        tree_sha256=tree_sha256,
+        tpot_ms=stat([r.tpot_ms for r in records]),
+        ttft_ms=stat([r.ttft_ms for r in records]),
         output_tok_per_s=sum(r.completion_tokens for r in records) / wall_s,
         outputs=[by_prompt[i][0] for i in range(n_prompts)],
         outputs_stable=all(len(set(texts)) == 1 for texts in by_prompt.values()),
-        requests=records)
+        requests=records,
+    )
 
 
 @tool("bench.measure")
@@ -107,8 +124,10 @@ def measure(args: MeasureArgs) -> MeasureResult:
     python = args.config.bench_serving.python.replace("{python}", args.python)
     found = find_bench(python) if args.bench_serving != "never" else None
     if found is None and args.bench_serving == "always":
-        raise ConfigError(f"measure.bench_serving.use = \"always\" but {python} has no sglang with "
-                          "bench_serving; install sglang there, or set measure.bench_serving.python")
+        raise ConfigError(
+            f'measure.bench_serving.use = "always" but {python} has no sglang with '
+            "bench_serving; install sglang there, or set measure.bench_serving.python"
+        )
     if found is not None:
         return MeasureResult(measurement=measure_with_bench_serving(args, python, *found))
     return MeasureResult(measurement=measure_with_client(args))
@@ -118,16 +137,20 @@ def measure_with_client(args: MeasureArgs) -> Measurement:
     """Warm up, then send every prompt `repeats` times, one request at a time."""
     cfg = args.config
     for i in range(cfg.warmup_requests):
-        stream_completion(args.base_url, chat_body(args.model, cfg.prompts[i % len(cfg.prompts)],
-                                                   cfg.max_tokens), cfg.request_timeout_s)
+        stream_completion(
+            args.base_url,
+            chat_body(args.model, cfg.prompts[i % len(cfg.prompts)], cfg.max_tokens),
+            cfg.request_timeout_s,
+        )
     records: list[RequestRecord] = []
     total = cfg.repeats * len(cfg.prompts)
     t0 = time.perf_counter()
-    for rep in range(cfg.repeats):
+    for _rep in range(cfg.repeats):
         for i, prompt in enumerate(cfg.prompts):
             report(f"measuring {args.label}: request {len(records) + 1}/{total}")
             arrivals, text, _ = stream_completion(
-                args.base_url, chat_body(args.model, prompt, cfg.max_tokens), cfg.request_timeout_s)
+                args.base_url, chat_body(args.model, prompt, cfg.max_tokens), cfg.request_timeout_s
+            )
             records.append(to_record(i, arrivals, text))
     return summarize(args.label, args.tree_sha256, records, len(cfg.prompts), time.perf_counter() - t0)
 
@@ -136,8 +159,19 @@ def measure_with_bench_serving(args: MeasureArgs, python: str, module: str, vers
     """`repeats` runs of bench_serving over `len(prompts)` seeded prompts, summarized like the client's."""
     cfg = args.config
     n = len(cfg.prompts)
-    records, duration = run_bench(python, module, cfg.bench_serving, args.base_url, args.model, n,
-                                  cfg.max_tokens, cfg.repeats, cfg.warmup_requests, cfg.request_timeout_s,
-                                  args.repo, args.label)
+    records, duration = run_bench(
+        python,
+        module,
+        cfg.bench_serving,
+        args.base_url,
+        args.model,
+        n,
+        cfg.max_tokens,
+        cfg.repeats,
+        cfg.warmup_requests,
+        cfg.request_timeout_s,
+        args.repo,
+        args.label,
+    )
     m = summarize(args.label, args.tree_sha256, records, n, duration)
     return m.model_copy(update={"client": f"{module} (sglang {version})"})

@@ -22,8 +22,9 @@ def get_status(url: str, timeout_s: float = 2.0) -> int | None:
 
 def post_json(url: str, body: dict[str, Any], timeout_s: float = 30.0) -> tuple[int, str]:
     """POST a JSON body; return (status, response text)."""
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url, data=json.dumps(body).encode(), method="POST", headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:
             return resp.status, resp.read().decode(errors="replace")

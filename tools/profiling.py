@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import secrets
 import time
 from pathlib import Path
@@ -19,9 +18,9 @@ from state.calls import PathArgs, ProfileArgs, ProfileFiles
 from state.profile import ProfileSummary
 from tools.bench import chat_body, stream_completion
 from tools.door import tool
+from tools.door.faults import fault_point
 from tools.errors import TraceError
 from tools.hosts.local import write_file_atomic
-from tools.door.faults import fault_point
 from tools.http import post_json
 from tools.progress import report
 from tools.sglang.layout import parse_version
@@ -53,8 +52,10 @@ def _wait_for(describe: str, find, timeout_s: float):
             return found
         report(f"waiting for {describe} ({time.monotonic() - t0:.0f}s)")
         time.sleep(_POLL_S)
-    raise TraceError(f"no {describe} after {timeout_s:.0f}s; check the server log and that "
-                     "enough decode steps ran (raise max_tokens or lower active_steps)")
+    raise TraceError(
+        f"no {describe} after {timeout_s:.0f}s; check the server log and that "
+        "enough decode steps ran (raise max_tokens or lower active_steps)"
+    )
 
 
 def _active_tokens(usage: dict, prompt: str, completion_tokens: int) -> int:
@@ -65,8 +66,10 @@ def _active_tokens(usage: dict, prompt: str, completion_tokens: int) -> int:
 
 def _profile_patch(args: ProfileArgs) -> ProfileFiles:
     if args.profile_dir is None:
-        raise TraceError("patch profiling needs a server launched with PERFLOOP_PROFILE_DIR; "
-                         "relaunch the session with the instrumentation in place")
+        raise TraceError(
+            "patch profiling needs a server launched with PERFLOOP_PROFILE_DIR; "
+            "relaunch the session with the instrumentation in place"
+        )
     stream_completion(args.base_url, chat_body(args.model, args.prompt, 8), args.timeout_s)
     pid = attempt_id(args.profile_id)
     request = {"id": pid, "warmup_steps": args.warmup_steps, "active_steps": args.active_steps}
@@ -74,7 +77,8 @@ def _profile_patch(args: ProfileArgs) -> ProfileFiles:
     fault_point("profile:requested")
     steps = args.warmup_steps + args.active_steps + 4
     arrivals, _, usage = stream_completion(
-        args.base_url, chat_body(args.model, args.prompt, steps), args.timeout_s)
+        args.base_url, chat_body(args.model, args.prompt, steps), args.timeout_s
+    )
     out = args.profile_dir / pid
 
     def done() -> dict | None:
@@ -85,17 +89,27 @@ def _profile_patch(args: ProfileArgs) -> ProfileFiles:
 
     info = _wait_for(f"{out / 'done.json'}", done, args.timeout_s)
     trace = out / "trace.json.gz"
-    return ProfileFiles(trace_path=trace, summary_path=out / "summary.txt",
-                        trace_sha256=sha256_file(trace), device=str(info.get("device", "cpu")),
-                        active_tokens=_active_tokens(usage, args.prompt, len(arrivals)))
+    return ProfileFiles(
+        trace_path=trace,
+        summary_path=out / "summary.txt",
+        trace_sha256=sha256_file(trace),
+        device=str(info.get("device", "cpu")),
+        active_tokens=_active_tokens(usage, args.prompt, len(arrivals)),
+    )
 
 
 def _api_body(args: ProfileArgs, out_dir: Path, pid: str) -> dict:
     if args.sglang_version is None:
-        return {"output_dir": str(out_dir), "num_steps": args.active_steps,
-                "activities": ["CPU", "GPU"], "profile_id": pid, "record_shapes": True}
-    return start_profile_body(out_dir, pid, args.active_steps, parse_version(args.sglang_version),
-                              start_step=args.warmup_steps)
+        return {
+            "output_dir": str(out_dir),
+            "num_steps": args.active_steps,
+            "activities": ["CPU", "GPU"],
+            "profile_id": pid,
+            "record_shapes": True,
+        }
+    return start_profile_body(
+        out_dir, pid, args.active_steps, parse_version(args.sglang_version), start_step=args.warmup_steps
+    )
 
 
 def _profile_api(args: ProfileArgs) -> ProfileFiles:
@@ -108,11 +122,15 @@ def _profile_api(args: ProfileArgs) -> ProfileFiles:
         post_json(args.base_url + "/stop_profile", {})
         code, text = post_json(args.base_url + "/start_profile", body)
     if code != 200:
-        raise TraceError(f"/start_profile answered HTTP {code}: {text[:200]}; does this server "
-                         "support the profiling API? try --profile-method patch")
+        raise TraceError(
+            f"/start_profile answered HTTP {code}: {text[:200]}; does this server "
+            "support the profiling API? try --profile-method patch"
+        )
     arrivals, _, usage = stream_completion(
-        args.base_url, chat_body(args.model, args.prompt, args.warmup_steps + args.active_steps + 4),
-        args.timeout_s)
+        args.base_url,
+        chat_body(args.model, args.prompt, args.warmup_steps + args.active_steps + 4),
+        args.timeout_s,
+    )
 
     def all_ranks() -> dict[int, Path] | None:
         try:
@@ -123,10 +141,13 @@ def _profile_api(args: ProfileArgs) -> ProfileFiles:
     ranks = _wait_for(f"{args.tp_size} rank trace(s) in {out_dir}", all_ranks, args.timeout_s)
     path = ranks[0] if args.tp_size == 1 else out_dir
     digest = hashlib.sha256("".join(sha256_file(p) for _, p in sorted(ranks.items())).encode())
-    return ProfileFiles(trace_path=path, summary_path=None,
-                        trace_sha256=sha256_file(path) if args.tp_size == 1 else digest.hexdigest(),
-                        device="unknown",
-                        active_tokens=_active_tokens(usage, args.prompt, len(arrivals)))
+    return ProfileFiles(
+        trace_path=path,
+        summary_path=None,
+        trace_sha256=sha256_file(path) if args.tp_size == 1 else digest.hexdigest(),
+        device="unknown",
+        active_tokens=_active_tokens(usage, args.prompt, len(arrivals)),
+    )
 
 
 @tool("profile.take")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 from state.target import SECRET_NAME
+
 MASK = "***"
 _MIN_LEN = 6
 _registered: set[str] = set()

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from state.calls import LaunchArgs, PidFileArgs, ServerArgs, ServerStatus
 from state.process import ServerHandle
-from tools.hosts import local as host
 from tools.door import tool
-from tools.errors import ServerError
 from tools.door.faults import fault_point
+from tools.errors import ServerError
+from tools.hosts import local as host
 from tools.http import free_port, get_status
 from tools.progress import report
 
@@ -31,8 +31,10 @@ def passed_env(names: list[str]) -> dict[str, str]:
     """Values of `launch.pass_env` from perfloop's own environment (read now, never stored)."""
     missing = [n for n in names if n not in os.environ]
     if missing:
-        raise ServerError(f"launch.pass_env names {', '.join(missing)} but perfloop's environment does "
-                          "not set it; export it before running perfloop")
+        raise ServerError(
+            f"launch.pass_env names {', '.join(missing)} but perfloop's environment does "
+            "not set it; export it before running perfloop"
+        )
     return {n: os.environ[n] for n in names}
 
 
@@ -73,8 +75,11 @@ def launch(args: LaunchArgs) -> ServerHandle:
     stop_pid_file(args.pid_file, args.repo, args.launch.stop_grace_s)
     proc = host.start_background(argv, args.repo, args.log_path, env)
     if args.pid_file is not None:
-        args.pid_file.write_text(json.dumps({"pid": proc.pid, "pgid": proc.pgid, "port": port,
-                                             "launch_number": args.launch_number}))
+        args.pid_file.write_text(
+            json.dumps(
+                {"pid": proc.pid, "pgid": proc.pgid, "port": port, "launch_number": args.launch_number}
+            )
+        )
     fault_point("server:spawned")
     base_url = build_argv([args.launch.base_url], port, args.python)[0]
     health_path = args.launch.health_path
@@ -87,26 +92,36 @@ def launch(args: LaunchArgs) -> ServerHandle:
             log = host.tail(args.log_path)
             raise ServerError(
                 f"server exited with code {code if code is not None else '?'} during start-up "
-                f"(log {args.log_path}): {_last_line(log)}")
+                f"(log {args.log_path}): {_last_line(log)}"
+            )
         code = get_status(base_url + health_path, timeout_s=1.0)
         if code == 404 and health_path != "/health":
             health_path = "/health"  # e.g. /health_generate on a build without it
         if code == 200:
-            return ServerHandle(process=proc, base_url=base_url, port=port,
-                                health_path=health_path, tree_sha256=args.tree_sha256,
-                                instrumented=args.instrumented,
-                                profile_dir=args.profile_dir, launch_number=args.launch_number,
-                                pid_file=args.pid_file,
-                                startup_s=time.monotonic() - t0)
-        report(f"launch #{args.launch_number}: waiting for {base_url}{health_path} "
-               f"({time.monotonic() - t0:.0f}s) - {_last_line(host.tail(args.log_path, 3))[:80]}")
+            return ServerHandle(
+                process=proc,
+                base_url=base_url,
+                port=port,
+                health_path=health_path,
+                tree_sha256=args.tree_sha256,
+                instrumented=args.instrumented,
+                profile_dir=args.profile_dir,
+                launch_number=args.launch_number,
+                pid_file=args.pid_file,
+                startup_s=time.monotonic() - t0,
+            )
+        report(
+            f"launch #{args.launch_number}: waiting for {base_url}{health_path} "
+            f"({time.monotonic() - t0:.0f}s) - {_last_line(host.tail(args.log_path, 3))[:80]}"
+        )
         time.sleep(0.25)
     host.stop_group(proc.pgid, args.launch.stop_grace_s)
     if args.pid_file is not None:
         args.pid_file.unlink(missing_ok=True)
     raise ServerError(
         f"server did not become healthy within {args.launch.startup_timeout_s:.0f}s and was stopped "
-        f"(log {args.log_path}): {_last_line(host.tail(args.log_path))}")
+        f"(log {args.log_path}): {_last_line(host.tail(args.log_path))}"
+    )
 
 
 @tool("server.status")
@@ -122,9 +137,12 @@ def stop(args: ServerArgs) -> ServerStatus:
     """Stop the server's whole process group: SIGTERM, then SIGKILL after the grace period."""
     killed = host.stop_group(args.server.process.pgid, args.grace_s)
     pid_file = args.server.pid_file
-    if pid_file is not None and pid_file.exists():
-        if json.loads(pid_file.read_text())["pgid"] == args.server.process.pgid:
-            pid_file.unlink()  # only our own record: it may already name a newer server
+    if (
+        pid_file is not None
+        and pid_file.exists()
+        and json.loads(pid_file.read_text())["pgid"] == args.server.process.pgid
+    ):
+        pid_file.unlink()  # only our own record: it may already name a newer server
     return ServerStatus(alive=False, healthy=False, killed=killed)
 
 

@@ -15,15 +15,27 @@ from tools.workspace import repo
 
 TOOLS = (
     # the target's checkout (tools/workspace/repo.py)
-    repo.create_from_tree, repo.snapshot, repo.ensure_branch, repo.instrument,
-    repo.remove_instrumentation, repo.apply_patch, repo.check_patch, repo.revert_commit,
+    repo.create_from_tree,
+    repo.snapshot,
+    repo.ensure_branch,
+    repo.instrument,
+    repo.remove_instrumentation,
+    repo.apply_patch,
+    repo.check_patch,
+    repo.revert_commit,
     repo.sglang_site,
     # the server and its measurement
-    server.launch, server.status, server.stop, server.stop_recorded, bench.measure,
+    server.launch,
+    server.status,
+    server.stop,
+    server.stop_recorded,
+    bench.measure,
     # profiles: taken where the server runs, read here
-    profiling.take, profiling.read,
+    profiling.take,
+    profiling.read,
     # moving files between here and an SSH host
-    transfer.fetch, transfer.push_tree,
+    transfer.fetch,
+    transfer.push_tree,
 )
 
 BY_NAME: dict[str, ToolSpec] = {spec_of(fn).name: spec_of(fn) for fn in TOOLS}

@@ -20,8 +20,7 @@ BUILTIN_PLAYBOOK = ROOT / "playbooks" / "catalog" / "kv-cache-full-pool-cast" / 
 
 
 def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
-                          text=True).stdout
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
 
 
 def make_repo(dest: Path) -> Path:
@@ -54,12 +53,19 @@ method = "{method}"
     return path
 
 
-def perfloop(home: Path, *args: str, timeout: float = 600,
-             env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def perfloop(
+    home: Path, *args: str, timeout: float = 600, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     """Run the real CLI with its own PERFLOOP_HOME and no stdin (plus `env`, if given)."""
     env = {**os.environ, "PERFLOOP_HOME": str(home), **(env or {})}
-    return subprocess.run([str(PERFLOOP), *args], env=env, capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [str(PERFLOOP), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def last_json(proc: subprocess.CompletedProcess) -> dict:

@@ -11,16 +11,29 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import (PERFLOOP, assert_clean, edited_diff, git, last_json, make_repo,
-                                perfloop, playbook_variant, write_target)
+from tests.e2e.conftest import (
+    PERFLOOP,
+    assert_clean,
+    edited_diff,
+    git,
+    last_json,
+    make_repo,
+    perfloop,
+    playbook_variant,
+    write_target,
+)
 from tests.procs import processes_in
 
 pytestmark = pytest.mark.e2e
 BACKEND = "mla_server/attention/mla_backend.py"
 RUNNER = "mla_server/model_runner.py"
-FIX = [("k_buffer = self.kv_pool.get_key_buffer(layer_id).to(q.dtype)",
-        "k_buffer = self.kv_pool.get_key_buffer(layer_id)"),
-       ("k_buffer[kv_indices], causal=False)", "k_buffer[kv_indices].to(q.dtype), causal=False)")]
+FIX = [
+    (
+        "k_buffer = self.kv_pool.get_key_buffer(layer_id).to(q.dtype)",
+        "k_buffer = self.kv_pool.get_key_buffer(layer_id)",
+    ),
+    ("k_buffer[kv_indices], causal=False)", "k_buffer[kv_indices].to(q.dtype), causal=False)"),
+]
 
 
 def dirty(repo: Path) -> dict[str, str]:
@@ -31,16 +44,23 @@ def dirty(repo: Path) -> dict[str, str]:
 
 
 def tree(repo: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(repo)): p.read_bytes() for p in sorted(repo.rglob("*"))
-            if p.is_file() and ".git" not in p.parts and "__pycache__" not in p.parts}
+    return {
+        str(p.relative_to(repo)): p.read_bytes()
+        for p in sorted(repo.rglob("*"))
+        if p.is_file() and ".git" not in p.parts and "__pycache__" not in p.parts
+    }
 
 
 def with_bad_playbook(tmp_path: Path, repo: Path) -> Path:
     """A playbook proposed first whose patch changes outputs: it is measured and rolled back."""
     books = tmp_path / "books"
     if not books.exists():
-        playbook_variant(books, "bad-changes-outputs", 1.0, edited_diff(repo, tmp_path, {BACKEND: FIX + [
-            ("* self.scaling", "* self.scaling * 3.0")]}))
+        playbook_variant(
+            books,
+            "bad-changes-outputs",
+            1.0,
+            edited_diff(repo, tmp_path, {BACKEND: [*FIX, ("* self.scaling", "* self.scaling * 3.0")]}),
+        )
     return books
 
 
@@ -53,25 +73,45 @@ def recorded(tmp_path_factory) -> dict:
     dirty(repo)
     trace = tmp / "points.txt"
     env = {**os.environ, "PERFLOOP_HOME": str(tmp / "home"), "PERFLOOP_FAULTS_TRACE": str(trace)}
-    proc = subprocess.run([str(PERFLOOP), "run", str(write_target(tmp / "t.toml", repo)), "--json",
-                           "--playbooks", str(books)], env=env, capture_output=True, text=True,
-                          timeout=900, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [str(PERFLOOP), "run", str(write_target(tmp / "t.toml", repo)), "--json", "--playbooks", str(books)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return {"tmp": tmp, "repo": repo, "home": tmp / "home", "books": books,
-            "summary": last_json(proc), "points": trace.read_text().split()}
+    return {
+        "tmp": tmp,
+        "repo": repo,
+        "home": tmp / "home",
+        "books": books,
+        "summary": last_json(proc),
+        "points": trace.read_text().split(),
+    }
 
 
 def test_uninterrupted_reference_run(recorded: dict) -> None:
     s = recorded["summary"]
     assert s["accepted"] == ["kv-cache-full-pool-cast"] and s["rejected"] == ["bad-changes-outputs"]
     points = recorded["points"]
-    for p in ("node:prepare", "node:rollback", "git:ref-moved", "git:revert-ref-moved",
-              "server:spawned", "profile:requested", "tool:repo.revert_commit", "node:finish"):
+    for p in (
+        "node:prepare",
+        "node:rollback",
+        "git:ref-moved",
+        "git:revert-ref-moved",
+        "server:spawned",
+        "profile:requested",
+        "tool:repo.revert_commit",
+        "node:finish",
+    ):
         assert p in points
 
 
-def test_sigkill_at_every_point_then_resume_matches_uninterrupted(tmp_path: Path, home: Path,
-                                                                  recorded: dict) -> None:
+def test_sigkill_at_every_point_then_resume_matches_uninterrupted(
+    tmp_path: Path, home: Path, recorded: dict
+) -> None:
     repo = make_repo(tmp_path / "engine")
     books = with_bad_playbook(tmp_path, repo)
     user = dirty(repo)
@@ -81,8 +121,14 @@ def test_sigkill_at_every_point_then_resume_matches_uninterrupted(tmp_path: Path
     env = {**os.environ, "PERFLOOP_HOME": str(home), "PERFLOOP_FAULTS_FILE": str(faults)}
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([str(PERFLOOP), *args], env=env, capture_output=True, text=True,
-                              timeout=600, stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            [str(PERFLOOP), *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            stdin=subprocess.DEVNULL,
+        )
 
     first = cli("run", str(write_target(tmp_path / "t.toml", repo)), "--json", "--playbooks", str(books))
     assert first.returncode == -signal.SIGKILL, first.stderr[-2000:]
@@ -107,13 +153,15 @@ def test_sigkill_at_every_point_then_resume_matches_uninterrupted(tmp_path: Path
     assert [d["verdict"] for d in shown["decisions"]] == ["rejected", "accepted"]
 
 
-def test_replay_answers_from_the_recording_without_the_host(recorded: dict, tmp_path: Path,
-                                                            monkeypatch) -> None:
+def test_replay_answers_from_the_recording_without_the_host(
+    recorded: dict, tmp_path: Path, monkeypatch
+) -> None:
     """In-process replay with sockets and process creation forbidden and the target repo gone."""
     import shutil
     import socket
 
     from agent.session import Sessions
+
     home = tmp_path / "home"
     shutil.copytree(recorded["home"], home)
     gone = tmp_path / "repo-gone"
@@ -121,8 +169,10 @@ def test_replay_answers_from_the_recording_without_the_host(recorded: dict, tmp_
     shutil.copytree(recorded_repo, gone)
     shutil.rmtree(recorded_repo)
     try:
+
         def forbidden(*a, **k):
             raise AssertionError("replay tried to open a socket or start a process")
+
         monkeypatch.setattr(socket, "socket", forbidden)
         monkeypatch.setattr(subprocess, "Popen", forbidden)
         monkeypatch.setattr(os, "fork", forbidden)
@@ -153,12 +203,18 @@ def test_replay_cli_export_import_and_divergence(recorded: dict, tmp_path: Path)
     assert last_json(rep)["matches_recording"] is True and time.monotonic() - t0 < 15
 
     import sqlite3
+
     db = sqlite3.connect(other / "sessions.sqlite")
-    rows = db.execute("SELECT seq, record FROM tool_calls WHERE session_id = ? AND record LIKE "
-                      "'%\"name\":\"bench.measure\"%' ORDER BY seq", (sid,)).fetchall()
+    rows = db.execute(
+        "SELECT seq, record FROM tool_calls WHERE session_id = ? AND record LIKE "
+        '\'%"name":"bench.measure"%\' ORDER BY seq',
+        (sid,),
+    ).fetchall()
     seq, record = rows[0]
-    db.execute("UPDATE tool_calls SET record = ? WHERE session_id = ? AND seq = ?",
-               (record.replace('"label":"baseline"', '"label":"tampered"'), sid, seq))
+    db.execute(
+        "UPDATE tool_calls SET record = ? WHERE session_id = ? AND seq = ?",
+        (record.replace('"label":"baseline"', '"label":"tampered"'), sid, seq),
+    )
     db.commit()
     diverged = perfloop(other, "replay", sid)
     assert diverged.returncode == 1
@@ -184,9 +240,21 @@ def test_shipped_demo_recording_replays(tmp_path: Path) -> None:
 
 def test_concurrent_resume_is_refused(tmp_path: Path, home: Path, repo: Path) -> None:
     env = {**os.environ, "PERFLOOP_HOME": str(home)}
-    runner = subprocess.Popen([str(PERFLOOP), "run", str(write_target(tmp_path / "t.toml", repo)),
-                               "--json", "--max-iterations", "1"], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    runner = subprocess.Popen(
+        [
+            str(PERFLOOP),
+            "run",
+            str(write_target(tmp_path / "t.toml", repo)),
+            "--json",
+            "--max-iterations",
+            "1",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 120
         while not processes_in(repo) and time.monotonic() < deadline:
@@ -206,18 +274,31 @@ def test_concurrent_resume_is_refused(tmp_path: Path, home: Path, repo: Path) ->
 
 
 def test_edited_patches_are_validated_and_recorded(tmp_path: Path, home: Path, repo: Path) -> None:
-    good = edited_diff(repo, tmp_path, {BACKEND: FIX + [("real = len(batch.kv_indices)",
-                                                         "real = len(batch.kv_indices)  # reviewed")]})
-    paused = last_json(perfloop(home, "run", str(write_target(tmp_path / "t.toml", repo)),
-                                "--approve", "manual", "--json", "--max-iterations", "1"))
+    good = edited_diff(
+        repo,
+        tmp_path,
+        {BACKEND: [*FIX, ("real = len(batch.kv_indices)", "real = len(batch.kv_indices)  # reviewed")]},
+    )
+    paused = last_json(
+        perfloop(
+            home,
+            "run",
+            str(write_target(tmp_path / "t.toml", repo)),
+            "--approve",
+            "manual",
+            "--json",
+            "--max-iterations",
+            "1",
+        )
+    )
     sid = paused["session"]
     before = tree(repo)
     malicious = {
         "escape": good.replace(f"a/{BACKEND}", "a/../outside.py").replace(f"b/{BACKEND}", "b/../outside.py"),
         "gitdir": "diff --git a/.git/config b/.git/config\n--- a/.git/config\n+++ b/.git/config\n"
-                  "@@ -1 +1,2 @@\n [core]\n+\tfsmonitor = touch /tmp/pwned\n",
-        "binary": f"diff --git a/x.bin b/x.bin\nnew file mode 100644\nindex 0000000..1111111\n"
-                  "Binary files /dev/null and b/x.bin differ\n",
+        "@@ -1 +1,2 @@\n [core]\n+\tfsmonitor = touch /tmp/pwned\n",
+        "binary": "diff --git a/x.bin b/x.bin\nnew file mode 100644\nindex 0000000..1111111\n"
+        "Binary files /dev/null and b/x.bin differ\n",
         "stale": good.replace("real = len", "real = LEN"),
     }
     for name, diff in malicious.items():
@@ -254,8 +335,9 @@ def test_fork_refuses_to_move_a_dirty_tree(recorded: dict) -> None:
 
 
 def test_fork_rejects_what_was_approved(tmp_path: Path, home: Path, repo: Path) -> None:
-    parent = last_json(perfloop(home, "run", str(write_target(tmp_path / "t.toml", repo)), "--json",
-                                "--max-iterations", "1"))
+    parent = last_json(
+        perfloop(home, "run", str(write_target(tmp_path / "t.toml", repo)), "--json", "--max-iterations", "1")
+    )
     assert parent["accepted"] == ["kv-cache-full-pool-cast"]
     forked = perfloop(home, "fork", parent["session"], "--at", "approve", "--approve", "manual", "--json")
     assert forked.returncode == 0, forked.stderr[-2000:]
@@ -273,21 +355,30 @@ def test_fork_rejects_what_was_approved(tmp_path: Path, home: Path, repo: Path) 
     assert_clean(repo)
 
 
-def test_secrets_never_reach_store_recordings_exports_or_logs(tmp_path: Path, home: Path,
-                                                             repo: Path) -> None:
+def test_secrets_never_reach_store_recordings_exports_or_logs(tmp_path: Path, home: Path, repo: Path) -> None:
     secret = "sk-planted-" + os.urandom(8).hex()
     target = write_target(tmp_path / "t.toml", repo)
     text = target.read_text()
     seen = tmp_path / "seen.sha"
-    target.write_text(text.replace(
-        'argv = ["bash", "launch.sh",',
-        f'pass_env = ["PERFLOOP_TEST_API_KEY"]\nargv = ["bash", "-c", "printf %s \\"$PERFLOOP_TEST_API_KEY\\" '
-        f'| sha256sum > {seen} && exec bash launch.sh \\"$@\\"", "launch",'))
+    target.write_text(
+        text.replace(
+            'argv = ["bash", "launch.sh",',
+            f'pass_env = ["PERFLOOP_TEST_API_KEY"]\nargv = ["bash", "-c", "printf %s \\"$PERFLOOP_TEST_API_KEY\\" '
+            f'| sha256sum > {seen} && exec bash launch.sh \\"$@\\"", "launch",',
+        )
+    )
     env = {**os.environ, "PERFLOOP_HOME": str(home), "PERFLOOP_TEST_API_KEY": secret}
-    proc = subprocess.run([str(PERFLOOP), "run", str(target), "--json", "--max-iterations", "1"], env=env,
-                          capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [str(PERFLOOP), "run", str(target), "--json", "--max-iterations", "1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     import hashlib
+
     assert seen.read_text().split()[0] == hashlib.sha256(secret.encode()).hexdigest()  # it was passed
     sid = last_json(proc)["session"]
     export = tmp_path / "export.json"
@@ -296,7 +387,7 @@ def test_secrets_never_reach_store_recordings_exports_or_logs(tmp_path: Path, ho
     assert leaks == []
     assert secret not in proc.stdout + proc.stderr
     literal = tmp_path / "literal.toml"
-    literal.write_text(text.replace('env = {', f'env = {{ OPENAI_API_KEY = "{secret}", ', 1))
+    literal.write_text(text.replace("env = {", f'env = {{ OPENAI_API_KEY = "{secret}", ', 1))
     refused = perfloop(home, "run", str(literal))
     assert refused.returncode == 2 and "looks like a secret" in refused.stderr
     assert secret not in refused.stderr

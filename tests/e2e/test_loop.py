@@ -6,8 +6,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import (assert_clean, edited_diff, git, last_json, make_repo, perfloop,
-                                playbook_variant, processes_in, write_target)
+from tests.e2e.conftest import (
+    assert_clean,
+    edited_diff,
+    git,
+    last_json,
+    make_repo,
+    perfloop,
+    playbook_variant,
+    processes_in,
+    write_target,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -37,8 +46,21 @@ def test_demo_accepts_gather_then_cast(home: Path) -> None:
 
     shown = last_json(perfloop(home, "show", s["session"], "--json"))
     nodes = [t["node"] for t in shown["transitions"]]
-    assert nodes[:13] == ["prepare", "instrument", "launch", "baseline", "profile", "diagnose",
-                          "propose", "approve", "cleanup", "apply", "relaunch", "measure", "decide"]
+    assert nodes[:13] == [
+        "prepare",
+        "instrument",
+        "launch",
+        "baseline",
+        "profile",
+        "diagnose",
+        "propose",
+        "approve",
+        "cleanup",
+        "apply",
+        "relaunch",
+        "measure",
+        "decide",
+    ]
     assert nodes[-1] == "finish"
     assert shown["tool_calls"] >= 10
     listed = last_json(perfloop(home, "sessions", "--json"))
@@ -46,7 +68,8 @@ def test_demo_accepts_gather_then_cast(home: Path) -> None:
 
 
 def test_dirty_tree_keeps_user_changes_in_instrumented_and_patched_files(
-        tmp_path: Path, home: Path, repo: Path) -> None:
+    tmp_path: Path, home: Path, repo: Path
+) -> None:
     """The user's staged and unstaged work in the instrumented and the patched file survives."""
     runner, backend = repo / RUNNER, repo / BACKEND
     (repo / "NOTES.md").write_text("my notes\n")  # untracked
@@ -76,21 +99,52 @@ def test_dirty_tree_keeps_user_changes_in_instrumented_and_patched_files(
 
 
 def test_bad_patches_are_refused_rolled_back_then_the_good_one_lands(
-        tmp_path: Path, home: Path, repo: Path) -> None:
+    tmp_path: Path, home: Path, repo: Path
+) -> None:
     """A patch that does not apply, one that crashes the server, one that changes outputs."""
     books = tmp_path / "books"
-    fix = [("k_buffer = self.kv_pool.get_key_buffer(layer_id).to(q.dtype)",
-            "k_buffer = self.kv_pool.get_key_buffer(layer_id)"),
-           ("k_buffer[kv_indices], causal=False)", "k_buffer[kv_indices].to(q.dtype), causal=False)")]
-    playbook_variant(books, "bad-does-not-apply", 1.0,
-                     edited_diff(repo, tmp_path, {BACKEND: fix}).replace("real = len", "real = LEN"))
-    playbook_variant(books, "bad-crashes-server", 0.99, edited_diff(repo, tmp_path, {BACKEND: fix + [
-        ("import torch\n", "import torch\n\nraise RuntimeError('patched backend is broken')\n")]}))
-    playbook_variant(books, "bad-changes-outputs", 0.98, edited_diff(repo, tmp_path, {BACKEND: fix + [
-        ("* self.scaling", "* self.scaling * 3.0")]}))
+    fix = [
+        (
+            "k_buffer = self.kv_pool.get_key_buffer(layer_id).to(q.dtype)",
+            "k_buffer = self.kv_pool.get_key_buffer(layer_id)",
+        ),
+        ("k_buffer[kv_indices], causal=False)", "k_buffer[kv_indices].to(q.dtype), causal=False)"),
+    ]
+    playbook_variant(
+        books,
+        "bad-does-not-apply",
+        1.0,
+        edited_diff(repo, tmp_path, {BACKEND: fix}).replace("real = len", "real = LEN"),
+    )
+    playbook_variant(
+        books,
+        "bad-crashes-server",
+        0.99,
+        edited_diff(
+            repo,
+            tmp_path,
+            {
+                BACKEND: [*fix, ("import torch\n", "import torch\n\nraise RuntimeError('patched backend is broken')\n")]
+            },
+        ),
+    )
+    playbook_variant(
+        books,
+        "bad-changes-outputs",
+        0.98,
+        edited_diff(repo, tmp_path, {BACKEND: [*fix, ("* self.scaling", "* self.scaling * 3.0")]}),
+    )
 
-    proc = perfloop(home, "run", str(write_target(tmp_path / "t.toml", repo)), "--json",
-                    "--playbooks", str(books), "--max-iterations", "1")
+    proc = perfloop(
+        home,
+        "run",
+        str(write_target(tmp_path / "t.toml", repo)),
+        "--json",
+        "--playbooks",
+        str(books),
+        "--max-iterations",
+        "1",
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     s = last_json(proc)
     shown = last_json(perfloop(home, "show", s["session"], "--json"))
@@ -111,7 +165,8 @@ def test_bad_patches_are_refused_rolled_back_then_the_good_one_lands(
 
 
 def test_manual_approval_pauses_then_approve_and_reject_resume(
-        tmp_path: Path, home: Path, repo: Path) -> None:
+    tmp_path: Path, home: Path, repo: Path
+) -> None:
     """`--approve manual` stops with the diff and evidence; approve/reject continue from a new process.
 
     The approved run profiles through the server's /start_profile (`api`), the rejected one by patch.
@@ -136,8 +191,9 @@ def test_manual_approval_pauses_then_approve_and_reject_resume(
     assert twice.returncode == 2 and "not waiting for approval" in twice.stderr
 
     repo2 = make_repo(tmp_path / "engine2")
-    paused2 = last_json(perfloop(home, "run", str(write_target(tmp_path / "t2.toml", repo2)),
-                                 "--approve", "manual", "--json"))
+    paused2 = last_json(
+        perfloop(home, "run", str(write_target(tmp_path / "t2.toml", repo2)), "--approve", "manual", "--json")
+    )
     rejected = perfloop(home, "reject", paused2["session"], "--reason", "not this week", "--json")
     assert rejected.returncode == 0, rejected.stderr[-2000:]
     r = last_json(rejected)
@@ -155,7 +211,10 @@ def test_bad_cli_input_is_one_line_and_changes_nothing(tmp_path: Path, home: Pat
         (("show", "nope"), "no session 'nope'"),
         (("demo", "--approve", "sometimes"), "--approve must be one of auto, manual"),
         (("run", str(tmp_path / "missing.toml")), "cannot read target config"),
-        (("run", str(write_target(tmp_path / "sub.toml", repo / "mla_server"))), "not the top level of a git"),
+        (
+            ("run", str(write_target(tmp_path / "sub.toml", repo / "mla_server"))),
+            "not the top level of a git",
+        ),
     ]
     bad = tmp_path / "bad.toml"
     bad.write_text('name = "x"\nrepo = "."\n[launch]\nargv = "not a list"\n')

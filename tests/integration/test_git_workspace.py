@@ -26,8 +26,12 @@ def make_diff(relpath: str, lineno: int, old: str, new: str) -> str:
     """A one-line replacement diff with 3 lines of context, against ORIGINAL's numbering."""
     before = [f"line {i}" for i in range(lineno - 3, lineno)]
     after = [f"line {i}" for i in range(lineno + 1, lineno + 4)]
-    body = [f" {l}" for l in before] + [f"-{old}", f"+{new}"] + [f" {l}" for l in after]
-    return f"diff --git a/{relpath} b/{relpath}\n--- a/{relpath}\n+++ b/{relpath}\n@@ -{lineno - 3},7 +{lineno - 3},7 @@\n" + "\n".join(body) + "\n"
+    body = [f" {line}" for line in before] + [f"-{old}", f"+{new}"] + [f" {line}" for line in after]
+    return (
+        f"diff --git a/{relpath} b/{relpath}\n--- a/{relpath}\n+++ b/{relpath}\n@@ -{lineno - 3},7 +{lineno - 3},7 @@\n"
+        + "\n".join(body)
+        + "\n"
+    )
 
 
 PATCH = make_diff("pkg/mod.py", 10, "line 10", "line 10 patched")
@@ -57,8 +61,17 @@ def user_changes(ws: GitWorkspace) -> None:
 
 def world(ws: GitWorkspace) -> tuple:
     """Everything a failed operation must leave unchanged."""
-    files = {p.relative_to(ws.root).as_posix(): p.read_bytes() for p in ws.root.rglob("*") if p.is_file() and ".git" not in p.parts}
-    return ws.snapshot(), files, ws.repo.git.execute(["git", "for-each-ref"]), ws.repo.git.execute(["git", "ls-files", "-s"])
+    files = {
+        p.relative_to(ws.root).as_posix(): p.read_bytes()
+        for p in ws.root.rglob("*")
+        if p.is_file() and ".git" not in p.parts
+    }
+    return (
+        ws.snapshot(),
+        files,
+        ws.repo.git.execute(["git", "for-each-ref"]),
+        ws.repo.git.execute(["git", "ls-files", "-s"]),
+    )
 
 
 def test_create_from_tree_commits_everything_but_caches_and_is_idempotent(ws, tmp_path):
@@ -74,7 +87,12 @@ def test_apply_and_commit_keeps_user_staged_and_unstaged_changes_in_same_file(ws
     old_head = ws.snapshot().head_sha
     commit = ws.apply_and_commit(PATCH, "Gather then cast", TRAILERS)
     git = ws.repo.git
-    assert (commit.branch, commit.subject, commit.trailers, commit.parent_sha) == ("perfloop/s1", "Gather then cast", TRAILERS, old_head)
+    assert (commit.branch, commit.subject, commit.trailers, commit.parent_sha) == (
+        "perfloop/s1",
+        "Gather then cast",
+        TRAILERS,
+        old_head,
+    )
     assert git.rev_parse("refs/heads/perfloop/s1") == commit.sha
     patched = edit(ORIGINAL, "line 10\n", "line 10 patched\n")
     assert git.execute(["git", "show", "HEAD:pkg/mod.py"], strip_newline_in_stdout=False) == patched
@@ -86,11 +104,15 @@ def test_apply_and_commit_keeps_user_staged_and_unstaged_changes_in_same_file(ws
     assert "Perfloop-Session: s1" in git.log("-1", "--format=%B")
 
 
-@pytest.mark.parametrize("diff", [
-    make_diff("pkg/mod.py", 10, "line 10 (not there)", "x"),
-    make_diff("pkg/mod.py", 17, "line 17", "line 17 patched"),  # context hits the user's unstaged line 18
-    make_diff("pkg/mod.py", 4, "line 4", "line 4 patched"),  # context hits the user's staged line 2
-], ids=["stale", "conflicts-with-worktree", "conflicts-with-index"])
+@pytest.mark.parametrize(
+    "diff",
+    [
+        make_diff("pkg/mod.py", 10, "line 10 (not there)", "x"),
+        make_diff("pkg/mod.py", 17, "line 17", "line 17 patched"),  # context hits the user's unstaged line 18
+        make_diff("pkg/mod.py", 4, "line 4", "line 4 patched"),  # context hits the user's staged line 2
+    ],
+    ids=["stale", "conflicts-with-worktree", "conflicts-with-index"],
+)
 def test_patch_that_does_not_apply_changes_nothing(ws, diff):
     user_changes(ws)
     before = world(ws)
@@ -104,19 +126,25 @@ def binary_diff(tmp_path: Path) -> str:
     """A real `git diff --binary` adding a file with NUL bytes, made in a scratch repository."""
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    run = lambda *args: subprocess.run(["git", *args], cwd=scratch, check=True, capture_output=True, text=True).stdout
+    run = lambda *args: (
+        subprocess.run(["git", *args], cwd=scratch, check=True, capture_output=True, text=True).stdout
+    )
     run("init", "-q")
     (scratch / "blob.bin").write_bytes(bytes(range(256)))
     run("add", "blob.bin")
     return run("diff", "--cached", "--binary")
 
 
-@pytest.mark.parametrize("diff", [
-    make_diff(".git/config", 10, "line 10", "x"),
-    "diff --git a/../outside b/../outside\nnew file mode 100644\n--- /dev/null\n+++ b/../outside\n@@ -0,0 +1 @@\n+pwned\n",
-    "diff --git a/blob.bin b/blob.bin\nnew file mode 100644\nindex 0000000..e69de29\nBinary files /dev/null and b/blob.bin differ\n",
-    "git-binary-patch",
-], ids=["dot-git", "outside", "binary-files-differ", "git-binary-patch"])
+@pytest.mark.parametrize(
+    "diff",
+    [
+        make_diff(".git/config", 10, "line 10", "x"),
+        "diff --git a/../outside b/../outside\nnew file mode 100644\n--- /dev/null\n+++ b/../outside\n@@ -0,0 +1 @@\n+pwned\n",
+        "diff --git a/blob.bin b/blob.bin\nnew file mode 100644\nindex 0000000..e69de29\nBinary files /dev/null and b/blob.bin differ\n",
+        "git-binary-patch",
+    ],
+    ids=["dot-git", "outside", "binary-files-differ", "git-binary-patch"],
+)
 def test_unsafe_patches_are_refused(ws, diff, tmp_path):
     diff = binary_diff(tmp_path) if diff == "git-binary-patch" else diff
     before = world(ws)
@@ -161,7 +189,11 @@ def test_revert_tip_restores_everything_and_is_idempotent(ws):
 
 def test_revert_of_an_older_commit_adds_a_revert_commit(ws):
     first = ws.apply_and_commit(PATCH, "p1", TRAILERS)
-    ws.apply_and_commit(make_diff("pkg/mod.py", 16, "line 16", "line 16 patched"), "p2", {**TRAILERS, "Perfloop-Iteration": "2"})
+    ws.apply_and_commit(
+        make_diff("pkg/mod.py", 16, "line 16", "line 16 patched"),
+        "p2",
+        {**TRAILERS, "Perfloop-Iteration": "2"},
+    )
     ws.revert_commit(first)
     ws.revert_commit(first)
     git = ws.repo.git

@@ -10,17 +10,25 @@ import pytest
 
 from state.calls import LaunchArgs, ServerArgs
 from state.target import LaunchConfig
-from tools import server
-from tools.hosts import local as host
-from tools.errors import ServerError
 from tests.procs import processes_in
+from tools import server
+from tools.errors import ServerError
+from tools.hosts import local as host
 
 
 def launch_args(tmp_path: Path, argv: list[str], timeout_s: float = 20.0, **launch) -> LaunchArgs:
-    return LaunchArgs(repo=tmp_path, launch=LaunchConfig(argv=argv, health_path="/", **launch,
-                                                         startup_timeout_s=timeout_s, stop_grace_s=2),
-                      python=sys.executable, log_path=tmp_path / "logs" / "server.log",
-                      tree_sha256="t", instrumented=False, profile_dir=None, launch_number=1)
+    return LaunchArgs(
+        repo=tmp_path,
+        launch=LaunchConfig(
+            argv=argv, health_path="/", **launch, startup_timeout_s=timeout_s, stop_grace_s=2
+        ),
+        python=sys.executable,
+        log_path=tmp_path / "logs" / "server.log",
+        tree_sha256="t",
+        instrumented=False,
+        profile_dir=None,
+        launch_number=1,
+    )
 
 
 def test_run_captures_output_and_kills_the_group_on_timeout(tmp_path: Path) -> None:
@@ -31,8 +39,13 @@ def test_run_captures_output_and_kills_the_group_on_timeout(tmp_path: Path) -> N
 
 
 def test_a_real_server_launches_healthy_and_stops_by_group(tmp_path: Path) -> None:
-    handle = server.launch(launch_args(tmp_path, ["{python}", "-m", "http.server", "{port}", "--bind",
-                                                  "127.0.0.1"], base_url="http://localhost:{port}/"))
+    handle = server.launch(
+        launch_args(
+            tmp_path,
+            ["{python}", "-m", "http.server", "{port}", "--bind", "127.0.0.1"],
+            base_url="http://localhost:{port}/",
+        )
+    )
     assert handle.base_url == f"http://localhost:{handle.port}" and handle.startup_s < 20
     assert handle.process.pid == handle.process.pgid
     status = server.status(ServerArgs(server=handle))
@@ -74,5 +87,7 @@ def test_a_missing_program_is_one_clear_line(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("url", ["127.0.0.1:{port}", "ftp://h:{port}", "http://:80", "http://h:{port}/v1"])
 def test_a_bad_base_url_is_refused_in_one_line(url: str) -> None:
-    with pytest.raises(ValueError, match=r"is not a server base URL; write it like http://127.0.0.1:\{port\}"):
+    with pytest.raises(
+        ValueError, match=r"is not a server base URL; write it like http://127.0.0.1:\{port\}"
+    ):
         LaunchConfig(argv=["x"], base_url=url)

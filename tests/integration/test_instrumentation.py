@@ -12,8 +12,14 @@ import pytest
 from tools.errors import InstrumentationError
 from tools.workspace.commands import sha256_hex
 from tools.workspace.git import GitWorkspace
-from tools.workspace.instrumentation import (MARKER_ID, build_instrumentation_diff, instrument, instrumented_source,
-                                   is_instrumented, remove_instrumentation)
+from tools.workspace.instrumentation import (
+    MARKER_ID,
+    build_instrumentation_diff,
+    instrument,
+    instrumented_source,
+    is_instrumented,
+    remove_instrumentation,
+)
 
 RUNNER = '''\
 """A tiny decode step: a matmul and an FP8 -> BF16 cast of a whole KV pool."""
@@ -77,12 +83,15 @@ def test_diff_marks_every_added_line_and_applies_with_git(ws):
     compile(ws.read_file(RELPATH), RELPATH, "exec")
 
 
-@pytest.mark.parametrize("source, message", [
-    ("x = 1\n", "no top-level class ModelRunner"),
-    ("class ModelRunner:\n    def forward_extend(self):\n        pass\n", "method forward_decode"),
-    (instrumented_source(RUNNER), "already instrumented"),
-    ("class ModelRunner(:\n", "cannot parse"),
-])
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        ("x = 1\n", "no top-level class ModelRunner"),
+        ("class ModelRunner:\n    def forward_extend(self):\n        pass\n", "method forward_decode"),
+        (instrumented_source(RUNNER), "already instrumented"),
+        ("class ModelRunner(:\n", "cannot parse"),
+    ],
+)
 def test_diff_refuses_what_it_cannot_instrument(source, message):
     with pytest.raises(InstrumentationError, match=message):
         build_instrumentation_diff(source, RELPATH)
@@ -112,11 +121,17 @@ def test_round_trip_restores_every_byte_with_user_changes_in_the_same_file(ws):
     assert ws.snapshot() == before and not is_instrumented(ws, record)
 
 
-@pytest.mark.parametrize("old, new", [
-    ("POOL_ROWS = 4096", "POOL_ROWS = 1024"),  # far from our hunks
-    ("    return 1\n", "    return 2\n"),  # context line right above our helper block
-    ("def forward_decode(self, x):", "def forward_decode(self, x, y=0):"),  # line right below our decorator
-])
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("POOL_ROWS = 4096", "POOL_ROWS = 1024"),  # far from our hunks
+        ("    return 1\n", "    return 2\n"),  # context line right above our helper block
+        (
+            "def forward_decode(self, x):",
+            "def forward_decode(self, x, y=0):",
+        ),  # line right below our decorator
+    ],
+)
 def test_user_edit_after_instrumentation_outside_our_lines_is_kept(ws, old, new):
     record = instrument(ws, RELPATH)
     write(ws, ws.read_file(RELPATH).replace(old, new, 1))
@@ -127,17 +142,22 @@ def test_user_edit_after_instrumentation_outside_our_lines_is_kept(ws, old, new)
 
 def test_duplicated_marker_line_is_refused_and_file_left_alone(ws):
     record = instrument(ws, RELPATH)
-    text = ws.read_file(RELPATH).replace("    def forward_extend", f"    @_perfloop_profiled  # {MARKER_ID}\n    def forward_extend")
+    text = ws.read_file(RELPATH).replace(
+        "    def forward_extend", f"    @_perfloop_profiled  # {MARKER_ID}\n    def forward_extend"
+    )
     write(ws, text)
     with pytest.raises(InstrumentationError, match="would change more than our lines"):
         remove_instrumentation(ws, record)
     assert ws.read_file(RELPATH) == text
 
 
-@pytest.mark.parametrize("old, new", [
-    ("row_limit=40", "row_limit=50"),  # inside our helper block
-    ("    @_perfloop_profiled", "    @_perfloop_profiled_v2"),  # our decorator line
-])
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("row_limit=40", "row_limit=50"),  # inside our helper block
+        ("    @_perfloop_profiled", "    @_perfloop_profiled_v2"),  # our decorator line
+    ],
+)
 def test_user_edit_inside_our_hunk_raises_and_leaves_file_alone(ws, old, new):
     record = instrument(ws, RELPATH)
     write(ws, ws.read_file(RELPATH).replace(old, new, 1))
@@ -153,7 +173,9 @@ def run_runner(ws: GitWorkspace, profile_dir: Path | None, script: str) -> str:
     env = {k: v for k, v in os.environ.items() if k != "PERFLOOP_PROFILE_DIR"}
     if profile_dir:
         env["PERFLOOP_PROFILE_DIR"] = str(profile_dir)
-    code = f"import sys, torch\nsys.path.insert(0, {str(ws.root / 'srt')!r})\nimport model_runner as m\n{script}"
+    code = (
+        f"import sys, torch\nsys.path.insert(0, {str(ws.root / 'srt')!r})\nimport model_runner as m\n{script}"
+    )
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     return done.stdout
@@ -170,13 +192,24 @@ def test_instrumented_runner_writes_trace_summary_and_done(ws, tmp_path):
     assert run_runner(ws, profile_dir, DECODE).strip() == "(1, 64)"
     out = profile_dir / "r1"
     done = json.loads((out / "done.json").read_text())
-    assert done == {"id": "r1", "steps": 3, "device": "cpu", "trace": str(out / "trace.json.gz"), "summary": str(out / "summary.txt")}
+    assert done == {
+        "id": "r1",
+        "steps": 3,
+        "device": "cpu",
+        "trace": str(out / "trace.json.gz"),
+        "summary": str(out / "summary.txt"),
+    }
     assert (profile_dir / "request.r1.claimed").exists() and not (profile_dir / "request.json").exists()
     with gzip.open(out / "trace.json.gz", "rt") as f:
         events = json.load(f)["traceEvents"]
-    casts = [e for e in events if e.get("name") in ("aten::copy_", "aten::to", "aten::_to_copy") and "Input Dims" in e.get("args", {})]
+    casts = [
+        e
+        for e in events
+        if e.get("name") in ("aten::copy_", "aten::to", "aten::_to_copy")
+        and "Input Dims" in e.get("args", {})
+    ]
     assert any(e["args"]["Input Dims"][0] == [4096, 1, 576] for e in casts)
-    assert sum(e.get("name") == "ProfilerStep#%d" % i for e in events for i in range(5)) == 3
+    assert sum(e.get("name") == f"ProfilerStep#{i}" for e in events for i in range(5)) == 3
     summary = (out / "summary.txt").read_text()
     assert "aten::copy_" in summary and "[[4096, 1, 576]" in summary and "Self CPU" in summary
     assert not list(out.glob("*.tmp")) and not (out / "error.txt").exists()

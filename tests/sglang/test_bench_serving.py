@@ -44,23 +44,45 @@ def server(tmp_path_factory):
 
 def bench_config(python: str, **overrides) -> BenchServingConfig:
     """bench_serving on the demo server with its shipped tokenizer (native `/generate` by default)."""
-    return BenchServingConfig(**({"use": "always", "python": python,
-                                  "tokenizer": "{repo}/tokenizer", "input_len": 24,
-                                  "env": {"HF_HUB_OFFLINE": "1"}} | overrides))
+    return BenchServingConfig(
+        **(
+            {
+                "use": "always",
+                "python": python,
+                "tokenizer": "{repo}/tokenizer",
+                "input_len": 24,
+                "env": {"HF_HUB_OFFLINE": "1"},
+            }
+            | overrides
+        )
+    )
 
 
 def measure_args(server: Server, bench: BenchServingConfig, use: str = "always") -> MeasureArgs:
     cfg = MeasureConfig(prompts=["one", "two", "three"], max_tokens=6, repeats=2, bench_serving=bench)
-    return MeasureArgs(base_url=server.url, model="mla-demo", config=cfg, label="baseline",
-                       tree_sha256="t", bench_serving=use, python=sys.executable, repo=str(TARGET))
+    return MeasureArgs(
+        base_url=server.url,
+        model="mla-demo",
+        config=cfg,
+        label="baseline",
+        tree_sha256="t",
+        bench_serving=use,
+        python=sys.executable,
+        repo=str(TARGET),
+    )
 
 
-@pytest.mark.parametrize("version, module, backend", [
-    ("0.5.9", "sglang.bench_serving", "sglang"),
-    ("0.5.23", "sglang.benchmark.serving", "sglang"),
-    ("0.5.23", "sglang.benchmark.serving", "sglang-oai-chat")])
-def test_real_bench_serving_measures_the_server(version: str, module: str, backend: str,
-                                                server: Server) -> None:
+@pytest.mark.parametrize(
+    "version, module, backend",
+    [
+        ("0.5.9", "sglang.bench_serving", "sglang"),
+        ("0.5.23", "sglang.benchmark.serving", "sglang"),
+        ("0.5.23", "sglang.benchmark.serving", "sglang-oai-chat"),
+    ],
+)
+def test_real_bench_serving_measures_the_server(
+    version: str, module: str, backend: str, server: Server
+) -> None:
     """Two runs of three seeded prompts: every request streamed 6 tokens, greedy outputs repeat.
     `sglang` is SGLang's native /generate, `sglang-oai-chat` its OpenAI chat endpoint."""
     bench = bench_config(str(bench_python(version)), backend=backend)
@@ -81,8 +103,10 @@ def test_auto_without_sglang_uses_perfloop_client(server: Server) -> None:
 def test_always_without_sglang_is_one_clear_line(server: Server) -> None:
     with pytest.raises(ConfigError) as err:
         measure(measure_args(server, BenchServingConfig(use="always")))
-    assert str(err.value) == (f'measure.bench_serving.use = "always" but {sys.executable} has no sglang '
-                              "with bench_serving; install sglang there, or set measure.bench_serving.python")
+    assert str(err.value) == (
+        f'measure.bench_serving.use = "always" but {sys.executable} has no sglang '
+        "with bench_serving; install sglang there, or set measure.bench_serving.python"
+    )
 
 
 def test_failing_bench_serving_is_one_clear_line(bench_py: Path, server: Server) -> None:
@@ -102,14 +126,17 @@ def test_the_loop_measures_with_bench_serving(bench_py: Path, tmp_path: Path) ->
     candidate are measured by bench_serving, the patch is judged on those numbers and accepted."""
     repo = make_repo(tmp_path / "engine")
     target = write_target(tmp_path / "t.toml", repo)
-    target.write_text(target.read_text() + f"""
+    target.write_text(
+        target.read_text()
+        + f"""
 [measure.bench_serving]
 use = "always"
 python = {json.dumps(str(bench_py))}
 tokenizer = "{{repo}}/tokenizer"
 input_len = 24
 env = {{ HF_HUB_OFFLINE = "1" }}
-""")
+"""
+    )
     home = tmp_path / "home"
     proc = perfloop(home, "run", str(target), "--json", "--max-iterations", "1")
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -126,11 +153,18 @@ env = {{ HF_HUB_OFFLINE = "1" }}
 def test_shipped_tokenizer_is_the_servers(bench_py: Path) -> None:
     """transformers' AutoTokenizer on the demo's `tokenizer/` gives the server's byte ids, both ways."""
     sample = "KV cache: wörld ✓ \x01\x7f"
-    script = ("import json, sys; from transformers import AutoTokenizer; "
-              f"t = AutoTokenizer.from_pretrained({str(TARGET / 'tokenizer')!r}); ids = t.encode(sys.argv[1]); "
-              "print(json.dumps([ids, t.decode(ids), t.vocab_size]))")
-    done = subprocess.run([str(bench_py), "-W", "ignore", "-c", script, sample], capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    script = (
+        "import json, sys; from transformers import AutoTokenizer; "
+        f"t = AutoTokenizer.from_pretrained({str(TARGET / 'tokenizer')!r}); ids = t.encode(sys.argv[1]); "
+        "print(json.dumps([ids, t.decode(ids), t.vocab_size]))"
+    )
+    done = subprocess.run(
+        [str(bench_py), "-W", "ignore", "-c", script, sample],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert done.returncode == 0, done.stderr[-1000:]
     ids, text, vocab = json.loads(done.stdout.strip().splitlines()[-1])
     assert ids == list(sample.encode("utf-8")) and text == sample and vocab == 256

@@ -16,7 +16,7 @@ def paged_mla_decode(q_nope, q_rope, ckv, kpe, indptr, ids, scale):
     """Reference of BatchMLAPagedAttentionWrapper.run for page size 1 (one query token per request)."""
     out = torch.empty_like(q_nope)
     for i in range(q_nope.shape[0]):
-        rows = ids[indptr[i]:indptr[i + 1]].long()
+        rows = ids[indptr[i] : indptr[i + 1]].long()
         c, k = ckv[rows, 0].float(), kpe[rows, 0].float()  # [n, RANK], [n, ROPE]
         logits = (q_nope[i].float() @ c.T + q_rope[i].float() @ k.T) * scale  # [HEADS, n]
         out[i] = (logits.softmax(-1) @ c).to(out.dtype)

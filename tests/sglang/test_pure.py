@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.config import load_target
 from agent.actions import bench_serving_use
+from agent.config import load_target
 from state.target import BenchServingConfig
-from tools.errors import ConfigError, PatchError, TraceError
 from tools.bench import summarize
+from tools.errors import ConfigError, PatchError, TraceError
 from tools.sglang.bench import BenchOutputError, bench_module, bench_serving_argv, records_from_jsonl
 from tools.sglang.layout import parse_version
 from tools.sglang.patches import choose_patch_key, does_not_fit, hunk_number, rebase_diff
@@ -18,12 +18,21 @@ from tools.sglang.server import rank_traces, start_profile_body
 
 ROOT = Path(__file__).resolve().parents[2]
 PATCHES = {"mla_server": "a", "sglang": "new", "sglang@0.5.22": "new", "sglang@0.5.8": "old"}
-DIFF = ("diff --git a/python/sglang/x.py b/python/sglang/x.py\n--- a/python/sglang/x.py\n+++ b/python/sglang/x.py\n"
-        "@@ -5,3 +5,4 @@ class A:\n a\n+b\n c\n d\n@@ -40,2 +41,3 @@ def f():\n e\n+f\n g\n")
+DIFF = (
+    "diff --git a/python/sglang/x.py b/python/sglang/x.py\n--- a/python/sglang/x.py\n+++ b/python/sglang/x.py\n"
+    "@@ -5,3 +5,4 @@ class A:\n a\n+b\n c\n d\n@@ -40,2 +41,3 @@ def f():\n e\n+f\n g\n"
+)
 
 
-@pytest.mark.parametrize("version, key", [((0, 5, 8), "sglang@0.5.8"), ((0, 5, 14), "sglang@0.5.8"),
-                                          ((0, 5, 22), "sglang@0.5.22"), ((0, 6, 0), "sglang@0.5.22")])
+@pytest.mark.parametrize(
+    "version, key",
+    [
+        ((0, 5, 8), "sglang@0.5.8"),
+        ((0, 5, 14), "sglang@0.5.8"),
+        ((0, 5, 22), "sglang@0.5.22"),
+        ((0, 6, 0), "sglang@0.5.22"),
+    ],
+)
 def test_patch_key_is_the_newest_not_above_the_release(version, key):
     assert choose_patch_key(PATCHES, version) == key
 
@@ -41,20 +50,33 @@ def test_versions_parse_from_release_strings():
 
 def test_rebase_moves_only_header_paths():
     rebased = rebase_diff(DIFF, "sglang")
-    assert rebased.splitlines()[:3] == ["diff --git a/sglang/x.py b/sglang/x.py", "--- a/sglang/x.py", "+++ b/sglang/x.py"]
+    assert rebased.splitlines()[:3] == [
+        "diff --git a/sglang/x.py b/sglang/x.py",
+        "--- a/sglang/x.py",
+        "+++ b/sglang/x.py",
+    ]
     assert rebased.count("python/") == 0 and rebase_diff(DIFF, "python/sglang") == DIFF
 
 
 def test_misfit_names_the_hunk_from_gits_line():
     assert hunk_number(DIFF, "python/sglang/x.py", 40) == 2
     err = PatchError("patch does not apply: python/sglang/x.py:40 (git apply --check); regenerate the diff")
-    assert str(does_not_fit("0.5.14", DIFF, err)) == "playbook does not fit sglang 0.5.14: hunk 2 failed at python/sglang/x.py:40"
+    assert (
+        str(does_not_fit("0.5.14", DIFF, err))
+        == "playbook does not fit sglang 0.5.14: hunk 2 failed at python/sglang/x.py:40"
+    )
 
 
 def test_start_profile_body_sends_start_step_only_where_supported(tmp_path):
     body = start_profile_body(tmp_path, "p1", 30, (0, 5, 23), start_step=20)
-    assert body == {"output_dir": str(tmp_path), "num_steps": 30, "activities": ["CPU", "GPU"],
-                    "profile_id": "p1", "record_shapes": True, "start_step": 20}
+    assert body == {
+        "output_dir": str(tmp_path),
+        "num_steps": 30,
+        "activities": ["CPU", "GPU"],
+        "profile_id": "p1",
+        "record_shapes": True,
+        "start_step": 20,
+    }
     assert "start_step" not in start_profile_body(tmp_path, "p1", 30, (0, 4, 9), start_step=20)
 
 
@@ -64,21 +86,46 @@ def test_per_rank_traces_are_collected_and_missing_ranks_named(tmp_path):
     with pytest.raises(TraceError, match=r"TP rank\(s\) \[1\]"):
         rank_traces(tmp_path, "p1", 2)
     (tmp_path / "p1-TP-1.trace.json.gz").write_bytes(b"")
-    assert {r: p.name for r, p in rank_traces(tmp_path, "p1", 2).items()} == {0: "p1-TP-0.trace.json.gz",
-                                                                          1: "p1-TP-1.trace.json.gz"}
+    assert {r: p.name for r, p in rank_traces(tmp_path, "p1", 2).items()} == {
+        0: "p1-TP-0.trace.json.gz",
+        1: "p1-TP-1.trace.json.gz",
+    }
 
 
 def bench_line(**details) -> str:
     """A line as bench_serving writes with --output-details (result | result_details; abridged server_info)."""
-    result = {"tag": None, "backend": "sglang", "dataset_name": "random", "request_rate": float("inf"),
-              "max_concurrency": 1, "sharegpt_output_len": None, "random_input_len": 32, "random_output_len": 4,
-              "random_range_ratio": 1.0, "server_info": {"version": "0.5.23"}, "duration": 2.0, "completed": 3,
-              "total_input_tokens": 96, "total_output_tokens": 12, "total_output_tokens_retokenized": 12,
-              "request_throughput": 1.5, "input_throughput": 48.0, "output_throughput": 6.0,
-              "total_throughput": 54.0, "median_ttft_ms": 20.0, "median_tpot_ms": 10.0, "p99_itl_ms": 12.0}
-    result |= {"input_lens": [32, 32, 32], "output_lens": [4, 4, 4], "ttfts": [0.02, 0.03, 0.02],
-               "itls": [[0.01, 0.01, 0.012], [0.01, 0.011, 0.01], [0.01, 0.01, 0.01]],
-               "generated_texts": ["a b c d", "e f g h", "a b c d"], "errors": ["", "", ""]} | details
+    result = {
+        "tag": None,
+        "backend": "sglang",
+        "dataset_name": "random",
+        "request_rate": float("inf"),
+        "max_concurrency": 1,
+        "sharegpt_output_len": None,
+        "random_input_len": 32,
+        "random_output_len": 4,
+        "random_range_ratio": 1.0,
+        "server_info": {"version": "0.5.23"},
+        "duration": 2.0,
+        "completed": 3,
+        "total_input_tokens": 96,
+        "total_output_tokens": 12,
+        "total_output_tokens_retokenized": 12,
+        "request_throughput": 1.5,
+        "input_throughput": 48.0,
+        "output_throughput": 6.0,
+        "total_throughput": 54.0,
+        "median_ttft_ms": 20.0,
+        "median_tpot_ms": 10.0,
+        "p99_itl_ms": 12.0,
+    }
+    result |= {
+        "input_lens": [32, 32, 32],
+        "output_lens": [4, 4, 4],
+        "ttfts": [0.02, 0.03, 0.02],
+        "itls": [[0.01, 0.01, 0.012], [0.01, 0.011, 0.01], [0.01, 0.01, 0.01]],
+        "generated_texts": ["a b c d", "e f g h", "a b c d"],
+        "errors": ["", "", ""],
+    } | details
     return json.dumps(result)
 
 
@@ -94,13 +141,16 @@ def test_bench_serving_runs_become_a_measurement():
     assert not m.outputs_stable  # prompt 2 gave "a b c d" in one run and "x" in the other
 
 
-@pytest.mark.parametrize("line, message", [
-    (bench_line(ttfts=[], itls=[], output_lens=[], generated_texts=[]), "rerun it with --output-details"),
-    (bench_line(errors=["", "HTTP 500: boom\ntrace", ""]), "request 1 failed: HTTP 500: boom"),
-    (json.dumps({"completed": 1}), "field `duration`"),
-    ("{not json", "not JSON"),
-    ("", "wrote no result line"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        (bench_line(ttfts=[], itls=[], output_lens=[], generated_texts=[]), "rerun it with --output-details"),
+        (bench_line(errors=["", "HTTP 500: boom\ntrace", ""]), "request 1 failed: HTTP 500: boom"),
+        (json.dumps({"completed": 1}), "field `duration`"),
+        ("{not json", "not JSON"),
+        ("", "wrote no result line"),
+    ],
+)
 def test_unusable_bench_output_is_one_line(line, message):
     with pytest.raises(BenchOutputError, match=message) as err:
         records_from_jsonl(line)
@@ -110,13 +160,23 @@ def test_unusable_bench_output_is_one_line(line, message):
 def test_bench_command_is_sequential_seeded_and_detailed():
     cfg = BenchServingConfig(backend="sglang-oai-chat", tokenizer="{repo}/tokenizer", input_len=16, seed=7)
     argv = bench_serving_argv("py", bench_module(True), cfg, "http://h:1", "m", 6, 200, 1, "/o.jsonl", "/r p")
-    assert argv[:3] == ["py", "-m", "sglang.benchmark.serving"] and argv[-3:] == ["--output-file", "/o.jsonl", "--output-details"]
+    assert argv[:3] == ["py", "-m", "sglang.benchmark.serving"] and argv[-3:] == [
+        "--output-file",
+        "/o.jsonl",
+        "--output-details",
+    ]
     opts = {flag: argv[i + 1] for i, flag in enumerate(argv[:-1]) if flag.startswith("--")}
     assert opts["--max-concurrency"] == "1" and opts["--dataset-name"] == "random-ids"
     assert opts["--backend"] == "sglang-oai-chat" and opts["--tokenizer"] == "/r p/tokenizer"
-    assert (opts["--num-prompts"], opts["--random-input-len"], opts["--random-output-len"], opts["--seed"]) == \
-        ("6", "16", "200", "7")
-    assert "--tokenizer" not in bench_serving_argv("py", "m", BenchServingConfig(), "u", "m", 1, 2, 0, "o", "r")
+    assert (
+        opts["--num-prompts"],
+        opts["--random-input-len"],
+        opts["--random-output-len"],
+        opts["--seed"],
+    ) == ("6", "16", "200", "7")
+    assert "--tokenizer" not in bench_serving_argv(
+        "py", "m", BenchServingConfig(), "u", "m", 1, 2, 0, "o", "r"
+    )
     assert bench_module(False) == "sglang.bench_serving"
 
 
@@ -126,13 +186,23 @@ def test_glm5_example_config_loads():
     assert "--tp" in target.launch.argv and target.profile.warmup_steps == 20
 
 
-@pytest.mark.parametrize("kind, use, expected", [
-    ("sglang", "auto", "auto"), ("mla_server", "auto", "never"), ("mla_server", "always", "always"),
-    ("sglang", "never", "never")])
+@pytest.mark.parametrize(
+    "kind, use, expected",
+    [
+        ("sglang", "auto", "auto"),
+        ("mla_server", "auto", "never"),
+        ("mla_server", "always", "always"),
+        ("sglang", "never", "never"),
+    ],
+)
 def test_bench_serving_auto_means_sglang_targets(kind, use, expected):
     target = load_target(ROOT / "examples" / "targets" / "sglang-glm5.toml")
-    target = target.model_copy(update={"kind": kind, "measure": target.measure.model_copy(
-        update={"bench_serving": BenchServingConfig(use=use)})})
+    target = target.model_copy(
+        update={
+            "kind": kind,
+            "measure": target.measure.model_copy(update={"bench_serving": BenchServingConfig(use=use)}),
+        }
+    )
     assert bench_serving_use(target) == expected
 
 

@@ -20,14 +20,16 @@ from agent.cli import app
 from playbooks.engine import load_playbooks
 from tests.sglang.conftest import unpack
 from tools.errors import PatchError
-from tools.workspace.instrumentation import MARKER_ID, instrument, is_instrumented, remove_instrumentation
 from tools.sglang.layout import backend_relpath, hook_site, locate
 from tools.sglang.patches import apply_sglang_patch, sglang_patch
+from tools.workspace.instrumentation import MARKER_ID, instrument, is_instrumented, remove_instrumentation
 
 PLAYBOOK = next(b for b in load_playbooks() if b.id == "kv-cache-full-pool-cast")
 SOURCE_DIR = Path(PLAYBOOK.source_dir)
-HOOKS = {"0.5.9": ("python/sglang/srt/model_executor/model_runner.py", "ModelRunner", "forward_decode"),
-         "0.5.23": ("python/sglang/srt/model_executor/runner/eager_runner.py", "EagerRunner", "_execute_decode")}
+HOOKS = {
+    "0.5.9": ("python/sglang/srt/model_executor/model_runner.py", "ModelRunner", "forward_decode"),
+    "0.5.23": ("python/sglang/srt/model_executor/runner/eager_runner.py", "EagerRunner", "_execute_decode"),
+}
 KEYS = {"0.5.9": "sglang@0.5.8", "0.5.23": "sglang@0.5.22"}
 runner = CliRunner()
 
@@ -40,15 +42,25 @@ def method(source: str, class_name: str, name: str) -> ast.FunctionDef:
 
 def casts_of_pool(fn: ast.FunctionDef) -> list[ast.Call]:
     """Calls `<...>.get_key_buffer(...).to(...)` in a function: the full-pool cast."""
-    return [n for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-            and n.func.attr == "to" and isinstance(n.func.value, ast.Call)
-            and isinstance(n.func.value.func, ast.Attribute) and n.func.value.func.attr == "get_key_buffer"]
+    return [
+        n
+        for n in ast.walk(fn)
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and n.func.attr == "to"
+        and isinstance(n.func.value, ast.Call)
+        and isinstance(n.func.value.func, ast.Attribute)
+        and n.func.value.func.attr == "get_key_buffer"
+    ]
 
 
 def calls(fn: ast.FunctionDef, attr: str) -> list[ast.Call]:
     """Calls of `<...>.attr(...)` in a function."""
-    return [n for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-            and n.func.attr == attr]
+    return [
+        n
+        for n in ast.walk(fn)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == attr
+    ]
 
 
 @pytest.mark.parametrize("version", ["0.5.9", "0.5.23"])
@@ -63,7 +75,7 @@ def test_instrumentation_goes_in_compiles_and_comes_out_byte_for_byte(version, t
     text = ws.read_file(site.relpath)
     compile(text, site.relpath, "exec")
     decorators = method(text, site.class_name, site.method).decorator_list
-    assert [ast.unparse(d) for d in decorators][0] == "_perfloop_profiled" and is_instrumented(ws, record)
+    assert next(ast.unparse(d) for d in decorators) == "_perfloop_profiled" and is_instrumented(ws, record)
     remove_instrumentation(ws, record)
     assert (ws.root / site.relpath).read_bytes() == before and ws.snapshot() == snap
     ws.close()
@@ -84,8 +96,13 @@ def test_playbook_patch_applies_compiles_and_removes_the_full_pool_cast(version,
     assert casts_of_pool(after) == []
     assert [ast.unparse(c.func) for c in calls(after, "_decode_kv_buffer")] == ["self._decode_kv_buffer"]
     helper = method(text, "FlashInferMLAAttnBackend", "_decode_kv_buffer")
-    gathered = [c for c in calls(helper, "to") if isinstance(c.func.value, ast.Call)
-                and isinstance(c.func.value.func, ast.Attribute) and c.func.value.func.attr == "index_select"]
+    gathered = [
+        c
+        for c in calls(helper, "to")
+        if isinstance(c.func.value, ast.Call)
+        and isinstance(c.func.value.func, ast.Attribute)
+        and c.func.value.func.attr == "index_select"
+    ]
     assert len(gathered) == 1  # pool.index_select(0, rows).to(dtype): cast after gather
     plan = method(text, "FlashInferMLAIndicesUpdaterDecode", "call_begin_forward")
     assert any(isinstance(n, ast.Return) for n in ast.walk(plan)) and calls(plan, "arange")
@@ -102,8 +119,11 @@ def test_release_the_patch_does_not_fit_is_refused_and_nothing_changes(tmp_path)
     for check_only in (True, False):
         with pytest.raises(PatchError) as err:
             apply_sglang_patch(ws, layout, diff, check_only=check_only)
-        assert re.fullmatch(r"playbook does not fit sglang 0\.5\.14: hunk \d+ failed at "
-                            r"python/sglang/srt/layers/attention/flashinfer_mla_backend\.py:\d+", str(err.value))
+        assert re.fullmatch(
+            r"playbook does not fit sglang 0\.5\.14: hunk \d+ failed at "
+            r"python/sglang/srt/layers/attention/flashinfer_mla_backend\.py:\d+",
+            str(err.value),
+        )
     assert {p: p.read_bytes() for p in ws.root.rglob("*.py")} == files and ws.snapshot() == snap
     ws.close()
 
@@ -128,7 +148,9 @@ def test_cli_instrument_remove_and_playbook_apply(tmp_path):
     assert list(saved) == [site] and ws.snapshot().dirty_sha256.keys() == {site}
     done = runner.invoke(app, ["instrument", "--repo", str(repo), "--kind", "sglang", "--remove"])
     assert done.exit_code == 0, done.output
-    assert (repo / site).read_bytes() == original and not (repo / ".git" / "perfloop-instrumentation.json").exists()
+    assert (repo / site).read_bytes() == original and not (
+        repo / ".git" / "perfloop-instrumentation.json"
+    ).exists()
     done = runner.invoke(app, ["instrument", "--repo", str(repo), "--kind", "sglang", "--remove"])
     assert done.exit_code == 2 and "no record of instrumenting" in done.output
     args = ["playbook", "apply", "kv-cache-full-pool-cast", "--repo", str(repo), "--kind", "sglang"]
@@ -137,7 +159,9 @@ def test_cli_instrument_remove_and_playbook_apply(tmp_path):
     assert ws.snapshot().dirty_sha256 == {}
     done = runner.invoke(app, args)
     assert done.exit_code == 0 and "applied to sglang 0.5.23" in done.output, done.output
-    assert list(ws.snapshot().dirty_sha256) == ["python/sglang/srt/layers/attention/flashinfer_mla_backend.py"]
+    assert list(ws.snapshot().dirty_sha256) == [
+        "python/sglang/srt/layers/attention/flashinfer_mla_backend.py"
+    ]
     done = runner.invoke(app, args)
     assert done.exit_code == 2 and "playbook does not fit sglang 0.5.23: hunk 1 failed at" in done.output
     ws.close()

@@ -30,8 +30,11 @@ def free_port() -> int:
 
 
 def keygen(path: Path, passphrase: str = "") -> Path:
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", passphrase, "-C", path.name,
-                    "-f", str(path)], check=True, timeout=30)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", passphrase, "-C", path.name, "-f", str(path)],
+        check=True,
+        timeout=30,
+    )
     return path
 
 
@@ -44,8 +47,8 @@ def sshd_descendants(pid: int) -> list[int]:
                 stat = (entry / "stat").read_text()
             except OSError:
                 continue
-            ppid = int(stat[stat.rindex(")") + 2:].split()[1])
-            if stat[stat.index("(") + 1:stat.rindex(")")] == "sshd":
+            ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+            if stat[stat.index("(") + 1 : stat.rindex(")")] == "sshd":
                 parents.setdefault(ppid, []).append(int(entry.name))
     found, todo = [], [pid]
     while todo:
@@ -72,12 +75,26 @@ class Sshd:
 
     def start(self) -> None:
         cfg = self.dir / f"sshd-{self.port}.conf"
-        cfg.write_text("\n".join([
-            f"Port {self.port}", "ListenAddress 127.0.0.1", f"HostKey {self.dir / 'host_key'}",
-            f"PidFile {self.pidfile}", f"AuthorizedKeysFile {self.dir / 'authorized_keys'}",
-            "PasswordAuthentication no", "KbdInteractiveAuthentication no", "UsePAM no",
-            "StrictModes no", "PermitRootLogin prohibit-password", "AllowTcpForwarding yes",
-            "Subsystem sftp internal-sftp", "MaxStartups 50", ""]))
+        cfg.write_text(
+            "\n".join(
+                [
+                    f"Port {self.port}",
+                    "ListenAddress 127.0.0.1",
+                    f"HostKey {self.dir / 'host_key'}",
+                    f"PidFile {self.pidfile}",
+                    f"AuthorizedKeysFile {self.dir / 'authorized_keys'}",
+                    "PasswordAuthentication no",
+                    "KbdInteractiveAuthentication no",
+                    "UsePAM no",
+                    "StrictModes no",
+                    "PermitRootLogin prohibit-password",
+                    "AllowTcpForwarding yes",
+                    "Subsystem sftp internal-sftp",
+                    "MaxStartups 50",
+                    "",
+                ]
+            )
+        )
         Path("/run/sshd").mkdir(parents=True, exist_ok=True)
         log = self.dir / f"sshd-{self.port}.log"
         subprocess.run([str(SSHD), "-f", str(cfg), "-E", str(log)], check=True, timeout=30)
@@ -118,8 +135,13 @@ class Sshd:
         ssh_config = tmp / "ssh_config"
         if not ssh_config.exists():
             ssh_config.write_text(f"Host 127.0.0.1\n  IdentityFile {self.client_key}\n")
-        values = dict(url=f"ssh://root@127.0.0.1:{self.port}", known_hosts=known,
-                      config_file=ssh_config, connect_timeout_s=20, keepalive_s=5)
+        values = dict(
+            url=f"ssh://root@127.0.0.1:{self.port}",
+            known_hosts=known,
+            config_file=ssh_config,
+            connect_timeout_s=20,
+            keepalive_s=5,
+        )
         return SSHHostConfig(**{**values, **fields})
 
 

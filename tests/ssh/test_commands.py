@@ -9,8 +9,7 @@ import paramiko
 import pytest
 
 from tools.hosts.connection import SSHError, backoff_delays, parse_target, resolve
-from tools.hosts.ssh import (PGID_MARK, LineSplitter, kill_script,
-                            parse_members, run_script)
+from tools.hosts.ssh import PGID_MARK, LineSplitter, kill_script, parse_members, run_script
 
 NASTY = "a dir/with 'single' \"double\" $(touch /tmp/pwned-$RANDOM) `id` ;&|*"
 
@@ -29,8 +28,10 @@ def test_parse_target() -> None:
 
 
 def test_resolve_uses_the_config_and_the_url_wins() -> None:
-    cfg = config("Host box\n  HostName 10.0.0.5\n  Port 2200\n  User alice\n"
-                 "  IdentityFile ~/keys/box\n  ProxyJump bastion,me@inner:2022\n")
+    cfg = config(
+        "Host box\n  HostName 10.0.0.5\n  Port 2200\n  User alice\n"
+        "  IdentityFile ~/keys/box\n  ProxyJump bastion,me@inner:2022\n"
+    )
     ep = resolve("ssh://box", cfg)
     assert (ep.hostname, ep.port, ep.user) == ("10.0.0.5", 2200, "alice")
     assert ep.identity_files == (Path.home() / "keys/box",)

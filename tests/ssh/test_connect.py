@@ -21,8 +21,9 @@ from tools.hosts.ssh import ConnectionLost, SSHHost
 
 
 def fingerprint(pub: Path) -> str:
-    return subprocess.run(["ssh-keygen", "-lf", str(pub)], capture_output=True, text=True,
-                          check=True, timeout=30).stdout.split()[1]
+    return subprocess.run(
+        ["ssh-keygen", "-lf", str(pub)], capture_output=True, text=True, check=True, timeout=30
+    ).stdout.split()[1]
 
 
 def echo(conn: Connection) -> str:
@@ -73,8 +74,9 @@ def test_a_wrong_client_key_is_refused_in_one_line(sshd: Sshd, tmp_path: Path) -
     assert "Traceback" not in msg
 
 
-def test_passphrase_from_env_or_prompt_never_shows(sshd: Sshd, tmp_path: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_passphrase_from_env_or_prompt_never_shows(
+    sshd: Sshd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "ssh_config").write_text(f"Host *\n  IdentityFile {sshd.dir / 'locked_key'}\n")
     cfg = sshd.config(tmp_path, passphrase_env=PASSPHRASE_ENV)
     monkeypatch.delenv(PASSPHRASE_ENV, raising=False)
@@ -93,17 +95,18 @@ def test_passphrase_from_env_or_prompt_never_shows(sshd: Sshd, tmp_path: Path,
     assert echo(prompted) == "ok" and asked == [f"passphrase for {sshd.dir / 'locked_key'}: "]
 
 
-def test_ssh_agent_keys_are_offered_after_key_files(sshd: Sshd, tmp_path: Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ssh_agent_keys_are_offered_after_key_files(
+    sshd: Sshd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "ssh_config").write_text(f"Host *\n  IdentityFile {sshd.dir / 'other_key'}\n")
     sock = tmp_path / "agent.sock"
-    started = subprocess.run(["ssh-agent", "-s", "-a", str(sock)], capture_output=True, text=True,
-                             check=True, timeout=30).stdout
+    started = subprocess.run(
+        ["ssh-agent", "-s", "-a", str(sock)], capture_output=True, text=True, check=True, timeout=30
+    ).stdout
     agent_pid = int(re.search(r"SSH_AGENT_PID=(\d+)", started).group(1))
     try:
         monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
-        subprocess.run(["ssh-add", "-q", str(sshd.client_key)], check=True, timeout=30,
-                       capture_output=True)
+        subprocess.run(["ssh-add", "-q", str(sshd.client_key)], check=True, timeout=30, capture_output=True)
         assert echo(Connection(sshd.config(tmp_path))) == "ok"  # other_key refused, agent's accepted
     finally:
         os.kill(agent_pid, signal.SIGTERM)
@@ -112,7 +115,8 @@ def test_ssh_agent_keys_are_offered_after_key_files(sshd: Sshd, tmp_path: Path,
 def test_an_alias_from_the_ssh_config(sshd: Sshd, tmp_path: Path) -> None:
     (tmp_path / "ssh_config").write_text(
         f"Host gpu-box\n  HostName 127.0.0.1\n  Port {sshd.port}\n  User root\n"
-        f"  IdentityFile {sshd.client_key}\n")
+        f"  IdentityFile {sshd.client_key}\n"
+    )
     host = SSHHost(sshd.config(tmp_path, url="ssh://gpu-box"))
     assert host.run(["id", "-un"], "/").stdout == "root\n"
     host.close()
@@ -121,7 +125,8 @@ def test_an_alias_from_the_ssh_config(sshd: Sshd, tmp_path: Path) -> None:
 def test_proxy_jump_through_the_same_sshd(sshd: Sshd, tmp_path: Path) -> None:
     (tmp_path / "ssh_config").write_text(
         f"Host target\n  HostName 127.0.0.1\n  Port {sshd.port}\n  ProxyJump root@jump\n"
-        f"Host *\n  IdentityFile {sshd.client_key}\n  Port {sshd.port}\n  HostName 127.0.0.1\n")
+        f"Host *\n  IdentityFile {sshd.client_key}\n  Port {sshd.port}\n  HostName 127.0.0.1\n"
+    )
     conn = Connection(sshd.config(tmp_path, url="ssh://root@target"))
     assert echo(conn) == "ok"
     assert isinstance(conn.client().get_transport().sock, paramiko.Channel)  # tunnelled

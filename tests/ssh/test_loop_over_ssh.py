@@ -26,8 +26,21 @@ from tests.ssh.conftest import Sshd, free_port
 BACKEND = "mla_server/attention/mla_backend.py"
 HOST_HOME = Path.home()
 """The host's home for root, taken before any test points HOME elsewhere."""
-LOCAL_NODES = ["prepare", "instrument", "launch", "baseline", "profile", "diagnose", "propose",
-               "approve", "cleanup", "apply", "relaunch", "measure", "decide"]
+LOCAL_NODES = [
+    "prepare",
+    "instrument",
+    "launch",
+    "baseline",
+    "profile",
+    "diagnose",
+    "propose",
+    "approve",
+    "cleanup",
+    "apply",
+    "relaunch",
+    "measure",
+    "decide",
+]
 
 
 def ssh_target(path: Path, repo: Path, sshd: Sshd, client: Path) -> Path:
@@ -101,7 +114,7 @@ def test_whole_loop_over_ssh_in_a_path_with_shell_syntax(sshd: Sshd, tmp_path: P
     """The demo target in a checkout whose path would run `$(touch ...)` if it reached a shell
     unquoted: the same result as the local run, nothing executed."""
     canary = Path(f"/tmp/pwned-{secrets.token_hex(4)}")
-    nasty = tmp_path / f"it's a \"repo\" $(touch {canary}) `touch {canary}`"
+    nasty = tmp_path / f'it\'s a "repo" $(touch {canary}) `touch {canary}`'
     repo = make_repo(nasty / "engine")
     home = tmp_path / "home"
     target = ssh_target(tmp_path / "t.toml", repo, sshd, tmp_path / "client")
@@ -165,8 +178,9 @@ def test_connection_dropped_mid_measurement_then_resumed(sshd: Sshd, tmp_path: P
         own.stop()
 
 
-def test_demo_on_a_new_host_creates_the_checkout_there(sshd: Sshd, tmp_path: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_demo_on_a_new_host_creates_the_checkout_there(
+    sshd: Sshd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`perfloop demo --host URL --trust-new-host --host-python PY` with the user's own ~/.ssh
     (config naming the key, no known_hosts yet): the tree is uploaded, the repo made on the host."""
     user_home = tmp_path / "user"
@@ -174,14 +188,24 @@ def test_demo_on_a_new_host_creates_the_checkout_there(sshd: Sshd, tmp_path: Pat
     (user_home / ".ssh" / "config").write_text(f"Host 127.0.0.1\n  IdentityFile {sshd.client_key}\n")
     monkeypatch.setenv("HOME", str(user_home))
     home = tmp_path / "home"
-    proc = perfloop(home, "demo", "--host", f"ssh://root@127.0.0.1:{sshd.port}", "--trust-new-host",
-                    "--host-python", sys.executable, "--json", timeout=400)
+    proc = perfloop(
+        home,
+        "demo",
+        "--host",
+        f"ssh://root@127.0.0.1:{sshd.port}",
+        "--trust-new-host",
+        "--host-python",
+        sys.executable,
+        "--json",
+        timeout=400,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     s = last_json(proc)
     repo = HOST_HOME / ".perfloop" / "workspaces" / s["session"] / "mla_server"
     try:
-        assert (user_home / ".ssh" / "known_hosts").read_text().split()[1:] == \
-            sshd.known_hosts_line().split()[1:]
+        assert (user_home / ".ssh" / "known_hosts").read_text().split()[
+            1:
+        ] == sshd.known_hosts_line().split()[1:]
         assert git(repo, "log", "--format=%s", "main").strip() == "perfloop: import mla_server"
         assert_same_result_as_local(home, s, repo)  # the demo config does not set PYTHONDONTWRITEBYTECODE
     finally:

@@ -17,26 +17,49 @@ from tools import server
 from tools.door.live import LiveDoor as Door
 from tools.door.registry import spec_of
 from tools.errors import PatchError, ToolError
+from tools.hosts.client import (
+    MAX_ARG_CHARS,
+    PRUNE_AFTER_DAYS,
+    RemoteExecutor,
+    ensure_package,
+    package_files,
+    package_hash,
+)
 from tools.hosts.remote import decode_request, encode_request, request_body
-from tools.hosts.client import (MAX_ARG_CHARS, PRUNE_AFTER_DAYS, RemoteExecutor, ensure_package,
-                                 package_files, package_hash)
-from tools.workspace.repo import check_patch, snapshot
 from tools.hosts.ssh import SSHHost
+from tools.workspace.repo import check_patch, snapshot
 
 
 def repo_at(path: Path) -> Path:
     path.mkdir()
     subprocess.run(["git", "init", "-q", "-b", "main", str(path)], check=True)
     (path / "a.txt").write_text("a\n")
-    subprocess.run(["git", "-C", str(path), "-c", "user.name=u", "-c", "user.email=u@x",
-                    "commit", "-qm", "a", "--allow-empty"], check=True)
+    subprocess.run(
+        [
+            "git",
+            "-C",
+            str(path),
+            "-c",
+            "user.name=u",
+            "-c",
+            "user.email=u@x",
+            "commit",
+            "-qm",
+            "a",
+            "--allow-empty",
+        ],
+        check=True,
+    )
     return path
 
 
 def test_request_round_trip_and_package_hash(tmp_path: Path) -> None:
     arg = encode_request(request_body(spec_of(snapshot), {"repo": "/a b/$(x)"}))
-    assert decode_request(arg) == {"name": "repo.snapshot", "tool": "tools.workspace.repo:snapshot",
-                                   "input": {"repo": "/a b/$(x)"}}
+    assert decode_request(arg) == {
+        "name": "repo.snapshot",
+        "tool": "tools.workspace.repo:snapshot",
+        "input": {"repo": "/a b/$(x)"},
+    }
     files = package_files()
     assert "tools/hosts/remote.py" in files and "state/loop.py" in files
     assert not any("__pycache__" in rel for rel in files)
@@ -72,7 +95,8 @@ def test_an_interpreter_without_the_tools_fails_in_one_line(host: SSHHost, tmp_p
 
 
 def test_pass_env_reaches_the_remote_server_but_no_file_or_command_line(
-        host: SSHHost, tmp_path: Path, monkeypatch) -> None:
+    host: SSHHost, tmp_path: Path, monkeypatch
+) -> None:
     """A secret named in launch.pass_env is forwarded in a 0600 request file the host deletes."""
     import hashlib
     import json as _json
@@ -86,12 +110,31 @@ def test_pass_env_reaches_the_remote_server_but_no_file_or_command_line(
     calls = MemoryRecorder()
     door = Door("s", calls, RemoteExecutor(host, sys.executable, pkg))
     seen = tmp_path / "seen.sha"
-    launch = LaunchConfig(argv=["bash", "-c", f'printf %s "$PERFLOOP_TEST_API_KEY" | sha256sum > {seen}; '
-                                              'exec python3 -m http.server "$0" --bind 127.0.0.1', "{port}"],
-                          health_path="/", startup_timeout_s=30, pass_env=["PERFLOOP_TEST_API_KEY"])
-    handle = door.call(server.launch, LaunchArgs(
-        repo=tmp_path, launch=launch, python=sys.executable, log_path=tmp_path / "server.log",
-        tree_sha256="t", instrumented=False, profile_dir=None, launch_number=1))
+    launch = LaunchConfig(
+        argv=[
+            "bash",
+            "-c",
+            f'printf %s "$PERFLOOP_TEST_API_KEY" | sha256sum > {seen}; '
+            'exec python3 -m http.server "$0" --bind 127.0.0.1',
+            "{port}",
+        ],
+        health_path="/",
+        startup_timeout_s=30,
+        pass_env=["PERFLOOP_TEST_API_KEY"],
+    )
+    handle = door.call(
+        server.launch,
+        LaunchArgs(
+            repo=tmp_path,
+            launch=launch,
+            python=sys.executable,
+            log_path=tmp_path / "server.log",
+            tree_sha256="t",
+            instrumented=False,
+            profile_dir=None,
+            launch_number=1,
+        ),
+    )
     try:
         assert seen.read_text().split()[0] == hashlib.sha256(secret.encode()).hexdigest()
         assert not host.exists(pkg / "requests") or not host.sftp().listdir(str(pkg / "requests"))

@@ -29,8 +29,11 @@ def test_run_streams_lines_and_reports_exit_codes(host: SSHHost, tmp_path: Path)
     assert host.run(["sh", "-c", 'echo "$X"'], tmp_path, env={"X": "a b"}).stdout == "a b\n"
     seen: list[tuple[float, str, str]] = []
     t0 = time.monotonic()
-    host.run(["sh", "-c", "echo one; sleep 1; echo two >&2"], tmp_path,
-             on_line=lambda stream, line: seen.append((time.monotonic() - t0, stream, line)))
+    host.run(
+        ["sh", "-c", "echo one; sleep 1; echo two >&2"],
+        tmp_path,
+        on_line=lambda stream, line: seen.append((time.monotonic() - t0, stream, line)),
+    )
     assert [(s, line) for _, s, line in seen] == [("stdout", "one"), ("stderr", "two")]
     assert seen[1][0] - seen[0][0] > 0.7  # "one" arrived while the command was still running
     missing = host.run(["true"], tmp_path / "nope")
@@ -82,11 +85,14 @@ def test_a_group_that_ignores_term_is_killed(host: SSHHost, tmp_path: Path) -> N
 
 def test_zombies_are_not_counted(host: SSHHost, tmp_path: Path) -> None:
     # sh forks a short sleep, then becomes a long sleep that never reaps it: a zombie in the group.
-    handle = local_host.start_background(["sh", "-c", "sleep 0.1 & exec sleep 300"], tmp_path, tmp_path / "log")
+    handle = local_host.start_background(
+        ["sh", "-c", "sleep 0.1 & exec sleep 300"], tmp_path, tmp_path / "log"
+    )
 
     def zombie_present() -> bool:
         ps = host.run(["ps", "-o", "stat=", "-g", str(handle.pgid)], "/").stdout.split()
         return "Z" in "".join(s[0] for s in ps)
+
     assert wait_for(zombie_present)
     assert host.group_members(handle.pgid) == [handle.pid]
     assert host.stop_group(handle.pgid, grace_s=5) is False
@@ -104,6 +110,7 @@ def test_atomic_write_never_shows_a_partial_file_and_keeps_the_mode(host: SSHHos
     def watch() -> None:
         while not done.is_set():
             seen.add(len(target.read_bytes()))
+
     watcher = threading.Thread(target=watch)
     watcher.start()
     try:

@@ -19,8 +19,9 @@ def test_fix_makes_the_pool_cast_vanish_on_h200() -> None:
     assert appeared.input_dims[0] == [100, 1, 576]
     assert all(r.status != "same" for r in result.ops) and result.note == ""
     assert result.before_step_us > 5 * result.after_step_us
-    assert [abs(r.delta_us_per_step) for r in result.ops] == sorted((abs(r.delta_us_per_step) for r in result.ops),
-                                                                  reverse=True)
+    assert [abs(r.delta_us_per_step) for r in result.ops] == sorted(
+        (abs(r.delta_us_per_step) for r in result.ops), reverse=True
+    )
 
 
 def test_same_trace_has_no_changes_and_bases_are_checked(tmp_path: Path) -> None:

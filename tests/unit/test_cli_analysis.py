@@ -63,6 +63,10 @@ def test_diff_and_errors(tmp_path: Path) -> None:
     assert doc["ops"][0]["status"] == "vanished"
     bad = tmp_path / "bad.json"
     bad.write_text('{"traceEvents": [{"ph": "X"')
-    for args in (["analyze", str(bad)], ["analyze", FULL, "--by", "thread"], ["diff", FULL, str(tmp_path / "no")]):
+    for args in (
+        ["analyze", str(bad)],
+        ["analyze", FULL, "--by", "thread"],
+        ["diff", FULL, str(tmp_path / "no")],
+    ):
         result = runner.invoke(app, args)
         assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output

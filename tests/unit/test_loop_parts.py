@@ -15,8 +15,8 @@ from agent.steps_profile import files_of
 from state.loop import LoopOptions, LoopState
 from state.measure import RequestRecord
 from state.sglang import SglangLayout
-from tools.bench import sse_data, stat, summarize, to_record
 from tests.recorders import MemoryRecorder
+from tools.bench import sse_data, stat, summarize, to_record
 from tools.door import tool
 from tools.door.live import LiveDoor as Door
 from tools.errors import ConfigError, ToolError
@@ -26,15 +26,23 @@ DEMO_TOML = Path(__file__).resolve().parents[2] / "examples" / "targets" / "mla_
 
 
 def measurement(tpots: list[float], texts: list[str], label: str = "m"):
-    records = [RequestRecord(prompt_index=i % len(texts), ttft_ms=50.0, itl_ms=[t, t, t],
-                             text=texts[i % len(texts)], completion_tokens=4)
-               for i, t in enumerate(tpots)]
+    records = [
+        RequestRecord(
+            prompt_index=i % len(texts),
+            ttft_ms=50.0,
+            itl_ms=[t, t, t],
+            text=texts[i % len(texts)],
+            completion_tokens=4,
+        )
+        for i, t in enumerate(tpots)
+    ]
     return summarize(label, "tree", records, len(texts), wall_s=1.0)
 
 
 def test_judge_accepts_a_clear_win_with_identical_outputs() -> None:
-    ok, reason, noise = judge(measurement([100, 101, 99, 100], ["a", "b"]),
-                              measurement([30, 31, 29, 30], ["a", "b"]))
+    ok, reason, noise = judge(
+        measurement([100, 101, 99, 100], ["a", "b"]), measurement([30, 31, 29, 30], ["a", "b"])
+    )
     assert ok and "3.33x" in reason and 0 < noise < 2
 
 
@@ -44,8 +52,7 @@ def test_judge_rejects_changed_outputs_even_when_faster() -> None:
 
 
 def test_judge_rejects_a_gain_within_noise() -> None:
-    ok, reason, noise = judge(measurement([100, 80, 120, 100], ["a"]),
-                              measurement([95, 75, 115, 95], ["a"]))
+    ok, reason, noise = judge(measurement([100, 80, 120, 100], ["a"]), measurement([95, 75, 115, 95], ["a"]))
     assert not ok and "within the measured noise" in reason and noise >= 10
 
 
@@ -66,21 +73,33 @@ def test_stat_and_record() -> None:
 
 
 def test_summarize_flags_unstable_outputs() -> None:
-    records = [RequestRecord(prompt_index=0, ttft_ms=1, itl_ms=[1], text=t, completion_tokens=2)
-               for t in ("ab", "ac")]
+    records = [
+        RequestRecord(prompt_index=0, ttft_ms=1, itl_ms=[1], text=t, completion_tokens=2)
+        for t in ("ab", "ac")
+    ]
     m = summarize("x", "t", records, 1, 1.0)
     assert m.outputs == ["ab"] and not m.outputs_stable
 
 
 def test_sse_parsing_stops_at_done() -> None:
-    lines = [b": keep-alive\n", b'data: {"choices": [{"delta": {"content": "h"}}]}\n', b"\n",
-             b"data: [DONE]\n", b'data: {"never": 1}\n']
+    lines = [
+        b": keep-alive\n",
+        b'data: {"choices": [{"delta": {"content": "h"}}]}\n',
+        b"\n",
+        b"data: [DONE]\n",
+        b'data: {"never": 1}\n',
+    ]
     assert list(sse_data(iter(lines))) == [{"choices": [{"delta": {"content": "h"}}]}]
 
 
 def test_command_building() -> None:
-    assert build_argv(["{python}", "-m", "x", "--port", "{port}"], 8001, "/py") == \
-        ["/py", "-m", "x", "--port", "8001"]
+    assert build_argv(["{python}", "-m", "x", "--port", "{port}"], 8001, "/py") == [
+        "/py",
+        "-m",
+        "x",
+        "--port",
+        "8001",
+    ]
     assert with_flag(["a", "--device", "cpu", "b"], "--device", "cuda") == ["a", "--device", "cuda", "b"]
     assert with_flag(["a"], "--device", "cuda") == ["a", "--device", "cuda"]
 
@@ -135,10 +154,13 @@ def test_door_records_outputs_and_errors() -> None:
 
 def test_state_types_round_trip_without_unregistered_warnings(tmp_path: Path, caplog) -> None:
     assert LoopState in state_types()
-    state = LoopState(session_id="s", target=load_target(DEMO_TOML),
-                      options=LoopOptions(session_dir=tmp_path, python="python3"),
-                      baseline=measurement([10, 11], ["a"]),
-                      sglang=SglangLayout(kind="checkout", package_dir="python/sglang", version="0.5.23"))
+    state = LoopState(
+        session_id="s",
+        target=load_target(DEMO_TOML),
+        options=LoopOptions(session_dir=tmp_path, python="python3"),
+        baseline=measurement([10, 11], ["a"]),
+        sglang=SglangLayout(kind="checkout", package_dir="python/sglang", version="0.5.23"),
+    )
     serde = serializer()
     with caplog.at_level(logging.WARNING):
         back = serde.loads_typed(serde.dumps_typed(state))

@@ -10,8 +10,16 @@ from state.profile import ProfileSummary
 from tools.errors import ConfigError
 from tools.trace import read_chrome_trace, read_key_averages_table
 
-from .test_trace import (ACTIVE_TOKENS, GLM5_TABLE, POOL_SLOTS, TRACES, full_pool_cast, gather_then_cast,
-                         matmul_heavy, record_trace)
+from .test_trace import (
+    ACTIVE_TOKENS,
+    GLM5_TABLE,
+    POOL_SLOTS,
+    TRACES,
+    full_pool_cast,
+    gather_then_cast,
+    matmul_heavy,
+    record_trace,
+)
 
 CASE = "kv-cache-full-pool-cast"
 CTX = DiagnosisContext(target_kind="mla_server", active_tokens=ACTIVE_TOKENS, tpot_ms=95.6)
@@ -36,8 +44,9 @@ demo = "patches/demo.diff"
 """
 
 
-def write_playbook(root: Path, id: str = "tmp-cast", confidence: float = 0.5, min_share: float = 0.1,
-                   text: str | None = None) -> Path:
+def write_playbook(
+    root: Path, id: str = "tmp-cast", confidence: float = 0.5, min_share: float = 0.1, text: str | None = None
+) -> Path:
     """A playbook folder under `root` (a catalog dir) with its own patch; returns the toml's path."""
     folder = root / id
     (folder / "patches").mkdir(parents=True, exist_ok=True)
@@ -100,10 +109,12 @@ def test_real_cuda_traces() -> None:
 
 def test_glm5_table_and_active_tokens() -> None:
     ops = read_key_averages_table(GLM5_TABLE)
-    profile = ProfileSummary(source="glm5", time_basis="device", steps=30, total_self_us=1.938e6,
-                             step_us=1.938e6 / 30, ops=ops)
-    finding = diagnose(profile, DiagnosisContext(target_kind="mla_server", active_tokens=230),
-                       load_playbooks()).findings[0]
+    profile = ProfileSummary(
+        source="glm5", time_basis="device", steps=30, total_self_us=1.938e6, step_us=1.938e6 / 30, ops=ops
+    )
+    finding = diagnose(
+        profile, DiagnosisContext(target_kind="mla_server", active_tokens=230), load_playbooks()
+    ).findings[0]
     assert finding.playbook == CASE and [e.op for e in finding.evidence] == ["aten::copy_"]
     assert finding.expected_gain_share == pytest.approx(0.69 * (1 - 230 / 495552))
     assert finding.expected_gain_ms is None
@@ -115,7 +126,9 @@ def test_extra_dir_patch_min_share_and_ranking(tmp_path: Path) -> None:
     write_playbook(tmp_path, "tmp-cast", confidence=0.5)
     write_playbook(tmp_path, "tmp-unlikely", min_share=0.999)
     playbooks = load_playbooks([tmp_path])
-    assert [pb.id for pb in playbooks][-2:] == ["tmp-cast", "tmp-unlikely"] and CASE in [pb.id for pb in playbooks]
+    assert [pb.id for pb in playbooks][-2:] == ["tmp-cast", "tmp-unlikely"] and CASE in [
+        pb.id for pb in playbooks
+    ]
     profile = trace_of(tmp_path / "trace", full_pool_cast)
     assert [f.playbook for f in diagnose(profile, CTX, playbooks).findings] == [CASE, "tmp-cast"]
     tmp_cast = playbooks[-2]
@@ -125,17 +138,23 @@ def test_extra_dir_patch_min_share_and_ranking(tmp_path: Path) -> None:
         patch_text(tmp_cast, "demo")
 
 
-@pytest.mark.parametrize(("edit", "expected"), [
-    (lambda t: t.replace('title = "Whole pool cast"', 'title = "unterminated'), "invalid TOML"),
-    (lambda t: t.replace("confidence = 0.5", "confidence = 2.0"), "field confidence"),
-    (lambda t: t.replace("min_share = 0.1", "min_share = 0.1\nmax_share = 1"), "field signature.max_share"),
-    (lambda t: t.replace("'^aten::copy_$'", "'^aten::(copy_'"), "field signature.op_names"),
-    (lambda t: t.replace("{share_pct:.0f}", "{pct}"), "field evidence_note"),
-    (lambda t: t.replace('"cast_fraction"', '"linear"'), "field gain: .*'linear'"),
-    (lambda t: t.replace('"patches/demo.diff"', '"../demo.diff"'), "field patches"),
-    (lambda t: t.replace('id = "tmp-cast"', 'id = "other"'), "must equal its folder name"),
-    (lambda t: 'source_dir = "/x"\n' + t, "set by the loader"),
-])
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (lambda t: t.replace('title = "Whole pool cast"', 'title = "unterminated'), "invalid TOML"),
+        (lambda t: t.replace("confidence = 0.5", "confidence = 2.0"), "field confidence"),
+        (
+            lambda t: t.replace("min_share = 0.1", "min_share = 0.1\nmax_share = 1"),
+            "field signature.max_share",
+        ),
+        (lambda t: t.replace("'^aten::copy_$'", "'^aten::(copy_'"), "field signature.op_names"),
+        (lambda t: t.replace("{share_pct:.0f}", "{pct}"), "field evidence_note"),
+        (lambda t: t.replace('"cast_fraction"', '"linear"'), "field gain: .*'linear'"),
+        (lambda t: t.replace('"patches/demo.diff"', '"../demo.diff"'), "field patches"),
+        (lambda t: t.replace('id = "tmp-cast"', 'id = "other"'), "must equal its folder name"),
+        (lambda t: 'source_dir = "/x"\n' + t, "set by the loader"),
+    ],
+)
 def test_malformed_playbook_names_file_and_field(tmp_path: Path, edit, expected: str) -> None:
     toml = write_playbook(tmp_path)
     toml.write_text(edit(toml.read_text()))

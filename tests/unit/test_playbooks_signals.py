@@ -60,11 +60,15 @@ def test_steps_and_syncs_on_real_h200_trace() -> None:
     assert all(s.kernels == 24 and s.device_us == pytest.approx(541, abs=2) for s in summary.step_stats)
     (sync,) = summary.syncs
     assert sync.name == "cudaDeviceSynchronize" and sync.calls == 4 and sync.decode_calls == 0
-    assert "host-sync-in-decode" not in [f.playbook for f in diagnose(summary, CTX, load_playbooks()).findings]
+    assert "host-sync-in-decode" not in [
+        f.playbook for f in diagnose(summary, CTX, load_playbooks()).findings
+    ]
 
 
 def test_roofline_of_the_pool_cast_on_h200() -> None:
-    finding = diagnose(read_chrome_trace(TRACES / "full_pool_cast_cuda.json.gz"), CTX, load_playbooks()).findings[0]
+    finding = diagnose(
+        read_chrome_trace(TRACES / "full_pool_cast_cuda.json.gz"), CTX, load_playbooks()
+    ).findings[0]
     roof = finding.roofline
     assert roof is not None and roof.bytes_per_call == 65536 * 576 * (1 + 2)
     assert roof.bandwidth_gbs == DEVICE_BANDWIDTH_GBS["H200"] and roof.bandwidth_source == "NVIDIA H200"
@@ -86,7 +90,12 @@ def test_sync_caller_is_the_op_without_stacks(tmp_path: Path) -> None:
     path = tmp_path / "t.json.gz"
     record_trace(path, item_in_decode)
     (sync,) = read_chrome_trace(path).syncs
-    assert (sync.name, sync.caller, sync.calls, sync.decode_calls) == ("aten::_local_scalar_dense", "aten::item", 6, 6)
+    assert (sync.name, sync.caller, sync.calls, sync.decode_calls) == (
+        "aten::_local_scalar_dense",
+        "aten::item",
+        6,
+        6,
+    )
 
 
 def test_weight_upcast_on_cpu_trace(tmp_path: Path) -> None:
@@ -115,12 +124,35 @@ def test_cuda_graph_kernels_go_to_the_graph_row() -> None:
     events = [
         {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0.0, "dur": 100.0, **host},
         {"ph": "X", "cat": "cpu_op", "name": "sglang::replay", "ts": 1.0, "dur": 50.0, **host},
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "ts": 2.0, "dur": 5.0,
-         "args": {"correlation": 9}, **host},
-        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 10.0, "dur": 4.0,
-         "args": {"correlation": 9, "device": 0}},
-        {"ph": "X", "cat": "kernel", "name": "rmsnorm", "pid": 0, "tid": 7, "ts": 15.0, "dur": 2.0,
-         "args": {"correlation": 9, "device": 0}},
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaGraphLaunch",
+            "ts": 2.0,
+            "dur": 5.0,
+            "args": {"correlation": 9},
+            **host,
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "gemm",
+            "pid": 0,
+            "tid": 7,
+            "ts": 10.0,
+            "dur": 4.0,
+            "args": {"correlation": 9, "device": 0},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "rmsnorm",
+            "pid": 0,
+            "tid": 7,
+            "ts": 15.0,
+            "dur": 2.0,
+            "args": {"correlation": 9, "device": 0},
+        },
     ]
     summary = summarize_events(events, "inline")
     rows = {op.name: op for op in summary.ops}

@@ -40,8 +40,9 @@ def matmul_heavy(pool: torch.Tensor) -> None:
         torch.mm(a, w)
 
 
-def record_trace(path: Path, step: Callable[[torch.Tensor], None], steps: int = 2,
-                 with_stack: bool = False) -> str:
+def record_trace(
+    path: Path, step: Callable[[torch.Tensor], None], steps: int = 2, with_stack: bool = False
+) -> str:
     """Profile `steps` decode steps (after one warm-up) on CPU; export the Chrome trace to `path`.
 
     Returns the key_averages table grouped by input shape. torch allows one export per trace."""
@@ -51,11 +52,17 @@ def record_trace(path: Path, step: Callable[[torch.Tensor], None], steps: int = 
     def ready(prof: profile) -> None:
         """Export the trace and keep the table (on_trace_ready, once the active steps end)."""
         prof.export_chrome_trace(str(path))
-        tables.append(prof.key_averages(group_by_input_shape=True)
-                      .table(sort_by="self_cpu_time_total", row_limit=20))
+        tables.append(
+            prof.key_averages(group_by_input_shape=True).table(sort_by="self_cpu_time_total", row_limit=20)
+        )
 
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, on_trace_ready=ready,
-                 with_stack=with_stack, schedule=schedule(wait=0, warmup=1, active=steps, repeat=1)) as prof:
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        record_shapes=True,
+        on_trace_ready=ready,
+        with_stack=with_stack,
+        schedule=schedule(wait=0, warmup=1, active=steps, repeat=1),
+    ) as prof:
         for _ in range(steps + 1):
             with record_function("forward_decode"):
                 step(pool)
@@ -122,22 +129,41 @@ def test_device_trace_attributes_kernels_to_launching_op() -> None:
 
 def test_kernel_launched_outside_any_op_keeps_its_name() -> None:
     events = [
-        {"ph": "X", "cat": "cuda_runtime", "name": "cuLaunchKernel", "pid": 1, "tid": 1, "ts": 10.0,
-         "dur": 2.0, "args": {"correlation": 7}},
-        {"ph": "X", "cat": "kernel", "name": "triton_fused_rope", "pid": 0, "tid": 7, "ts": 20.0,
-         "dur": 5.0, "args": {"correlation": 7}},
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cuLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": 10.0,
+            "dur": 2.0,
+            "args": {"correlation": 7},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "triton_fused_rope",
+            "pid": 0,
+            "tid": 7,
+            "ts": 20.0,
+            "dur": 5.0,
+            "args": {"correlation": 7},
+        },
     ]
     summary = summarize_events(events, "inline")
     rows = [(op.name, op.calls, op.self_us, op.share) for op in summary.ops]
     assert rows == [("triton_fused_rope", 1, 5.0, 1.0)]
 
 
-@pytest.mark.parametrize(("content", "expected"), [
-    (b"", "file is empty"),
-    (b'{"traceEvents": [{"ph": "X",', "invalid JSON at byte offset 28"),
-    (b'[1, 2]', "expected a JSON object with a 'traceEvents' list"),
-    (gzip.compress(b'{"traceEvents": []}')[:-12], "gzip data is truncated or corrupt"),
-])
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (b"", "file is empty"),
+        (b'{"traceEvents": [{"ph": "X",', "invalid JSON at byte offset 28"),
+        (b"[1, 2]", "expected a JSON object with a 'traceEvents' list"),
+        (gzip.compress(b'{"traceEvents": []}')[:-12], "gzip data is truncated or corrupt"),
+    ],
+)
 def test_malformed_trace_names_file_and_problem(tmp_path: Path, content: bytes, expected: str) -> None:
     path = tmp_path / "bad.json.gz"
     path.write_bytes(content)
@@ -156,15 +182,15 @@ def test_truncated_real_gzip_and_missing_file(cast_trace: tuple[Path, str], tmp_
 
 
 GLM5_TABLE = """\
--------------------------------------------------------  ------------  ------------  ------------  ------------  ------------  ------------  ------------  ------------  ------------  ------------  ---------------------------------------  
-                                                   Name    Self CPU %      Self CPU   CPU total %     CPU total  CPU time avg     Self CUDA   Self CUDA %    CUDA total  CUDA time avg    # of Calls                             Input Shapes  
--------------------------------------------------------  ------------  ------------  ------------  ------------  ------------  ------------  ------------  ------------  ------------  ------------  ---------------------------------------  
-                                            aten::copy_         1.12%     310.512ms         2.05%     568.377ms     132.563us        1.337s        69.00%        1.337s     571.444us          2340  [[495552, 1, 576], [495552, 1, 576], []]  
-void at::native::unrolled_elementwise_kernel<at::nat...         0.00%       0.000us         0.00%       0.000us       0.000us        1.337s        69.00%        1.337s     571.444us          2340                                       []  
-                                        aten::_to_copy         0.41%     113.704ms         2.71%     751.420ms     321.120us       0.000us         0.00%        1.337s     571.444us          2340   [[495552, 1, 576], [], [], [], [], [], []]  
-                                    cutlass_fp4_gemm_sm120         0.00%       0.000us         0.00%       0.000us       0.000us     213.117ms        11.00%     213.117ms      15.180us         14040                                       []  
-                                               aten::mm         0.37%     102.410ms         0.91%     252.061ms      17.953us      96.871ms         5.00%      96.871ms       6.900us         14040            [[1, 6144], [6144, 2048]]  
--------------------------------------------------------  ------------  ------------  ------------  ------------  ------------  ------------  ------------  ------------  ------------  ------------  ---------------------------------------  
+-------------------------------------------------------  ------------  ------------  ------------  ------------  ------------  ------------  ------------  ------------  ------------  ------------  ---------------------------------------
+                                                   Name    Self CPU %      Self CPU   CPU total %     CPU total  CPU time avg     Self CUDA   Self CUDA %    CUDA total  CUDA time avg    # of Calls                             Input Shapes
+-------------------------------------------------------  ------------  ------------  ------------  ------------  ------------  ------------  ------------  ------------  ------------  ------------  ---------------------------------------
+                                            aten::copy_         1.12%     310.512ms         2.05%     568.377ms     132.563us        1.337s        69.00%        1.337s     571.444us          2340  [[495552, 1, 576], [495552, 1, 576], []]
+void at::native::unrolled_elementwise_kernel<at::nat...         0.00%       0.000us         0.00%       0.000us       0.000us        1.337s        69.00%        1.337s     571.444us          2340                                       []
+                                        aten::_to_copy         0.41%     113.704ms         2.71%     751.420ms     321.120us       0.000us         0.00%        1.337s     571.444us          2340   [[495552, 1, 576], [], [], [], [], [], []]
+                                    cutlass_fp4_gemm_sm120         0.00%       0.000us         0.00%       0.000us       0.000us     213.117ms        11.00%     213.117ms      15.180us         14040                                       []
+                                               aten::mm         0.37%     102.410ms         0.91%     252.061ms      17.953us      96.871ms         5.00%      96.871ms       6.900us         14040            [[1, 6144], [6144, 2048]]
+-------------------------------------------------------  ------------  ------------  ------------  ------------  ------------  ------------  ------------  ------------  ------------  ------------  ---------------------------------------
 Self CPU time total: 27.726s
 Self CUDA time total: 1.938s
 """

@@ -42,10 +42,23 @@ def test_device_names_from_header(tmp_path: Path) -> None:
 
 def test_braces_and_separators_inside_strings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     names = ['k}, {"x": 1', "lambda()#3}::operator()", '}, {\\"ph\\": \\"X\\"']
-    events = [{"ph": "X", "cat": "cpu_op", "name": n, "pid": 1, "tid": 1, "ts": i, "dur": 1.0,
-               "args": {"Input Dims": [[2, 3]], "Input type": ["float"]}} for i, n in enumerate(names)]
+    events = [
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": n,
+            "pid": 1,
+            "tid": 1,
+            "ts": i,
+            "dur": 1.0,
+            "args": {"Input Dims": [[2, 3]], "Input type": ["float"]},
+        }
+        for i, n in enumerate(names)
+    ]
     path = tmp_path / "t.json"
-    path.write_text('{"traceEvents": [\n' + ",\n".join(json.dumps(e) for e in events) + '\n], "x": [{"a": 1}, {"b": 2}]}')
+    path.write_text(
+        '{"traceEvents": [\n' + ",\n".join(json.dumps(e) for e in events) + '\n], "x": [{"a": 1}, {"b": 2}]}'
+    )
     monkeypatch.setattr(stream, "CHUNK_BYTES", 16)
     assert [e.name for e in events_of(path)] == [json.loads(json.dumps(n)) for n in names]
 
@@ -53,7 +66,7 @@ def test_braces_and_separators_inside_strings(tmp_path: Path, monkeypatch: pytes
 def test_truncated_plain_trace_names_byte_offset(tmp_path: Path) -> None:
     raw = gzip.decompress(CUDA.read_bytes())
     cut = tmp_path / "cut.json"
-    cut.write_bytes(raw[:len(raw) // 2])
+    cut.write_bytes(raw[: len(raw) // 2])
     with pytest.raises(TraceError, match=r"cut.json: invalid JSON at byte offset \d+") as err:
         read_chrome_trace(cut)
     offset = int(str(err.value).split("byte offset ")[1].split()[0])
@@ -63,7 +76,7 @@ def test_truncated_plain_trace_names_byte_offset(tmp_path: Path) -> None:
 def test_corrupt_middle_names_offset(tmp_path: Path) -> None:
     raw = bytearray(gzip.decompress(CUDA.read_bytes()))
     at = raw.index(b'"ph"', len(raw) // 2)
-    raw[at:at + 4] = b"#ph#"
+    raw[at : at + 4] = b"#ph#"
     bad = tmp_path / "bad.json"
     bad.write_bytes(bytes(raw))
     with pytest.raises(TraceError, match="invalid JSON at byte offset"):

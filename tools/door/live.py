@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Protocol
 
 from pydantic import BaseModel
@@ -52,7 +52,7 @@ class LiveDoor:
         spec = spec_of(fn)
         if not isinstance(args, spec.input_type):
             raise TypeError(f"tool {spec.name!r} takes {spec.input_type.__name__}, got {type(args).__name__}")
-        started, t0 = datetime.now(timezone.utc), time.perf_counter()
+        started, t0 = datetime.now(UTC), time.perf_counter()
         output: BaseModel | None = None
         error: str | None = None
         try:

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-
 from state.records import ToolCallRecord
 from tools.door.registry import In, Out, spec_of
 from tools.errors import error_from
@@ -31,7 +30,7 @@ def first_difference(recorded: Any, actual: Any, path: str = "") -> str | None:
                 return diff
         return None
     if isinstance(recorded, list) and isinstance(actual, list) and len(recorded) == len(actual):
-        for i, (r, a) in enumerate(zip(recorded, actual)):
+        for i, (r, a) in enumerate(zip(recorded, actual, strict=False)):
             diff = first_difference(r, a, f"{path}[{i}]")
             if diff:
                 return diff
@@ -67,8 +66,10 @@ class ReplayDoor:
         try:  # through today's model, so fields added since the recording take their defaults
             recorded = spec.input_type.model_validate(rec.input).model_dump(mode="json")
         except ValueError as exc:
-            raise ReplayDivergence(f"{where}: the recorded input no longer fits {spec.input_type.__name__}: "
-                                   f"{str(exc).splitlines()[0]}") from None
+            raise ReplayDivergence(
+                f"{where}: the recorded input no longer fits {spec.input_type.__name__}: "
+                f"{str(exc).splitlines()[0]}"
+            ) from None
         diff = first_difference(recorded, args.model_dump(mode="json"))
         if diff:
             raise ReplayDivergence(f"{where} has different input: {diff}")
@@ -79,4 +80,4 @@ class ReplayDoor:
 
     def unplayed(self) -> list[ToolCallRecord]:
         """Recorded calls the replay never asked for."""
-        return self.calls[self.position:]
+        return self.calls[self.position :]

@@ -13,7 +13,6 @@ import json
 import os
 import sqlite3
 import threading
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -59,8 +58,10 @@ class SessionStore:
 
     def put_session(self, info: SessionInfo) -> None:
         """Insert or replace a session's index entry."""
-        self._write("INSERT OR REPLACE INTO sessions VALUES (?, ?, ?)",
-                    (info.id, info.created_at.isoformat(), redact(info.model_dump_json())))
+        self._write(
+            "INSERT OR REPLACE INTO sessions VALUES (?, ?, ?)",
+            (info.id, info.created_at.isoformat(), redact(info.model_dump_json())),
+        )
 
     def get_session(self, session_id: str) -> SessionInfo | None:
         row = self._conn.execute("SELECT info FROM sessions WHERE id = ?", (session_id,)).fetchone()
@@ -72,14 +73,17 @@ class SessionStore:
 
     def add_input(self, session_id: str, kind: str, value: Any) -> None:
         """Append an input of the session: its `initial` state, or an approval `answer`."""
-        n = self._conn.execute("SELECT COUNT(*) FROM inputs WHERE session_id = ?",
-                               (session_id,)).fetchone()[0]
-        self._write("INSERT INTO inputs VALUES (?, ?, ?, ?)",
-                    (session_id, n, kind, redact(json.dumps(value))))
+        n = self._conn.execute("SELECT COUNT(*) FROM inputs WHERE session_id = ?", (session_id,)).fetchone()[
+            0
+        ]
+        self._write(
+            "INSERT INTO inputs VALUES (?, ?, ?, ?)", (session_id, n, kind, redact(json.dumps(value)))
+        )
 
     def inputs(self, session_id: str, kind: str) -> list[Any]:
-        rows = self._conn.execute("SELECT value FROM inputs WHERE session_id = ? AND kind = ? "
-                                  "ORDER BY n", (session_id, kind)).fetchall()
+        rows = self._conn.execute(
+            "SELECT value FROM inputs WHERE session_id = ? AND kind = ? ORDER BY n", (session_id, kind)
+        ).fetchall()
         return [json.loads(r[0]) for r in rows]
 
     def next_seq(self, session_id: str) -> int:
@@ -90,14 +94,18 @@ class SessionStore:
 
     def record(self, call: ToolCallRecord) -> None:
         """Append one tool call."""
-        self._write("INSERT INTO tool_calls (session_id, seq, record) VALUES (?, ?, ?)",
-                    (call.session_id, call.seq, redact(call.model_dump_json())))
+        self._write(
+            "INSERT INTO tool_calls (session_id, seq, record) VALUES (?, ?, ?)",
+            (call.session_id, call.seq, redact(call.model_dump_json())),
+        )
 
     def supersede_after(self, session_id: str, done: int) -> int:
         """Mark calls with seq >= done (made by a node that never finished) superseded."""
         with self._lock:
-            cur = self._conn.execute("UPDATE tool_calls SET superseded = 1 WHERE session_id = ? "
-                                     "AND seq >= ? AND superseded = 0", (session_id, done))
+            cur = self._conn.execute(
+                "UPDATE tool_calls SET superseded = 1 WHERE session_id = ? AND seq >= ? AND superseded = 0",
+                (session_id, done),
+            )
             return cur.rowcount
 
     def tool_calls(self, session_id: str, *, include_superseded: bool = False) -> list[ToolCallRecord]:
@@ -106,4 +114,3 @@ class SessionStore:
             sql += " AND superseded = 0"
         rows = self._conn.execute(sql + " ORDER BY seq", (session_id,)).fetchall()
         return [ToolCallRecord.model_validate_json(r[0]) for r in rows]
-

@@ -14,7 +14,7 @@ import hashlib
 import io
 import json
 import secrets
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 
 from pydantic import BaseModel
@@ -22,10 +22,10 @@ from pydantic import BaseModel
 from state.calls import LaunchArgs
 from tools.door.registry import ToolSpec
 from tools.errors import ToolError, error_from
-from tools.progress import report
 from tools.hosts.remote import PROGRESS, RESULT, encode_request, request_body
-from tools.server import passed_env
 from tools.hosts.ssh import ConnectionLost, SSHHost
+from tools.progress import report
+from tools.server import passed_env
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("tools", "state")
@@ -37,9 +37,12 @@ MAX_ARG_CHARS = 64 * 1024
 
 def package_files() -> dict[str, bytes]:
     """perfloop's `tools` and `state` sources, by POSIX path relative to the project root."""
-    return {p.relative_to(ROOT).as_posix(): p.read_bytes()
-            for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))
-            if "__pycache__" not in p.parts}
+    return {
+        p.relative_to(ROOT).as_posix(): p.read_bytes()
+        for pkg in PACKAGES
+        for p in sorted((ROOT / pkg).rglob("*.py"))
+        if "__pycache__" not in p.parts
+    }
 
 
 def package_hash(files: dict[str, bytes]) -> str:
@@ -69,8 +72,29 @@ def ensure_package(host: SSHHost) -> PurePosixPath:
     if host.exists(dest):
         host.run(["touch", "-c", "--", str(dest)], "/")
         return dest
-    prune = host.run(["find", str(dest.parent), "-mindepth", "1", "-maxdepth", "1", "-name", "pkg-*",
-                      "-type", "d", "-mtime", f"+{PRUNE_AFTER_DAYS}", "-exec", "rm", "-rf", "--", "{}", "+"], "/")
+    prune = host.run(
+        [
+            "find",
+            str(dest.parent),
+            "-mindepth",
+            "1",
+            "-maxdepth",
+            "1",
+            "-name",
+            "pkg-*",
+            "-type",
+            "d",
+            "-mtime",
+            f"+{PRUNE_AFTER_DAYS}",
+            "-exec",
+            "rm",
+            "-rf",
+            "--",
+            "{}",
+            "+",
+        ],
+        "/",
+    )
     if prune.returncode != 0:
         report(f"could not prune old perfloop packages on {host.conn.endpoint}: {prune.stderr.strip()}")
     tmp = dest.with_name(f"{dest.name}.tmp-{secrets.token_hex(4)}")
@@ -105,8 +129,9 @@ def forwarded_env(args: BaseModel) -> dict[str, str]:
 class RemoteExecutor:
     """Runs host tools on one SSH host with the interpreter `python`, from `pkg_dir`."""
 
-    def __init__(self, host: SSHHost, python: str, pkg_dir: PurePosixPath,
-                 log_path: Path | None = None) -> None:
+    def __init__(
+        self, host: SSHHost, python: str, pkg_dir: PurePosixPath, log_path: Path | None = None
+    ) -> None:
         self.host, self.python, self.pkg_dir, self.log_path = host, python, pkg_dir, log_path
         self.reconnects = 0
 
@@ -120,8 +145,10 @@ class RemoteExecutor:
             if lost.pgid is not None:  # the lost attempt may still run there: stop it first
                 self.host.stop_group(lost.pgid, 5.0)
             self.reconnects += 1
-            self._log(f"{name}: connection lost ({lost}); reconnected (reconnect "
-                      f"#{self.reconnects}), stopped the interrupted attempt, running it again")
+            self._log(
+                f"{name}: connection lost ({lost}); reconnected (reconnect "
+                f"#{self.reconnects}), stopped the interrupted attempt, running it again"
+            )
             return self._call_once(spec, args)
 
     def _call_once(self, spec: ToolSpec, args: BaseModel) -> BaseModel:
@@ -132,26 +159,32 @@ class RemoteExecutor:
             self.host.makedirs(path.parent)
             self.host.write_file_atomic(path, json.dumps(request_body(spec, payload, env)), mode=0o600)
             arg = f"@{path}"
-        done = self.host.run([self.python, "-m", "tools.hosts.remote", arg], str(self.pkg_dir),
-                             timeout_s=CALL_TIMEOUT_S, on_line=self._line)
+        done = self.host.run(
+            [self.python, "-m", "tools.hosts.remote", arg],
+            str(self.pkg_dir),
+            timeout_s=CALL_TIMEOUT_S,
+            on_line=self._line,
+        )
         results = [ln for ln in done.stdout.splitlines() if ln.startswith(RESULT)]
         if not results:
             last = [ln for ln in done.stderr.splitlines() if ln.strip() and not ln.startswith(PROGRESS)]
-            raise ToolError(f"{name} on {self.host.conn.endpoint} ended (exit code {done.returncode}) "
-                            f"without a result: {last[-1] if last else 'no output'}; check that "
-                            f"{self.python} runs there")
-        result = json.loads(results[-1][len(RESULT):])
+            raise ToolError(
+                f"{name} on {self.host.conn.endpoint} ended (exit code {done.returncode}) "
+                f"without a result: {last[-1] if last else 'no output'}; check that "
+                f"{self.python} runs there"
+            )
+        result = json.loads(results[-1][len(RESULT) :])
         if "error" in result:
             raise error_from(result["error"])
         return spec.output_type.model_validate(result["output"])
 
     def _line(self, stream: str, line: str) -> None:
         if stream == "stderr" and line.startswith(PROGRESS):
-            report(line[len(PROGRESS):])
+            report(line[len(PROGRESS) :])
 
     def _log(self, message: str) -> None:
         report(message)
         if self.log_path is not None:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.log_path, "a") as f:
-                f.write(f"{datetime.now(timezone.utc).isoformat()} {message}\n")
+                f.write(f"{datetime.now(UTC).isoformat()} {message}\n")

@@ -85,10 +85,13 @@ def resolve(spec: str, config: paramiko.SSHConfig, *, follow_jumps: bool = True)
     found = config.lookup(host)
     files = tuple(Path(os.path.expanduser(p)) for p in found.get("identityfile", []))
     jump = found.get("proxyjump", "none") if follow_jumps else "none"
-    return Endpoint(hostname=found.get("hostname", host), port=port or int(found.get("port", 22)),
-                    user=user or found.get("user") or getpass.getuser(),
-                    identity_files=files or tuple(Path.home() / ".ssh" / n for n in DEFAULT_KEYS),
-                    jumps=() if jump == "none" else tuple(j.strip() for j in jump.split(",")))
+    return Endpoint(
+        hostname=found.get("hostname", host),
+        port=port or int(found.get("port", 22)),
+        user=user or found.get("user") or getpass.getuser(),
+        identity_files=files or tuple(Path.home() / ".ssh" / n for n in DEFAULT_KEYS),
+        jumps=() if jump == "none" else tuple(j.strip() for j in jump.split(",")),
+    )
 
 
 def load_config(path: Path | None) -> paramiko.SSHConfig:
@@ -103,7 +106,7 @@ def load_config(path: Path | None) -> paramiko.SSHConfig:
 
 def backoff_delays(tries: int, base_s: float, cap_s: float = 10.0) -> list[float]:
     """Sleeps between `tries` attempts: base, 2*base, 4*base, ... capped at `cap_s` (pure)."""
-    return [min(cap_s, base_s * 2 ** i) for i in range(max(0, tries - 1))]
+    return [min(cap_s, base_s * 2**i) for i in range(max(0, tries - 1))]
 
 
 def _fingerprint(key: paramiko.PKey) -> str:
@@ -120,7 +123,8 @@ class _KnownHostsPolicy(paramiko.RejectPolicy):
         if not self.trust_new:
             raise HostKeyError(
                 f"unknown host key for {hostname} ({_fingerprint(key)}), not in {self.known_hosts}: "
-                f"if this is the right host, connect once with --trust-new-host to record it")
+                f"if this is the right host, connect once with --trust-new-host to record it"
+            )
         self.known_hosts.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         with open(self.known_hosts, "a") as f:
             f.write(paramiko.hostkeys.HostKeyEntry([hostname], key).to_line())
@@ -146,8 +150,9 @@ class _KeyStrategy(AuthStrategy):
 class Connection:
     """A live SSH connection to one host (through its jump hosts), re-established when it drops."""
 
-    def __init__(self, cfg: SSHHostConfig, prompt: Prompt | None = None, *, tries: int = 6,
-                 backoff_s: float = 0.5) -> None:
+    def __init__(
+        self, cfg: SSHHostConfig, prompt: Prompt | None = None, *, tries: int = 6, backoff_s: float = 0.5
+    ) -> None:
         self.cfg, self.prompt, self.tries, self.backoff_s = cfg, prompt, tries, backoff_s
         self.known_hosts = cfg.known_hosts or Path.home() / ".ssh" / "known_hosts"
         self.config = load_config(cfg.config_file)
@@ -193,8 +198,10 @@ class Connection:
                 raise
             except SSHError as exc:
                 if delay is None:
-                    raise SSHError(f"lost the connection to {self.endpoint} and {self.tries} "
-                                   f"reconnection tries over {sum(delays):.0f}s failed: {exc}") from exc
+                    raise SSHError(
+                        f"lost the connection to {self.endpoint} and {self.tries} "
+                        f"reconnection tries over {sum(delays):.0f}s failed: {exc}"
+                    ) from exc
                 time.sleep(delay)
 
     def close(self) -> None:
@@ -218,12 +225,21 @@ class Connection:
 
     def _tunnel(self, jump: Endpoint, to: Endpoint) -> paramiko.Channel:
         try:
-            return self._clients[-1].get_transport().open_channel(
-                "direct-tcpip", (to.hostname, to.port), ("127.0.0.1", 0),
-                timeout=self.cfg.connect_timeout_s)
+            return (
+                self._clients[-1]
+                .get_transport()
+                .open_channel(
+                    "direct-tcpip",
+                    (to.hostname, to.port),
+                    ("127.0.0.1", 0),
+                    timeout=self.cfg.connect_timeout_s,
+                )
+            )
         except (paramiko.SSHException, OSError) as exc:
-            raise SSHError(f"jump host {jump} could not open a tunnel to {to.hostname}:{to.port}: "
-                           f"{exc or type(exc).__name__}") from exc
+            raise SSHError(
+                f"jump host {jump} could not open a tunnel to {to.hostname}:{to.port}: "
+                f"{exc or type(exc).__name__}"
+            ) from exc
 
     def _open(self, hop: Endpoint, sock: paramiko.Channel | None) -> paramiko.SSHClient:
         client = paramiko.SSHClient()
@@ -233,8 +249,16 @@ class Connection:
         strategy = _KeyStrategy(hop, self._key)
         timeout = self.cfg.connect_timeout_s
         try:
-            client.connect(hop.hostname, hop.port, username=hop.user, sock=sock, timeout=timeout,
-                           banner_timeout=timeout, auth_timeout=timeout, auth_strategy=strategy)
+            client.connect(
+                hop.hostname,
+                hop.port,
+                username=hop.user,
+                sock=sock,
+                timeout=timeout,
+                banner_timeout=timeout,
+                auth_timeout=timeout,
+                auth_strategy=strategy,
+            )
         except BaseException as exc:
             client.close()
             raise _translate(exc, hop, self.known_hosts) from exc
@@ -280,11 +304,14 @@ def _translate(exc: BaseException, hop: Endpoint, known_hosts: Path) -> BaseExce
             f"host key for {hop.known_hosts_name} CHANGED: {known_hosts} has "
             f"{_fingerprint(exc.expected_key)}, the server offers {_fingerprint(exc.key)}; refusing to "
             f"connect (if the host was reinstalled, run `ssh-keygen -R '{hop.known_hosts_name}' "
-            f"-f {known_hosts}` and reconnect with --trust-new-host)")
+            f"-f {known_hosts}` and reconnect with --trust-new-host)"
+        )
     if isinstance(exc, paramiko.AuthenticationException):
         keys = ", ".join(str(p) for p in hop.identity_files if p.is_file()) or "no key file"
-        return SSHAuthError(f"{hop} refused every key offered ({keys}, plus ssh-agent keys): add "
-                            f"the public key to its authorized_keys or set IdentityFile for it")
+        return SSHAuthError(
+            f"{hop} refused every key offered ({keys}, plus ssh-agent keys): add "
+            f"the public key to its authorized_keys or set IdentityFile for it"
+        )
     if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
         return SSHError(f"cannot connect to {hop}: connection refused or host unreachable")
     if isinstance(exc, (paramiko.SSHException, EOFError, OSError)):

@@ -15,40 +15,60 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from state.base import utcnow
 from state.process import ProcessHandle, RunResult
 from tools.errors import ServerError
-from state.base import utcnow
 
 # Popen objects of children started by this process, so their exit codes can be read and reaped.
 _CHILDREN: dict[int, subprocess.Popen] = {}
 
 
-def run(argv: Sequence[str], cwd: Path, *, timeout_s: float = 600.0,
-        env: Mapping[str, str] | None = None) -> RunResult:
+def run(
+    argv: Sequence[str], cwd: Path, *, timeout_s: float = 600.0, env: Mapping[str, str] | None = None
+) -> RunResult:
     """Run a command to completion; on timeout kill its whole process group."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(list(argv), cwd=cwd, env=_env(env), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        list(argv),
+        cwd=cwd,
+        env=_env(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         _signal_group(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
         err += f"\n[perfloop] killed after {timeout_s:.0f}s timeout"
-    return RunResult(argv=list(argv), returncode=proc.returncode, stdout=out, stderr=err,
-                     duration_s=time.perf_counter() - t0)
+    return RunResult(
+        argv=list(argv),
+        returncode=proc.returncode,
+        stdout=out,
+        stderr=err,
+        duration_s=time.perf_counter() - t0,
+    )
 
 
-def start_background(argv: Sequence[str], cwd: Path, log_path: Path,
-                     env: Mapping[str, str] | None = None) -> ProcessHandle:
+def start_background(
+    argv: Sequence[str], cwd: Path, log_path: Path, env: Mapping[str, str] | None = None
+) -> ProcessHandle:
     """Start a long-running process in its own session, output appended to `log_path`."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         try:
-            proc = subprocess.Popen(list(argv), cwd=cwd, env=_env(env), stdout=log,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                list(argv),
+                cwd=cwd,
+                env=_env(env),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         except OSError as exc:
             raise ServerError(f"cannot start {argv[0]!r} in {cwd}: {exc.strerror}") from exc
     _CHILDREN[proc.pid] = proc
@@ -73,7 +93,7 @@ def group_members(pgid: int) -> list[int]:
             stat = (entry / "stat").read_text()
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
+        fields = stat[stat.rindex(")") + 2 :].split()
         if fields[0] != "Z" and int(fields[2]) == pgid:
             members.append(int(entry.name))
     return members
@@ -126,6 +146,7 @@ def _env(extra: Mapping[str, str] | None) -> dict[str, str]:
 
 
 # File operations, so that this module satisfies tools.hosts.connect.Host like an SSH host does.
+
 
 def read_file(path: Path) -> bytes:
     """A file's content (FileNotFoundError if missing)."""

@@ -67,8 +67,10 @@ def run_tool(request: dict) -> dict:
     """Run the named tool on its input here; `{"output": ...}` or `{"error": ...}`."""
     spec = find_tool(request.get("tool", ""))
     if spec is None or spec.where != "host" or spec.name != request.get("name"):
-        return {"error": f"ToolError: no host tool named {request.get('name')!r} in perfloop's package "
-                         f"on this host"}
+        return {
+            "error": f"ToolError: no host tool named {request.get('name')!r} in perfloop's package "
+            f"on this host"
+        }
     os.environ.update(request.get("env") or {})  # launch.pass_env values forwarded by the client
     try:
         output = spec.fn(spec.input_type.model_validate(request["input"]))
@@ -91,9 +93,11 @@ def main(argv: list[str]) -> int:
             with redirect_stdout(sys.stderr):  # stray prints never corrupt the result line
                 result = run_tool(request)
         except ImportError as exc:
-            result = {"error": f"ToolError: {sys.executable} on this host cannot import perfloop's "
-                               f"tools ({one_line(exc)}); install pydantic, GitPython and msgspec "
-                               "for it, or point host.python at an interpreter that has them"}
+            result = {
+                "error": f"ToolError: {sys.executable} on this host cannot import perfloop's "
+                f"tools ({one_line(exc)}); install pydantic, GitPython and msgspec "
+                "for it, or point host.python at an interpreter that has them"
+            }
     print(RESULT + json.dumps(result), flush=True)
     return 0
 

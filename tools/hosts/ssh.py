@@ -49,11 +49,12 @@ def _exports(env: Mapping[str, str] | None) -> str:
     return f"export {pairs}; " if pairs else ""
 
 
-def run_script(argv: Sequence[str], cwd: str | PurePosixPath,
-               env: Mapping[str, str] | None = None) -> str:
+def run_script(argv: Sequence[str], cwd: str | PurePosixPath, env: Mapping[str, str] | None = None) -> str:
     """Shell line that reports its pgid on stderr, then runs `argv` in `cwd` (pure)."""
-    return (f"echo {PGID_MARK}$$ >&2; cd -- {shlex.quote(str(cwd))} || exit 1; "
-            f"{_exports(env)}exec {shlex.join(argv)}")
+    return (
+        f"echo {PGID_MARK}$$ >&2; cd -- {shlex.quote(str(cwd))} || exit 1; "
+        f"{_exports(env)}exec {shlex.join(argv)}"
+    )
 
 
 def kill_script(pgid: int, signal_name: str) -> str:
@@ -101,7 +102,7 @@ class LineSplitter:
     def _emit(self, raw: bytes) -> None:
         line = raw.decode(errors="replace")
         if self.stream == "stderr" and self.pgid is None and line.startswith(PGID_MARK):
-            self.pgid = int(line[len(PGID_MARK):])
+            self.pgid = int(line[len(PGID_MARK) :])
             return
         self.chunks.append(line)
         if self.on_line:
@@ -121,8 +122,15 @@ class SSHHost:
         self._sftp = None
         self.conn.close()
 
-    def run(self, argv: Sequence[str], cwd: Path | str, *, timeout_s: float = 600.0,
-            env: Mapping[str, str] | None = None, on_line: LineCallback | None = None) -> RunResult:
+    def run(
+        self,
+        argv: Sequence[str],
+        cwd: Path | str,
+        *,
+        timeout_s: float = 600.0,
+        env: Mapping[str, str] | None = None,
+        on_line: LineCallback | None = None,
+    ) -> RunResult:
         """Run a command to completion, streaming its lines; on timeout kill its process group."""
         t0 = time.perf_counter()
         out, err = LineSplitter("stdout", on_line), LineSplitter("stderr", on_line)
@@ -144,8 +152,13 @@ class SSHHost:
         out.close()
         err.close()
         stderr = err.text() + ("" if finished else f"\n[perfloop] killed after {timeout_s:.0f}s timeout")
-        return RunResult(argv=list(argv), returncode=code, stdout=out.text(), stderr=stderr,
-                         duration_s=time.perf_counter() - t0)
+        return RunResult(
+            argv=list(argv),
+            returncode=code,
+            stdout=out.text(),
+            stderr=stderr,
+            duration_s=time.perf_counter() - t0,
+        )
 
     def group_members(self, pgid: int) -> list[int]:
         """Live (non-zombie) processes of a remote process group."""
@@ -163,8 +176,10 @@ class SSHHost:
             return False
         self._shell(kill_script(pgid, "KILL"))
         if not self._wait_gone(pgid, 10.0):
-            raise ServerError(f"process group {pgid} on {self.conn.endpoint} survived SIGKILL; "
-                              f"inspect it with `ps -g {pgid}` there")
+            raise ServerError(
+                f"process group {pgid} on {self.conn.endpoint} survived SIGKILL; "
+                f"inspect it with `ps -g {pgid}` there"
+            )
         return True
 
     def write_file_atomic(self, path: Path | str, data: bytes | str, mode: int | None = None) -> None:
@@ -184,8 +199,9 @@ class SSHHost:
                 sftp.remove(tmp)
             raise
 
-    def fetch(self, remote: Path | str, local: Path,
-              progress: Callable[[int, int], None] | None = None) -> int:
+    def fetch(
+        self, remote: Path | str, local: Path, progress: Callable[[int, int], None] | None = None
+    ) -> int:
         """Stream a remote file to `local` (via `local.part`), calling `progress(done, total)` per
         chunk; returns the bytes copied."""
         local.parent.mkdir(parents=True, exist_ok=True)
@@ -219,8 +235,9 @@ class SSHHost:
         return self._sftp
 
     def _session(self) -> paramiko.Channel:
-        return self.conn.opening(lambda client: client.get_transport().open_session(
-            timeout=self.cfg.connect_timeout_s))
+        return self.conn.opening(
+            lambda client: client.get_transport().open_session(timeout=self.cfg.connect_timeout_s)
+        )
 
     def _shell(self, line: str, timeout_s: float = 60.0) -> tuple[int, str, str]:
         """Run a short shell line of ours; (exit code, stdout, stderr)."""
@@ -236,8 +253,11 @@ class SSHHost:
         return not self.group_members(pgid)
 
     def _lost(self, doing: str, exc: BaseException, pgid: int | None = None) -> ConnectionLost:
-        return ConnectionLost(f"connection to {self.conn.endpoint} dropped while {doing} "
-                              f"({exc or type(exc).__name__}); the next call reconnects", pgid)
+        return ConnectionLost(
+            f"connection to {self.conn.endpoint} dropped while {doing} "
+            f"({exc or type(exc).__name__}); the next call reconnects",
+            pgid,
+        )
 
 
 def _pump(channel: paramiko.Channel, out: LineSplitter, err: LineSplitter, deadline: float) -> bool:

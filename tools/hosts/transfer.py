@@ -12,8 +12,8 @@ from state.calls import Done, FetchArgs, PathArgs, PushTreeArgs
 from tools.door import tool
 from tools.errors import ToolError
 from tools.hosts.connect import connect
-from tools.progress import report
 from tools.hosts.ssh import ConnectionLost, SSHHost
+from tools.progress import report
 
 T = TypeVar("T")
 
@@ -42,16 +42,25 @@ def _fetch(host: SSHHost, args: FetchArgs) -> PathArgs:
     sftp = host.sftp()
     try:
         if stat.S_ISDIR(sftp.stat(str(args.remote)).st_mode):
-            pairs = [(args.remote / a.filename, args.local / a.filename)
-                     for a in sftp.listdir_attr(str(args.remote)) if stat.S_ISREG(a.st_mode or 0)]
+            pairs = [
+                (args.remote / a.filename, args.local / a.filename)
+                for a in sftp.listdir_attr(str(args.remote))
+                if stat.S_ISREG(a.st_mode or 0)
+            ]
         else:
             pairs = [(args.remote, args.local)]
     except FileNotFoundError:
-        raise ToolError(f"{args.remote} does not exist on {host.conn.endpoint}; "
-                        "check the session's host folder there") from None
+        raise ToolError(
+            f"{args.remote} does not exist on {host.conn.endpoint}; check the session's host folder there"
+        ) from None
     for remote, local in pairs:
-        host.fetch(remote, local, lambda done, total, name=remote.name: report(
-            f"fetching {name} from {host.conn.endpoint}: {done >> 10}/{total >> 10} KiB"))
+        host.fetch(
+            remote,
+            local,
+            lambda done, total, name=remote.name: report(
+                f"fetching {name} from {host.conn.endpoint}: {done >> 10}/{total >> 10} KiB"
+            ),
+        )
     return PathArgs(path=args.local)
 
 
@@ -63,8 +72,11 @@ def push_tree(args: PushTreeArgs) -> Done:
 
 
 def _push_tree(host: SSHHost, args: PushTreeArgs) -> Done:
-    files = [p for p in sorted(args.src.rglob("*"))
-             if p.is_file() and not {"__pycache__", ".git"} & set(p.relative_to(args.src).parts)]
+    files = [
+        p
+        for p in sorted(args.src.rglob("*"))
+        if p.is_file() and not {"__pycache__", ".git"} & set(p.relative_to(args.src).parts)
+    ]
     if not files:
         raise ToolError(f"{args.src} has no files to upload")
     folders = sorted({str(args.dest / p.relative_to(args.src).parent) for p in files})
@@ -73,6 +85,7 @@ def _push_tree(host: SSHHost, args: PushTreeArgs) -> Done:
         raise ToolError(f"cannot create {args.dest} on {host.conn.endpoint}: {made.stderr.strip()}")
     for p in files:
         report(f"uploading {p.relative_to(args.src)} to {host.conn.endpoint}")
-        host.write_file_atomic(args.dest / p.relative_to(args.src), p.read_bytes(),
-                               stat.S_IMODE(p.stat().st_mode))
+        host.write_file_atomic(
+            args.dest / p.relative_to(args.src), p.read_bytes(), stat.S_IMODE(p.stat().st_mode)
+        )
     return Done(note=f"uploaded {len(files)} files to {args.dest}")

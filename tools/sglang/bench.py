@@ -57,34 +57,74 @@ def find_bench(python: str) -> tuple[str, str] | None:
     try:
         proc = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as err:
-        raise ConfigError(f"cannot run {python!r} to look for sglang's bench_serving: {err}; "
-                          "check measure.bench_serving.python") from err
+        raise ConfigError(
+            f"cannot run {python!r} to look for sglang's bench_serving: {err}; "
+            "check measure.bench_serving.python"
+        ) from err
     if proc.returncode != 0:
-        raise ConfigError(f"{python!r} failed looking for sglang's bench_serving: "
-                          f"{(proc.stderr.strip().splitlines() or ['no output'])[-1]}")
+        raise ConfigError(
+            f"{python!r} failed looking for sglang's bench_serving: "
+            f"{(proc.stderr.strip().splitlines() or ['no output'])[-1]}"
+        )
     found = json.loads(proc.stdout.strip().splitlines()[-1])
     package = Path(found["dir"]) if found["dir"] else None
-    if package is None or not ((package / NEW_MODULE_FILE).is_file() or (package / OLD_MODULE_FILE).is_file()):
+    if package is None or not (
+        (package / NEW_MODULE_FILE).is_file() or (package / OLD_MODULE_FILE).is_file()
+    ):
         return None
     version = found["version"] or "unknown"
     return bench_module((package / NEW_MODULE_FILE).is_file()), version
 
 
-def bench_serving_argv(python: str, module: str, cfg: BenchServingConfig, base_url: str, model: str,
-                       num_prompts: int, output_len: int, warmup: int, output_file: str,
-                       repo: str) -> list[str]:
+def bench_serving_argv(
+    python: str,
+    module: str,
+    cfg: BenchServingConfig,
+    base_url: str,
+    model: str,
+    num_prompts: int,
+    output_len: int,
+    warmup: int,
+    output_file: str,
+    repo: str,
+) -> list[str]:
     """One sequential, streamed run of the seeded `random-ids` prompts with per-request details (pure).
 
     `random-ids` needs no dataset download (`random` fetches ShareGPT); a range ratio of 1 gives
     every prompt exactly `input_len` tokens and every request `output_len` (EOS ignored)."""
-    argv = [python, "-m", module, "--backend", cfg.backend, "--base-url", base_url, "--model", model,
-            "--dataset-name", "random-ids", "--num-prompts", str(num_prompts),
-            "--random-input-len", str(cfg.input_len), "--random-output-len", str(output_len),
-            "--random-range-ratio", "1", "--max-concurrency", "1", "--request-rate", "inf",
-            "--seed", str(cfg.seed), "--warmup-requests", str(warmup), "--disable-tqdm"]
+    argv = [
+        python,
+        "-m",
+        module,
+        "--backend",
+        cfg.backend,
+        "--base-url",
+        base_url,
+        "--model",
+        model,
+        "--dataset-name",
+        "random-ids",
+        "--num-prompts",
+        str(num_prompts),
+        "--random-input-len",
+        str(cfg.input_len),
+        "--random-output-len",
+        str(output_len),
+        "--random-range-ratio",
+        "1",
+        "--max-concurrency",
+        "1",
+        "--request-rate",
+        "inf",
+        "--seed",
+        str(cfg.seed),
+        "--warmup-requests",
+        str(warmup),
+        "--disable-tqdm",
+    ]
     if cfg.tokenizer:
         argv += ["--tokenizer", cfg.tokenizer.replace("{repo}", repo)]
-    return argv + ["--output-file", output_file, "--output-details"]
+    return [*argv, "--output-file", output_file, "--output-details"]
 
 
 def parse_bench_line(line: str) -> BenchServingRecord:
@@ -92,7 +132,9 @@ def parse_bench_line(line: str) -> BenchServingRecord:
     try:
         data = json.loads(line)
     except json.JSONDecodeError as err:
-        raise BenchOutputError(f"bench_serving output line is not JSON ({err.msg} at column {err.colno})") from err
+        raise BenchOutputError(
+            f"bench_serving output line is not JSON ({err.msg} at column {err.colno})"
+        ) from err
     if not isinstance(data, dict):
         raise BenchOutputError("bench_serving output line is not a JSON object; pass its --output-file")
     fields = {k: v for k, v in data.items() if k in BenchServingRecord.model_fields}
@@ -100,8 +142,10 @@ def parse_bench_line(line: str) -> BenchServingRecord:
         return BenchServingRecord.model_validate(fields)
     except ValidationError as err:
         first = err.errors()[0]
-        raise BenchOutputError(f"bench_serving output field `{'.'.join(map(str, first['loc']))}`: {first['msg']}"
-                               " (is this a bench_serving --output-file line?)") from err
+        raise BenchOutputError(
+            f"bench_serving output field `{'.'.join(map(str, first['loc']))}`: {first['msg']}"
+            " (is this a bench_serving --output-file line?)"
+        ) from err
 
 
 def _records(line: str) -> tuple[list[RequestRecord], float]:
@@ -109,14 +153,22 @@ def _records(line: str) -> tuple[list[RequestRecord], float]:
     record = parse_bench_line(line)
     n = len(record.ttfts)
     if not n or not (len(record.itls) == len(record.output_lens) == len(record.generated_texts) == n):
-        raise BenchOutputError("bench_serving line has no (or uneven) per-request details; "
-                               "rerun it with --output-details")
+        raise BenchOutputError(
+            "bench_serving line has no (or uneven) per-request details; rerun it with --output-details"
+        )
     for i, error in enumerate(record.errors):
         if error:
             raise BenchOutputError(f"bench_serving request {i} failed: {str(error).splitlines()[0][:200]}")
-    return [RequestRecord(prompt_index=i, ttft_ms=record.ttfts[i] * 1000,
-                          itl_ms=[x * 1000 for x in record.itls[i]], text=record.generated_texts[i],
-                          completion_tokens=record.output_lens[i]) for i in range(n)], record.duration
+    return [
+        RequestRecord(
+            prompt_index=i,
+            ttft_ms=record.ttfts[i] * 1000,
+            itl_ms=[x * 1000 for x in record.itls[i]],
+            text=record.generated_texts[i],
+            completion_tokens=record.output_lens[i],
+        )
+        for i in range(n)
+    ], record.duration
 
 
 def records_from_jsonl(text: str) -> tuple[list[RequestRecord], float]:
@@ -135,9 +187,20 @@ def records_from_jsonl(text: str) -> tuple[list[RequestRecord], float]:
     return records, duration
 
 
-def run_bench(python: str, module: str, cfg: BenchServingConfig, base_url: str, model: str,
-              num_prompts: int, output_len: int, repeats: int, warmup: int, request_timeout_s: float,
-              repo: str, label: str) -> tuple[list[RequestRecord], float]:
+def run_bench(
+    python: str,
+    module: str,
+    cfg: BenchServingConfig,
+    base_url: str,
+    model: str,
+    num_prompts: int,
+    output_len: int,
+    repeats: int,
+    warmup: int,
+    request_timeout_s: float,
+    repo: str,
+    label: str,
+) -> tuple[list[RequestRecord], float]:
     """Run bench_serving `repeats` times (warm-up before the first) into one JSONL file; read it."""
     env = os.environ | cfg.env
     timeout_s = request_timeout_s * (num_prompts + warmup) + IMPORT_TIMEOUT_S
@@ -145,19 +208,40 @@ def run_bench(python: str, module: str, cfg: BenchServingConfig, base_url: str, 
         out = Path(tmp) / "bench.jsonl"
         for run in range(repeats):
             report(f"measuring {label} with {module}: run {run + 1}/{repeats}")
-            argv = bench_serving_argv(python, module, cfg, base_url, model, num_prompts, output_len,
-                                      warmup if run == 0 else 0, str(out), repo)
+            argv = bench_serving_argv(
+                python,
+                module,
+                cfg,
+                base_url,
+                model,
+                num_prompts,
+                output_len,
+                warmup if run == 0 else 0,
+                str(out),
+                repo,
+            )
             try:
-                proc = subprocess.run(argv, cwd=tmp, env=env, capture_output=True, text=True,
-                                      timeout=timeout_s, stdin=subprocess.DEVNULL)
+                proc = subprocess.run(
+                    argv,
+                    cwd=tmp,
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=timeout_s,
+                    stdin=subprocess.DEVNULL,
+                )
             except subprocess.TimeoutExpired as err:
-                raise BenchOutputError(f"{module} did not finish within {timeout_s:.0f}s "
-                                       f"(measure.request_timeout_s x requests + {IMPORT_TIMEOUT_S:.0f}s)") from err
+                raise BenchOutputError(
+                    f"{module} did not finish within {timeout_s:.0f}s "
+                    f"(measure.request_timeout_s x requests + {IMPORT_TIMEOUT_S:.0f}s)"
+                ) from err
             if proc.returncode != 0:
                 last = (proc.stderr.strip() or proc.stdout.strip() or "no output").splitlines()[-1]
                 fd, kept = tempfile.mkstemp(prefix="perfloop-bench-", suffix=".log")
                 with os.fdopen(fd, "w") as f:
                     f.write(f"$ {shlex.join(argv)}\n{proc.stdout}\n{proc.stderr}")
-                raise BenchOutputError(f"{module} exited with status {proc.returncode}: {last[:300]} "
-                                       f"(its whole output: {kept} on the host)")
+                raise BenchOutputError(
+                    f"{module} exited with status {proc.returncode}: {last[:300]} "
+                    f"(its whole output: {kept} on the host)"
+                )
         return records_from_jsonl(out.read_text(encoding="utf-8") if out.exists() else "")

@@ -49,7 +49,7 @@ def _version_from_files(repo: Path, package_dir: str) -> str | None:
         if isinstance(version, str):
             return version
     dist = sorted((repo / Path(package_dir).parent).glob("sglang-*.dist-info"))
-    return dist[-1].name[len("sglang-"):-len(".dist-info")] if dist else None
+    return dist[-1].name[len("sglang-") : -len(".dist-info")] if dist else None
 
 
 def locate(repo: Path) -> SglangLayout:
@@ -58,12 +58,16 @@ def locate(repo: Path) -> SglangLayout:
         if (repo / package_dir / "srt").is_dir():
             version = _version_from_files(repo, package_dir)
             if version is None:
-                raise ConfigError(f"found {package_dir}/ in {repo} but no version (no _version.py, "
-                                  "pyproject.toml version or sglang-*.dist-info); build or install it once")
+                raise ConfigError(
+                    f"found {package_dir}/ in {repo} but no version (no _version.py, "
+                    "pyproject.toml version or sglang-*.dist-info); build or install it once"
+                )
             parse_version(version)
             return SglangLayout(kind=kind, package_dir=package_dir, version=version)
-    raise ConfigError(f"{repo} holds neither python/sglang/srt (an SGLang checkout) nor sglang/srt "
-                      "(a site-packages tree); pass the checkout root as --repo")
+    raise ConfigError(
+        f"{repo} holds neither python/sglang/srt (an SGLang checkout) nor sglang/srt "
+        "(a site-packages tree); pass the checkout root as --repo"
+    )
 
 
 def _has_method(source: str, class_name: str, method: str) -> bool:
@@ -81,8 +85,10 @@ def hook_site(repo: Path, layout: SglangLayout) -> HookSite:
         if path.is_file() and _has_method(path.read_text(encoding="utf-8"), class_name, method):
             return HookSite(relpath=layout.rel(inside), class_name=class_name, method=method)
     tried = ", ".join(f"{c}.{m} in {layout.rel(f)}" for f, c, m in HOOK_SITES)
-    raise ConfigError(f"sglang {layout.version}: no eager decode method to instrument (tried {tried}); "
-                      "use profile method `api` (/start_profile)")
+    raise ConfigError(
+        f"sglang {layout.version}: no eager decode method to instrument (tried {tried}); "
+        "use profile method `api` (/start_profile)"
+    )
 
 
 def backend_relpath(layout: SglangLayout) -> str:

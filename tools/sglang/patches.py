@@ -14,8 +14,8 @@ from pathlib import Path
 
 from state.sglang import SglangLayout
 from tools.errors import ConfigError, PatchError
-from tools.workspace.git import GitWorkspace
 from tools.sglang.layout import parse_version
+from tools.workspace.git import GitWorkspace
 
 UPSTREAM_PACKAGE_DIR = "python/sglang"
 """Package folder the catalog's SGLang patches are written against."""
@@ -31,8 +31,10 @@ def choose_patch_key(patches: dict[str, str], version: tuple[int, int, int]) -> 
     fitting = [key for since, key in keyed if since <= version]
     if not fitting:
         oldest = keyed[0][1].split("@")[1] if keyed else None
-        raise ConfigError(f"no sglang patch for {'.'.join(map(str, version))}"
-                          + (f" (the oldest starts at {oldest})" if oldest else " (no sglang@X.Y.Z keys)"))
+        raise ConfigError(
+            f"no sglang patch for {'.'.join(map(str, version))}"
+            + (f" (the oldest starts at {oldest})" if oldest else " (no sglang@X.Y.Z keys)")
+        )
     return fitting[-1]
 
 
@@ -40,8 +42,11 @@ def rebase_diff(diff: str, package_dir: str) -> str:
     """The diff with `python/sglang/` paths moved to `package_dir/` (pure; identity for a checkout)."""
     if package_dir == UPSTREAM_PACKAGE_DIR:
         return diff
-    pattern = re.compile(rf"^(diff --git a/|--- a/|\+\+\+ b/)({re.escape(UPSTREAM_PACKAGE_DIR)}/)"
-                         rf"|( b/){re.escape(UPSTREAM_PACKAGE_DIR)}/", re.M)
+    pattern = re.compile(
+        rf"^(diff --git a/|--- a/|\+\+\+ b/)({re.escape(UPSTREAM_PACKAGE_DIR)}/)"
+        rf"|( b/){re.escape(UPSTREAM_PACKAGE_DIR)}/",
+        re.M,
+    )
     return pattern.sub(lambda m: (m[1] or m[3]) + package_dir + "/", diff)
 
 
@@ -60,7 +65,9 @@ def does_not_fit(version: str, diff: str, err: PatchError) -> PatchError:
         return PatchError(f"playbook does not fit sglang {version}: {err}")
     relpath, line = failed[1], int(failed[2])
     number = hunk_number(diff, relpath, line)
-    return PatchError(f"playbook does not fit sglang {version}: hunk {number or '?'} failed at {relpath}:{line}")
+    return PatchError(
+        f"playbook does not fit sglang {version}: hunk {number or '?'} failed at {relpath}:{line}"
+    )
 
 
 def sglang_patch(patches: dict[str, str], source_dir: Path, layout: SglangLayout) -> tuple[str, str]:
@@ -73,7 +80,9 @@ def sglang_patch(patches: dict[str, str], source_dir: Path, layout: SglangLayout
     try:
         diff = path.read_text(encoding="utf-8")
     except OSError as err:
-        raise ConfigError(f"patch {path} for {key} cannot be read ({err.strerror}); fix the playbook") from err
+        raise ConfigError(
+            f"patch {path} for {key} cannot be read ({err.strerror}); fix the playbook"
+        ) from err
     return key, rebase_diff(diff, layout.package_dir)
 
 

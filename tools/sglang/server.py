@@ -17,15 +17,25 @@ START_STEP_SINCE = (0, 5, 8)
 _RANK = re.compile(r"-TP-(\d+)(?:-DP-(\d+))?(?:-PP-(\d+))?(?:-EP-(\d+))?")
 
 
-def start_profile_body(out_dir: Path, profile_id: str, num_steps: int, version: tuple[int, int, int],
-                       start_step: int | None = None) -> dict:
+def start_profile_body(
+    out_dir: Path,
+    profile_id: str,
+    num_steps: int,
+    version: tuple[int, int, int],
+    start_step: int | None = None,
+) -> dict:
     """The JSON body of POST /start_profile for this release (pure).
 
     `start_step` (skip that many forward steps before recording) is sent only where the release's
     ProfileReq has it; `record_shapes` is always on, since playbook signatures match input dims.
     """
-    body = {"output_dir": str(out_dir), "num_steps": num_steps, "activities": ["CPU", "GPU"],
-            "profile_id": profile_id, "record_shapes": True}
+    body = {
+        "output_dir": str(out_dir),
+        "num_steps": num_steps,
+        "activities": ["CPU", "GPU"],
+        "profile_id": profile_id,
+        "record_shapes": True,
+    }
     if start_step is not None and version >= START_STEP_SINCE:
         body["start_step"] = start_step
     return body
@@ -38,8 +48,10 @@ def start_profile(base_url: str, body: dict) -> None:
     except OSError as err:
         raise ServerError(f"/start_profile at {base_url} failed: {err}; is the server up?") from err
     if code != 200:
-        raise ServerError(f"/start_profile answered HTTP {code}: {text[:200].strip()}; use profile method "
-                          "`patch` (perfloop instrument) if this build lacks or hangs on the API")
+        raise ServerError(
+            f"/start_profile answered HTTP {code}: {text[:200].strip()}; use profile method "
+            "`patch` (perfloop instrument) if this build lacks or hangs on the API"
+        )
 
 
 def rank_of(name: str) -> tuple[int, int, int, int] | None:
@@ -57,6 +69,8 @@ def rank_traces(out_dir: Path, profile_id: str, tp_size: int) -> dict[int, Path]
             found[ranks[0]] = path
     missing = sorted(set(range(tp_size)) - set(found))
     if missing:
-        raise TraceError(f"profile {profile_id}: no trace yet for TP rank(s) {missing} in {out_dir}; "
-                         "wait for the server to finish writing, or check its log")
+        raise TraceError(
+            f"profile {profile_id}: no trace yet for TP rank(s) {missing} in {out_dir}; "
+            "wait for the server to finish writing, or check its log"
+        )
     return found

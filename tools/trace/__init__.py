@@ -14,15 +14,20 @@ import msgspec
 from state.profile import OpStat, ProfileSummary, SyncStat
 from tools.errors import TraceError
 from tools.trace.collect import Collected
-from tools.trace.device import (device_activity, first_kernel_names, kernel_stats, step_stats,
-                                windows_of, work_by_correlation)
+from tools.trace.device import (
+    device_activity,
+    first_kernel_names,
+    kernel_stats,
+    step_stats,
+    windows_of,
+    work_by_correlation,
+)
 from tools.trace.merge import merge_summaries
 from tools.trace.stream import Event, TraceStream
 from tools.trace.table import read_key_averages_table, read_table_file
 from tools.trace.walk import Walked, walk
 
-__all__ = ["read_chrome_trace", "read_key_averages_table", "read_profiles", "summarize_events",
-           "trace_files"]
+__all__ = ["read_chrome_trace", "read_key_averages_table", "read_profiles", "summarize_events", "trace_files"]
 
 
 def read_chrome_trace(path: str | Path, steps: int | None = None) -> ProfileSummary:
@@ -56,14 +61,19 @@ def summarize(col: Collected, source: str, steps: int | None = None) -> ProfileS
     windows = windows_of(col.kernels, [start for _, start, _ in walked.steps])
     on_device = bool(col.kernels.times)
     return ProfileSummary(
-        source=source, time_basis="device" if on_device else "cpu", steps=step_count,
-        total_self_us=total_us, step_us=total_us / step_count, ops=ops,
+        source=source,
+        time_basis="device" if on_device else "cpu",
+        steps=step_count,
+        total_self_us=total_us,
+        step_us=total_us / step_count,
+        ops=ops,
         device_name=col.device_names[0] if col.device_names else None,
         kernels=kernel_stats(col.kernels, col.kernel_names, col.graph_corrs),
         step_stats=step_stats(walked.steps, windows),
         device_activity=device_activity(windows, col.launch_us) if on_device else None,
         syncs=_sync_stats(walked),
-        step_wall_us=sum(s[2] for s in walked.steps) / len(walked.steps) if walked.steps else None)
+        step_wall_us=sum(s[2] for s in walked.steps) / len(walked.steps) if walked.steps else None,
+    )
 
 
 def _op_stats(walked: Walked, col: Collected) -> list[OpStat]:
@@ -73,17 +83,28 @@ def _op_stats(walked: Walked, col: Collected) -> list[OpStat]:
     ops = []
     for key, (calls, self_us, total, location) in busy.items():
         name, dims, types = col.key_list[key]
-        ops.append(OpStat(name=name, calls=calls, self_us=self_us, total_us=total,
-                          share=min(self_us / total_us, 1.0) if total_us else 0.0,
-                          input_dims=[list(d) for d in dims], input_types=list(types), location=location))
+        ops.append(
+            OpStat(
+                name=name,
+                calls=calls,
+                self_us=self_us,
+                total_us=total,
+                share=min(self_us / total_us, 1.0) if total_us else 0.0,
+                input_dims=[list(d) for d in dims],
+                input_types=list(types),
+                location=location,
+            )
+        )
     return sorted(ops, key=lambda op: op.self_us, reverse=True)
 
 
 def _sync_stats(walked: Walked) -> list[SyncStat]:
     """Sync rows; decode_calls counts forward_decode if annotated, else ProfilerSteps, else all."""
     column = 1 if walked.decode_calls else 2 if walked.steps else 0
-    rows = [SyncStat(name=name, caller=caller, calls=row[0], decode_calls=row[column], host_us=row[3])
-            for (name, caller), row in walked.syncs.items()]
+    rows = [
+        SyncStat(name=name, caller=caller, calls=row[0], decode_calls=row[column], host_us=row[3])
+        for (name, caller), row in walked.syncs.items()
+    ]
     return sorted(rows, key=lambda s: (s.host_us, s.calls), reverse=True)
 
 
@@ -94,8 +115,7 @@ def trace_files(paths: Sequence[str | Path]) -> list[Path]:
     out: list[Path] = []
     for raw in map(Path, paths):
         if raw.is_dir():
-            found = sorted(p for p in raw.iterdir() if p.is_file() and p.name.endswith(
-                (".json", ".json.gz")))
+            found = sorted(p for p in raw.iterdir() if p.is_file() and p.name.endswith((".json", ".json.gz")))
             if not found:
                 raise TraceError(f"{raw}: directory holds no .json or .json.gz trace; pass trace files")
             out += found
@@ -109,6 +129,8 @@ def trace_files(paths: Sequence[str | Path]) -> list[Path]:
 def read_profiles(paths: Sequence[str | Path], steps: int | None = None) -> ProfileSummary:
     """Read traces or key_averages tables (files or directories, e.g. one trace per TP rank) and
     merge them into one summary."""
-    summaries = [read_table_file(p) if p.name.endswith((".txt", ".txt.gz")) else read_chrome_trace(p, steps)
-                 for p in trace_files(paths)]
+    summaries = [
+        read_table_file(p) if p.name.endswith((".txt", ".txt.gz")) else read_chrome_trace(p, steps)
+        for p in trace_files(paths)
+    ]
     return merge_summaries(summaries)

@@ -17,8 +17,17 @@ LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver"})
 OP, ANNOTATION, PYFUNC, LAUNCH, GRAPH_LAUNCH, SYNC = range(6)
 HOST_KINDS = {"cpu_op": OP, "user_annotation": ANNOTATION, "python_function": PYFUNC}
 GRAPH_LAUNCH_CALLS = frozenset({"cudaGraphLaunch", "cudaGraphLaunch_v10000", "cuGraphLaunch"})
-SYNC_CALLS = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
-                        "cudaMemcpy", "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize"})
+SYNC_CALLS = frozenset(
+    {
+        "cudaStreamSynchronize",
+        "cudaDeviceSynchronize",
+        "cudaEventSynchronize",
+        "cudaMemcpy",
+        "cuStreamSynchronize",
+        "cuCtxSynchronize",
+        "cuEventSynchronize",
+    }
+)
 """Runtime/driver calls that block the host until the device has finished queued work."""
 
 _DECODE = msgspec.json.decode
@@ -139,5 +148,4 @@ class Collected:
 
 def dims_key(dims: list) -> DimsKey:
     """Input dims as a hashable key; lists of tensors (nested lists) become () as in key_averages."""
-    return tuple(tuple(d) if isinstance(d, list) and all(isinstance(x, int) for x in d) else ()
-                 for d in dims)
+    return tuple(tuple(d) if isinstance(d, list) and all(isinstance(x, int) for x in d) else () for d in dims)

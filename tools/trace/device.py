@@ -17,7 +17,7 @@ LAUNCH_BOUND_MEDIAN_KERNEL_US = 20.0
 def work_by_correlation(k: KernelColumns) -> dict[int, float]:
     """Summed kernel time per launch correlation id (a CUDA graph launch has many kernels)."""
     work: dict[int, float] = {}
-    for corr, dur in zip(k.corr, k.dur):
+    for corr, dur in zip(k.corr, k.dur, strict=False):
         work[corr] = work.get(corr, 0.0) + dur
     return work
 
@@ -26,7 +26,7 @@ def first_kernel_names(k: KernelColumns, names: dict[str, int]) -> dict[int, str
     """The first kernel's name per correlation id (names a kernel launched outside any operator)."""
     by_id = {i: name for name, i in names.items()}
     out: dict[int, str] = {}
-    for corr, name in zip(k.corr, k.name):
+    for corr, name in zip(k.corr, k.name, strict=False):
         out.setdefault(corr, by_id[name])
     return out
 
@@ -34,7 +34,7 @@ def first_kernel_names(k: KernelColumns, names: dict[str, int]) -> dict[int, str
 def kernel_stats(k: KernelColumns, names: dict[str, int], graph_corrs: set[int]) -> list[KernelStat]:
     """One row per kernel name, by device time, largest first."""
     sums: dict[int, list] = {}
-    for corr, name, dur in zip(k.corr, k.name, k.dur):
+    for corr, name, dur in zip(k.corr, k.name, k.dur, strict=False):
         row = sums.get(name)
         if row is None:
             row = sums[name] = [0, 0.0, 0]
@@ -43,12 +43,18 @@ def kernel_stats(k: KernelColumns, names: dict[str, int], graph_corrs: set[int])
         row[2] += corr in graph_corrs
     total = sum(row[1] for row in sums.values())
     by_id = {i: name for name, i in names.items()}
-    stats = [KernelStat(name=by_id[i], calls=c, device_us=us, share=min(us / total, 1.0) if total else 0.0,
-                        graph_calls=g) for i, (c, us, g) in sums.items()]
+    stats = [
+        KernelStat(
+            name=by_id[i], calls=c, device_us=us, share=min(us / total, 1.0) if total else 0.0, graph_calls=g
+        )
+        for i, (c, us, g) in sums.items()
+    ]
     return sorted(stats, key=lambda s: s.device_us, reverse=True)
 
 
-def windows_of(k: KernelColumns, step_starts: list[float]) -> dict[tuple[int, int], list[tuple[float, float]]]:
+def windows_of(
+    k: KernelColumns, step_starts: list[float]
+) -> dict[tuple[int, int], list[tuple[float, float]]]:
     """Kernel (start, end) intervals per (device, step window); window k runs from step k's start to
     step k+1's; one window (0) when there are no steps; kernels before the first step are left out."""
     out: dict[tuple[int, int], list[tuple[float, float]]] = {}
@@ -59,7 +65,9 @@ def windows_of(k: KernelColumns, step_starts: list[float]) -> dict[tuple[int, in
     return out
 
 
-def device_activity(windows: dict[tuple[int, int], list[tuple[float, float]]], launch_us: float) -> DeviceActivity:
+def device_activity(
+    windows: dict[tuple[int, int], list[tuple[float, float]]], launch_us: float
+) -> DeviceActivity:
     """Busy time, span and idle gaps between kernels, summed over the windows; the default verdict."""
     busy = span = 0.0
     gaps: list[float] = []
@@ -74,10 +82,18 @@ def device_activity(windows: dict[tuple[int, int], list[tuple[float, float]]], l
     idle_share = min(max((span - busy) / span, 0.0), 1.0) if span > 0 else 0.0
     median_kernel = median(durations) if durations else 0.0
     return DeviceActivity(
-        kernels=len(durations), busy_us=busy, span_us=span, idle_share=idle_share, gaps=len(gaps),
-        median_gap_us=median(gaps) if gaps else 0.0, median_kernel_us=median_kernel, launch_us=launch_us,
-        launch_bound=bool(durations) and idle_share >= LAUNCH_BOUND_IDLE_SHARE
-        and median_kernel <= LAUNCH_BOUND_MEDIAN_KERNEL_US)
+        kernels=len(durations),
+        busy_us=busy,
+        span_us=span,
+        idle_share=idle_share,
+        gaps=len(gaps),
+        median_gap_us=median(gaps) if gaps else 0.0,
+        median_kernel_us=median_kernel,
+        launch_us=launch_us,
+        launch_bound=bool(durations)
+        and idle_share >= LAUNCH_BOUND_IDLE_SHARE
+        and median_kernel <= LAUNCH_BOUND_MEDIAN_KERNEL_US,
+    )
 
 
 def _merge(intervals: list[tuple[float, float]]) -> tuple[float, list[float]]:
@@ -94,12 +110,19 @@ def _merge(intervals: list[tuple[float, float]]) -> tuple[float, list[float]]:
     return busy + cur_end - cur_start, gaps
 
 
-def step_stats(steps: list[tuple[str, float, float]],
-               windows: dict[tuple[int, int], list[tuple[float, float]]]) -> list[StepStat]:
+def step_stats(
+    steps: list[tuple[str, float, float]], windows: dict[tuple[int, int], list[tuple[float, float]]]
+) -> list[StepStat]:
     """One StepStat per step marker, in time order, with the kernels of its window."""
     out = []
     for index, (name, _, wall) in enumerate(steps):
         intervals = [iv for (_, w), ivs in windows.items() if w == index for iv in ivs]
-        out.append(StepStat(name=name, wall_us=wall, kernels=len(intervals),
-                            device_us=sum(end - start for start, end in intervals)))
+        out.append(
+            StepStat(
+                name=name,
+                wall_us=wall,
+                kernels=len(intervals),
+                device_us=sum(end - start for start, end in intervals),
+            )
+        )
     return out

@@ -20,13 +20,33 @@ def diff_profiles(before: ProfileSummary, after: ProfileSummary) -> ProfileDiff:
         us_b = b.self_us / after.steps if b else 0.0
         status = _status(a is not None, b is not None, us_a, us_b)
         if status != "same":
-            rows.append(OpDelta(name=key[0], input_dims=(a or b).input_dims, before_us_per_step=us_a,
-                                after_us_per_step=us_b, delta_us_per_step=us_b - us_a, status=status))
+            rows.append(
+                OpDelta(
+                    name=key[0],
+                    input_dims=(a or b).input_dims,
+                    before_us_per_step=us_a,
+                    after_us_per_step=us_b,
+                    delta_us_per_step=us_b - us_a,
+                    status=status,
+                )
+            )
     rows.sort(key=lambda r: abs(r.delta_us_per_step), reverse=True)
-    note = "" if before.time_basis == after.time_basis else (
-        f"time bases differ ({before.time_basis} vs {after.time_basis}): compare traces of the same kind")
-    return ProfileDiff(before=before.source, after=after.source, time_basis=after.time_basis,
-                       before_step_us=before.step_us, after_step_us=after.step_us, ops=rows, note=note)
+    note = (
+        ""
+        if before.time_basis == after.time_basis
+        else (
+            f"time bases differ ({before.time_basis} vs {after.time_basis}): compare traces of the same kind"
+        )
+    )
+    return ProfileDiff(
+        before=before.source,
+        after=after.source,
+        time_basis=after.time_basis,
+        before_step_us=before.step_us,
+        after_step_us=after.step_us,
+        ops=rows,
+        note=note,
+    )
 
 
 def _status(in_before: bool, in_after: bool, us_a: float, us_b: float) -> str:

@@ -15,19 +15,31 @@ def merge_summaries(summaries: Sequence[ProfileSummary]) -> ProfileSummary:
         return summaries[0]
     bases = {s.time_basis for s in summaries}
     if len(bases) > 1:
-        raise TraceError(f"{', '.join(s.source for s in summaries)}: mix device and CPU-only traces; "
-                         "pass the traces of one run")
+        raise TraceError(
+            f"{', '.join(s.source for s in summaries)}: mix device and CPU-only traces; "
+            "pass the traces of one run"
+        )
     first = summaries[0]
     ops = _merge_ops([op for s in summaries for op in s.ops])
     total = sum(op.self_us for op in ops)
     activities = [s.device_activity for s in summaries if s.device_activity is not None]
     return ProfileSummary(
-        source=", ".join(s.source for s in summaries), time_basis=first.time_basis, steps=first.steps,
-        total_self_us=total, step_us=total / first.steps / len(summaries), ops=ops,
-        ranks=[RankStat(source=s.source, total_self_us=s.total_self_us, step_us=s.step_us) for s in summaries],
-        device_name=first.device_name, kernels=_merge_kernels([k for s in summaries for k in s.kernels]),
-        step_stats=first.step_stats, device_activity=_merge_activity(activities) if activities else None,
-        syncs=_merge_syncs([r for s in summaries for r in s.syncs]), step_wall_us=first.step_wall_us)
+        source=", ".join(s.source for s in summaries),
+        time_basis=first.time_basis,
+        steps=first.steps,
+        total_self_us=total,
+        step_us=total / first.steps / len(summaries),
+        ops=ops,
+        ranks=[
+            RankStat(source=s.source, total_self_us=s.total_self_us, step_us=s.step_us) for s in summaries
+        ],
+        device_name=first.device_name,
+        kernels=_merge_kernels([k for s in summaries for k in s.kernels]),
+        step_stats=first.step_stats,
+        device_activity=_merge_activity(activities) if activities else None,
+        syncs=_merge_syncs([r for s in summaries for r in s.syncs]),
+        step_wall_us=first.step_wall_us,
+    )
 
 
 def _merge_ops(ops: list[OpStat]) -> list[OpStat]:
@@ -37,14 +49,21 @@ def _merge_ops(ops: list[OpStat]) -> list[OpStat]:
         key = (op.name, repr(op.input_dims))
         if key in merged:
             m = merged[key]
-            merged[key] = m.model_copy(update={"calls": m.calls + op.calls, "self_us": m.self_us + op.self_us,
-                                               "total_us": m.total_us + op.total_us,
-                                               "location": m.location or op.location})
+            merged[key] = m.model_copy(
+                update={
+                    "calls": m.calls + op.calls,
+                    "self_us": m.self_us + op.self_us,
+                    "total_us": m.total_us + op.total_us,
+                    "location": m.location or op.location,
+                }
+            )
         else:
             merged[key] = op
     total = sum(op.self_us for op in merged.values())
-    out = [op.model_copy(update={"share": min(op.self_us / total, 1.0) if total else 0.0})
-           for op in merged.values()]
+    out = [
+        op.model_copy(update={"share": min(op.self_us / total, 1.0) if total else 0.0})
+        for op in merged.values()
+    ]
     return sorted(out, key=lambda op: op.self_us, reverse=True)
 
 
@@ -57,8 +76,10 @@ def _merge_kernels(kernels: list[KernelStat]) -> list[KernelStat]:
         row[1] += k.device_us
         row[2] += k.graph_calls
     total = sum(row[1] for row in sums.values())
-    out = [KernelStat(name=n, calls=c, device_us=us, share=min(us / total, 1.0) if total else 0.0, graph_calls=g)
-           for n, (c, us, g) in sums.items()]
+    out = [
+        KernelStat(name=n, calls=c, device_us=us, share=min(us / total, 1.0) if total else 0.0, graph_calls=g)
+        for n, (c, us, g) in sums.items()
+    ]
     return sorted(out, key=lambda k: k.device_us, reverse=True)
 
 
@@ -66,11 +87,17 @@ def _merge_activity(acts: list[DeviceActivity]) -> DeviceActivity:
     """Sums over ranks; medians are the ranks' median; launch-bound if most ranks are."""
     busy, span = sum(a.busy_us for a in acts), sum(a.span_us for a in acts)
     mid = sorted(acts, key=lambda a: a.idle_share)[len(acts) // 2]
-    return DeviceActivity(kernels=sum(a.kernels for a in acts), busy_us=busy, span_us=span,
-                          idle_share=min(max((span - busy) / span, 0.0), 1.0) if span else 0.0,
-                          gaps=sum(a.gaps for a in acts), median_gap_us=mid.median_gap_us,
-                          median_kernel_us=mid.median_kernel_us, launch_us=sum(a.launch_us for a in acts),
-                          launch_bound=sum(a.launch_bound for a in acts) * 2 > len(acts))
+    return DeviceActivity(
+        kernels=sum(a.kernels for a in acts),
+        busy_us=busy,
+        span_us=span,
+        idle_share=min(max((span - busy) / span, 0.0), 1.0) if span else 0.0,
+        gaps=sum(a.gaps for a in acts),
+        median_gap_us=mid.median_gap_us,
+        median_kernel_us=mid.median_kernel_us,
+        launch_us=sum(a.launch_us for a in acts),
+        launch_bound=sum(a.launch_bound for a in acts) * 2 > len(acts),
+    )
 
 
 def _merge_syncs(rows: list[SyncStat]) -> list[SyncStat]:
@@ -78,7 +105,15 @@ def _merge_syncs(rows: list[SyncStat]) -> list[SyncStat]:
     sums: dict[tuple[str, str], SyncStat] = {}
     for r in rows:
         m = sums.get((r.name, r.caller))
-        sums[(r.name, r.caller)] = r if m is None else m.model_copy(update={
-            "calls": m.calls + r.calls, "decode_calls": m.decode_calls + r.decode_calls,
-            "host_us": m.host_us + r.host_us})
+        sums[(r.name, r.caller)] = (
+            r
+            if m is None
+            else m.model_copy(
+                update={
+                    "calls": m.calls + r.calls,
+                    "decode_calls": m.decode_calls + r.decode_calls,
+                    "host_us": m.host_us + r.host_us,
+                }
+            )
+        )
     return sorted(sums.values(), key=lambda s: (s.host_us, s.calls), reverse=True)

@@ -62,14 +62,14 @@ class _Device(msgspec.Struct):
 class Header(msgspec.Struct):
     """Top-level trace fields other than the events."""
 
-    deviceProperties: list[_Device] = []  # noqa: N815 (the trace's own key)
+    deviceProperties: list[_Device] = []
 
 
 class _Tail(msgspec.Struct):
     """The last events and whatever top-level fields follow the list."""
 
-    traceEvents: list[Event]  # noqa: N815
-    deviceProperties: list[_Device] = []  # noqa: N815
+    traceEvents: list[Event]
+    deviceProperties: list[_Device] = []
 
 
 _EVENTS = msgspec.json.Decoder(list[Event])
@@ -100,8 +100,10 @@ class TraceStream:
                 if events:
                     yield events
                 elif len(buf) > HEADER_LIMIT_BYTES:
-                    raise TraceError(f"{self.path}: no event boundary in {len(buf)} bytes after byte "
-                                     f"offset {base}; expected trace events separated by '}}, {{'")
+                    raise TraceError(
+                        f"{self.path}: no event boundary in {len(buf)} bytes after byte "
+                        f"offset {base}; expected trace events separated by '}}, {{'"
+                    )
             yield self._tail(buf[start:], self.bytes_read - len(buf) + start)
 
     def _read(self, raw: BinaryIO) -> bytes:
@@ -109,8 +111,10 @@ class TraceStream:
         try:
             chunk = raw.read(CHUNK_BYTES)
         except (EOFError, OSError, zlib.error) as err:
-            raise TraceError(f"{self.path}: gzip data is truncated or corrupt after {self.bytes_read} "
-                             f"uncompressed bytes ({err}); re-export the trace") from err
+            raise TraceError(
+                f"{self.path}: gzip data is truncated or corrupt after {self.bytes_read} "
+                f"uncompressed bytes ({err}); re-export the trace"
+            ) from err
         self.bytes_read += len(chunk)
         return chunk
 
@@ -121,16 +125,24 @@ class TraceStream:
             chunk = self._read(raw)
             if not chunk or len(buf) > HEADER_LIMIT_BYTES:
                 empty = not buf.strip()
-                raise TraceError(f"{self.path}: " + ("file is empty; expected a torch.profiler Chrome "
-                                 "trace (JSON)" if empty else "expected a JSON object with a "
-                                 "'traceEvents' list (torch.profiler export_chrome_trace output)"))
+                raise TraceError(
+                    f"{self.path}: "
+                    + (
+                        "file is empty; expected a torch.profiler Chrome trace (JSON)"
+                        if empty
+                        else "expected a JSON object with a "
+                        "'traceEvents' list (torch.profiler export_chrome_trace output)"
+                    )
+                )
             buf += chunk
-        head = buf[:match.start()].rstrip().rstrip(b",") + b"}"
+        head = buf[: match.start()].rstrip().rstrip(b",") + b"}"
         try:
             self.device_names += [d.name for d in _HEADER.decode(head).deviceProperties]
         except msgspec.DecodeError as err:
-            raise TraceError(f"{self.path}: expected a JSON object with a 'traceEvents' list before "
-                             f"byte offset {match.start()} ({err})") from err
+            raise TraceError(
+                f"{self.path}: expected a JSON object with a 'traceEvents' list before "
+                f"byte offset {match.start()} ({err})"
+            ) from err
         return buf, match.end()
 
     def _tail(self, rest: bytes, offset: int) -> list[Event]:
@@ -141,8 +153,10 @@ class TraceStream:
         except msgspec.DecodeError as err:
             at = _BYTE.search(str(err))
             where = offset + int(at.group(1)) - len(prefix) if at else offset + len(rest)
-            raise TraceError(f"{self.path}: invalid JSON at byte offset {where} ({_reason(err)}); "
-                             "the trace is truncated or not a Chrome trace") from err
+            raise TraceError(
+                f"{self.path}: invalid JSON at byte offset {where} ({_reason(err)}); "
+                "the trace is truncated or not a Chrome trace"
+            ) from err
         self.device_names += [d.name for d in tail.deviceProperties]
         return tail.traceEvents
 
@@ -164,7 +178,7 @@ def _decode_prefix(buf: bytes) -> tuple[int, list[Event]]:
         if close < 0:
             return 0, []
         try:
-            events = _EVENTS.decode(b"[" + buf[:close + 1] + b"]")
+            events = _EVENTS.decode(b"[" + buf[: close + 1] + b"]")
         except msgspec.DecodeError:
             end = close
             continue

@@ -22,13 +22,18 @@ def read_key_averages_table(text: str, source: str = "key_averages table") -> li
     lines = text.splitlines()
     rules = [i for i, line in enumerate(lines) if line.strip() and set(line.strip()) <= {"-", " "}]
     if len(rules) < 3 or rules[1] != rules[0] + 2:
-        raise TraceError(f"{source}: expected a key_averages table (a header between dashed lines and "
-                         "a closing dashed line); got none or a truncated one")
+        raise TraceError(
+            f"{source}: expected a key_averages table (a header between dashed lines and "
+            "a closing dashed line); got none or a truncated one"
+        )
     spans = [(m.start(), m.end()) for m in re.finditer(r"-+", lines[rules[0]])]
     header = _cells(lines[rules[0] + 1], spans)
     columns = _columns(header, source)
-    return [op for n in range(rules[1] + 1, rules[2])
-            if (op := _row(lines[n], spans, columns, f"{source}: line {n + 1}")) is not None]
+    return [
+        op
+        for n in range(rules[1] + 1, rules[2])
+        if (op := _row(lines[n], spans, columns, f"{source}: line {n + 1}")) is not None
+    ]
 
 
 def _cells(line: str, spans: list[tuple[int, int]]) -> list[str]:
@@ -44,12 +49,18 @@ def _columns(header: list[str], source: str) -> dict[str, int]:
     """Indexes of the columns we read: device ones (Self CUDA, ...) if any, else the CPU ones."""
     device = next((m.group(1) for h in header if (m := _DEVICE_SELF.match(h))), None)
     basis = device or "CPU"
-    wanted = {"name": "Name", "self": f"Self {basis}", "pct": f"Self {basis} %",
-              "total": f"{basis} total", "calls": "# of Calls"}
+    wanted = {
+        "name": "Name",
+        "self": f"Self {basis}",
+        "pct": f"Self {basis} %",
+        "total": f"{basis} total",
+        "calls": "# of Calls",
+    }
     missing = [title for title in wanted.values() if title not in header]
     if missing:
-        raise TraceError(f"{source}: key_averages table lacks column(s) {', '.join(missing)}; "
-                         f"found {', '.join(header)}")
+        raise TraceError(
+            f"{source}: key_averages table lacks column(s) {', '.join(missing)}; found {', '.join(header)}"
+        )
     found = {key: header.index(title) for key, title in wanted.items()}
     if "Input Shapes" in header:
         found["shapes"] = header.index("Input Shapes")
@@ -64,15 +75,20 @@ def _row(line: str, spans: list[tuple[int, int]], columns: dict[str, int], where
         share = round(float(pct.rstrip("%")) / 100, 6)
         calls = int(cells[columns["calls"]])
     except ValueError as err:
-        raise TraceError(f"{where}: expected a percentage and a call count, got {pct!r} and "
-                         f"{cells[columns['calls']]!r}") from err
+        raise TraceError(
+            f"{where}: expected a percentage and a call count, got {pct!r} and {cells[columns['calls']]!r}"
+        ) from err
     if name.startswith("ProfilerStep") or share > 1:
         return None
     shapes = cells[columns["shapes"]] if "shapes" in columns else ""
-    return OpStat(name=name, calls=calls, share=share,
-                  self_us=_time_us(cells[columns["self"]], where),
-                  total_us=_time_us(cells[columns["total"]], where),
-                  input_dims=_shapes(shapes))
+    return OpStat(
+        name=name,
+        calls=calls,
+        share=share,
+        self_us=_time_us(cells[columns["self"]], where),
+        total_us=_time_us(cells[columns["total"]], where),
+        input_dims=_shapes(shapes),
+    )
 
 
 def _shapes(cell: str) -> list[list[int]]:
@@ -106,6 +122,11 @@ def read_table_file(path: Path) -> ProfileSummary:
     totals = {basis: _time_us(value.replace(" ", ""), str(path)) for basis, value in _TOTAL.findall(text)}
     device = next((basis for basis in totals if basis != "CPU"), None)
     total = totals.get(device or "CPU", sum(op.self_us for op in ops))
-    return ProfileSummary(source=str(path), time_basis="device" if device else "cpu", steps=1,
-                          total_self_us=total, step_us=total,
-                          ops=sorted(ops, key=lambda op: op.self_us, reverse=True))
+    return ProfileSummary(
+        source=str(path),
+        time_basis="device" if device else "cpu",
+        steps=1,
+        total_self_us=total,
+        step_us=total,
+        ops=sorted(ops, key=lambda op: op.self_us, reverse=True),
+    )

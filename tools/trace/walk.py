@@ -84,14 +84,22 @@ def walk(col: Collected, work: dict[int, float]) -> Walked:
     return out
 
 
-def _open(col: Collected, key: int, kind: int, start: float, dur: float, parent: _Frame | None,
-          out: Walked) -> _Frame:
+def _open(
+    col: Collected, key: int, kind: int, start: float, dur: float, parent: _Frame | None, out: Walked
+) -> _Frame:
     """A frame for a host event; counts step markers and outermost decode calls on the way."""
     name = col.key_list[key][0]
     decode = DECODE_CALL in name
-    frame = _Frame(key=key, kind=kind, end_us=start + dur, dur_us=dur, op=None,
-                   in_decode=decode or bool(parent and parent.in_decode),
-                   in_step=bool(parent and parent.in_step), location=parent.location if parent else None)
+    frame = _Frame(
+        key=key,
+        kind=kind,
+        end_us=start + dur,
+        dur_us=dur,
+        op=None,
+        in_decode=decode or bool(parent and parent.in_decode),
+        in_step=bool(parent and parent.in_step),
+        location=parent.location if parent else None,
+    )
     if parent is not None:
         parent.children_us += dur
         frame.op = parent.op
@@ -118,8 +126,9 @@ def user_location(frame_name: str) -> str | None:
     return f"{match['file']}:{match['line']} ({match['fn']})"
 
 
-def _launch(corr: int, graph: bool, parent: _Frame | None, work: dict[int, float], out: Walked,
-            graph_key: int) -> None:
+def _launch(
+    corr: int, graph: bool, parent: _Frame | None, work: dict[int, float], out: Walked, graph_key: int
+) -> None:
     """Give a launch's device time to the innermost enclosing op (or the CUDA graph row)."""
     owner = parent.op if parent else None
     if corr not in work or (owner is None and not graph):

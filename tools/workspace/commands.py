@@ -38,15 +38,19 @@ def check_relpath(path: str) -> str:
     """Return `path` if it names a file inside a repository and outside `.git/`; else PatchError."""
     parts = PurePosixPath(path).parts
     if not parts or path.startswith("/") or ".." in parts or any(p.lower() == ".git" for p in parts):
-        raise PatchError(f"refusing path {path!r}: patches may only touch files inside the repository,"
-                         " outside .git/; fix the diff's paths")
+        raise PatchError(
+            f"refusing path {path!r}: patches may only touch files inside the repository,"
+            " outside .git/; fix the diff's paths"
+        )
     return path
 
 
 def check_trailers(trailers: dict[str, str]) -> None:
     """PatchError unless there is at least one trailer and each is `Key-With-Dashes: one-line value`."""
     if not trailers:
-        raise PatchError("perfloop commits are found by their trailers (e.g. Perfloop-Session); pass at least one")
+        raise PatchError(
+            "perfloop commits are found by their trailers (e.g. Perfloop-Session); pass at least one"
+        )
     for key, value in trailers.items():
         if not _TRAILER_KEY.fullmatch(key) or not value or value != value.strip() or "\n" in value:
             raise PatchError(f"bad trailer {key!r}: {value!r}; use Key-With-Dashes and a one-line value")
@@ -66,8 +70,15 @@ def parse_log(text: str, branch: str) -> list[CommitInfo]:
     for record in filter(str.strip, text.split("\x1e")):
         sha, parents, subject, block = record.lstrip("\n").split("\x1f")
         pairs = (line.split(": ", 1) for line in block.splitlines() if ": " in line)
-        commits.append(CommitInfo(sha=sha, branch=branch, subject=subject,
-                                  trailers=dict(pairs), parent_sha=(parents.split() or [""])[0]))
+        commits.append(
+            CommitInfo(
+                sha=sha,
+                branch=branch,
+                subject=subject,
+                trailers=dict(pairs),
+                parent_sha=(parents.split() or [""])[0],
+            )
+        )
     return commits
 
 
@@ -76,8 +87,10 @@ def explain_git_error(args: tuple[str, ...], stderr: str, hint: str | None = Non
     flags = " ".join(a for a in args if a.startswith("-") and a != "--whitespace=nowarn")
     failed = _FAILED_AT.search(stderr)
     if failed:
-        return (f"patch does not apply: {failed[1]}:{failed[2]} (git apply {flags});"
-                " regenerate the diff against the current file")
+        return (
+            f"patch does not apply: {failed[1]}:{failed[2]} (git apply {flags});"
+            " regenerate the diff against the current file"
+        )
     detail = _ERROR.search(stderr)
     lines = [line.strip(" '") for line in stderr.splitlines() if line.strip(" '")]
     reason = detail[1].rstrip("'") if detail else (lines[-1] if lines else "no message")

@@ -11,19 +11,30 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from git import GitCommandError, InvalidGitRepositoryError, NoSuchPathError, Repo
 
 from state.workspace import CommitInfo, WorkspaceSnapshot
 from tools.door.faults import fault_point
 from tools.errors import PatchError
-from tools.workspace.commands import (APPLY, LOG_FORMAT, IDENTITY_ENV, REVERTS_TRAILER, SESSION_BRANCH_PREFIX,
-                                  apply_context, check_relpath, check_trailers, commit_message,
-                                  explain_git_error, parse_log, sha256_hex)
-
+from tools.workspace.commands import (
+    APPLY,
+    IDENTITY_ENV,
+    LOG_FORMAT,
+    REVERTS_TRAILER,
+    SESSION_BRANCH_PREFIX,
+    apply_context,
+    check_relpath,
+    check_trailers,
+    commit_message,
+    explain_git_error,
+    parse_log,
+    sha256_hex,
+)
 
 
 class GitWorkspace:
@@ -33,7 +44,9 @@ class GitWorkspace:
         try:
             self.repo = Repo(path)
         except (InvalidGitRepositoryError, NoSuchPathError) as err:
-            raise PatchError(f"{path} is not a git checkout; run `git init` there or pick the repo root") from err
+            raise PatchError(
+                f"{path} is not a git checkout; run `git init` there or pick the repo root"
+            ) from err
         self.root = Path(self.repo.working_tree_dir).resolve()
 
     def __enter__(self) -> GitWorkspace:
@@ -50,13 +63,22 @@ class GitWorkspace:
     def create_from_tree(cls, src: Path, dest: Path) -> GitWorkspace:
         """Copy `src` (without __pycache__/.git) to `dest` and commit it on `main`; reopen if done."""
         if not (dest / ".git").exists():
-            shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__", ".git"), dirs_exist_ok=True)
+            shutil.copytree(
+                src, dest, ignore=shutil.ignore_patterns("__pycache__", ".git"), dirs_exist_ok=True
+            )
             Repo.init(dest, initial_branch="main").close()
         ws = cls(dest)
         if not ws._ok("rev-parse", "--verify", "-q", "HEAD"):
             ws._git("add", "--all")
-            ws._git("commit", "-q", "--no-verify", "--no-gpg-sign", "-m", f"perfloop: import {src.name}",
-                    env=IDENTITY_ENV)
+            ws._git(
+                "commit",
+                "-q",
+                "--no-verify",
+                "--no-gpg-sign",
+                "-m",
+                f"perfloop: import {src.name}",
+                env=IDENTITY_ENV,
+            )
         return ws
 
     def _git(self, *args: str, hint: str | None = None, **kwargs: Any) -> Any:
@@ -86,14 +108,20 @@ class GitWorkspace:
 
     def _branch(self) -> str | None:
         """The current branch name, None when HEAD is detached."""
-        return self._git("symbolic-ref", "--short", "-q", "HEAD") if self._ok("symbolic-ref", "-q", "HEAD") else None
+        return (
+            self._git("symbolic-ref", "--short", "-q", "HEAD")
+            if self._ok("symbolic-ref", "-q", "HEAD")
+            else None
+        )
 
     def _session_branch(self) -> str:
         """The current branch, which must be a perfloop session branch."""
         branch = self._branch()
         if not branch or not branch.startswith(SESSION_BRANCH_PREFIX):
-            raise PatchError(f"HEAD is on {branch or 'a detached commit'}, not a session branch;"
-                             " call ensure_branch('perfloop/<session>') first")
+            raise PatchError(
+                f"HEAD is on {branch or 'a detached commit'}, not a session branch;"
+                " call ensure_branch('perfloop/<session>') first"
+            )
         return branch
 
     @contextmanager
@@ -121,19 +149,29 @@ class GitWorkspace:
         if not diff.strip():
             raise PatchError("the patch is empty; provide a unified diff")
         with self._scratch(diff) as (patch, _env):
-            fields = iter(self._git(*APPLY, "--numstat", "-z", patch, strip_newline_in_stdout=False).split("\0"))
+            fields = iter(
+                self._git(*APPLY, "--numstat", "-z", patch, strip_newline_in_stdout=False).split("\0")
+            )
         paths = []
         for field in filter(None, fields):
             added, _deleted, path = field.split("\t", 2)
             if added == "-":
-                raise PatchError(f"refusing binary patch for {path or 'a renamed file'}; send text diffs only")
+                raise PatchError(
+                    f"refusing binary patch for {path or 'a renamed file'}; send text diffs only"
+                )
             paths += [path] if path else [next(fields), next(fields)]
         return [check_relpath(p) for p in dict.fromkeys(paths)]
 
     def snapshot(self) -> WorkspaceSnapshot:
         """HEAD, branch, every dirty path's content hash and the hashes of the staged/unstaged diffs."""
-        status = self._git("status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames",
-                           strip_newline_in_stdout=False)
+        status = self._git(
+            "status",
+            "--porcelain=v1",
+            "-z",
+            "--untracked-files=all",
+            "--no-renames",
+            strip_newline_in_stdout=False,
+        )
         dirty = {}
         for relpath in sorted({entry[3:] for entry in status.split("\0") if entry}):
             path = self.root / relpath
@@ -141,9 +179,13 @@ class GitWorkspace:
         diff = ("diff", "--binary", "--no-color", "--no-ext-diff")
         opts = {"strip_newline_in_stdout": False, "stdout_as_string": False}
         return WorkspaceSnapshot(
-            path=str(self.root), head_sha=self._git("rev-parse", "HEAD"), branch=self._branch(), dirty_sha256=dirty,
+            path=str(self.root),
+            head_sha=self._git("rev-parse", "HEAD"),
+            branch=self._branch(),
+            dirty_sha256=dirty,
             staged_diff_sha256=sha256_hex(self._git(*diff, "--cached", **opts)),
-            unstaged_diff_sha256=sha256_hex(self._git(*diff, **opts)))
+            unstaged_diff_sha256=sha256_hex(self._git(*diff, **opts)),
+        )
 
     def ensure_branch(self, name: str, start_point: str | None = None) -> None:
         """Be on branch `name`: create it (at HEAD or `start_point`), or switch to it.
@@ -155,8 +197,10 @@ class GitWorkspace:
         if self._branch() == name:
             return
         exists = self._ok("rev-parse", "--verify", "-q", f"refs/heads/{name}")
-        hint = (f"cannot switch to branch {name} without losing uncommitted changes;"
-                " commit or move them yourself, then retry")
+        hint = (
+            f"cannot switch to branch {name} without losing uncommitted changes;"
+            " commit or move them yourself, then retry"
+        )
         create = () if exists else ("-c", name, *((start_point,) if start_point else ()))
         self._git("switch", "-q", *(create or (name,)), hint=hint)
 
@@ -222,8 +266,16 @@ class GitWorkspace:
         log = self._git("log", "-F", "--all-match", *greps, LOG_FORMAT, "HEAD")
         commits = parse_log(log, self._branch() or "HEAD")
         reverted = {c.trailers[REVERTS_TRAILER] for c in commits if REVERTS_TRAILER in c.trailers}
-        return next((c for c in commits if REVERTS_TRAILER not in c.trailers and c.sha not in reverted
-                     and trailers.items() <= c.trailers.items()), None)
+        return next(
+            (
+                c
+                for c in commits
+                if REVERTS_TRAILER not in c.trailers
+                and c.sha not in reverted
+                and trailers.items() <= c.trailers.items()
+            ),
+            None,
+        )
 
     def revert_commit(self, commit: CommitInfo) -> None:
         """Undo one of our commits: move the branch back if it is the tip, else add a revert commit.
@@ -239,8 +291,11 @@ class GitWorkspace:
             if head == commit.sha:
                 new = commit.parent_sha
             elif self._ok("merge-base", "--is-ancestor", commit.sha, head) and not self._git(
-                    "log", "-F", f"--grep={REVERTS_TRAILER}: {commit.sha}", "--format=%H", head):
-                message = commit_message(f'Revert "{commit.subject}"', {**commit.trailers, REVERTS_TRAILER: commit.sha})
+                "log", "-F", f"--grep={REVERTS_TRAILER}: {commit.sha}", "--format=%H", head
+            ):
+                message = commit_message(
+                    f'Revert "{commit.subject}"', {**commit.trailers, REVERTS_TRAILER: commit.sha}
+                )
                 new = self._commit_tree(patch, env, message, head, reverse=True)
             if new:
                 self._git("update-ref", "-m", "perfloop: revert", f"refs/heads/{branch}", new, head)
@@ -254,10 +309,19 @@ class GitWorkspace:
 
     def _commit_patch(self, commit: CommitInfo) -> str:
         """The exact diff a commit made against its first parent."""
-        return self._git("diff-tree", "-p", "--binary", "--full-index", commit.parent_sha, commit.sha,
-                         strip_newline_in_stdout=False)
+        return self._git(
+            "diff-tree",
+            "-p",
+            "--binary",
+            "--full-index",
+            commit.parent_sha,
+            commit.sha,
+            strip_newline_in_stdout=False,
+        )
 
-    def _commit_tree(self, patch: str, env: dict[str, str], message: str, parent: str, *, reverse: bool) -> str:
+    def _commit_tree(
+        self, patch: str, env: dict[str, str], message: str, parent: str, *, reverse: bool
+    ) -> str:
         """A commit object: `parent`'s tree with the patch (or its reverse) applied; no ref moves."""
         self._git("read-tree", parent, env=env)
         self._git(*APPLY, "--cached", *(("-R",) if reverse else ()), patch, env=env)

@@ -28,7 +28,7 @@ MARKER_ID = "perfloop-instrumentation"
 CONTEXT_LINES = 3
 NO_EOL = "\n\\ No newline at end of file\n"
 REMOVAL_MIN_CONTEXT = 0  # our marked lines locate the hunks; context may have been edited since
-RUNTIME = '''\
+RUNTIME = """\
 def _perfloop_profiled(fn):
     # Profile fn with torch.profiler when $PERFLOOP_PROFILE_DIR/request.json appears.
     import os
@@ -124,7 +124,7 @@ def _perfloop_profiled(fn):
     wrapper.__wrapped__ = fn
     return wrapper
 
-'''
+"""
 
 
 def _lines(text: str) -> list[str]:
@@ -140,7 +140,9 @@ def _mark(line: str, newline: str) -> str:
 def _insertions(source: str, class_name: str, method: str) -> dict[int, list[str]]:
     """The lines to insert, keyed by the 0-based index of the source line they go before."""
     if MARKER_ID in source:
-        raise InstrumentationError(f"the file is already instrumented (has '# {MARKER_ID}' lines); remove them first")
+        raise InstrumentationError(
+            f"the file is already instrumented (has '# {MARKER_ID}' lines); remove them first"
+        )
     try:
         tree = ast.parse(source)
     except SyntaxError as err:
@@ -148,14 +150,18 @@ def _insertions(source: str, class_name: str, method: str) -> dict[int, list[str
     cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name), None)
     fn = cls and next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == method), None)
     if fn is None:
-        raise InstrumentationError(f"no top-level class {class_name} with a (non-async) method {method};"
-                                   " pass the right class_name/method")
+        raise InstrumentationError(
+            f"no top-level class {class_name} with a (non-async) method {method};"
+            " pass the right class_name/method"
+        )
     lines = _lines(source)
     newline = "\r\n" if lines[0].endswith("\r\n") else "\n"
     class_index = min([cls.lineno] + [d.lineno for d in cls.decorator_list]) - 1
     indent = lines[fn.lineno - 1][: fn.col_offset]
-    return {class_index: [_mark(line, newline) for line in RUNTIME.split("\n")[:-1]],
-            fn.lineno - 1: [_mark(f"{indent}@_perfloop_profiled", newline)]}
+    return {
+        class_index: [_mark(line, newline) for line in RUNTIME.split("\n")[:-1]],
+        fn.lineno - 1: [_mark(f"{indent}@_perfloop_profiled", newline)],
+    }
 
 
 def instrumented_source(source: str, class_name: str = "ModelRunner", method: str = "forward_decode") -> str:
@@ -184,8 +190,9 @@ def _hunks(old: list[str], inserts: dict[int, list[str]]) -> list[str]:
     return hunks
 
 
-def build_instrumentation_diff(source: str, relpath: str, class_name: str = "ModelRunner",
-                               method: str = "forward_decode") -> str:
+def build_instrumentation_diff(
+    source: str, relpath: str, class_name: str = "ModelRunner", method: str = "forward_decode"
+) -> str:
     """A `git apply`-able unified diff that instruments `class_name.method` in `source` (pure)."""
     inserts = _insertions(source, class_name, method)
     header = f"diff --git a/{relpath} b/{relpath}\n--- a/{relpath}\n+++ b/{relpath}\n"
@@ -199,19 +206,27 @@ def _strip_markers(text: str) -> str:
 
 def _record(relpath: str, pre: str, post_sha256: str, class_name: str, method: str) -> InstrumentationRecord:
     """The record of instrumenting `pre` (the pre-instrumentation text)."""
-    return InstrumentationRecord(relpath=relpath, pre_sha256=sha256_hex(pre.encode()), post_sha256=post_sha256,
-                                 diff=build_instrumentation_diff(pre, relpath, class_name, method), marker_id=MARKER_ID)
+    return InstrumentationRecord(
+        relpath=relpath,
+        pre_sha256=sha256_hex(pre.encode()),
+        post_sha256=post_sha256,
+        diff=build_instrumentation_diff(pre, relpath, class_name, method),
+        marker_id=MARKER_ID,
+    )
 
 
-def instrument(ws: GitWorkspace, relpath: str, class_name: str = "ModelRunner",
-               method: str = "forward_decode") -> InstrumentationRecord:
+def instrument(
+    ws: GitWorkspace, relpath: str, class_name: str = "ModelRunner", method: str = "forward_decode"
+) -> InstrumentationRecord:
     """Insert the profiler into the working-tree file (index untouched). Idempotent."""
     source = ws.read_file(relpath)
     if MARKER_ID in source:
         pre = _strip_markers(source)
         if instrumented_source(pre, class_name, method) != source:
-            raise InstrumentationError(f"{relpath} has '# {MARKER_ID}' lines that are not exactly ours;"
-                                       " delete them by hand, then retry")
+            raise InstrumentationError(
+                f"{relpath} has '# {MARKER_ID}' lines that are not exactly ours;"
+                " delete them by hand, then retry"
+            )
         return _record(relpath, pre, sha256_hex(source.encode()), class_name, method)
     record = _record(relpath, source, "", class_name, method)
     try:
@@ -221,8 +236,10 @@ def instrument(ws: GitWorkspace, relpath: str, class_name: str = "ModelRunner",
     post_sha256 = ws.file_sha256(relpath)
     if post_sha256 != sha256_hex(instrumented_source(source, class_name, method).encode()):
         ws.apply_to_worktree(record.diff, reverse=True)
-        raise InstrumentationError(f"git applied the instrumentation of {relpath} differently than built;"
-                                   " check the repo's apply/attributes config")
+        raise InstrumentationError(
+            f"git applied the instrumentation of {relpath} differently than built;"
+            " check the repo's apply/attributes config"
+        )
     return record.model_copy(update={"post_sha256": post_sha256})
 
 
@@ -242,10 +259,14 @@ def remove_instrumentation(ws: GitWorkspace, record: InstrumentationRecord) -> N
     if MARKER_ID not in current:
         return
     if not is_instrumented(ws, record):
-        raise InstrumentationError(f"cannot remove instrumentation from {record.relpath}: lines we inserted"
-                                   f" were edited; delete the lines marked '# {MARKER_ID}' by hand")
+        raise InstrumentationError(
+            f"cannot remove instrumentation from {record.relpath}: lines we inserted"
+            f" were edited; delete the lines marked '# {MARKER_ID}' by hand"
+        )
     ws.apply_to_worktree(record.diff, reverse=True, min_context=REMOVAL_MIN_CONTEXT)
     if ws.file_sha256(record.relpath) != sha256_hex(_strip_markers(current).encode()):
         ws.write_file(record.relpath, current.encode())
-        raise InstrumentationError(f"removing instrumentation from {record.relpath} would change more than"
-                                   f" our lines; file left as it was, delete the '# {MARKER_ID}' lines by hand")
+        raise InstrumentationError(
+            f"removing instrumentation from {record.relpath} would change more than"
+            f" our lines; file left as it was, delete the '# {MARKER_ID}' lines by hand"
+        )

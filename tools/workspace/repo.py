@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import hashlib
 
-from state.calls import (ApplyArgs, BranchArgs, CommitArgs, CopyTreeArgs, Done, InstrumentArgs,
-                         RemoveInstrumentationArgs, RepoArgs, SglangSite)
+from state.calls import (
+    ApplyArgs,
+    BranchArgs,
+    CommitArgs,
+    CopyTreeArgs,
+    Done,
+    InstrumentArgs,
+    RemoveInstrumentationArgs,
+    RepoArgs,
+    SglangSite,
+)
 from state.workspace import CommitInfo, InstrumentationRecord, WorkspaceSnapshot
+from tools.door import tool
 from tools.sglang import layout as sglang_layout
 from tools.workspace import instrumentation
-from tools.door import tool
 from tools.workspace.git import GitWorkspace
 
 
