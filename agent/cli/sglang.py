@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from agent.cli import _run, app
+from agent.cli.common import run_command
 from playbooks.engine import load_playbooks, patch_text
 from state.sglang import HookSite
 from state.target import ProfileConfig
@@ -34,7 +34,6 @@ KINDS = ("sglang", "mla_server")
 Repo = Annotated[Path, typer.Option("--repo", help="The target checkout (a git repository).")]
 Kind = Annotated[str, typer.Option("--kind", help="Target kind: sglang or mla_server.")]
 playbook_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Work with catalog playbooks.")
-app.add_typer(playbook_app, name="playbook")
 
 
 def _kind(kind: str) -> str:
@@ -79,7 +78,6 @@ def _save_records(ws: GitWorkspace, records: dict[str, InstrumentationRecord]) -
     tmp.replace(path)
 
 
-@app.command("instrument")
 def instrument_cmd(
     repo: Repo,
     kind: Kind = "sglang",
@@ -111,7 +109,7 @@ def instrument_cmd(
                 "arm it by launching with PERFLOOP_PROFILE_DIR set"
             )
 
-    _run(body)
+    run_command(body)
 
 
 @playbook_app.command("apply")
@@ -147,4 +145,7 @@ def apply_cmd(
                 what = kind
         print(f"{'fits' if check else 'applied to'} {what}: {', '.join(files)}")
 
-    _run(body)
+    run_command(body)
+
+
+COMMANDS = {"instrument": instrument_cmd}
