@@ -11,14 +11,13 @@ from langgraph.types import Command
 
 from agent.context import LoopContext, call, host_dir, step, transition
 from playbooks.engine import diagnose as run_diagnosis
-from playbooks.engine import launch_conflict, load_playbooks, patch_text
+from playbooks.engine import launch_conflict, load_playbooks
+from playbooks.patches import NoPatch, choose_patch
 from state.calls import FetchArgs, PathArgs, ProfileArgs, ProfileFiles
 from state.diagnosis import DiagnosisContext
 from state.loop import LoopState, ProfileResult, Proposal
 from tools import profiling
-from tools.errors import ConfigError
 from tools.hosts import transfer
-from tools.sglang.patches import sglang_patch
 
 
 @step
@@ -104,18 +103,6 @@ def files_of(diff: str) -> list[str]:
     return sorted(set(re.findall(r"^\+\+\+ b/(\S+)", diff, flags=re.M)))
 
 
-def target_patch(state: LoopState, book) -> str | None:
-    """The playbook's patch for this target: by kind, and for SGLang by the checkout's release."""
-    if state.target.kind == "sglang" and state.sglang is not None:
-        if not any(k == "sglang" or k.startswith("sglang@") for k in book.patches):
-            return None
-        try:
-            return sglang_patch(book.patches, Path(book.source_dir), state.sglang)[1]
-        except ConfigError:  # no patch for this release: the finding is reported, not proposed
-            return None
-    return patch_text(book, state.target.kind)
-
-
 @step
 def propose(
     state: LoopState, runtime: Runtime[LoopContext]
@@ -127,9 +114,10 @@ def propose(
         book = books.get(finding.playbook)
         if book is None or finding.playbook in state.tried:
             continue
-        diff = target_patch(state, book)
-        if diff is None:
-            skipped.append(f"{book.id} (no patch for kind {state.target.kind})")
+        try:
+            diff = choose_patch(book, state.target.kind, state.sglang).diff
+        except NoPatch as err:  # reported among the skipped findings, not proposed
+            skipped.append(f"{book.id} ({err.reason})")
             continue
         conflict = launch_conflict(book, state.target.kind, state.target.launch.argv)
         if conflict is not None:
