@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import wraps
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from langgraph.runtime import Runtime
 from langgraph.types import Command
@@ -19,6 +19,7 @@ from tools.door.registry import In, Out
 from tools.errors import ToolError
 
 Node = Callable[[LoopState, "Runtime[LoopContext]"], Command]
+T = TypeVar("T")
 
 
 @dataclass
@@ -32,6 +33,13 @@ class LoopContext:
 def host_dir(state: LoopState) -> Path:
     """Where host-side files (server logs, pid file, profiler output) live on the target's host."""
     return state.options.host_dir or state.options.session_dir
+
+
+def need(value: T | None, what: str) -> T:
+    """`value`, which an earlier step set; the graph's wiring guarantees it at the steps that ask."""
+    if value is None:
+        raise RuntimeError(f"the loop state has no {what} at this step (wiring bug or damaged checkpoint)")
+    return value
 
 
 def transition(node: str, note: str) -> list[Transition]:

@@ -48,7 +48,11 @@ def _entry(state: LoopState) -> str:
     return "reconcile" if state.fork_at else "prepare"
 
 
-def build() -> StateGraph:
+Graph = CompiledStateGraph[LoopState, LoopContext, LoopState, LoopState]
+"""The compiled loop: state, run-time context, input and output types."""
+
+
+def build() -> StateGraph[LoopState, LoopContext, LoopState, LoopState]:
     """The uncompiled graph."""
     g = StateGraph(LoopState, context_schema=LoopContext)
     for node in NODES:
@@ -64,7 +68,7 @@ def build() -> StateGraph:
 builder = build()
 
 
-def compile_graph(checkpointer: BaseCheckpointSaver | None = None) -> CompiledStateGraph:
+def compile_graph(checkpointer: BaseCheckpointSaver | None = None) -> Graph:
     """The compiled graph, checkpointed by `checkpointer`."""
     return builder.compile(checkpointer=checkpointer)
 

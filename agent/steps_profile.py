@@ -9,10 +9,11 @@ from typing import Literal
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from agent.context import LoopContext, call, host_dir, step, transition
+from agent.context import LoopContext, call, host_dir, need, step, transition
 from playbooks.engine import diagnose as run_diagnosis
 from playbooks.engine import launch_conflict, load_playbooks
 from playbooks.patches import NoPatch, choose_patch
+from playbooks.schema import Playbook
 from state.calls import FetchArgs, PathArgs, ProfileArgs, ProfileFiles
 from state.diagnosis import DiagnosisContext
 from state.loop import LoopState, ProfileResult, Proposal
@@ -23,7 +24,7 @@ from tools.hosts import transfer
 @step
 def profile(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["diagnose", "abort"]]:
     """Take a profile by the session's method: the instrumentation trigger or /start_profile."""
-    cfg, server = state.target.profile, state.server
+    cfg, server = state.target.profile, need(state.server, "running server")
     pid = f"it{state.iteration}-{cfg.method}"
     files = call(
         runtime,
@@ -69,7 +70,7 @@ def fetched(
     )
 
 
-def _playbooks(state: LoopState):
+def _playbooks(state: LoopState) -> list[Playbook]:
     books = load_playbooks(state.options.playbook_dirs)
     if state.options.builtin_playbooks:
         return books
@@ -85,7 +86,7 @@ def diagnose(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal
     ctx = DiagnosisContext(
         target_kind=state.target.kind,
         active_tokens=latest.active_tokens,
-        tpot_ms=state.reference.tpot_ms.median,
+        tpot_ms=need(state.reference, "reference measurement").tpot_ms.median,
     )
     result = run_diagnosis(summary, ctx, _playbooks(state))
     top = result.top_ops[0] if result.top_ops else None
@@ -109,8 +110,9 @@ def propose(
 ) -> Command[Literal["approve", "finish", "abort"]]:
     """Turn the best untried finding that has a patch for this target kind into a proposal."""
     books = {b.id: b for b in _playbooks(state)}
+    findings = need(state.diagnosis, "diagnosis").findings
     skipped = []
-    for finding in state.diagnosis.findings:
+    for finding in findings:
         book = books.get(finding.playbook)
         if book is None or finding.playbook in state.tried:
             continue
@@ -145,7 +147,7 @@ def propose(
             goto="approve",
         )
     reason = "no untried playbook matches the profile"
-    generic = [f for f in state.diagnosis.findings if f.playbook == "generic"]
+    generic = [f for f in findings if f.playbook == "generic"]
     if generic:
         reason += f"; top: {generic[0].title}"
     if skipped:

@@ -65,7 +65,7 @@ def _insertions(source: str, class_name: str, method: str) -> dict[int, list[str
         raise InstrumentationError(f"cannot parse the file ({err}); fix its syntax first") from err
     cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name), None)
     fn = cls and next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == method), None)
-    if fn is None:
+    if cls is None or fn is None:
         raise InstrumentationError(
             f"no top-level class {class_name} with a (non-async) method {method};"
             " pass the right class_name/method"
