@@ -124,7 +124,10 @@ def test_bad_patches_are_refused_rolled_back_then_the_good_one_lands(
             repo,
             tmp_path,
             {
-                BACKEND: [*fix, ("import torch\n", "import torch\n\nraise RuntimeError('patched backend is broken')\n")]
+                BACKEND: [
+                    *fix,
+                    ("import torch\n", "import torch\n\nraise RuntimeError('patched backend is broken')\n"),
+                ]
             },
         ),
     )
