@@ -20,6 +20,10 @@ from tools.errors import ToolError
 
 Node = Callable[[LoopState, "Runtime[LoopContext]"], Command]
 T = TypeVar("T")
+NO_DOOR = (
+    "no door in the runtime context: the loop runs through perfloop's CLI (perfloop run|demo|resume), "
+    "which passes LoopContext(door=...) per invocation; LangGraph Studio can show the graph, not run it"
+)
 
 
 @dataclass
@@ -63,7 +67,7 @@ def step(fn: Node | None = None, *, guarded: bool = True) -> Any:
         @wraps(node_fn)
         def run(state: LoopState, runtime: Runtime[LoopContext]) -> Command:
             fault_point(f"node:{node}")
-            door = runtime.context.door
+            door = door_of(runtime)
             door.node = node
             try:
                 cmd = node_fn(state, runtime)
@@ -83,6 +87,14 @@ def step(fn: Node | None = None, *, guarded: bool = True) -> Any:
         return run
 
     return decorate(fn) if fn is not None else decorate
+
+
+def door_of(runtime: Runtime[LoopContext]) -> Door:
+    """The invocation's door; RuntimeError(NO_DOOR) when run without one (e.g. from LangGraph Studio)."""
+    door = getattr(runtime.context, "door", None)
+    if door is None or not callable(getattr(door, "call", None)):
+        raise RuntimeError(NO_DOOR)
+    return door
 
 
 def call(runtime: Runtime[LoopContext], fn: Callable[[In], Out], args: In) -> Out:
