@@ -20,7 +20,7 @@ from playbooks.engine import load_playbooks
 from playbooks.patches import choose_patch
 from tests.sglang.conftest import unpack
 from tools.errors import PatchError
-from tools.sglang.layout import backend_relpath, hook_site, locate
+from tools.sglang.layout import hook_site, locate
 from tools.sglang.patches import apply_sglang_patch
 from tools.workspace.instrumentation import MARKER_ID, instrument, is_instrumented, remove_instrumentation
 
@@ -30,6 +30,8 @@ HOOKS = {
     "0.5.23": ("python/sglang/srt/model_executor/runner/eager_runner.py", "EagerRunner", "_execute_decode"),
 }
 KEYS = {"0.5.9": "sglang@0.5.8", "0.5.23": "sglang@0.5.22"}
+BACKEND = "srt/layers/attention/flashinfer_mla_backend.py"
+"""The FlashInfer MLA attention backend the playbook patches, relative to the package."""
 runner = CliRunner()
 
 
@@ -83,7 +85,8 @@ def test_instrumentation_goes_in_compiles_and_comes_out_byte_for_byte(version, t
 @pytest.mark.parametrize("version", ["0.5.9", "0.5.23"])
 def test_playbook_patch_applies_compiles_and_removes_the_full_pool_cast(version, tmp_path):
     ws = unpack(version, tmp_path)
-    layout, rel = locate(ws.root), backend_relpath(locate(ws.root))
+    layout = locate(ws.root)
+    rel = layout.rel(BACKEND)
     before = method(ws.read_file(rel), "FlashInferMLAAttnBackend", "forward_decode")
     assert len(casts_of_pool(before)) == 1  # the checker sees upstream's cast
     key, diff = choose_patch(PLAYBOOK, "sglang", layout)
@@ -132,7 +135,7 @@ def test_installed_site_packages_tree_gets_the_rebased_patch(tmp_path):
     layout = locate(ws.root)
     assert (layout.kind, layout.package_dir) == ("site-packages", "sglang")
     _, diff = choose_patch(PLAYBOOK, "sglang", layout)
-    assert apply_sglang_patch(ws, layout, diff, check_only=True) == [backend_relpath(layout)]
+    assert apply_sglang_patch(ws, layout, diff, check_only=True) == [layout.rel(BACKEND)]
     ws.close()
 
 
