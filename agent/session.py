@@ -11,12 +11,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
 from agent.checkpoint import open_checkpointer, serializer
 from agent.context import LoopContext
-from agent.graph import compile_graph
+from agent.graph import Graph, compile_graph
 from agent.remote import executor_for, remote_options
 from agent.steps_setup import FORK_STEPS
 from state.base import utcnow
@@ -94,8 +95,8 @@ class Sessions:
             raise ConfigError(f"no session {session_id!r} in {self.home}; list them with `perfloop sessions`")
         return info
 
-    def config(self, session_id: str) -> dict:
-        return {"configurable": {"thread_id": session_id}}
+    def config(self, session_id: str) -> RunnableConfig:
+        return thread(session_id)
 
     def state(self, session_id: str) -> LoopState:
         snap = self.graph.get_state(self.config(session_id))
@@ -201,7 +202,7 @@ class Sessions:
         answers = self.store.inputs(session_id, "answer")
         door = ReplayDoor(session_id, self.store.tool_calls(session_id))
         graph = compile_graph(InMemorySaver(serde=serializer()))
-        cfg = {"configurable": {"thread_id": f"replay-{session_id}"}}
+        cfg = thread(f"replay-{session_id}")
         ctx = LoopContext(door=door)
         graph.invoke(LoopState.model_validate(initial[0]), cfg, context=ctx)
         for answer in answers:
@@ -222,7 +223,12 @@ class Sessions:
         return state, summarize(state, status)
 
 
-def _pending(graph, cfg: dict) -> dict | None:
+def thread(thread_id: str) -> RunnableConfig:
+    """The LangGraph config of one thread (a session's checkpoints)."""
+    return {"configurable": {"thread_id": thread_id}}
+
+
+def _pending(graph: Graph, cfg: RunnableConfig) -> dict | None:
     for task in graph.get_state(cfg).tasks:
         for intr in task.interrupts:
             return intr.value

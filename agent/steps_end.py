@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
@@ -16,8 +18,8 @@ from tools.workspace import repo
 
 def _teardown(state: LoopState, runtime: Runtime[LoopContext]) -> list[str]:
     """Stop the server, revert an undecided commit, remove instrumentation; return what failed."""
-    problems = []
-    steps = []
+    problems: list[str] = []
+    steps: list[tuple[str, Callable[[], object]]] = []
     if state.server is not None:
         steps.append(
             (

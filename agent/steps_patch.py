@@ -8,7 +8,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 
 from agent.actions import instrument_if_needed, remove_instrumentation, start_server
-from agent.context import LoopContext, call, step, transition
+from agent.context import LoopContext, call, need, step, transition
 from state.calls import ApplyArgs, CommitArgs
 from state.loop import Approval, Decision, LoopState
 from tools.errors import PatchError, ServerError
@@ -18,7 +18,7 @@ from tools.workspace import repo
 
 def approval_request(state: LoopState) -> dict:
     """What a human sees when asked to approve (JSON-compatible)."""
-    p = state.proposal
+    p = need(state.proposal, "proposal")
     return {
         "session": state.session_id,
         "playbook": p.playbook,
@@ -41,7 +41,7 @@ def approve(
         answer = Approval(approved=True, by="auto")
     else:
         answer = Approval.model_validate(interrupt(approval_request(state)))
-    p = state.proposal
+    p = need(state.proposal, "proposal")
     if answer.approved:
         edited = " with an edited patch" if answer.diff is not None else ""
         return Command(
@@ -74,16 +74,16 @@ def apply(
     state: LoopState, runtime: Runtime[LoopContext]
 ) -> Command[Literal["relaunch", "propose", "abort"]]:
     """Apply the patch fully or not at all, committed alone on the session branch."""
-    p = state.proposal
-    edited = state.approval is not None and state.approval.diff is not None
+    p = need(state.proposal, "proposal")
+    edited_diff = state.approval.diff if state.approval is not None else None
     trailers = {
         "Perfloop-Session": state.session_id,
         "Perfloop-Playbook": p.playbook,
         "Perfloop-Iteration": str(state.iteration),
     }
-    if edited:
+    if edited_diff is not None:
         trailers["Perfloop-Edited"] = "human"
-    diff = state.approval.diff if edited else p.diff
+    diff = edited_diff if edited_diff is not None else p.diff
     try:
         commit = call(
             runtime,
@@ -144,7 +144,7 @@ def relaunch(
     try:
         handle = start_server(state, runtime, instrumented=state.instrumentation is not None)
     except ServerError as exc:
-        p = state.proposal
+        p = need(state.proposal, "proposal")
         decision = Decision(
             iteration=state.iteration,
             playbook=p.playbook,
@@ -179,7 +179,7 @@ def rollback(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal
     commit = state.pending_commit
     if commit is not None:
         call(runtime, repo.revert_commit, CommitArgs(repo=state.target.repo, commit=commit))
-    p = state.proposal
+    p = need(state.proposal, "proposal")
     note = f"rolled back {p.playbook}" + (f" ({commit.sha[:10]})" if commit else "")
     return Command(
         update={

@@ -16,6 +16,9 @@ from state.sglang import SglangLayout
 from state.target import TargetConfig
 from state.workspace import CommitInfo, InstrumentationRecord, WorkspaceSnapshot
 
+ForkStep = Literal["profile", "diagnose", "propose", "approve"]
+"""Steps a session can be forked at: decision points before the tree changes in an iteration."""
+
 
 class LoopOptions(Model):
     """Choices made when the session was started."""
@@ -173,7 +176,7 @@ class LoopState(Model):
     """Every verdict, in order."""
     transitions: Annotated[list[Transition], operator.add] = Field(default_factory=list)
     """Nodes run, in order."""
-    fork_at: str | None = None
+    fork_at: ForkStep | None = None
     """Set in a forked session's initial state: the step to continue at after reconciling."""
     calls_done: int = 0
     """Door sequence number when the last completed node finished (later calls were superseded)."""

@@ -8,9 +8,9 @@ import torch
 from playbooks.engine import diagnose, load_playbooks
 from playbooks.roofline import DEVICE_BANDWIDTH_GBS
 from state.diagnosis import DiagnosisContext
-from tools.trace import read_chrome_trace, summarize_events
+from tools.trace import read_chrome_trace
 
-from .test_trace import TRACES, matmul_heavy, record_trace
+from .test_trace import TRACES, matmul_heavy, record_trace, write_trace
 
 CTX = DiagnosisContext(target_kind="mla_server", active_tokens=100, tpot_ms=14.0)
 WEIGHT = torch.ones(2048, 1024, dtype=torch.bfloat16)
@@ -118,7 +118,7 @@ def test_generic_finding_names_the_source_line(tmp_path: Path) -> None:
     assert finding.evidence[0].location is not None
 
 
-def test_cuda_graph_kernels_go_to_the_graph_row() -> None:
+def test_cuda_graph_kernels_go_to_the_graph_row(tmp_path: Path) -> None:
     """Synthetic events (no GPU here): two kernels replayed by one cudaGraphLaunch inside an op."""
     host = {"pid": 1, "tid": 1}
     events = [
@@ -154,7 +154,7 @@ def test_cuda_graph_kernels_go_to_the_graph_row() -> None:
             "args": {"correlation": 9, "device": 0},
         },
     ]
-    summary = summarize_events(events, "inline")
+    summary = read_chrome_trace(write_trace(tmp_path, events))
     rows = {op.name: op for op in summary.ops}
     assert rows["CUDA graph"].self_us == 6.0 and rows["CUDA graph"].calls == 1
     assert rows["sglang::replay"].self_us == 0.0 and rows["sglang::replay"].total_us == 6.0

@@ -6,10 +6,8 @@
 and directories (one trace per rank, or key_averages `.txt` tables) and merges them.
 """
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-
-import msgspec
 
 from state.profile import OpStat, ProfileSummary, SyncStat
 from tools.errors import TraceError
@@ -23,11 +21,11 @@ from tools.trace.device import (
     work_by_correlation,
 )
 from tools.trace.merge import merge_summaries
-from tools.trace.stream import Event, TraceStream
+from tools.trace.stream import TraceStream
 from tools.trace.table import read_key_averages_table, read_table_file
 from tools.trace.walk import Walked, walk
 
-__all__ = ["read_chrome_trace", "read_key_averages_table", "read_profiles", "summarize_events", "trace_files"]
+__all__ = ["read_chrome_trace", "read_key_averages_table", "read_profiles", "trace_files"]
 
 
 def read_chrome_trace(path: str | Path, steps: int | None = None) -> ProfileSummary:
@@ -38,13 +36,6 @@ def read_chrome_trace(path: str | Path, steps: int | None = None) -> ProfileSumm
         col.add(batch)
     col.device_names = stream.device_names
     return summarize(col, str(path), steps)
-
-
-def summarize_events(events: Iterable[dict | Event], source: str, steps: int | None = None) -> ProfileSummary:
-    """Summarize already-loaded events (dicts as in the trace's JSON, or decoded `Event`s)."""
-    col = Collected()
-    col.add([e if isinstance(e, Event) else msgspec.convert(e, Event) for e in events])
-    return summarize(col, source, steps)
 
 
 def summarize(col: Collected, source: str, steps: int | None = None) -> ProfileSummary:

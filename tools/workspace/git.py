@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 from git import Repo
 
@@ -102,7 +103,7 @@ class GitWorkspace(GitPlumbing):
             path = self.root / relpath
             dirty[relpath] = sha256_hex(path.read_bytes()) if path.is_file() else None
         diff = ("diff", "--binary", "--no-color", "--no-ext-diff")
-        opts = {"strip_newline_in_stdout": False, "stdout_as_string": False}
+        opts: dict[str, Any] = {"strip_newline_in_stdout": False, "stdout_as_string": False}
         return WorkspaceSnapshot(
             path=str(self.root),
             head_sha=self._git("rev-parse", "HEAD"),

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-
 from state.calls import (
     ApplyArgs,
     BranchArgs,
@@ -19,6 +17,7 @@ from state.workspace import CommitInfo, InstrumentationRecord, WorkspaceSnapshot
 from tools.door import tool
 from tools.sglang import layout as sglang_layout
 from tools.workspace import instrumentation
+from tools.workspace.commands import sha256_hex
 from tools.workspace.git import GitWorkspace
 
 
@@ -26,7 +25,7 @@ def tree_fingerprint(snap: WorkspaceSnapshot) -> str:
     """One hash for HEAD plus every uncommitted change: what a server launched from it runs (pure)."""
     parts = [snap.head_sha, snap.staged_diff_sha256, snap.unstaged_diff_sha256]
     parts += [f"{k}={v}" for k, v in sorted(snap.dirty_sha256.items())]
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+    return sha256_hex("\n".join(parts).encode())
 
 
 @tool("repo.create_from_tree")
