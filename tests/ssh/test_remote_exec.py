@@ -13,6 +13,7 @@ import pytest
 
 from state.calls import ApplyArgs, RepoArgs
 from tests.recorders import MemoryRecorder
+from tests.ssh.conftest import Sshd
 from tools import server
 from tools.door.live import LiveDoor as Door
 from tools.door.registry import spec_of
@@ -68,8 +69,11 @@ def test_request_round_trip_and_package_hash(tmp_path: Path) -> None:
     assert package_hash({**files, "tools/hosts/remote.py": b"changed"}) != package_hash(files)
 
 
-def test_a_host_tool_runs_remotely_and_its_errors_keep_their_type(host: SSHHost, tmp_path: Path) -> None:
+def test_a_host_tool_runs_remotely_and_its_errors_keep_their_type(
+    host: SSHHost, sshd: Sshd, tmp_path: Path
+) -> None:
     pkg = ensure_package(host)
+    assert Path(str(pkg)).is_relative_to(sshd.home)  # never the real ~/.cache/perfloop of the user
     assert ensure_package(host) == pkg and host.exists(pkg / "tools" / "hosts" / "remote.py")
     door = Door("s", MemoryRecorder(), RemoteExecutor(host, sys.executable, pkg))
     repo = repo_at(tmp_path / "it's $(echo) repo")

@@ -45,13 +45,17 @@ def test_stop_sequence_ends_with_stop(small_server):
     assert streamed == cut
 
 
-def test_seeded_sampling_is_reproducible(small_server):
+def test_seeded_sampling_is_reproducible_and_seed_and_temperature_matter(small_server):
+    """Same seed, same sample; another seed, another sample; temperature 1 is not the greedy text."""
     client = small_server.client()
-    texts = {
-        chat(client, "dice", max_tokens=16, temperature=1.0, seed=7).choices[0].message.content
-        for _ in range(2)
-    }
-    assert len(texts) == 1
+
+    def text(**kw):
+        return chat(client, "dice", max_tokens=16, **kw).choices[0].message.content
+
+    sampled = [text(temperature=1.0, seed=seed) for seed in (7, 7, 8, 9)]
+    assert sampled[0] == sampled[1]
+    assert len(set(sampled[1:])) == 3
+    assert text(temperature=0) not in sampled
 
 
 def test_concurrent_streams_complete_and_match_solo_outputs(small_server):
