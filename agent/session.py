@@ -27,6 +27,8 @@ from tools.door.live import LiveDoor
 from tools.door.replay import ReplayDivergence, ReplayDoor
 from tools.door.store import SessionStore, perfloop_home
 from tools.errors import ConfigError, ToolError
+from tools.paths import inside
+from tools.paths import session_id as checked_id
 
 
 def new_session_id() -> str:
@@ -47,7 +49,8 @@ class Sessions:
         self.graph = compile_graph(open_checkpointer(self.home))
 
     def session_dir(self, session_id: str) -> Path:
-        return self.home / "sessions" / session_id
+        """The session's folder under $PERFLOOP_HOME (its id checked, the result inside home)."""
+        return inside(self.home / "sessions" / checked_id(session_id), [self.home], "session folder")
 
     def start(
         self,
@@ -89,7 +92,7 @@ class Sessions:
         return self._invoke(session_id, None)
 
     def info(self, session_id: str) -> SessionInfo:
-        info = self.store.get_session(session_id)
+        info = self.store.get_session(checked_id(session_id))
         if info is None:
             raise ConfigError(f"no session {session_id!r} in {self.home}; list them with `perfloop sessions`")
         return info
@@ -98,7 +101,7 @@ class Sessions:
         return {"configurable": {"thread_id": session_id}}
 
     def state(self, session_id: str) -> LoopState:
-        snap = self.graph.get_state(self.config(session_id))
+        snap = self.graph.get_state(self.config(checked_id(session_id)))
         if not snap.values:
             raise ConfigError(
                 f"session {session_id} has no checkpoints in {self.home} (imported?); "
@@ -108,12 +111,12 @@ class Sessions:
 
     def pending_approval(self, session_id: str) -> dict | None:
         """The approval request a paused session waits on, if any."""
-        return _pending(self.graph, self.config(session_id))
+        return _pending(self.graph, self.config(checked_id(session_id)))
 
     @contextmanager
     def lock(self, session_id: str) -> Iterator[None]:
         """Hold the session's lock: a second process running the same session is refused."""
-        path = self.home / "locks" / f"{session_id}.lock"
+        path = inside(self.home / "locks" / f"{checked_id(session_id)}.lock", [self.home], "session lock")
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a+") as f:
             try:

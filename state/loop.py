@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 
 from state.base import Model
 from state.diagnosis import Diagnosis, Evidence
+from state.ids import SessionId
 from state.measure import Measurement
 from state.process import ServerHandle
 from state.session import SessionStatus
@@ -131,7 +132,7 @@ class Transition(Model):
 class LoopState(Model):
     """The state checkpointed at every transition of the loop."""
 
-    session_id: str
+    session_id: SessionId
     """Session id (= LangGraph thread id)."""
     target: TargetConfig
     """The target being optimized."""

@@ -7,6 +7,7 @@ import signal
 
 import pytest
 
+from tests.guard import Scratch
 from tests.procs import processes_in
 
 
@@ -35,3 +36,13 @@ def no_leaks_at_exit(tmp_path_factory):
     """At the end of the run: kill whatever still runs under pytest's base temp folder."""
     yield
     _kill(processes_in(tmp_path_factory.getbasetemp()))
+
+
+@pytest.fixture
+def scratch(tmp_path):
+    """A watched scratch root with a $PERFLOOP_HOME in it: the test fails if a file or folder
+    appears there outside the home, the repositories it allows and its own inputs."""
+    s = Scratch(tmp_path / "scratch")
+    yield s
+    stray = s.stray()
+    assert not stray, f"files written outside $PERFLOOP_HOME and the target repo: {stray}"
