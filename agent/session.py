@@ -20,7 +20,7 @@ from agent.graph import compile_graph
 from agent.remote import executor_for, remote_options
 from agent.steps_setup import FORK_STEPS
 from state.base import utcnow
-from state.loop import LoopOptions, LoopState
+from state.loop import LoopOptions, LoopState, edited_label
 from state.session import SessionInfo, Summary
 from state.target import TargetConfig
 from tools.door.live import LiveDoor
@@ -232,10 +232,17 @@ def _pending(graph, cfg: dict) -> dict | None:
     return None
 
 
+def _accepted_label(trailers: dict[str, str]) -> str:
+    """An accepted commit's name in the summary: its playbook, or that it was an edited patch (pure)."""
+    if "Perfloop-Edited" in trailers:
+        return edited_label(trailers.get("Perfloop-Replaces", "?"))
+    return trailers.get("Perfloop-Playbook", "?")
+
+
 def summarize(state: LoopState, status: str) -> Summary:
     """The session's outcome (pure)."""
     before, after = state.baseline, state.reference
-    rejected = [d.playbook for d in state.decisions if d.verdict != "accepted"]
+    rejected = [d.label for d in state.decisions if d.verdict != "accepted"]
     return Summary(
         session=state.session_id,
         status=status,
@@ -245,7 +252,7 @@ def summarize(state: LoopState, status: str) -> Summary:
         ttft_ms_before=before.ttft_ms.median if before else None,
         ttft_ms_after=after.ttft_ms.median if after else None,
         outputs_identical=after.outputs == before.outputs if before and after else None,
-        accepted=[c.trailers.get("Perfloop-Playbook", "?") for c in state.accepted],
+        accepted=[_accepted_label(c.trailers) for c in state.accepted],
         rejected=rejected,
         commits=[c.sha for c in state.accepted],
         branch=state.branch,

@@ -30,7 +30,7 @@ def decide(
 ) -> Command[Literal["profile", "rollback", "finish", "abort"]]:
     """Accept if faster beyond noise with identical outputs; then profile again or stop."""
     ok, reason, noise = judge(state.reference, state.candidate)
-    if state.approval is not None and state.approval.diff is not None:
+    if state.edited:
         reason += " (human-edited patch)"
     p, commit = state.proposal, state.pending_commit
     decision = Decision(
@@ -43,6 +43,7 @@ def decide(
         noise_ms=noise,
         outputs_identical=state.candidate.outputs == state.reference.outputs,
         commit=commit.sha if ok else None,
+        edited=state.edited,
     )
     update = {"decisions": [decision], "transitions": transition("decide", f"{decision.verdict}: {reason}")}
     if not ok:

@@ -11,6 +11,7 @@ from agent.actions import instrument_if_needed, remove_instrumentation, start_se
 from agent.context import LoopContext, call, step, transition
 from state.calls import ApplyArgs, CommitArgs
 from state.loop import Approval, Decision, LoopState
+from state.workspace import PatchPolicy
 from tools.errors import PatchError, ServerError
 from tools.sglang.patches import does_not_fit
 from tools.workspace import repo
@@ -43,11 +44,15 @@ def approve(
         answer = Approval.model_validate(interrupt(approval_request(state)))
     p = state.proposal
     if answer.approved:
-        edited = " with an edited patch" if answer.diff is not None else ""
+        what = (
+            f"a human-edited patch replacing {p.playbook} approved ({answer.by})"
+            if answer.diff is not None
+            else f"{p.playbook} approved ({answer.by})"
+        )
         return Command(
             update={
                 "approval": answer,
-                "transitions": transition("approve", f"{p.playbook} approved ({answer.by}){edited}"),
+                "transitions": transition("approve", what),
             },
             goto="cleanup",
         )
@@ -69,26 +74,34 @@ def approve(
     )
 
 
+def commit_identity(state: LoopState) -> tuple[str, dict[str, str]]:
+    """Subject and trailers of the candidate's commit (pure). A human-edited patch is its own
+    proposal: its own subject, `Perfloop-Edited`, and the playbook only as what it replaces."""
+    p = state.proposal
+    trailers = {"Perfloop-Session": state.session_id}
+    if state.edited:
+        subject = f"perfloop: human-edited patch (iteration {state.iteration})"
+        trailers |= {"Perfloop-Edited": state.approval.by, "Perfloop-Replaces": p.playbook}
+    else:
+        subject = f"perfloop: {p.title}"
+        trailers["Perfloop-Playbook"] = p.playbook
+    return subject, {**trailers, "Perfloop-Iteration": str(state.iteration)}
+
+
 @step
 def apply(
     state: LoopState, runtime: Runtime[LoopContext]
 ) -> Command[Literal["relaunch", "propose", "abort"]]:
     """Apply the patch fully or not at all, committed alone on the session branch."""
     p = state.proposal
-    edited = state.approval is not None and state.approval.diff is not None
-    trailers = {
-        "Perfloop-Session": state.session_id,
-        "Perfloop-Playbook": p.playbook,
-        "Perfloop-Iteration": str(state.iteration),
-    }
-    if edited:
-        trailers["Perfloop-Edited"] = "human"
-    diff = state.approval.diff if edited else p.diff
+    subject, trailers = commit_identity(state)
+    diff = state.approval.diff if state.edited else p.diff
+    policy = PatchPolicy(max_bytes=state.target.max_patch_bytes, allow_binary=p.binary and not state.edited)
     try:
         commit = call(
             runtime,
             repo.apply_patch,
-            ApplyArgs(repo=state.target.repo, diff=diff, subject=f"perfloop: {p.title}", trailers=trailers),
+            ApplyArgs(repo=state.target.repo, diff=diff, subject=subject, trailers=trailers, policy=policy),
         )
     except PatchError as exc:
         reason = (
@@ -96,7 +109,13 @@ def apply(
             if state.sglang is not None
             else f"patch does not apply: {exc}"
         )
-        decision = Decision(iteration=state.iteration, playbook=p.playbook, verdict="failed", reason=reason)
+        decision = Decision(
+            iteration=state.iteration,
+            playbook=p.playbook,
+            verdict="failed",
+            reason=reason,
+            edited=state.edited,
+        )
         return Command(
             update={
                 "decisions": [decision],
@@ -150,6 +169,7 @@ def relaunch(
             playbook=p.playbook,
             verdict="failed",
             reason=f"server failed after the patch: {exc}",
+            edited=state.edited,
         )
         return Command(
             update={

@@ -157,6 +157,8 @@ class Playbook(Model):
     """Target kind -> patch file relative to the playbook folder, e.g. mla_server = "patches/x.diff"."""
     launch_limits: list[LaunchLimit] = []
     """Launch options under which a patch is not proposed (see LaunchLimit)."""
+    binary_patches: bool = False
+    """Whether this playbook's patches may hold binary hunks (the patch gate refuses them otherwise)."""
     source_dir: str = ""
     """Folder the playbook was loaded from; set by load_playbooks, never written in playbook.toml."""
 

@@ -3,13 +3,15 @@
 from pathlib import Path
 from typing import Literal
 
+from pydantic import Field
+
 from state.base import Model
 from state.measure import Measurement
 from state.process import ServerHandle
 from state.sglang import HookSite, SglangLayout
 from state.ssh import SSHHostConfig
 from state.target import LaunchConfig, MeasureConfig
-from state.workspace import CommitInfo, InstrumentationRecord
+from state.workspace import CommitInfo, InstrumentationRecord, PatchPolicy
 
 
 class LaunchArgs(Model):
@@ -198,6 +200,8 @@ class ApplyArgs(RepoArgs):
     """Commit subject."""
     trailers: dict[str, str]
     """Commit trailers (Perfloop-Session, Perfloop-Playbook, Perfloop-Iteration)."""
+    policy: PatchPolicy = Field(default_factory=PatchPolicy)
+    """What the patch gate lets through (size cap, binary hunks)."""
 
 
 class CommitArgs(RepoArgs):

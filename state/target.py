@@ -168,3 +168,5 @@ class TargetConfig(Model):
     """The measurement workload."""
     profile: ProfileConfig = Field(default_factory=ProfileConfig)
     """How profiles are taken."""
+    max_patch_bytes: int = Field(1024 * 1024, ge=1)
+    """Largest patch the patch gate accepts (playbook, edited or model-written), in bytes."""
