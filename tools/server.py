@@ -13,6 +13,7 @@ from tools.door import tool
 from tools.door.faults import fault_point
 from tools.errors import ServerError
 from tools.hosts import local as host
+from tools.hosts.listeners import holders, owned_by
 from tools.http import free_port, get_status
 from tools.progress import report
 
@@ -58,6 +59,23 @@ def stop_pid_file(pid_file: Path | None, cwd: Path, grace_s: float) -> bool:
     return same_place
 
 
+def _check_listener(args: LaunchArgs, port: int, pgid: int) -> None:
+    """The health answer must come from the server perfloop started: the port's listening socket
+    belongs to its process group. Otherwise (e.g. another server already holds the port) our
+    server is stopped and the launch fails with who holds it."""
+    if not args.launch.check_listener or owned_by(port, host.group_members(pgid)) is not False:
+        return
+    others = [p for p in holders(port) if p not in host.group_members(pgid)]
+    host.stop_group(pgid, args.launch.stop_grace_s)
+    if args.pid_file is not None:
+        args.pid_file.unlink(missing_ok=True)
+    who = f"process {', '.join(map(str, others))}" if others else "another process"
+    raise ServerError(
+        f"port {port} answers {args.launch.health_path} but is held by {who}, not by the server "
+        "perfloop started (stopped); free the port or set launch.port = 0"
+    )
+
+
 @tool("server.launch")
 def launch(args: LaunchArgs) -> ServerHandle:
     """Start the server in its own process group and wait until its health endpoint answers 200.
@@ -98,6 +116,7 @@ def launch(args: LaunchArgs) -> ServerHandle:
         if code == 404 and health_path != "/health":
             health_path = "/health"  # e.g. /health_generate on a build without it
         if code == 200:
+            _check_listener(args, port, proc.pgid)
             return ServerHandle(
                 process=proc,
                 base_url=base_url,

@@ -23,6 +23,7 @@ from agent.cli.common import (
     run_command,
 )
 from agent.config import DEMO_CONFIG, DEMO_SOURCE, check_repo, load_target, with_flag, with_host
+from agent.preflight import check_setup
 from agent.remote import executor_for, remote_base
 from agent.session import Sessions, new_session_id
 from state.calls import ApplyArgs
@@ -75,6 +76,7 @@ def demo(
         target = target.model_copy(
             update={"launch": launch, "profile": target.profile.model_copy(update={"method": profile_method})}
         )
+        check_setup(target, opts, repo_exists=False)  # the demo makes its repo
         state = sessions.start(target, {**opts, "demo_source": DEMO_SOURCE}, sid, None)
         finish(sessions, state, as_json)
 
@@ -103,6 +105,7 @@ def run(
         opts = _options(approve, method, max_iterations, playbooks or [], no_builtin_playbooks)
         target = target.model_copy(update={"profile": target.profile.model_copy(update={"method": method})})
         check_repo(target)
+        check_setup(target, opts)
         sessions = Sessions()
         state = sessions.start(target, opts, new_session_id(), target_toml.resolve())
         finish(sessions, state, as_json)

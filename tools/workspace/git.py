@@ -57,6 +57,10 @@ class GitWorkspace(GitPlumbing):
             )
         return ws
 
+    def has_commit(self) -> bool:
+        """Whether HEAD names a commit (a fresh `git init` has none)."""
+        return self._ok("rev-parse", "--verify", "-q", "HEAD")
+
     def file_sha256(self, relpath: str) -> str:
         """sha256 of a working-tree file's bytes."""
         return sha256_hex(self._path(relpath).read_bytes())
