@@ -173,6 +173,17 @@ class BranchArgs(RepoArgs):
     """Commit a new branch starts at (default HEAD)."""
 
 
+class LeaveBranchArgs(RepoArgs):
+    """Give the repo back as it was found: leave and delete a session branch that holds no commit."""
+
+    name: str
+    """The session branch."""
+    back_to: str | None
+    """The branch the session started on (None: HEAD was detached at `head_sha`)."""
+    head_sha: str
+    """The commit the session started at; a branch that moved past it is kept."""
+
+
 class InstrumentArgs(RepoArgs):
     """Insert the dormant profiler into a file's ModelRunner.forward_decode."""
 

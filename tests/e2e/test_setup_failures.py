@@ -114,3 +114,26 @@ def test_set_up_failures_are_one_line_exit_2_and_leave_the_repo_as_it_was(scratc
     finally:
         holder.close()
     assert not (scratch.home / "workspaces").exists()  # the demo made no repo
+
+
+def test_a_server_that_fails_at_its_first_launch_leaves_the_repo_as_found(scratch) -> None:
+    """Not checkable beforehand: the session fails (exit 1) and gives the repo back on its branch,
+    the empty session branch deleted, the instrumentation removed, the user's edit kept."""
+    repo = make_repo(scratch.root / "engine")
+    scratch.allow(repo)
+    runner = repo / "mla_server" / "model_runner.py"
+    runner.write_text(runner.read_text() + "\n# user: unstaged note\n")
+    before = repo_state(repo)
+    text = write_target(scratch.inputs / "base.toml", repo).read_text()
+    scratch.allow(scratch.inputs / "base.toml")
+    target = scratch.write(
+        "t.toml",
+        text.replace(
+            'argv = ["bash", "launch.sh",', 'argv = ["bash", "-c", "echo no GPU here; exit 3", "x",'
+        ),
+    )
+    proc = perfloop(scratch.home, "run", str(target), "--json")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "no GPU here" in proc.stdout
+    assert repo_state(repo) == before
+    assert processes_in(repo) == []

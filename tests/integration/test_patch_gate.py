@@ -143,3 +143,18 @@ def test_the_shipped_playbook_patch_passes_the_gate(tmp_path: Path) -> None:
         diff = PLAYBOOK_DIFF.read_text()
         assert scan_patch(diff, PatchPolicy())
         assert gate_patch(ws.root, diff) == ["mla_server/attention/mla_backend.py"]
+
+
+def test_leave_branch_gives_the_repo_back_and_keeps_a_branch_with_commits(tmp_path: Path) -> None:
+    ws = _ws(tmp_path)  # on perfloop/s1, created from main
+    head = ws._git("rev-parse", "HEAD")
+    (ws.root / "pkg" / "mod.py").write_text("user edit\n")
+    assert ws.leave_branch("perfloop/s1", "main", head) is True
+    assert ws._branch() == "main" and not ws._ok("rev-parse", "--verify", "-q", "refs/heads/perfloop/s1")
+    assert (ws.root / "pkg" / "mod.py").read_text() == "user edit\n"
+    assert ws.leave_branch("perfloop/s1", "main", head) is False  # idempotent
+    ws.ensure_branch("perfloop/s2")
+    (ws.root / "pkg" / "mod.py").write_text("".join(f"line {i}\n" for i in range(1, 21)))
+    ws.apply_and_commit(PATCH, "p", {"Perfloop-Session": "s2"})
+    assert ws.leave_branch("perfloop/s2", "main", head) is False and ws._branch() == "perfloop/s2"
+    ws.close()

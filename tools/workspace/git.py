@@ -148,6 +148,19 @@ class GitWorkspace(GitPlumbing):
         create = () if exists else ("-c", name, *((start_point,) if start_point else ()))
         self._git("switch", "-q", *(create or (name,)), hint=hint)
 
+    def leave_branch(self, name: str, back_to: str | None, head_sha: str) -> bool:
+        """Switch back to `back_to` (or HEAD detached at `head_sha`) and delete branch `name`, if
+        `name` still points at `head_sha` (no commit of ours on it); True if it was deleted.
+        Idempotent; the working tree and index are carried along as by `ensure_branch`."""
+        ref = f"refs/heads/{name}"
+        if not self._ok("rev-parse", "--verify", "-q", ref) or self._git("rev-parse", ref) != head_sha:
+            return False
+        if self._branch() == name:
+            target = (back_to,) if back_to else ("--detach", head_sha)
+            self._git("switch", "-q", *target, hint=f"cannot switch back to {back_to or head_sha}")
+        self._git("branch", "-q", "-D", name)
+        return True
+
     def check_patch(self, diff: str, *, allow_binary: bool = False) -> None:
         """Raise PatchError unless `diff` applies to the working tree, the index and HEAD's tree."""
         self.changed_files(diff, allow_binary=allow_binary)

@@ -11,6 +11,7 @@ from state.calls import (
     CopyTreeArgs,
     Done,
     InstrumentArgs,
+    LeaveBranchArgs,
     RemoveInstrumentationArgs,
     RepoArgs,
     SglangSite,
@@ -49,6 +50,14 @@ def ensure_branch(args: BranchArgs) -> WorkspaceSnapshot:
     """Create or switch to the session branch, keeping the user's uncommitted work."""
     with GitWorkspace(args.repo) as ws:
         ws.ensure_branch(args.name, args.start_point)
+        return ws.snapshot()
+
+
+@tool("repo.leave_branch")
+def leave_branch(args: LeaveBranchArgs) -> WorkspaceSnapshot:
+    """Switch back to the branch the session started on and delete its branch if it holds no commit."""
+    with GitWorkspace(args.repo) as ws:
+        ws.leave_branch(args.name, args.back_to, args.head_sha)
         return ws.snapshot()
 
 
