@@ -23,21 +23,24 @@ from tools.workspace.git import GitWorkspace
 _INTERPRETERS = ("bash", "sh", "dash", "zsh", "python", "python3", "{python}")
 
 
-def check_playbooks(dirs: list[Path], builtin: bool = True) -> None:
-    """Every `--playbooks` folder exists and every playbook in it loads, with readable patches that
-    pass the patch gate's text checks."""
+def check_playbooks(dirs: list[Path], builtin: bool = True, kind: str | None = None) -> None:
+    """Every `--playbooks` folder exists and every playbook in it loads; its patches for this target
+    kind (`kind`, `kind@release`; all when `kind` is None) are readable and pass the patch gate's
+    text checks. Patches for other kinds are read only when such a target uses them."""
     books = load_playbooks(dirs)
     extra = {Path(d).resolve() for d in dirs}
     for book in books:
         if not builtin and Path(book.source_dir).resolve().parent not in extra:
             continue
-        for kind, rel in book.patches.items():
+        for for_kind, rel in book.patches.items():
+            if kind is not None and for_kind != kind and not for_kind.startswith(f"{kind}@"):
+                continue
             path = Path(book.source_dir) / rel
             try:
                 scan_patch(path.read_text(encoding="utf-8"), PatchPolicy(allow_binary=book.binary_patches))
             except (OSError, UnicodeDecodeError) as exc:
                 raise ConfigError(
-                    f"--playbooks: playbook {book.id}: patch for {kind!r} at {path} cannot be read ({exc})"
+                    f"--playbooks: playbook {book.id}: patch for {for_kind!r} at {path} cannot be read ({exc})"
                 ) from None
             except PatchError as exc:
                 raise ConfigError(f"--playbooks: playbook {book.id}: patch {path}: {exc}") from None
@@ -96,7 +99,7 @@ def check_port(target: TargetConfig) -> None:
 
 def check_setup(target: TargetConfig, options: dict, *, repo_exists: bool = True) -> None:
     """Every set-up check that can run before the session starts (see the module docstring)."""
-    check_playbooks(options.get("playbook_dirs", []), options.get("builtin_playbooks", True))
+    check_playbooks(options.get("playbook_dirs", []), options.get("builtin_playbooks", True), target.kind)
     if target.host.kind != "local":
         return
     if repo_exists:
