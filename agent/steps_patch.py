@@ -104,11 +104,12 @@ def apply(
             ApplyArgs(repo=state.target.repo, diff=diff, subject=subject, trailers=trailers, policy=policy),
         )
     except PatchError as exc:
-        reason = (
-            str(does_not_fit(state.sglang.version, diff, exc))
-            if state.sglang is not None
-            else f"patch does not apply: {exc}"
-        )
+        if str(exc).startswith("patch refused"):  # by the patch gate: unsafe or malformed
+            reason = str(exc)
+        elif state.sglang is not None:
+            reason = str(does_not_fit(state.sglang.version, diff, exc))
+        else:
+            reason = f"patch does not apply: {exc}"
         decision = Decision(
             iteration=state.iteration,
             playbook=p.playbook,

@@ -31,6 +31,18 @@ def no_leaked_processes(request):
     assert not leaked, f"test left {len(leaked)} process(es) running in its tmp_path (killed now)"
 
 
+@pytest.fixture(autouse=True)
+def nothing_written_beside_tmp_path(request):
+    """A test with a tmp_path writes only inside it: nothing new may appear beside it (a `..`
+    escape from a $PERFLOOP_HOME or repo under tmp_path would land there)."""
+    path = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames else None
+    before = set(os.listdir(path.parent)) if path is not None else set()
+    yield
+    if path is not None:
+        new = set(os.listdir(path.parent)) - before - {path.name}
+        assert not new, f"files written outside the test's tmp_path: {sorted(new)}"
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_leaks_at_exit(tmp_path_factory):
     """At the end of the run: kill whatever still runs under pytest's base temp folder."""
