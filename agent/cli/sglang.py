@@ -19,10 +19,11 @@ from agent.cli.common import run_command
 from playbooks.engine import load_playbooks, patch_text
 from state.sglang import HookSite
 from state.target import ProfileConfig
-from state.workspace import InstrumentationRecord
+from state.workspace import InstrumentationRecord, PatchPolicy
 from tools.errors import ConfigError
 from tools.sglang.layout import hook_site, locate
 from tools.sglang.patches import apply_sglang_patch, sglang_patch
+from tools.workspace.gate import gate_workspace
 from tools.workspace.git import GitWorkspace
 from tools.workspace.instrumentation import instrument as insert_hook
 from tools.workspace.instrumentation import remove_instrumentation
@@ -138,8 +139,7 @@ def apply_cmd(
                 diff = patch_text(book, kind)
                 if diff is None:
                     raise ConfigError(f"playbook {playbook_id} has no patch for kind {kind!r}")
-                files = ws.changed_files(diff)
-                ws.check_patch(diff)
+                files = gate_workspace(ws, diff, PatchPolicy(allow_binary=book.binary_patches))
                 if not check:
                     ws.apply_to_worktree(diff)
                 what = kind

@@ -13,8 +13,10 @@ import re
 from pathlib import Path
 
 from state.sglang import SglangLayout
+from state.workspace import PatchPolicy
 from tools.errors import ConfigError, PatchError
 from tools.sglang.layout import parse_version
+from tools.workspace.gate import gate_workspace
 from tools.workspace.git import GitWorkspace
 
 UPSTREAM_PACKAGE_DIR = "python/sglang"
@@ -92,10 +94,11 @@ def apply_sglang_patch(ws: GitWorkspace, layout: SglangLayout, diff: str, *, che
     Returns the files it touches (or would touch). All hunks or none: a misfit raises the
     'does not fit' PatchError and nothing is written.
     """
-    files = ws.changed_files(diff)
     try:
-        ws.check_patch(diff)
+        files = gate_workspace(ws, diff, PatchPolicy())
     except PatchError as err:
+        if str(err).startswith("patch refused"):  # unsafe or malformed, whatever the release
+            raise
         raise does_not_fit(layout.version, diff, err) from err
     if not check_only:
         ws.apply_to_worktree(diff)
