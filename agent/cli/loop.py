@@ -29,7 +29,7 @@ from agent.session import Sessions, new_session_id
 from state.calls import ApplyArgs
 from state.workspace import PatchPolicy
 from tools.door.registry import spec_of
-from tools.errors import ToolError
+from tools.errors import PatchError, ToolError
 from tools.workspace.repo import check_patch
 
 
@@ -155,8 +155,11 @@ def _edited_patch(session: str, path: Path) -> str:
         raise ToolError(f"--patch: cannot read edited patch {path}: {exc}") from exc
     policy = PatchPolicy(max_bytes=cap, allow_binary=False)
     args = ApplyArgs(repo=state.target.repo, diff=diff, subject="check", trailers={}, policy=policy)
-    with executor_for(state.target, state.options.session_dir) as remote:  # where the repo lives
-        remote.call(spec_of(check_patch), args) if remote else check_patch(args)
+    try:
+        with executor_for(state.target, state.options.session_dir) as remote:  # where the repo lives
+            remote.call(spec_of(check_patch), args) if remote else check_patch(args)
+    except PatchError as exc:
+        raise PatchError(f"--patch {path}: {exc}") from None
     return diff
 
 
