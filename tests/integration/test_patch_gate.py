@@ -158,3 +158,12 @@ def test_leave_branch_gives_the_repo_back_and_keeps_a_branch_with_commits(tmp_pa
     ws.apply_and_commit(PATCH, "p", {"Perfloop-Session": "s2"})
     assert ws.leave_branch("perfloop/s2", "main", head) is False and ws._branch() == "perfloop/s2"
     ws.close()
+
+
+def test_crlf_and_form_feeds_inside_lines_are_content(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "w.txt").write_bytes(b"a\r\nb\x0cc\r\nd\r\n")
+    with GitWorkspace.create_from_tree(src, tmp_path / "repo") as ws:
+        diff = "diff --git a/w.txt b/w.txt\n--- a/w.txt\n+++ b/w.txt\n@@ -1,3 +1,3 @@\n a\r\n-b\x0cc\r\n+B\x0cc\r\n d\r\n"
+        assert gate_patch(ws.root, diff) == ["w.txt"]

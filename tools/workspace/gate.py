@@ -68,8 +68,10 @@ def scan_patch(diff: str, policy: PatchPolicy) -> list[str]:
         raise refuse("it holds NUL bytes; send a text unified diff")
     paths: list[str] = []
     old = new = 0  # lines left in the current hunk
-    sections = hunks = 0
-    lines = diff.splitlines()
+    sections = 0
+    lines = diff.split("\n")  # git's line breaks: \n only (a form feed inside a line is content)
+    if lines and lines[-1] == "":
+        lines.pop()
     for n, line in enumerate(lines, 1):
         where = f"line {n}"
         if old > 0 or new > 0:
@@ -100,7 +102,6 @@ def scan_patch(diff: str, policy: PatchPolicy) -> list[str]:
         elif m := _HUNK.match(line):
             if not sections:
                 raise refuse(f"{where}: hunk before any file header; not a unified diff")
-            hunks += 1
             old = 1 if m[1] is None else int(m[1])
             new = 1 if m[2] is None else int(m[2])
         elif m := _MODE_LINE.match(line):
