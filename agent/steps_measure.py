@@ -32,7 +32,7 @@ def decide(
     reference, candidate = need(state.reference, "reference"), need(state.candidate, "candidate")
     p, commit = need(state.proposal, "proposal"), need(state.pending_commit, "pending commit")
     ok, reason, noise = judge(reference, candidate)
-    if state.approval is not None and state.approval.diff is not None:
+    if state.edited:
         reason += " (human-edited patch)"
     decision = Decision(
         iteration=state.iteration,
@@ -44,6 +44,7 @@ def decide(
         noise_ms=noise,
         outputs_identical=candidate.outputs == reference.outputs,
         commit=commit.sha if ok else None,
+        edited=state.edited,
     )
     update = {"decisions": [decision], "transitions": transition("decide", f"{decision.verdict}: {reason}")}
     if not ok:

@@ -135,6 +135,7 @@ def propose(
             expected_gain_share=finding.expected_gain_share,
             expected_gain_ms=finding.expected_gain_ms,
             evidence=finding.evidence,
+            binary=book.binary_patches,
         )
         gain = (
             f"{proposal.expected_gain_ms:.1f} ms"

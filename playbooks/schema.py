@@ -158,6 +158,8 @@ class Playbook(Model):
     SGLang's are keyed by release, "sglang@X.Y.Z" (chosen by playbooks/patches.py)."""
     launch_limits: list[LaunchLimit] = []
     """Launch options under which a patch is not proposed (see LaunchLimit)."""
+    binary_patches: bool = False
+    """Whether this playbook's patches may hold binary hunks (the patch gate refuses them otherwise)."""
     source_dir: str = ""
     """Folder the playbook was loaded from; set by load_playbooks, never written in playbook.toml."""
 

@@ -160,4 +160,4 @@ def take(args: ProfileArgs) -> ProfileFiles:
 @tool("profile.read", where="local")
 def read(args: PathArgs) -> ProfileSummary:
     """Read a Chrome trace (or a folder of one per rank, merged) into per-op statistics."""
-    return read_profiles([args.path])
+    return read_profiles([args.path], require_steps=True)

@@ -23,11 +23,13 @@ from agent.cli.common import (
     run_command,
 )
 from agent.config import DEMO_CONFIG, DEMO_SOURCE, check_repo, load_target, with_flag, with_host
+from agent.preflight import check_setup
 from agent.remote import executor_for, remote_base
 from agent.session import Sessions, new_session_id
 from state.calls import ApplyArgs
+from state.workspace import PatchPolicy
 from tools.door.registry import spec_of
-from tools.errors import ToolError
+from tools.errors import PatchError, ToolError
 from tools.workspace.repo import check_patch
 
 
@@ -74,6 +76,7 @@ def demo(
         target = target.model_copy(
             update={"launch": launch, "profile": target.profile.model_copy(update={"method": profile_method})}
         )
+        check_setup(target, opts, repo_exists=False)  # the demo makes its repo
         state = sessions.start(target, {**opts, "demo_source": DEMO_SOURCE}, sid, None)
         finish(sessions, state, as_json)
 
@@ -102,6 +105,7 @@ def run(
         opts = _options(approve, method, max_iterations, playbooks or [], no_builtin_playbooks)
         target = target.model_copy(update={"profile": target.profile.model_copy(update={"method": method})})
         check_repo(target)
+        check_setup(target, opts)
         sessions = Sessions()
         state = sessions.start(target, opts, new_session_id(), target_toml.resolve())
         finish(sessions, state, as_json)
@@ -136,15 +140,26 @@ def _answer(session: str, answer: dict, as_json: bool) -> None:
 
 
 def _edited_patch(session: str, path: Path) -> str:
-    """Read and validate a human-edited patch against the paused session's repo (changes nothing)."""
-    try:
-        diff = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ToolError(f"cannot read edited patch {path}: {exc}") from exc
+    """Read a human-edited patch and pass it through the patch gate against the paused session's
+    repo (tools/workspace/gate.py; changes nothing). Refused: bad input, the session stays paused."""
     state = Sessions().state(session)
-    args = ApplyArgs(repo=state.target.repo, diff=diff, subject="check", trailers={})
-    with executor_for(state.target, state.options.session_dir) as remote:  # where the repo lives
-        remote.call(spec_of(check_patch), args) if remote else check_patch(args)
+    cap = state.target.max_patch_bytes
+    try:
+        if path.stat().st_size > cap:
+            raise ToolError(
+                f"--patch: patch refused: {path} is {path.stat().st_size} bytes, over the limit of {cap} "
+                "(`max_patch_bytes` in the target)"
+            )
+        diff = path.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ToolError(f"--patch: cannot read edited patch {path}: {exc}") from exc
+    policy = PatchPolicy(max_bytes=cap, allow_binary=False)
+    args = ApplyArgs(repo=state.target.repo, diff=diff, subject="check", trailers={}, policy=policy)
+    try:
+        with executor_for(state.target, state.options.session_dir) as remote:  # where the repo lives
+            remote.call(spec_of(check_patch), args) if remote else check_patch(args)
+    except PatchError as exc:
+        raise PatchError(f"--patch {path}: {exc}") from None
     return diff
 
 

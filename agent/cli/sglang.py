@@ -20,10 +20,11 @@ from playbooks.engine import load_playbooks
 from playbooks.patches import choose_patch
 from state.sglang import HookSite
 from state.target import ProfileConfig
-from state.workspace import InstrumentationRecord
+from state.workspace import InstrumentationRecord, PatchPolicy
 from tools.errors import ConfigError
 from tools.sglang.layout import hook_site, locate
 from tools.sglang.patches import apply_sglang_patch
+from tools.workspace.gate import gate_workspace
 from tools.workspace.git import GitWorkspace
 from tools.workspace.instrumentation import instrument as insert_hook
 from tools.workspace.instrumentation import remove_instrumentation
@@ -136,8 +137,7 @@ def apply_cmd(
                 files = apply_sglang_patch(ws, layout, diff, check_only=check)
                 what = f"sglang {layout.version} ({key})"
             else:
-                files = ws.changed_files(diff)
-                ws.check_patch(diff)
+                files = gate_workspace(ws, diff, PatchPolicy(allow_binary=book.binary_patches))
                 if not check:
                     ws.apply_to_worktree(diff)
                 what = kind

@@ -300,6 +300,10 @@ def test_edited_patches_are_validated_and_recorded(tmp_path: Path, home: Path, r
         "binary": "diff --git a/x.bin b/x.bin\nnew file mode 100644\nindex 0000000..1111111\n"
         "Binary files /dev/null and b/x.bin differ\n",
         "stale": good.replace("real = len", "real = LEN"),
+        "absolute": good.replace(f"+++ b/{BACKEND}", "+++ /tmp/perfloop-outside.py"),
+        "symlink-out": "diff --git a/escape b/escape\nnew file mode 120000\nindex 0000000..1111111\n"
+        f"--- /dev/null\n+++ b/escape\n@@ -0,0 +1 @@\n+{tmp_path}\n\\ No newline at end of file\n",
+        "huge": good + "\n" * (50 * 1024 * 1024),
     }
     for name, diff in malicious.items():
         f = tmp_path / f"{name}.diff"
@@ -313,11 +317,16 @@ def test_edited_patches_are_validated_and_recorded(tmp_path: Path, home: Path, r
     done = perfloop(home, "approve", sid, "--patch", str(tmp_path / "good.diff"), "--json")
     assert done.returncode == 0, done.stderr[-2000:]
     s = last_json(done)
-    assert s["accepted"] == ["kv-cache-full-pool-cast"]
+    assert s["accepted"] == ["human-edited patch (replacing kv-cache-full-pool-cast)"]
     commit = git(repo, "show", "HEAD")
     assert "# reviewed" in commit and "Perfloop-Edited: human" in commit
+    assert "Perfloop-Playbook" not in commit and "Perfloop-Replaces: kv-cache-full-pool-cast" in commit
+    assert "human-edited patch" in git(repo, "log", "-1", "--format=%s")
     shown = last_json(perfloop(home, "show", sid, "--json"))
     assert "human-edited patch" in shown["decisions"][-1]["reason"]
+    assert shown["decisions"][-1]["edited"] is True
+    assert shown["decisions"][-1]["label"] == s["accepted"][0]
+    assert "human-edited patch (replacing" in perfloop(home, "show", sid, env={"COLUMNS": "300"}).stdout
     assert_clean(repo, s["branch"])
 
 

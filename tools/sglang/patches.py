@@ -10,7 +10,9 @@ from __future__ import annotations
 import re
 
 from state.sglang import SglangLayout
+from state.workspace import PatchPolicy
 from tools.errors import PatchError
+from tools.workspace.gate import gate_workspace
 from tools.workspace.git import GitWorkspace
 
 _HUNK = re.compile(r"^@@ -(\d+)(?:,\d+)? \+\d+(?:,\d+)? @@", re.M)
@@ -43,10 +45,11 @@ def apply_sglang_patch(ws: GitWorkspace, layout: SglangLayout, diff: str, *, che
     Returns the files it touches (or would touch). All hunks or none: a misfit raises the
     'does not fit' PatchError and nothing is written.
     """
-    files = ws.changed_files(diff)
     try:
-        ws.check_patch(diff)
+        files = gate_workspace(ws, diff, PatchPolicy())
     except PatchError as err:
+        if str(err).startswith("patch refused"):  # unsafe or malformed, whatever the release
+            raise
         raise does_not_fit(layout.version, diff, err) from err
     if not check_only:
         ws.apply_to_worktree(diff)
