@@ -19,6 +19,7 @@ TOOLS = (
     repo.create_from_tree,
     repo.snapshot,
     repo.ensure_branch,
+    repo.leave_branch,
     repo.instrument,
     repo.remove_instrumentation,
     repo.apply_patch,

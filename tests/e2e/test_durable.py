@@ -226,7 +226,7 @@ FIXTURE = Path(__file__).resolve().parents[1] / "data" / "sessions" / "demo-sess
 
 
 def test_shipped_demo_recording_replays(tmp_path: Path) -> None:
-    """A real recorded `perfloop demo` session, shipped as a fixture, replays in under 5 s."""
+    """A real recorded `perfloop demo` session, shipped as a fixture, replays without its host."""
     home = tmp_path / "home"
     sid = perfloop(home, "import", str(FIXTURE)).stdout.split()[2].rstrip(";")
     t0 = time.monotonic()
@@ -235,7 +235,9 @@ def test_shipped_demo_recording_replays(tmp_path: Path) -> None:
     assert rep.returncode == 0, rep.stderr[-2000:]
     s = last_json(rep)
     assert s["matches_recording"] and s["accepted"] == ["kv-cache-full-pool-cast"] and s["speedup"] > 3
-    assert elapsed < 5 + 3  # replay itself < 5 s; the rest is CLI start-up
+    # Played back, not re-run: the live session took minutes (two launches, a profile); the bound
+    # is loose because CI machines are shared (a timing claim belongs in benchmarks/).
+    assert elapsed < 30
 
 
 def test_concurrent_resume_is_refused(tmp_path: Path, home: Path, repo: Path) -> None:
