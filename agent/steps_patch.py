@@ -29,6 +29,11 @@ def approval_request(state: LoopState) -> dict:
         "files": p.files,
         "diff": p.diff,
         "evidence": [e.model_dump(mode="json") for e in p.evidence],
+        "proposer": p.proposer,
+        "model": p.origin.model if p.origin else None,
+        "rationale": p.origin.rationale if p.origin else None,
+        "llm_tokens": p.origin.usage.tokens if p.origin else 0,
+        "repairs": p.origin.repairs if p.origin else 0,
     }
 
 
@@ -81,6 +86,8 @@ def apply(
         "Perfloop-Playbook": p.playbook,
         "Perfloop-Iteration": str(state.iteration),
     }
+    if p.origin is not None:
+        trailers["Perfloop-Proposer"] = f"llm {p.origin.model}"
     if edited:
         trailers["Perfloop-Edited"] = "human"
     diff = state.approval.diff if edited else p.diff

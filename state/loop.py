@@ -11,6 +11,7 @@ from state.base import Model
 from state.diagnosis import Diagnosis, Evidence
 from state.measure import Measurement
 from state.process import ServerHandle
+from state.proposer import LlmOrigin, LlmUsage
 from state.session import SessionStatus
 from state.sglang import SglangLayout
 from state.target import TargetConfig
@@ -79,6 +80,10 @@ class Proposal(Model):
     """Expected TPOT reduction."""
     evidence: list[Evidence]
     """Ops and numbers behind the finding."""
+    proposer: Literal["playbook", "llm"] = "playbook"
+    """Who wrote the patch: a playbook's stored diff, or a model."""
+    origin: LlmOrigin | None = None
+    """For a model-written patch: the model, its rationale and what it cost."""
 
 
 class Approval(Model):
@@ -175,6 +180,8 @@ class LoopState(Model):
     """Nodes run, in order."""
     fork_at: str | None = None
     """Set in a forked session's initial state: the step to continue at after reconciling."""
+    llm_usage: LlmUsage = Field(default_factory=LlmUsage)
+    """Model calls and tokens spent in this session (the token budget counts against it)."""
     calls_done: int = 0
     """Door sequence number when the last completed node finished (later calls were superseded)."""
     status: SessionStatus = "running"

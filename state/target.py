@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator
 
 from state.base import Model
+from state.proposer import ProposerConfig
 from state.ssh import SSHHostConfig
 
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSPHRASE|CREDENTIAL|AUTH)", re.I)
@@ -168,3 +169,5 @@ class TargetConfig(Model):
     """The measurement workload."""
     profile: ProfileConfig = Field(default_factory=ProfileConfig)
     """How profiles are taken."""
+    proposer: ProposerConfig = Field(default_factory=ProposerConfig)
+    """Who writes patches: playbooks, a model, or both (`[proposer]`)."""

@@ -14,7 +14,7 @@ from langgraph.runtime import Runtime
 from agent.checkpoint import serializer
 from agent.context import LoopContext
 from agent.graph import builder
-from agent.steps_profile import propose, target_patch
+from agent.steps_propose import propose, target_patch
 from playbooks.engine import load_playbooks
 from state.calls import ApplyArgs
 from state.diagnosis import Diagnosis, Finding
