@@ -66,28 +66,34 @@ def test_demo_with_a_model_and_no_playbook_then_replay_offline(home: Path) -> No
     assert replayed["matches_recording"] is True and replayed["accepted"] == ["llm"]
 
 
-def test_fast_but_wrong_model_patch_is_rejected_by_the_output_gate(tmp_path: Path, home: Path, repo: Path) -> None:
-    """Attending to only the last rows is faster and wrong: measured, outputs differ, rolled back."""
+def test_killed_mid_conversation_resumes_unpaid_then_the_output_gate_rejects_a_wrong_patch(
+    tmp_path: Path, home: Path, repo: Path
+) -> None:
+    """SIGKILL after the model's last answer: resume pays no model call twice. The patch (attend to
+    the last rows only) is faster and wrong: measured, outputs differ, rolled back."""
     target = write_target(tmp_path / "t.toml", repo)
-    script = reads_then_answers(fix_answer(new=WRONG))
-    with ScriptedModel(script) as model:
-        proc = perfloop(
-            home,
-            "run",
-            str(target),
-            "--proposer",
-            "llm",
-            "--model",
-            "scripted-coder",
-            "--no-builtin-playbooks",
-            "--max-iterations",
-            "1",
-            "--json",
-            env=llm_env(model),
-        )
+    faults = tmp_path / "faults.txt"
+    faults.write_text("tool:code.read_texts\n")  # the first validation read, after both model calls
+    args = (
+        "--proposer",
+        "llm",
+        "--model",
+        "scripted-coder",
+        "--no-builtin-playbooks",
+        "--max-iterations",
+        "1",
+    )
+    with ScriptedModel(reads_then_answers(fix_answer(new=WRONG))) as model:
+        env = {**llm_env(model), "PERFLOOP_FAULTS_FILE": str(faults)}
+        killed = perfloop(home, "run", str(target), *args, "--json", env=env)
+        assert killed.returncode == -9 and faults.read_text() == "", killed.stderr[-2000:]
+        assert len(model.requests) == 2
+        sid = last_json(perfloop(home, "sessions", "--json"))[0]["id"]
+        proc = perfloop(home, "resume", sid, "--json", env=env)
+        assert len(model.requests) == 2, "a recorded model call was made again"
     assert proc.returncode == 0, proc.stderr[-3000:]
     s = last_json(proc)
-    assert s["accepted"] == [] and s["rejected"] == ["llm"], s
+    assert s["accepted"] == [] and s["rejected"] == ["llm"] and s["llm_calls"] == 2, s
     shown = last_json(perfloop(home, "show", s["session"], "--json"))
     verdict = shown["decisions"][0]
     assert verdict["verdict"] == "rejected" and verdict["reason"].startswith("outputs changed"), verdict
