@@ -98,7 +98,7 @@ def _no_model_reason(state: LoopState) -> str | None:
     if cfg.mode == "playbook":
         return "--proposer playbook: no model is asked"
     if not cfg.model:
-        return "no model configured (--proposer llm|auto --model NAME lets a model propose)"
+        return ""  # the default: playbooks only, and the stop reason stays what it always was
     used = [d for d in state.decisions if d.playbook == LLM and d.iteration == state.iteration]
     if len(used) >= cfg.max_proposals:
         return f"model proposals for this iteration used ({len(used)}); last: {used[-1].reason}"
@@ -123,7 +123,7 @@ def propose(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Goto]:
         reason += "; skipped " + ", ".join(skipped)
     why_not = _no_model_reason(state)
     if why_not is not None:
-        return _stop(f"{reason}; {why_not}")
+        return _stop(f"{reason}; {why_not}" if why_not else reason)
     finding = state.diagnosis.findings[0]
     outcome = Conversation(state, runtime, finding).run()
     usage = state.llm_usage.add(outcome.usage)
