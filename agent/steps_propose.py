@@ -99,11 +99,11 @@ def _no_model_reason(state: LoopState) -> str | None:
         return "--proposer playbook: no model is asked"
     if not cfg.model:
         return ""  # the default: playbooks only, and the stop reason stays what it always was
+    if state.llm_usage.tokens >= cfg.max_tokens:
+        return f"token budget exhausted: {state.llm_usage.tokens} of {cfg.max_tokens} tokens spent"
     used = [d for d in state.decisions if d.playbook == LLM and d.iteration == state.iteration]
     if len(used) >= cfg.max_proposals:
         return f"model proposals for this iteration used ({len(used)}); last: {used[-1].reason}"
-    if state.llm_usage.tokens >= cfg.max_tokens:
-        return f"token budget exhausted: {state.llm_usage.tokens} of {cfg.max_tokens} tokens spent"
     return None
 
 

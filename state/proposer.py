@@ -155,6 +155,9 @@ class CodeArgs(Model):
     """read_file: last line, inclusive."""
     pattern: str | None = None
     """grep: a Python regular expression."""
+    traced_line: int | None = None
+    """read_file: instead of start/end, six lines either side of this line of the file as the
+    profiler saw it (perfloop's instrumentation lines counted), e.g. a hot call site."""
 
 
 class CodeResult(Model):

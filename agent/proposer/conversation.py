@@ -36,7 +36,6 @@ from tools.errors import LlmError, PatchError
 from tools.llm import chat, code
 from tools.workspace import repo
 
-SOURCE_CONTEXT = 6
 MAX_SOURCES = 3
 
 
@@ -202,12 +201,7 @@ class Conversation:
             if where is None or where[0] in {s.split(":")[0] for s in sites} or len(sites) >= MAX_SOURCES:
                 continue
             path, line = where
-            args = CodeArgs(
-                repo=self.repo,
-                path=path,
-                start_line=max(line - SOURCE_CONTEXT, 1),
-                end_line=line + SOURCE_CONTEXT,
-            )
+            args = CodeArgs(repo=self.repo, path=path, traced_line=line)
             result = call(self.runtime, code.read_file_tool, args)
             if result.ok:
                 sites[f"{path}:{line}"] = result.text

@@ -56,12 +56,25 @@ def _text(full: Path) -> str:
         raise Refused(f"{full.name} is not a UTF-8 text file") from None
 
 
-def read_file(repo: Path, path: str, start: int | None, end: int | None) -> str:
-    """Numbered lines `start..end` (1-based, inclusive) of a file (`N<TAB>line`)."""
+def visible_line(text: str, traced: int) -> int:
+    """Line `traced` of the file as it ran (instrumentation included) in the visible numbering (pure)."""
+    hidden = sum(MARKER in line for line in text.splitlines()[: max(traced - 1, 0)])
+    return max(traced - hidden, 1)
+
+
+def read_file(
+    repo: Path, path: str, start: int | None, end: int | None, around: int | None = None, context: int = 6
+) -> str:
+    """Numbered lines `start..end` (1-based, inclusive) of a file (`N<TAB>line`); with `around`,
+    `context` lines either side of that line of the file as it was traced."""
     full = resolve(repo, path)
     if full.is_dir():
         raise Refused(f"{path!r} is a directory: use list_dir")
-    lines = visible_lines(_text(full))
+    text = _text(full)
+    if around is not None:
+        line = visible_line(text, around)
+        start, end = max(line - context, 1), line + context
+    lines = visible_lines(text)
     first = max(start or 1, 1)
     last = min(end or len(lines), len(lines), first + MAX_LINES - 1)
     body = "\n".join(f"{n}\t{lines[n - 1]}" for n in range(first, last + 1))
@@ -124,7 +137,7 @@ def _answer(fn, *args) -> CodeResult:
 @tool("code.read_file")
 def read_file_tool(args: CodeArgs) -> CodeResult:
     """read_file(path, start_line?, end_line?) for the model."""
-    return _answer(read_file, args.repo, args.path, args.start_line, args.end_line)
+    return _answer(read_file, args.repo, args.path, args.start_line, args.end_line, args.traced_line)
 
 
 @tool("code.grep")
