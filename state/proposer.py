@@ -178,6 +178,15 @@ class FilesArgs(Model):
     """Repo-relative paths."""
 
 
+class DiffArgs(Model):
+    """A diff to check against the repo (`code.check_diff`)."""
+
+    repo: Path
+    """The target repo on its host."""
+    diff: str
+    """Unified diff with a/ b/ prefixes."""
+
+
 class FileTexts(Model):
     """Files' texts, as a patch will meet them."""
 

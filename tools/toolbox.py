@@ -43,6 +43,7 @@ TOOLS = (
     code.grep_tool,
     code.list_dir_tool,
     code.read_texts,
+    code.check_diff,
 )
 
 BY_NAME: dict[str, ToolSpec] = {spec_of(fn).name: spec_of(fn) for fn in TOOLS}

@@ -20,7 +20,6 @@ from pydantic import BaseModel, ValidationError
 from agent.context import LoopContext, call
 from agent.proposer import prompt
 from agent.proposer.checks import Candidate, Failure, validate
-from state.calls import ApplyArgs
 from state.diagnosis import Finding
 from state.loop import LoopState, Proposal
 from state.proposer import (
@@ -28,13 +27,13 @@ from state.proposer import (
     ChatMessage,
     ChatReply,
     CodeArgs,
+    DiffArgs,
     FilesArgs,
     LlmOrigin,
     LlmUsage,
 )
-from tools.errors import LlmError, PatchError
+from tools.errors import LlmError
 from tools.llm import chat, code
-from tools.workspace import repo
 
 MAX_SOURCES = 3
 
@@ -182,15 +181,10 @@ class Conversation:
         return call(self.runtime, code.read_texts, FilesArgs(repo=self.repo, paths=paths)).texts
 
     def _git_check(self, c: Candidate) -> str | None:
-        try:
-            call(
-                self.runtime,
-                repo.check_patch,
-                ApplyArgs(repo=self.repo, diff=c.diff, subject="check", trailers={}),
-            )
-        except PatchError as exc:
-            return f"git apply --check refused the patch built from your edits: {exc}"
-        return None
+        result = call(self.runtime, code.check_diff, DiffArgs(repo=self.repo, diff=c.diff))
+        return (
+            None if result.ok else f"git apply --check refused the patch built from your edits: {result.text}"
+        )
 
     def _hot_sources(self) -> dict[str, str]:
         """Source lines around the hot call sites in the repo (read through the door)."""

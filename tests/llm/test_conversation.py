@@ -63,7 +63,7 @@ def test_reads_the_backend_and_proposes_gather_then_cast(tmp_path: Path, engine:
         "code.read_file",
         "llm.chat",
         "code.read_texts",
-        "repo.check_patch",
+        "code.check_diff",
     ]
     subprocess.run(["git", "apply", "--check", "-"], cwd=engine, input=p.diff, text=True, check=True)
     assert "+            kv = k_buffer[kv_indices].to(q.dtype)" in p.diff
@@ -193,3 +193,28 @@ def test_a_crashed_attempt_s_model_calls_are_not_paid_again(tmp_path: Path, engi
     assert again.proposal == first.proposal, again.reason
     live = store.tool_calls("s-llm")
     assert [c.reused_from for c in live if c.name == "llm.chat"] == [1, 3]
+
+
+def test_an_edit_next_to_the_instrumentation_is_checked_against_the_tree_it_will_meet(
+    tmp_path: Path, engine: Path
+) -> None:
+    """The dormant profiler decorates forward_decode; the model never sees it, and an edit right at
+    the decorated line passes `git apply --check` against the tree without it (and applies there)."""
+    from state.calls import InstrumentArgs, RemoveInstrumentationArgs
+    from tools.workspace import repo as repo_tools
+
+    runner = "mla_server/model_runner.py"
+    record = repo_tools.instrument(
+        InstrumentArgs(repo=engine, relpath=runner, class_name="ModelRunner", method="forward_decode")
+    )
+    old = "    def forward_decode(self, batch):\n"
+    new = "    def forward_decode(self, batch):  # decode step\n"
+
+    def answer(body: dict) -> dict:
+        assert "perfloop-instrumentation" not in last_tool_text(body)
+        return reply(f"Comment.\n{edit_block(runner, old, new)}")
+
+    outcome, _, _, _ = converse(tmp_path, engine, [reply(None, call("read_file", path=runner)), answer])
+    assert outcome.proposal is not None, outcome.reason
+    repo_tools.remove_instrumentation(RemoveInstrumentationArgs(repo=engine, record=record))
+    subprocess.run(["git", "apply", "-"], cwd=engine, input=outcome.proposal.diff, text=True, check=True)

@@ -8,11 +8,17 @@ the tree as it will be when its patch is applied, after the instrumentation is r
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import tempfile
 from pathlib import Path, PurePosixPath
 
-from state.proposer import CodeArgs, CodeResult, FilesArgs, FileTexts
+from state.proposer import CodeArgs, CodeResult, DiffArgs, FilesArgs, FileTexts
 from tools.door import tool
+from tools.errors import PatchError
+from tools.workspace.commands import APPLY
+from tools.workspace.git import GitWorkspace
 
 MARKER = "perfloop-instrumentation"
 MAX_LINES = 600
@@ -168,3 +174,36 @@ def read_texts(args: FilesArgs) -> FileTexts:
         except Refused:
             out[rel] = None
     return FileTexts(texts=out)
+
+
+@tool("code.check_diff")
+def check_diff(args: DiffArgs) -> CodeResult:
+    """`git apply --check` of a model's diff against the tree it will meet when applied: the index,
+    HEAD, and the working tree without perfloop's instrumentation (its touched files copied, marked
+    lines left out, into a scratch folder outside any repository)."""
+    try:
+        with GitWorkspace(args.repo) as ws:
+            files = ws.changed_files(args.diff)
+            ws.check_patch(args.diff, worktree=False)
+        texts = read_texts(FilesArgs(repo=args.repo, paths=files)).texts
+        with tempfile.TemporaryDirectory(prefix="perfloop-check-") as tmp:
+            for rel, text in texts.items():
+                if text is not None:
+                    (Path(tmp) / rel).parent.mkdir(parents=True, exist_ok=True)
+                    (Path(tmp) / rel).write_text(text, encoding="utf-8")
+            env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(Path(tmp).parent)}
+            proc = subprocess.run(
+                ["git", *APPLY, "--check", "-"],
+                cwd=tmp,
+                input=args.diff,
+                text=True,
+                capture_output=True,
+                env=env,
+            )
+        if proc.returncode != 0:
+            return CodeResult(
+                ok=False, text=proc.stderr.strip().replace(tmp + "/", "") or "git apply --check failed"
+            )
+    except PatchError as exc:
+        return CodeResult(ok=False, text=str(exc))
+    return CodeResult(ok=True, text=f"applies: {', '.join(files)}")

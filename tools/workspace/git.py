@@ -129,11 +129,13 @@ class GitWorkspace(GitPlumbing):
         create = () if exists else ("-c", name, *((start_point,) if start_point else ()))
         self._git("switch", "-q", *(create or (name,)), hint=hint)
 
-    def check_patch(self, diff: str) -> None:
-        """Raise PatchError unless `diff` applies to the working tree, the index and HEAD's tree."""
+    def check_patch(self, diff: str, *, worktree: bool = True) -> None:
+        """Raise PatchError unless `diff` applies to the working tree (unless not `worktree`), the
+        index and HEAD's tree."""
         self.changed_files(diff)
         with self._scratch(diff) as (patch, env):
-            self._git(*APPLY, "--check", patch)
+            if worktree:
+                self._git(*APPLY, "--check", patch)
             self._git(*APPLY, "--check", "--cached", patch)
             self._git("read-tree", "HEAD", env=env)
             self._git(*APPLY, "--check", "--cached", patch, env=env)
