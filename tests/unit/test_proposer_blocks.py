@@ -151,3 +151,48 @@ def test_code_tools_hide_the_instrumentation_and_map_traced_lines(tmp_path: Path
     assert "perfloop-instrumentation" not in grep(tmp_path, "perfloop|def", ".")
     texts = read_texts(FilesArgs(repo=tmp_path, paths=["m.py", "gone.py", "../m.py"])).texts
     assert texts == {"m.py": "import os\ndef f():\n    return 1\n", "gone.py": None, "../m.py": None}
+
+
+def test_approval_of_a_model_patch_says_so(monkeypatch) -> None:
+    import io
+
+    from rich.console import Console
+
+    from agent import render
+    from state.proposer import ChatArgs
+    from tools.llm.chat import api_key
+    from tools.secrets import redact
+
+    req = {
+        "session": "s",
+        "title": "Gather then cast",
+        "explanation": "Cast only the rows.",
+        "expected_gain_ms": None,
+        "expected_gain_share": 0.0,
+        "files": ["a.py"],
+        "diff": "--- a/a.py\n+++ b/a.py\n@@ -1 +1 @@\n-x\n+y\n",
+        "evidence": [],
+        "proposer": "llm",
+        "model": "coder-7b",
+        "rationale": "Cast only the rows.",
+        "llm_tokens": 2710,
+        "repairs": 1,
+    }
+    out = io.StringIO()
+    render.approval(Console(file=out, width=200), req)
+    text = out.getvalue()
+    assert "written by a model, not a playbook: coder-7b, 2710 tokens, 1 repair round(s)" in text
+    assert "model's rationale:" in text
+    monkeypatch.setenv("MY_LLM", "hunter2-0123456789")
+    args = ChatArgs(
+        base_url=None,
+        api_key_env="MY_LLM",
+        model="m",
+        messages=[],
+        tools=[],
+        max_tokens=1,
+        temperature=0,
+        timeout_s=1,
+        retries=0,
+    )
+    assert api_key(args) == "hunter2-0123456789" and "hunter2" not in redact("key hunter2-0123456789")

@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from state.proposer import ChatArgs, ChatMessage, ChatReply, ChatToolCall
+from tools import secrets
 from tools.door import tool
 from tools.errors import LlmError
 
@@ -41,6 +42,7 @@ def api_key(args: ChatArgs) -> str:
     """The key from the environment, or a placeholder for a local endpoint; LlmError if none fits."""
     key = os.environ.get(args.api_key_env, "")
     if key:
+        secrets.register(key)  # masked in anything written, whatever the variable is called
         return key
     base = args.base_url or os.environ.get("OPENAI_BASE_URL") or ""
     if base and "api.openai.com" not in base:
