@@ -16,6 +16,7 @@ from typing import Annotated, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from agent import render
 from agent.session import Sessions
@@ -84,7 +85,7 @@ def choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
 
 def fail(message: str, code: int = 2) -> typer.Exit:
     """Print one error line on stderr; the exit to raise."""
-    err.print(f"[red]error:[/red] {redact(message)}", highlight=False, soft_wrap=True)
+    err.print(f"[red]error:[/red] {escape(redact(message))}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 

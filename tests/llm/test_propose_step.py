@@ -57,3 +57,13 @@ def test_a_dropped_model_proposal_is_a_failed_decision_and_propose_runs_again(
     assert decision.playbook == "llm" and decision.verdict == "failed"
     assert decision.reason.startswith("model proposal dropped: no valid patch after 3 repair round(s): parse")
     assert ProposerConfig().max_proposals == 1
+
+
+def test_cli_refuses_llm_without_a_model_in_one_line(tmp_path: Path) -> None:
+    from tests.e2e.conftest import perfloop
+
+    proc = perfloop(tmp_path / "home", "demo", "--proposer", "llm", "--json")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip() == (
+        "error: --proposer llm needs a model: pass --model NAME (or set model under [proposer])"
+    )
