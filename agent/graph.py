@@ -67,7 +67,8 @@ from agent.context import LoopContext
 from agent.steps_end import abort, finish
 from agent.steps_measure import decide, measure
 from agent.steps_patch import apply, approve, cleanup, relaunch, rollback
-from agent.steps_profile import diagnose, profile, propose
+from agent.steps_profile import diagnose, profile
+from agent.steps_propose import propose
 from agent.steps_setup import baseline, instrument, launch, prepare, reconcile
 from state.loop import LoopState
 

@@ -36,6 +36,8 @@ def summary(console: Console, s: Summary) -> None:
         ("profiles taken", str(s.iterations)),
         ("stopped because", s.stop_reason),
     ]
+    if s.llm_calls:
+        rows.insert(-1, ("model calls / tokens", f"{s.llm_calls} / {s.llm_tokens}"))
     for k, v in rows:
         t.add_row(k, v)
     console.print(t)
@@ -44,6 +46,13 @@ def summary(console: Console, s: Summary) -> None:
 def approval(console: Console, req: dict) -> None:
     """What a paused session asks a human to approve."""
     console.print(f"[bold]Session {req['session']} waits for approval[/bold]: {req['title']}")
+    if req.get("proposer") == "llm":
+        console.print(
+            f"[bold yellow]written by a model, not a playbook[/bold yellow]: {req['model']}, "
+            f"{req['llm_tokens']} tokens, {req['repairs']} repair round(s); review the diff",
+            highlight=False,
+        )
+        console.print("model's rationale:", highlight=False)
     console.print(req["explanation"], highlight=False)
     gain = req.get("expected_gain_ms")
     console.print(
@@ -104,6 +113,8 @@ def show_json(info: SessionInfo, state: LoopState, calls: list[ToolCallRecord]) 
         "accepted_commits": [c.model_dump(mode="json") for c in state.accepted],
         "profiles": [p.model_dump(mode="json") for p in state.profiles],
         "tool_calls": len(calls),
+        "llm_tokens": state.llm_usage.tokens,
+        "llm_usage": state.llm_usage.model_dump(mode="json"),
     }
 
 
@@ -122,5 +133,11 @@ def show(console: Console, info: SessionInfo, state: LoopState, calls: list[Tool
     for c in state.accepted:
         console.print(f"accepted commit {c.sha[:10]} on {c.branch}: {c.subject}")
     console.print(f"{len(calls)} tool calls recorded; status {info.status}")
+    u = state.llm_usage
+    if u.calls:
+        console.print(
+            f"model: {u.calls} calls, {u.prompt_tokens} prompt + {u.completion_tokens} completion "
+            f"= {u.tokens} tokens, {u.seconds:.1f} s"
+        )
     if info.summary:
         summary(console, info.summary)

@@ -267,5 +267,7 @@ def summarize(state: LoopState, status: str) -> Summary:
         measured_by=before.client if before else None,
         iterations=len(state.profiles),
         stop_reason=state.stop_reason or state.error or "",
+        llm_tokens=state.llm_usage.tokens,
+        llm_calls=state.llm_usage.calls,
         repo=state.target.repo,
     )

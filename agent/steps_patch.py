@@ -30,6 +30,11 @@ def approval_request(state: LoopState) -> dict:
         "files": p.files,
         "diff": p.diff,
         "evidence": [e.model_dump(mode="json") for e in p.evidence],
+        "proposer": p.proposer,
+        "model": p.origin.model if p.origin else None,
+        "rationale": p.origin.rationale if p.origin else None,
+        "llm_tokens": p.origin.usage.tokens if p.origin else 0,
+        "repairs": p.origin.repairs if p.origin else 0,
     }
 
 
@@ -86,6 +91,8 @@ def commit_identity(state: LoopState) -> tuple[str, dict[str, str]]:
     else:
         subject = f"perfloop: {p.title}"
         trailers["Perfloop-Playbook"] = p.playbook
+    if p.origin is not None:
+        trailers["Perfloop-Proposer"] = f"llm {p.origin.model}"
     return subject, {**trailers, "Perfloop-Iteration": str(state.iteration)}
 
 

@@ -12,6 +12,7 @@ from state.diagnosis import Diagnosis, Evidence
 from state.ids import SessionId
 from state.measure import Measurement
 from state.process import ServerHandle
+from state.proposer import LlmOrigin, LlmUsage
 from state.session import SessionStatus
 from state.sglang import SglangLayout
 from state.target import TargetConfig
@@ -85,6 +86,10 @@ class Proposal(Model):
     """Ops and numbers behind the finding."""
     binary: bool = False
     """Whether the playbook declares binary hunks in its patch (the patch gate lets them through)."""
+    proposer: Literal["playbook", "llm"] = "playbook"
+    """Who wrote the patch: a playbook's stored diff, or a model."""
+    origin: LlmOrigin | None = None
+    """For a model-written patch: the model, its rationale and what it cost."""
 
 
 class Approval(Model):
@@ -194,6 +199,8 @@ class LoopState(Model):
     """Nodes run, in order."""
     fork_at: ForkStep | None = None
     """Set in a forked session's initial state: the step to continue at after reconciling."""
+    llm_usage: LlmUsage = Field(default_factory=LlmUsage)
+    """Model calls and tokens spent in this session (the token budget counts against it)."""
     calls_done: int = 0
     """Door sequence number when the last completed node finished (later calls were superseded)."""
     status: SessionStatus = "running"

@@ -47,6 +47,10 @@ class Summary(Model):
     """Profile/diagnose iterations run."""
     stop_reason: str
     """Why the loop ended."""
+    llm_tokens: int = 0
+    """Prompt plus completion tokens spent on model calls."""
+    llm_calls: int = 0
+    """Model calls made (answered from a crashed attempt's record included)."""
     repo: Path
     """The target repo."""
 

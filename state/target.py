@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator
 
 from state.base import Model
+from state.proposer import ProposerConfig
 from state.ssh import SSHHostConfig
 
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSPHRASE|CREDENTIAL|AUTH)", re.I)
@@ -174,3 +175,5 @@ class TargetConfig(Model):
     """How profiles are taken."""
     max_patch_bytes: int = Field(1024 * 1024, ge=1)
     """Largest patch the patch gate accepts (playbook, edited or model-written), in bytes."""
+    proposer: ProposerConfig = Field(default_factory=ProposerConfig)
+    """Who writes patches: playbooks, a model, or both (`[proposer]`)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 from tools import bench, profiling, server
 from tools.door.registry import ToolSpec, spec_of
 from tools.hosts import transfer
+from tools.llm import chat, code
 from tools.workspace import repo
 
 TOOLS = (
@@ -38,6 +39,13 @@ TOOLS = (
     # moving files between here and an SSH host
     transfer.fetch,
     transfer.push_tree,
+    # the LLM proposer: the model call (here) and its read-only look at the repo (where it lives)
+    chat.chat,
+    code.read_file_tool,
+    code.grep_tool,
+    code.list_dir_tool,
+    code.read_texts,
+    code.check_diff,
 )
 
 BY_NAME: dict[str, ToolSpec] = {spec_of(fn).name: spec_of(fn) for fn in TOOLS}

@@ -113,6 +113,19 @@ class SessionStore:
             )
             return cur.rowcount
 
+    def superseded_call(self, session_id: str, name: str, inp: dict[str, Any]) -> ToolCallRecord | None:
+        """The latest superseded, successful call of tool `name` with exactly this input, if any."""
+        rows = self._conn.execute(
+            "SELECT record FROM tool_calls WHERE session_id = ? AND superseded = 1 ORDER BY seq DESC",
+            (session_id,),
+        ).fetchall()
+        wanted = json.loads(redact(json.dumps(inp)))  # compared as it was stored
+        for (text,) in rows:
+            rec = ToolCallRecord.model_validate_json(text)
+            if rec.name == name and rec.error is None and rec.output is not None and rec.input == wanted:
+                return rec
+        return None
+
     def tool_calls(self, session_id: str, *, include_superseded: bool = False) -> list[ToolCallRecord]:
         sql = "SELECT record FROM tool_calls WHERE session_id = ?"
         if not include_superseded:
