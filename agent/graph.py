@@ -51,6 +51,7 @@ graph TD;
     rollback -.-> propose;
     abort --> __end__;
     finish --> __end__;
+    propose -.-> propose;
 ```
 
 `builder` is exported uncompiled so tests and `langgraph.json` can compile it with their own
