@@ -47,7 +47,7 @@ def with_flag(argv: list[str], flag: str, value: str) -> list[str]:
     """Set `flag value` in a launch command, replacing an existing value (pure)."""
     if flag in argv:
         i = argv.index(flag)
-        return [*argv[:i + 1], value, *argv[i + 2:]]
+        return [*argv[: i + 1], value, *argv[i + 2 :]]
     return [*argv, flag, value]
 
 

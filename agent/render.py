@@ -100,7 +100,7 @@ def show_json(info: SessionInfo, state: LoopState, calls: list[ToolCallRecord]) 
             for m in (state.baseline, state.reference, state.candidate)
             if m
         ],
-        "decisions": [d.model_dump(mode="json") for d in state.decisions],
+        "decisions": [{**d.model_dump(mode="json"), "label": d.label} for d in state.decisions],
         "accepted_commits": [c.model_dump(mode="json") for c in state.accepted],
         "profiles": [p.model_dump(mode="json") for p in state.profiles],
         "tool_calls": len(calls),
@@ -117,7 +117,7 @@ def show(console: Console, info: SessionInfo, state: LoopState, calls: list[Tool
     console.print(t)
     d = Table("iter", "playbook", "verdict", "reason", title="decisions")
     for dec in state.decisions:
-        d.add_row(str(dec.iteration), dec.playbook, dec.verdict, dec.reason)
+        d.add_row(str(dec.iteration), dec.label, dec.verdict, dec.reason)
     console.print(d)
     for c in state.accepted:
         console.print(f"accepted commit {c.sha[:10]} on {c.branch}: {c.subject}")

@@ -11,22 +11,25 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
 from agent.checkpoint import open_checkpointer, serializer
 from agent.context import LoopContext
-from agent.graph import compile_graph
+from agent.graph import Graph, compile_graph
 from agent.remote import executor_for, remote_options
 from agent.steps_setup import FORK_STEPS
 from state.base import utcnow
-from state.loop import LoopOptions, LoopState
+from state.loop import LoopOptions, LoopState, edited_label
 from state.session import SessionInfo, Summary
 from state.target import TargetConfig
 from tools.door.live import LiveDoor
 from tools.door.replay import ReplayDivergence, ReplayDoor
 from tools.door.store import SessionStore, perfloop_home
 from tools.errors import ConfigError, ToolError
+from tools.paths import inside
+from tools.paths import session_id as checked_id
 
 
 def new_session_id() -> str:
@@ -47,7 +50,8 @@ class Sessions:
         self.graph = compile_graph(open_checkpointer(self.home))
 
     def session_dir(self, session_id: str) -> Path:
-        return self.home / "sessions" / session_id
+        """The session's folder under $PERFLOOP_HOME (its id checked, the result inside home)."""
+        return inside(self.home / "sessions" / checked_id(session_id), [self.home], "session folder")
 
     def start(
         self,
@@ -89,16 +93,16 @@ class Sessions:
         return self._invoke(session_id, None)
 
     def info(self, session_id: str) -> SessionInfo:
-        info = self.store.get_session(session_id)
+        info = self.store.get_session(checked_id(session_id))
         if info is None:
             raise ConfigError(f"no session {session_id!r} in {self.home}; list them with `perfloop sessions`")
         return info
 
-    def config(self, session_id: str) -> dict:
-        return {"configurable": {"thread_id": session_id}}
+    def config(self, session_id: str) -> RunnableConfig:
+        return thread(session_id)
 
     def state(self, session_id: str) -> LoopState:
-        snap = self.graph.get_state(self.config(session_id))
+        snap = self.graph.get_state(self.config(checked_id(session_id)))
         if not snap.values:
             raise ConfigError(
                 f"session {session_id} has no checkpoints in {self.home} (imported?); "
@@ -108,12 +112,12 @@ class Sessions:
 
     def pending_approval(self, session_id: str) -> dict | None:
         """The approval request a paused session waits on, if any."""
-        return _pending(self.graph, self.config(session_id))
+        return _pending(self.graph, self.config(checked_id(session_id)))
 
     @contextmanager
     def lock(self, session_id: str) -> Iterator[None]:
         """Hold the session's lock: a second process running the same session is refused."""
-        path = self.home / "locks" / f"{session_id}.lock"
+        path = inside(self.home / "locks" / f"{checked_id(session_id)}.lock", [self.home], "session lock")
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a+") as f:
             try:
@@ -202,7 +206,7 @@ class Sessions:
         answers = self.store.inputs(session_id, "answer")
         door = ReplayDoor(session_id, self.store.tool_calls(session_id))
         graph = compile_graph(InMemorySaver(serde=serializer()))
-        cfg = {"configurable": {"thread_id": f"replay-{session_id}"}}
+        cfg = thread(f"replay-{session_id}")
         ctx = LoopContext(door=door)
         graph.invoke(LoopState.model_validate(initial[0]), cfg, context=ctx)
         for answer in answers:
@@ -223,17 +227,29 @@ class Sessions:
         return state, summarize(state, status)
 
 
-def _pending(graph, cfg: dict) -> dict | None:
+def thread(thread_id: str) -> RunnableConfig:
+    """The LangGraph config of one thread (a session's checkpoints)."""
+    return {"configurable": {"thread_id": thread_id}}
+
+
+def _pending(graph: Graph, cfg: RunnableConfig) -> dict | None:
     for task in graph.get_state(cfg).tasks:
         for intr in task.interrupts:
             return intr.value
     return None
 
 
+def _accepted_label(trailers: dict[str, str]) -> str:
+    """An accepted commit's name in the summary: its playbook, or that it was an edited patch (pure)."""
+    if "Perfloop-Edited" in trailers:
+        return edited_label(trailers.get("Perfloop-Replaces", "?"))
+    return trailers.get("Perfloop-Playbook", "?")
+
+
 def summarize(state: LoopState, status: str) -> Summary:
     """The session's outcome (pure)."""
     before, after = state.baseline, state.reference
-    rejected = [d.playbook for d in state.decisions if d.verdict != "accepted"]
+    rejected = [d.label for d in state.decisions if d.verdict != "accepted"]
     return Summary(
         session=state.session_id,
         status=status,
@@ -243,7 +259,7 @@ def summarize(state: LoopState, status: str) -> Summary:
         ttft_ms_before=before.ttft_ms.median if before else None,
         ttft_ms_after=after.ttft_ms.median if after else None,
         outputs_identical=after.outputs == before.outputs if before and after else None,
-        accepted=[c.trailers.get("Perfloop-Playbook", "?") for c in state.accepted],
+        accepted=[_accepted_label(c.trailers) for c in state.accepted],
         rejected=rejected,
         commits=[c.sha for c in state.accepted],
         branch=state.branch,

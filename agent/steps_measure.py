@@ -8,7 +8,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from agent.actions import measure_server
-from agent.context import LoopContext, step, transition
+from agent.context import LoopContext, need, step, transition
 from agent.judge import judge
 from state.loop import Decision, LoopState
 
@@ -29,27 +29,29 @@ def decide(
     state: LoopState, runtime: Runtime[LoopContext]
 ) -> Command[Literal["profile", "rollback", "finish", "abort"]]:
     """Accept if faster beyond noise with identical outputs; then profile again or stop."""
-    ok, reason, noise = judge(state.reference, state.candidate)
-    if state.approval is not None and state.approval.diff is not None:
+    reference, candidate = need(state.reference, "reference"), need(state.candidate, "candidate")
+    p, commit = need(state.proposal, "proposal"), need(state.pending_commit, "pending commit")
+    ok, reason, noise = judge(reference, candidate)
+    if state.edited:
         reason += " (human-edited patch)"
-    p, commit = state.proposal, state.pending_commit
     decision = Decision(
         iteration=state.iteration,
         playbook=p.playbook,
         verdict="accepted" if ok else "rejected",
         reason=reason,
-        tpot_ms_before=state.reference.tpot_ms.median,
-        tpot_ms_after=state.candidate.tpot_ms.median,
+        tpot_ms_before=reference.tpot_ms.median,
+        tpot_ms_after=candidate.tpot_ms.median,
         noise_ms=noise,
-        outputs_identical=state.candidate.outputs == state.reference.outputs,
+        outputs_identical=candidate.outputs == reference.outputs,
         commit=commit.sha if ok else None,
+        edited=state.edited,
     )
     update = {"decisions": [decision], "transitions": transition("decide", f"{decision.verdict}: {reason}")}
     if not ok:
         return Command(update=update, goto="rollback")
     update |= {
         "accepted": [*state.accepted, commit],
-        "reference": state.candidate,
+        "reference": candidate,
         "pending_commit": None,
         "proposal": None,
         "iteration": state.iteration + 1,

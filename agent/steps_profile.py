@@ -9,22 +9,22 @@ from typing import Literal
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from agent.context import LoopContext, call, host_dir, step, transition
+from agent.context import LoopContext, call, host_dir, need, step, transition
 from playbooks.engine import diagnose as run_diagnosis
-from playbooks.engine import launch_conflict, load_playbooks, patch_text
+from playbooks.engine import launch_conflict, load_playbooks
+from playbooks.patches import NoPatch, choose_patch
+from playbooks.schema import Playbook
 from state.calls import FetchArgs, PathArgs, ProfileArgs, ProfileFiles
 from state.diagnosis import DiagnosisContext
 from state.loop import LoopState, ProfileResult, Proposal
 from tools import profiling
-from tools.errors import ConfigError
 from tools.hosts import transfer
-from tools.sglang.patches import sglang_patch
 
 
 @step
 def profile(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["diagnose", "abort"]]:
     """Take a profile by the session's method: the instrumentation trigger or /start_profile."""
-    cfg, server = state.target.profile, state.server
+    cfg, server = state.target.profile, need(state.server, "running server")
     pid = f"it{state.iteration}-{cfg.method}"
     files = call(
         runtime,
@@ -70,7 +70,7 @@ def fetched(
     )
 
 
-def _playbooks(state: LoopState):
+def _playbooks(state: LoopState) -> list[Playbook]:
     books = load_playbooks(state.options.playbook_dirs)
     if state.options.builtin_playbooks:
         return books
@@ -86,7 +86,7 @@ def diagnose(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal
     ctx = DiagnosisContext(
         target_kind=state.target.kind,
         active_tokens=latest.active_tokens,
-        tpot_ms=state.reference.tpot_ms.median,
+        tpot_ms=need(state.reference, "reference measurement").tpot_ms.median,
     )
     result = run_diagnosis(summary, ctx, _playbooks(state))
     top = result.top_ops[0] if result.top_ops else None
@@ -104,32 +104,22 @@ def files_of(diff: str) -> list[str]:
     return sorted(set(re.findall(r"^\+\+\+ b/(\S+)", diff, flags=re.M)))
 
 
-def target_patch(state: LoopState, book) -> str | None:
-    """The playbook's patch for this target: by kind, and for SGLang by the checkout's release."""
-    if state.target.kind == "sglang" and state.sglang is not None:
-        if not any(k == "sglang" or k.startswith("sglang@") for k in book.patches):
-            return None
-        try:
-            return sglang_patch(book.patches, Path(book.source_dir), state.sglang)[1]
-        except ConfigError:  # no patch for this release: the finding is reported, not proposed
-            return None
-    return patch_text(book, state.target.kind)
-
-
 @step
 def propose(
     state: LoopState, runtime: Runtime[LoopContext]
 ) -> Command[Literal["approve", "finish", "abort"]]:
     """Turn the best untried finding that has a patch for this target kind into a proposal."""
     books = {b.id: b for b in _playbooks(state)}
+    findings = need(state.diagnosis, "diagnosis").findings
     skipped = []
-    for finding in state.diagnosis.findings:
+    for finding in findings:
         book = books.get(finding.playbook)
         if book is None or finding.playbook in state.tried:
             continue
-        diff = target_patch(state, book)
-        if diff is None:
-            skipped.append(f"{book.id} (no patch for kind {state.target.kind})")
+        try:
+            diff = choose_patch(book, state.target.kind, state.sglang).diff
+        except NoPatch as err:  # reported among the skipped findings, not proposed
+            skipped.append(f"{book.id} ({err.reason})")
             continue
         conflict = launch_conflict(book, state.target.kind, state.target.launch.argv)
         if conflict is not None:
@@ -145,6 +135,7 @@ def propose(
             expected_gain_share=finding.expected_gain_share,
             expected_gain_ms=finding.expected_gain_ms,
             evidence=finding.evidence,
+            binary=book.binary_patches,
         )
         gain = (
             f"{proposal.expected_gain_ms:.1f} ms"
@@ -157,7 +148,7 @@ def propose(
             goto="approve",
         )
     reason = "no untried playbook matches the profile"
-    generic = [f for f in state.diagnosis.findings if f.playbook == "generic"]
+    generic = [f for f in findings if f.playbook == "generic"]
     if generic:
         reason += f"; top: {generic[0].title}"
     if skipped:

@@ -3,11 +3,13 @@
 Starts examples/targets/mla_server (CPU preset by default), measures single-stream TPOT (median
 over repeats, streamed, temperature 0) and the full-pool cast's share of decode time from a
 /start_profile trace. With --compare-fix it repeats the measurement on a git-applied copy with the
-playbook's gather-then-cast diff and prints the ratio. Standard library only (plus the server's
-torch), so it runs on a GPU host without openai/pydantic.
+playbook's gather-then-cast diff and prints the ratio; with --matrix (cuda) it measures full-pool
+cast and gather-then-cast each eagerly (--disable-cuda-graph) and through CUDA graphs. Standard
+library only (plus the server's torch), so it runs on a GPU host without openai/pydantic; where
+git is missing, --fixed-target names a copy with the diff already applied.
 
     python benchmarks/mla_server_decode.py [--compare-fix]
-    python benchmarks/mla_server_decode.py --device cuda --preset glm5 --compare-fix
+    python benchmarks/mla_server_decode.py --device cuda --preset glm5 --matrix
 """
 
 import argparse
@@ -115,14 +117,16 @@ def stream_chat(port: int, max_tokens: int) -> tuple[str, list[float]]:
     return text, times
 
 
-def measure_tpot(port: int, max_tokens: int, repeats: int) -> tuple[float, str]:
-    """Median time per output token (after the first) over `repeats` streamed requests."""
+def measure_tpot(port: int, max_tokens: int, repeats: int) -> tuple[float, float, str]:
+    """Median and IQR of the time per output token (after the first) over `repeats` streamed
+    requests, and the (greedy) text."""
     stream_chat(port, 4)  # warm-up
     tpots, text = [], ""
     for _ in range(repeats):
         text, times = stream_chat(port, max_tokens)
         tpots.append((times[-1] - times[0]) / (len(times) - 1) * 1000)
-    return statistics.median(tpots), text
+    quartiles = statistics.quantiles(tpots, n=4) if len(tpots) > 1 else [tpots[0]] * 3
+    return statistics.median(tpots), quartiles[2] - quartiles[0], text
 
 
 def profile_trace(port: int, steps: int, out_dir: Path) -> Path:
@@ -168,7 +172,9 @@ def cast_share(events: list[dict], pool_slots: int) -> dict:
 
     Decode = ops inside the server's `forward_decode` annotations. CPU share: self time of cast ops
     (aten::to/_to_copy/copy_ whose first input is `[pool_slots, 1, 576]`) over the self time of all
-    ops. GPU share: time of kernels launched by those cast ops over all decode kernels.
+    ops. GPU share: time of kernels launched by those cast ops over all decode kernels (eager only:
+    kernels replayed from a CUDA graph have no op). GPU busy, kernels per step and the top kernel
+    count every kernel that ran inside a step (each step ends by copying its logits to the host).
     """
     steps = [e for e in events if e.get("cat") == "user_annotation" and e["name"] == "forward_decode"]
     inside = lambda e: any(s["tid"] == e["tid"] and s["ts"] <= e["ts"] <= s["ts"] + s["dur"] for s in steps)
@@ -182,33 +188,60 @@ def cast_share(events: list[dict], pool_slots: int) -> dict:
     result = {
         "decode_steps": n,
         "step_ms": statistics.mean(s["dur"] for s in steps) / 1000,
-        "cpu_share": cast_us / sum(self_us),
+        "cpu_share": cast_us / max(sum(self_us), 1e-9),
         "cpu_cast_ms": cast_us / n / 1000,
+        **step_kernels(events, steps),
     }
     by_ext = {op["args"].get("External id"): op for op in ops}
     kernels = [k for k in events if k.get("cat") == "kernel" and k["args"].get("External id") in by_ext]
     if kernels:
         busy_us = sum(k["dur"] for k in kernels)
         cast_k = sum(k["dur"] for k in kernels if _is_cast(by_ext[k["args"]["External id"]], pool_slots))
-        result.update(
-            gpu_share=cast_k / busy_us, gpu_cast_ms=cast_k / n / 1000, gpu_busy_ms=busy_us / n / 1000
-        )
+        result.update(gpu_share=cast_k / busy_us, gpu_cast_ms=cast_k / n / 1000)
     return result
 
 
-def measure(target: Path, args, work: Path, name: str) -> dict:
+def step_kernels(events: list[dict], steps: list[dict]) -> dict:
+    """GPU busy ms and kernels per step, and the top kernel's share, over kernels inside the steps."""
+    windows = [(s["ts"], s["ts"] + s["dur"]) for s in steps]
+    kernels = [k for k in events if k.get("cat") == "kernel" and any(a <= k["ts"] <= b for a, b in windows)]
+    if not kernels:
+        return {}
+    by_name: dict[str, float] = {}
+    for k in kernels:
+        by_name[k["name"]] = by_name.get(k["name"], 0.0) + k["dur"]
+    top, busy = max(by_name, key=by_name.get), sum(by_name.values())
+    short = top.split("<")[0].split("(")[0].removeprefix("void ").split("::")[-1]
+    return {
+        "gpu_busy_ms": busy / len(steps) / 1000,
+        "kernels_per_step": len(kernels) / len(steps),
+        "top_kernel": short + (" (fp8)" if "Float8" in top else ""),
+        "top_kernel_share": by_name[top] / busy,
+    }
+
+
+def measure(target: Path, args, work: Path, name: str, extra: tuple[str, ...] = ()) -> dict:
     """Start one server variant, measure TPOT and the cast share, stop it."""
-    port = free_port()
-    proc = start_server(target, port, args.server_args, work / f"{name}.log")
+    port, started = free_port(), time.monotonic()
+    proc = start_server(target, port, [*args.server_args, *extra], work / f"{name}.log")
     try:
+        ready_s = time.monotonic() - started
         pool_slots = request_json(port, "GET", "/get_server_info", None)[1]["pool_slots"]
-        tpot_ms, text = measure_tpot(port, args.max_tokens, args.repeats)
+        tpot_ms, iqr_ms, text = measure_tpot(port, args.max_tokens, args.repeats)
         trace = profile_trace(port, args.profile_steps, work)
         with gzip.open(trace) as f:
             share = cast_share(json.load(f)["traceEvents"], pool_slots)
     finally:
         stop_server(proc)
-    return {"variant": name, "tpot_ms": tpot_ms, "text": text, "trace": str(trace), **share}
+    return {
+        "variant": name,
+        "tpot_ms": tpot_ms,
+        "tpot_iqr_ms": iqr_ms,
+        "ready_s": ready_s,
+        "text": text,
+        "trace": str(trace),
+        **share,
+    }
 
 
 def patched_copy(work: Path) -> Path:
@@ -225,27 +258,35 @@ def patched_copy(work: Path) -> Path:
 
 COLUMNS = [
     ("TPOT ms", "tpot_ms", "{:.1f}"),
+    ("IQR ms", "tpot_iqr_ms", "{:.1f}"),
     ("profiled step ms", "step_ms", "{:.1f}"),
     ("cast share CPU", "cpu_share", "{:.1%}"),
     ("CPU cast ms/step", "cpu_cast_ms", "{:.1f}"),
     ("cast share GPU", "gpu_share", "{:.1%}"),
     ("GPU cast ms/step", "gpu_cast_ms", "{:.1f}"),
     ("GPU busy ms/step", "gpu_busy_ms", "{:.1f}"),
+    ("kernels/step", "kernels_per_step", "{:.0f}"),
+    ("top kernel", "top_kernel", "{}"),
+    ("its share", "top_kernel_share", "{:.1%}"),
 ]
 
 
 def print_table(rows: list[dict]) -> None:
-    """Human-readable table (GPU columns only when the trace has kernels), then JSON lines."""
-    cols = [c for c in COLUMNS if c[1] in rows[0]]
-    print("\n" + f"{'variant':<10}" + "".join(f" {title:>17}" for title, _, _ in cols))
+    """A markdown table (GPU columns only when a trace has kernels), then JSON lines."""
+    cols = [c for c in COLUMNS if any(c[1] in r for r in rows)]
+    print("\n| variant | " + " | ".join(title for title, _, _ in cols) + " |")
+    print("|---" * (len(cols) + 1) + "|")
     for r in rows:
-        print(f"{r['variant']:<10}" + "".join(f" {fmt.format(r.get(key, 0)):>17}" for _, key, fmt in cols))
-    if len(rows) == 2:
-        same = rows[0]["text"] == rows[1]["text"]
         print(
-            f"\nTPOT ratio baseline/fixed: {rows[0]['tpot_ms'] / rows[1]['tpot_ms']:.2f}x; "
-            f"greedy output identical: {same}"
+            f"| {r['variant']} | "
+            + " | ".join(fmt.format(r[k]) if k in r else "-" for _, k, fmt in cols)
+            + " |"
         )
+    same = all(r["text"] == rows[0]["text"] for r in rows)
+    print(
+        f"\nTPOT ratio first/last: {rows[0]['tpot_ms'] / rows[-1]['tpot_ms']:.2f}x; "
+        f"greedy output identical across variants: {same}"
+    )
     for r in rows:
         print(json.dumps(r))
 
@@ -258,14 +299,30 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--profile-steps", type=int, default=5)
     p.add_argument("--compare-fix", action="store_true", help="also measure the playbook fix")
+    p.add_argument(
+        "--matrix",
+        action="store_true",
+        help="cast and fix, each eager (--disable-cuda-graph) and with CUDA graphs",
+    )
+    p.add_argument("--fixed-target", type=Path, help="a target copy with the diff applied (no git needed)")
     p.add_argument("extra", nargs="*", help="more server flags after --, e.g. -- --pool-slots 8192")
     args = p.parse_args()
     args.server_args = ["--preset", args.preset, "--device", args.device, *args.extra]
     with tempfile.TemporaryDirectory(prefix="mla_bench_") as tmp:
         work = Path(tmp)
-        rows = [measure(TARGET, args, work, "baseline")]
-        if args.compare_fix:
-            rows.append(measure(patched_copy(work), args, work, "fixed"))
+        fixed = lambda: args.fixed_target.resolve() if args.fixed_target else patched_copy(work)
+        if args.matrix:
+            eager, fixed_dir = ("--disable-cuda-graph",), fixed()
+            rows = [
+                measure(TARGET, args, work, "eager, full-pool cast", eager),
+                measure(fixed_dir, args, work, "eager, gather-then-cast", eager),
+                measure(TARGET, args, work, "graph, full-pool cast"),
+                measure(fixed_dir, args, work, "graph, gather-then-cast"),
+            ]
+        else:
+            rows = [measure(TARGET, args, work, "baseline")]
+            if args.compare_fix:
+                rows.append(measure(fixed(), args, work, "fixed"))
         print_table(rows)
 
 

@@ -154,9 +154,12 @@ class Playbook(Model):
     gain: Gain
     """How to estimate the share of decode time the fix removes."""
     patches: dict[str, str] = {}
-    """Target kind -> patch file relative to the playbook folder, e.g. mla_server = "patches/x.diff"."""
+    """Target kind -> patch file relative to the playbook folder, e.g. mla_server = "patches/x.diff";
+    SGLang's are keyed by release, "sglang@X.Y.Z" (chosen by playbooks/patches.py)."""
     launch_limits: list[LaunchLimit] = []
     """Launch options under which a patch is not proposed (see LaunchLimit)."""
+    binary_patches: bool = False
+    """Whether this playbook's patches may hold binary hunks (the patch gate refuses them otherwise)."""
     source_dir: str = ""
     """Folder the playbook was loaded from; set by load_playbooks, never written in playbook.toml."""
 

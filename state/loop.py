@@ -9,12 +9,16 @@ from pydantic import Field, model_validator
 
 from state.base import Model
 from state.diagnosis import Diagnosis, Evidence
+from state.ids import SessionId
 from state.measure import Measurement
 from state.process import ServerHandle
 from state.session import SessionStatus
 from state.sglang import SglangLayout
 from state.target import TargetConfig
 from state.workspace import CommitInfo, InstrumentationRecord, WorkspaceSnapshot
+
+ForkStep = Literal["profile", "diagnose", "propose", "approve"]
+"""Steps a session can be forked at: decision points before the tree changes in an iteration."""
 
 
 class LoopOptions(Model):
@@ -79,6 +83,8 @@ class Proposal(Model):
     """Expected TPOT reduction."""
     evidence: list[Evidence]
     """Ops and numbers behind the finding."""
+    binary: bool = False
+    """Whether the playbook declares binary hunks in its patch (the patch gate lets them through)."""
 
 
 class Approval(Model):
@@ -115,6 +121,19 @@ class Decision(Model):
     """Whether the candidate's outputs equal the reference's."""
     commit: str | None = None
     """Commit sha on the session branch (accepted patches only)."""
+    edited: bool = False
+    """Whether the patch judged was a human's edit sent with `perfloop approve --patch`, not the
+    playbook's: it is its own proposal, reported as edited, never under the playbook's name."""
+
+    @property
+    def label(self) -> str:
+        """What was judged: the playbook id, or the edited patch that replaced its proposal."""
+        return edited_label(self.playbook) if self.edited else self.playbook
+
+
+def edited_label(playbook: str) -> str:
+    """How an edited patch is named in summaries (pure)."""
+    return f"human-edited patch (replacing {playbook})"
 
 
 class Transition(Model):
@@ -131,7 +150,7 @@ class Transition(Model):
 class LoopState(Model):
     """The state checkpointed at every transition of the loop."""
 
-    session_id: str
+    session_id: SessionId
     """Session id (= LangGraph thread id)."""
     target: TargetConfig
     """The target being optimized."""
@@ -173,7 +192,7 @@ class LoopState(Model):
     """Every verdict, in order."""
     transitions: Annotated[list[Transition], operator.add] = Field(default_factory=list)
     """Nodes run, in order."""
-    fork_at: str | None = None
+    fork_at: ForkStep | None = None
     """Set in a forked session's initial state: the step to continue at after reconciling."""
     calls_done: int = 0
     """Door sequence number when the last completed node finished (later calls were superseded)."""
@@ -191,6 +210,11 @@ class LoopState(Model):
         if isinstance(data, dict) and "tried" in data:
             data = {k: v for k, v in data.items() if k != "tried"}
         return data
+
+    @property
+    def edited(self) -> bool:
+        """Whether the current proposal was answered with a human-edited patch."""
+        return self.approval is not None and self.approval.diff is not None
 
     @property
     def tried(self) -> set[str]:

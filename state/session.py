@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Literal
 
 from state.base import Model
+from state.ids import SessionId
 
 SessionStatus = Literal["running", "paused", "done", "failed"]
 
@@ -12,7 +13,7 @@ SessionStatus = Literal["running", "paused", "done", "failed"]
 class Summary(Model):
     """What a session achieved; `perfloop demo --json` prints it as its last line."""
 
-    session: str
+    session: SessionId
     """Session id."""
     status: SessionStatus
     """Where the session ended."""
@@ -53,7 +54,7 @@ class Summary(Model):
 class SessionInfo(Model):
     """A session as listed by `perfloop sessions`."""
 
-    id: str
+    id: SessionId
     """Session id (also the LangGraph thread id)."""
     created_at: datetime
     """When it started."""
@@ -67,5 +68,5 @@ class SessionInfo(Model):
     """Last known status."""
     summary: Summary | None = None
     """Set when the session ends or pauses."""
-    parent: str | None = None
+    parent: SessionId | None = None
     """The session this one was forked from."""

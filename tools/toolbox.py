@@ -2,8 +2,9 @@
 
 Nodes call a tool by its function (`door.call(server.launch, args)`); the recorded name comes from
 its `@tool` declaration. This list is where a reader finds them all, and what looks a recorded name
-up again (`perfloop show`, tests). An SSH host runs a tool from the `module:function` the client
-sends (tools/hosts/remote.py), so it needs no list of its own.
+up again (`spec_named`); tests/unit/test_toolbox.py checks that it holds every declared tool and
+every name the recorded demo session holds. An SSH host runs a tool from the `module:function` the
+client sends (tools/hosts/remote.py), so it needs no list of its own.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ TOOLS = (
     repo.create_from_tree,
     repo.snapshot,
     repo.ensure_branch,
+    repo.leave_branch,
     repo.instrument,
     repo.remove_instrumentation,
     repo.apply_patch,

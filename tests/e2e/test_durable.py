@@ -236,7 +236,7 @@ FIXTURE = Path(__file__).resolve().parents[1] / "data" / "sessions" / "demo-sess
 
 
 def test_shipped_demo_recording_replays(tmp_path: Path) -> None:
-    """A real recorded `perfloop demo` session, shipped as a fixture, replays in under 5 s."""
+    """A real recorded `perfloop demo` session, shipped as a fixture, replays without its host."""
     home = tmp_path / "home"
     sid = perfloop(home, "import", str(FIXTURE)).stdout.split()[2].rstrip(";")
     t0 = time.monotonic()
@@ -245,7 +245,9 @@ def test_shipped_demo_recording_replays(tmp_path: Path) -> None:
     assert rep.returncode == 0, rep.stderr[-2000:]
     s = last_json(rep)
     assert s["matches_recording"] and s["accepted"] == ["kv-cache-full-pool-cast"] and s["speedup"] > 3
-    assert elapsed < 5 + 3  # replay itself < 5 s; the rest is CLI start-up
+    # Played back, not re-run: the live session took minutes (two launches, a profile); the bound
+    # is loose because CI machines are shared (a timing claim belongs in benchmarks/).
+    assert elapsed < 30
 
 
 def test_concurrent_resume_is_refused(tmp_path: Path, home: Path, repo: Path) -> None:
@@ -310,6 +312,10 @@ def test_edited_patches_are_validated_and_recorded(tmp_path: Path, home: Path, r
         "binary": "diff --git a/x.bin b/x.bin\nnew file mode 100644\nindex 0000000..1111111\n"
         "Binary files /dev/null and b/x.bin differ\n",
         "stale": good.replace("real = len", "real = LEN"),
+        "absolute": good.replace(f"+++ b/{BACKEND}", "+++ /tmp/perfloop-outside.py"),
+        "symlink-out": "diff --git a/escape b/escape\nnew file mode 120000\nindex 0000000..1111111\n"
+        f"--- /dev/null\n+++ b/escape\n@@ -0,0 +1 @@\n+{tmp_path}\n\\ No newline at end of file\n",
+        "huge": good + "\n" * (50 * 1024 * 1024),
     }
     outside = "patches may only touch files inside the repository, outside .git/; fix the diff's paths"
     refusal = {
@@ -331,11 +337,16 @@ def test_edited_patches_are_validated_and_recorded(tmp_path: Path, home: Path, r
     done = perfloop(home, "approve", sid, "--patch", str(tmp_path / "good.diff"), "--json")
     assert done.returncode == 0, done.stderr[-2000:]
     s = last_json(done)
-    assert s["accepted"] == ["kv-cache-full-pool-cast"]
+    assert s["accepted"] == ["human-edited patch (replacing kv-cache-full-pool-cast)"]
     commit = git(repo, "show", "HEAD")
     assert "# reviewed" in commit and "Perfloop-Edited: human" in commit
+    assert "Perfloop-Playbook" not in commit and "Perfloop-Replaces: kv-cache-full-pool-cast" in commit
+    assert "human-edited patch" in git(repo, "log", "-1", "--format=%s")
     shown = last_json(perfloop(home, "show", sid, "--json"))
     assert "human-edited patch" in shown["decisions"][-1]["reason"]
+    assert shown["decisions"][-1]["edited"] is True
+    assert shown["decisions"][-1]["label"] == s["accepted"][0]
+    assert "human-edited patch (replacing" in perfloop(home, "show", sid, env={"COLUMNS": "300"}).stdout
     assert_clean(repo, s["branch"])
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from tools.hosts.connection import SSHError, backoff_delays, parse_target, resolve
 from tools.hosts.ssh import PGID_MARK, LineSplitter, kill_script, parse_members, run_script
+from tools.hosts.ssh_config import SSHError, backoff_delays, parse_target, resolve
 
 NASTY = "a dir/with 'single' \"double\" $(touch /tmp/pwned-$RANDOM) `id` ;&|*"
 

@@ -63,6 +63,7 @@ def test_request_round_trip_and_package_hash(tmp_path: Path) -> None:
     }
     files = package_files()
     assert "tools/hosts/remote.py" in files and "state/loop.py" in files
+    assert "tools/workspace/profiler_hook.py" in files  # read as text by repo.instrument on the host
     assert not any("__pycache__" in rel for rel in files)
     assert package_hash(files) == package_hash(dict(reversed(files.items())))
     assert package_hash({**files, "tools/hosts/remote.py": b"changed"}) != package_hash(files)

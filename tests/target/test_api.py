@@ -22,8 +22,7 @@ def test_non_streamed_completion(small_server):
 
 def test_streamed_completion_matches_non_streamed(small_server):
     client = small_server.client()
-    stream = chat(client, "hello", max_tokens=12, stream=True,
-                  stream_options={"include_usage": True})
+    stream = chat(client, "hello", max_tokens=12, stream=True, stream_options={"include_usage": True})
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == chat(client, "hello", max_tokens=12).choices[0].message.content
@@ -39,8 +38,10 @@ def test_stop_sequence_ends_with_stop(small_server):
     resp = chat(client, "stop test", max_tokens=20, stop=[stop])
     assert resp.choices[0].finish_reason == "stop"
     assert resp.choices[0].message.content == cut
-    streamed = "".join(c.choices[0].delta.content or "" for c in
-                       chat(client, "stop test", max_tokens=20, stop=[stop], stream=True))
+    streamed = "".join(
+        c.choices[0].delta.content or ""
+        for c in chat(client, "stop test", max_tokens=20, stop=[stop], stream=True)
+    )
     assert streamed == cut
 
 

@@ -25,8 +25,7 @@ def test_greedy_output_identical_across_restart(start_server):
 
 def test_sigterm_shuts_down_and_releases_port(tmp_path):
     port = free_port()
-    server = Server(launch(TARGET, ["--port", str(port), *SMALL], tmp_path / "log"), port,
-                    tmp_path / "log")
+    server = Server(launch(TARGET, ["--port", str(port), *SMALL], tmp_path / "log"), port, tmp_path / "log")
     try:
         wait_healthy(server)
         started = time.monotonic()
@@ -42,8 +41,13 @@ def test_sigterm_shuts_down_and_releases_port(tmp_path):
 
 
 def run_launch(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(TARGET / "launch.sh"), *args], capture_output=True,
-                          text=True, timeout=60, env={"PYTHON": sys.executable})
+    return subprocess.run(
+        ["bash", str(TARGET / "launch.sh"), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHON": sys.executable},
+    )
 
 
 def test_unknown_flag_exits_2_with_one_line_error():

@@ -12,9 +12,9 @@ import torch
 from playbooks.engine import diagnose, load_playbooks
 from playbooks.roofline import DEVICE_BANDWIDTH_GBS
 from state.diagnosis import DiagnosisContext
-from tools.trace import read_chrome_trace, summarize_events
+from tools.trace import read_chrome_trace
 
-from .test_trace import TRACES, matmul_heavy, record_trace
+from .test_trace import TRACES, matmul_heavy, record_trace, write_trace
 
 US = 0.01
 """Tolerance for times the reader keeps in float32 columns (the trace has ns resolution), in us."""
@@ -191,7 +191,7 @@ def test_generic_finding_names_the_source_line(tmp_path: Path) -> None:
     assert finding.evidence[0].location is not None
 
 
-def test_cuda_graph_kernels_go_to_the_graph_row() -> None:
+def test_cuda_graph_kernels_go_to_the_graph_row(tmp_path: Path) -> None:
     """Synthetic events (no GPU here): two kernels replayed by one cudaGraphLaunch inside an op."""
     host = {"pid": 1, "tid": 1}
     events = [
@@ -227,7 +227,7 @@ def test_cuda_graph_kernels_go_to_the_graph_row() -> None:
             "args": {"correlation": 9, "device": 0},
         },
     ]
-    summary = summarize_events(events, "inline")
+    summary = read_chrome_trace(write_trace(tmp_path, events))
     rows = {op.name: op for op in summary.ops}
     assert rows["CUDA graph"].self_us == 6.0 and rows["CUDA graph"].calls == 1
     assert rows["sglang::replay"].self_us == 0.0 and rows["sglang::replay"].total_us == 6.0

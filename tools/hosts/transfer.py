@@ -75,14 +75,17 @@ def _fetch(host: SSHHost, args: FetchArgs) -> PathArgs:
             f"{args.remote} does not exist on {host.conn.endpoint}; check the session's host folder there"
         ) from None
     for remote, local in pairs:
-        host.fetch(
-            remote,
-            local,
-            lambda done, total, name=remote.name: report(
-                f"fetching {name} from {host.conn.endpoint}: {done >> 10}/{total >> 10} KiB"
-            ),
-        )
+        host.fetch(remote, local, _progress(f"fetching {remote.name} from {host.conn.endpoint}"))
     return PathArgs(path=args.local)
+
+
+def _progress(what: str) -> Callable[[int, int], None]:
+    """A progress callback reporting `what: done/total KiB`."""
+
+    def show(done: int, total: int) -> None:
+        report(f"{what}: {done >> 10}/{total >> 10} KiB")
+
+    return show
 
 
 @tool("host.push_tree", where="local")

@@ -10,13 +10,10 @@ Commits (ours and the initial one of `create_from_tree`) use the identity "perfl
 from __future__ import annotations
 
 import shutil
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from git import GitCommandError, InvalidGitRepositoryError, NoSuchPathError, Repo
+from git import Repo
 
 from state.workspace import CommitInfo, WorkspaceSnapshot
 from tools.door.faults import fault_point
@@ -26,38 +23,18 @@ from tools.workspace.commands import (
     IDENTITY_ENV,
     LOG_FORMAT,
     REVERTS_TRAILER,
-    SESSION_BRANCH_PREFIX,
     apply_context,
     check_relpath,
     check_trailers,
     commit_message,
-    explain_git_error,
     parse_log,
     sha256_hex,
 )
+from tools.workspace.plumbing import GitPlumbing
 
 
-class GitWorkspace:
-    """One target checkout. Open it once, use it as a context manager so its Repo is closed."""
-
-    def __init__(self, path: Path) -> None:
-        try:
-            self.repo = Repo(path)
-        except (InvalidGitRepositoryError, NoSuchPathError) as err:
-            raise PatchError(
-                f"{path} is not a git checkout; run `git init` there or pick the repo root"
-            ) from err
-        self.root = Path(self.repo.working_tree_dir).resolve()
-
-    def __enter__(self) -> GitWorkspace:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Stop the git helper processes GitPython keeps open."""
-        self.repo.close()
+class GitWorkspace(GitPlumbing):
+    """One target checkout: snapshots, the session branch, patches as commits, reverts."""
 
     @classmethod
     def create_from_tree(cls, src: Path, dest: Path) -> GitWorkspace:
@@ -81,56 +58,9 @@ class GitWorkspace:
             )
         return ws
 
-    def _git(self, *args: str, hint: str | None = None, **kwargs: Any) -> Any:
-        """Run `git ARGS` in the working tree; the one place GitCommandError becomes PatchError.
-
-        `hint` replaces the generic advice of the error line; kwargs go to `Git.execute`.
-        """
-        try:
-            return self.repo.git.execute(["git", *args], **kwargs)
-        except GitCommandError as err:
-            raise PatchError(explain_git_error(args, str(err.stderr), hint)) from err
-
-    def _ok(self, *args: str, **kwargs: Any) -> bool:
-        """Whether `git ARGS` succeeds."""
-        try:
-            self._git(*args, **kwargs)
-        except PatchError:
-            return False
-        return True
-
-    def _path(self, relpath: str) -> Path:
-        """Absolute path of a file inside the working tree (refusing .git/ and escapes)."""
-        path = (self.root / check_relpath(relpath)).resolve()
-        if not path.is_relative_to(self.root):
-            raise PatchError(f"refusing path {relpath!r}: it resolves outside the repository; fix the path")
-        return path
-
-    def _branch(self) -> str | None:
-        """The current branch name, None when HEAD is detached."""
-        return (
-            self._git("symbolic-ref", "--short", "-q", "HEAD")
-            if self._ok("symbolic-ref", "-q", "HEAD")
-            else None
-        )
-
-    def _session_branch(self) -> str:
-        """The current branch, which must be a perfloop session branch."""
-        branch = self._branch()
-        if not branch or not branch.startswith(SESSION_BRANCH_PREFIX):
-            raise PatchError(
-                f"HEAD is on {branch or 'a detached commit'}, not a session branch;"
-                " call ensure_branch('perfloop/<session>') first"
-            )
-        return branch
-
-    @contextmanager
-    def _scratch(self, diff: str) -> Iterator[tuple[str, dict[str, str]]]:
-        """A temp patch file for `diff` and an env with a temporary GIT_INDEX_FILE and our identity."""
-        with tempfile.TemporaryDirectory(prefix="perfloop-git-") as tmp:
-            patch = Path(tmp, "patch.diff")
-            patch.write_bytes((diff if diff.endswith("\n") else diff + "\n").encode())
-            yield str(patch), {"GIT_INDEX_FILE": str(Path(tmp, "index")), **IDENTITY_ENV}
+    def has_commit(self) -> bool:
+        """Whether HEAD names a commit (a fresh `git init` has none)."""
+        return self._ok("rev-parse", "--verify", "-q", "HEAD")
 
     def file_sha256(self, relpath: str) -> str:
         """sha256 of a working-tree file's bytes."""
@@ -144,23 +74,38 @@ class GitWorkspace:
         """Overwrite a working-tree file's bytes (to put back exactly what was there)."""
         self._path(relpath).write_bytes(data)
 
-    def changed_files(self, diff: str) -> list[str]:
-        """Paths a diff touches (both names of a rename), as git parses it; refuses binary and unsafe paths."""
+    def changed_files(self, diff: str, *, allow_binary: bool = False) -> list[str]:
+        """Paths a diff touches (both names of a rename), as git parses it; refuses unsafe paths and,
+        unless allowed, binary hunks."""
+        return self.patch_info(diff, allow_binary=allow_binary)[0]
+
+    def patch_info(self, diff: str, *, allow_binary: bool = False) -> tuple[list[str], str]:
+        """git's reading of a diff: the paths it touches (checked) and its `--summary` (modes)."""
         if not diff.strip():
             raise PatchError("the patch is empty; provide a unified diff")
         with self._scratch(diff) as (patch, _env):
             fields = iter(
                 self._git(*APPLY, "--numstat", "-z", patch, strip_newline_in_stdout=False).split("\0")
             )
+            summary = self._git(*APPLY, "--summary", patch)
         paths = []
         for field in filter(None, fields):
             added, _deleted, path = field.split("\t", 2)
-            if added == "-":
+            if added == "-" and not allow_binary:
                 raise PatchError(
                     f"refusing binary patch for {path or 'a renamed file'}; send text diffs only"
                 )
             paths += [path] if path else [next(fields), next(fields)]
-        return [check_relpath(p) for p in dict.fromkeys(paths)]
+        if not paths:
+            raise PatchError("the patch changes no file; provide a unified diff")
+        return [check_relpath(p) for p in dict.fromkeys(paths)], summary
+
+    def index_modes(self, paths: list[str]) -> list[tuple[str, str]]:
+        """(mode, path) of each of `paths` that the index holds."""
+        if not paths:
+            return []
+        out = self._git("ls-files", "-s", "-z", "--", *paths, strip_newline_in_stdout=False)
+        return [(e.split(" ", 1)[0], e.split("\t", 1)[1]) for e in out.split("\0") if "\t" in e]
 
     def snapshot(self) -> WorkspaceSnapshot:
         """HEAD, branch, every dirty path's content hash and the hashes of the staged/unstaged diffs."""
@@ -177,7 +122,7 @@ class GitWorkspace:
             path = self.root / relpath
             dirty[relpath] = sha256_hex(path.read_bytes()) if path.is_file() else None
         diff = ("diff", "--binary", "--no-color", "--no-ext-diff")
-        opts = {"strip_newline_in_stdout": False, "stdout_as_string": False}
+        opts: dict[str, Any] = {"strip_newline_in_stdout": False, "stdout_as_string": False}
         return WorkspaceSnapshot(
             path=str(self.root),
             head_sha=self._git("rev-parse", "HEAD"),
@@ -204,9 +149,22 @@ class GitWorkspace:
         create = () if exists else ("-c", name, *((start_point,) if start_point else ()))
         self._git("switch", "-q", *(create or (name,)), hint=hint)
 
-    def check_patch(self, diff: str) -> None:
+    def leave_branch(self, name: str, back_to: str | None, head_sha: str) -> bool:
+        """Switch back to `back_to` (or HEAD detached at `head_sha`) and delete branch `name`, if
+        `name` still points at `head_sha` (no commit of ours on it); True if it was deleted.
+        Idempotent; the working tree and index are carried along as by `ensure_branch`."""
+        ref = f"refs/heads/{name}"
+        if not self._ok("rev-parse", "--verify", "-q", ref) or self._git("rev-parse", ref) != head_sha:
+            return False
+        if self._branch() == name:
+            target = (back_to,) if back_to else ("--detach", head_sha)
+            self._git("switch", "-q", *target, hint=f"cannot switch back to {back_to or head_sha}")
+        self._git("branch", "-q", "-D", name)
+        return True
+
+    def check_patch(self, diff: str, *, allow_binary: bool = False) -> None:
         """Raise PatchError unless `diff` applies to the working tree, the index and HEAD's tree."""
-        self.changed_files(diff)
+        self.changed_files(diff, allow_binary=allow_binary)
         with self._scratch(diff) as (patch, env):
             self._git(*APPLY, "--check", patch)
             self._git(*APPLY, "--check", "--cached", patch)
@@ -228,7 +186,9 @@ class GitWorkspace:
         with self._scratch(diff) as (patch, _env):
             self._git(*APPLY, *apply_context(min_context), *(("-R",) if reverse else ()), patch)
 
-    def apply_and_commit(self, diff: str, subject: str, trailers: dict[str, str]) -> CommitInfo:
+    def apply_and_commit(
+        self, diff: str, subject: str, trailers: dict[str, str], *, allow_binary: bool = False
+    ) -> CommitInfo:
         """Commit `diff` alone on the session branch, then apply it to index and working tree.
 
         Idempotent: a commit in HEAD's history with the same trailers is returned, after making
@@ -242,7 +202,7 @@ class GitWorkspace:
             with self._scratch(self._commit_patch(found)) as (patch, _env):
                 self._apply_pair(patch, reverse=False, targets=self._targets(patch, present=True))
             return found
-        self.check_patch(diff)
+        self.check_patch(diff, allow_binary=allow_binary)
         head = self._git("rev-parse", "HEAD")
         with self._scratch(diff) as (patch, env):
             sha = self._commit_tree(patch, env, message, head, reverse=False)
@@ -306,50 +266,3 @@ class GitWorkspace:
                 if new:
                     self._git("update-ref", "-m", "perfloop: undo revert", f"refs/heads/{branch}", head, new)
                 raise
-
-    def _commit_patch(self, commit: CommitInfo) -> str:
-        """The exact diff a commit made against its first parent."""
-        return self._git(
-            "diff-tree",
-            "-p",
-            "--binary",
-            "--full-index",
-            commit.parent_sha,
-            commit.sha,
-            strip_newline_in_stdout=False,
-        )
-
-    def _commit_tree(
-        self, patch: str, env: dict[str, str], message: str, parent: str, *, reverse: bool
-    ) -> str:
-        """A commit object: `parent`'s tree with the patch (or its reverse) applied; no ref moves."""
-        self._git("read-tree", parent, env=env)
-        self._git(*APPLY, "--cached", *(("-R",) if reverse else ()), patch, env=env)
-        tree = self._git("write-tree", env=env)
-        return self._git("commit-tree", "--no-gpg-sign", "-p", parent, "-m", message, tree, env=env)
-
-    def _has(self, patch: str, target: tuple[str, ...]) -> bool:
-        """Whether the patch is in the index (`--cached`) or working tree (); PatchError if neither fits."""
-        if self._ok(*APPLY, "--check", "-R", *target, patch):
-            return True
-        self._git(*APPLY, "--check", *target, patch)
-        return False
-
-    def _targets(self, patch: str, *, present: bool) -> list[tuple[str, ...]]:
-        """Index and/or working tree, where the patch's presence differs from `present`."""
-        return [t for t in (("--cached",), ()) if self._has(patch, t) != present]
-
-    def _apply_pair(self, patch: str, *, reverse: bool, targets: list[tuple[str, ...]]) -> None:
-        """Apply (or reverse) the patch on each target: all checked first, done ones undone on failure."""
-        sign, undo = (("-R",), ()) if reverse else ((), ("-R",))
-        for target in targets:
-            self._git(*APPLY, "--check", *sign, *target, patch)
-        done: list[tuple[str, ...]] = []
-        try:
-            for target in targets:
-                self._git(*APPLY, *sign, *target, patch)
-                done.append(target)
-        except PatchError:
-            for target in done:
-                self._git(*APPLY, *undo, *target, patch)
-            raise

@@ -36,6 +36,29 @@ class ServerConfig:
     seed: int
     threads: int | None
     model_name: str
+    disable_cuda_graph: bool = False
+    cuda_graph_max_bs: int | None = None
+    cuda_graph_bs: tuple[int, ...] | None = None
+
+    @property
+    def static_decode(self) -> bool:
+        """Whether decode runs the static-shape step (on cuda, with or without CUDA graphs)."""
+        return self.device == "cuda"
+
+    @property
+    def use_cuda_graph(self) -> bool:
+        """Whether decode steps replay CUDA graphs captured at start-up (cuda only)."""
+        return self.static_decode and not self.disable_cuda_graph
+
+    def decode_batch_sizes(self) -> list[int]:
+        """The padded batch sizes of the static decode step, ascending: the CUDA-graph batch sizes
+        (captured unless --disable-cuda-graph, which pads the same way); a larger batch runs eagerly
+        padded to --max-running."""
+        limit = min(self.cuda_graph_max_bs or self.max_running, self.max_running)
+        if self.cuda_graph_bs:
+            return sorted({bs for bs in self.cuda_graph_bs if bs <= self.max_running})
+        sizes = [1, 2, 4, 8] + list(range(16, limit + 1, 8))
+        return sorted({bs for bs in sizes if bs <= limit} | {limit})
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -69,6 +92,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights")
     p.add_argument("--threads", type=_positive, default=None, help="torch.set_num_threads")
     p.add_argument("--model-name", default="mla-demo", help="the served model id")
+    p.add_argument("--disable-cuda-graph", action="store_true",
+                   help="decode eagerly (same static shapes, no CUDA graphs); cpu is always eager")
+    p.add_argument("--cuda-graph-max-bs", type=_positive, default=None,
+                   help="capture CUDA graphs for batch sizes up to this (default: --max-running)")
+    p.add_argument("--cuda-graph-bs", type=_positive, nargs="+", default=None,
+                   help="exactly these CUDA-graph batch sizes (instead of 1, 2, 4, 8, 16, 24, ...)")
     return p
 
 
@@ -80,4 +109,6 @@ def parse_config(argv: list[str]) -> ServerConfig:
             args[name] = value
     if args["top_k"] > args["experts"]:
         build_parser().error(f"--top-k {args['top_k']} exceeds --experts {args['experts']}")
+    if args["cuda_graph_bs"] is not None:
+        args["cuda_graph_bs"] = tuple(args["cuda_graph_bs"])
     return ServerConfig(**args)

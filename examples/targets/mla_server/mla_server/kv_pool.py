@@ -48,13 +48,16 @@ class MLATokenToKVPool:
     and viewed as FP8 when read.
     """
 
-    def __init__(self, pool_slots: int, layers: int, device: str):
+    def __init__(self, pool_slots: int, layers: int, device: str, padding_slot: bool = False):
         self.pool_slots = pool_slots
         self.kv_buffer = [
             torch.zeros((pool_slots, 1, KV_CACHE_DIM), dtype=torch.uint8, device=device)
             for _ in range(layers)
         ]
-        self.allocator = SlotAllocator(pool_slots)
+        # The static decode step's padding rows write their KV here and padded kv indices point
+        # here (masked out), like SGLang's reserved slot; it is never given to a request.
+        self.padding_slot = pool_slots - 1 if padding_slot else None
+        self.allocator = SlotAllocator(pool_slots - 1 if padding_slot else pool_slots)
 
     def get_key_buffer(self, layer_id: int) -> torch.Tensor:
         """The layer's whole FP8 pool (keys; values are its first 512 dims)."""

@@ -7,6 +7,7 @@ import torch
 
 from mla_server.attention.mla_backend import MLAAttentionBackend
 from mla_server.config import ServerConfig
+from mla_server.cuda_graph_runner import CudaGraphRunner, StaticDecodeBatch
 from mla_server.kv_pool import KV_CACHE_DIM, MLATokenToKVPool
 from mla_server.model import MLAModel
 from mla_server.tokenizer import PRINTABLE_FIRST, PRINTABLE_LAST
@@ -42,14 +43,18 @@ def sample(logits: torch.Tensor, reqs: list) -> list[int]:
 
 
 class ModelRunner:
-    """Owns the model, the KV pool and the attention backend."""
+    """Owns the model, the KV pool, the attention backend and, on cuda, the static decode step
+    with its CUDA graphs (`graph_runner`; None on cpu, whose decode stays eager and per request).
+    """
 
-    def __init__(self, cfg: ServerConfig):
+    def __init__(self, cfg: ServerConfig, static_decode: bool | None = None):
         self.cfg = cfg
         self.device = torch.device(cfg.device)
         self.model = MLAModel(cfg)
-        self.kv_pool = MLATokenToKVPool(cfg.pool_slots, cfg.layers, cfg.device)
+        static = cfg.static_decode if static_decode is None else static_decode
+        self.kv_pool = MLATokenToKVPool(cfg.pool_slots, cfg.layers, cfg.device, padding_slot=static)
         self.attn_backend = MLAAttentionBackend(self.kv_pool, KV_CACHE_DIM**-0.5)
+        self.graph_runner = CudaGraphRunner(self, cfg, cfg.use_cuda_graph) if static else None
 
     def forward_extend(self, req) -> int:
         """Prefill one request's prompt into its slots; return its first sampled token."""
@@ -58,11 +63,13 @@ class ModelRunner:
         positions = torch.arange(n, device=self.device)
         kv_indices = req.slots_device[:n]
         attend = functools.partial(self.attn_backend.forward_extend, kv_indices=kv_indices)
-        h = self._run_layers(self.model.embed[ids], positions, attend)
+        h = self.run_layers(self.model.embed[ids], positions, attend)
         return sample(self.model.logits(h[-1:]), [req])[0]
 
     def build_decode_batch(self, reqs: list) -> DecodeBatch:
         """Tensors for one decode step of `reqs` (each has a last token and a position)."""
+        if self.graph_runner is not None:
+            return self.graph_runner.build(reqs)
         pad = self.cfg.max_running - len(reqs)
         ids = [r.last_token_id for r in reqs] + [0] * pad
         positions = [r.position for r in reqs] + [0] * pad
@@ -76,11 +83,13 @@ class ModelRunner:
 
     def forward_decode(self, batch):
         """One decode step for the whole batch: all layers, then sampling; returns token ids."""
+        if isinstance(batch, StaticDecodeBatch):  # cuda: a graph replay, or the same step eagerly
+            return sample(self.graph_runner.forward(batch)[: len(batch.reqs)], batch.reqs)
         attend = functools.partial(self.attn_backend.forward_decode, batch=batch)
-        h = self._run_layers(self.model.embed[batch.input_ids], batch.positions, attend)
+        h = self.run_layers(self.model.embed[batch.input_ids], batch.positions, attend)
         return sample(self.model.logits(h)[: len(batch.reqs)], batch.reqs)
 
-    def _run_layers(self, h, positions, attend):
+    def run_layers(self, h, positions, attend):
         for layer_id in range(self.cfg.layers):
             h = self.model.layer_forward(layer_id, h, positions, attend)
         return h

@@ -117,8 +117,10 @@ class Handler(BaseHTTPRequestHandler):
         self._send_json(200, {"object": "list", "data": [model]})
 
     def _server_info(self):
-        free = self.engine.runner.kv_pool.allocator.available()
-        self._send_json(200, {**dataclasses.asdict(self.engine.cfg), "kv_slots_free": free})
+        runner = self.engine.runner
+        graphs = sorted(runner.graph_runner.graphs) if runner.graph_runner else []
+        self._send_json(200, {**dataclasses.asdict(self.engine.cfg), "cuda_graph_batch_sizes": graphs,
+                              "kv_slots_free": runner.kv_pool.allocator.available()})
 
     def _start_profile(self, body):
         self.engine.profiler.request_start(parse_profile_options(body))

@@ -46,3 +46,22 @@ class MLAAttentionBackend:
             scores.masked_fill_(mask, float("-inf"))
         probs = scores.softmax(dim=-1).to(q.dtype)
         return torch.matmul(probs, keys[:, :KV_LORA_RANK]).transpose(0, 1)  # [t, h, 512]
+
+    def forward_decode_static(self, q, k, layer_id, batch):
+        """Static-shape decode (CUDA-graph capturable): every row stores its new KV row (padding
+        rows at the pool's padding slot), then attends over `batch.kv_indices` `[bs, width]`,
+        masked past the row's position.
+
+        q: `[bs, heads, 576]`; k: `[bs, 576]`; returns `[bs, heads, 512]`.
+        """
+        self.kv_pool.set_kv_buffer(layer_id, batch.out_cache_loc, k)
+        k_buffer = self.kv_pool.get_key_buffer(layer_id).to(q.dtype)
+        kv = k_buffer[batch.kv_indices]
+        return self._attend_masked(q, kv.squeeze(2), batch.kv_mask)
+
+    def _attend_masked(self, q, keys, mask):
+        """Per row: q `[bs, heads, 576]` over keys `[bs, width, 576]` where mask `[bs, width]`."""
+        scores = torch.matmul(q, keys.transpose(1, 2)).float().mul(self.scaling)  # [bs, h, width]
+        scores.masked_fill_(~mask.unsqueeze(1), float("-inf"))
+        probs = scores.softmax(dim=-1).to(q.dtype)
+        return torch.matmul(probs, keys[..., :KV_LORA_RANK])  # [bs, h, 512]

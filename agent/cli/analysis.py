@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from agent.cli import _run, app
+from agent.cli.common import run_command
 from playbooks.engine import diagnose as run_diagnosis
 from playbooks.engine import load_playbooks
 from state.diagnosis import Diagnosis, DiagnosisContext
@@ -93,7 +93,6 @@ def analysis_json(profile: ProfileSummary, by: str, top: int) -> dict:
     }
 
 
-@app.command()
 def analyze(
     traces: Traces,
     as_json: Json = False,
@@ -113,10 +112,9 @@ def analyze(
         else:
             _print_analysis(Console(), doc, profile)
 
-    _run(body)
+    run_command(body)
 
 
-@app.command()
 def diagnose(
     traces: Traces,
     as_json: Json = False,
@@ -139,8 +137,9 @@ def diagnose(
 
     if playbooks is None:
         playbooks = []
+
     def body():
-        profile = read_profiles(traces, steps)
+        profile = read_profiles(traces, steps, require_steps=True)
         source = "flag"
         bw = bandwidth_gbs
         if bw is None and profile.time_basis == "cpu":
@@ -158,10 +157,9 @@ def diagnose(
         else:
             _print_diagnosis(Console(), result)
 
-    _run(body)
+    run_command(body)
 
 
-@app.command()
 def diff(
     before: Annotated[Path, typer.Argument(help="Trace (or directory) before the change.")],
     after: Annotated[Path, typer.Argument(help="Trace (or directory) after the change.")],
@@ -178,7 +176,7 @@ def diff(
         else:
             _print_diff(Console(), result)
 
-    _run(body)
+    run_command(body)
 
 
 def _print_analysis(console: Console, doc: dict, profile: ProfileSummary) -> None:
@@ -250,3 +248,6 @@ def _print_diff(console: Console, result: ProfileDiff) -> None:
     console.print(table)
     if result.note:
         console.print(f"note: {result.note}")
+
+
+COMMANDS = {"analyze": analyze, "diagnose": diagnose, "diff": diff}

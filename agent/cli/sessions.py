@@ -1,4 +1,4 @@
-"""CLI commands for durable sessions: replay, export, import, fork."""
+"""Commands over recorded sessions: list, show, replay, export, import, fork."""
 
 from __future__ import annotations
 
@@ -11,12 +11,11 @@ from rich.console import Console
 
 from agent import render
 from agent.archive import export_session, import_session
-from agent.cli import Json, _finish, _run, app, err
+from agent.cli.common import Json, choice, err, finish, run_command
 from agent.session import Sessions, new_session_id
 from tools.door.replay import ReplayDivergence
 
 
-@app.command()
 def replay(session: str, as_json: Json = False) -> None:
     """Run a recorded session again with every tool call answered from its recording (no host)."""
 
@@ -38,10 +37,9 @@ def replay(session: str, as_json: Json = False) -> None:
         if not same:
             raise typer.Exit(1)
 
-    _run(body)
+    run_command(body)
 
 
-@app.command("export")
 def export_cmd(
     session: str,
     output: Annotated[Path, typer.Option("-o", "--output", help="File to write (.json or .json.gz).")],
@@ -52,10 +50,9 @@ def export_cmd(
         n = export_session(Sessions().store, session, output)
         Console().print(f"exported session {session} ({n} tool calls) to {output}")
 
-    _run(body)
+    run_command(body)
 
 
-@app.command("import")
 def import_cmd(file: Path) -> None:
     """Import a session exported with `perfloop export`; then `perfloop replay` it."""
 
@@ -63,10 +60,9 @@ def import_cmd(file: Path) -> None:
         sid = import_session(Sessions().store, file)
         Console().print(f"imported session {sid}; replay it with `perfloop replay {sid}`")
 
-    _run(body)
+    run_command(body)
 
 
-@app.command()
 def fork(
     session: str,
     at: Annotated[
@@ -82,10 +78,48 @@ def fork(
     """Start a new session from a checkpoint of an ended one, and run it live."""
 
     def body():
-        if approve not in (None, "auto", "manual"):
-            raise typer.BadParameter("--approve must be auto or manual")
+        if approve is not None:
+            choice("approve", approve, ("auto", "manual"))
         s = Sessions()
         state = s.fork(session, at, new_session_id(), approve)
-        _finish(s, state, as_json)
+        finish(s, state, as_json)
 
-    _run(body)
+    run_command(body)
+
+
+def sessions(as_json: Json = False) -> None:
+    """List sessions."""
+
+    def body():
+        infos = Sessions().store.list_sessions()
+        if as_json:
+            print(json.dumps([i.model_dump(mode="json") for i in infos]))
+        else:
+            render.sessions(Console(), infos)
+
+    run_command(body)
+
+
+def show(session: str, as_json: Json = False) -> None:
+    """Show a session: transitions in order, measurements, patches, decisions."""
+
+    def body():
+        s = Sessions()
+        info, state = s.info(session), s.state(session)
+        calls = s.store.tool_calls(session)
+        if as_json:
+            print(json.dumps(render.show_json(info, state, calls)))
+        else:
+            render.show(Console(), info, state, calls)
+
+    run_command(body)
+
+
+COMMANDS = {
+    "sessions": sessions,
+    "show": show,
+    "replay": replay,
+    "export": export_cmd,
+    "import": import_cmd,
+    "fork": fork,
+}

@@ -15,14 +15,16 @@ from typing import Annotated
 
 import typer
 
-from agent.cli import _run, app
-from playbooks.engine import load_playbooks, patch_text
+from agent.cli.common import run_command
+from playbooks.engine import load_playbooks
+from playbooks.patches import choose_patch
 from state.sglang import HookSite
 from state.target import ProfileConfig
-from state.workspace import InstrumentationRecord
+from state.workspace import InstrumentationRecord, PatchPolicy
 from tools.errors import ConfigError
 from tools.sglang.layout import hook_site, locate
-from tools.sglang.patches import apply_sglang_patch, sglang_patch
+from tools.sglang.patches import apply_sglang_patch
+from tools.workspace.gate import gate_workspace
 from tools.workspace.git import GitWorkspace
 from tools.workspace.instrumentation import instrument as insert_hook
 from tools.workspace.instrumentation import remove_instrumentation
@@ -34,7 +36,6 @@ KINDS = ("sglang", "mla_server")
 Repo = Annotated[Path, typer.Option("--repo", help="The target checkout (a git repository).")]
 Kind = Annotated[str, typer.Option("--kind", help="Target kind: sglang or mla_server.")]
 playbook_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Work with catalog playbooks.")
-app.add_typer(playbook_app, name="playbook")
 
 
 def _kind(kind: str) -> str:
@@ -79,7 +80,6 @@ def _save_records(ws: GitWorkspace, records: dict[str, InstrumentationRecord]) -
     tmp.replace(path)
 
 
-@app.command("instrument")
 def instrument_cmd(
     repo: Repo,
     kind: Kind = "sglang",
@@ -111,7 +111,7 @@ def instrument_cmd(
                 "arm it by launching with PERFLOOP_PROFILE_DIR set"
             )
 
-    _run(body)
+    run_command(body)
 
 
 @playbook_app.command("apply")
@@ -131,20 +131,19 @@ def apply_cmd(
             raise ConfigError(f"no playbook {playbook_id!r}; known: {', '.join(books)}")
         book = books[playbook_id]
         with GitWorkspace(repo) as ws:
-            if _kind(kind) == "sglang":
-                layout = locate(repo)
-                key, diff = sglang_patch(book.patches, Path(book.source_dir), layout)
+            layout = locate(repo) if _kind(kind) == "sglang" else None
+            key, diff = choose_patch(book, kind, layout)
+            if layout is not None:
                 files = apply_sglang_patch(ws, layout, diff, check_only=check)
                 what = f"sglang {layout.version} ({key})"
             else:
-                diff = patch_text(book, kind)
-                if diff is None:
-                    raise ConfigError(f"playbook {playbook_id} has no patch for kind {kind!r}")
-                files = ws.changed_files(diff)
-                ws.check_patch(diff)
+                files = gate_workspace(ws, diff, PatchPolicy(allow_binary=book.binary_patches))
                 if not check:
                     ws.apply_to_worktree(diff)
                 what = kind
         print(f"{'fits' if check else 'applied to'} {what}: {', '.join(files)}")
 
-    _run(body)
+    run_command(body)
+
+
+COMMANDS = {"instrument": instrument_cmd}

@@ -1,0 +1,108 @@
+"""What every command shares: running a command body, printing its result, validating choices,
+and the option types that several commands take.
+
+A command's body runs inside `run_command`: bad input (a `ToolError`, or a usage error) prints one
+line on stderr and exits 2; a bug prints one line and exits 3 (PERFLOOP_DEBUG=1 shows the traceback);
+a failed session exits 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, TypeVar
+
+import typer
+from rich.console import Console
+
+from agent import render
+from agent.session import Sessions
+from state.loop import LoopState
+from tools import progress
+from tools.errors import ToolError
+from tools.secrets import redact
+
+err = Console(stderr=True)
+T = TypeVar("T")
+
+Json = Annotated[bool, typer.Option("--json", help="End with one JSON summary line.")]
+Approve = Annotated[str, typer.Option(help="auto: apply proposals at once; manual: pause for approval.")]
+Method = Annotated[
+    str, typer.Option("--profile-method", help="patch: instrument forward_decode; api: /start_profile.")
+]
+Iters = Annotated[int, typer.Option(min=1, help="Most profile/diagnose rounds.")]
+Books = Annotated[
+    list[Path] | None, typer.Option("--playbooks", help="Extra playbook directory (repeatable).")
+]
+NoBuiltin = Annotated[
+    bool, typer.Option("--no-builtin-playbooks", help="Search only --playbooks directories.")
+]
+HostUrl = Annotated[
+    str | None, typer.Option("--host", help="Run on this SSH host (ssh://user@host:port or ssh://ALIAS).")
+]
+TrustNew = Annotated[
+    bool,
+    typer.Option(
+        "--trust-new-host", help="Record an unknown SSH host key (a changed one is always refused)."
+    ),
+]
+HostPython = Annotated[
+    str | None,
+    typer.Option("--host-python", help="Interpreter on the SSH host (needs pydantic, GitPython, msgspec)."),
+]
+
+
+def choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
+    """`value` if it is one of `allowed`; else bad input naming the option (the one way choices are checked)."""
+    if value not in allowed:
+        raise ToolError(f"--{name} must be one of {', '.join(allowed)}, not {value!r}")
+    return value
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    """Print one error line on stderr; the exit to raise."""
+    err.print(f"[red]error:[/red] {redact(message)}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def run_command(body: Callable[[], T]) -> T:
+    """Run a command body with a progress line; errors become one line and an exit code."""
+    try:
+        with err.status("perfloop") as status:
+            progress.set_reporter(lambda msg: status.update(msg))
+            return body()
+    except ToolError as exc:
+        raise fail(str(exc)) from None
+    except typer.BadParameter as exc:  # bad input too, whoever raised it
+        raise fail(exc.format_message()) from None
+    except (typer.Exit, typer.Abort):
+        raise
+    except Exception as exc:  # a bug: one line, the traceback on request, the session resumable
+        if os.environ.get("PERFLOOP_DEBUG"):
+            raise
+        first = redact(str(exc)).splitlines()[0] if str(exc) else ""
+        err.print(
+            f"[red]internal error:[/red] {type(exc).__name__}: {first} (PERFLOOP_DEBUG=1 shows "
+            "the traceback; a session it stopped continues with `perfloop resume SESSION`)",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(3) from None
+
+
+def finish(sessions: Sessions, state: LoopState, as_json: bool) -> None:
+    """Show where a session stands (approval request or summary); `--json` ends with one line."""
+    pending = sessions.pending_approval(state.session_id)
+    info = sessions.info(state.session_id)
+    if pending is not None:
+        render.approval(Console(), pending)
+    elif info.summary is not None:
+        render.summary(Console(), info.summary)
+    if as_json:
+        payload = info.summary.model_dump(mode="json") if info.summary else {"session": state.session_id}
+        payload["status"] = info.status
+        print(json.dumps(payload))
+    if info.status == "failed":
+        raise typer.Exit(1)

@@ -1,0 +1,192 @@
+"""The loop's commands: demo, run, resume, approve, reject."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from agent.cli.common import (
+    Approve,
+    Books,
+    HostPython,
+    HostUrl,
+    Iters,
+    Json,
+    Method,
+    NoBuiltin,
+    TrustNew,
+    choice,
+    finish,
+    run_command,
+)
+from agent.config import DEMO_CONFIG, DEMO_SOURCE, check_repo, load_target, with_flag, with_host
+from agent.preflight import check_setup
+from agent.remote import executor_for, remote_base
+from agent.session import Sessions, new_session_id
+from state.calls import ApplyArgs
+from state.workspace import PatchPolicy
+from tools.door.registry import spec_of
+from tools.errors import PatchError, ToolError
+from tools.workspace.repo import check_patch
+
+
+def _options(approve: str, method: str, max_iterations: int, playbooks: list[Path], no_builtin: bool) -> dict:
+    choice("approve", approve, ("auto", "manual"))
+    choice("profile-method", method, ("patch", "api"))
+    return {
+        "approve": approve,
+        "max_iterations": max_iterations,
+        "playbook_dirs": playbooks,
+        "builtin_playbooks": not no_builtin,
+        "python": sys.executable,
+    }
+
+
+def demo(
+    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+    preset: Annotated[
+        str, typer.Option(help="Demo server size: cpu, or glm5 (GLM-5 geometry, one H200).")
+    ] = "cpu",
+    approve: Approve = "auto",
+    profile_method: Method = "patch",
+    max_iterations: Iters = 3,
+    playbooks: Books = None,
+    no_builtin_playbooks: NoBuiltin = False,
+    host: HostUrl = None,
+    trust_new_host: TrustNew = False,
+    host_python: HostPython = None,
+    as_json: Json = False,
+) -> None:
+    """Copy the embedded MLA demo server into a workspace (on --host if given) and run the loop on it."""
+
+    def body():
+        choice("device", device, ("cpu", "cuda"))
+        choice("preset", preset, ("cpu", "glm5"))
+        opts = _options(approve, profile_method, max_iterations, playbooks or [], no_builtin_playbooks)
+        sessions = Sessions()
+        sid = new_session_id()
+        target = with_host(load_target(DEMO_CONFIG), host, trust_new_host, host_python)
+        base = remote_base(target) if target.host.kind == "ssh" else sessions.home
+        target = target.model_copy(update={"repo": base / "workspaces" / sid / "mla_server"})
+        argv = with_flag(with_flag(target.launch.argv, "--device", device), "--preset", preset)
+        launch = target.launch.model_copy(update={"argv": argv})
+        target = target.model_copy(
+            update={"launch": launch, "profile": target.profile.model_copy(update={"method": profile_method})}
+        )
+        check_setup(target, opts, repo_exists=False)  # the demo makes its repo
+        state = sessions.start(target, {**opts, "demo_source": DEMO_SOURCE}, sid, None)
+        finish(sessions, state, as_json)
+
+    run_command(body)
+
+
+def run(
+    target_toml: Annotated[Path, typer.Argument(help="Target config (TOML).")],
+    approve: Approve = "auto",
+    profile_method: Annotated[
+        str | None, typer.Option("--profile-method", help="Override the config's profile method (patch|api).")
+    ] = None,
+    max_iterations: Iters = 3,
+    playbooks: Books = None,
+    no_builtin_playbooks: NoBuiltin = False,
+    host: HostUrl = None,
+    trust_new_host: TrustNew = False,
+    host_python: HostPython = None,
+    as_json: Json = False,
+) -> None:
+    """Run the loop on the target a TOML file describes."""
+
+    def body():
+        target = with_host(load_target(target_toml), host, trust_new_host, host_python)
+        method = profile_method or target.profile.method
+        opts = _options(approve, method, max_iterations, playbooks or [], no_builtin_playbooks)
+        target = target.model_copy(update={"profile": target.profile.model_copy(update={"method": method})})
+        check_repo(target)
+        check_setup(target, opts)
+        sessions = Sessions()
+        state = sessions.start(target, opts, new_session_id(), target_toml.resolve())
+        finish(sessions, state, as_json)
+
+    run_command(body)
+
+
+def resume(session: str, as_json: Json = False) -> None:
+    """Continue a session from its last checkpoint."""
+
+    def body():
+        sessions = Sessions()
+        if sessions.pending_approval(session) is not None:
+            raise ToolError(
+                f"session {session} waits for approval: `perfloop approve {session}` "
+                f"or `perfloop reject {session} --reason TEXT`"
+            )
+        finish(sessions, sessions.resume(session), as_json)
+
+    run_command(body)
+
+
+def _answer(session: str, answer: dict, as_json: bool) -> None:
+    sessions = Sessions()
+    sessions.info(session)
+    if sessions.pending_approval(session) is None:
+        raise ToolError(
+            f"session {session} is not waiting for approval (status "
+            f"{sessions.info(session).status}); see `perfloop show {session}`"
+        )
+    finish(sessions, sessions.resume(session, answer), as_json)
+
+
+def _edited_patch(session: str, path: Path) -> str:
+    """Read a human-edited patch and pass it through the patch gate against the paused session's
+    repo (tools/workspace/gate.py; changes nothing). Refused: bad input, the session stays paused."""
+    state = Sessions().state(session)
+    cap = state.target.max_patch_bytes
+    try:
+        if path.stat().st_size > cap:
+            raise ToolError(
+                f"--patch: patch refused: {path} is {path.stat().st_size} bytes, over the limit of {cap} "
+                "(`max_patch_bytes` in the target)"
+            )
+        diff = path.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ToolError(f"--patch: cannot read edited patch {path}: {exc}") from exc
+    policy = PatchPolicy(max_bytes=cap, allow_binary=False)
+    args = ApplyArgs(repo=state.target.repo, diff=diff, subject="check", trailers={}, policy=policy)
+    try:
+        with executor_for(state.target, state.options.session_dir) as remote:  # where the repo lives
+            remote.call(spec_of(check_patch), args) if remote else check_patch(args)
+    except PatchError as exc:
+        raise PatchError(f"--patch {path}: {exc}") from None
+    return diff
+
+
+def approve(
+    session: str,
+    patch: Annotated[
+        Path | None,
+        typer.Option(help="Apply this edited patch instead of the proposed one (validated first)."),
+    ] = None,
+    as_json: Json = False,
+) -> None:
+    """Approve the patch a paused session proposes (or your edit of it), and continue the loop."""
+
+    def body():
+        answer = {"approved": True, "by": "human"}
+        if patch is not None:
+            answer |= {"diff": _edited_patch(session, patch), "reason": f"edited patch from {patch}"}
+        _answer(session, answer, as_json)
+
+    run_command(body)
+
+
+def reject(
+    session: str, reason: Annotated[str, typer.Option(help="Why (recorded).")], as_json: Json = False
+) -> None:
+    """Reject the patch a paused session proposes, and continue the loop."""
+    run_command(lambda: _answer(session, {"approved": False, "by": "human", "reason": reason}, as_json))
+
+
+COMMANDS = {"demo": demo, "run": run, "resume": resume, "approve": approve, "reject": reject}
