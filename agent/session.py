@@ -159,13 +159,14 @@ class Sessions:
         step, _, nth = at.partition("#")
         if step not in FORK_STEPS:
             raise ConfigError(f"cannot fork at {step!r}; fork at one of: {', '.join(FORK_STEPS)}")
-        info = self.info(session_id)
-        if info.status in ("running", "paused"):
-            raise ConfigError(
-                f"session {session_id} is {info.status}; fork it once it has ended "
-                f"(approve/reject or resume it first)"
-            )
-        history = list(self.graph.get_state_history(self.config(session_id)))[::-1]
+        with self.lock(session_id):  # its checkpoints must not move while they are read
+            info = self.info(session_id)
+            if info.status in ("running", "paused"):
+                raise ConfigError(
+                    f"session {session_id} is {info.status}; fork it once it has ended "
+                    f"(approve/reject or resume it first)"
+                )
+            history = list(self.graph.get_state_history(self.config(session_id)))[::-1]
         hits = [snap for snap in history if snap.next == (step,)]
         n = int(nth or 1)
         if len(hits) < n:

@@ -47,7 +47,7 @@ def test_release_older_than_every_patch_is_refused():
 
 def test_versions_parse_from_release_strings():
     assert parse_version("0.5.15.post1") == (0, 5, 15) and parse_version("v0.5.9") == (0, 5, 9)
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError, match=r"^cannot read an X\.Y\.Z release from sglang version 'dev'$"):
         parse_version("dev")
 
 

@@ -82,7 +82,7 @@ def remote_session_dir(sshd: Sshd, session: str) -> Path:
 def assert_same_result_as_local(home: Path, s: dict, repo: Path, sshd: Sshd) -> None:
     """What the local e2e run asserts: one accepted patch, same outputs, >=3x, clean tree."""
     assert s["status"] == "done", s
-    assert s["accepted"] == ["kv-cache-full-pool-cast"]
+    assert s["accepted"] == ["kv-cache-full-pool-cast"], s["stop_reason"]
     assert s["outputs_identical"] is True
     assert s["speedup"] >= 3.0, s
     assert s["server_launches"] == 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -88,7 +89,8 @@ def test_a_long_request_travels_as_a_file(host: SSHHost, tmp_path: Path) -> None
     repo = repo_at(tmp_path / "repo")
     executor = RemoteExecutor(host, sys.executable, pkg)
     junk = ApplyArgs(repo=repo, diff="x" * (2 * MAX_ARG_CHARS), subject="s", trailers={})
-    with pytest.raises(PatchError, match="No valid patches in input"):
+    refused = "patch refused: no file header (`--- a/FILE` / `+++ b/FILE`); send a unified diff"
+    with pytest.raises(PatchError, match=f"^{re.escape(refused)}$"):
         executor.call(spec_of(check_patch), junk)
     assert host.run(["ls", "-A", str(pkg / "requests")], "/").stdout == ""  # read, then removed
 
