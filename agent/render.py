@@ -24,6 +24,7 @@ def summary(console: Console, s: Summary) -> None:
     rows = [
         ("TPOT", f"{_ms(s.tpot_ms_before)} -> {_ms(s.tpot_ms_after)} ({speed})"),
         ("TTFT", f"{_ms(s.ttft_ms_before)} -> {_ms(s.ttft_ms_after)}"),
+        ("decision", s.decision or "-"),
         ("measured by", s.measured_by or "-"),
         ("outputs identical", str(s.outputs_identical)),
         ("accepted", ", ".join(s.accepted) or "none"),
@@ -115,10 +116,19 @@ def show(console: Console, info: SessionInfo, state: LoopState, calls: list[Tool
     for n, tr in enumerate(state.transitions, 1):
         t.add_row(str(n), tr.at.strftime("%H:%M:%S"), tr.node, tr.note)
     console.print(t)
-    d = Table("iter", "playbook", "verdict", "reason", title="decisions")
+    d = Table("iter", "playbook", "verdict", "speedup [CI]", "looks", "reason", title="decisions")
     for dec in state.decisions:
-        d.add_row(str(dec.iteration), dec.playbook, dec.verdict, dec.reason)
+        j = dec.judgement
+        ci = f"{j.last.speedup:.2f}x [{j.last.ci_low:.2f}, {j.last.ci_high:.2f}]" if j else "-"
+        looks = (
+            "; ".join(f"{lk.look}/{lk.of}: n={lk.requests_candidate} {lk.verdict}" for lk in j.looks)
+            if j
+            else "-"
+        )
+        d.add_row(str(dec.iteration), dec.playbook, dec.verdict, ci, looks, dec.reason)
     console.print(d)
+    if state.launch_noise is not None:
+        console.print(state.launch_noise.describe(), highlight=False)
     for c in state.accepted:
         console.print(f"accepted commit {c.sha[:10]} on {c.branch}: {c.subject}")
     console.print(f"{len(calls)} tool calls recorded; status {info.status}")

@@ -10,39 +10,77 @@ from langgraph.types import Command
 from agent.actions import measure_server
 from agent.context import LoopContext, step, transition
 from agent.judge import judge
+from agent.measuring import judge_candidate, outputs_problem, unlike
 from state.loop import Decision, LoopState
 
 
 @step
 def measure(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["decide", "abort"]]:
-    """Measure the patched server with the same workload as the reference."""
-    m = measure_server(state, runtime, f"iteration-{state.iteration}")
+    """Measure the patched server with the same workload as the reference (look by look, CI rule)."""
+    label = f"iteration-{state.iteration}"
+    if state.options.decision_rule == "iqr-v0":
+        m, judgement, problem = measure_server(state, runtime, label), None, None
+    else:
+        m, judgement, problem = judge_candidate(state, runtime, label)
     note = (
         f"candidate TPOT {m.tpot_ms.median:.1f} ms (IQR {m.tpot_ms.iqr:.1f}), "
         f"TTFT {m.ttft_ms.median:.1f} ms, measured by {m.client}"
     )
-    return Command(update={"candidate": m, "transitions": transition("measure", note)}, goto="decide")
+    if judgement is not None:
+        note += "; looks: " + ", ".join(
+            f"{lk.look}/{lk.of} {lk.speedup:.2f}x [{lk.ci_low:.2f}, {lk.ci_high:.2f}] {lk.verdict}"
+            for lk in judgement.looks
+        )
+    elif problem is not None:
+        note += f"; not timed further: {problem}"
+    update = {"candidate": m, "judgement": judgement, "transitions": transition("measure", note)}
+    return Command(update=update, goto="decide")
+
+
+def _verdict(state: LoopState) -> tuple[str, str, float | None]:
+    """(verdict, reason, noise_ms) by the session's rule (pure)."""
+    ref, cand, j = state.reference, state.candidate, state.judgement
+    if state.options.decision_rule == "iqr-v0":
+        ok, reason, noise = judge(ref, cand)
+        return ("accepted" if ok else "rejected"), reason, noise
+    if j is None:  # the output gate (or unlike arms) stopped it before any timing verdict
+        problem = outputs_problem(ref, cand) or unlike(ref, cand) or "not judged"
+        return "rejected", problem, None
+    a, b = j.reference, j.candidate
+    reason = (
+        f"{j.line()}; median TPOT {a.tpot_ms_median:.1f} -> {b.tpot_ms_median:.1f} ms, "
+        f"ITL p50/p99 {a.itl_ms_p50:.1f}/{a.itl_ms_p99:.1f} -> {b.itl_ms_p50:.1f}/{b.itl_ms_p99:.1f} ms, "
+        f"TTFT {a.ttft_ms_median:.1f} -> {b.ttft_ms_median:.1f} ms, warm-ups discarded "
+        f"{a.warmups_discarded}+{b.warmups_discarded}"
+    )
+    if a.outliers or b.outliers:
+        reason += f", outliers flagged {a.outliers}+{b.outliers}"
+    reason += ", outputs identical"
+    return j.verdict, reason, None
 
 
 @step
 def decide(
     state: LoopState, runtime: Runtime[LoopContext]
 ) -> Command[Literal["profile", "rollback", "finish", "abort"]]:
-    """Accept if faster beyond noise with identical outputs; then profile again or stop."""
-    ok, reason, noise = judge(state.reference, state.candidate)
+    """Keep the patch only if the rule accepts it (outputs identical first); else roll it back."""
+    verdict, reason, noise = _verdict(state)
+    ok = verdict == "accepted"
     if state.approval is not None and state.approval.diff is not None:
         reason += " (human-edited patch)"
     p, commit = state.proposal, state.pending_commit
+    j = state.judgement if state.options.decision_rule != "iqr-v0" else None
     decision = Decision(
         iteration=state.iteration,
         playbook=p.playbook,
-        verdict="accepted" if ok else "rejected",
+        verdict=verdict,
         reason=reason,
         tpot_ms_before=state.reference.tpot_ms.median,
         tpot_ms_after=state.candidate.tpot_ms.median,
         noise_ms=noise,
         outputs_identical=state.candidate.outputs == state.reference.outputs,
         commit=commit.sha if ok else None,
+        judgement=j,
     )
     update = {"decisions": [decision], "transitions": transition("decide", f"{decision.verdict}: {reason}")}
     if not ok:

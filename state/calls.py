@@ -4,6 +4,7 @@ from pathlib import Path
 from typing import Literal
 
 from state.base import Model
+from state.decision import AASample
 from state.measure import Measurement
 from state.process import ServerHandle
 from state.sglang import HookSite, SglangLayout
@@ -243,3 +244,19 @@ class PushTreeArgs(Model):
     """Local tree."""
     dest: Path
     """Folder on the host (created; files in it are replaced)."""
+
+
+class AARecordArgs(Model):
+    """Keep one A/A launch in the session store and read back its target's launches."""
+
+    target_key: str
+    """Target and host (see agent/decision/noise.py `target_key`)."""
+    sample: AASample | None = None
+    """The launch to keep; `None` only reads."""
+
+
+class AASamples(Model):
+    """A/A launches of one target on one host."""
+
+    samples: list[AASample]
+    """Oldest first."""

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, model_validator
 
 from state.base import Model
+from state.decision import Judgement, LaunchNoise
 from state.diagnosis import Diagnosis, Evidence
 from state.measure import Measurement
 from state.process import ServerHandle
@@ -37,6 +38,10 @@ class LoopOptions(Model):
     """Interpreter substituted for `{python}` in launch commands (recorded, so replay matches)."""
     builtin_playbooks: bool = True
     """Whether the built-in playbook catalog is searched (tests turn it off to isolate theirs)."""
+    decision_rule: Literal["iqr-v0", "ci-v1"] = "iqr-v0"
+    """How candidates are judged. New sessions use `ci-v1` (agent/decision: CI of the speedup with
+    A/A launch noise, sequential looks). Sessions recorded before it carry none and replay with
+    the rule they were decided by, `iqr-v0` (median gain beyond the larger IQR, agent/judge.py)."""
 
 
 class ProfileResult(Model):
@@ -101,8 +106,10 @@ class Decision(Model):
     """Loop iteration."""
     playbook: str
     """Playbook id."""
-    verdict: Literal["accepted", "rejected", "failed"]
-    """accepted: kept; rejected: by a human or by measurement; failed: did not apply or crashed."""
+    verdict: Literal["accepted", "rejected", "regression", "inconclusive", "failed"]
+    """accepted: kept; rejected: by a human, or by measurement (outputs changed, or no gain worth
+    keeping); regression: measurably slower; inconclusive: the budget of looks was spent without
+    a decision (not kept); failed: did not apply or crashed."""
     reason: str
     """One line: why."""
     tpot_ms_before: float | None = None
@@ -115,6 +122,8 @@ class Decision(Model):
     """Whether the candidate's outputs equal the reference's."""
     commit: str | None = None
     """Commit sha on the session branch (accepted patches only)."""
+    judgement: Judgement | None = None
+    """The CI rule's evidence: every look, launch noise, both arms (None for the IQR rule)."""
 
 
 class Transition(Model):
@@ -157,6 +166,10 @@ class LoopState(Model):
     """Measurement of the best accepted state so far (starts as the baseline)."""
     candidate: Measurement | None = None
     """Measurement of the current candidate patch."""
+    launch_noise: LaunchNoise | None = None
+    """Launch-to-launch noise of this target on this host (A/A store, read after the baseline)."""
+    judgement: Judgement | None = None
+    """The CI rule's answer on the current candidate (set by `measure`, used by `decide`)."""
     profiles: Annotated[list[ProfileResult], operator.add] = Field(default_factory=list)
     """Profiles taken, in order."""
     diagnosis: Diagnosis | None = None

@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator
 
 from state.base import Model
+from state.decision import DecisionConfig
 from state.ssh import SSHHostConfig
 
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSPHRASE|CREDENTIAL|AUTH)", re.I)
@@ -116,7 +117,9 @@ class MeasureConfig(Model):
     max_tokens: int = Field(24, ge=2)
     """Tokens generated per request (at least 2, so TPOT is defined)."""
     repeats: int = Field(3, ge=1)
-    """How many times each prompt is sent; medians are over all requests."""
+    """How many times each prompt is sent per look (see `[decide] looks`): the reference arm gets
+    `repeats x looks` requests per prompt up front, a candidate `repeats` more per look on the same
+    launch while the rule is undecided."""
     warmup_requests: int = Field(1, ge=0)
     """Requests sent and discarded before measuring."""
     request_timeout_s: float = Field(300.0, gt=0)
@@ -168,3 +171,5 @@ class TargetConfig(Model):
     """The measurement workload."""
     profile: ProfileConfig = Field(default_factory=ProfileConfig)
     """How profiles are taken."""
+    decide: DecisionConfig = Field(default_factory=DecisionConfig)
+    """How a candidate is judged: minimum gain, confidence, looks, launch-noise default."""

@@ -9,6 +9,7 @@ sends (tools/hosts/remote.py), so it needs no list of its own.
 from __future__ import annotations
 
 from tools import bench, profiling, server
+from tools.door import aa
 from tools.door.registry import ToolSpec, spec_of
 from tools.hosts import transfer
 from tools.workspace import repo
@@ -30,6 +31,8 @@ TOOLS = (
     server.stop,
     server.stop_recorded,
     bench.measure,
+    # launch noise: the A/A store beside the session store
+    aa.record,
     # profiles: taken where the server runs, read here
     profiling.take,
     profiling.read,
