@@ -20,6 +20,7 @@ from langgraph.runtime import Runtime
 
 from agent.actions import measure_server
 from agent.context import LoopContext, call
+from agent.correctness import differences, take_outputs
 from agent.decision.noise import launch_noise, sample_group, target_key
 from agent.decision.rule import arm_location, arm_stats, by_prompt, look
 from state.calls import AARecordArgs, RepoArgs
@@ -127,6 +128,8 @@ def judge_candidate(
     reps = state.target.measure.repeats
     m = measure_arm(state, runtime, label, reps, warm_up=True)
     problem = outputs_problem(ref, m) or unlike(ref, m)
+    if problem is None and state.correctness is not None:  # before any timing verdict
+        problem = differences(state.correctness, take_outputs(state, runtime), len(ref.outputs))
     if problem is not None:
         return m, None, problem
     n = len(ref.outputs)

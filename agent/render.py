@@ -25,6 +25,7 @@ def summary(console: Console, s: Summary) -> None:
         ("TPOT", f"{_ms(s.tpot_ms_before)} -> {_ms(s.tpot_ms_after)} ({speed})"),
         ("TTFT", f"{_ms(s.ttft_ms_before)} -> {_ms(s.ttft_ms_after)}"),
         ("decision", s.decision or "-"),
+        ("mechanism", "\n".join(s.mechanisms) or "not checked (no profile after an accepted patch)"),
         ("measured by", s.measured_by or "-"),
         ("outputs identical", str(s.outputs_identical)),
         ("accepted", ", ".join(s.accepted) or "none"),
@@ -53,6 +54,8 @@ def approval(console: Console, req: dict) -> None:
         else f"expected gain: {req['expected_gain_share']:.0%} of decode time"
     )
     console.print("files touched: " + ", ".join(req["files"]))
+    for line in req.get("mechanisms", []):
+        console.print(f"earlier accepted patch, predicted vs realized: {line}", highlight=False)
     t = Table("op", "dims", "share", "self time", "calls", "where", title="evidence")
     for e in req["evidence"]:
         t.add_row(
@@ -129,6 +132,8 @@ def show(console: Console, info: SessionInfo, state: LoopState, calls: list[Tool
     console.print(d)
     if state.launch_noise is not None:
         console.print(state.launch_noise.describe(), highlight=False)
+    for m in state.mechanisms:
+        console.print(f"predicted vs realized, {m.playbook}: {m.note}", highlight=False)
     for c in state.accepted:
         console.print(f"accepted commit {c.sha[:10]} on {c.branch}: {c.subject}")
     console.print(f"{len(calls)} tool calls recorded; status {info.status}")

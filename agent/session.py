@@ -260,4 +260,6 @@ def summarize(state: LoopState, status: str) -> Summary:
         requests_per_arm=j.last.requests_candidate if j else None,
         launch_noise=j.launch_noise.sigma_log if j else None,
         decision=j.line() if j else None,
+        mechanisms=[f"{m.playbook}: {m.note}" for m in state.mechanisms],
+        unexplained_gains=[m.playbook for m in state.mechanisms if not m.confirmed],
     )

@@ -9,6 +9,7 @@ from langgraph.types import Command
 
 from agent.actions import measure_server
 from agent.context import LoopContext, step, transition
+from agent.decision.mechanism import predict
 from agent.judge import judge
 from agent.measuring import judge_candidate, outputs_problem, unlike
 from state.loop import Decision, LoopState
@@ -33,7 +34,12 @@ def measure(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
         )
     elif problem is not None:
         note += f"; not timed further: {problem}"
-    update = {"candidate": m, "judgement": judgement, "transitions": transition("measure", note)}
+    update = {
+        "candidate": m,
+        "judgement": judgement,
+        "gate_problem": problem,
+        "transitions": transition("measure", note),
+    }
     return Command(update=update, goto="decide")
 
 
@@ -44,7 +50,7 @@ def _verdict(state: LoopState) -> tuple[str, str, float | None]:
         ok, reason, noise = judge(ref, cand)
         return ("accepted" if ok else "rejected"), reason, noise
     if j is None:  # the output gate (or unlike arms) stopped it before any timing verdict
-        problem = outputs_problem(ref, cand) or unlike(ref, cand) or "not judged"
+        problem = state.gate_problem or outputs_problem(ref, cand) or unlike(ref, cand) or "not judged"
         return "rejected", problem, None
     a, b = j.reference, j.candidate
     reason = (
@@ -81,6 +87,7 @@ def decide(
         outputs_identical=state.candidate.outputs == state.reference.outputs,
         commit=commit.sha if ok else None,
         judgement=j,
+        prediction=predict(p, state.diagnosis) if ok and j is not None else None,
     )
     update = {"decisions": [decision], "transitions": transition("decide", f"{decision.verdict}: {reason}")}
     if not ok:

@@ -19,7 +19,8 @@ from tools.workspace import repo
 def approval_request(state: LoopState) -> dict:
     """What a human sees when asked to approve (JSON-compatible)."""
     p = state.proposal
-    return {
+    checks = {"mechanisms": [f"{m.playbook}: {m.note}" for m in state.mechanisms]} if state.mechanisms else {}
+    return checks | {
         "session": state.session_id,
         "playbook": p.playbook,
         "title": p.title,

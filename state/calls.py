@@ -260,3 +260,31 @@ class AASamples(Model):
 
     samples: list[AASample]
     """Oldest first."""
+
+
+class OutputsArgs(Model):
+    """Greedy outputs of a prompt set: one request at a time, then the first `concurrent` at once."""
+
+    base_url: str
+    """Server base URL."""
+    model: str
+    """Model name for requests."""
+    prompts: list[str]
+    """The correctness set."""
+    max_tokens: int
+    """Tokens generated per request."""
+    concurrent: int = 0
+    """How many of the prompts are also sent together."""
+    timeout_s: float = 300.0
+    """Per-request timeout."""
+
+
+class OutputsResult(Model):
+    """The texts the server generated."""
+
+    sequential: list[str]
+    """One per prompt, sent one at a time."""
+    concurrent: list[str]
+    """One per prompt of the concurrent batch, sent at once."""
+    duration_s: float
+    """Wall time of the whole check."""

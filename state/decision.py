@@ -154,3 +154,43 @@ class AASample(Model):
     """Mean over prompts of the median log TPOT (ms) of the launch."""
     requests: int
     """Requests behind the location."""
+
+
+class Prediction(Model):
+    """What a diagnosis predicted a patch changes, recorded when the patch is accepted."""
+
+    op: str
+    """The evidence operator the patch should shrink."""
+    dims: list[list[int]]
+    """Its input dims."""
+    op_us_per_step: float
+    """Its self time per profiled step before the patch (us)."""
+    step_us: float | None
+    """The profiled step time before the patch (us), when the diagnosis recorded it."""
+    expected_gain_share: float
+    """Fraction of decode time the playbook's gain model says the patch removes."""
+
+
+class MechanismCheck(Model):
+    """Predicted vs realized, from the first profile after an accepted patch."""
+
+    iteration: int
+    """Iteration whose patch is checked."""
+    playbook: str
+    """Its playbook."""
+    op: str
+    """The operator predicted to shrink."""
+    op_us_per_step_before: float
+    """Its time per step before (us)."""
+    op_us_per_step_after: float
+    """Its time per step after (us; 0 when the group is gone)."""
+    predicted_removed_us: float
+    """Step time the gain model predicted removed (us per step)."""
+    step_us_before: float | None
+    """Profiled step time before (us)."""
+    step_us_after: float
+    """Profiled step time after (us)."""
+    confirmed: bool
+    """Whether the operator shrank by at least half of what was predicted."""
+    note: str
+    """One line, e.g. `aten::copy_ 412.0 -> 0.0 us/step (predicted -380.1): mechanism confirmed`."""

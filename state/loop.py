@@ -8,7 +8,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, model_validator
 
 from state.base import Model
-from state.decision import Judgement, LaunchNoise
+from state.calls import OutputsResult
+from state.decision import Judgement, LaunchNoise, MechanismCheck, Prediction
 from state.diagnosis import Diagnosis, Evidence
 from state.measure import Measurement
 from state.process import ServerHandle
@@ -124,6 +125,8 @@ class Decision(Model):
     """Commit sha on the session branch (accepted patches only)."""
     judgement: Judgement | None = None
     """The CI rule's evidence: every look, launch noise, both arms (None for the IQR rule)."""
+    prediction: Prediction | None = None
+    """What the diagnosis predicted the patch changes (accepted patches, CI rule)."""
 
 
 class Transition(Model):
@@ -166,10 +169,15 @@ class LoopState(Model):
     """Measurement of the best accepted state so far (starts as the baseline)."""
     candidate: Measurement | None = None
     """Measurement of the current candidate patch."""
+    correctness: OutputsResult | None = None
+    """The reference's outputs on the session's correctness set (CI-rule sessions)."""
     launch_noise: LaunchNoise | None = None
     """Launch-to-launch noise of this target on this host (A/A store, read after the baseline)."""
     judgement: Judgement | None = None
     """The CI rule's answer on the current candidate (set by `measure`, used by `decide`)."""
+    gate_problem: str | None = None
+    """Why the current candidate failed the output gate or was measured unlike the reference
+    (set by `measure`; then it is rejected without a timing verdict)."""
     profiles: Annotated[list[ProfileResult], operator.add] = Field(default_factory=list)
     """Profiles taken, in order."""
     diagnosis: Diagnosis | None = None
@@ -186,6 +194,8 @@ class LoopState(Model):
     """Every verdict, in order."""
     transitions: Annotated[list[Transition], operator.add] = Field(default_factory=list)
     """Nodes run, in order."""
+    mechanisms: Annotated[list[MechanismCheck], operator.add] = Field(default_factory=list)
+    """Predicted vs realized for accepted patches, from the next profile (CI rule sessions)."""
     fork_at: str | None = None
     """Set in a forked session's initial state: the step to continue at after reconciling."""
     calls_done: int = 0

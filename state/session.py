@@ -55,6 +55,10 @@ class Summary(Model):
     """Launch-to-launch noise (SD of log TPOT) the CI included."""
     decision: str | None = None
     """That decision's one-line report, e.g. `TPOT 3.10x [2.20, 4.35] 95% CI, n = ...`."""
+    mechanisms: list[str] = []
+    """Predicted vs realized for each accepted patch a later profile checked, one line each."""
+    unexplained_gains: list[str] = []
+    """Accepted playbooks whose predicted operator did not shrink (a gain with no mechanism)."""
     stop_reason: str
     """Why the loop ended."""
     repo: Path

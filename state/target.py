@@ -128,6 +128,29 @@ class MeasureConfig(Model):
     """When and how to measure with `sglang.bench_serving` instead of perfloop's client."""
 
 
+class CorrectnessConfig(Model):
+    """The output gate's own workload, apart from the timing one (CI-rule sessions).
+
+    Greedy outputs must be identical on: the timing prompts, `random_prompts` prompts of random
+    words drawn afresh per session (seeded by the session id, so a patch cannot be tuned to them),
+    with lengths up to `max_prompt_chars`, generating `max_tokens` each (long enough to cross the
+    sizes where kernels switch paths), sent one at a time and then `concurrent` of them at once."""
+
+    random_prompts: int = Field(2, ge=0)
+    """Random prompts added per session."""
+    min_prompt_chars: int = Field(40, ge=1)
+    """Shortest random prompt, in characters."""
+    max_prompt_chars: int = Field(600, ge=1)
+    """Longest random prompt, in characters: set it near the target's context limit (the demo's
+    byte-level tokenizer makes one token per character; BPE tokenizers about one per 4)."""
+    max_tokens: int = Field(40, ge=2)
+    """Tokens generated per correctness request."""
+    concurrent: int = Field(3, ge=0)
+    """Requests sent at once in the concurrent batch (0: none), the first prompts of the set."""
+    request_timeout_s: float = Field(300.0, gt=0)
+    """Per-request timeout."""
+
+
 class ProfileConfig(Model):
     """How a profile is taken."""
 
@@ -171,5 +194,7 @@ class TargetConfig(Model):
     """The measurement workload."""
     profile: ProfileConfig = Field(default_factory=ProfileConfig)
     """How profiles are taken."""
+    correctness: CorrectnessConfig = Field(default_factory=CorrectnessConfig)
+    """The output gate's correctness set (beyond the timing prompts)."""
     decide: DecisionConfig = Field(default_factory=DecisionConfig)
     """How a candidate is judged: minimum gain, confidence, looks, launch-noise default."""

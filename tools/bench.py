@@ -12,9 +12,10 @@ import json
 import statistics
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
-from state.calls import MeasureArgs, MeasureResult
+from state.calls import MeasureArgs, MeasureResult, OutputsArgs, OutputsResult
 from state.measure import Measurement, RequestRecord, Stat
 from tools.door import tool
 from tools.errors import ConfigError, ServerError
@@ -175,3 +176,26 @@ def measure_with_bench_serving(args: MeasureArgs, python: str, module: str, vers
     )
     m = summarize(args.label, args.tree_sha256, records, n, duration)
     return m.model_copy(update={"client": f"{module} (sglang {version})"})
+
+
+@tool("bench.outputs")
+def outputs(args: OutputsArgs) -> OutputsResult:
+    """Greedy texts of every prompt one at a time, then of the first `concurrent` sent together."""
+    t0 = time.perf_counter()
+
+    def text(prompt: str) -> str:
+        return stream_completion(
+            args.base_url, chat_body(args.model, prompt, args.max_tokens), args.timeout_s
+        )[1]
+
+    sequential = []
+    for i, prompt in enumerate(args.prompts):
+        report(f"correctness set: request {i + 1}/{len(args.prompts)}")
+        sequential.append(text(prompt))
+    batch = args.prompts[: args.concurrent]
+    concurrent = []
+    if batch:
+        report(f"correctness set: {len(batch)} requests at once")
+        with ThreadPoolExecutor(len(batch)) as pool:
+            concurrent = list(pool.map(text, batch))
+    return OutputsResult(sequential=sequential, concurrent=concurrent, duration_s=time.perf_counter() - t0)

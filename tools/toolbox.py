@@ -31,6 +31,7 @@ TOOLS = (
     server.stop,
     server.stop_recorded,
     bench.measure,
+    bench.outputs,
     # launch noise: the A/A store beside the session store
     aa.record,
     # profiles: taken where the server runs, read here
