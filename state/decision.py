@@ -52,8 +52,10 @@ class LaunchNoise(Model):
         """e.g. `launch noise 2.1% (14 A/A launches)` or `launch noise 15.0% (default: 2 A/A ...)`."""
         if self.source == "aa":
             return f"launch noise {self.sigma_log:.1%} ({self.launches} A/A launches)"
+        so_far = f", {self.estimate_log:.1%} measured" if self.estimate_log is not None else ""
         return (
-            f"launch noise {self.sigma_log:.1%} (conservative default: {self.launches} A/A launches so far)"
+            f"launch noise {self.sigma_log:.1%} (conservative default: {self.launches} A/A launches "
+            f"so far{so_far})"
         )
 
 
