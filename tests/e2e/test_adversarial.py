@@ -15,7 +15,7 @@ import pytest
 
 from tests.e2e.conftest import assert_clean, edited_diff, git, last_json, perfloop, playbook_variant
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]  # one session, up to four launches
 
 BACKEND = "mla_server/attention/mla_backend.py"
 CAST = "k_buffer = self.kv_pool.get_key_buffer(layer_id).to(q.dtype)"
@@ -53,6 +53,11 @@ startup_timeout_s = 120
 prompts = ["Explain the KV cache.", "Write a haiku about GPUs."]
 max_tokens = 12
 repeats = 3
+[correctness]
+random_prompts = 1
+max_prompt_chars = 300
+max_tokens = 16
+concurrent = 2
 """)
     return path
 
