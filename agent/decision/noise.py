@@ -4,7 +4,8 @@ Every baseline launch is an A/A sample: its location (mean over prompts of the m
 varies from launch to launch of the same tree by the launch noise plus the sampling error of the
 location. The pooled SD within groups of the same tree and workload counts both (conservative);
 the rule uses an upper 90% confidence bound of it (chi-square with the pooled degrees of
-freedom), and a conservative default until there are `min_aa_launches` launches.
+freedom), and a conservative default until there are `min_aa_launches` launches (or that bound,
+when the first few launches already disagree by more than the default allows).
 """
 
 from __future__ import annotations
@@ -66,9 +67,11 @@ def launch_noise(samples: Sequence[AASample], cfg: DecisionConfig) -> LaunchNois
     """The launch noise the rule uses: an upper bound of the A/A estimate, or the default."""
     sd, df = pooled_sd(samples)
     launches = len(samples)
-    if launches < cfg.min_aa_launches or df < 2:
+    upper = sd * math.sqrt(df / chi2_quantile(1.0 - UPPER_BOUND, df)) if df else 0.0
+    if launches < cfg.min_aa_launches or df < 2:  # the default, unless the few launches say worse
         return LaunchNoise(
-            sigma_log=cfg.default_launch_noise, estimate_log=sd if df else None, launches=launches
+            sigma_log=max(cfg.default_launch_noise, upper),
+            estimate_log=sd if df else None,
+            launches=launches,
         )
-    upper = sd * math.sqrt(df / chi2_quantile(1.0 - UPPER_BOUND, df))
     return LaunchNoise(sigma_log=max(upper, 0.005), estimate_log=sd, launches=launches, source="aa")

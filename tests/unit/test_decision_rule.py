@@ -169,3 +169,9 @@ def test_arm_stats_and_the_report_line() -> None:
     line = j.line()
     assert line.startswith("TPOT 1.27x [") and "95% CI, n = 2 prompts x 3 requests per arm" in line
     assert "launch noise 2.0% (14 A/A launches), look 2/3 -> " in line
+
+
+def test_a_few_launches_that_disagree_raise_the_default() -> None:
+    """Bimodal launches (one 10x slower) seen before `min_aa_launches`: never below what they show."""
+    noise = launch_noise([sample("a", 1.6), sample("a", 4.0, 1), sample("a", 1.7, 2)], CFG)
+    assert noise.source == "default" and noise.sigma_log > 1.0
