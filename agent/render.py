@@ -105,6 +105,8 @@ def show_json(info: SessionInfo, state: LoopState, calls: list[ToolCallRecord]) 
             if m
         ],
         "decisions": [d.model_dump(mode="json") for d in state.decisions],
+        "launch_noise": state.launch_noise.model_dump(mode="json") if state.launch_noise else None,
+        "mechanisms": [m.model_dump(mode="json") for m in state.mechanisms],
         "accepted_commits": [c.model_dump(mode="json") for c in state.accepted],
         "profiles": [p.model_dump(mode="json") for p in state.profiles],
         "tool_calls": len(calls),
