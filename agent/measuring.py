@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import hashlib
+import statistics
 
 from langgraph.runtime import Runtime
 
@@ -75,7 +76,8 @@ def merge(first: Measurement, more: Measurement) -> Measurement:
         first.label, first.tree_sha256, first.requests + more.requests, len(first.outputs), wall or 1.0
     )
     keep = ("client", "warmups_discarded", "instrumented", "content_sha256", "tree_note")
-    return merged.model_copy(update={k: getattr(first, k) for k in keep})
+    update = {k: getattr(first, k) for k in keep} | {"probe_ms": first.probe_ms + more.probe_ms}
+    return merged.model_copy(update=update)
 
 
 def budget(state: LoopState) -> int:
@@ -96,6 +98,15 @@ def record_aa(state: LoopState, runtime: Runtime[LoopContext], m: Measurement) -
     )
     samples = call(runtime, aa.record, AARecordArgs(target_key=key, sample=sample)).samples
     return launch_noise(samples, state.target.decide)
+
+
+def machine_drift(reference: Measurement, candidate: Measurement) -> float:
+    """How much faster or slower the host ran for one arm than for the other (>= 1; 1 when not
+    recorded): the ratio of their median CPU-probe times (pure)."""
+    if not reference.probe_ms or not candidate.probe_ms:
+        return 1.0
+    a, b = statistics.median(reference.probe_ms), statistics.median(candidate.probe_ms)
+    return max(a / b, b / a) if a > 0 and b > 0 else 1.0
 
 
 def outputs_problem(reference: Measurement, candidate: Measurement) -> str | None:
@@ -134,12 +145,13 @@ def judge_candidate(
         return m, None, problem
     n = len(ref.outputs)
     ref_arm = by_prompt(ref.requests, n)
-    looks = [look(ref_arm, by_prompt(m.requests, n), noise, cfg, 1)]
+    looks = [look(ref_arm, by_prompt(m.requests, n), noise, cfg, 1, machine_drift(ref, m))]
     while looks[-1].verdict == "undecided":
         m = merge(m, measure_arm(state, runtime, label, reps, warm_up=False))
         if (problem := outputs_problem(ref, m)) is not None:
             return m, None, problem
-        looks.append(look(ref_arm, by_prompt(m.requests, n), noise, cfg, len(looks) + 1))
+        k = len(looks) + 1
+        looks.append(look(ref_arm, by_prompt(m.requests, n), noise, cfg, k, machine_drift(ref, m)))
     judgement = Judgement(
         verdict=looks[-1].verdict,
         looks=looks,

@@ -101,6 +101,9 @@ class Look(Model):
     """Requests per prompt in the candidate arm (smallest over prompts)."""
     verdict: Verdict
     """What this look concluded."""
+    machine_drift: float = 1.0
+    """How much faster the host ran for one arm than the other (CPU probe ratio, >= 1); the CI is
+    widened by it on both sides."""
 
 
 class Judgement(Model):
@@ -138,6 +141,11 @@ class Judgement(Model):
             f"TPOT {lk.speedup:.2f}x [{lk.ci_low:.2f}, {lk.ci_high:.2f}] {self.confidence:.0%} CI, "
             f"n = {lk.prompts} prompts x {n} requests per arm, {self.launch_noise.describe()}, "
             f"look {lk.look}/{lk.of} -> {self.verdict}"
+            + (
+                f" (host ran {lk.machine_drift:.2f}x faster for one arm: CI widened by it)"
+                if lk.machine_drift >= 1.05
+                else ""
+            )
         )
 
 

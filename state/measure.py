@@ -74,5 +74,8 @@ class Measurement(Model):
     content_sha256: str | None = None
     """Fingerprint of the tree's content (HEAD's tree object plus uncommitted changes, no commit
     dates): equal for equal code, whichever commit or session holds it."""
+    probe_ms: list[float] = []
+    """How long a fixed CPU-bound loop took on the host before and after the workload (ms, best of
+    3 each): how fast the machine ran for this arm, to compare the machine state of two arms."""
     tree_note: str | None = None
     """What the tree held, in words: e.g. `HEAD 1a2b3c4d5e + dormant profiler in mla_server/...`."""

@@ -89,6 +89,19 @@ def to_record(prompt_index: int, arrivals: list[float], text: str) -> RequestRec
     )
 
 
+def machine_probe_ms(repeats: int = 3) -> float:
+    """Best of `repeats` timings of a fixed pure-Python loop, in ms: how fast this host runs a
+    CPU-bound job right now (a loaded or throttled machine takes longer)."""
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        acc = 0
+        for i in range(200_000):
+            acc = (acc + i * i) % 1_000_003
+        best = min(best, (time.perf_counter() - t0) * 1000)
+    return best
+
+
 def stat(values: list[float]) -> Stat:
     """Median, quartiles and range of samples (pure)."""
     if len(values) == 1:
@@ -129,9 +142,9 @@ def measure(args: MeasureArgs) -> MeasureResult:
             f'measure.bench_serving.use = "always" but {python} has no sglang with '
             "bench_serving; install sglang there, or set measure.bench_serving.python"
         )
-    if found is not None:
-        return MeasureResult(measurement=measure_with_bench_serving(args, python, *found))
-    return MeasureResult(measurement=measure_with_client(args))
+    before = machine_probe_ms()
+    m = measure_with_bench_serving(args, python, *found) if found else measure_with_client(args)
+    return MeasureResult(measurement=m.model_copy(update={"probe_ms": [before, machine_probe_ms()]}))
 
 
 def measure_with_client(args: MeasureArgs) -> Measurement:

@@ -94,8 +94,13 @@ def look(
     noise: LaunchNoise,
     cfg: DecisionConfig,
     k: int,
+    drift: float = 1.0,
 ) -> Look:
-    """Apply the rule once, at look `k` (1-based) of `cfg.looks`."""
+    """Apply the rule once, at look `k` (1-based) of `cfg.looks`.
+
+    `drift` (>= 1) is how much faster the machine ran for one arm than for the other (a CPU probe
+    before and after each batch): the CI is widened by that factor on both sides, so a change of
+    machine state between the arms can never pass for a speedup or a regression."""
     n_ref = min(len(r) for r in reference)
     n_cand = min(len(c) for c in candidate)
     alpha = (1.0 - cfg.confidence) / cfg.looks
@@ -106,6 +111,7 @@ def look(
         "prompts": len(reference),
         "requests_reference": n_ref,
         "requests_candidate": n_cand,
+        "machine_drift": drift,
     }
     if n_ref < 2 or n_cand < 2:  # no spread to estimate: never decide on it
         shift = combined_shift(reference, candidate) if n_ref and n_cand else 0.0
@@ -115,7 +121,7 @@ def look(
     reps = bootstrap_shifts(reference, candidate, cfg.bootstrap, seed=7919 * k + n_cand)
     launch = np.random.default_rng(104729 + k).normal(0.0, math.sqrt(2.0) * noise.sigma_log, len(reps))
     low, high = np.quantile(reps + launch, [alpha / 2, 1 - alpha / 2])
-    ci_low, ci_high = math.exp(float(low)), math.exp(float(high))
+    ci_low, ci_high = math.exp(float(low)) / drift, math.exp(float(high)) * drift
     verdict = verdict_of(ci_low, ci_high, cfg.min_gain, last_look=k >= cfg.looks)
     return Look(speedup=math.exp(shift), ci_low=ci_low, ci_high=ci_high, verdict=verdict, **common)
 

@@ -175,3 +175,16 @@ def test_a_few_launches_that_disagree_raise_the_default() -> None:
     """Bimodal launches (one 10x slower) seen before `min_aa_launches`: never below what they show."""
     noise = launch_noise([sample("a", 1.6), sample("a", 4.0, 1), sample("a", 1.7, 2)], CFG)
     assert noise.source == "default" and noise.sigma_log > 1.0
+
+
+def test_a_machine_that_ran_faster_for_one_arm_widens_the_interval() -> None:
+    """The no-op of a loaded machine: the candidate ran while the host was 2.6x less busy."""
+    rng = np.random.default_rng(8)
+    ref, cand = requests(rng, 9), requests(rng, 9, 2.6)
+    assert look(ref, cand, MEASURED, CFG, 3).verdict == "accepted"
+    drifted = look(ref, cand, MEASURED, CFG, 3, drift=2.6)
+    assert drifted.verdict == "inconclusive" and drifted.ci_low < 1.0 < drifted.ci_high
+    j = Judgement(
+        verdict="inconclusive", looks=[drifted], launch_noise=MEASURED, min_gain=0.02, confidence=0.95
+    )
+    assert "host ran 2.60x faster for one arm" in j.line()

@@ -81,3 +81,12 @@ def test_the_summary_reports_the_decisive_candidate(tmp_path) -> None:
     assert (
         "launch noise 15.0% (conservative default: 0 A/A launches so far), look 1/3 -> accepted" in s.decision
     )
+
+
+def test_machine_drift_is_the_ratio_of_the_arms_cpu_probes() -> None:
+    from agent.measuring import machine_drift
+
+    assert machine_drift(m(["a"], probe_ms=[10.0, 12.0]), m(["a"], probe_ms=[22.0])) == 2.0
+    assert machine_drift(m(["a"], probe_ms=[22.0]), m(["a"], probe_ms=[10.0, 12.0])) == 2.0
+    assert machine_drift(m(["a"]), m(["a"], probe_ms=[5.0])) == 1.0  # not recorded (older sessions)
+    assert merge(m(["a"], probe_ms=[1.0]), m(["a"], probe_ms=[2.0])).probe_ms == [1.0, 2.0]
