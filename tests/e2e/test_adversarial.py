@@ -2,7 +2,8 @@
 
 - one-prompt-wrong: the real fix (fast) plus a bug past 56 tokens of context, which only the longer
   of the two prompts reaches: rejected on the output gate before any timing verdict;
-- slower: real extra work in decode (the full-pool cast done four times): a regression;
+- slower: real extra work in decode (the full-pool cast done four times): a regression (or, where
+  the host's speed changed between the arms, inconclusive: never kept);
 - no-op: a comment-only patch: never accepted (with the default launch noise it ends inconclusive).
 The A/A false-accept rate over many sessions is measured by `benchmarks/decisions.py`.
 """
@@ -92,9 +93,9 @@ def test_wrong_for_one_prompt_slower_and_no_op_are_never_kept(tmp_path: Path, ho
     wrong = by["one-prompt-wrong"]
     assert wrong["verdict"] == "rejected" and wrong["reason"] == "outputs changed for 1/2 prompt(s)", wrong
     assert wrong["judgement"] is None  # never timed past the gate
-    slower = by["slower"]
-    assert slower["verdict"] == "regression", slower["reason"]
-    assert slower["judgement"]["looks"][-1]["ci_high"] < 1.0
+    slower = by["slower"]  # a regression on a steady host; a host whose load changes widens the CI
+    assert slower["verdict"] in ("regression", "inconclusive"), slower["reason"]
+    assert slower["judgement"]["looks"][-1]["speedup"] < 0.8, slower["reason"]
     noop = by["no-op"]
     assert noop["verdict"] in ("inconclusive", "rejected"), noop["reason"]
     assert len(noop["judgement"]["looks"]) >= 1 and "95% CI" in noop["reason"]
