@@ -10,10 +10,13 @@ from langgraph.types import Command
 
 from agent.actions import playbooks_of
 from agent.context import LoopContext, call, host_dir, need, step, transition
+from agent.decision.mechanism import check
 from playbooks.engine import diagnose as run_diagnosis
 from state.calls import FetchArgs, PathArgs, ProfileArgs, ProfileFiles
+from state.decision import MechanismCheck
 from state.diagnosis import DiagnosisContext
 from state.loop import LoopState, ProfileResult
+from state.profile import ProfileSummary
 from tools import profiling
 from tools.hosts import transfer
 
@@ -78,6 +81,10 @@ def diagnose(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal
         tpot_ms=need(state.reference, "reference measurement").tpot_ms.median,
     )
     result = run_diagnosis(summary, ctx, playbooks_of(state))
+    update: dict = {}
+    if state.options.decision_rule != "iqr-v0":
+        result = result.model_copy(update={"steps": summary.steps, "step_us": summary.step_us})
+        update["mechanisms"] = mechanism_checks(state, summary)
     top = result.top_ops[0] if result.top_ops else None
     note = (
         f"top op {top.name} {top.input_dims} {top.share:.0%} of {summary.time_basis} time; "
@@ -85,4 +92,17 @@ def diagnose(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal
         else "no ops in trace; "
     )
     note += "findings: " + (", ".join(f.playbook for f in result.findings) or "none")
-    return Command(update={"diagnosis": result, "transitions": transition("diagnose", note)}, goto="propose")
+    for m in update.get("mechanisms", []):
+        note += f"; {m.playbook}: {m.note}"
+    update |= {"diagnosis": result, "transitions": transition("diagnose", note)}
+    return Command(update=update, goto="propose")
+
+
+def mechanism_checks(state: LoopState, summary: ProfileSummary) -> list[MechanismCheck]:
+    """Predicted vs realized for accepted patches not yet checked against a later profile (pure)."""
+    done = {m.iteration for m in state.mechanisms}
+    return [
+        check(d.iteration, d.playbook, d.prediction, summary)
+        for d in state.decisions
+        if d.verdict == "accepted" and d.prediction is not None and d.iteration not in done
+    ]

@@ -10,6 +10,7 @@ client sends (tools/hosts/remote.py), so it needs no list of its own.
 from __future__ import annotations
 
 from tools import bench, profiling, server
+from tools.door import aa
 from tools.door.registry import ToolSpec, spec_of
 from tools.hosts import transfer
 from tools.llm import chat, code
@@ -33,6 +34,9 @@ TOOLS = (
     server.stop,
     server.stop_recorded,
     bench.measure,
+    bench.outputs,
+    # launch noise: the A/A store beside the session store
+    aa.record,
     # profiles: taken where the server runs, read here
     profiling.take,
     profiling.read,

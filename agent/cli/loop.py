@@ -56,6 +56,7 @@ def _options(approve: str, method: str, max_iterations: int, playbooks: list[Pat
         "playbook_dirs": playbooks,
         "builtin_playbooks": not no_builtin,
         "python": sys.executable,
+        "decision_rule": "ci-v1",
     }
 
 

@@ -126,6 +126,7 @@ class GitWorkspace(GitPlumbing):
         return WorkspaceSnapshot(
             path=str(self.root),
             head_sha=self._git("rev-parse", "HEAD"),
+            head_tree_sha=self._git("rev-parse", "HEAD^{tree}"),
             branch=self._branch(),
             dirty_sha256=dirty,
             staged_diff_sha256=sha256_hex(self._git(*diff, "--cached", **opts)),
