@@ -318,19 +318,23 @@ def test_edited_patches_are_validated_and_recorded(tmp_path: Path, home: Path, r
         "huge": good + "\n" * (50 * 1024 * 1024),
     }
     outside = "patches may only touch files inside the repository, outside .git/; fix the diff's paths"
-    refusal = {
-        "escape": f"refusing path '../outside.py': {outside}",
-        "gitdir": f"refusing path '.git/config': {outside}",
-        "binary": "refusing binary patch for x.bin; send text diffs only",
-        "stale": f"patch does not apply: {BACKEND}:22 (git apply --check); regenerate the diff against "
-        "the current file",
+    refusal = {  # what each refusal must say, besides naming --patch and the file
+        "escape": f"patch refused: path '../outside.py': {outside}",
+        "gitdir": f"patch refused: path '.git/config': {outside}",
+        "binary": "binary",
+        "stale": f"patch does not apply: {BACKEND}:22",
+        "absolute": "absolute path",
+        "symlink-out": "only regular files",
+        "huge": "bytes",
     }
     for name, diff in malicious.items():
         f = tmp_path / f"{name}.diff"
         f.write_text(diff)
         proc = perfloop(home, "approve", sid, "--patch", str(f))
         assert proc.returncode == 2, (name, proc.stdout, proc.stderr)
-        assert proc.stderr == f"error: {refusal[name]}\n", proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1, (name, proc.stderr)
+        assert proc.stderr.startswith("error: --patch") and str(f) in proc.stderr, (name, proc.stderr)
+        assert refusal[name] in proc.stderr, (name, proc.stderr)
         assert last_json(perfloop(home, "sessions", "--json"))[0]["status"] == "paused"
         assert tree(repo) == before
     (tmp_path / "good.diff").write_text(good)
