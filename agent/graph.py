@@ -51,6 +51,7 @@ graph TD;
     rollback -.-> propose;
     abort --> __end__;
     finish --> __end__;
+    propose -.-> propose;
 ```
 
 `builder` is exported uncompiled so tests and `langgraph.json` can compile it with their own
@@ -67,7 +68,8 @@ from agent.context import LoopContext
 from agent.steps_end import abort, finish
 from agent.steps_measure import decide, measure
 from agent.steps_patch import apply, approve, cleanup, relaunch, rollback
-from agent.steps_profile import diagnose, profile, propose
+from agent.steps_profile import diagnose, profile
+from agent.steps_propose import propose
 from agent.steps_setup import baseline, instrument, launch, prepare, reconcile
 from state.loop import LoopState
 

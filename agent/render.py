@@ -24,6 +24,8 @@ def summary(console: Console, s: Summary) -> None:
     rows = [
         ("TPOT", f"{_ms(s.tpot_ms_before)} -> {_ms(s.tpot_ms_after)} ({speed})"),
         ("TTFT", f"{_ms(s.ttft_ms_before)} -> {_ms(s.ttft_ms_after)}"),
+        ("decision", s.decision or "-"),
+        ("mechanism", "\n".join(s.mechanisms) or "not checked (no profile after an accepted patch)"),
         ("measured by", s.measured_by or "-"),
         ("outputs identical", str(s.outputs_identical)),
         ("accepted", ", ".join(s.accepted) or "none"),
@@ -36,6 +38,8 @@ def summary(console: Console, s: Summary) -> None:
         ("profiles taken", str(s.iterations)),
         ("stopped because", s.stop_reason),
     ]
+    if s.llm_calls:
+        rows.insert(-1, ("model calls / tokens", f"{s.llm_calls} / {s.llm_tokens}"))
     for k, v in rows:
         t.add_row(k, v)
     console.print(t)
@@ -44,6 +48,13 @@ def summary(console: Console, s: Summary) -> None:
 def approval(console: Console, req: dict) -> None:
     """What a paused session asks a human to approve."""
     console.print(f"[bold]Session {req['session']} waits for approval[/bold]: {req['title']}")
+    if req.get("proposer") == "llm":
+        console.print(
+            f"[bold yellow]written by a model, not a playbook[/bold yellow]: {req['model']}, "
+            f"{req['llm_tokens']} tokens, {req['repairs']} repair round(s); review the diff",
+            highlight=False,
+        )
+        console.print("model's rationale:", highlight=False)
     console.print(req["explanation"], highlight=False)
     gain = req.get("expected_gain_ms")
     console.print(
@@ -52,6 +63,8 @@ def approval(console: Console, req: dict) -> None:
         else f"expected gain: {req['expected_gain_share']:.0%} of decode time"
     )
     console.print("files touched: " + ", ".join(req["files"]))
+    for line in req.get("mechanisms", []):
+        console.print(f"earlier accepted patch, predicted vs realized: {line}", highlight=False)
     t = Table("op", "dims", "share", "self time", "calls", "where", title="evidence")
     for e in req["evidence"]:
         t.add_row(
@@ -101,9 +114,13 @@ def show_json(info: SessionInfo, state: LoopState, calls: list[ToolCallRecord]) 
             if m
         ],
         "decisions": [{**d.model_dump(mode="json"), "label": d.label} for d in state.decisions],
+        "launch_noise": state.launch_noise.model_dump(mode="json") if state.launch_noise else None,
+        "mechanisms": [m.model_dump(mode="json") for m in state.mechanisms],
         "accepted_commits": [c.model_dump(mode="json") for c in state.accepted],
         "profiles": [p.model_dump(mode="json") for p in state.profiles],
         "tool_calls": len(calls),
+        "llm_tokens": state.llm_usage.tokens,
+        "llm_usage": state.llm_usage.model_dump(mode="json"),
     }
 
 
@@ -115,12 +132,29 @@ def show(console: Console, info: SessionInfo, state: LoopState, calls: list[Tool
     for n, tr in enumerate(state.transitions, 1):
         t.add_row(str(n), tr.at.strftime("%H:%M:%S"), tr.node, tr.note)
     console.print(t)
-    d = Table("iter", "playbook", "verdict", "reason", title="decisions")
+    d = Table("iter", "playbook", "verdict", "speedup [CI]", "looks", "reason", title="decisions")
     for dec in state.decisions:
-        d.add_row(str(dec.iteration), dec.label, dec.verdict, dec.reason)
+        j = dec.judgement
+        ci = f"{j.last.speedup:.2f}x [{j.last.ci_low:.2f}, {j.last.ci_high:.2f}]" if j else "-"
+        looks = (
+            "; ".join(f"{lk.look}/{lk.of}: n={lk.requests_candidate} {lk.verdict}" for lk in j.looks)
+            if j
+            else "-"
+        )
+        d.add_row(str(dec.iteration), dec.label, dec.verdict, ci, looks, dec.reason)
     console.print(d)
+    if state.launch_noise is not None:
+        console.print(state.launch_noise.describe(), highlight=False)
+    for m in state.mechanisms:
+        console.print(f"predicted vs realized, {m.playbook}: {m.note}", highlight=False)
     for c in state.accepted:
         console.print(f"accepted commit {c.sha[:10]} on {c.branch}: {c.subject}")
     console.print(f"{len(calls)} tool calls recorded; status {info.status}")
+    u = state.llm_usage
+    if u.calls:
+        console.print(
+            f"model: {u.calls} calls, {u.prompt_tokens} prompt + {u.completion_tokens} completion "
+            f"= {u.tokens} tokens, {u.seconds:.1f} s"
+        )
     if info.summary:
         summary(console, info.summary)

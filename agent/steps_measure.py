@@ -9,35 +9,78 @@ from langgraph.types import Command
 
 from agent.actions import measure_server
 from agent.context import LoopContext, need, step, transition
+from agent.decision.mechanism import predict
 from agent.judge import judge
+from agent.measuring import judge_candidate, outputs_problem, unlike
 from state.loop import Decision, LoopState
 
 
 @step
 def measure(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["decide", "abort"]]:
-    """Measure the patched server with the same workload as the reference."""
-    m = measure_server(state, runtime, f"iteration-{state.iteration}")
+    """Measure the patched server with the same workload as the reference (look by look, CI rule)."""
+    label = f"iteration-{state.iteration}"
+    if state.options.decision_rule == "iqr-v0":
+        m, judgement, problem = measure_server(state, runtime, label), None, None
+    else:
+        m, judgement, problem = judge_candidate(state, runtime, label)
     note = (
         f"candidate TPOT {m.tpot_ms.median:.1f} ms (IQR {m.tpot_ms.iqr:.1f}), "
         f"TTFT {m.ttft_ms.median:.1f} ms, measured by {m.client}"
     )
-    return Command(update={"candidate": m, "transitions": transition("measure", note)}, goto="decide")
+    if judgement is not None:
+        note += "; looks: " + ", ".join(
+            f"{lk.look}/{lk.of} {lk.speedup:.2f}x [{lk.ci_low:.2f}, {lk.ci_high:.2f}] {lk.verdict}"
+            for lk in judgement.looks
+        )
+    elif problem is not None:
+        note += f"; not timed further: {problem}"
+    update = {
+        "candidate": m,
+        "judgement": judgement,
+        "gate_problem": problem,
+        "transitions": transition("measure", note),
+    }
+    return Command(update=update, goto="decide")
+
+
+def _verdict(state: LoopState) -> tuple[str, str, float | None]:
+    """(verdict, reason, noise_ms) by the session's rule (pure)."""
+    ref, cand, j = need(state.reference, "reference"), need(state.candidate, "candidate"), state.judgement
+    if state.options.decision_rule == "iqr-v0":
+        ok, reason, noise = judge(ref, cand)
+        return ("accepted" if ok else "rejected"), reason, noise
+    if j is None:  # the output gate (or unlike arms) stopped it before any timing verdict
+        problem = state.gate_problem or outputs_problem(ref, cand) or unlike(ref, cand) or "not judged"
+        return "rejected", problem, None
+    a, b = need(j.reference, "reference arm"), need(j.candidate, "candidate arm")
+    reason = (
+        f"{j.line()}; median TPOT {a.tpot_ms_median:.1f} -> {b.tpot_ms_median:.1f} ms, "
+        f"ITL p50/p99 {a.itl_ms_p50:.1f}/{a.itl_ms_p99:.1f} -> {b.itl_ms_p50:.1f}/{b.itl_ms_p99:.1f} ms, "
+        f"TTFT {a.ttft_ms_median:.1f} -> {b.ttft_ms_median:.1f} ms, warm-ups discarded "
+        f"{a.warmups_discarded}+{b.warmups_discarded}"
+    )
+    if a.outliers or b.outliers:
+        reason += f", outliers flagged {a.outliers}+{b.outliers}"
+    reason += ", outputs identical"
+    return j.verdict, reason, None
 
 
 @step
 def decide(
     state: LoopState, runtime: Runtime[LoopContext]
 ) -> Command[Literal["profile", "rollback", "finish", "abort"]]:
-    """Accept if faster beyond noise with identical outputs; then profile again or stop."""
-    reference, candidate = need(state.reference, "reference"), need(state.candidate, "candidate")
-    p, commit = need(state.proposal, "proposal"), need(state.pending_commit, "pending commit")
-    ok, reason, noise = judge(reference, candidate)
+    """Keep the patch only if the rule accepts it (outputs identical first); else roll it back."""
+    verdict, reason, noise = _verdict(state)
+    ok = verdict == "accepted"
     if state.edited:
         reason += " (human-edited patch)"
+    reference, candidate = need(state.reference, "reference"), need(state.candidate, "candidate")
+    p, commit = need(state.proposal, "proposal"), need(state.pending_commit, "pending commit")
+    j = state.judgement if state.options.decision_rule != "iqr-v0" else None
     decision = Decision(
         iteration=state.iteration,
         playbook=p.playbook,
-        verdict="accepted" if ok else "rejected",
+        verdict=verdict,
         reason=reason,
         tpot_ms_before=reference.tpot_ms.median,
         tpot_ms_after=candidate.tpot_ms.median,
@@ -45,6 +88,8 @@ def decide(
         outputs_identical=candidate.outputs == reference.outputs,
         commit=commit.sha if ok else None,
         edited=state.edited,
+        judgement=j,
+        prediction=predict(p, state.diagnosis) if ok and j is not None else None,
     )
     update = {"decisions": [decision], "transitions": transition("decide", f"{decision.verdict}: {reason}")}
     if not ok:

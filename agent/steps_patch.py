@@ -20,7 +20,8 @@ from tools.workspace import repo
 def approval_request(state: LoopState) -> dict:
     """What a human sees when asked to approve (JSON-compatible)."""
     p = need(state.proposal, "proposal")
-    return {
+    checks = {"mechanisms": [f"{m.playbook}: {m.note}" for m in state.mechanisms]} if state.mechanisms else {}
+    return checks | {
         "session": state.session_id,
         "playbook": p.playbook,
         "title": p.title,
@@ -30,6 +31,11 @@ def approval_request(state: LoopState) -> dict:
         "files": p.files,
         "diff": p.diff,
         "evidence": [e.model_dump(mode="json") for e in p.evidence],
+        "proposer": p.proposer,
+        "model": p.origin.model if p.origin else None,
+        "rationale": p.origin.rationale if p.origin else None,
+        "llm_tokens": p.origin.usage.tokens if p.origin else 0,
+        "repairs": p.origin.repairs if p.origin else 0,
     }
 
 
@@ -86,6 +92,8 @@ def commit_identity(state: LoopState) -> tuple[str, dict[str, str]]:
     else:
         subject = f"perfloop: {p.title}"
         trailers["Perfloop-Playbook"] = p.playbook
+    if p.origin is not None:
+        trailers["Perfloop-Proposer"] = f"llm {p.origin.model}"
     return subject, {**trailers, "Perfloop-Iteration": str(state.iteration)}
 
 
@@ -155,11 +163,12 @@ def relaunch(
 ) -> Command[Literal["measure", "rollback", "abort"]]:
     """Restart the server on the patched tree; a crash or hang rolls the patch back.
 
-    When another profile may follow (patch method, iterations left), the dormant instrumentation is
-    put back first, so that profile needs no extra launch; the baseline ran with it too.
+    With patch profiling the dormant instrumentation is put back first: the reference ran with it,
+    so the candidate is measured alike, and a next profile needs no extra launch. (Sessions on the
+    old IQR rule put it back only when another iteration may follow, as they were recorded.)
     """
     update: dict = {}
-    more = state.iteration < state.options.max_iterations
+    more = state.iteration < state.options.max_iterations or state.options.decision_rule != "iqr-v0"
     if more and state.target.profile.method == "patch":
         update["instrumentation"] = instrument_if_needed(state, runtime)
         state = state.model_copy(update=update)

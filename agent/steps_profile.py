@@ -1,22 +1,22 @@
-"""Steps that find the bottleneck: profile the running server, diagnose, propose a patch."""
+"""Steps that find the bottleneck: profile the running server, diagnose it (propose: steps_propose.py)."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Literal
 
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
+from agent.actions import playbooks_of
 from agent.context import LoopContext, call, host_dir, need, step, transition
+from agent.decision.mechanism import check
 from playbooks.engine import diagnose as run_diagnosis
-from playbooks.engine import launch_conflict, load_playbooks
-from playbooks.patches import NoPatch, choose_patch
-from playbooks.schema import Playbook
 from state.calls import FetchArgs, PathArgs, ProfileArgs, ProfileFiles
+from state.decision import MechanismCheck
 from state.diagnosis import DiagnosisContext
-from state.loop import LoopState, ProfileResult, Proposal
+from state.loop import LoopState, ProfileResult
+from state.profile import ProfileSummary
 from tools import profiling
 from tools.hosts import transfer
 
@@ -70,14 +70,6 @@ def fetched(
     )
 
 
-def _playbooks(state: LoopState) -> list[Playbook]:
-    books = load_playbooks(state.options.playbook_dirs)
-    if state.options.builtin_playbooks:
-        return books
-    extra = {d.resolve() for d in state.options.playbook_dirs}
-    return [b for b in books if Path(b.source_dir).resolve().parent in extra]
-
-
 @step
 def diagnose(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["propose", "abort"]]:
     """Rank ops by device (or CPU) self time and match the playbooks' signatures."""
@@ -88,7 +80,11 @@ def diagnose(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal
         active_tokens=latest.active_tokens,
         tpot_ms=need(state.reference, "reference measurement").tpot_ms.median,
     )
-    result = run_diagnosis(summary, ctx, _playbooks(state))
+    result = run_diagnosis(summary, ctx, playbooks_of(state))
+    update: dict = {}
+    if state.options.decision_rule != "iqr-v0":
+        result = result.model_copy(update={"steps": summary.steps, "step_us": summary.step_us})
+        update["mechanisms"] = mechanism_checks(state, summary)
     top = result.top_ops[0] if result.top_ops else None
     note = (
         f"top op {top.name} {top.input_dims} {top.share:.0%} of {summary.time_basis} time; "
@@ -96,64 +92,17 @@ def diagnose(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal
         else "no ops in trace; "
     )
     note += "findings: " + (", ".join(f.playbook for f in result.findings) or "none")
-    return Command(update={"diagnosis": result, "transitions": transition("diagnose", note)}, goto="propose")
+    for m in update.get("mechanisms", []):
+        note += f"; {m.playbook}: {m.note}"
+    update |= {"diagnosis": result, "transitions": transition("diagnose", note)}
+    return Command(update=update, goto="propose")
 
 
-def files_of(diff: str) -> list[str]:
-    """Repo-relative paths a unified diff touches (pure)."""
-    return sorted(set(re.findall(r"^\+\+\+ b/(\S+)", diff, flags=re.M)))
-
-
-@step
-def propose(
-    state: LoopState, runtime: Runtime[LoopContext]
-) -> Command[Literal["approve", "finish", "abort"]]:
-    """Turn the best untried finding that has a patch for this target kind into a proposal."""
-    books = {b.id: b for b in _playbooks(state)}
-    findings = need(state.diagnosis, "diagnosis").findings
-    skipped = []
-    for finding in findings:
-        book = books.get(finding.playbook)
-        if book is None or finding.playbook in state.tried:
-            continue
-        try:
-            diff = choose_patch(book, state.target.kind, state.sglang).diff
-        except NoPatch as err:  # reported among the skipped findings, not proposed
-            skipped.append(f"{book.id} ({err.reason})")
-            continue
-        conflict = launch_conflict(book, state.target.kind, state.target.launch.argv)
-        if conflict is not None:
-            skipped.append(f"{book.id} (not proposed: {conflict})")
-            continue
-        proposal = Proposal(
-            iteration=state.iteration,
-            playbook=book.id,
-            title=finding.title,
-            explanation=finding.explanation,
-            diff=diff,
-            files=files_of(diff),
-            expected_gain_share=finding.expected_gain_share,
-            expected_gain_ms=finding.expected_gain_ms,
-            evidence=finding.evidence,
-            binary=book.binary_patches,
-        )
-        gain = (
-            f"{proposal.expected_gain_ms:.1f} ms"
-            if proposal.expected_gain_ms is not None
-            else f"{proposal.expected_gain_share:.0%}"
-        )
-        note = f"{book.id}: expected gain {gain} per token, touches {', '.join(proposal.files)}"
-        return Command(
-            update={"proposal": proposal, "approval": None, "transitions": transition("propose", note)},
-            goto="approve",
-        )
-    reason = "no untried playbook matches the profile"
-    generic = [f for f in findings if f.playbook == "generic"]
-    if generic:
-        reason += f"; top: {generic[0].title}"
-    if skipped:
-        reason += "; skipped " + ", ".join(skipped)
-    return Command(
-        update={"proposal": None, "stop_reason": reason, "transitions": transition("propose", reason)},
-        goto="finish",
-    )
+def mechanism_checks(state: LoopState, summary: ProfileSummary) -> list[MechanismCheck]:
+    """Predicted vs realized for accepted patches not yet checked against a later profile (pure)."""
+    done = {m.iteration for m in state.mechanisms}
+    return [
+        check(d.iteration, d.playbook, d.prediction, summary)
+        for d in state.decisions
+        if d.verdict == "accepted" and d.prediction is not None and d.iteration not in done
+    ]

@@ -9,6 +9,8 @@ from langgraph.types import Command
 
 from agent.actions import instrument_if_needed, measure_server, session_branch, start_server
 from agent.context import LoopContext, call, host_dir, need, step, transition
+from agent.correctness import describe, take_outputs
+from agent.measuring import budget, measure_arm, record_aa
 from state.calls import BranchArgs, CopyTreeArgs, PushTreeArgs, RepoArgs
 from state.loop import ForkStep, LoopState
 from tools.hosts import transfer
@@ -86,16 +88,26 @@ def launch(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["
 @step
 def baseline(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["profile", "abort"]]:
     """Measure TTFT/TPOT and record the outputs every candidate must reproduce."""
-    m = measure_server(state, runtime, "baseline")
+    update: dict = {}
+    if state.options.decision_rule == "iqr-v0":
+        m = measure_server(state, runtime, "baseline")
+    else:  # the reference arm's full budget now: its server is gone when a candidate runs
+        m = measure_arm(state, runtime, "baseline", budget(state), warm_up=True)
+        update["launch_noise"] = record_aa(state, runtime, m)
+        update["correctness"] = take_outputs(state, runtime)
     note = (
         f"baseline TPOT {m.tpot_ms.median:.1f} ms (IQR {m.tpot_ms.iqr:.1f}), "
         f"TTFT {m.ttft_ms.median:.1f} ms, measured by {m.client}"
     )
+    if "launch_noise" in update:
+        note += (
+            f"; {len(m.outputs)} prompts x {budget(state)} requests, {m.warmups_discarded} warm-up(s) "
+            f"discarded; {update['launch_noise'].describe()}; {describe(state, update['correctness'])}"
+        )
     if not m.outputs_stable:
         note += "; WARNING: repeats of a prompt differ, outputs are not deterministic"
-    return Command(
-        update={"baseline": m, "reference": m, "transitions": transition("baseline", note)}, goto="profile"
-    )
+    update |= {"baseline": m, "reference": m, "transitions": transition("baseline", note)}
+    return Command(update=update, goto="profile")
 
 
 FORK_STEPS: tuple[ForkStep, ...] = get_args(ForkStep)

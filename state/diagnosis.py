@@ -76,6 +76,10 @@ class Diagnosis(Model):
     """The profile's ten heaviest operator groups."""
     time_basis: Literal["device", "cpu"]
     """Whether shares are of device time or CPU time."""
+    steps: int | None = None
+    """Profiled decode steps behind the times (None in older recordings)."""
+    step_us: float | None = None
+    """Measured time of one profiled step, in us (None in older recordings)."""
 
 
 class DiagnosisContext(Model):

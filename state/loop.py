@@ -8,10 +8,12 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, model_validator
 
 from state.base import Model
+from state.decision import Judgement, LaunchNoise, MechanismCheck, OutputsResult, Prediction
 from state.diagnosis import Diagnosis, Evidence
 from state.ids import SessionId
 from state.measure import Measurement
 from state.process import ServerHandle
+from state.proposer import LlmOrigin, LlmUsage
 from state.session import SessionStatus
 from state.sglang import SglangLayout
 from state.target import TargetConfig
@@ -41,6 +43,10 @@ class LoopOptions(Model):
     """Interpreter substituted for `{python}` in launch commands (recorded, so replay matches)."""
     builtin_playbooks: bool = True
     """Whether the built-in playbook catalog is searched (tests turn it off to isolate theirs)."""
+    decision_rule: Literal["iqr-v0", "ci-v1"] = "iqr-v0"
+    """How candidates are judged. New sessions use `ci-v1` (agent/decision: CI of the speedup with
+    A/A launch noise, sequential looks). Sessions recorded before it carry none and replay with
+    the rule they were decided by, `iqr-v0` (median gain beyond the larger IQR, agent/judge.py)."""
 
 
 class ProfileResult(Model):
@@ -85,6 +91,10 @@ class Proposal(Model):
     """Ops and numbers behind the finding."""
     binary: bool = False
     """Whether the playbook declares binary hunks in its patch (the patch gate lets them through)."""
+    proposer: Literal["playbook", "llm"] = "playbook"
+    """Who wrote the patch: a playbook's stored diff, or a model."""
+    origin: LlmOrigin | None = None
+    """For a model-written patch: the model, its rationale and what it cost."""
 
 
 class Approval(Model):
@@ -107,8 +117,10 @@ class Decision(Model):
     """Loop iteration."""
     playbook: str
     """Playbook id."""
-    verdict: Literal["accepted", "rejected", "failed"]
-    """accepted: kept; rejected: by a human or by measurement; failed: did not apply or crashed."""
+    verdict: Literal["accepted", "rejected", "regression", "inconclusive", "failed"]
+    """accepted: kept; rejected: by a human, or by measurement (outputs changed, or no gain worth
+    keeping); regression: measurably slower; inconclusive: the budget of looks was spent without
+    a decision (not kept); failed: did not apply or crashed."""
     reason: str
     """One line: why."""
     tpot_ms_before: float | None = None
@@ -124,6 +136,11 @@ class Decision(Model):
     edited: bool = False
     """Whether the patch judged was a human's edit sent with `perfloop approve --patch`, not the
     playbook's: it is its own proposal, reported as edited, never under the playbook's name."""
+
+    judgement: Judgement | None = None
+    """The CI rule's evidence: every look, launch noise, both arms (None for the IQR rule)."""
+    prediction: Prediction | None = None
+    """What the diagnosis predicted the patch changes (accepted patches, CI rule)."""
 
     @property
     def label(self) -> str:
@@ -176,6 +193,15 @@ class LoopState(Model):
     """Measurement of the best accepted state so far (starts as the baseline)."""
     candidate: Measurement | None = None
     """Measurement of the current candidate patch."""
+    correctness: OutputsResult | None = None
+    """The reference's outputs on the session's correctness set (CI-rule sessions)."""
+    launch_noise: LaunchNoise | None = None
+    """Launch-to-launch noise of this target on this host (A/A store, read after the baseline)."""
+    judgement: Judgement | None = None
+    """The CI rule's answer on the current candidate (set by `measure`, used by `decide`)."""
+    gate_problem: str | None = None
+    """Why the current candidate failed the output gate or was measured unlike the reference
+    (set by `measure`; then it is rejected without a timing verdict)."""
     profiles: Annotated[list[ProfileResult], operator.add] = Field(default_factory=list)
     """Profiles taken, in order."""
     diagnosis: Diagnosis | None = None
@@ -192,8 +218,12 @@ class LoopState(Model):
     """Every verdict, in order."""
     transitions: Annotated[list[Transition], operator.add] = Field(default_factory=list)
     """Nodes run, in order."""
+    mechanisms: Annotated[list[MechanismCheck], operator.add] = Field(default_factory=list)
+    """Predicted vs realized for accepted patches, from the next profile (CI rule sessions)."""
     fork_at: ForkStep | None = None
     """Set in a forked session's initial state: the step to continue at after reconciling."""
+    llm_usage: LlmUsage = Field(default_factory=LlmUsage)
+    """Model calls and tokens spent in this session (the token budget counts against it)."""
     calls_done: int = 0
     """Door sequence number when the last completed node finished (later calls were superseded)."""
     status: SessionStatus = "running"

@@ -65,4 +65,17 @@ class Measurement(Model):
     outputs_stable: bool
     """Whether every repeat of each prompt produced the same text."""
     requests: list[RequestRecord]
-    """Every measured request."""
+    """Every measured request (warm-ups excluded)."""
+    warmups_discarded: int = 0
+    """Warm-up requests sent on this launch before measuring, not counted (recorded since the
+    CI rule; older measurements leave it 0)."""
+    instrumented: bool | None = None
+    """Whether the server ran with the dormant profiler hook in its tree (None: not recorded)."""
+    content_sha256: str | None = None
+    """Fingerprint of the tree's content (HEAD's tree object plus uncommitted changes, no commit
+    dates): equal for equal code, whichever commit or session holds it."""
+    probe_ms: list[float] = []
+    """How long a fixed CPU-bound loop took on the host before and after the workload (ms, best of
+    3 each): how fast the machine ran for this arm, to compare the machine state of two arms."""
+    tree_note: str | None = None
+    """What the tree held, in words: e.g. `HEAD 1a2b3c4d5e + dormant profiler in mla_server/...`."""

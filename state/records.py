@@ -28,3 +28,5 @@ class ToolCallRecord(Model):
     """When the call started."""
     duration_s: float
     """Wall time of the call."""
+    reused_from: int | None = None
+    """For a paid call made again after a crash: the seq of the superseded record answering it."""

@@ -45,8 +45,27 @@ class Summary(Model):
     """The client that measured TPOT: `perfloop`, or sglang's bench_serving with its release."""
     iterations: int
     """Profile/diagnose iterations run."""
+    verdict: str | None = None
+    """The CI rule's verdict on the decisive candidate (the last accepted one, else the last
+    measured one); None when no candidate was measured or the session used the IQR rule."""
+    speedup_ci: list[float] | None = None
+    """[low, high] of that candidate's TPOT speedup CI (simultaneous `confidence` over looks)."""
+    requests_per_arm: int | None = None
+    """Requests per prompt in that candidate's arm when it was decided."""
+    launch_noise: float | None = None
+    """Launch-to-launch noise (SD of log TPOT) the CI included."""
+    decision: str | None = None
+    """That decision's one-line report, e.g. `TPOT 3.10x [2.20, 4.35] 95% CI, n = ...`."""
+    mechanisms: list[str] = []
+    """Predicted vs realized for each accepted patch a later profile checked, one line each."""
+    unexplained_gains: list[str] = []
+    """Accepted playbooks whose predicted operator did not shrink (a gain with no mechanism)."""
     stop_reason: str
     """Why the loop ended."""
+    llm_tokens: int = 0
+    """Prompt plus completion tokens spent on model calls."""
+    llm_calls: int = 0
+    """Model calls made (answered from a crashed attempt's record included)."""
     repo: Path
     """The target repo."""
 

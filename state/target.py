@@ -8,6 +8,8 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator
 
 from state.base import Model
+from state.decision import DecisionConfig
+from state.proposer import ProposerConfig
 from state.ssh import SSHHostConfig
 
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSPHRASE|CREDENTIAL|AUTH)", re.I)
@@ -120,13 +122,38 @@ class MeasureConfig(Model):
     max_tokens: int = Field(24, ge=2)
     """Tokens generated per request (at least 2, so TPOT is defined)."""
     repeats: int = Field(3, ge=1)
-    """How many times each prompt is sent; medians are over all requests."""
+    """How many times each prompt is sent per look (see `[decide] looks`): the reference arm gets
+    `repeats x looks` requests per prompt up front, a candidate `repeats` more per look on the same
+    launch while the rule is undecided."""
     warmup_requests: int = Field(1, ge=0)
     """Requests sent and discarded before measuring."""
     request_timeout_s: float = Field(300.0, gt=0)
     """Per-request timeout."""
     bench_serving: BenchServingConfig = Field(default_factory=BenchServingConfig)
     """When and how to measure with `sglang.bench_serving` instead of perfloop's client."""
+
+
+class CorrectnessConfig(Model):
+    """The output gate's own workload, apart from the timing one (CI-rule sessions).
+
+    Greedy outputs must be identical on: the timing prompts, `random_prompts` prompts of random
+    words drawn afresh per session (seeded by the session id, so a patch cannot be tuned to them),
+    with lengths up to `max_prompt_chars`, generating `max_tokens` each (long enough to cross the
+    sizes where kernels switch paths), sent one at a time and then `concurrent` of them at once."""
+
+    random_prompts: int = Field(2, ge=0)
+    """Random prompts added per session."""
+    min_prompt_chars: int = Field(40, ge=1)
+    """Shortest random prompt, in characters."""
+    max_prompt_chars: int = Field(600, ge=1)
+    """Longest random prompt, in characters: set it near the target's context limit (the demo's
+    byte-level tokenizer makes one token per character; BPE tokenizers about one per 4)."""
+    max_tokens: int = Field(40, ge=2)
+    """Tokens generated per correctness request."""
+    concurrent: int = Field(3, ge=0)
+    """Requests sent at once in the concurrent batch (0: none), the first prompts of the set."""
+    request_timeout_s: float = Field(300.0, gt=0)
+    """Per-request timeout."""
 
 
 class ProfileConfig(Model):
@@ -174,3 +201,9 @@ class TargetConfig(Model):
     """How profiles are taken."""
     max_patch_bytes: int = Field(1024 * 1024, ge=1)
     """Largest patch the patch gate accepts (playbook, edited or model-written), in bytes."""
+    proposer: ProposerConfig = Field(default_factory=ProposerConfig)
+    """Who writes patches: playbooks, a model, or both (`[proposer]`)."""
+    correctness: CorrectnessConfig = Field(default_factory=CorrectnessConfig)
+    """The output gate's correctness set (beyond the timing prompts)."""
+    decide: DecisionConfig = Field(default_factory=DecisionConfig)
+    """How a candidate is judged: minimum gain, confidence, looks, launch-noise default."""

@@ -33,6 +33,9 @@ class WorkspaceSnapshot(Model):
     unstaged_diff_sha256: str = Field(
         description="sha256 hex of `git diff --binary` (working tree vs index)."
     )
+    head_tree_sha: str | None = Field(
+        None, description="Object name of HEAD's tree (content only; None in older recordings)."
+    )
 
 
 class InstrumentationRecord(Model):

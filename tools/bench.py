@@ -12,9 +12,11 @@ import json
 import statistics
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
 from state.calls import MeasureArgs, MeasureResult
+from state.decision import OutputsArgs, OutputsResult
 from state.measure import Measurement, RequestRecord, Stat
 from tools.door import tool
 from tools.errors import ConfigError, ServerError
@@ -92,6 +94,19 @@ def to_record(prompt_index: int, arrivals: list[float], text: str) -> RequestRec
     )
 
 
+def machine_probe_ms(repeats: int = 3) -> float:
+    """Best of `repeats` timings of a fixed pure-Python loop, in ms: how fast this host runs a
+    CPU-bound job right now (a loaded or throttled machine takes longer)."""
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        acc = 0
+        for i in range(200_000):
+            acc = (acc + i * i) % 1_000_003
+        best = min(best, (time.perf_counter() - t0) * 1000)
+    return best
+
+
 def stat(values: list[float]) -> Stat:
     """Median, quartiles and range of samples (pure)."""
     if len(values) == 1:
@@ -132,9 +147,9 @@ def measure(args: MeasureArgs) -> MeasureResult:
             f'measure.bench_serving.use = "always" but {python} has no sglang with '
             "bench_serving; install sglang there, or set measure.bench_serving.python"
         )
-    if found is not None:
-        return MeasureResult(measurement=measure_with_bench_serving(args, python, *found))
-    return MeasureResult(measurement=measure_with_client(args))
+    before = machine_probe_ms()
+    m = measure_with_bench_serving(args, python, *found) if found else measure_with_client(args)
+    return MeasureResult(measurement=m.model_copy(update={"probe_ms": [before, machine_probe_ms()]}))
 
 
 def measure_with_client(args: MeasureArgs) -> Measurement:
@@ -179,3 +194,26 @@ def measure_with_bench_serving(args: MeasureArgs, python: str, module: str, vers
     )
     m = summarize(args.label, args.tree_sha256, records, n, duration)
     return m.model_copy(update={"client": f"{module} (sglang {version})"})
+
+
+@tool("bench.outputs")
+def outputs(args: OutputsArgs) -> OutputsResult:
+    """Greedy texts of every prompt one at a time, then of the first `concurrent` sent together."""
+    t0 = time.perf_counter()
+
+    def text(prompt: str) -> str:
+        return stream_completion(
+            args.base_url, chat_body(args.model, prompt, args.max_tokens), args.timeout_s
+        )[1]
+
+    sequential = []
+    for i, prompt in enumerate(args.prompts):
+        report(f"correctness set: request {i + 1}/{len(args.prompts)}")
+        sequential.append(text(prompt))
+    batch = args.prompts[: args.concurrent]
+    concurrent = []
+    if batch:
+        report(f"correctness set: {len(batch)} requests at once")
+        with ThreadPoolExecutor(len(batch)) as pool:
+            concurrent = list(pool.map(text, batch))
+    return OutputsResult(sequential=sequential, concurrent=concurrent, duration_s=time.perf_counter() - t0)

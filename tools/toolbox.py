@@ -10,8 +10,10 @@ client sends (tools/hosts/remote.py), so it needs no list of its own.
 from __future__ import annotations
 
 from tools import bench, profiling, server
+from tools.door import aa
 from tools.door.registry import ToolSpec, spec_of
 from tools.hosts import transfer
+from tools.llm import chat, code
 from tools.workspace import repo
 
 TOOLS = (
@@ -32,12 +34,22 @@ TOOLS = (
     server.stop,
     server.stop_recorded,
     bench.measure,
+    bench.outputs,
+    # launch noise: the A/A store beside the session store
+    aa.record,
     # profiles: taken where the server runs, read here
     profiling.take,
     profiling.read,
     # moving files between here and an SSH host
     transfer.fetch,
     transfer.push_tree,
+    # the LLM proposer: the model call (here) and its read-only look at the repo (where it lives)
+    chat.chat,
+    code.read_file_tool,
+    code.grep_tool,
+    code.list_dir_tool,
+    code.read_texts,
+    code.check_diff,
 )
 
 BY_NAME: dict[str, ToolSpec] = {spec_of(fn).name: spec_of(fn) for fn in TOOLS}

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import typer
 
-from agent.cli import analysis, loop, sessions, sglang
+from agent.cli import analysis, calibrate, loop, sessions, sglang
 
-GROUPS = (loop, sessions, analysis, sglang)
+GROUPS = (loop, calibrate, sessions, analysis, sglang)
 
 
 def build() -> typer.Typer:

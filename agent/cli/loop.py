@@ -10,19 +10,33 @@ import typer
 
 from agent.cli.common import (
     Approve,
+    BaseUrl,
     Books,
     HostPython,
     HostUrl,
     Iters,
     Json,
+    LlmSeconds,
+    LlmSteps,
+    LlmTokens,
     Method,
+    ModelOpt,
     NoBuiltin,
+    ProposerOpt,
     TrustNew,
     choice,
     finish,
     run_command,
 )
-from agent.config import DEMO_CONFIG, DEMO_SOURCE, check_repo, load_target, with_flag, with_host
+from agent.config import (
+    DEMO_CONFIG,
+    DEMO_SOURCE,
+    check_repo,
+    load_target,
+    with_flag,
+    with_host,
+    with_proposer,
+)
 from agent.preflight import check_setup
 from agent.remote import executor_for, remote_base
 from agent.session import Sessions, new_session_id
@@ -42,6 +56,7 @@ def _options(approve: str, method: str, max_iterations: int, playbooks: list[Pat
         "playbook_dirs": playbooks,
         "builtin_playbooks": not no_builtin,
         "python": sys.executable,
+        "decision_rule": "ci-v1",
     }
 
 
@@ -58,6 +73,12 @@ def demo(
     host: HostUrl = None,
     trust_new_host: TrustNew = False,
     host_python: HostPython = None,
+    proposer: ProposerOpt = None,
+    model: ModelOpt = None,
+    base_url: BaseUrl = None,
+    llm_max_steps: LlmSteps = None,
+    llm_max_tokens: LlmTokens = None,
+    llm_max_seconds: LlmSeconds = None,
     as_json: Json = False,
 ) -> None:
     """Copy the embedded MLA demo server into a workspace (on --host if given) and run the loop on it."""
@@ -69,6 +90,15 @@ def demo(
         sessions = Sessions()
         sid = new_session_id()
         target = with_host(load_target(DEMO_CONFIG), host, trust_new_host, host_python)
+        target = with_proposer(
+            target,
+            mode=proposer,
+            model=model,
+            base_url=base_url,
+            max_steps=llm_max_steps,
+            max_tokens=llm_max_tokens,
+            max_seconds=llm_max_seconds,
+        )
         base = remote_base(target) if target.host.kind == "ssh" else sessions.home
         target = target.model_copy(update={"repo": base / "workspaces" / sid / "mla_server"})
         argv = with_flag(with_flag(target.launch.argv, "--device", device), "--preset", preset)
@@ -95,12 +125,27 @@ def run(
     host: HostUrl = None,
     trust_new_host: TrustNew = False,
     host_python: HostPython = None,
+    proposer: ProposerOpt = None,
+    model: ModelOpt = None,
+    base_url: BaseUrl = None,
+    llm_max_steps: LlmSteps = None,
+    llm_max_tokens: LlmTokens = None,
+    llm_max_seconds: LlmSeconds = None,
     as_json: Json = False,
 ) -> None:
     """Run the loop on the target a TOML file describes."""
 
     def body():
         target = with_host(load_target(target_toml), host, trust_new_host, host_python)
+        target = with_proposer(
+            target,
+            mode=proposer,
+            model=model,
+            base_url=base_url,
+            max_steps=llm_max_steps,
+            max_tokens=llm_max_tokens,
+            max_seconds=llm_max_seconds,
+        )
         method = profile_method or target.profile.method
         opts = _options(approve, method, max_iterations, playbooks or [], no_builtin_playbooks)
         target = target.model_copy(update={"profile": target.profile.model_copy(update={"method": method})})

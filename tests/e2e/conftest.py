@@ -50,6 +50,11 @@ startup_timeout_s = {startup_timeout_s}
 prompts = ["Explain the KV cache.", "Write a haiku about GPUs."]
 max_tokens = 12
 repeats = 3
+[correctness]
+random_prompts = 1
+max_prompt_chars = 300
+max_tokens = 16
+concurrent = 2
 [profile]
 method = "{method}"
 """)

@@ -14,7 +14,7 @@ from langgraph.runtime import Runtime
 from agent.checkpoint import serializer
 from agent.context import LoopContext
 from agent.graph import builder
-from agent.steps_profile import propose
+from agent.steps_propose import propose
 from playbooks.engine import load_playbooks
 from playbooks.patches import choose_patch
 from state.calls import ApplyArgs

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from agent.checkpoint import serializer, state_types
 from agent.config import load_target, with_flag
 from agent.judge import judge
-from agent.steps_profile import files_of
+from agent.steps_propose import files_of
 from state.loop import LoopOptions, LoopState
 from state.measure import RequestRecord
 from state.sglang import SglangLayout

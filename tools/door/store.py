@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from state.decision import AASample
 from state.records import ToolCallRecord
 from state.session import SessionInfo
 from tools.paths import session_id as checked_id
@@ -30,6 +31,9 @@ CREATE TABLE IF NOT EXISTS tool_calls (
 CREATE TABLE IF NOT EXISTS inputs (
     session_id TEXT NOT NULL, n INTEGER NOT NULL, kind TEXT NOT NULL, value TEXT NOT NULL,
     PRIMARY KEY (session_id, n));
+CREATE TABLE IF NOT EXISTS aa_launches (
+    target_key TEXT NOT NULL, session_id TEXT NOT NULL, launch_number INTEGER NOT NULL,
+    sample TEXT NOT NULL, PRIMARY KEY (session_id, launch_number));
 """
 
 
@@ -113,9 +117,36 @@ class SessionStore:
             )
             return cur.rowcount
 
+    def superseded_call(self, session_id: str, name: str, inp: dict[str, Any]) -> ToolCallRecord | None:
+        """The latest superseded, successful call of tool `name` with exactly this input, if any."""
+        rows = self._conn.execute(
+            "SELECT record FROM tool_calls WHERE session_id = ? AND superseded = 1 ORDER BY seq DESC",
+            (session_id,),
+        ).fetchall()
+        wanted = json.loads(redact(json.dumps(inp)))  # compared as it was stored
+        for (text,) in rows:
+            rec = ToolCallRecord.model_validate_json(text)
+            if rec.name == name and rec.error is None and rec.output is not None and rec.input == wanted:
+                return rec
+        return None
+
     def tool_calls(self, session_id: str, *, include_superseded: bool = False) -> list[ToolCallRecord]:
         sql = "SELECT record FROM tool_calls WHERE session_id = ?"
         if not include_superseded:
             sql += " AND superseded = 0"
         rows = self._conn.execute(sql + " ORDER BY seq", (checked_id(session_id),)).fetchall()
         return [ToolCallRecord.model_validate_json(r[0]) for r in rows]
+
+    def add_aa(self, sample: AASample) -> None:
+        """Keep one A/A launch (a baseline launch); the same launch again replaces itself."""
+        self._write(
+            "INSERT OR REPLACE INTO aa_launches VALUES (?, ?, ?, ?)",
+            (sample.target_key, sample.session_id, sample.launch_number, sample.model_dump_json()),
+        )
+
+    def aa_samples(self, target_key: str) -> list[AASample]:
+        """Every A/A launch kept for a target on a host, oldest first."""
+        rows = self._conn.execute(
+            "SELECT sample FROM aa_launches WHERE target_key = ? ORDER BY rowid", (target_key,)
+        ).fetchall()
+        return [AASample.model_validate_json(r[0]) for r in rows]

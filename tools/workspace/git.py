@@ -126,6 +126,7 @@ class GitWorkspace(GitPlumbing):
         return WorkspaceSnapshot(
             path=str(self.root),
             head_sha=self._git("rev-parse", "HEAD"),
+            head_tree_sha=self._git("rev-parse", "HEAD^{tree}"),
             branch=self._branch(),
             dirty_sha256=dirty,
             staged_diff_sha256=sha256_hex(self._git(*diff, "--cached", **opts)),
@@ -162,11 +163,13 @@ class GitWorkspace(GitPlumbing):
         self._git("branch", "-q", "-D", name)
         return True
 
-    def check_patch(self, diff: str, *, allow_binary: bool = False) -> None:
-        """Raise PatchError unless `diff` applies to the working tree, the index and HEAD's tree."""
+    def check_patch(self, diff: str, *, allow_binary: bool = False, worktree: bool = True) -> None:
+        """Raise PatchError unless `diff` applies to the working tree (unless not `worktree`), the
+        index and HEAD's tree."""
         self.changed_files(diff, allow_binary=allow_binary)
         with self._scratch(diff) as (patch, env):
-            self._git(*APPLY, "--check", patch)
+            if worktree:
+                self._git(*APPLY, "--check", patch)
             self._git(*APPLY, "--check", "--cached", patch)
             self._git("read-tree", "HEAD", env=env)
             self._git(*APPLY, "--check", "--cached", patch, env=env)

@@ -1,0 +1,57 @@
+"""`perfloop calibrate TARGET.toml [--launches N]`: measure launch-to-launch noise on purpose."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from agent.calibrate import calibrate as run_calibration
+from agent.cli.common import HostPython, HostUrl, Json, TrustNew, run_command
+from agent.config import check_repo, load_target, with_host
+from agent.remote import executor_for, remote_options
+from agent.session import Sessions, new_session_id
+from tools.door.live import LiveDoor
+
+
+def calibrate(
+    target_toml: Annotated[Path, typer.Argument(help="Target config (TOML).")],
+    launches: Annotated[int, typer.Option(min=2, help="Launches of the same tree to measure.")] = 6,
+    host: HostUrl = None,
+    trust_new_host: TrustNew = False,
+    host_python: HostPython = None,
+    as_json: Json = False,
+) -> None:
+    """Launch the target's current tree N times and keep each launch as an A/A sample."""
+
+    def body():
+        target = with_host(load_target(target_toml), host, trust_new_host, host_python)
+        check_repo(target)
+        sessions = Sessions()
+        sid = f"calibrate-{new_session_id()}"
+        local_dir = sessions.session_dir(sid)
+        opts = remote_options(target, sid)
+        console = Console()
+        with executor_for(target, local_dir) as remote:
+            door = LiveDoor(sid, sessions.store, remote)
+            noise = run_calibration(
+                door,
+                target,
+                sid,
+                opts.get("host_dir") or local_dir,
+                opts.get("python") or sys.executable,
+                launches,
+                lambda line: console.print(line, highlight=False),
+            )
+        console.print(f"{target.name}: {noise.describe()}", highlight=False)
+        if as_json:
+            print(json.dumps({"calibration": sid, **noise.model_dump(mode="json")}))
+
+    run_command(body)
+
+
+COMMANDS = {"calibrate": calibrate}

@@ -1,0 +1,62 @@
+"""The mechanism check, as pure functions: did the operator a diagnosis blamed actually shrink?
+
+A playbook predicts what its patch changes (its evidence operator, and a share of decode time
+removed). After the patch is accepted, the next profile says what happened; a speedup whose
+predicted operator did not shrink by at least half the predicted amount is a gain with no
+mechanism, and is flagged (it may be noise, or the patch works for another reason).
+"""
+
+from __future__ import annotations
+
+from state.decision import MechanismCheck, Prediction
+from state.diagnosis import Diagnosis
+from state.loop import Proposal
+from state.profile import ProfileSummary
+
+CONFIRMED_FRACTION = 0.5
+"""Share of the predicted reduction the operator must show for the mechanism to count as seen."""
+
+
+def predict(proposal: Proposal, diagnosis: Diagnosis | None) -> Prediction | None:
+    """The proposal's prediction, if its evidence and the profile's step count are known."""
+    if not proposal.evidence or diagnosis is None or not diagnosis.steps:
+        return None
+    ev = proposal.evidence[0]
+    return Prediction(
+        op=ev.op,
+        dims=ev.dims,
+        op_us_per_step=ev.self_us / diagnosis.steps,
+        step_us=diagnosis.step_us,
+        expected_gain_share=proposal.expected_gain_share,
+    )
+
+
+def check(iteration: int, playbook: str, p: Prediction, after: ProfileSummary) -> MechanismCheck:
+    """Compare a prediction with the first profile after the patch."""
+    same = [o for o in after.ops if o.name == p.op and o.input_dims == p.dims]
+    op_after = sum(o.self_us for o in same) / max(after.steps, 1)
+    if p.step_us is not None and p.expected_gain_share > 0:
+        predicted = min(p.step_us * p.expected_gain_share, p.op_us_per_step)
+    else:
+        predicted = p.op_us_per_step
+    removed = p.op_us_per_step - op_after
+    confirmed = removed >= CONFIRMED_FRACTION * predicted
+    verdict = (
+        "mechanism confirmed" if confirmed else "GAIN WITHOUT MECHANISM: the predicted op did not shrink"
+    )
+    step = f"; step {p.step_us:.0f} -> {after.step_us:.0f} us" if p.step_us is not None else ""
+    return MechanismCheck(
+        iteration=iteration,
+        playbook=playbook,
+        op=p.op,
+        op_us_per_step_before=p.op_us_per_step,
+        op_us_per_step_after=op_after,
+        predicted_removed_us=predicted,
+        step_us_before=p.step_us,
+        step_us_after=after.step_us,
+        confirmed=confirmed,
+        note=(
+            f"{p.op} {p.op_us_per_step:.1f} -> {op_after:.1f} us/step (predicted -{predicted:.1f})"
+            f"{step}: {verdict}"
+        ),
+    )

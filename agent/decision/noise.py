@@ -1,0 +1,77 @@
+"""Launch-to-launch noise from A/A launches (the same tree launched again), as pure functions.
+
+Every baseline launch is an A/A sample: its location (mean over prompts of the median log TPOT)
+varies from launch to launch of the same tree by the launch noise plus the sampling error of the
+location. The pooled SD within groups of the same tree and workload counts both (conservative);
+the rule uses an upper 90% confidence bound of it (chi-square with the pooled degrees of
+freedom), and a conservative default until there are `min_aa_launches` launches (or that bound,
+when the first few launches already disagree by more than the default allows).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from statistics import NormalDist
+
+from state.decision import AASample, DecisionConfig, LaunchNoise
+from state.target import TargetConfig
+
+UPPER_BOUND = 0.90
+"""Confidence of the upper bound on the launch SD that the rule uses."""
+
+
+def _digest(value: object) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def target_key(target: TargetConfig) -> str:
+    """Which target on which host: name, host and launch command (not the repo path, which a demo
+    session makes anew), e.g. `mla_server demo (CPU preset)@local#1a2b...`."""
+    host = target.host.url if target.host.kind == "ssh" else "local"
+    launch = {"argv": target.launch.argv, "env": target.launch.env}
+    return f"{target.name}@{host}#{_digest([host, launch])}"
+
+
+def sample_group(content_sha256: str, target: TargetConfig, client: str) -> str:
+    """Launches comparable as A/A: same tree content, same workload, same client."""
+    m = target.measure
+    return _digest([content_sha256, m.prompts, m.max_tokens, m.warmup_requests, client])
+
+
+def chi2_quantile(p: float, df: int) -> float:
+    """Wilson-Hilferty approximation of the chi-square quantile (good to ~1% for df >= 2)."""
+    z = NormalDist().inv_cdf(p)
+    h = 2.0 / (9.0 * df)
+    return df * (1.0 - h + z * math.sqrt(h)) ** 3
+
+
+def pooled_sd(samples: Sequence[AASample]) -> tuple[float, int]:
+    """(pooled within-group SD of locations, degrees of freedom); (0, 0) with no repeated group."""
+    groups: dict[str, list[float]] = defaultdict(list)
+    for s in samples:
+        groups[s.group].append(s.location_log)
+    ss, df = 0.0, 0
+    for locs in groups.values():
+        if len(locs) >= 2:
+            mean = sum(locs) / len(locs)
+            ss += sum((x - mean) ** 2 for x in locs)
+            df += len(locs) - 1
+    return (math.sqrt(ss / df), df) if df else (0.0, 0)
+
+
+def launch_noise(samples: Sequence[AASample], cfg: DecisionConfig) -> LaunchNoise:
+    """The launch noise the rule uses: an upper bound of the A/A estimate, or the default."""
+    sd, df = pooled_sd(samples)
+    launches = len(samples)
+    upper = sd * math.sqrt(df / chi2_quantile(1.0 - UPPER_BOUND, df)) if df else 0.0
+    if launches < cfg.min_aa_launches or df < 2:  # the default, unless the few launches say worse
+        return LaunchNoise(
+            sigma_log=max(cfg.default_launch_noise, upper),
+            estimate_log=sd if df else None,
+            launches=launches,
+        )
+    return LaunchNoise(sigma_log=max(upper, 0.005), estimate_log=sd, launches=launches, source="aa")

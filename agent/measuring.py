@@ -1,0 +1,168 @@
+"""Measuring for the CI rule: arms measured alike, candidate looks on one launch, the A/A store.
+
+- The reference arm (the baseline, or an accepted candidate topped up) holds `repeats x looks`
+  requests per prompt, measured on its own launch before the tree changes: its server is gone when
+  the candidate runs, so it is measured with the full budget up front.
+- A candidate gets `repeats` requests per prompt per look on its one launch; after each look the
+  rule (agent/decision/rule.py) says accepted, rejected, regression or undecided; undecided adds
+  another batch, with no relaunch, until `looks` are spent (then inconclusive). Outputs are
+  compared first: a candidate whose greedy outputs differ is never timed further.
+- Both arms are measured alike: same client, workload and warm-up per launch (warm-ups are
+  discarded and counted), and with patch profiling the dormant hook in the tree for both; each
+  measurement records the tree's content fingerprint and what the tree held.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import statistics
+
+from langgraph.runtime import Runtime
+
+from agent.actions import measure_server
+from agent.context import LoopContext, call, need
+from agent.correctness import differences, take_outputs
+from agent.decision.noise import launch_noise, sample_group, target_key
+from agent.decision.rule import arm_location, arm_stats, by_prompt, look
+from state.calls import RepoArgs
+from state.decision import AARecordArgs, AASample, Judgement, LaunchNoise
+from state.loop import LoopState
+from state.measure import Measurement
+from tools.bench import summarize
+from tools.door import aa
+from tools.workspace import repo
+
+
+def content_fingerprint(head_tree_sha: str | None, tree_sha256: str, dirty: dict[str, str | None]) -> str:
+    """Fingerprint of what the tree holds, independent of commit dates (pure)."""
+    parts = [head_tree_sha or tree_sha256] + [f"{k}={v}" for k, v in sorted(dirty.items())]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def measure_arm(
+    state: LoopState, runtime: Runtime[LoopContext], label: str, repeats: int, warm_up: bool
+) -> Measurement:
+    """`repeats` requests per prompt on the running server (after the warm-ups if `warm_up`),
+    annotated with the tree it ran: content fingerprint, instrumentation, uncommitted files."""
+    cfg = state.target.measure
+    warmups = cfg.warmup_requests if warm_up else 0
+    target = state.target.model_copy(
+        update={"measure": cfg.model_copy(update={"repeats": repeats, "warmup_requests": warmups})}
+    )
+    m = measure_server(state.model_copy(update={"target": target}), runtime, label)
+    snap = call(runtime, repo.snapshot, RepoArgs(repo=state.target.repo))
+    instrumented = bool(state.server and state.server.instrumented)
+    hook = f" + dormant profiler in {state.instrumentation.relpath}" if state.instrumentation else ""
+    others = len(snap.dirty_sha256) - (1 if state.instrumentation else 0)
+    note = f"HEAD {snap.head_sha[:10]}{hook}" + (f" + {others} uncommitted file(s)" if others > 0 else "")
+    return m.model_copy(
+        update={
+            "warmups_discarded": warmups,
+            "instrumented": instrumented,
+            "content_sha256": content_fingerprint(snap.head_tree_sha, m.tree_sha256, snap.dirty_sha256),
+            "tree_note": note,
+        }
+    )
+
+
+def merge(first: Measurement, more: Measurement) -> Measurement:
+    """Two batches measured on one launch as one measurement (pure)."""
+    wall = sum(
+        sum(r.completion_tokens for r in m.requests) / m.output_tok_per_s
+        for m in (first, more)
+        if m.output_tok_per_s
+    )
+    merged = summarize(
+        first.label, first.tree_sha256, first.requests + more.requests, len(first.outputs), wall or 1.0
+    )
+    keep = ("client", "warmups_discarded", "instrumented", "content_sha256", "tree_note")
+    update = {k: getattr(first, k) for k in keep} | {"probe_ms": first.probe_ms + more.probe_ms}
+    return merged.model_copy(update=update)
+
+
+def budget(state: LoopState) -> int:
+    """Requests per prompt of a reference arm: `repeats x looks` (pure)."""
+    return state.target.measure.repeats * state.target.decide.looks
+
+
+def record_aa(state: LoopState, runtime: Runtime[LoopContext], m: Measurement) -> LaunchNoise:
+    """Keep this baseline launch as an A/A sample; the launch noise from all of its target's."""
+    key = target_key(state.target)
+    sample = AASample(
+        target_key=key,
+        group=sample_group(m.content_sha256 or m.tree_sha256, state.target, m.client),
+        session_id=state.session_id,
+        launch_number=state.server.launch_number if state.server else state.launches,
+        location_log=arm_location(by_prompt(m.requests, len(m.outputs))),
+        requests=len(m.requests),
+    )
+    samples = call(runtime, aa.record, AARecordArgs(target_key=key, sample=sample)).samples
+    return launch_noise(samples, state.target.decide)
+
+
+def machine_drift(reference: Measurement, candidate: Measurement) -> float:
+    """How much faster or slower the host ran for one arm than for the other (>= 1; 1 when not
+    recorded): the ratio of their median CPU-probe times (pure)."""
+    if not reference.probe_ms or not candidate.probe_ms:
+        return 1.0
+    a, b = statistics.median(reference.probe_ms), statistics.median(candidate.probe_ms)
+    return max(a / b, b / a) if a > 0 and b > 0 else 1.0
+
+
+def outputs_problem(reference: Measurement, candidate: Measurement) -> str | None:
+    """Why the candidate's outputs fail the gate, or None (pure)."""
+    if candidate.outputs != reference.outputs:
+        changed = sum(a != b for a, b in zip(reference.outputs, candidate.outputs, strict=False))
+        return f"outputs changed for {changed}/{len(reference.outputs)} prompt(s)"
+    if not candidate.outputs_stable:
+        return "outputs differ between repeats of the same prompt"
+    return None
+
+
+def unlike(reference: Measurement, candidate: Measurement) -> str | None:
+    """Why the two arms are not comparable, or None (pure; unrecorded fields are not compared)."""
+    if None not in (reference.instrumented, candidate.instrumented) and (
+        reference.instrumented != candidate.instrumented
+    ):
+        return "the arms ran with different instrumentation"
+    if reference.client != candidate.client:
+        return f"the arms were measured by different clients ({reference.client} vs {candidate.client})"
+    return None
+
+
+def judge_candidate(
+    state: LoopState, runtime: Runtime[LoopContext], label: str
+) -> tuple[Measurement, Judgement | None, str | None]:
+    """Measure the candidate look by look; (measurement, judgement, gate failure)."""
+    ref, cfg = need(state.reference, "reference measurement"), state.target.decide
+    noise = state.launch_noise or launch_noise([], cfg)
+    reps = state.target.measure.repeats
+    m = measure_arm(state, runtime, label, reps, warm_up=True)
+    problem = outputs_problem(ref, m) or unlike(ref, m)
+    if problem is None and state.correctness is not None:  # before any timing verdict
+        problem = differences(state.correctness, take_outputs(state, runtime), len(ref.outputs))
+    if problem is not None:
+        return m, None, problem
+    n = len(ref.outputs)
+    ref_arm = by_prompt(ref.requests, n)
+    looks = [look(ref_arm, by_prompt(m.requests, n), noise, cfg, 1, machine_drift(ref, m))]
+    while looks[-1].verdict == "undecided":
+        m = merge(m, measure_arm(state, runtime, label, reps, warm_up=False))
+        if (problem := outputs_problem(ref, m)) is not None:
+            return m, None, problem
+        k = len(looks) + 1
+        looks.append(look(ref_arm, by_prompt(m.requests, n), noise, cfg, k, machine_drift(ref, m)))
+    judgement = Judgement(
+        verdict=looks[-1].verdict,
+        looks=looks,
+        launch_noise=noise,
+        min_gain=cfg.min_gain,
+        confidence=cfg.confidence,
+        reference=arm_stats(ref.requests, n, ref.warmups_discarded),
+        candidate=arm_stats(m.requests, n, m.warmups_discarded),
+    )
+    more = state.iteration < state.options.max_iterations
+    missing = budget(state) - len(m.requests) // max(n, 1)
+    if judgement.verdict == "accepted" and more and missing > 0:  # it becomes the next reference
+        m = merge(m, measure_arm(state, runtime, label, missing, warm_up=False))
+    return m, judgement, None

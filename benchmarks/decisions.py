@@ -1,0 +1,246 @@
+"""How often the decision rule is fooled, on real launches of the demo server.
+
+A copy of the demo target gets one benchmark-only change: `ModelRunner.forward_decode` sleeps
+`BENCH_SLOWDOWN x` its own compute time after each step, so an arm launched with
+`BENCH_SLOWDOWN=0.3` really does 1.3x the decode time. Then, with perfloop's own client and rule
+(agent/decision/rule.py), exactly as the loop does it:
+
+1. calibration: `--calibration` launches of the unchanged tree, kept as A/A samples; the launch
+   noise (agent/decision/noise.py) comes from them, as `perfloop calibrate` would give;
+2. A/A: `--aa-pairs` pairs of two fresh launches of the same tree; the reference arm measured with
+   the full budget (repeats x looks per prompt), the candidate look by look on its launch;
+3. detection: for each `--detect F:N`, N pairs whose reference arm runs `BENCH_SLOWDOWN = F - 1`
+   and whose candidate runs the unchanged tree (a true F x speedup).
+
+The tree has the cast fix applied (`--unfixed` keeps the slow full-pool cast), so a request takes
+milliseconds and launches dominate the cost.
+
+Each scenario is judged twice, with the calibrated launch noise and with the conservative default;
+a table of verdicts goes to stdout (markdown) and all numbers to `--out` (JSON).
+
+    .venv/bin/python benchmarks/decisions.py --aa-pairs 20 --detect 1.1:20 --detect 1.3:20
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from agent.decision.noise import launch_noise  # noqa: E402
+from agent.decision.rule import arm_location, by_prompt, look  # noqa: E402
+from state.calls import LaunchArgs, MeasureArgs, ServerArgs  # noqa: E402
+from state.decision import AASample, DecisionConfig, LaunchNoise  # noqa: E402
+from state.target import LaunchConfig, MeasureConfig  # noqa: E402
+from tools import server  # noqa: E402
+from tools.bench import measure_with_client  # noqa: E402
+
+DEMO = ROOT / "examples" / "targets" / "mla_server"
+PROMPTS = ["Explain the KV cache in one sentence.", "Write a haiku about GPUs.", "List three prime numbers."]
+WRAPPER = '''
+    def forward_decode(self, batch):
+        """Benchmark copy: the step, then a sleep of BENCH_SLOWDOWN x its compute time."""
+        import os as _os
+        import time as _time
+
+        t0 = _time.perf_counter()
+        out = self._forward_decode_unslowed(batch)
+        slow = float(_os.environ.get("BENCH_SLOWDOWN", "0"))
+        if slow > 0:
+            _time.sleep((_time.perf_counter() - t0) * slow)
+        return out
+'''
+
+
+FIX = [
+    (
+        "k_buffer = self.kv_pool.get_key_buffer(layer_id).to(q.dtype)",
+        "k_buffer = self.kv_pool.get_key_buffer(layer_id)",
+    ),
+    ("k_buffer[kv_indices], causal=False)", "k_buffer[kv_indices].to(q.dtype), causal=False)"),
+]
+
+
+def make_tree(dest: Path, fixed: bool) -> Path:
+    """The demo target with the slowdown knob (and, if `fixed`, the cast fix: short steps)."""
+    shutil.copytree(DEMO, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    if fixed:
+        backend = dest / "mla_server" / "attention" / "mla_backend.py"
+        text = backend.read_text()
+        for old, new in FIX:
+            assert old in text, "the demo's attention backend changed: update the benchmark"
+            text = text.replace(old, new, 1)
+        backend.write_text(text)
+    runner = dest / "mla_server" / "model_runner.py"
+    text = runner.read_text()
+    old = "    def forward_decode(self, batch):\n"
+    assert old in text, "the demo's ModelRunner.forward_decode changed: update the benchmark"
+    runner.write_text(text.replace(old, WRAPPER + "\n    def _forward_decode_unslowed(self, batch):\n", 1))
+    return dest
+
+
+class Bench:
+    """Launch-and-measure helpers over one tree."""
+
+    def __init__(self, tree: Path, args: argparse.Namespace) -> None:
+        self.tree, self.args, self.counter = tree, args, itertools.count(1)
+        self.logs = Path(tempfile.mkdtemp(prefix="decisions-logs-"))
+        argv = ["bash", "launch.sh", "--port", "{port}", "--preset", args.preset, "--device", args.device]
+        if args.threads:
+            argv += ["--threads", str(args.threads)]
+        self.argv = argv
+        self.cfg = DecisionConfig(looks=args.looks)
+
+    def launch(self, slowdown: float):
+        n = next(self.counter)
+        env = {"PYTHON": "{python}", "BENCH_SLOWDOWN": str(slowdown)}
+        return server.launch(
+            LaunchArgs(
+                repo=self.tree,
+                launch=LaunchConfig(argv=self.argv, env=env, startup_timeout_s=300),
+                python=sys.executable,
+                log_path=self.logs / f"server-{n}.log",
+                tree_sha256="bench",
+                instrumented=False,
+                profile_dir=None,
+                launch_number=n,
+                pid_file=self.logs / f"server-{n}.pid",
+            )
+        )
+
+    def measure(self, handle, repeats: int, warmups: int):
+        cfg = MeasureConfig(
+            prompts=PROMPTS, max_tokens=self.args.max_tokens, repeats=repeats, warmup_requests=warmups
+        )
+        args = MeasureArgs(base_url=handle.base_url, model="mla-demo", config=cfg, label="b", tree_sha256="x")
+        return by_prompt(measure_with_client(args).requests, len(PROMPTS))
+
+    def arm(self, slowdown: float, repeats: int):
+        h = self.launch(slowdown)
+        try:
+            return self.measure(h, repeats, 1)
+        finally:
+            server.stop(ServerArgs(server=h, grace_s=5))
+
+    def pair(self, ref_slowdown: float, noises: dict[str, LaunchNoise]) -> dict:
+        """Reference arm (full budget), then the candidate look by look on one launch."""
+        reps = self.args.repeats
+        ref = self.arm(ref_slowdown, reps * self.cfg.looks)
+        h = self.launch(0.0)
+        out: dict = {}
+        try:
+            cand = [a[:0] for a in ref]
+            undecided = set(noises)
+            for k in range(1, self.cfg.looks + 1):
+                batch = self.measure(h, reps, 1 if k == 1 else 0)
+                cand = [np.concatenate([c, b]) for c, b in zip(cand, batch, strict=True)]
+                for name in sorted(undecided):
+                    lk = look(ref, cand, noises[name], self.cfg, k)
+                    if lk.verdict != "undecided":
+                        out[name] = lk.model_dump()
+                        undecided.discard(name)
+                if not undecided:
+                    break
+        finally:
+            server.stop(ServerArgs(server=h, grace_s=5))
+        return out
+
+
+def table(results: dict) -> str:
+    rows = [
+        "| scenario | launch noise used | pairs | accepted | rejected | regression | inconclusive "
+        "| median speedup | mean looks |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for scen, by_noise in results["scenarios"].items():
+        for noise_name, looks in by_noise.items():
+            verdicts = [lk["verdict"] for lk in looks]
+            rows.append(
+                f"| {scen} | {results['noise'][noise_name]} | {len(looks)} | "
+                + " | ".join(
+                    str(verdicts.count(v)) for v in ("accepted", "rejected", "regression", "inconclusive")
+                )
+                + f" | {statistics.median(lk['speedup'] for lk in looks):.3f}"
+                f" | {statistics.mean(lk['look'] for lk in looks):.2f} |"
+            )
+    return "\n".join(rows)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--calibration", type=int, default=8, help="A/A launches for the launch noise")
+    p.add_argument("--aa-pairs", type=int, default=20)
+    p.add_argument("--detect", action="append", default=[], help="F:N, e.g. 1.3:20")
+    p.add_argument("--repeats", type=int, default=7, help="requests per prompt per look")
+    p.add_argument("--looks", type=int, default=3)
+    p.add_argument("--max-tokens", type=int, default=16)
+    p.add_argument("--preset", default="cpu")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--unfixed", action="store_true", help="keep the full-pool cast (slow steps)")
+    p.add_argument("--workers", type=int, default=1, help="pairs measured at once (each its own servers)")
+    p.add_argument("--out", type=Path, default=None)
+    args = p.parse_args()
+    t0 = time.time()
+    tree = make_tree(Path(tempfile.mkdtemp(prefix="decisions-")) / "mla_server", not args.unfixed)
+    bench = Bench(tree, args)
+    samples = []
+    pool = ThreadPoolExecutor(args.workers)
+    arms = pool.map(lambda _: bench.arm(0.0, args.repeats * args.looks), range(args.calibration))
+    for i, arm in enumerate(arms):
+        samples.append(
+            AASample(
+                target_key="bench",
+                group="same",
+                session_id=f"c{i}",
+                launch_number=1,
+                location_log=arm_location(arm),
+                requests=sum(len(a) for a in arm),
+            )
+        )
+        print(f"calibration launch {i + 1}: location {samples[-1].location_log:.4f}", flush=True)
+    noises = {
+        "calibrated": launch_noise(samples, bench.cfg),
+        "default": LaunchNoise(sigma_log=bench.cfg.default_launch_noise),
+    }
+    results: dict = {
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "calibration_locations": [s.location_log for s in samples],
+        "noise": {k: v.describe() for k, v in noises.items()},
+        "scenarios": {},
+    }
+    plan = [("A/A (same tree)", 1.0, args.aa_pairs)]
+    plan += [(f"true {f}x", float(f), int(n)) for f, n in (d.split(":") for d in args.detect)]
+    for name, factor, pairs in plan:
+        per_noise: dict[str, list] = {k: [] for k in noises}
+        for i, out in enumerate(pool.map(lambda _, f=factor: bench.pair(f - 1.0, noises), range(pairs))):
+            for k, lk in out.items():
+                per_noise[k].append(lk)
+            print(f"{name} pair {i + 1}/{pairs}: " + ", ".join(
+                f"{k} {lk['speedup']:.3f}x [{lk['ci_low']:.3f}, {lk['ci_high']:.3f}] {lk['verdict']}"
+                for k, lk in out.items()), flush=True)  # fmt: skip
+        results["scenarios"][name] = per_noise
+    results["wall_s"] = time.time() - t0
+    print(table(results))
+    print(f"wall time {results['wall_s'] / 60:.1f} min; launch noise: {results['noise']}")
+    if args.out:
+        args.out.write_text(
+            json.dumps(results, indent=1, default=lambda o: None if o != o or math.isinf(o) else o)
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,250 @@
+"""Values of the decision rule: launch noise from A/A launches, one look at the data, the verdict."""
+
+from typing import Literal
+
+from pydantic import Field
+
+from state.base import Model
+
+Verdict = Literal["accepted", "rejected", "regression", "inconclusive", "undecided"]
+"""accepted: the whole CI lies above 1 + min gain; regression: the whole CI lies below 1;
+rejected: the CI excludes any gain worth keeping (its upper end is below 1 + min gain);
+inconclusive: the budget of looks is spent and none of those holds; undecided: looks remain."""
+
+
+class DecisionConfig(Model):
+    """How a candidate is judged against the reference (the target file's `[decide]` table)."""
+
+    min_gain: float = Field(0.02, ge=0)
+    """Smallest speedup worth keeping, as a fraction (0.02: the CI must lie above 1.02x)."""
+    confidence: float = Field(0.95, gt=0.5, lt=1)
+    """Simultaneous confidence of the intervals over all looks (Bonferroni: each look uses
+    1 - (1 - confidence) / looks)."""
+    looks: int = Field(3, ge=1, le=10)
+    """Most looks at the candidate; each look adds `measure.repeats` requests per prompt on the
+    same launch. The reference arm is measured with the full budget (looks x repeats) up front."""
+    bootstrap: int = Field(2000, ge=200)
+    """Bootstrap resamples per look."""
+    default_launch_noise: float = Field(0.25, gt=0, lt=1)
+    """Launch-to-launch noise (SD of log TPOT of one launch) assumed until the A/A store holds
+    `min_aa_launches` baseline launches of this target on this host; conservative on purpose: on a
+    2-core machine shared with other jobs, A/A launches of the demo varied by 14% (SD) and one A/A
+    pair by 1.9x. With it one launch per arm resolves only gains above ~2.4x: calibrate
+    (`perfloop calibrate`) to resolve smaller ones."""
+    min_aa_launches: int = Field(6, ge=3)
+    """A/A launches needed (at least two of one tree) before their estimate replaces the default."""
+
+
+class LaunchNoise(Model):
+    """Launch-to-launch noise of a target on a host, from A/A launches (or the default)."""
+
+    sigma_log: float
+    """SD of one launch's log-TPOT location that the rule uses (an upper confidence bound of the
+    A/A estimate, or the default)."""
+    estimate_log: float | None = None
+    """The A/A point estimate (pooled SD over launches of the same tree), if there are any."""
+    launches: int = 0
+    """A/A launches the estimate pools."""
+    source: Literal["default", "aa"] = "default"
+    """`aa`: measured; `default`: too few A/A launches yet, the conservative default."""
+
+    def describe(self) -> str:
+        """e.g. `launch noise 2.1% (14 A/A launches)` or `launch noise 15.0% (default: 2 A/A ...)`."""
+        if self.source == "aa":
+            return f"launch noise {self.sigma_log:.1%} ({self.launches} A/A launches)"
+        so_far = f", {self.estimate_log:.1%} measured" if self.estimate_log is not None else ""
+        return (
+            f"launch noise {self.sigma_log:.1%} (conservative default: {self.launches} A/A launches "
+            f"so far{so_far})"
+        )
+
+
+class ArmStats(Model):
+    """What one arm's requests looked like (warm-ups already discarded)."""
+
+    tpot_ms_median: float
+    """Median per-request TPOT."""
+    itl_ms_p50: float
+    """Median inter-token latency over all tokens."""
+    itl_ms_p99: float
+    """99th percentile inter-token latency over all tokens."""
+    ttft_ms_median: float
+    """Median time to first token."""
+    requests: int
+    """Requests measured."""
+    warmups_discarded: int = 0
+    """Warm-up requests sent on this launch and not counted."""
+    outliers: int = 0
+    """Requests whose log TPOT lies over 3 IQRs from their prompt's median (flagged, kept)."""
+
+
+class Look(Model):
+    """The rule applied once, after a batch of candidate requests."""
+
+    look: int
+    """1-based look number."""
+    of: int
+    """Most looks allowed."""
+    speedup: float
+    """exp(combined Hodges-Lehmann shift of log TPOT): reference TPOT / candidate TPOT."""
+    ci_low: float
+    """Lower end of the speedup CI at this look's level."""
+    ci_high: float
+    """Upper end of the speedup CI."""
+    level: float
+    """Per-look two-sided level (confidence / looks spent, Bonferroni)."""
+    prompts: int
+    """Prompts combined."""
+    requests_reference: int
+    """Requests per prompt in the reference arm (smallest over prompts)."""
+    requests_candidate: int
+    """Requests per prompt in the candidate arm (smallest over prompts)."""
+    verdict: Verdict
+    """What this look concluded."""
+    machine_drift: float = 1.0
+    """How much faster the host ran for one arm than the other (CPU probe ratio, >= 1); the CI is
+    widened by it on both sides."""
+
+
+class Judgement(Model):
+    """The rule's final answer on one candidate, with what it rests on."""
+
+    verdict: Verdict
+    """Final verdict (never `undecided`)."""
+    looks: list[Look]
+    """Every look taken, in order."""
+    launch_noise: LaunchNoise
+    """The launch noise the CI includes."""
+    min_gain: float
+    """Minimum gain the lower CI end had to clear."""
+    confidence: float
+    """Simultaneous confidence over all looks."""
+    reference: ArmStats | None = None
+    """The reference arm."""
+    candidate: ArmStats | None = None
+    """The candidate arm."""
+
+    @property
+    def last(self) -> Look:
+        """The look that decided."""
+        return self.looks[-1]
+
+    def line(self) -> str:
+        """`TPOT 1.27x [1.19, 1.36] 95% CI, n = 3 prompts x 20 requests per arm, launch noise ...`."""
+        lk = self.last
+        n = (
+            f"{lk.requests_candidate}"
+            if lk.requests_candidate == lk.requests_reference
+            else f"{lk.requests_reference}/{lk.requests_candidate}"
+        )
+        return (
+            f"TPOT {lk.speedup:.2f}x [{lk.ci_low:.2f}, {lk.ci_high:.2f}] {self.confidence:.0%} CI, "
+            f"n = {lk.prompts} prompts x {n} requests per arm, {self.launch_noise.describe()}, "
+            f"look {lk.look}/{lk.of} -> {self.verdict}"
+            + (
+                f" (host ran {lk.machine_drift:.2f}x faster for one arm: CI widened by it)"
+                if lk.machine_drift >= 1.05
+                else ""
+            )
+        )
+
+
+class AASample(Model):
+    """One A/A launch: a baseline launch of a target on a host, kept in the session store."""
+
+    target_key: str
+    """Target and host identity (name, host, launch command): samples are pooled per key."""
+    group: str
+    """Tree content and workload: only launches of the same group are compared with each other."""
+    session_id: str
+    """Session that launched it."""
+    launch_number: int
+    """Its launch number in that session."""
+    location_log: float
+    """Mean over prompts of the median log TPOT (ms) of the launch."""
+    requests: int
+    """Requests behind the location."""
+
+
+class Prediction(Model):
+    """What a diagnosis predicted a patch changes, recorded when the patch is accepted."""
+
+    op: str
+    """The evidence operator the patch should shrink."""
+    dims: list[list[int]]
+    """Its input dims."""
+    op_us_per_step: float
+    """Its self time per profiled step before the patch (us)."""
+    step_us: float | None
+    """The profiled step time before the patch (us), when the diagnosis recorded it."""
+    expected_gain_share: float
+    """Fraction of decode time the playbook's gain model says the patch removes."""
+
+
+class MechanismCheck(Model):
+    """Predicted vs realized, from the first profile after an accepted patch."""
+
+    iteration: int
+    """Iteration whose patch is checked."""
+    playbook: str
+    """Its playbook."""
+    op: str
+    """The operator predicted to shrink."""
+    op_us_per_step_before: float
+    """Its time per step before (us)."""
+    op_us_per_step_after: float
+    """Its time per step after (us; 0 when the group is gone)."""
+    predicted_removed_us: float
+    """Step time the gain model predicted removed (us per step)."""
+    step_us_before: float | None
+    """Profiled step time before (us)."""
+    step_us_after: float
+    """Profiled step time after (us)."""
+    confirmed: bool
+    """Whether the operator shrank by at least half of what was predicted."""
+    note: str
+    """One line, e.g. `aten::copy_ 412.0 -> 0.0 us/step (predicted -380.1): mechanism confirmed`."""
+
+
+class AARecordArgs(Model):
+    """Keep one A/A launch in the session store and read back its target's launches."""
+
+    target_key: str
+    """Target and host (see agent/decision/noise.py `target_key`)."""
+    sample: AASample | None = None
+    """The launch to keep; `None` only reads."""
+
+
+class AASamples(Model):
+    """A/A launches of one target on one host."""
+
+    samples: list[AASample]
+    """Oldest first."""
+
+
+class OutputsArgs(Model):
+    """Greedy outputs of a prompt set: one request at a time, then the first `concurrent` at once."""
+
+    base_url: str
+    """Server base URL."""
+    model: str
+    """Model name for requests."""
+    prompts: list[str]
+    """The correctness set."""
+    max_tokens: int
+    """Tokens generated per request."""
+    concurrent: int = 0
+    """How many of the prompts are also sent together."""
+    timeout_s: float = 300.0
+    """Per-request timeout."""
+
+
+class OutputsResult(Model):
+    """The texts the server generated."""
+
+    sequential: list[str]
+    """One per prompt, sent one at a time."""
+    concurrent: list[str]
+    """One per prompt of the concurrent batch, sent at once."""
+    duration_s: float
+    """Wall time of the whole check."""

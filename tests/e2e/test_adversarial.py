@@ -1,0 +1,114 @@
+"""Candidates built to fool the decision, on the CPU demo target (each a playbook with its own patch).
+
+- one-prompt-wrong: the real fix (fast) plus a bug past 56 tokens of context, which only the longer
+  of the two prompts reaches: rejected on the output gate before any timing verdict;
+- slower: real extra work in decode (the full-pool cast done four times): a regression (or, where
+  the host's speed changed between the arms, inconclusive: never kept);
+- no-op: a comment-only patch: never accepted (with the default launch noise it ends inconclusive).
+The A/A false-accept rate over many sessions is measured by `benchmarks/decisions.py`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import assert_clean, edited_diff, git, last_json, perfloop, playbook_variant
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]  # one session, up to four launches
+
+BACKEND = "mla_server/attention/mla_backend.py"
+CAST = "k_buffer = self.kv_pool.get_key_buffer(layer_id).to(q.dtype)"
+FIX = [(CAST, "k_buffer = self.kv_pool.get_key_buffer(layer_id)"),
+       ("k_buffer[kv_indices], causal=False)", "k_buffer[kv_indices].to(q.dtype), causal=False)")]  # fmt: skip
+NO_OP = [("real = len(batch.kv_indices)\n", "real = len(batch.kv_indices)  # reviewed: nothing to change\n")]
+SLOWER = [
+    (
+        CAST,
+        CAST + "\n        for _ in range(3):\n            self.kv_pool.get_key_buffer(layer_id).to(q.dtype)",
+    )
+]
+ONE_PROMPT = [  # wrong only past 56 tokens of context: the 49-token prompt gets there, the 45-token one not
+    (
+        "k_buffer[kv_indices].to(q.dtype), causal=False)[0]\n",
+        "k_buffer[kv_indices].to(q.dtype), causal=False)[0]\n"
+        "            if len(kv_indices) > 56:\n"
+        "                out[i] = 0\n",
+    )
+]
+
+
+def small_target(path: Path, repo: Path) -> Path:
+    """Two prompts, 12 tokens, 3 requests per prompt per look (3 looks): the e2e workload."""
+    path.write_text(f"""
+name = "adversarial mla_server"
+kind = "mla_server"
+repo = "{repo}"
+model = "mla-demo"
+[launch]
+argv = ["bash", "launch.sh", "--port", "{{port}}", "--preset", "cpu"]
+env = {{ PYTHON = "{{python}}" }}
+startup_timeout_s = 120
+[measure]
+prompts = ["Explain the KV cache.", "Write a haiku about GPUs."]
+max_tokens = 12
+repeats = 3
+[correctness]
+random_prompts = 1
+max_prompt_chars = 300
+max_tokens = 16
+concurrent = 2
+""")
+    return path
+
+
+def run_books(tmp_path: Path, home: Path, repo: Path, books: Path) -> tuple[dict, dict]:
+    proc = perfloop(
+        home,
+        "run",
+        str(small_target(tmp_path / "t.toml", repo)),
+        "--json",
+        "--playbooks",
+        str(books),
+        "--no-builtin-playbooks",
+        "--max-iterations",
+        "1",
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    s = last_json(proc)
+    shown = last_json(perfloop(home, "show", s["session"], "--json"))
+    return s, {d["playbook"]: d for d in shown["decisions"]}
+
+
+def test_wrong_for_one_prompt_slower_and_no_op_are_never_kept(tmp_path: Path, home: Path, repo: Path) -> None:
+    books = tmp_path / "books"
+    playbook_variant(
+        books, "one-prompt-wrong", 0.99, edited_diff(repo, tmp_path, {BACKEND: FIX + ONE_PROMPT})
+    )
+    playbook_variant(books, "slower", 0.98, edited_diff(repo, tmp_path, {BACKEND: SLOWER}))
+    playbook_variant(books, "no-op", 0.97, edited_diff(repo, tmp_path, {BACKEND: NO_OP}))
+    s, by = run_books(tmp_path, home, repo, books)
+    assert s["accepted"] == [] and sorted(s["rejected"]) == ["no-op", "one-prompt-wrong", "slower"], s
+    wrong = by["one-prompt-wrong"]
+    assert wrong["verdict"] == "rejected" and wrong["reason"] == "outputs changed for 1/2 prompt(s)", wrong
+    assert wrong["judgement"] is None  # never timed past the gate
+    slower = by["slower"]  # a regression on a steady host; a host whose load changes widens the CI
+    assert slower["verdict"] in ("regression", "inconclusive"), slower["reason"]
+    assert slower["judgement"]["looks"][-1]["speedup"] < 0.8, slower["reason"]
+    noop = by["no-op"]
+    assert noop["verdict"] in ("inconclusive", "rejected"), noop["reason"]
+    assert len(noop["judgement"]["looks"]) >= 1 and "95% CI" in noop["reason"]
+    assert git(repo, "rev-list", "--count", "main..HEAD").strip() == "0"
+    assert git(repo, "status", "--porcelain") == ""
+    assert_clean(repo, s["branch"])
+
+
+@pytest.mark.parametrize("attempt", [1, 2])
+def test_no_op_is_never_accepted(tmp_path: Path, home: Path, repo: Path, attempt: int) -> None:
+    """A comment-only patch, in fresh sessions (benchmarks/decisions.py runs it 20 times)."""
+    books = tmp_path / "books"
+    playbook_variant(books, "no-op", 0.97, edited_diff(repo, tmp_path, {BACKEND: NO_OP}))
+    s, by = run_books(tmp_path, home, repo, books)
+    assert s["accepted"] == [] and by["no-op"]["verdict"] != "accepted", by["no-op"]["reason"]
+    assert s["server_launches"] == 2

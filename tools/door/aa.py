@@ -1,0 +1,23 @@
+"""The A/A store as a door tool: keep a baseline launch's location, return every launch of its target.
+
+It runs here (`where="local"`), beside the session store, whatever host the target is on; through
+the door its answer is recorded, so a replayed session sees the launch noise it decided with.
+"""
+
+from __future__ import annotations
+
+from state.decision import AARecordArgs, AASamples
+from tools.door.registry import tool
+from tools.door.store import SessionStore, perfloop_home
+
+
+@tool("aa.record", where="local")
+def record(args: AARecordArgs) -> AASamples:
+    """Add `args.sample` (unless `None`) to the A/A store; return all samples of `args.target_key`."""
+    store = SessionStore(perfloop_home() / "sessions.sqlite")
+    try:
+        if args.sample is not None:
+            store.add_aa(args.sample)
+        return AASamples(samples=store.aa_samples(args.target_key))
+    finally:
+        store.close()
