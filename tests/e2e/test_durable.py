@@ -318,23 +318,30 @@ def test_edited_patches_are_validated_and_recorded(tmp_path: Path, home: Path, r
         "huge": good + "\n" * (50 * 1024 * 1024),
     }
     outside = "patches may only touch files inside the repository, outside .git/; fix the diff's paths"
-    refusal = {  # what each refusal must say, besides naming --patch and the file
+    refusal = {
         "escape": f"patch refused: path '../outside.py': {outside}",
         "gitdir": f"patch refused: path '.git/config': {outside}",
-        "binary": "binary",
-        "stale": f"patch does not apply: {BACKEND}:22",
-        "absolute": "absolute path",
-        "symlink-out": "only regular files",
-        "huge": "bytes",
+        "binary": "patch refused: line 4: binary hunk; send text diffs only (a playbook may declare binary "
+        "patches)",
+        "stale": f"patch does not apply: {BACKEND}:22 (git apply --check); regenerate the diff against "
+        "the current file",
+        "absolute": "patch refused: line 4 names the absolute path /tmp/perfloop-outside.py; paths must be "
+        "relative to the repository",
+        "symlink-out": "patch refused: line 2 makes a symlink; only regular files (100644 or 100755) may be "
+        "patched",
     }
     for name, diff in malicious.items():
         f = tmp_path / f"{name}.diff"
         f.write_text(diff)
         proc = perfloop(home, "approve", sid, "--patch", str(f))
         assert proc.returncode == 2, (name, proc.stdout, proc.stderr)
-        assert len(proc.stderr.strip().splitlines()) == 1, (name, proc.stderr)
-        assert proc.stderr.startswith("error: --patch") and str(f) in proc.stderr, (name, proc.stderr)
-        assert refusal[name] in proc.stderr, (name, proc.stderr)
+        expected = (
+            f"--patch: patch refused: {f} is {f.stat().st_size} bytes, over the limit of 1048576 "
+            "(`max_patch_bytes` in the target)"
+            if name == "huge"
+            else f"--patch {f}: {refusal[name]}"
+        )
+        assert proc.stderr == f"error: {expected}\n", proc.stderr
         assert last_json(perfloop(home, "sessions", "--json"))[0]["status"] == "paused"
         assert tree(repo) == before
     (tmp_path / "good.diff").write_text(good)
