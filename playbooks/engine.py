@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from playbooks.match import GENERIC, generic_finding, match_playbook
+from playbooks.predict import paired, with_prediction
 from playbooks.schema import Playbook
 from state.diagnosis import Diagnosis, DiagnosisContext, Finding
 from state.profile import ProfileSummary
@@ -59,7 +60,10 @@ def load_playbook(file: Path) -> Playbook:
 
 def diagnose(profile: ProfileSummary, ctx: DiagnosisContext, playbooks: Sequence[Playbook]) -> Diagnosis:
     """Findings of every matching playbook, best first; a generic finding when none matches."""
-    findings = [f for pb in playbooks if (f := match_playbook(pb, profile, ctx)) is not None]
+    found = [f for pb in playbooks if (f := match_playbook(pb, profile, ctx)) is not None]
+    step_us = profile.step_wall_us or profile.step_us or None
+    predicted = [with_prediction(f, profile.step_bounds, step_us, ctx.tpot_ms) for f in found]
+    findings = paired(predicted, profile.step_bounds)
     findings.sort(key=_rank, reverse=True)
     return Diagnosis(
         findings=findings or [generic_finding(profile)],
@@ -69,8 +73,12 @@ def diagnose(profile: ProfileSummary, ctx: DiagnosisContext, playbooks: Sequence
 
 
 def _rank(finding: Finding) -> tuple[float, float]:
-    """Sort key: confidence-weighted expected gain, then the share of the evidence."""
-    return (finding.confidence * finding.expected_gain_share, sum(e.share for e in finding.evidence))
+    """Sort key: confidence-weighted expected gain (alone, or half the gain together with its
+    paired finding, whichever is larger), then the share of the evidence."""
+    gain = finding.expected_gain_share
+    if finding.paired_speedup:
+        gain = max(gain, (1 - 1 / finding.paired_speedup) / 2)
+    return (finding.confidence * gain, sum(e.share for e in finding.evidence))
 
 
 def patch_text(playbook: Playbook, target_kind: str) -> str | None:

@@ -13,6 +13,7 @@ import msgspec
 
 from state.profile import OpStat, ProfileSummary, SyncStat
 from tools.errors import TraceError
+from tools.trace.bounds import step_bounds
 from tools.trace.collect import Collected
 from tools.trace.device import (
     device_activity,
@@ -43,7 +44,8 @@ def read_chrome_trace(path: str | Path, steps: int | None = None) -> ProfileSumm
 def summarize_events(events: Iterable[dict | Event], source: str, steps: int | None = None) -> ProfileSummary:
     """Summarize already-loaded events (dicts as in the trace's JSON, or decoded `Event`s)."""
     col = Collected()
-    col.add([e if isinstance(e, Event) else msgspec.convert(e, Event) for e in events])
+    decode = msgspec.json.Decoder(Event).decode  # via JSON: raw dims and types stay raw, as in a file
+    col.add([e if isinstance(e, Event) else decode(msgspec.json.encode(e)) for e in events])
     return summarize(col, source, steps)
 
 
@@ -73,6 +75,7 @@ def summarize(col: Collected, source: str, steps: int | None = None) -> ProfileS
         device_activity=device_activity(windows, col.launch_us) if on_device else None,
         syncs=_sync_stats(walked),
         step_wall_us=sum(s[2] for s in walked.steps) / len(walked.steps) if walked.steps else None,
+        step_bounds=step_bounds(col, walked.steps, windows) if on_device else None,
     )
 
 
