@@ -242,7 +242,7 @@ def summarize(state: LoopState, status: str) -> Summary:
         ttft_ms_before=before.ttft_ms.median if before else None,
         ttft_ms_after=after.ttft_ms.median if after else None,
         outputs_identical=after.outputs == before.outputs if before and after else None,
-        accepted=[c.trailers.get("Perfloop-Playbook", "?") for c in state.accepted],
+        accepted=[d.playbook for d in state.decisions if d.verdict == "accepted"],
         rejected=rejected,
         commits=[c.sha for c in state.accepted],
         branch=state.branch,
@@ -252,4 +252,5 @@ def summarize(state: LoopState, status: str) -> Summary:
         iterations=len(state.profiles),
         stop_reason=state.stop_reason or state.error or "",
         repo=state.target.repo,
+        launch_argv=state.launch_argv or state.target.launch.argv,
     )

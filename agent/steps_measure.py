@@ -29,10 +29,16 @@ def decide(
     state: LoopState, runtime: Runtime[LoopContext]
 ) -> Command[Literal["profile", "rollback", "finish", "abort"]]:
     """Accept if faster beyond noise with identical outputs; then profile again or stop."""
-    ok, reason, noise = judge(state.reference, state.candidate)
+    p = state.proposal
+    enables = (
+        f"predicted {p.predicted_speedup:.2f}x alone, {p.paired_speedup:.2f}x with {p.paired_with}"
+        if p.paired_with and p.paired_with not in state.tried and p.predicted_speedup is not None
+        else None
+    )
+    ok, reason, noise = judge(state.reference, state.candidate, enables)
     if state.approval is not None and state.approval.diff is not None:
         reason += " (human-edited patch)"
-    p, commit = state.proposal, state.pending_commit
+    commit = state.pending_commit
     decision = Decision(
         iteration=state.iteration,
         playbook=p.playbook,
@@ -42,13 +48,17 @@ def decide(
         tpot_ms_after=state.candidate.tpot_ms.median,
         noise_ms=noise,
         outputs_identical=state.candidate.outputs == state.reference.outputs,
-        commit=commit.sha if ok else None,
+        commit=commit.sha if ok and commit else None,
+        launch_argv=p.launch_argv,
+        predicted_speedup=p.predicted_speedup,
     )
     update = {"decisions": [decision], "transitions": transition("decide", f"{decision.verdict}: {reason}")}
     if not ok:
         return Command(update=update, goto="rollback")
     update |= {
-        "accepted": [*state.accepted, commit],
+        "accepted": [*state.accepted, commit] if commit else state.accepted,
+        "launch_argv": state.pending_launch or state.launch_argv,
+        "pending_launch": None,
         "reference": state.candidate,
         "pending_commit": None,
         "proposal": None,

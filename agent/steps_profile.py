@@ -12,6 +12,7 @@ from langgraph.types import Command
 from agent.context import LoopContext, call, host_dir, step, transition
 from playbooks.engine import diagnose as run_diagnosis
 from playbooks.engine import launch_conflict, load_playbooks, patch_text
+from playbooks.launch import change_conflict, describe, edited_argv
 from state.calls import FetchArgs, PathArgs, ProfileArgs, ProfileFiles
 from state.diagnosis import DiagnosisContext
 from state.loop import LoopState, ProfileResult, Proposal
@@ -116,22 +117,46 @@ def target_patch(state: LoopState, book) -> str | None:
     return patch_text(book, state.target.kind)
 
 
+def launch_fix(state: LoopState, book, books: dict) -> tuple[list[str] | None, str | None]:
+    """(the launch command the playbook's launch change gives, None) or (None, why it is not
+    proposed): no change for this kind, options already so, or a conflict with a patch in the tree
+    or still to be tried."""
+    edits = book.launch.get(state.target.kind)
+    if not edits:
+        return None, None
+    before = state.argv
+    after = edited_argv(before, edits)
+    if after == before:
+        return None, f"{book.id} (launch options already as its fix sets them)"
+    relevant = {d.playbook for d in state.decisions if d.verdict == "accepted"}
+    relevant |= {f.playbook for f in state.diagnosis.findings if f.playbook not in state.tried}
+    conflict = change_conflict(state.target.kind, before, after, [books[i] for i in relevant if i in books])
+    if conflict is not None:
+        return None, f"{book.id} (not proposed: {conflict})"
+    return after, None
+
+
 @step
 def propose(
     state: LoopState, runtime: Runtime[LoopContext]
 ) -> Command[Literal["approve", "finish", "abort"]]:
-    """Turn the best untried finding that has a patch for this target kind into a proposal."""
+    """Turn the best untried finding that has a fix for this target kind (a patch, or a change of
+    the launch options) into a proposal."""
     books = {b.id: b for b in _playbooks(state)}
     skipped = []
     for finding in state.diagnosis.findings:
         book = books.get(finding.playbook)
         if book is None or finding.playbook in state.tried:
             continue
-        diff = target_patch(state, book)
+        argv, why = launch_fix(state, book, books)
+        if why is not None:
+            skipped.append(why)
+            continue
+        diff = "" if argv is not None else target_patch(state, book)
         if diff is None:
             skipped.append(f"{book.id} (no patch for kind {state.target.kind})")
             continue
-        conflict = launch_conflict(book, state.target.kind, state.target.launch.argv)
+        conflict = launch_conflict(book, state.target.kind, state.argv) if argv is None else None
         if conflict is not None:
             skipped.append(f"{book.id} (not proposed: {conflict})")
             continue
@@ -145,15 +170,17 @@ def propose(
             expected_gain_share=finding.expected_gain_share,
             expected_gain_ms=finding.expected_gain_ms,
             evidence=finding.evidence,
+            launch_argv=argv,
+            predicted_speedup=finding.predicted_speedup,
+            paired_with=finding.paired_with,
+            paired_speedup=finding.paired_speedup,
         )
-        gain = (
-            f"{proposal.expected_gain_ms:.1f} ms"
-            if proposal.expected_gain_ms is not None
-            else f"{proposal.expected_gain_share:.0%}"
-        )
-        note = f"{book.id}: expected gain {gain} per token, touches {', '.join(proposal.files)}"
         return Command(
-            update={"proposal": proposal, "approval": None, "transitions": transition("propose", note)},
+            update={
+                "proposal": proposal,
+                "approval": None,
+                "transitions": transition("propose", _note(proposal, state)),
+            },
             goto="approve",
         )
     reason = "no untried playbook matches the profile"
@@ -166,3 +193,19 @@ def propose(
         update={"proposal": None, "stop_reason": reason, "transitions": transition("propose", reason)},
         goto="finish",
     )
+
+
+def _note(p: Proposal, state: LoopState) -> str:
+    """One line: the proposal, its expected gain, what it changes."""
+    gain = (
+        f"{p.expected_gain_ms:.1f} ms" if p.expected_gain_ms is not None else f"{p.expected_gain_share:.0%}"
+    )
+    if p.predicted_speedup is not None:
+        gain += f" ({p.predicted_speedup:.2f}x predicted"
+        gain += f"; {p.paired_speedup:.2f}x with {p.paired_with})" if p.paired_with else ")"
+    what = (
+        f"launch options: {describe(state.argv, p.launch_argv)}"
+        if p.launch_argv is not None
+        else f"touches {', '.join(p.files)}"
+    )
+    return f"{p.playbook}: expected gain {gain} per token, {what}"

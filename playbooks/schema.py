@@ -179,6 +179,18 @@ class LaunchLimit(Model):
     """Why the patch does not work there and what to change, shown to the user."""
 
 
+class LaunchEdit(Model):
+    """One change of the server's launch command that a playbook's fix makes (no code changes)."""
+
+    flag: str = Field(pattern=r"^--[a-z0-9][a-z0-9-]*$")
+    """A command-line flag of `launch.argv`, e.g. `--disable-cuda-graph`."""
+    action: Literal["remove", "raise"]
+    """`remove`: drop the flag (and its value); `raise`: where the flag is given a number below
+    `value`, set it to `value` (absent: the server's default stands)."""
+    value: float = 0
+    """Target number for `raise`."""
+
+
 class Playbook(Model):
     """A known bottleneck and its fix, as stored in the catalog."""
 
@@ -202,8 +214,19 @@ class Playbook(Model):
     """Target kind -> patch file relative to the playbook folder, e.g. mla_server = "patches/x.diff"."""
     launch_limits: list[LaunchLimit] = []
     """Launch options under which a patch is not proposed (see LaunchLimit)."""
+    launch: dict[str, list[LaunchEdit]] = {}
+    """Target kind -> the launch-command change that is the fix there (instead of a patch), e.g.
+    CUDA graphs: drop `--disable-cuda-graph`, raise `--cuda-graph-max-bs`."""
     source_dir: str = ""
     """Folder the playbook was loaded from; set by load_playbooks, never written in playbook.toml."""
+
+    @model_validator(mode="after")
+    def _one_fix_per_kind(self) -> "Playbook":
+        """A target kind gets a patch or a launch change, not both."""
+        both = sorted(set(self.patches) & set(self.launch))
+        if both:
+            raise ValueError(f"kinds {both} have both a patch and a launch change; keep one")
+        return self
 
     @field_validator("evidence_note")
     @classmethod

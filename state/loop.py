@@ -79,6 +79,16 @@ class Proposal(Model):
     """Expected TPOT reduction."""
     evidence: list[Evidence]
     """Ops and numbers behind the finding."""
+    launch_argv: list[str] | None = None
+    """For a fix by launch options (then `diff` is empty): the launch command to run with; None
+    for a code patch."""
+    predicted_speedup: float | None = None
+    """The finding's predicted speedup of the decode step with this fix alone."""
+    paired_with: str | None = None
+    """A finding whose fix together with this one is predicted to gain far more (the bound this
+    one leaves is the one that fix removes)."""
+    paired_speedup: float | None = None
+    """The predicted speedup of both fixes together."""
 
 
 class Approval(Model):
@@ -115,6 +125,10 @@ class Decision(Model):
     """Whether the candidate's outputs equal the reference's."""
     commit: str | None = None
     """Commit sha on the session branch (accepted patches only)."""
+    launch_argv: list[str] | None = None
+    """For a fix by launch options: the launch command it ran with (kept when accepted)."""
+    predicted_speedup: float | None = None
+    """The speedup the diagnosis predicted for this fix, against the measured before / after."""
 
 
 class Transition(Model):
@@ -167,6 +181,12 @@ class LoopState(Model):
     """Answer to the current proposal."""
     pending_commit: CommitInfo | None = None
     """Commit of the candidate patch, until it is accepted or rolled back."""
+    launch_argv: list[str] | None = None
+    """The session's launch command once a launch-option fix was accepted (None: the target's
+    `launch.argv`). Launch-option fixes are kept here, in the session, not committed to the repo."""
+    pending_launch: list[str] | None = None
+    """The candidate's launch command while a launch-option fix is measured, until it is
+    accepted (then it becomes `launch_argv`) or rolled back."""
     accepted: list[CommitInfo] = Field(default_factory=list)
     """Accepted commits, in order."""
     decisions: Annotated[list[Decision], operator.add] = Field(default_factory=list)
@@ -191,6 +211,11 @@ class LoopState(Model):
         if isinstance(data, dict) and "tried" in data:
             data = {k: v for k, v in data.items() if k != "tried"}
         return data
+
+    @property
+    def argv(self) -> list[str]:
+        """The launch command the server runs with now: the candidate's, the session's, the target's."""
+        return self.pending_launch or self.launch_argv or self.target.launch.argv
 
     @property
     def tried(self) -> set[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -56,6 +57,13 @@ def demo(
     host: HostUrl = None,
     trust_new_host: TrustNew = False,
     host_python: HostPython = None,
+    server_args: Annotated[
+        str,
+        typer.Option(
+            help="More launch flags for the demo server, e.g. --server-args=--disable-cuda-graph "
+            "(eager decode on cuda), or '--cuda-graph-max-bs 4'."
+        ),
+    ] = "",
     as_json: Json = False,
 ) -> None:
     """Copy the embedded MLA demo server into a workspace (on --host if given) and run the loop on it."""
@@ -70,6 +78,7 @@ def demo(
         base = remote_base(target) if target.host.kind == "ssh" else sessions.home
         target = target.model_copy(update={"repo": base / "workspaces" / sid / "mla_server"})
         argv = with_flag(with_flag(target.launch.argv, "--device", device), "--preset", preset)
+        argv += shlex.split(server_args)
         launch = target.launch.model_copy(update={"argv": argv})
         target = target.model_copy(
             update={"launch": launch, "profile": target.profile.model_copy(update={"method": profile_method})}
