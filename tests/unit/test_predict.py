@@ -73,3 +73,24 @@ def test_committed_h200_traces_have_bounds() -> None:
     assert full.steps == 3 and full.launches == 24 and full.kernels == 24 and full.graph_launches == 0
     assert full.issue_us > full.device_us and full.bound == "host launch"
     assert full.wall_us == pytest.approx(full.serial_host_us + full.issue_us + full.residual_us)
+
+
+def test_calibrated_to_the_served_tpot_on_the_h200_numbers() -> None:
+    """Bounds recorded on one H200 (glm5 demo, 2026-11-30): the profiler slows the host (eager step
+    257 ms profiled, 113.3 ms served); scaled to the TPOT, CUDA graphs predict what was measured
+    (82.2 ms, 1.38x) and the cast fix alone nothing."""
+    from playbooks.predict import calibrated
+    from state.profile import StepBounds
+
+    eager = StepBounds(
+        steps=5, wall_us=257029.6, host_us=256989.2, issue_us=255949.5, serial_host_us=1039.7,
+        device_us=80617.2, residual_us=40.4, kernels=5868, launches=5863, graph_launches=0,
+        bound="host launch",
+    )  # fmt: skip
+    b = calibrated(eager, 113285.0)
+    assert b.wall_us == 113285.0 and b.bound == "host launch" and b.device_us == eager.device_us
+    assert predict_step_us(b, []) == pytest.approx(113285.0, rel=1e-6)
+    graphs = predict_step_us(b, [StepEffect(graphs=True)])
+    assert graphs == pytest.approx(82200, rel=0.05)
+    assert predict_step_us(b, [StepEffect(device_removed_us=66000)]) == pytest.approx(113285.0, rel=0.01)
+    assert calibrated(eager, None) is eager
