@@ -13,6 +13,13 @@ from agent.judge import judge
 from state.loop import Decision, LoopState
 
 
+def near_floor(tpot_ms: float, floor_ms: float | None, factor: float) -> str | None:
+    """Why the loop stops at this TPOT: within `factor` of the stated floor; None otherwise (pure)."""
+    if floor_ms is None or tpot_ms > factor * floor_ms:
+        return None
+    return f"TPOT {tpot_ms:.1f} ms is within {factor:g}x of the floor {floor_ms:g} ms ({tpot_ms / floor_ms:.1f}x)"
+
+
 @step
 def measure(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["decide", "abort"]]:
     """Measure the patched server with the same workload as the reference."""
@@ -66,5 +73,9 @@ def decide(
     }
     if state.iteration + 1 > state.options.max_iterations:
         update["stop_reason"] = f"reached --max-iterations {state.options.max_iterations}"
+        return Command(update=update, goto="finish")
+    near = near_floor(state.candidate.tpot_ms.median, state.options.floor_ms, state.options.floor_factor)
+    if near is not None:
+        update["stop_reason"] = near
         return Command(update=update, goto="finish")
     return Command(update=update, goto="profile")

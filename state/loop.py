@@ -24,6 +24,11 @@ class LoopOptions(Model):
     """`auto` applies proposals at once; `manual` pauses for `perfloop approve|reject`."""
     max_iterations: int = Field(3, ge=1)
     """Upper bound on profile/diagnose rounds."""
+    floor_ms: float | None = Field(default=None, gt=0)
+    """The step's roofline floor in ms, as the user states it (e.g. the weights read once at the
+    device's bandwidth); None: no floor-based stop."""
+    floor_factor: float = Field(default=2.0, ge=1)
+    """Stop once the accepted TPOT is within this factor of `floor_ms`."""
     playbook_dirs: list[Path] = Field(default_factory=list)
     """Extra playbook directories, searched after the built-in catalog."""
     session_dir: Path

@@ -12,6 +12,8 @@ import typer
 from agent.cli.common import (
     Approve,
     Books,
+    FloorFactor,
+    FloorMs,
     HostPython,
     HostUrl,
     Iters,
@@ -32,12 +34,21 @@ from tools.errors import ToolError
 from tools.workspace.repo import check_patch
 
 
-def _options(approve: str, method: str, max_iterations: int, playbooks: list[Path], no_builtin: bool) -> dict:
+def _options(
+    approve: str,
+    method: str,
+    max_iterations: int,
+    playbooks: list[Path],
+    no_builtin: bool,
+    floor: tuple[float | None, float] = (None, 2.0),
+) -> dict:
     choice("approve", approve, ("auto", "manual"))
     choice("profile-method", method, ("patch", "api"))
     return {
         "approve": approve,
         "max_iterations": max_iterations,
+        "floor_ms": floor[0],
+        "floor_factor": floor[1],
         "playbook_dirs": playbooks,
         "builtin_playbooks": not no_builtin,
         "python": sys.executable,
@@ -52,6 +63,8 @@ def demo(
     approve: Approve = "auto",
     profile_method: Method = "patch",
     max_iterations: Iters = 3,
+    floor_ms: FloorMs = None,
+    floor_factor: FloorFactor = 2.0,
     playbooks: Books = None,
     no_builtin_playbooks: NoBuiltin = False,
     host: HostUrl = None,
@@ -71,7 +84,8 @@ def demo(
     def body():
         choice("device", device, ("cpu", "cuda"))
         choice("preset", preset, ("cpu", "glm5"))
-        opts = _options(approve, profile_method, max_iterations, playbooks or [], no_builtin_playbooks)
+        floor = (floor_ms, floor_factor)
+        opts = _options(approve, profile_method, max_iterations, playbooks or [], no_builtin_playbooks, floor)
         sessions = Sessions()
         sid = new_session_id()
         target = with_host(load_target(DEMO_CONFIG), host, trust_new_host, host_python)
@@ -96,6 +110,8 @@ def run(
         str | None, typer.Option("--profile-method", help="Override the config's profile method (patch|api).")
     ] = None,
     max_iterations: Iters = 3,
+    floor_ms: FloorMs = None,
+    floor_factor: FloorFactor = 2.0,
     playbooks: Books = None,
     no_builtin_playbooks: NoBuiltin = False,
     host: HostUrl = None,
@@ -108,7 +124,8 @@ def run(
     def body():
         target = with_host(load_target(target_toml), host, trust_new_host, host_python)
         method = profile_method or target.profile.method
-        opts = _options(approve, method, max_iterations, playbooks or [], no_builtin_playbooks)
+        floor = (floor_ms, floor_factor)
+        opts = _options(approve, method, max_iterations, playbooks or [], no_builtin_playbooks, floor)
         target = target.model_copy(update={"profile": target.profile.model_copy(update={"method": method})})
         check_repo(target)
         sessions = Sessions()

@@ -71,3 +71,12 @@ def test_an_enabling_fix_is_kept_within_noise_but_not_when_worse_or_changed() ->
     assert not judge(ref, same)[0]  # without a pairing: within the noise, rolled back
     assert not judge(ref, _m([120, 125, 130, 128]), "x")[0]  # worse beyond the noise
     assert not judge(ref, _m([85, 90, 81, 88], ("a", "c")), "x")[0]  # outputs changed
+
+
+def test_the_loop_stops_near_the_stated_floor() -> None:
+    from agent.steps_measure import near_floor
+
+    assert near_floor(17.4, None, 2.0) is None
+    assert near_floor(17.4, 3.2, 2.0) is None  # 5.4x the floor: go on
+    assert near_floor(6.0, 3.2, 2.0) == "TPOT 6.0 ms is within 2x of the floor 3.2 ms (1.9x)"
+    assert near_floor(17.4, 3.2, 6.0).startswith("TPOT 17.4 ms is within 6x")
