@@ -4,7 +4,7 @@ VENV  := .venv
 PY    := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast gpu-test venv system-deps clean
+.PHONY: demo test test-fast lint gpu-test venv system-deps clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -24,10 +24,16 @@ system-deps:
 demo: $(STAMP)
 	$(VENV)/bin/perfloop demo
 
-test: $(STAMP) system-deps
+# Lint, format and types first: they take seconds, the tests take minutes.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+test: lint system-deps
 	$(PY) -m pytest -q -ra tests
 
-test-fast: $(STAMP) system-deps
+test-fast: lint system-deps
 	$(PY) -m pytest -q tests -m "not e2e"
 
 gpu-test: $(STAMP)

@@ -6,11 +6,14 @@ them from here and never from each other.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, call, host_dir
+from playbooks.engine import load_playbooks
+from playbooks.schema import Playbook
 from state.calls import (
     InstrumentArgs,
     LaunchArgs,
@@ -116,3 +119,12 @@ def measure_server(state: LoopState, runtime: Runtime[LoopContext], label: str) 
             repo=str(target.repo),
         ),
     ).measurement
+
+
+def playbooks_of(state: LoopState) -> list[Playbook]:
+    """The playbooks this session searches: the built-in catalog (unless turned off) and --playbooks dirs."""
+    books = load_playbooks(state.options.playbook_dirs)
+    if state.options.builtin_playbooks:
+        return books
+    extra = {d.resolve() for d in state.options.playbook_dirs}
+    return [b for b in books if Path(b.source_dir).resolve().parent in extra]

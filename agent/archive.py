@@ -1,25 +1,37 @@
-"""Export a recorded session to one file and import it elsewhere, to replay it without its host."""
+"""Export a recorded session to one file and import it elsewhere, to replay it without its host.
+
+An export is untrusted input (recordings are meant to be shared): import reads at most
+`MAX_EXPORT_BYTES` (decompressed), checks every part before writing anything (the session id
+against the one pattern, every record and input against its model, one session id throughout,
+unique call numbers) and then writes it in one go; anything wrong is one `ConfigError` line.
+"""
 
 from __future__ import annotations
 
 import gzip
+import io
 import json
 from pathlib import Path
+from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
+from state.loop import Approval, LoopState
 from state.records import ToolCallRecord
 from state.session import SessionInfo
 from tools.door.store import SessionStore
 from tools.errors import ConfigError
+from tools.paths import session_id as checked_id
 from tools.secrets import redact
 
 FORMAT = "perfloop-session/1"
+MAX_EXPORT_BYTES = 256 * 1024 * 1024
+"""Largest export (decompressed) import reads: a recording is megabytes, not gigabytes."""
 
 
 def export_session(store: SessionStore, session_id: str, out: Path) -> int:
     """Write the session's index entry, inputs and non-superseded calls; returns the call count."""
-    info = store.get_session(session_id)
+    info = store.get_session(checked_id(session_id))
     if info is None:
         raise ConfigError(f"no session {session_id!r} to export; list them with `perfloop sessions`")
     calls = store.tool_calls(session_id)
@@ -31,31 +43,90 @@ def export_session(store: SessionStore, session_id: str, out: Path) -> int:
         "tool_calls": [c.model_dump(mode="json") for c in calls],
     }
     data = redact(json.dumps(doc)).encode()
-    out.write_bytes(gzip.compress(data) if out.suffix == ".gz" else data)
+    try:
+        out.write_bytes(gzip.compress(data) if out.suffix == ".gz" else data)
+    except OSError as exc:
+        raise ConfigError(f"--output: cannot write {out}: {exc.strerror or exc}") from exc
     return len(calls)
 
 
-def _read(path: Path) -> dict:
+def _read(path: Path) -> Any:
     try:
-        raw = path.read_bytes()
-        return json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+        with open(path, "rb") as f:
+            raw = f.read(MAX_EXPORT_BYTES + 1)
+            if raw[:2] == b"\x1f\x8b":
+                raw = gzip.GzipFile(fileobj=io.BytesIO(raw)).read(MAX_EXPORT_BYTES + 1)
+        if len(raw) > MAX_EXPORT_BYTES:
+            raise ConfigError(
+                f"{path}: larger than {MAX_EXPORT_BYTES >> 20} MiB; not a perfloop session export"
+            )
+        return json.loads(raw)
     except OSError as exc:
+        if isinstance(exc, gzip.BadGzipFile):
+            raise ConfigError(f"{path} is not a perfloop session export (bad gzip: {exc})") from exc
         raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    except (ValueError, EOFError) as exc:
-        raise ConfigError(f"{path} is not a perfloop session export ({exc})") from exc
+    except (ValueError, EOFError, RecursionError) as exc:
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc).splitlines()[0]
+        raise ConfigError(f"{path} is not a perfloop session export ({reason})") from exc
+
+
+def _field(doc: dict, name: str, kind: type) -> Any:
+    value = doc.get(name)
+    if not isinstance(value, kind):
+        raise ConfigError(
+            f"malformed session export: field `{name}` must be a JSON {'list' if kind is list else 'object'}, "
+            f"not {type(value).__name__}"
+        )
+    return value
+
+
+def _validated(model: type[BaseModel], value: Any, field: str) -> Any:
+    try:
+        return model.model_validate(value)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in (field, *err["loc"]))
+        raise ConfigError(
+            f"malformed session export: field `{where}`: {err['msg'].removeprefix('Value error, ')}"
+        ) from None
+    except RecursionError:
+        raise ConfigError(f"malformed session export: field `{field}` is nested too deeply") from None
+
+
+def parse_export(doc: Any) -> tuple[SessionInfo, list[dict], list[dict], list[ToolCallRecord]]:
+    """Check an export document completely (pure); ConfigError naming the first bad field."""
+    if not isinstance(doc, dict):
+        raise ConfigError(
+            f"not a perfloop session export: the top level is a JSON {type(doc).__name__}, not an object"
+        )
+    if doc.get("format") != FORMAT:
+        raise ConfigError(f"session export format {str(doc.get('format'))[:40]!r} is not {FORMAT!r}")
+    session = _field(doc, "session", dict)
+    checked_id(session.get("id"), "session export field `session.id`")
+    info = _validated(SessionInfo, session, "session")
+    initial, answers = _field(doc, "initial", list), _field(doc, "answers", list)
+    for i, value in enumerate(initial):
+        state = _validated(LoopState, value, f"initial.{i}")
+        if state.session_id != info.id:
+            raise ConfigError(f"malformed session export: field `initial.{i}.session_id` is not {info.id}")
+    for i, value in enumerate(answers):
+        _validated(Approval, value, f"answers.{i}")
+    calls = [
+        _validated(ToolCallRecord, c, f"tool_calls.{i}")
+        for i, c in enumerate(_field(doc, "tool_calls", list))
+    ]
+    seqs = [c.seq for c in calls]
+    if any(c.session_id != info.id for c in calls) or len(set(seqs)) != len(seqs):
+        raise ConfigError("malformed session export: tool calls of another session, or repeated call numbers")
+    return info, initial, answers, calls
 
 
 def import_session(store: SessionStore, path: Path) -> str:
     """Load an export into this store; refuses to overwrite an existing session."""
-    doc = _read(path)
-    if doc.get("format") != FORMAT:
-        raise ConfigError(f"{path}: format {doc.get('format')!r} is not {FORMAT!r}")
     try:
-        info = SessionInfo.model_validate(doc["session"])
-        calls = [ToolCallRecord.model_validate(c) for c in doc["tool_calls"]]
-        initial, answers = list(doc["initial"]), list(doc["answers"])
-    except (KeyError, TypeError, ValidationError) as exc:
-        raise ConfigError(f"{path}: malformed session export ({str(exc).splitlines()[0]})") from exc
+        info, initial, answers, calls = parse_export(_read(path))
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}" if str(path) not in str(exc) else str(exc)) from None
     if store.get_session(info.id) is not None:
         raise ConfigError(f"session {info.id} already exists here; import into another PERFLOOP_HOME")
     store.put_session(info)

@@ -13,6 +13,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from pydantic import BaseModel
 
 import state
+from tools.secrets import redact_bytes
 
 
 def _state_modules() -> list:
@@ -30,9 +31,19 @@ def state_types() -> list[type]:
     ]
 
 
+class RedactingSerializer(JsonPlusSerializer):
+    """JsonPlusSerializer whose output has every secret value known at write time masked
+    (`tools.secrets.redact_bytes`): checkpoints never hold a secret, even one a server printed."""
+
+    def dumps_typed(self, obj: object) -> tuple[str, bytes]:
+        kind, data = super().dumps_typed(obj)
+        return kind, redact_bytes(data)
+
+
 def serializer() -> JsonPlusSerializer:
-    """A serializer that revives exactly our state types (no 'unregistered type' warnings)."""
-    return JsonPlusSerializer(allowed_msgpack_modules=state_types())
+    """A serializer that revives exactly our state types (no 'unregistered type' warnings) and
+    scrubs secrets from what it writes."""
+    return RedactingSerializer(allowed_msgpack_modules=state_types())
 
 
 def open_checkpointer(home: Path) -> SqliteSaver:

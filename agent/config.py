@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import tomllib
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from state.proposer import ProposerConfig
 from state.ssh import SSHHostConfig
 from state.target import TargetConfig
 from tools.errors import ConfigError
@@ -47,7 +49,7 @@ def with_flag(argv: list[str], flag: str, value: str) -> list[str]:
     """Set `flag value` in a launch command, replacing an existing value (pure)."""
     if flag in argv:
         i = argv.index(flag)
-        return [*argv[:i + 1], value, *argv[i + 2:]]
+        return [*argv[: i + 1], value, *argv[i + 2 :]]
     return [*argv, flag, value]
 
 
@@ -90,3 +92,22 @@ def with_host(
                 raise ConfigError(f"{flag} needs an SSH host: pass --host ssh://... too")
             host = host.model_copy(update={field: value})
     return target.model_copy(update={"host": host})
+
+
+def with_proposer(target: TargetConfig, **overrides) -> TargetConfig:
+    """Apply the command line's proposer options (None: keep the target's `[proposer]` value);
+    the endpoint defaults to $OPENAI_BASE_URL, read now so that the session records it."""
+    cfg = target.proposer
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if "mode" in given and given["mode"] not in ("playbook", "llm", "auto"):
+        raise ConfigError(f"--proposer must be one of playbook, llm, auto, not {given['mode']!r}")
+    if cfg.base_url is None and "base_url" not in given and os.environ.get("OPENAI_BASE_URL"):
+        given["base_url"] = os.environ["OPENAI_BASE_URL"]
+    try:
+        cfg = ProposerConfig.model_validate({**cfg.model_dump(), **given})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise ConfigError(f"proposer {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+    if cfg.mode == "llm" and not cfg.model:
+        raise ConfigError("--proposer llm needs a model: pass --model NAME (or set model under [proposer])")
+    return target.model_copy(update={"proposer": cfg})

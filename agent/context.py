@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import wraps
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from langgraph.runtime import Runtime
 from langgraph.types import Command
@@ -19,6 +19,11 @@ from tools.door.registry import In, Out
 from tools.errors import ToolError
 
 Node = Callable[[LoopState, "Runtime[LoopContext]"], Command]
+T = TypeVar("T")
+NO_DOOR = (
+    "no door in the runtime context: the loop runs through perfloop's CLI (perfloop run|demo|resume), "
+    "which passes LoopContext(door=...) per invocation; LangGraph Studio can show the graph, not run it"
+)
 
 
 @dataclass
@@ -32,6 +37,13 @@ class LoopContext:
 def host_dir(state: LoopState) -> Path:
     """Where host-side files (server logs, pid file, profiler output) live on the target's host."""
     return state.options.host_dir or state.options.session_dir
+
+
+def need(value: T | None, what: str) -> T:
+    """`value`, which an earlier step set; the graph's wiring guarantees it at the steps that ask."""
+    if value is None:
+        raise RuntimeError(f"the loop state has no {what} at this step (wiring bug or damaged checkpoint)")
+    return value
 
 
 def transition(node: str, note: str) -> list[Transition]:
@@ -55,7 +67,7 @@ def step(fn: Node | None = None, *, guarded: bool = True) -> Any:
         @wraps(node_fn)
         def run(state: LoopState, runtime: Runtime[LoopContext]) -> Command:
             fault_point(f"node:{node}")
-            door = runtime.context.door
+            door = door_of(runtime)
             door.node = node
             try:
                 cmd = node_fn(state, runtime)
@@ -75,6 +87,14 @@ def step(fn: Node | None = None, *, guarded: bool = True) -> Any:
         return run
 
     return decorate(fn) if fn is not None else decorate
+
+
+def door_of(runtime: Runtime[LoopContext]) -> Door:
+    """The invocation's door; RuntimeError(NO_DOOR) when run without one (e.g. from LangGraph Studio)."""
+    door = getattr(runtime.context, "door", None)
+    if door is None or not callable(getattr(door, "call", None)):
+        raise RuntimeError(NO_DOOR)
+    return door
 
 
 def call(runtime: Runtime[LoopContext], fn: Callable[[In], Out], args: In) -> Out:

@@ -1,10 +1,58 @@
 """The loop as a LangGraph StateGraph. Routing lives in each node's `Command[Literal[...]]`.
 
-    prepare -> instrument -> launch -> baseline -> profile -> diagnose -> propose
-    propose -> approve -> cleanup -> apply -> relaunch -> measure -> decide
-    decide -> profile (accepted, iterations left) | rollback -> propose | finish
-    any step -> abort on an unexpected tool error (cleans up like finish)
-    START -> reconcile -> profile | diagnose | propose | approve   (a forked session)
+LangGraph reads those annotations to draw the diagram below (written by `python -m agent.diagram`
+from the compiled graph; tests/unit/test_graph.py fails when it is stale). Every step may route
+to `abort` on an unexpected tool error (it cleans up like `finish`); a new session enters at
+`prepare`, a forked one at `reconcile`.
+
+```mermaid
+graph TD;
+    __start__ -.-> prepare;
+    __start__ -.-> reconcile;
+    apply -.-> abort;
+    apply -.-> propose;
+    apply -.-> relaunch;
+    approve -.-> abort;
+    approve -.-> cleanup;
+    approve -.-> propose;
+    baseline -.-> abort;
+    baseline -.-> profile;
+    cleanup -.-> abort;
+    cleanup -.-> apply;
+    decide -.-> abort;
+    decide -.-> finish;
+    decide -.-> profile;
+    decide -.-> rollback;
+    diagnose -.-> abort;
+    diagnose -.-> propose;
+    instrument -.-> abort;
+    instrument -.-> launch;
+    launch -.-> abort;
+    launch -.-> baseline;
+    measure -.-> abort;
+    measure -.-> decide;
+    prepare -.-> abort;
+    prepare -.-> instrument;
+    prepare -.-> launch;
+    profile -.-> abort;
+    profile -.-> diagnose;
+    propose -.-> abort;
+    propose -.-> approve;
+    propose -.-> finish;
+    reconcile -.-> abort;
+    reconcile -.-> approve;
+    reconcile -.-> diagnose;
+    reconcile -.-> profile;
+    reconcile -.-> propose;
+    relaunch -.-> abort;
+    relaunch -.-> measure;
+    relaunch -.-> rollback;
+    rollback -.-> abort;
+    rollback -.-> propose;
+    abort --> __end__;
+    finish --> __end__;
+    propose -.-> propose;
+```
 
 `builder` is exported uncompiled so tests and `langgraph.json` can compile it with their own
 checkpointer; `compile_graph` is what the CLI uses.
@@ -20,7 +68,8 @@ from agent.context import LoopContext
 from agent.steps_end import abort, finish
 from agent.steps_measure import decide, measure
 from agent.steps_patch import apply, approve, cleanup, relaunch, rollback
-from agent.steps_profile import diagnose, profile, propose
+from agent.steps_profile import diagnose, profile
+from agent.steps_propose import propose
 from agent.steps_setup import baseline, instrument, launch, prepare, reconcile
 from state.loop import LoopState
 
@@ -48,7 +97,11 @@ def _entry(state: LoopState) -> str:
     return "reconcile" if state.fork_at else "prepare"
 
 
-def build() -> StateGraph:
+Graph = CompiledStateGraph[LoopState, LoopContext, LoopState, LoopState]
+"""The compiled loop: state, run-time context, input and output types."""
+
+
+def build() -> StateGraph[LoopState, LoopContext, LoopState, LoopState]:
     """The uncompiled graph."""
     g = StateGraph(LoopState, context_schema=LoopContext)
     for node in NODES:
@@ -64,7 +117,7 @@ def build() -> StateGraph:
 builder = build()
 
 
-def compile_graph(checkpointer: BaseCheckpointSaver | None = None) -> CompiledStateGraph:
+def compile_graph(checkpointer: BaseCheckpointSaver | None = None) -> Graph:
     """The compiled graph, checkpointed by `checkpointer`."""
     return builder.compile(checkpointer=checkpointer)
 

@@ -21,6 +21,8 @@ def ssh_prompt() -> Prompt | None:
 
 def remote_base(target: TargetConfig) -> Path:
     """perfloop's folder on the target's SSH host: `~/.perfloop` there (absolute)."""
+    if target.host.kind != "ssh":
+        raise ValueError(f"remote_base needs an SSH target, not a {target.host.kind} one")
     return Path(remote_home(connect(target.host, ssh_prompt()))) / ".perfloop"
 
 

@@ -37,6 +37,8 @@ def summary(console: Console, s: Summary) -> None:
         ("profiles taken", str(s.iterations)),
         ("stopped because", s.stop_reason),
     ]
+    if s.llm_calls:
+        rows.insert(-1, ("model calls / tokens", f"{s.llm_calls} / {s.llm_tokens}"))
     for k, v in rows:
         t.add_row(k, v)
     console.print(t)
@@ -45,6 +47,13 @@ def summary(console: Console, s: Summary) -> None:
 def approval(console: Console, req: dict) -> None:
     """What a paused session asks a human to approve."""
     console.print(f"[bold]Session {req['session']} waits for approval[/bold]: {req['title']}")
+    if req.get("proposer") == "llm":
+        console.print(
+            f"[bold yellow]written by a model, not a playbook[/bold yellow]: {req['model']}, "
+            f"{req['llm_tokens']} tokens, {req['repairs']} repair round(s); review the diff",
+            highlight=False,
+        )
+        console.print("model's rationale:", highlight=False)
     console.print(req["explanation"], highlight=False)
     gain = req.get("expected_gain_ms")
     console.print(
@@ -108,10 +117,12 @@ def show_json(info: SessionInfo, state: LoopState, calls: list[ToolCallRecord]) 
             for m in (state.baseline, state.reference, state.candidate)
             if m
         ],
-        "decisions": [d.model_dump(mode="json") for d in state.decisions],
+        "decisions": [{**d.model_dump(mode="json"), "label": d.label} for d in state.decisions],
         "accepted_commits": [c.model_dump(mode="json") for c in state.accepted],
         "profiles": [p.model_dump(mode="json") for p in state.profiles],
         "tool_calls": len(calls),
+        "llm_tokens": state.llm_usage.tokens,
+        "llm_usage": state.llm_usage.model_dump(mode="json"),
     }
 
 
@@ -126,12 +137,18 @@ def show(console: Console, info: SessionInfo, state: LoopState, calls: list[Tool
     d = Table("iter", "playbook", "verdict", "predicted", "reason", title="decisions")
     for dec in state.decisions:
         predicted = "-" if dec.predicted_speedup is None else f"{dec.predicted_speedup:.2f}x"
-        d.add_row(str(dec.iteration), dec.playbook, dec.verdict, predicted, dec.reason)
+        d.add_row(str(dec.iteration), dec.label, dec.verdict, predicted, dec.reason)
     console.print(d)
     for c in state.accepted:
         console.print(f"accepted commit {c.sha[:10]} on {c.branch}: {c.subject}")
     if state.launch_argv:
         console.print("session launch command (accepted launch options): " + " ".join(state.launch_argv))
     console.print(f"{len(calls)} tool calls recorded; status {info.status}")
+    u = state.llm_usage
+    if u.calls:
+        console.print(
+            f"model: {u.calls} calls, {u.prompt_tokens} prompt + {u.completion_tokens} completion "
+            f"= {u.tokens} tokens, {u.seconds:.1f} s"
+        )
     if info.summary:
         summary(console, info.summary)

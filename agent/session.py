@@ -11,12 +11,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
 from agent.checkpoint import open_checkpointer, serializer
 from agent.context import LoopContext
-from agent.graph import compile_graph
+from agent.graph import Graph, compile_graph
 from agent.remote import executor_for, remote_options
 from agent.steps_setup import FORK_STEPS
 from state.base import utcnow
@@ -27,6 +28,8 @@ from tools.door.live import LiveDoor
 from tools.door.replay import ReplayDivergence, ReplayDoor
 from tools.door.store import SessionStore, perfloop_home
 from tools.errors import ConfigError, ToolError
+from tools.paths import inside
+from tools.paths import session_id as checked_id
 
 
 def new_session_id() -> str:
@@ -47,7 +50,8 @@ class Sessions:
         self.graph = compile_graph(open_checkpointer(self.home))
 
     def session_dir(self, session_id: str) -> Path:
-        return self.home / "sessions" / session_id
+        """The session's folder under $PERFLOOP_HOME (its id checked, the result inside home)."""
+        return inside(self.home / "sessions" / checked_id(session_id), [self.home], "session folder")
 
     def start(
         self,
@@ -89,16 +93,16 @@ class Sessions:
         return self._invoke(session_id, None)
 
     def info(self, session_id: str) -> SessionInfo:
-        info = self.store.get_session(session_id)
+        info = self.store.get_session(checked_id(session_id))
         if info is None:
             raise ConfigError(f"no session {session_id!r} in {self.home}; list them with `perfloop sessions`")
         return info
 
-    def config(self, session_id: str) -> dict:
-        return {"configurable": {"thread_id": session_id}}
+    def config(self, session_id: str) -> RunnableConfig:
+        return thread(session_id)
 
     def state(self, session_id: str) -> LoopState:
-        snap = self.graph.get_state(self.config(session_id))
+        snap = self.graph.get_state(self.config(checked_id(session_id)))
         if not snap.values:
             raise ConfigError(
                 f"session {session_id} has no checkpoints in {self.home} (imported?); "
@@ -108,12 +112,12 @@ class Sessions:
 
     def pending_approval(self, session_id: str) -> dict | None:
         """The approval request a paused session waits on, if any."""
-        return _pending(self.graph, self.config(session_id))
+        return _pending(self.graph, self.config(checked_id(session_id)))
 
     @contextmanager
     def lock(self, session_id: str) -> Iterator[None]:
         """Hold the session's lock: a second process running the same session is refused."""
-        path = self.home / "locks" / f"{session_id}.lock"
+        path = inside(self.home / "locks" / f"{checked_id(session_id)}.lock", [self.home], "session lock")
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a+") as f:
             try:
@@ -155,13 +159,14 @@ class Sessions:
         step, _, nth = at.partition("#")
         if step not in FORK_STEPS:
             raise ConfigError(f"cannot fork at {step!r}; fork at one of: {', '.join(FORK_STEPS)}")
-        info = self.info(session_id)
-        if info.status in ("running", "paused"):
-            raise ConfigError(
-                f"session {session_id} is {info.status}; fork it once it has ended "
-                f"(approve/reject or resume it first)"
-            )
-        history = list(self.graph.get_state_history(self.config(session_id)))[::-1]
+        with self.lock(session_id):  # its checkpoints must not move while they are read
+            info = self.info(session_id)
+            if info.status in ("running", "paused"):
+                raise ConfigError(
+                    f"session {session_id} is {info.status}; fork it once it has ended "
+                    f"(approve/reject or resume it first)"
+                )
+            history = list(self.graph.get_state_history(self.config(session_id)))[::-1]
         hits = [snap for snap in history if snap.next == (step,)]
         n = int(nth or 1)
         if len(hits) < n:
@@ -201,7 +206,7 @@ class Sessions:
         answers = self.store.inputs(session_id, "answer")
         door = ReplayDoor(session_id, self.store.tool_calls(session_id))
         graph = compile_graph(InMemorySaver(serde=serializer()))
-        cfg = {"configurable": {"thread_id": f"replay-{session_id}"}}
+        cfg = thread(f"replay-{session_id}")
         ctx = LoopContext(door=door)
         graph.invoke(LoopState.model_validate(initial[0]), cfg, context=ctx)
         for answer in answers:
@@ -222,7 +227,12 @@ class Sessions:
         return state, summarize(state, status)
 
 
-def _pending(graph, cfg: dict) -> dict | None:
+def thread(thread_id: str) -> RunnableConfig:
+    """The LangGraph config of one thread (a session's checkpoints)."""
+    return {"configurable": {"thread_id": thread_id}}
+
+
+def _pending(graph: Graph, cfg: RunnableConfig) -> dict | None:
     for task in graph.get_state(cfg).tasks:
         for intr in task.interrupts:
             return intr.value
@@ -232,7 +242,7 @@ def _pending(graph, cfg: dict) -> dict | None:
 def summarize(state: LoopState, status: str) -> Summary:
     """The session's outcome (pure)."""
     before, after = state.baseline, state.reference
-    rejected = [d.playbook for d in state.decisions if d.verdict != "accepted"]
+    rejected = [d.label for d in state.decisions if d.verdict != "accepted"]
     return Summary(
         session=state.session_id,
         status=status,
@@ -242,7 +252,7 @@ def summarize(state: LoopState, status: str) -> Summary:
         ttft_ms_before=before.ttft_ms.median if before else None,
         ttft_ms_after=after.ttft_ms.median if after else None,
         outputs_identical=after.outputs == before.outputs if before and after else None,
-        accepted=[d.playbook for d in state.decisions if d.verdict == "accepted"],
+        accepted=[d.label for d in state.decisions if d.verdict == "accepted"],
         rejected=rejected,
         commits=[c.sha for c in state.accepted],
         branch=state.branch,
@@ -251,6 +261,8 @@ def summarize(state: LoopState, status: str) -> Summary:
         measured_by=before.client if before else None,
         iterations=len(state.profiles),
         stop_reason=state.stop_reason or state.error or "",
+        llm_tokens=state.llm_usage.tokens,
+        llm_calls=state.llm_usage.calls,
         repo=state.target.repo,
         launch_argv=state.launch_argv or state.target.launch.argv,
     )

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from agent.actions import remove_instrumentation
 from agent.context import LoopContext, call, host_dir, step, transition
-from state.calls import CommitArgs, PidFileArgs, ServerArgs
+from state.calls import CommitArgs, LeaveBranchArgs, PidFileArgs, ServerArgs
 from state.loop import LoopState
 from tools import server
 from tools.errors import ToolError
@@ -16,8 +18,8 @@ from tools.workspace import repo
 
 def _teardown(state: LoopState, runtime: Runtime[LoopContext]) -> list[str]:
     """Stop the server, revert an undecided commit, remove instrumentation; return what failed."""
-    problems = []
-    steps = []
+    problems: list[str] = []
+    steps: list[tuple[str, Callable[[], object]]] = []
     if state.server is not None:
         steps.append(
             (
@@ -85,11 +87,31 @@ def finish(state: LoopState, runtime: Runtime[LoopContext]) -> Command:
 
 @step(guarded=False)
 def abort(state: LoopState, runtime: Runtime[LoopContext]) -> Command:
-    """After an unexpected tool error: clean up as finish does, and mark the session failed."""
+    """After an unexpected tool error: clean up as finish does, and mark the session failed.
+
+    When nothing was accepted (e.g. a set-up failure at the first launch), the repo is also given
+    back on the branch it was found on, and the empty session branch deleted."""
     problems = _teardown(state, runtime)
+    branch = state.branch
+    if branch and not state.accepted and state.start is not None:
+        try:
+            call(
+                runtime,
+                repo.leave_branch,
+                LeaveBranchArgs(
+                    repo=state.target.repo,
+                    name=branch,
+                    back_to=state.start.branch,
+                    head_sha=state.start.head_sha,
+                ),
+            )
+            branch = None
+        except ToolError as exc:
+            problems.append(f"leave the session branch: {exc}")
     error = "; ".join([state.error or "aborted", *problems])
     return Command(
         update={
+            "branch": branch,
             "server": None,
             "instrumentation": None,
             "pending_commit": None,

@@ -8,7 +8,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from agent.actions import measure_server
-from agent.context import LoopContext, step, transition
+from agent.context import LoopContext, need, step, transition
 from agent.judge import judge
 from state.loop import Decision, LoopState
 
@@ -36,26 +36,29 @@ def decide(
     state: LoopState, runtime: Runtime[LoopContext]
 ) -> Command[Literal["profile", "rollback", "finish", "abort"]]:
     """Accept if faster beyond noise with identical outputs; then profile again or stop."""
-    p = state.proposal
+    reference, candidate = need(state.reference, "reference"), need(state.candidate, "candidate")
+    p, commit = need(state.proposal, "proposal"), state.pending_commit
+    if p.launch_argv is None:
+        need(commit, "pending commit")
     enables = (
         f"predicted {p.predicted_speedup:.2f}x alone, {p.paired_speedup:.2f}x with {p.paired_with}"
         if p.paired_with and p.paired_with not in state.tried and p.predicted_speedup is not None
         else None
     )
-    ok, reason, noise = judge(state.reference, state.candidate, enables)
-    if state.approval is not None and state.approval.diff is not None:
+    ok, reason, noise = judge(reference, candidate, enables)
+    if state.edited:
         reason += " (human-edited patch)"
-    commit = state.pending_commit
     decision = Decision(
         iteration=state.iteration,
         playbook=p.playbook,
         verdict="accepted" if ok else "rejected",
         reason=reason,
-        tpot_ms_before=state.reference.tpot_ms.median,
-        tpot_ms_after=state.candidate.tpot_ms.median,
+        tpot_ms_before=reference.tpot_ms.median,
+        tpot_ms_after=candidate.tpot_ms.median,
         noise_ms=noise,
-        outputs_identical=state.candidate.outputs == state.reference.outputs,
+        outputs_identical=candidate.outputs == reference.outputs,
         commit=commit.sha if ok and commit else None,
+        edited=state.edited,
         launch_argv=p.launch_argv,
         predicted_speedup=p.predicted_speedup,
     )
@@ -66,7 +69,7 @@ def decide(
         "accepted": [*state.accepted, commit] if commit else state.accepted,
         "launch_argv": state.pending_launch or state.launch_argv,
         "pending_launch": None,
-        "reference": state.candidate,
+        "reference": candidate,
         "pending_commit": None,
         "proposal": None,
         "iteration": state.iteration + 1,
@@ -74,7 +77,7 @@ def decide(
     if state.iteration + 1 > state.options.max_iterations:
         update["stop_reason"] = f"reached --max-iterations {state.options.max_iterations}"
         return Command(update=update, goto="finish")
-    near = near_floor(state.candidate.tpot_ms.median, state.options.floor_ms, state.options.floor_factor)
+    near = near_floor(candidate.tpot_ms.median, state.options.floor_ms, state.options.floor_factor)
     if near is not None:
         update["stop_reason"] = near
         return Command(update=update, goto="finish")

@@ -8,10 +8,11 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 
 from agent.actions import instrument_if_needed, remove_instrumentation, start_server
-from agent.context import LoopContext, call, step, transition
+from agent.context import LoopContext, call, need, step, transition
 from playbooks.launch import describe
 from state.calls import ApplyArgs, CommitArgs
 from state.loop import Approval, Decision, LoopState
+from state.workspace import PatchPolicy
 from tools.errors import PatchError, ServerError
 from tools.sglang.patches import does_not_fit
 from tools.workspace import repo
@@ -19,7 +20,7 @@ from tools.workspace import repo
 
 def approval_request(state: LoopState) -> dict:
     """What a human sees when asked to approve (JSON-compatible)."""
-    p = state.proposal
+    p = need(state.proposal, "proposal")
     return {
         "session": state.session_id,
         "playbook": p.playbook,
@@ -35,6 +36,11 @@ def approval_request(state: LoopState) -> dict:
         "paired_with": p.paired_with,
         "paired_speedup": p.paired_speedup,
         "evidence": [e.model_dump(mode="json") for e in p.evidence],
+        "proposer": p.proposer,
+        "model": p.origin.model if p.origin else None,
+        "rationale": p.origin.rationale if p.origin else None,
+        "llm_tokens": p.origin.usage.tokens if p.origin else 0,
+        "repairs": p.origin.repairs if p.origin else 0,
     }
 
 
@@ -47,13 +53,17 @@ def approve(
         answer = Approval(approved=True, by="auto")
     else:
         answer = Approval.model_validate(interrupt(approval_request(state)))
-    p = state.proposal
+    p = need(state.proposal, "proposal")
     if answer.approved:
-        edited = " with an edited patch" if answer.diff is not None else ""
+        what = (
+            f"a human-edited patch replacing {p.playbook} approved ({answer.by})"
+            if answer.diff is not None
+            else f"{p.playbook} approved ({answer.by})"
+        )
         return Command(
             update={
                 "approval": answer,
-                "transitions": transition("approve", f"{p.playbook} approved ({answer.by}){edited}"),
+                "transitions": transition("approve", what),
             },
             goto="cleanup",
         )
@@ -75,43 +85,62 @@ def approve(
     )
 
 
+def commit_identity(state: LoopState) -> tuple[str, dict[str, str]]:
+    """Subject and trailers of the candidate's commit (pure). A human-edited patch is its own
+    proposal: its own subject, `Perfloop-Edited`, and the playbook only as what it replaces."""
+    p = need(state.proposal, "proposal")
+    trailers = {"Perfloop-Session": state.session_id}
+    if state.edited:
+        by = state.approval.by if state.approval is not None else "human"
+        subject = f"perfloop: human-edited patch (iteration {state.iteration})"
+        trailers |= {"Perfloop-Edited": by, "Perfloop-Replaces": p.playbook}
+    else:
+        subject = f"perfloop: {p.title}"
+        trailers["Perfloop-Playbook"] = p.playbook
+    if p.origin is not None:
+        trailers["Perfloop-Proposer"] = f"llm {p.origin.model}"
+    return subject, {**trailers, "Perfloop-Iteration": str(state.iteration)}
+
+
 @step
 def apply(
     state: LoopState, runtime: Runtime[LoopContext]
 ) -> Command[Literal["relaunch", "propose", "abort"]]:
     """Apply the patch fully or not at all, committed alone on the session branch; a launch-option
     fix becomes the candidate's launch command instead (kept in the session, no commit)."""
-    p = state.proposal
+    p = need(state.proposal, "proposal")
     if p.launch_argv is not None:
         note = f"launch options for the candidate: {describe(state.argv, p.launch_argv)}"
-        if state.approval is not None and state.approval.diff is not None:
+        if state.edited:
             note += " (the edited patch is ignored: this fix changes launch options, not code)"
         return Command(
             update={"pending_launch": p.launch_argv, "transitions": transition("apply", note)},
             goto="relaunch",
         )
-    edited = state.approval is not None and state.approval.diff is not None
-    trailers = {
-        "Perfloop-Session": state.session_id,
-        "Perfloop-Playbook": p.playbook,
-        "Perfloop-Iteration": str(state.iteration),
-    }
-    if edited:
-        trailers["Perfloop-Edited"] = "human"
-    diff = state.approval.diff if edited else p.diff
+    subject, trailers = commit_identity(state)
+    edited_diff = state.approval.diff if state.edited and state.approval is not None else None
+    diff = edited_diff if edited_diff is not None else p.diff
+    policy = PatchPolicy(max_bytes=state.target.max_patch_bytes, allow_binary=p.binary and not state.edited)
     try:
         commit = call(
             runtime,
             repo.apply_patch,
-            ApplyArgs(repo=state.target.repo, diff=diff, subject=f"perfloop: {p.title}", trailers=trailers),
+            ApplyArgs(repo=state.target.repo, diff=diff, subject=subject, trailers=trailers, policy=policy),
         )
     except PatchError as exc:
-        reason = (
-            str(does_not_fit(state.sglang.version, diff, exc))
-            if state.sglang is not None
-            else f"patch does not apply: {exc}"
+        if str(exc).startswith("patch refused"):  # by the patch gate: unsafe or malformed
+            reason = str(exc)
+        elif state.sglang is not None:
+            reason = str(does_not_fit(state.sglang.version, diff, exc))
+        else:
+            reason = f"patch does not apply: {exc}"
+        decision = Decision(
+            iteration=state.iteration,
+            playbook=p.playbook,
+            verdict="failed",
+            reason=reason,
+            edited=state.edited,
         )
-        decision = Decision(iteration=state.iteration, playbook=p.playbook, verdict="failed", reason=reason)
         return Command(
             update={
                 "decisions": [decision],
@@ -159,12 +188,13 @@ def relaunch(
     try:
         handle = start_server(state, runtime, instrumented=state.instrumentation is not None)
     except ServerError as exc:
-        p = state.proposal
+        p = need(state.proposal, "proposal")
         decision = Decision(
             iteration=state.iteration,
             playbook=p.playbook,
             verdict="failed",
             reason=f"server failed after the patch: {exc}",
+            edited=state.edited,
         )
         return Command(
             update={
@@ -195,7 +225,7 @@ def rollback(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal
     commit = state.pending_commit
     if commit is not None:
         call(runtime, repo.revert_commit, CommitArgs(repo=state.target.repo, commit=commit))
-    p = state.proposal
+    p = need(state.proposal, "proposal")
     note = f"rolled back {p.playbook}" + (f" ({commit.sha[:10]})" if commit else "")
     if state.pending_launch is not None:
         note += f"; launch options back to {' '.join(state.launch_argv or state.target.launch.argv)}"

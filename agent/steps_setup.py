@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from agent.actions import instrument_if_needed, measure_server, session_branch, start_server
-from agent.context import LoopContext, call, host_dir, step, transition
+from agent.context import LoopContext, call, host_dir, need, step, transition
 from state.calls import BranchArgs, CopyTreeArgs, PushTreeArgs, RepoArgs
-from state.loop import LoopState
+from state.loop import ForkStep, LoopState
 from tools.hosts import transfer
 from tools.workspace import repo
 
@@ -49,7 +49,9 @@ def prepare(
         )
         update |= {"sglang": site.layout, "target": state.target.model_copy(update={"profile": profile})}
         note += f"; sglang {site.layout.version}, decode hook {hook.class_name}.{hook.method}"
-    nxt = "instrument" if state.target.profile.method == "patch" else "launch"
+    nxt: Literal["instrument", "launch"] = (
+        "instrument" if state.target.profile.method == "patch" else "launch"
+    )
     return Command(update={**update, "transitions": transition("prepare", note)}, goto=nxt)
 
 
@@ -96,7 +98,7 @@ def baseline(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal
     )
 
 
-FORK_STEPS = ("profile", "diagnose", "propose", "approve")
+FORK_STEPS: tuple[ForkStep, ...] = get_args(ForkStep)
 """Steps a session can be forked at: decision points before the tree changes in an iteration."""
 
 
@@ -109,15 +111,16 @@ def reconcile(
     The fork gets its own branch at the commit the parent had at that checkpoint; a profile step
     needs the (instrumented) server running, the other fork steps need nothing until relaunch.
     """
-    head = state.accepted[-1].sha if state.accepted else state.start.head_sha
+    fork_at: ForkStep = need(state.fork_at, "fork step")
+    head = state.accepted[-1].sha if state.accepted else need(state.start, "start snapshot").head_sha
     branch = session_branch(state.session_id)
     call(runtime, repo.ensure_branch, BranchArgs(repo=state.target.repo, name=branch, start_point=head))
     update: dict = {"branch": branch, "fork_at": None}
-    if state.fork_at == "profile":
+    if fork_at == "profile":
         if state.target.profile.method == "patch":
             update["instrumentation"] = instrument_if_needed(state, runtime)
             state = state.model_copy(update=update)
         handle = start_server(state, runtime, instrumented=state.instrumentation is not None)
         update |= {"server": handle, "launches": handle.launch_number}
-    note = f"forked: branch {branch} at {head[:10]}; continuing at {state.fork_at}"
-    return Command(update={**update, "transitions": transition("reconcile", note)}, goto=state.fork_at)
+    note = f"forked: branch {branch} at {head[:10]}; continuing at {fork_at}"
+    return Command(update={**update, "transitions": transition("reconcile", note)}, goto=fork_at)

@@ -41,13 +41,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(target: Path, port: int, server_args: list[str], log_path: Path,
-                 timeout_s: float = 900) -> subprocess.Popen:
+def start_server(
+    target: Path, port: int, server_args: list[str], log_path: Path, timeout_s: float = 900
+) -> subprocess.Popen:
     """Launch `launch.sh` in its own process group and wait until /health answers."""
     env = {**os.environ, "PYTHON": os.environ.get("PYTHON", sys.executable)}
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(["bash", str(target / "launch.sh"), "--port", str(port), *server_args],
-                                stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            ["bash", str(target / "launch.sh"), "--port", str(port), *server_args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -87,8 +93,12 @@ def request_json(port: int, method: str, path: str, body: dict | None, timeout: 
 
 def stream_chat(port: int, max_tokens: int) -> tuple[str, list[float]]:
     """Stream one greedy completion; return its text and each content chunk's arrival time."""
-    body = {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": max_tokens,
-            "temperature": 0, "stream": True}
+    body = {
+        "messages": [{"role": "user", "content": PROMPT}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+    }
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     conn.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
     resp = conn.getresponse()
@@ -122,8 +132,12 @@ def measure_tpot(port: int, max_tokens: int, repeats: int) -> tuple[float, float
 def profile_trace(port: int, steps: int, out_dir: Path) -> Path:
     """Profile `steps` decode steps of a single stream via /start_profile; return the trace."""
     profile_id = f"bench-{int(time.time() * 1000)}"
-    status, body = request_json(port, "POST", "/start_profile", {"output_dir": str(out_dir), "num_steps": steps,
-                                                                 "start_step": 2, "profile_id": profile_id})
+    status, body = request_json(
+        port,
+        "POST",
+        "/start_profile",
+        {"output_dir": str(out_dir), "num_steps": steps, "start_step": 2, "profile_id": profile_id},
+    )
     if status != 200:
         sys.exit(f"/start_profile failed: {status} {body}")
     stream_chat(port, steps + 8)
@@ -164,14 +178,20 @@ def cast_share(events: list[dict], pool_slots: int) -> dict:
     """
     steps = [e for e in events if e.get("cat") == "user_annotation" and e["name"] == "forward_decode"]
     inside = lambda e: any(s["tid"] == e["tid"] and s["ts"] <= e["ts"] <= s["ts"] + s["dur"] for s in steps)
-    ops = sorted((e for e in events if e.get("cat") == "cpu_op" and inside(e)),
-                 key=lambda e: (e["tid"], e["ts"], -e["dur"]))
+    ops = sorted(
+        (e for e in events if e.get("cat") == "cpu_op" and inside(e)),
+        key=lambda e: (e["tid"], e["ts"], -e["dur"]),
+    )
     self_us = _self_times(ops)
     n = len(steps)
     cast_us = sum(t for op, t in zip(ops, self_us, strict=False) if _is_cast(op, pool_slots))
-    result = {"decode_steps": n, "step_ms": statistics.mean(s["dur"] for s in steps) / 1000,
-              "cpu_share": cast_us / max(sum(self_us), 1e-9), "cpu_cast_ms": cast_us / n / 1000,
-              **step_kernels(events, steps)}
+    result = {
+        "decode_steps": n,
+        "step_ms": statistics.mean(s["dur"] for s in steps) / 1000,
+        "cpu_share": cast_us / max(sum(self_us), 1e-9),
+        "cpu_cast_ms": cast_us / n / 1000,
+        **step_kernels(events, steps),
+    }
     by_ext = {op["args"].get("External id"): op for op in ops}
     kernels = [k for k in events if k.get("cat") == "kernel" and k["args"].get("External id") in by_ext]
     if kernels:
@@ -192,8 +212,12 @@ def step_kernels(events: list[dict], steps: list[dict]) -> dict:
         by_name[k["name"]] = by_name.get(k["name"], 0.0) + k["dur"]
     top, busy = max(by_name, key=by_name.get), sum(by_name.values())
     short = top.split("<")[0].split("(")[0].removeprefix("void ").split("::")[-1]
-    return {"gpu_busy_ms": busy / len(steps) / 1000, "kernels_per_step": len(kernels) / len(steps),
-            "top_kernel": short + (" (fp8)" if "Float8" in top else ""), "top_kernel_share": by_name[top] / busy}
+    return {
+        "gpu_busy_ms": busy / len(steps) / 1000,
+        "kernels_per_step": len(kernels) / len(steps),
+        "top_kernel": short + (" (fp8)" if "Float8" in top else ""),
+        "top_kernel_share": by_name[top] / busy,
+    }
 
 
 def measure(target: Path, args, work: Path, name: str, extra: tuple[str, ...] = ()) -> dict:
@@ -209,8 +233,15 @@ def measure(target: Path, args, work: Path, name: str, extra: tuple[str, ...] = 
             share = cast_share(json.load(f)["traceEvents"], pool_slots)
     finally:
         stop_server(proc)
-    return {"variant": name, "tpot_ms": tpot_ms, "tpot_iqr_ms": iqr_ms, "ready_s": ready_s, "text": text,
-            "trace": str(trace), **share}
+    return {
+        "variant": name,
+        "tpot_ms": tpot_ms,
+        "tpot_iqr_ms": iqr_ms,
+        "ready_s": ready_s,
+        "text": text,
+        "trace": str(trace),
+        **share,
+    }
 
 
 def patched_copy(work: Path) -> Path:
@@ -225,12 +256,19 @@ def patched_copy(work: Path) -> Path:
     return copy
 
 
-COLUMNS = [("TPOT ms", "tpot_ms", "{:.1f}"), ("IQR ms", "tpot_iqr_ms", "{:.1f}"),
-           ("profiled step ms", "step_ms", "{:.1f}"), ("cast share CPU", "cpu_share", "{:.1%}"),
-           ("CPU cast ms/step", "cpu_cast_ms", "{:.1f}"), ("cast share GPU", "gpu_share", "{:.1%}"),
-           ("GPU cast ms/step", "gpu_cast_ms", "{:.1f}"), ("GPU busy ms/step", "gpu_busy_ms", "{:.1f}"),
-           ("kernels/step", "kernels_per_step", "{:.0f}"), ("top kernel", "top_kernel", "{}"),
-           ("its share", "top_kernel_share", "{:.1%}")]
+COLUMNS = [
+    ("TPOT ms", "tpot_ms", "{:.1f}"),
+    ("IQR ms", "tpot_iqr_ms", "{:.1f}"),
+    ("profiled step ms", "step_ms", "{:.1f}"),
+    ("cast share CPU", "cpu_share", "{:.1%}"),
+    ("CPU cast ms/step", "cpu_cast_ms", "{:.1f}"),
+    ("cast share GPU", "gpu_share", "{:.1%}"),
+    ("GPU cast ms/step", "gpu_cast_ms", "{:.1f}"),
+    ("GPU busy ms/step", "gpu_busy_ms", "{:.1f}"),
+    ("kernels/step", "kernels_per_step", "{:.0f}"),
+    ("top kernel", "top_kernel", "{}"),
+    ("its share", "top_kernel_share", "{:.1%}"),
+]
 
 
 def print_table(rows: list[dict]) -> None:
@@ -239,10 +277,16 @@ def print_table(rows: list[dict]) -> None:
     print("\n| variant | " + " | ".join(title for title, _, _ in cols) + " |")
     print("|---" * (len(cols) + 1) + "|")
     for r in rows:
-        print(f"| {r['variant']} | " + " | ".join(fmt.format(r[k]) if k in r else "-" for _, k, fmt in cols) + " |")
+        print(
+            f"| {r['variant']} | "
+            + " | ".join(fmt.format(r[k]) if k in r else "-" for _, k, fmt in cols)
+            + " |"
+        )
     same = all(r["text"] == rows[0]["text"] for r in rows)
-    print(f"\nTPOT ratio first/last: {rows[0]['tpot_ms'] / rows[-1]['tpot_ms']:.2f}x; "
-          f"greedy output identical across variants: {same}")
+    print(
+        f"\nTPOT ratio first/last: {rows[0]['tpot_ms'] / rows[-1]['tpot_ms']:.2f}x; "
+        f"greedy output identical across variants: {same}"
+    )
     for r in rows:
         print(json.dumps(r))
 
@@ -255,8 +299,11 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--profile-steps", type=int, default=5)
     p.add_argument("--compare-fix", action="store_true", help="also measure the playbook fix")
-    p.add_argument("--matrix", action="store_true",
-                   help="cast and fix, each eager (--disable-cuda-graph) and with CUDA graphs")
+    p.add_argument(
+        "--matrix",
+        action="store_true",
+        help="cast and fix, each eager (--disable-cuda-graph) and with CUDA graphs",
+    )
     p.add_argument("--fixed-target", type=Path, help="a target copy with the diff applied (no git needed)")
     p.add_argument("extra", nargs="*", help="more server flags after --, e.g. -- --pool-slots 8192")
     args = p.parse_args()
@@ -266,10 +313,12 @@ def main() -> None:
         fixed = lambda: args.fixed_target.resolve() if args.fixed_target else patched_copy(work)
         if args.matrix:
             eager, fixed_dir = ("--disable-cuda-graph",), fixed()
-            rows = [measure(TARGET, args, work, "eager, full-pool cast", eager),
-                    measure(fixed_dir, args, work, "eager, gather-then-cast", eager),
-                    measure(TARGET, args, work, "graph, full-pool cast"),
-                    measure(fixed_dir, args, work, "graph, gather-then-cast")]
+            rows = [
+                measure(TARGET, args, work, "eager, full-pool cast", eager),
+                measure(fixed_dir, args, work, "eager, gather-then-cast", eager),
+                measure(TARGET, args, work, "graph, full-pool cast"),
+                measure(fixed_dir, args, work, "graph, gather-then-cast"),
+            ]
         else:
             rows = [measure(TARGET, args, work, "baseline")]
             if args.compare_fix:

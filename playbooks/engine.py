@@ -84,20 +84,6 @@ def _rank(finding: Finding) -> tuple[float, float]:
     return (finding.confidence * gain, sum(e.share for e in finding.evidence))
 
 
-def patch_text(playbook: Playbook, target_kind: str) -> str | None:
-    """The playbook's patch for this kind of target, or None if it has none."""
-    if target_kind not in playbook.patches:
-        return None
-    path = Path(playbook.source_dir) / playbook.patches[target_kind]
-    try:
-        return path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise ConfigError(
-            f"playbook {playbook.id}: patch for {target_kind!r} at {path} cannot be read "
-            f"({err.strerror}); add the file or remove it from [patches]"
-        ) from err
-
-
 def flag_value(argv: list[str], flag: str) -> str | None:
     """The value of `flag` in argv (`--flag V` or `--flag=V`), "" for a bare flag, None if absent (pure)."""
     for i, arg in enumerate(argv):

@@ -211,12 +211,15 @@ class Playbook(Model):
     graph_signature: GraphSignature | None = None
     """Where the step replays CUDA graphs and `signature` finds no operators: match by kernel names."""
     patches: dict[str, str] = {}
-    """Target kind -> patch file relative to the playbook folder, e.g. mla_server = "patches/x.diff"."""
+    """Target kind -> patch file relative to the playbook folder, e.g. mla_server = "patches/x.diff";
+    SGLang's are keyed by release, "sglang@X.Y.Z" (chosen by playbooks/patches.py)."""
     launch_limits: list[LaunchLimit] = []
     """Launch options under which a patch is not proposed (see LaunchLimit)."""
     launch: dict[str, list[LaunchEdit]] = {}
     """Target kind -> the launch-command change that is the fix there (instead of a patch), e.g.
     CUDA graphs: drop `--disable-cuda-graph`, raise `--cuda-graph-max-bs`."""
+    binary_patches: bool = False
+    """Whether this playbook's patches may hold binary hunks (the patch gate refuses them otherwise)."""
     source_dir: str = ""
     """Folder the playbook was loaded from; set by load_playbooks, never written in playbook.toml."""
 

@@ -111,7 +111,9 @@ def signal_evidence(
 
 def _fields(op: str, calls: int, us: float, profile: ProfileSummary, active_tokens: int, **extra) -> dict:
     """Template fields for a signal line: NOTE_FIELDS' names, neutral where they do not apply."""
-    base = {key: "-" if isinstance(value, str) else 0 for key, value in NOTE_FIELDS.items()}
+    base: dict[str, object] = {
+        key: "-" if isinstance(value, str) else 0 for key, value in NOTE_FIELDS.items()
+    }
     base.update(
         op=op,
         dims="[]",

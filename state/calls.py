@@ -3,13 +3,15 @@
 from pathlib import Path
 from typing import Literal
 
+from pydantic import Field
+
 from state.base import Model
 from state.measure import Measurement
 from state.process import ServerHandle
 from state.sglang import HookSite, SglangLayout
 from state.ssh import SSHHostConfig
 from state.target import LaunchConfig, MeasureConfig
-from state.workspace import CommitInfo, InstrumentationRecord
+from state.workspace import CommitInfo, InstrumentationRecord, PatchPolicy
 
 
 class LaunchArgs(Model):
@@ -171,6 +173,17 @@ class BranchArgs(RepoArgs):
     """Commit a new branch starts at (default HEAD)."""
 
 
+class LeaveBranchArgs(RepoArgs):
+    """Give the repo back as it was found: leave and delete a session branch that holds no commit."""
+
+    name: str
+    """The session branch."""
+    back_to: str | None
+    """The branch the session started on (None: HEAD was detached at `head_sha`)."""
+    head_sha: str
+    """The commit the session started at; a branch that moved past it is kept."""
+
+
 class InstrumentArgs(RepoArgs):
     """Insert the dormant profiler into a file's ModelRunner.forward_decode."""
 
@@ -198,6 +211,8 @@ class ApplyArgs(RepoArgs):
     """Commit subject."""
     trailers: dict[str, str]
     """Commit trailers (Perfloop-Session, Perfloop-Playbook, Perfloop-Iteration)."""
+    policy: PatchPolicy = Field(default_factory=PatchPolicy)
+    """What the patch gate lets through (size cap, binary hunks)."""
 
 
 class CommitArgs(RepoArgs):

@@ -9,12 +9,17 @@ from pydantic import Field, model_validator
 
 from state.base import Model
 from state.diagnosis import Diagnosis, Evidence
+from state.ids import SessionId
 from state.measure import Measurement
 from state.process import ServerHandle
+from state.proposer import LlmOrigin, LlmUsage
 from state.session import SessionStatus
 from state.sglang import SglangLayout
 from state.target import TargetConfig
 from state.workspace import CommitInfo, InstrumentationRecord, WorkspaceSnapshot
+
+ForkStep = Literal["profile", "diagnose", "propose", "approve"]
+"""Steps a session can be forked at: decision points before the tree changes in an iteration."""
 
 
 class LoopOptions(Model):
@@ -94,6 +99,12 @@ class Proposal(Model):
     one leaves is the one that fix removes)."""
     paired_speedup: float | None = None
     """The predicted speedup of both fixes together."""
+    binary: bool = False
+    """Whether the playbook declares binary hunks in its patch (the patch gate lets them through)."""
+    proposer: Literal["playbook", "llm"] = "playbook"
+    """Who wrote the patch: a playbook's stored diff, or a model."""
+    origin: LlmOrigin | None = None
+    """For a model-written patch: the model, its rationale and what it cost."""
 
 
 class Approval(Model):
@@ -134,6 +145,19 @@ class Decision(Model):
     """For a fix by launch options: the launch command it ran with (kept when accepted)."""
     predicted_speedup: float | None = None
     """The speedup the diagnosis predicted for this fix, against the measured before / after."""
+    edited: bool = False
+    """Whether the patch judged was a human's edit sent with `perfloop approve --patch`, not the
+    playbook's: it is its own proposal, reported as edited, never under the playbook's name."""
+
+    @property
+    def label(self) -> str:
+        """What was judged: the playbook id, or the edited patch that replaced its proposal."""
+        return edited_label(self.playbook) if self.edited else self.playbook
+
+
+def edited_label(playbook: str) -> str:
+    """How an edited patch is named in summaries (pure)."""
+    return f"human-edited patch (replacing {playbook})"
 
 
 class Transition(Model):
@@ -150,7 +174,7 @@ class Transition(Model):
 class LoopState(Model):
     """The state checkpointed at every transition of the loop."""
 
-    session_id: str
+    session_id: SessionId
     """Session id (= LangGraph thread id)."""
     target: TargetConfig
     """The target being optimized."""
@@ -198,8 +222,10 @@ class LoopState(Model):
     """Every verdict, in order."""
     transitions: Annotated[list[Transition], operator.add] = Field(default_factory=list)
     """Nodes run, in order."""
-    fork_at: str | None = None
+    fork_at: ForkStep | None = None
     """Set in a forked session's initial state: the step to continue at after reconciling."""
+    llm_usage: LlmUsage = Field(default_factory=LlmUsage)
+    """Model calls and tokens spent in this session (the token budget counts against it)."""
     calls_done: int = 0
     """Door sequence number when the last completed node finished (later calls were superseded)."""
     status: SessionStatus = "running"
@@ -221,6 +247,11 @@ class LoopState(Model):
     def argv(self) -> list[str]:
         """The launch command the server runs with now: the candidate's, the session's, the target's."""
         return self.pending_launch or self.launch_argv or self.target.launch.argv
+
+    @property
+    def edited(self) -> bool:
+        """Whether the current proposal was answered with a human-edited patch."""
+        return self.approval is not None and self.approval.diff is not None
 
     @property
     def tried(self) -> set[str]:

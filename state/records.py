@@ -4,12 +4,13 @@ from datetime import datetime
 from typing import Any
 
 from state.base import Model
+from state.ids import SessionId
 
 
 class ToolCallRecord(Model):
     """One call through the tool door: inputs, output or error, timing."""
 
-    session_id: str
+    session_id: SessionId
     """Session that made the call."""
     seq: int
     """Position of the call in the session (0, 1, 2, ...)."""
@@ -27,3 +28,5 @@ class ToolCallRecord(Model):
     """When the call started."""
     duration_s: float
     """Wall time of the call."""
+    reused_from: int | None = None
+    """For a paid call made again after a crash: the seq of the superseded record answering it."""

@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Literal
 
 from state.base import Model
+from state.ids import SessionId
 
 SessionStatus = Literal["running", "paused", "done", "failed"]
 
@@ -12,7 +13,7 @@ SessionStatus = Literal["running", "paused", "done", "failed"]
 class Summary(Model):
     """What a session achieved; `perfloop demo --json` prints it as its last line."""
 
-    session: str
+    session: SessionId
     """Session id."""
     status: SessionStatus
     """Where the session ended."""
@@ -46,6 +47,10 @@ class Summary(Model):
     """Profile/diagnose iterations run."""
     stop_reason: str
     """Why the loop ended."""
+    llm_tokens: int = 0
+    """Prompt plus completion tokens spent on model calls."""
+    llm_calls: int = 0
+    """Model calls made (answered from a crashed attempt's record included)."""
     repo: Path
     """The target repo."""
     launch_argv: list[str] = []
@@ -55,7 +60,7 @@ class Summary(Model):
 class SessionInfo(Model):
     """A session as listed by `perfloop sessions`."""
 
-    id: str
+    id: SessionId
     """Session id (also the LangGraph thread id)."""
     created_at: datetime
     """When it started."""
@@ -69,5 +74,5 @@ class SessionInfo(Model):
     """Last known status."""
     summary: Summary | None = None
     """Set when the session ends or pauses."""
-    parent: str | None = None
+    parent: SessionId | None = None
     """The session this one was forked from."""

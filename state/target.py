@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator
 
 from state.base import Model
+from state.proposer import ProposerConfig
 from state.ssh import SSHHostConfig
 
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSPHRASE|CREDENTIAL|AUTH)", re.I)
@@ -53,6 +54,10 @@ class LaunchConfig(Model):
     """Seconds between SIGTERM and SIGKILL of the server's process group."""
     env: dict[str, str] = Field(default_factory=dict)
     """Extra environment variables for the server (no secrets: see pass_env)."""
+    check_listener: bool = True
+    """Whether a launch counts only once the health answer provably comes from the started server
+    (its process group holds the port's listening socket, read from /proc). Turn off for a server
+    whose listener lives elsewhere, e.g. a container's published port."""
     pass_env: list[str] = Field(default_factory=list)
     """Names of variables passed from perfloop's environment at launch (API keys, tokens): their
     values are read when the server starts and are never stored in the session."""
@@ -168,3 +173,7 @@ class TargetConfig(Model):
     """The measurement workload."""
     profile: ProfileConfig = Field(default_factory=ProfileConfig)
     """How profiles are taken."""
+    max_patch_bytes: int = Field(1024 * 1024, ge=1)
+    """Largest patch the patch gate accepts (playbook, edited or model-written), in bytes."""
+    proposer: ProposerConfig = Field(default_factory=ProposerConfig)
+    """Who writes patches: playbooks, a model, or both (`[proposer]`)."""

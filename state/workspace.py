@@ -43,3 +43,13 @@ class InstrumentationRecord(Model):
     post_sha256: str = Field(description="sha256 hex of the file's bytes right after it.")
     diff: str = Field(description="The exact unified diff (git format) that was applied.")
     marker_id: str = Field(description="Comment text every inserted line carries.")
+
+
+class PatchPolicy(Model):
+    """What the patch gate lets through, beside its fixed rules (regular files inside the repository,
+    no absolute paths, no `..`, no `.git/`, no symlinks, no mode changes beyond the executable bit)."""
+
+    max_bytes: int = Field(1024 * 1024, ge=1, description="Largest patch accepted, in bytes of UTF-8 text.")
+    allow_binary: bool = Field(
+        False, description="Whether binary hunks pass: only for a playbook that declares them."
+    )

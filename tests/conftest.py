@@ -7,6 +7,7 @@ import signal
 
 import pytest
 
+from tests.guard import Scratch
 from tests.procs import processes_in
 
 
@@ -30,8 +31,30 @@ def no_leaked_processes(request):
     assert not leaked, f"test left {len(leaked)} process(es) running in its tmp_path (killed now)"
 
 
+@pytest.fixture(autouse=True)
+def nothing_written_beside_tmp_path(request):
+    """A test with a tmp_path writes only inside it: nothing new may appear beside it (a `..`
+    escape from a $PERFLOOP_HOME or repo under tmp_path would land there)."""
+    path = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames else None
+    before = set(os.listdir(path.parent)) if path is not None else set()
+    yield
+    if path is not None:
+        new = set(os.listdir(path.parent)) - before - {path.name}
+        assert not new, f"files written outside the test's tmp_path: {sorted(new)}"
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_leaks_at_exit(tmp_path_factory):
     """At the end of the run: kill whatever still runs under pytest's base temp folder."""
     yield
     _kill(processes_in(tmp_path_factory.getbasetemp()))
+
+
+@pytest.fixture
+def scratch(tmp_path):
+    """A watched scratch root with a $PERFLOOP_HOME in it: the test fails if a file or folder
+    appears there outside the home, the repositories it allows and its own inputs."""
+    s = Scratch(tmp_path / "scratch")
+    yield s
+    stray = s.stray()
+    assert not stray, f"files written outside $PERFLOOP_HOME and the target repo: {stray}"

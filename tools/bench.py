@@ -49,6 +49,8 @@ def sse_data(lines: Iterator[bytes]) -> Iterator[dict]:
 def stream_completion(base_url: str, body: dict, timeout_s: float) -> tuple[list[float], str, dict]:
     """Send one streamed request; return (arrival time of each content delta, text, usage)."""
     url = urlsplit(base_url)
+    if not url.hostname:
+        raise ConfigError(f"server URL {base_url!r} names no host; use http://HOST:PORT")
     conn = http.client.HTTPConnection(url.hostname, url.port, timeout=timeout_s)
     try:
         t0 = time.perf_counter()
@@ -59,7 +61,9 @@ def stream_completion(base_url: str, body: dict, timeout_s: float) -> tuple[list
                 f"completion request failed with HTTP {resp.status}: "
                 f"{resp.read().decode(errors='replace')[:200]}"
             )
-        arrivals, parts, usage = [], [], {}
+        arrivals: list[float] = []
+        parts: list[str] = []
+        usage: dict = {}
         for event in sse_data(iter(resp.readline, b"")):
             for choice in event.get("choices") or []:
                 content = (choice.get("delta") or {}).get("content")

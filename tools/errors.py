@@ -25,6 +25,10 @@ class ConfigError(ToolError):
     """A target config or command-line value is invalid."""
 
 
+class LlmError(ToolError):
+    """A model endpoint could not be reached, refused the request, or answered unusably."""
+
+
 def error_from(text: str) -> Exception:
     """The exception a one-line `Type: message` names (a recorded or remote error): the same
     `tools.errors` class when it is one, else a ToolError carrying the whole line."""

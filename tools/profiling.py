@@ -70,19 +70,20 @@ def _profile_patch(args: ProfileArgs) -> ProfileFiles:
             "patch profiling needs a server launched with PERFLOOP_PROFILE_DIR; "
             "relaunch the session with the instrumentation in place"
         )
+    profile_dir = args.profile_dir
     stream_completion(args.base_url, chat_body(args.model, args.prompt, 8), args.timeout_s)
     pid = attempt_id(args.profile_id)
     request = {"id": pid, "warmup_steps": args.warmup_steps, "active_steps": args.active_steps}
-    write_file_atomic(args.profile_dir / "request.json", json.dumps(request))  # replaces a stale one
+    write_file_atomic(profile_dir / "request.json", json.dumps(request))  # replaces a stale one
     fault_point("profile:requested")
     steps = args.warmup_steps + args.active_steps + 4
     arrivals, _, usage = stream_completion(
         args.base_url, chat_body(args.model, args.prompt, steps), args.timeout_s
     )
-    out = args.profile_dir / pid
+    out = profile_dir / pid
 
     def done() -> dict | None:
-        for err in (out / "error.txt", args.profile_dir / "error.txt"):
+        for err in (out / "error.txt", profile_dir / "error.txt"):
             if err.exists():
                 raise TraceError(f"the instrumentation failed ({err}): {err.read_text()[:300]}")
         return json.loads((out / "done.json").read_text()) if (out / "done.json").exists() else None
@@ -159,4 +160,4 @@ def take(args: ProfileArgs) -> ProfileFiles:
 @tool("profile.read", where="local")
 def read(args: PathArgs) -> ProfileSummary:
     """Read a Chrome trace (or a folder of one per rank, merged) into per-op statistics."""
-    return read_profiles([args.path])
+    return read_profiles([args.path], require_steps=True)

@@ -1,14 +1,23 @@
 """Keeping secrets out of everything perfloop writes.
 
 Secrets never enter the session state: a target names the environment variables to pass to its
-server (`launch.pass_env`), and their values are read from perfloop's own environment at launch.
-As a second line of defence, `redact()` masks the value of every secret-looking environment
-variable (and every value registered with `register()`) in text before it is stored or shown.
+server (`launch.pass_env`), and their values are read from perfloop's own environment at launch
+(and registered here, whatever their names). As a second line of defence, every value known at
+write time (every secret-looking environment variable's, and every registered one) is masked in
+what perfloop stores and prints: `redact()` for text (the session store, exports, error lines) and
+`redact_bytes()` for the checkpoints (same-length masks, so serialized lengths stay valid). A later
+`perfloop show` without the variables therefore has nothing to leak.
+
+The server's environment follows one policy (`server_env`): perfloop's own environment minus every
+secret-looking variable not named in `launch.pass_env`, plus `launch.env`, plus the `pass_env` values.
 """
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Mapping
+from pathlib import Path
 
 from state.target import SECRET_NAME
 
@@ -33,8 +42,43 @@ def _secrets() -> list[str]:
     return sorted(values | _registered, key=len, reverse=True)
 
 
+def _forms(value: str) -> list[str]:
+    """A value as it may appear in stored text: raw, and escaped inside a JSON string."""
+    return list(dict.fromkeys([value, json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]]))
+
+
 def redact(text: str) -> str:
     """`text` with every known secret value replaced by ***."""
     for value in _secrets():
-        text = text.replace(value, MASK)
+        for form in _forms(value):
+            text = text.replace(form, MASK)
     return text
+
+
+def redact_bytes(data: bytes) -> bytes:
+    """Serialized `data` with every known secret value's bytes replaced by as many `*` (lengths
+    unchanged, so msgpack and JSON framing stay valid)."""
+    for value in _secrets():
+        for form in _forms(value):
+            raw = form.encode("utf-8", "surrogatepass")
+            data = data.replace(raw, b"*" * len(raw))
+    return data
+
+
+def scrub_file(path: Path) -> None:
+    """Mask known secret values in a file in place (e.g. a server log once the server is gone)."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return
+    clean = redact_bytes(data)
+    if clean != data:
+        path.write_bytes(clean)
+
+
+def server_env(environ: Mapping[str, str], extra: Mapping[str, str], pass_env: list[str]) -> dict[str, str]:
+    """The server's whole environment (pure): `environ` minus secret-looking variables not named in
+    `pass_env`, then `extra` (launch.env) and the named variables' values."""
+    named = set(pass_env)
+    env = {k: v for k, v in environ.items() if k in named or not looks_secret(k)}
+    return {**env, **extra, **{k: environ[k] for k in pass_env if k in environ}}

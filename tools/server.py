@@ -9,10 +9,12 @@ from pathlib import Path
 
 from state.calls import LaunchArgs, PidFileArgs, ServerArgs, ServerStatus
 from state.process import ServerHandle
+from tools import secrets
 from tools.door import tool
 from tools.door.faults import fault_point
 from tools.errors import ServerError
 from tools.hosts import local as host
+from tools.hosts.listeners import holders, owned_by
 from tools.http import free_port, get_status
 from tools.progress import report
 
@@ -28,13 +30,16 @@ def _last_line(text: str) -> str:
 
 
 def passed_env(names: list[str]) -> dict[str, str]:
-    """Values of `launch.pass_env` from perfloop's own environment (read now, never stored)."""
+    """Values of `launch.pass_env` from perfloop's own environment (read now, never stored; each
+    registered as a secret, so it is masked in whatever perfloop writes from now on)."""
     missing = [n for n in names if n not in os.environ]
     if missing:
         raise ServerError(
             f"launch.pass_env names {', '.join(missing)} but perfloop's environment does "
             "not set it; export it before running perfloop"
         )
+    for name in names:
+        secrets.register(os.environ[name])
     return {n: os.environ[n] for n in names}
 
 
@@ -58,6 +63,23 @@ def stop_pid_file(pid_file: Path | None, cwd: Path, grace_s: float) -> bool:
     return same_place
 
 
+def _check_listener(args: LaunchArgs, port: int, pgid: int) -> None:
+    """The health answer must come from the server perfloop started: the port's listening socket
+    belongs to its process group. Otherwise (e.g. another server already holds the port) our
+    server is stopped and the launch fails with who holds it."""
+    if not args.launch.check_listener or owned_by(port, host.group_members(pgid)) is not False:
+        return
+    others = [p for p in holders(port) if p not in host.group_members(pgid)]
+    host.stop_group(pgid, args.launch.stop_grace_s)
+    if args.pid_file is not None:
+        args.pid_file.unlink(missing_ok=True)
+    who = f"process {', '.join(map(str, others))}" if others else "another process"
+    raise ServerError(
+        f"port {port} answers {args.launch.health_path} but is held by {who}, not by the server "
+        "perfloop started (stopped); free the port or set launch.port = 0"
+    )
+
+
 @tool("server.launch")
 def launch(args: LaunchArgs) -> ServerHandle:
     """Start the server in its own process group and wait until its health endpoint answers 200.
@@ -66,14 +88,15 @@ def launch(args: LaunchArgs) -> ServerHandle:
     ServerError with the exit code and the log's last line; a hung one is stopped first.
     """
     port = args.launch.port or free_port()
-    env = {k: build_argv([v], port, args.python)[0] for k, v in args.launch.env.items()}
-    env |= passed_env(args.launch.pass_env)
+    extra = {k: build_argv([v], port, args.python)[0] for k, v in args.launch.env.items()}
+    passed_env(args.launch.pass_env)  # all set, and registered as secrets
+    env = secrets.server_env(os.environ, extra, args.launch.pass_env)
     if args.profile_dir is not None:
         args.profile_dir.mkdir(parents=True, exist_ok=True)
         env["PERFLOOP_PROFILE_DIR"] = str(args.profile_dir)
     argv = build_argv(args.launch.argv, port, args.python)
     stop_pid_file(args.pid_file, args.repo, args.launch.stop_grace_s)
-    proc = host.start_background(argv, args.repo, args.log_path, env)
+    proc = host.start_background(argv, args.repo, args.log_path, env, inherit=False)
     if args.pid_file is not None:
         args.pid_file.write_text(
             json.dumps(
@@ -89,6 +112,7 @@ def launch(args: LaunchArgs) -> ServerHandle:
         gone = not host.group_members(proc.pgid)  # also reaps our exited children
         code = host.exit_code(proc.pid)
         if code is not None or gone:
+            secrets.scrub_file(args.log_path)
             log = host.tail(args.log_path)
             raise ServerError(
                 f"server exited with code {code if code is not None else '?'} during start-up "
@@ -98,6 +122,7 @@ def launch(args: LaunchArgs) -> ServerHandle:
         if code == 404 and health_path != "/health":
             health_path = "/health"  # e.g. /health_generate on a build without it
         if code == 200:
+            _check_listener(args, port, proc.pgid)
             return ServerHandle(
                 process=proc,
                 base_url=base_url,
@@ -117,6 +142,7 @@ def launch(args: LaunchArgs) -> ServerHandle:
         )
         time.sleep(0.25)
     host.stop_group(proc.pgid, args.launch.stop_grace_s)
+    secrets.scrub_file(args.log_path)
     if args.pid_file is not None:
         args.pid_file.unlink(missing_ok=True)
     raise ServerError(
@@ -137,6 +163,7 @@ def status(args: ServerArgs) -> ServerStatus:
 def stop(args: ServerArgs) -> ServerStatus:
     """Stop the server's whole process group: SIGTERM, then SIGKILL after the grace period."""
     killed = host.stop_group(args.server.process.pgid, args.grace_s)
+    secrets.scrub_file(args.server.process.log_path)
     pid_file = args.server.pid_file
     if (
         pid_file is not None

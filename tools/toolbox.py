@@ -2,8 +2,9 @@
 
 Nodes call a tool by its function (`door.call(server.launch, args)`); the recorded name comes from
 its `@tool` declaration. This list is where a reader finds them all, and what looks a recorded name
-up again (`perfloop show`, tests). An SSH host runs a tool from the `module:function` the client
-sends (tools/hosts/remote.py), so it needs no list of its own.
+up again (`spec_named`); tests/unit/test_toolbox.py checks that it holds every declared tool and
+every name the recorded demo session holds. An SSH host runs a tool from the `module:function` the
+client sends (tools/hosts/remote.py), so it needs no list of its own.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from tools import bench, profiling, server
 from tools.door.registry import ToolSpec, spec_of
 from tools.hosts import transfer
+from tools.llm import chat, code
 from tools.workspace import repo
 
 TOOLS = (
@@ -18,6 +20,7 @@ TOOLS = (
     repo.create_from_tree,
     repo.snapshot,
     repo.ensure_branch,
+    repo.leave_branch,
     repo.instrument,
     repo.remove_instrumentation,
     repo.apply_patch,
@@ -36,6 +39,13 @@ TOOLS = (
     # moving files between here and an SSH host
     transfer.fetch,
     transfer.push_tree,
+    # the LLM proposer: the model call (here) and its read-only look at the repo (where it lives)
+    chat.chat,
+    code.read_file_tool,
+    code.grep_tool,
+    code.list_dir_tool,
+    code.read_texts,
+    code.check_diff,
 )
 
 BY_NAME: dict[str, ToolSpec] = {spec_of(fn).name: spec_of(fn) for fn in TOOLS}

@@ -139,7 +139,7 @@ def diagnose(
         playbooks = []
 
     def body():
-        profile = read_profiles(traces, steps)
+        profile = read_profiles(traces, steps, require_steps=True)
         source = "flag"
         bw = bandwidth_gbs
         if bw is None and profile.time_basis == "cpu":

@@ -16,6 +16,7 @@ from typing import Annotated, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from agent import render
 from agent.session import Sessions
@@ -59,6 +60,27 @@ HostPython = Annotated[
     str | None,
     typer.Option("--host-python", help="Interpreter on the SSH host (needs pydantic, GitPython, msgspec)."),
 ]
+ProposerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--proposer",
+        help="playbook: stored patches only; llm: a model writes every patch; auto: a playbook's "
+        "patch when one fits, else the model (default: the target's [proposer] mode, else auto).",
+    ),
+]
+ModelOpt = Annotated[str | None, typer.Option("--model", help="Model name for --proposer llm|auto.")]
+BaseUrl = Annotated[
+    str | None,
+    typer.Option("--base-url", help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL, else OpenAI)."),
+]
+LlmSteps = Annotated[int | None, typer.Option("--llm-max-steps", min=1, help="Model calls per proposal.")]
+LlmTokens = Annotated[
+    int | None,
+    typer.Option("--llm-max-tokens", min=1, help="Model tokens (prompt + completion) per session."),
+]
+LlmSeconds = Annotated[
+    float | None, typer.Option("--llm-max-seconds", min=1, help="Model time per proposal, in seconds.")
+]
 
 
 def choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
@@ -70,7 +92,7 @@ def choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
 
 def fail(message: str, code: int = 2) -> typer.Exit:
     """Print one error line on stderr; the exit to raise."""
-    err.print(f"[red]error:[/red] {redact(message)}", highlight=False, soft_wrap=True)
+    err.print(f"[red]error:[/red] {escape(redact(message))}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 

@@ -11,6 +11,7 @@ import typer
 
 from agent.cli.common import (
     Approve,
+    BaseUrl,
     Books,
     FloorFactor,
     FloorMs,
@@ -18,19 +19,34 @@ from agent.cli.common import (
     HostUrl,
     Iters,
     Json,
+    LlmSeconds,
+    LlmSteps,
+    LlmTokens,
     Method,
+    ModelOpt,
     NoBuiltin,
+    ProposerOpt,
     TrustNew,
     choice,
     finish,
     run_command,
 )
-from agent.config import DEMO_CONFIG, DEMO_SOURCE, check_repo, load_target, with_flag, with_host
+from agent.config import (
+    DEMO_CONFIG,
+    DEMO_SOURCE,
+    check_repo,
+    load_target,
+    with_flag,
+    with_host,
+    with_proposer,
+)
+from agent.preflight import check_setup
 from agent.remote import executor_for, remote_base
 from agent.session import Sessions, new_session_id
 from state.calls import ApplyArgs
+from state.workspace import PatchPolicy
 from tools.door.registry import spec_of
-from tools.errors import ToolError
+from tools.errors import PatchError, ToolError
 from tools.workspace.repo import check_patch
 
 
@@ -70,6 +86,12 @@ def demo(
     host: HostUrl = None,
     trust_new_host: TrustNew = False,
     host_python: HostPython = None,
+    proposer: ProposerOpt = None,
+    model: ModelOpt = None,
+    base_url: BaseUrl = None,
+    llm_max_steps: LlmSteps = None,
+    llm_max_tokens: LlmTokens = None,
+    llm_max_seconds: LlmSeconds = None,
     server_args: Annotated[
         str,
         typer.Option(
@@ -89,6 +111,15 @@ def demo(
         sessions = Sessions()
         sid = new_session_id()
         target = with_host(load_target(DEMO_CONFIG), host, trust_new_host, host_python)
+        target = with_proposer(
+            target,
+            mode=proposer,
+            model=model,
+            base_url=base_url,
+            max_steps=llm_max_steps,
+            max_tokens=llm_max_tokens,
+            max_seconds=llm_max_seconds,
+        )
         base = remote_base(target) if target.host.kind == "ssh" else sessions.home
         target = target.model_copy(update={"repo": base / "workspaces" / sid / "mla_server"})
         argv = with_flag(with_flag(target.launch.argv, "--device", device), "--preset", preset)
@@ -97,6 +128,7 @@ def demo(
         target = target.model_copy(
             update={"launch": launch, "profile": target.profile.model_copy(update={"method": profile_method})}
         )
+        check_setup(target, opts, repo_exists=False)  # the demo makes its repo
         state = sessions.start(target, {**opts, "demo_source": DEMO_SOURCE}, sid, None)
         finish(sessions, state, as_json)
 
@@ -117,17 +149,33 @@ def run(
     host: HostUrl = None,
     trust_new_host: TrustNew = False,
     host_python: HostPython = None,
+    proposer: ProposerOpt = None,
+    model: ModelOpt = None,
+    base_url: BaseUrl = None,
+    llm_max_steps: LlmSteps = None,
+    llm_max_tokens: LlmTokens = None,
+    llm_max_seconds: LlmSeconds = None,
     as_json: Json = False,
 ) -> None:
     """Run the loop on the target a TOML file describes."""
 
     def body():
         target = with_host(load_target(target_toml), host, trust_new_host, host_python)
+        target = with_proposer(
+            target,
+            mode=proposer,
+            model=model,
+            base_url=base_url,
+            max_steps=llm_max_steps,
+            max_tokens=llm_max_tokens,
+            max_seconds=llm_max_seconds,
+        )
         method = profile_method or target.profile.method
         floor = (floor_ms, floor_factor)
         opts = _options(approve, method, max_iterations, playbooks or [], no_builtin_playbooks, floor)
         target = target.model_copy(update={"profile": target.profile.model_copy(update={"method": method})})
         check_repo(target)
+        check_setup(target, opts)
         sessions = Sessions()
         state = sessions.start(target, opts, new_session_id(), target_toml.resolve())
         finish(sessions, state, as_json)
@@ -162,15 +210,26 @@ def _answer(session: str, answer: dict, as_json: bool) -> None:
 
 
 def _edited_patch(session: str, path: Path) -> str:
-    """Read and validate a human-edited patch against the paused session's repo (changes nothing)."""
-    try:
-        diff = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ToolError(f"cannot read edited patch {path}: {exc}") from exc
+    """Read a human-edited patch and pass it through the patch gate against the paused session's
+    repo (tools/workspace/gate.py; changes nothing). Refused: bad input, the session stays paused."""
     state = Sessions().state(session)
-    args = ApplyArgs(repo=state.target.repo, diff=diff, subject="check", trailers={})
-    with executor_for(state.target, state.options.session_dir) as remote:  # where the repo lives
-        remote.call(spec_of(check_patch), args) if remote else check_patch(args)
+    cap = state.target.max_patch_bytes
+    try:
+        if path.stat().st_size > cap:
+            raise ToolError(
+                f"--patch: patch refused: {path} is {path.stat().st_size} bytes, over the limit of {cap} "
+                "(`max_patch_bytes` in the target)"
+            )
+        diff = path.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ToolError(f"--patch: cannot read edited patch {path}: {exc}") from exc
+    policy = PatchPolicy(max_bytes=cap, allow_binary=False)
+    args = ApplyArgs(repo=state.target.repo, diff=diff, subject="check", trailers={}, policy=policy)
+    try:
+        with executor_for(state.target, state.options.session_dir) as remote:  # where the repo lives
+            remote.call(spec_of(check_patch), args) if remote else check_patch(args)
+    except PatchError as exc:
+        raise PatchError(f"--patch {path}: {exc}") from None
     return diff
 
 

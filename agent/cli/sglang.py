@@ -16,13 +16,15 @@ from typing import Annotated
 import typer
 
 from agent.cli.common import run_command
-from playbooks.engine import load_playbooks, patch_text
+from playbooks.engine import load_playbooks
+from playbooks.patches import choose_patch
 from state.sglang import HookSite
 from state.target import ProfileConfig
-from state.workspace import InstrumentationRecord
+from state.workspace import InstrumentationRecord, PatchPolicy
 from tools.errors import ConfigError
 from tools.sglang.layout import hook_site, locate
-from tools.sglang.patches import apply_sglang_patch, sglang_patch
+from tools.sglang.patches import apply_sglang_patch
+from tools.workspace.gate import gate_workspace
 from tools.workspace.git import GitWorkspace
 from tools.workspace.instrumentation import instrument as insert_hook
 from tools.workspace.instrumentation import remove_instrumentation
@@ -129,17 +131,13 @@ def apply_cmd(
             raise ConfigError(f"no playbook {playbook_id!r}; known: {', '.join(books)}")
         book = books[playbook_id]
         with GitWorkspace(repo) as ws:
-            if _kind(kind) == "sglang":
-                layout = locate(repo)
-                key, diff = sglang_patch(book.patches, Path(book.source_dir), layout)
+            layout = locate(repo) if _kind(kind) == "sglang" else None
+            key, diff = choose_patch(book, kind, layout)
+            if layout is not None:
                 files = apply_sglang_patch(ws, layout, diff, check_only=check)
                 what = f"sglang {layout.version} ({key})"
             else:
-                diff = patch_text(book, kind)
-                if diff is None:
-                    raise ConfigError(f"playbook {playbook_id} has no patch for kind {kind!r}")
-                files = ws.changed_files(diff)
-                ws.check_patch(diff)
+                files = gate_workspace(ws, diff, PatchPolicy(allow_binary=book.binary_patches))
                 if not check:
                     ws.apply_to_worktree(diff)
                 what = kind

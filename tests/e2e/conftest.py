@@ -32,17 +32,20 @@ def make_repo(dest: Path) -> Path:
     return dest
 
 
-def write_target(path: Path, repo: Path, method: str = "patch") -> Path:
+def write_target(
+    path: Path, repo: Path, method: str = "patch", tp_size: int = 1, startup_timeout_s: float = 120
+) -> Path:
     """A target TOML with a smaller workload than the demo's, to keep CI quick."""
     path.write_text(f"""
 name = "e2e mla_server"
 kind = "mla_server"
 repo = "{repo}"
 model = "mla-demo"
+tp_size = {tp_size}
 [launch]
 argv = ["bash", "launch.sh", "--port", "{{port}}", "--preset", "cpu"]
 env = {{ PYTHON = "{{python}}" }}
-startup_timeout_s = 120
+startup_timeout_s = {startup_timeout_s}
 [measure]
 prompts = ["Explain the KV cache.", "Write a haiku about GPUs."]
 max_tokens = 12

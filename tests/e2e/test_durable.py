@@ -23,6 +23,7 @@ from tests.e2e.conftest import (
     write_target,
 )
 from tests.procs import processes_in
+from tools.door.store import SessionStore
 
 pytestmark = pytest.mark.e2e
 BACKEND = "mla_server/attention/mla_backend.py"
@@ -151,6 +152,13 @@ def test_sigkill_at_every_point_then_resume_matches_uninterrupted(
     assert_clean(repo, s["branch"])
     shown = last_json(cli("show", session, "--json"))
     assert [d["verdict"] for d in shown["decisions"]] == ["rejected", "accepted"]
+    # The recording holds every killed attempt's calls, marked superseded; replay follows the rest.
+    store = SessionStore(home / "sessions.sqlite")
+    superseded = len(store.tool_calls(session, include_superseded=True)) - len(store.tool_calls(session))
+    assert superseded > 0
+    replayed = cli("replay", session, "--json")
+    assert replayed.returncode == 0, replayed.stderr[-2000:]
+    assert last_json(replayed)["matches_recording"] is True
 
 
 def test_replay_answers_from_the_recording_without_the_host(
@@ -196,7 +204,9 @@ def test_replay_cli_export_import_and_divergence(recorded: dict, tmp_path: Path)
     other = tmp_path / "elsewhere"
     imported = perfloop(other, "import", str(out))
     assert imported.returncode == 0 and sid in imported.stdout
-    assert perfloop(other, "import", str(out)).returncode == 2  # refuses to overwrite
+    twice = perfloop(other, "import", str(out))
+    assert twice.returncode == 2  # refuses to overwrite
+    assert twice.stderr == f"error: session {sid} already exists here; import into another PERFLOOP_HOME\n"
     t0 = time.monotonic()
     rep = perfloop(other, "replay", sid, "--json")
     assert rep.returncode == 0, rep.stderr[-2000:]
@@ -226,7 +236,7 @@ FIXTURE = Path(__file__).resolve().parents[1] / "data" / "sessions" / "demo-sess
 
 
 def test_shipped_demo_recording_replays(tmp_path: Path) -> None:
-    """A real recorded `perfloop demo` session, shipped as a fixture, replays in under 5 s."""
+    """A real recorded `perfloop demo` session, shipped as a fixture, replays without its host."""
     home = tmp_path / "home"
     sid = perfloop(home, "import", str(FIXTURE)).stdout.split()[2].rstrip(";")
     t0 = time.monotonic()
@@ -235,7 +245,9 @@ def test_shipped_demo_recording_replays(tmp_path: Path) -> None:
     assert rep.returncode == 0, rep.stderr[-2000:]
     s = last_json(rep)
     assert s["matches_recording"] and s["accepted"] == ["kv-cache-full-pool-cast"] and s["speedup"] > 3
-    assert elapsed < 5 + 3  # replay itself < 5 s; the rest is CLI start-up
+    # Played back, not re-run: the live session took minutes (two launches, a profile); the bound
+    # is loose because CI machines are shared (a timing claim belongs in benchmarks/).
+    assert elapsed < 30
 
 
 def test_concurrent_resume_is_refused(tmp_path: Path, home: Path, repo: Path) -> None:
@@ -300,24 +312,41 @@ def test_edited_patches_are_validated_and_recorded(tmp_path: Path, home: Path, r
         "binary": "diff --git a/x.bin b/x.bin\nnew file mode 100644\nindex 0000000..1111111\n"
         "Binary files /dev/null and b/x.bin differ\n",
         "stale": good.replace("real = len", "real = LEN"),
+        "absolute": good.replace(f"+++ b/{BACKEND}", "+++ /tmp/perfloop-outside.py"),
+        "symlink-out": "diff --git a/escape b/escape\nnew file mode 120000\nindex 0000000..1111111\n"
+        f"--- /dev/null\n+++ b/escape\n@@ -0,0 +1 @@\n+{tmp_path}\n\\ No newline at end of file\n",
+        "huge": good + "\n" * (50 * 1024 * 1024),
+    }
+    outside = "patches may only touch files inside the repository, outside .git/; fix the diff's paths"
+    refusal = {
+        "escape": f"refusing path '../outside.py': {outside}",
+        "gitdir": f"refusing path '.git/config': {outside}",
+        "binary": "refusing binary patch for x.bin; send text diffs only",
+        "stale": f"patch does not apply: {BACKEND}:22 (git apply --check); regenerate the diff against "
+        "the current file",
     }
     for name, diff in malicious.items():
         f = tmp_path / f"{name}.diff"
         f.write_text(diff)
         proc = perfloop(home, "approve", sid, "--patch", str(f))
         assert proc.returncode == 2, (name, proc.stdout, proc.stderr)
-        assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stderr == f"error: {refusal[name]}\n", proc.stderr
         assert last_json(perfloop(home, "sessions", "--json"))[0]["status"] == "paused"
         assert tree(repo) == before
     (tmp_path / "good.diff").write_text(good)
     done = perfloop(home, "approve", sid, "--patch", str(tmp_path / "good.diff"), "--json")
     assert done.returncode == 0, done.stderr[-2000:]
     s = last_json(done)
-    assert s["accepted"] == ["kv-cache-full-pool-cast"]
+    assert s["accepted"] == ["human-edited patch (replacing kv-cache-full-pool-cast)"]
     commit = git(repo, "show", "HEAD")
     assert "# reviewed" in commit and "Perfloop-Edited: human" in commit
+    assert "Perfloop-Playbook" not in commit and "Perfloop-Replaces: kv-cache-full-pool-cast" in commit
+    assert "human-edited patch" in git(repo, "log", "-1", "--format=%s")
     shown = last_json(perfloop(home, "show", sid, "--json"))
     assert "human-edited patch" in shown["decisions"][-1]["reason"]
+    assert shown["decisions"][-1]["edited"] is True
+    assert shown["decisions"][-1]["label"] == s["accepted"][0]
+    assert "human-edited patch (replacing" in perfloop(home, "show", sid, env={"COLUMNS": "300"}).stdout
     assert_clean(repo, s["branch"])
 
 
@@ -334,25 +363,67 @@ def test_fork_refuses_to_move_a_dirty_tree(recorded: dict) -> None:
     assert_clean(repo, recorded["summary"]["branch"])
 
 
-def test_fork_rejects_what_was_approved(tmp_path: Path, home: Path, repo: Path) -> None:
+def test_fork_at_every_decision_step(tmp_path: Path, home: Path, repo: Path) -> None:
+    """From one ended session: a fork at `approve` rejects what the parent accepted; forks at
+    `propose`, `diagnose` and `profile` reuse the parent's diagnosis, re-read its profile, or launch
+    and profile afresh, and each pauses at the same proposal. Every fork ends on its own branch at
+    the parent's starting commit with a clean tree and no server."""
     parent = last_json(
         perfloop(home, "run", str(write_target(tmp_path / "t.toml", repo)), "--json", "--max-iterations", "1")
     )
     assert parent["accepted"] == ["kv-cache-full-pool-cast"]
+    store = SessionStore(home / "sessions.sqlite")
+    (parent_read,) = [c for c in store.tool_calls(parent["session"]) if c.name == "profile.read"]
+
+    def reject(fork: dict, reason: str) -> dict:
+        done = last_json(perfloop(home, "reject", fork["session"], "--reason", reason, "--json"))
+        assert done["status"] == "done" and done["accepted"] == []
+        assert git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == done["branch"]
+        assert git(repo, "rev-list", "--count", "main..HEAD").strip() == "0"
+        assert "Gather-then-cast" not in (repo / BACKEND).read_text()
+        assert git(repo, "status", "--porcelain") == ""
+        assert_clean(repo)
+        return last_json(perfloop(home, "show", fork["session"], "--json"))
+
     forked = perfloop(home, "fork", parent["session"], "--at", "approve", "--approve", "manual", "--json")
     assert forked.returncode == 0, forked.stderr[-2000:]
     f = last_json(forked)
     assert f["status"] == "paused"
-    done = last_json(perfloop(home, "reject", f["session"], "--reason", "try without it", "--json"))
-    assert done["status"] == "done" and done["accepted"] == []
-    shown = last_json(perfloop(home, "show", f["session"], "--json"))
+    shown = reject(f, "try without it")
     assert shown["parent"] == parent["session"]
-    assert shown["transitions"][0]["node"] == "reconcile"
-    assert git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == done["branch"]
-    assert git(repo, "rev-list", "--count", "main..HEAD").strip() == "0"
-    assert "Gather-then-cast" not in (repo / BACKEND).read_text()
-    assert git(repo, "status", "--porcelain") == ""
-    assert_clean(repo)
+    assert [t["node"] for t in shown["transitions"]][:2] == ["reconcile", "approve"]
+
+    after = {
+        "propose": ["reconcile", "propose", "approve"],
+        "diagnose": ["reconcile", "diagnose", "propose", "approve"],
+        "profile": ["reconcile", "profile", "diagnose", "propose", "approve"],
+    }
+    for step, nodes in after.items():
+        forked = perfloop(home, "fork", parent["session"], "--at", step, "--approve", "manual", "--json")
+        assert forked.returncode == 0, (step, forked.stderr[-2000:])
+        f = last_json(forked)
+        assert f["status"] == "paused" and f["server_launches"] == (1 if step == "profile" else 0), f
+        calls = store.tool_calls(f["session"])
+        reads = [c for c in calls if c.name == "profile.read"]
+        if step == "propose":  # the parent's diagnosis, as it was
+            assert reads == [] and not [c for c in calls if c.name.startswith(("profile.", "server."))]
+        elif step == "diagnose":  # the parent's profile, read again
+            assert [r.input["path"] for r in reads] == [parent_read.input["path"]]
+        else:  # a server launched on the fork's branch (instrumented) and a new profile taken
+            assert [
+                c.name for c in calls if c.name in ("repo.instrument", "server.launch", "profile.take")
+            ] == [
+                "repo.instrument",
+                "server.launch",
+                "profile.take",
+            ]
+            assert Path(reads[0].input["path"]).is_relative_to(home / "sessions" / f["session"])
+        shown = reject(f, f"forked at {step}")
+        assert shown["parent"] == parent["session"]
+        assert [t["node"] for t in shown["transitions"]][: len(nodes)] == nodes, step
+        assert [(d["playbook"], d["verdict"]) for d in shown["decisions"]] == [
+            ("kv-cache-full-pool-cast", "rejected")
+        ]
 
 
 def test_secrets_never_reach_store_recordings_exports_or_logs(tmp_path: Path, home: Path, repo: Path) -> None:

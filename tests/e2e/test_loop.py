@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
+from agent.session import Sessions
 from tests.e2e.conftest import (
     assert_clean,
     edited_diff,
@@ -17,6 +23,7 @@ from tests.e2e.conftest import (
     processes_in,
     write_target,
 )
+from tools.door.store import SessionStore
 
 pytestmark = pytest.mark.e2e
 
@@ -124,7 +131,10 @@ def test_bad_patches_are_refused_rolled_back_then_the_good_one_lands(
             repo,
             tmp_path,
             {
-                BACKEND: [*fix, ("import torch\n", "import torch\n\nraise RuntimeError('patched backend is broken')\n")]
+                BACKEND: [
+                    *fix,
+                    ("import torch\n", "import torch\n\nraise RuntimeError('patched backend is broken')\n"),
+                ]
             },
         ),
     )
@@ -164,31 +174,141 @@ def test_bad_patches_are_refused_rolled_back_then_the_good_one_lands(
     assert_clean(repo, s["branch"])
 
 
+def test_a_hanging_patch_is_rolled_back_then_abort_cleans_up_what_is_live(
+    tmp_path: Path, home: Path, repo: Path
+) -> None:
+    """One session, two bad candidates. The first hangs the server at start-up: the launch times out,
+    the hung server is stopped and the patch rolled back. The second starts healthy but fails every
+    request, an unexpected tool error in `measure` while the candidate's server runs, its commit is
+    undecided and the dormant profiler is back in: `abort` stops the server, reverts the commit,
+    removes the instrumentation and marks the session failed."""
+    books = tmp_path / "books"
+    original = (repo / BACKEND).read_text()
+    hang = [("import torch\n", "import time\n\nimport torch\n\ntime.sleep(3600)  # hangs at start-up\n")]
+    playbook_variant(books, "bad-hangs-server", 1.0, edited_diff(repo, tmp_path, {BACKEND: hang}))
+    doc = '''        """Prefill one request: store the prompt's KV rows, then causal attention over them."""\n'''
+    fail = [(doc, doc + '        raise RuntimeError("patched prefill is broken")\n')]
+    playbook_variant(books, "bad-fails-requests", 0.99, edited_diff(repo, tmp_path, {BACKEND: fail}))
+    target = write_target(tmp_path / "t.toml", repo, startup_timeout_s=45)
+
+    proc = perfloop(home, "run", str(target), "--json", "--playbooks", str(books))
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    s = last_json(proc)
+    assert s["status"] == "failed" and s["server_launches"] == 3
+    assert s["stop_reason"] == "aborted: measure: prompt 0: the server streamed no tokens", s
+    shown = last_json(perfloop(home, "show", s["session"], "--json"))
+    (hung,) = shown["decisions"]
+    assert (hung["playbook"], hung["verdict"]) == ("bad-hangs-server", "failed")
+    assert "server did not become healthy within 45s and was stopped" in hung["reason"]
+    assert [t["node"] for t in shown["transitions"]][-10:] == [
+        "apply",
+        "relaunch",
+        "rollback",
+        "propose",
+        "approve",
+        "cleanup",
+        "apply",
+        "relaunch",
+        "measure",
+        "abort",
+    ]
+    calls = SessionStore(home / "sessions.sqlite").tool_calls(s["session"])
+    (failed,) = [c for c in calls if c.node == "measure"]
+    assert failed.error == "ServerError: prompt 0: the server streamed no tokens"  # it answered: alive
+    assert [(c.name, c.error) for c in calls if c.node == "abort"] == [
+        ("server.stop", None),
+        ("server.stop_recorded", None),
+        ("repo.revert_commit", None),
+        ("repo.remove_instrumentation", None),
+    ]
+    stopped = next(c for c in calls if c.node == "abort")
+    assert stopped.input["server"]["launch_number"] == 3  # the candidate's server
+    assert_clean(repo, s["branch"])  # no server left, no instrumentation
+    assert git(repo, "rev-list", "--count", "main..HEAD").strip() == "0"
+    assert (repo / BACKEND).read_text() == original and git(repo, "status", "--porcelain") == ""
+
+
+RANK_DELAY_S = 2.0
+
+
+def second_rank(home: Path) -> threading.Thread:
+    """Plays TP rank 1 of a two-rank server (the demo server writes rank 0 only; no GPUs here):
+    RANK_DELAY_S after rank 0's trace appears, rank 1's is written beside it, atomically."""
+
+    def run() -> None:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            found = list(home.glob("sessions/*/profiles/*/*/*-TP-0.trace.json.gz"))
+            if found:
+                time.sleep(RANK_DELAY_S)
+                dst = found[0].with_name(found[0].name.replace("-TP-0.", "-TP-1."))
+                shutil.copyfile(found[0], dst.with_name(f".{dst.name}.partial"))
+                os.replace(dst.with_name(f".{dst.name}.partial"), dst)
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def assert_refused_by_lock(proc: subprocess.CompletedProcess, sid: str, holder: int) -> None:
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert proc.stderr.strip() == (
+        f"error: session {sid} is already being run by perfloop process {holder}; "
+        "wait for it to finish (or end that process)"
+    )
+
+
 def test_manual_approval_pauses_then_approve_and_reject_resume(
     tmp_path: Path, home: Path, repo: Path
 ) -> None:
     """`--approve manual` stops with the diff and evidence; approve/reject continue from a new process.
 
-    The approved run profiles through the server's /start_profile (`api`), the rejected one by patch.
+    The approved run profiles through the server's /start_profile (`api`) on a two-rank target and
+    waits for both ranks' traces; the rejected one profiles by patch. While another process holds a
+    session's lock (this test, through `Sessions.lock`), approve, reject and fork are refused with
+    nothing recorded; both sessions then replay from their recordings.
     """
-    target = write_target(tmp_path / "t.toml", repo, "api")
+    target = write_target(tmp_path / "t.toml", repo, "api", tp_size=2)
+    rank1 = second_rank(home)
     paused = perfloop(home, "run", str(target), "--approve", "manual", "--json", "--max-iterations", "1")
     assert paused.returncode == 0, paused.stderr[-2000:]
+    rank1.join(timeout=5)
     p = last_json(paused)
+    sid = p["session"]
     assert p["status"] == "paused"
     assert "waits for approval" in paused.stdout and "get_key_buffer" in paused.stdout
     assert "expected gain" in paused.stdout and BACKEND in paused.stdout
-    again = perfloop(home, "resume", p["session"])
+    store = SessionStore(home / "sessions.sqlite")
+    (take,) = [c for c in store.tool_calls(sid) if c.name == "profile.take"]
+    folder = Path(take.output["trace_path"])  # both ranks: the folder, not rank 0's file
+    assert sorted(f.name.split("-TP-")[1] for f in folder.iterdir()) == ["0.trace.json.gz", "1.trace.json.gz"]
+    assert take.duration_s >= RANK_DELAY_S
+    (read,) = [c for c in store.tool_calls(sid) if c.name == "profile.read"]
+    assert read.input["path"] == str(folder) and len(read.output["ranks"]) == 2  # merged
+    again = perfloop(home, "resume", sid)
     assert again.returncode == 2 and "waits for approval" in again.stderr
 
-    done = perfloop(home, "approve", p["session"], "--json")
+    with Sessions(home).lock(sid):  # another process holds the session
+        assert_refused_by_lock(perfloop(home, "approve", sid), sid, os.getpid())
+        assert_refused_by_lock(perfloop(home, "reject", sid, "--reason", "x"), sid, os.getpid())
+    assert store.inputs(sid, "answer") == []
+    assert last_json(perfloop(home, "sessions", "--json"))[0]["status"] == "paused"
+    done = perfloop(home, "approve", sid, "--json")
     assert done.returncode == 0, done.stderr[-2000:]
     s = last_json(done)
     assert s["status"] == "done" and s["accepted"] == ["kv-cache-full-pool-cast"]
     assert s["profile_method"] == "api" and s["server_launches"] == 2
+    assert store.inputs(sid, "answer") == [{"approved": True, "by": "human"}]
     assert_clean(repo, s["branch"])
-    twice = perfloop(home, "approve", p["session"])
+    twice = perfloop(home, "approve", sid)
     assert twice.returncode == 2 and "not waiting for approval" in twice.stderr
+    with Sessions(home).lock(sid):
+        assert_refused_by_lock(perfloop(home, "fork", sid, "--at", "propose"), sid, os.getpid())
+    assert len(last_json(perfloop(home, "sessions", "--json"))) == 1  # no fork was made
+    replayed = perfloop(home, "replay", sid, "--json")
+    assert replayed.returncode == 0 and last_json(replayed)["matches_recording"] is True, replayed.stderr
 
     repo2 = make_repo(tmp_path / "engine2")
     paused2 = last_json(
@@ -203,6 +323,8 @@ def test_manual_approval_pauses_then_approve_and_reject_resume(
     assert git(repo2, "rev-list", "--count", "main..HEAD").strip() == "0"
     assert git(repo2, "status", "--porcelain") == ""
     assert processes_in(repo2) == []
+    replayed = perfloop(home, "replay", r["session"], "--json")
+    assert replayed.returncode == 0 and last_json(replayed)["matches_recording"] is True, replayed.stderr
 
 
 def test_bad_cli_input_is_one_line_and_changes_nothing(tmp_path: Path, home: Path, repo: Path) -> None:

@@ -246,7 +246,7 @@ def test_git_checkout_stash_and_reset_are_never_run(ws, tmp_path, monkeypatch):
     commit = ws.apply_and_commit(PATCH, "p", TRAILERS)
     ws.revert_commit(commit)
     ws.ensure_branch("perfloop/s3")
-    with pytest.raises(PatchError):
+    with pytest.raises(PatchError, match=r"^patch does not apply: pkg/mod\.py:7 \(git apply --check\)"):
         ws.apply_and_commit(make_diff("pkg/mod.py", 10, "nope", "x"), "bad", TRAILERS)
     subcommands = set(log.read_text().split())  # the first argument: we never pass global options
     assert "apply" in subcommands and "commit-tree" in subcommands

@@ -16,11 +16,13 @@ from tools.errors import ServerError
 from tools.hosts import local as host
 
 
-def launch_args(tmp_path: Path, argv: list[str], timeout_s: float = 20.0, **launch) -> LaunchArgs:
+def launch_args(
+    tmp_path: Path, argv: list[str], timeout_s: float = 20.0, health_path: str = "/", **launch
+) -> LaunchArgs:
     return LaunchArgs(
         repo=tmp_path,
         launch=LaunchConfig(
-            argv=argv, health_path="/", **launch, startup_timeout_s=timeout_s, stop_grace_s=2
+            argv=argv, health_path=health_path, **launch, startup_timeout_s=timeout_s, stop_grace_s=2
         ),
         python=sys.executable,
         log_path=tmp_path / "logs" / "server.log",
@@ -54,6 +56,30 @@ def test_a_real_server_launches_healthy_and_stops_by_group(tmp_path: Path) -> No
     assert not stopped.killed
     assert host.group_members(handle.process.pgid) == []
     assert not server.status(ServerArgs(server=handle)).alive
+
+
+HTTP_SERVER = ["{python}", "-m", "http.server", "{port}", "--bind", "127.0.0.1"]
+
+
+def test_health_generate_404_falls_back_to_health_on_a_real_server(tmp_path: Path) -> None:
+    """SGLang's /health_generate where the build lacks it: python's http.server in a folder holding a
+    file `health` answers 404 there and 200 on /health, so launch gets healthy through /health (well
+    before its timeout) and the handle keeps that path; where /health_generate exists it is kept."""
+    (tmp_path / "health").write_text("ok\n")
+    handle = server.launch(launch_args(tmp_path, HTTP_SERVER, timeout_s=15, health_path="/health_generate"))
+    try:
+        assert handle.health_path == "/health" and handle.startup_s < 10
+        assert server.status(ServerArgs(server=handle)).healthy  # later checks use /health too
+        log = (tmp_path / "logs" / "server.log").read_text()
+        assert '"GET /health_generate HTTP/1.1" 404' in log and '"GET /health HTTP/1.1" 200' in log
+    finally:
+        server.stop(ServerArgs(server=handle, grace_s=5))
+    (tmp_path / "health_generate").write_text("ok\n")
+    handle = server.launch(launch_args(tmp_path, HTTP_SERVER, timeout_s=15, health_path="/health_generate"))
+    try:
+        assert handle.health_path == "/health_generate"
+    finally:
+        server.stop(ServerArgs(server=handle, grace_s=5))
 
 
 def test_a_server_that_ignores_term_is_killed_with_its_children(tmp_path: Path) -> None:

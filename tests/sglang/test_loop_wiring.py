@@ -14,8 +14,9 @@ from langgraph.runtime import Runtime
 from agent.checkpoint import serializer
 from agent.context import LoopContext
 from agent.graph import builder
-from agent.steps_profile import propose, target_patch
+from agent.steps_propose import propose
 from playbooks.engine import load_playbooks
+from playbooks.patches import choose_patch
 from state.calls import ApplyArgs
 from state.diagnosis import Diagnosis, Finding
 from state.loop import LoopOptions, LoopState
@@ -68,7 +69,7 @@ def test_prepare_and_instrument_an_upstream_checkout(version: str, tmp_path: Pat
     compile(source, relpath, "exec")
 
     book = next(b for b in load_playbooks() if b.id == "kv-cache-full-pool-cast")
-    diff = target_patch(after, book)
+    diff = choose_patch(book, after.target.kind, after.sglang).diff
     chosen = Path(book.source_dir) / "patches" / f"sglang-{version}.diff"
     assert diff == chosen.read_text()  # picked by release (0.5.9 and 0.5.23 patches differ)
     commit = door.call(

@@ -8,12 +8,15 @@ import pytest
 
 from agent.actions import bench_serving_use
 from agent.config import load_target
+from playbooks.patches import NoPatch, choose_patch, rebase_diff, release_key
+from playbooks.schema import Playbook
+from state.sglang import SglangLayout
 from state.target import BenchServingConfig
 from tools.bench import summarize
 from tools.errors import ConfigError, PatchError, TraceError
 from tools.sglang.bench import BenchOutputError, bench_module, bench_serving_argv, records_from_jsonl
 from tools.sglang.layout import parse_version
-from tools.sglang.patches import choose_patch_key, does_not_fit, hunk_number, rebase_diff
+from tools.sglang.patches import does_not_fit, hunk_number
 from tools.sglang.server import rank_traces, start_profile_body
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,17 +37,17 @@ DIFF = (
     ],
 )
 def test_patch_key_is_the_newest_not_above_the_release(version, key):
-    assert choose_patch_key(PATCHES, version) == key
+    assert release_key(PATCHES, version) == key
 
 
 def test_release_older_than_every_patch_is_refused():
     with pytest.raises(ConfigError, match=r"no sglang patch for 0\.4\.9 \(the oldest starts at 0\.5\.8\)"):
-        choose_patch_key(PATCHES, (0, 4, 9))
+        release_key(PATCHES, (0, 4, 9))
 
 
 def test_versions_parse_from_release_strings():
     assert parse_version("0.5.15.post1") == (0, 5, 15) and parse_version("v0.5.9") == (0, 5, 9)
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError, match=r"^cannot read an X\.Y\.Z release from sglang version 'dev'$"):
         parse_version("dev")
 
 
@@ -210,3 +213,34 @@ def test_bench_serving_env_refuses_secrets():
     with pytest.raises(ValueError, match="HF_TOKEN looks like a secret: set it in the host's environment"):
         BenchServingConfig(env={"HF_TOKEN": "hf_abc"})
     assert BenchServingConfig(env={"HF_HUB_OFFLINE": "1"}).env == {"HF_HUB_OFFLINE": "1"}
+
+
+def test_choose_patch_by_kind_then_by_release_rebased_onto_the_layout(tmp_path):
+    for name in ("a", "new", "old"):
+        (tmp_path / name).write_text(DIFF.replace("+b", f"+{name}"))
+    book = Playbook.model_validate(
+        {
+            "id": "p",
+            "title": "t",
+            "confidence": 0.5,
+            "explanation": "e",
+            "evidence_note": "n",
+            "signature": {"op_names": ["^x$"]},
+            "gain": {"kind": "cast_fraction"},
+            "patches": PATCHES,
+            "source_dir": str(tmp_path),
+        }
+    )
+    installed = SglangLayout(kind="site-packages", package_dir="sglang", version="0.5.14")
+    assert choose_patch(book, "mla_server") == ("mla_server", (tmp_path / "a").read_text())
+    assert choose_patch(book, "sglang") == ("sglang", (tmp_path / "new").read_text())  # release unknown
+    key, diff = choose_patch(book, "sglang", installed)
+    assert key == "sglang@0.5.8" and diff == rebase_diff((tmp_path / "old").read_text(), "sglang")
+    with pytest.raises(NoPatch, match=r"^playbook p: no sglang patch for 0\.4\.9") as err:
+        choose_patch(book, "sglang", installed.model_copy(update={"version": "0.4.9"}))
+    assert err.value.reason.startswith("no sglang patch for 0.4.9")
+    with pytest.raises(NoPatch, match="^playbook p: no patch for kind demo$"):
+        choose_patch(book, "demo")
+    (tmp_path / "old").unlink()
+    with pytest.raises(ConfigError, match="patch for 'sglang@0.5.8' at .* cannot be read"):
+        choose_patch(book, "sglang", installed)

@@ -11,26 +11,27 @@ from __future__ import annotations
 import ast
 import json
 import re
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from agent.cli import app
 from playbooks.engine import load_playbooks
+from playbooks.patches import choose_patch
 from tests.sglang.conftest import unpack
 from tools.errors import PatchError
-from tools.sglang.layout import backend_relpath, hook_site, locate
-from tools.sglang.patches import apply_sglang_patch, sglang_patch
+from tools.sglang.layout import hook_site, locate
+from tools.sglang.patches import apply_sglang_patch
 from tools.workspace.instrumentation import MARKER_ID, instrument, is_instrumented, remove_instrumentation
 
 PLAYBOOK = next(b for b in load_playbooks() if b.id == "kv-cache-full-pool-cast")
-SOURCE_DIR = Path(PLAYBOOK.source_dir)
 HOOKS = {
     "0.5.9": ("python/sglang/srt/model_executor/model_runner.py", "ModelRunner", "forward_decode"),
     "0.5.23": ("python/sglang/srt/model_executor/runner/eager_runner.py", "EagerRunner", "_execute_decode"),
 }
 KEYS = {"0.5.9": "sglang@0.5.8", "0.5.23": "sglang@0.5.22"}
+BACKEND = "srt/layers/attention/flashinfer_mla_backend.py"
+"""The FlashInfer MLA attention backend the playbook patches, relative to the package."""
 runner = CliRunner()
 
 
@@ -84,10 +85,11 @@ def test_instrumentation_goes_in_compiles_and_comes_out_byte_for_byte(version, t
 @pytest.mark.parametrize("version", ["0.5.9", "0.5.23"])
 def test_playbook_patch_applies_compiles_and_removes_the_full_pool_cast(version, tmp_path):
     ws = unpack(version, tmp_path)
-    layout, rel = locate(ws.root), backend_relpath(locate(ws.root))
+    layout = locate(ws.root)
+    rel = layout.rel(BACKEND)
     before = method(ws.read_file(rel), "FlashInferMLAAttnBackend", "forward_decode")
     assert len(casts_of_pool(before)) == 1  # the checker sees upstream's cast
-    key, diff = sglang_patch(PLAYBOOK.patches, SOURCE_DIR, layout)
+    key, diff = choose_patch(PLAYBOOK, "sglang", layout)
     assert key == KEYS[version]
     assert apply_sglang_patch(ws, layout, diff, check_only=False) == [rel]
     text = ws.read_file(rel)
@@ -112,7 +114,7 @@ def test_playbook_patch_applies_compiles_and_removes_the_full_pool_cast(version,
 def test_release_the_patch_does_not_fit_is_refused_and_nothing_changes(tmp_path):
     ws = unpack("0.5.14", tmp_path)
     layout = locate(ws.root)
-    key, diff = sglang_patch(PLAYBOOK.patches, SOURCE_DIR, layout)
+    key, diff = choose_patch(PLAYBOOK, "sglang", layout)
     assert key == "sglang@0.5.8"
     files = {p: p.read_bytes() for p in ws.root.rglob("*.py")}
     snap = ws.snapshot()
@@ -132,8 +134,8 @@ def test_installed_site_packages_tree_gets_the_rebased_patch(tmp_path):
     ws = unpack("0.5.9", tmp_path, package_dir="sglang")
     layout = locate(ws.root)
     assert (layout.kind, layout.package_dir) == ("site-packages", "sglang")
-    _, diff = sglang_patch(PLAYBOOK.patches, SOURCE_DIR, layout)
-    assert apply_sglang_patch(ws, layout, diff, check_only=True) == [backend_relpath(layout)]
+    _, diff = choose_patch(PLAYBOOK, "sglang", layout)
+    assert apply_sglang_patch(ws, layout, diff, check_only=True) == [layout.rel(BACKEND)]
     ws.close()
 
 

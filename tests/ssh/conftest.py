@@ -66,6 +66,13 @@ class Sshd:
     port: int
 
     @property
+    def home(self) -> Path:
+        """The login user's home as the tests' SSH sessions see it (HOME, and where SFTP starts):
+        a folder of the test's own, so nothing lands in (or is pruned from) the real ~/.perfloop
+        or ~/.cache/perfloop of the user running the tests."""
+        return self.dir / "home"
+
+    @property
     def pidfile(self) -> Path:
         return self.dir / f"sshd-{self.port}.pid"
 
@@ -89,13 +96,15 @@ class Sshd:
                     "StrictModes no",
                     "PermitRootLogin prohibit-password",
                     "AllowTcpForwarding yes",
-                    "Subsystem sftp internal-sftp",
+                    f"Subsystem sftp internal-sftp -d {self.home}",
+                    f"SetEnv HOME={self.home}",
                     "MaxStartups 50",
                     "",
                 ]
             )
         )
         Path("/run/sshd").mkdir(parents=True, exist_ok=True)
+        self.home.mkdir(exist_ok=True)
         log = self.dir / f"sshd-{self.port}.log"
         subprocess.run([str(SSHD), "-f", str(cfg), "-E", str(log)], check=True, timeout=30)
         deadline = time.monotonic() + 20

@@ -24,8 +24,6 @@ from tests.procs import processes_in
 from tests.ssh.conftest import Sshd, free_port
 
 BACKEND = "mla_server/attention/mla_backend.py"
-HOST_HOME = Path.home()
-"""The host's home for root, taken before any test points HOME elsewhere."""
 LOCAL_NODES = [
     "prepare",
     "instrument",
@@ -76,15 +74,15 @@ repeats = 3
     return path
 
 
-def remote_session_dir(session: str) -> Path:
-    """The session's folder on the host (this machine, as root: `~/.perfloop/sessions/<id>`)."""
-    return HOST_HOME / ".perfloop" / "sessions" / session
+def remote_session_dir(sshd: Sshd, session: str) -> Path:
+    """The session's folder on the host: `~/.perfloop/sessions/<id>` in the test sshd's home."""
+    return sshd.home / ".perfloop" / "sessions" / session
 
 
-def assert_same_result_as_local(home: Path, s: dict, repo: Path) -> None:
+def assert_same_result_as_local(home: Path, s: dict, repo: Path, sshd: Sshd) -> None:
     """What the local e2e run asserts: one accepted patch, same outputs, >=3x, clean tree."""
     assert s["status"] == "done", s
-    assert s["accepted"] == ["kv-cache-full-pool-cast"]
+    assert s["accepted"] == ["kv-cache-full-pool-cast"], s["stop_reason"]
     assert s["outputs_identical"] is True
     assert s["speedup"] >= 3.0, s
     assert s["server_launches"] == 2
@@ -104,7 +102,7 @@ def assert_same_result_as_local(home: Path, s: dict, repo: Path) -> None:
     nodes = [t["node"] for t in shown["transitions"]]
     assert nodes[:13] == LOCAL_NODES and nodes[-1] == "finish"
     # Host-side files stayed on the host; the traces were fetched here for reading.
-    host_dir = remote_session_dir(s["session"])
+    host_dir = remote_session_dir(sshd, s["session"])
     assert sorted(p.name for p in (host_dir / "logs").iterdir()) == ["server-1.log", "server-2.log"]
     assert list((home / "sessions" / s["session"] / "profiles").rglob("trace.json.gz"))
     shutil.rmtree(host_dir)
@@ -121,7 +119,7 @@ def test_whole_loop_over_ssh_in_a_path_with_shell_syntax(sshd: Sshd, tmp_path: P
     proc = perfloop(home, "run", str(target), "--json", timeout=400)
     assert proc.returncode == 0, proc.stderr[-2000:]
     s = last_json(proc)
-    assert_same_result_as_local(home, s, repo)
+    assert_same_result_as_local(home, s, repo, sshd)
     assert not canary.exists()
     replayed = perfloop(home, "replay", s["session"], "--json")  # from the recording: no host needed
     assert replayed.returncode == 0 and last_json(replayed)["matches_recording"] is True
@@ -173,7 +171,7 @@ def test_connection_dropped_mid_measurement_then_resumed(sshd: Sshd, tmp_path: P
         s = last_json(proc)
         log = (home / "sessions" / s["session"] / "remote.log").read_text()
         assert "bench.measure: connection lost" in log and "reconnect #1" in log, log
-        assert_same_result_as_local(home, s, repo)
+        assert_same_result_as_local(home, s, repo, sshd)
     finally:
         own.stop()
 
@@ -201,13 +199,15 @@ def test_demo_on_a_new_host_creates_the_checkout_there(
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     s = last_json(proc)
-    repo = HOST_HOME / ".perfloop" / "workspaces" / s["session"] / "mla_server"
+    repo = sshd.home / ".perfloop" / "workspaces" / s["session"] / "mla_server"
     try:
         assert (user_home / ".ssh" / "known_hosts").read_text().split()[
             1:
         ] == sshd.known_hosts_line().split()[1:]
         assert git(repo, "log", "--format=%s", "main").strip() == "perfloop: import mla_server"
-        assert_same_result_as_local(home, s, repo)  # the demo config does not set PYTHONDONTWRITEBYTECODE
+        assert_same_result_as_local(
+            home, s, repo, sshd
+        )  # the demo config does not set PYTHONDONTWRITEBYTECODE
     finally:
         shutil.rmtree(repo.parent, ignore_errors=True)
 
@@ -243,4 +243,4 @@ def test_sigkill_mid_session_over_ssh_then_resume(sshd: Sshd, tmp_path: Path) ->
     for f in repo.rglob("*.py"):
         assert "perfloop-instrumentation" not in f.read_text(), f"instrumentation left in {f}"
     assert processes_in(repo) == [], "server process left running on the host"
-    shutil.rmtree(remote_session_dir(session))
+    shutil.rmtree(remote_session_dir(sshd, session))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import pytest
 
 from state.calls import ApplyArgs, RepoArgs
 from tests.recorders import MemoryRecorder
+from tests.ssh.conftest import Sshd
 from tools import server
 from tools.door.live import LiveDoor as Door
 from tools.door.registry import spec_of
@@ -62,13 +64,17 @@ def test_request_round_trip_and_package_hash(tmp_path: Path) -> None:
     }
     files = package_files()
     assert "tools/hosts/remote.py" in files and "state/loop.py" in files
+    assert "tools/workspace/profiler_hook.py" in files  # read as text by repo.instrument on the host
     assert not any("__pycache__" in rel for rel in files)
     assert package_hash(files) == package_hash(dict(reversed(files.items())))
     assert package_hash({**files, "tools/hosts/remote.py": b"changed"}) != package_hash(files)
 
 
-def test_a_host_tool_runs_remotely_and_its_errors_keep_their_type(host: SSHHost, tmp_path: Path) -> None:
+def test_a_host_tool_runs_remotely_and_its_errors_keep_their_type(
+    host: SSHHost, sshd: Sshd, tmp_path: Path
+) -> None:
     pkg = ensure_package(host)
+    assert Path(str(pkg)).is_relative_to(sshd.home)  # never the real ~/.cache/perfloop of the user
     assert ensure_package(host) == pkg and host.exists(pkg / "tools" / "hosts" / "remote.py")
     door = Door("s", MemoryRecorder(), RemoteExecutor(host, sys.executable, pkg))
     repo = repo_at(tmp_path / "it's $(echo) repo")
@@ -83,7 +89,8 @@ def test_a_long_request_travels_as_a_file(host: SSHHost, tmp_path: Path) -> None
     repo = repo_at(tmp_path / "repo")
     executor = RemoteExecutor(host, sys.executable, pkg)
     junk = ApplyArgs(repo=repo, diff="x" * (2 * MAX_ARG_CHARS), subject="s", trailers={})
-    with pytest.raises(PatchError, match="No valid patches in input"):
+    refused = "patch refused: no file header (`--- a/FILE` / `+++ b/FILE`); send a unified diff"
+    with pytest.raises(PatchError, match=f"^{re.escape(refused)}$"):
         executor.call(spec_of(check_patch), junk)
     assert host.run(["ls", "-A", str(pkg / "requests")], "/").stdout == ""  # read, then removed
 

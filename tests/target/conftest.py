@@ -18,8 +18,22 @@ ROOT = Path(__file__).resolve().parents[2]
 TARGET = ROOT / "examples" / "targets" / "mla_server"
 FIX_DIFF = ROOT / "playbooks" / "catalog" / "kv-cache-full-pool-cast" / "patches" / "mla_server.diff"
 # A tiny model for tests that do not need the CPU preset's size.
-SMALL = ["--pool-slots", "2048", "--layers", "2", "--heads", "2", "--hidden", "64",
-         "--experts", "2", "--ffn", "64", "--max-running", "4"]
+SMALL = [
+    "--pool-slots",
+    "2048",
+    "--layers",
+    "2",
+    "--heads",
+    "2",
+    "--hidden",
+    "64",
+    "--experts",
+    "2",
+    "--ffn",
+    "64",
+    "--max-running",
+    "4",
+]
 
 
 def free_port() -> int:
@@ -50,8 +64,7 @@ class Server:
     def post(self, path: str, body, timeout: float = 120) -> tuple[int, dict]:
         """POST a JSON value (or raw bytes); return (status, decoded body)."""
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data,
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(self.url + path, data=data, headers={"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:
                 return resp.status, json.loads(resp.read())
@@ -79,8 +92,13 @@ def launch(target: Path, args: list[str], log_path: Path) -> subprocess.Popen:
     """Run `bash launch.sh ARGS` in its own process group, output to log_path."""
     env = {**os.environ, "PYTHON": sys.executable}
     with open(log_path, "w") as log:
-        return subprocess.Popen(["bash", str(target / "launch.sh"), *args], stdout=log,
-                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        return subprocess.Popen(
+            ["bash", str(target / "launch.sh"), *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
 
 
 def wait_healthy(server: Server, timeout_s: float = 60) -> None:
@@ -124,5 +142,6 @@ def small_server(start_server) -> Server:
 def chat(client, prompt: str, max_tokens: int = 8, **kw):
     """A greedy chat completion (non-streamed unless stream=True)."""
     kw.setdefault("temperature", 0)
-    return client.chat.completions.create(model="mla-demo", max_tokens=max_tokens,
-                                          messages=[{"role": "user", "content": prompt}], **kw)
+    return client.chat.completions.create(
+        model="mla-demo", max_tokens=max_tokens, messages=[{"role": "user", "content": prompt}], **kw
+    )

@@ -22,8 +22,7 @@ def test_non_streamed_completion(small_server):
 
 def test_streamed_completion_matches_non_streamed(small_server):
     client = small_server.client()
-    stream = chat(client, "hello", max_tokens=12, stream=True,
-                  stream_options={"include_usage": True})
+    stream = chat(client, "hello", max_tokens=12, stream=True, stream_options={"include_usage": True})
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == chat(client, "hello", max_tokens=12).choices[0].message.content
@@ -39,16 +38,24 @@ def test_stop_sequence_ends_with_stop(small_server):
     resp = chat(client, "stop test", max_tokens=20, stop=[stop])
     assert resp.choices[0].finish_reason == "stop"
     assert resp.choices[0].message.content == cut
-    streamed = "".join(c.choices[0].delta.content or "" for c in
-                       chat(client, "stop test", max_tokens=20, stop=[stop], stream=True))
+    streamed = "".join(
+        c.choices[0].delta.content or ""
+        for c in chat(client, "stop test", max_tokens=20, stop=[stop], stream=True)
+    )
     assert streamed == cut
 
 
-def test_seeded_sampling_is_reproducible(small_server):
+def test_seeded_sampling_is_reproducible_and_seed_and_temperature_matter(small_server):
+    """Same seed, same sample; another seed, another sample; temperature 1 is not the greedy text."""
     client = small_server.client()
-    texts = {chat(client, "dice", max_tokens=16, temperature=1.0, seed=7).choices[0].message.content
-             for _ in range(2)}
-    assert len(texts) == 1
+
+    def text(**kw):
+        return chat(client, "dice", max_tokens=16, **kw).choices[0].message.content
+
+    sampled = [text(temperature=1.0, seed=seed) for seed in (7, 7, 8, 9)]
+    assert sampled[0] == sampled[1]
+    assert len(set(sampled[1:])) == 3
+    assert text(temperature=0) not in sampled
 
 
 def test_concurrent_streams_complete_and_match_solo_outputs(small_server):

@@ -20,16 +20,40 @@ import pytest
 
 from tests.target.conftest import FIX_DIFF, TARGET
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(shutil.which("nvidia-smi") is None, reason="needs a CUDA GPU")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(shutil.which("nvidia-smi") is None, reason="needs a CUDA GPU"),
+]
 
 # The glm5 preset's pool and heads on fewer, narrower layers: the full-pool cast dominates a
 # graph-replayed step as it does on glm5, but servers start in seconds.
-MID = ["--device", "cuda", "--pool-slots", "495552", "--layers", "12", "--heads", "16",
-       "--hidden", "1024", "--experts", "8", "--ffn", "512", "--max-running", "8",
-       "--context-len", "1024"]
-PROMPTS = ["The quick brown fox", "MLA", "a third prompt, longer than the others", "x",
-           "Why is decode memory bound?"]
+MID = [
+    "--device",
+    "cuda",
+    "--pool-slots",
+    "495552",
+    "--layers",
+    "12",
+    "--heads",
+    "16",
+    "--hidden",
+    "1024",
+    "--experts",
+    "8",
+    "--ffn",
+    "512",
+    "--max-running",
+    "8",
+    "--context-len",
+    "1024",
+]
+PROMPTS = [
+    "The quick brown fox",
+    "MLA",
+    "a third prompt, longer than the others",
+    "x",
+    "Why is decode memory bound?",
+]
 
 
 def generate(server, prompt: str, tokens: int = 24) -> str:
@@ -50,11 +74,13 @@ def tpot_ms(server, tokens: int = 32, repeats: int = 3) -> float:
     best = float("inf")
     for _ in range(repeats):
         conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=300)
-        body = {"text": "time me", "stream": True,
-                "sampling_params": {"max_new_tokens": tokens, "temperature": 0}}
+        body = {
+            "text": "time me",
+            "stream": True,
+            "sampling_params": {"max_new_tokens": tokens, "temperature": 0},
+        }
         conn.request("POST", "/generate", json.dumps(body), {"Content-Type": "application/json"})
-        times = [time.perf_counter() for line in conn.getresponse()
-                 if line.startswith(b"data: {")]
+        times = [time.perf_counter() for line in conn.getresponse() if line.startswith(b"data: {")]
         conn.close()
         best = min(best, (times[-1] - times[0]) / (len(times) - 1) * 1000)
     return best
@@ -95,8 +121,10 @@ def fixed_target(tmp_path_factory) -> Path:
 
 
 def test_fix_keeps_tokens_in_both_paths_and_cuts_graph_tpot(start_server, fixed_target):
-    assert "get_key_buffer(layer_id).to(" not in (
-        fixed_target / "mla_server" / "attention" / "mla_backend.py").read_text()
+    assert (
+        "get_key_buffer(layer_id).to("
+        not in (fixed_target / "mla_server" / "attention" / "mla_backend.py").read_text()
+    )
     base = start_server(*MID)
     base_texts, base_tpot = [generate(base, p) for p in PROMPTS], tpot_ms(base)
     base.stop()

@@ -12,18 +12,21 @@ from tests.target.conftest import SMALL, chat
 MSG = [{"role": "user", "content": "hi"}]
 
 
-@pytest.mark.parametrize("body, param", [
-    (b"{not json", None),
-    (b"[1, 2]", None),
-    ({"messages": []}, "messages"),
-    ({"messages": MSG, "max_tokens": 100000}, "max_tokens"),
-    ({"messages": MSG, "max_tokens": 0}, "max_tokens"),
-    ({"messages": MSG, "max_tokens": "ten"}, "max_tokens"),
-    ({"messages": MSG, "temperature": "hot"}, "temperature"),
-    ({"messages": MSG, "stream": "yes"}, "stream"),
-    ({"messages": "hi"}, "messages"),
-    ({"messages": [{"role": "user", "content": 5}]}, "messages"),
-])
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        (b"{not json", None),
+        (b"[1, 2]", None),
+        ({"messages": []}, "messages"),
+        ({"messages": MSG, "max_tokens": 100000}, "max_tokens"),
+        ({"messages": MSG, "max_tokens": 0}, "max_tokens"),
+        ({"messages": MSG, "max_tokens": "ten"}, "max_tokens"),
+        ({"messages": MSG, "temperature": "hot"}, "temperature"),
+        ({"messages": MSG, "stream": "yes"}, "stream"),
+        ({"messages": "hi"}, "messages"),
+        ({"messages": [{"role": "user", "content": 5}]}, "messages"),
+    ],
+)
 def test_bad_request_is_400_with_openai_error(small_server, body, param):
     status, reply = small_server.post("/v1/chat/completions", body)
     assert status == 400
@@ -75,7 +78,14 @@ def test_client_disconnect_frees_slots(start_server):
 
 
 def test_unknown_fields_are_ignored(small_server):
-    body = {"messages": MSG, "max_tokens": 3, "temperature": 0, "top_k": {"nested": [1]},
-            "logit_bias": None, "n": 1, "user": "u"}
+    body = {
+        "messages": MSG,
+        "max_tokens": 3,
+        "temperature": 0,
+        "top_k": {"nested": [1]},
+        "logit_bias": None,
+        "n": 1,
+        "user": "u",
+    }
     status, reply = small_server.post("/v1/chat/completions", body)
     assert status == 200 and len(reply["choices"][0]["message"]["content"]) == 3

@@ -29,8 +29,9 @@ def fixed_target(tmp_path_factory):
     """A fresh git repo of the target with the playbook diff applied by `git apply`."""
     copy = tmp_path_factory.mktemp("fixed") / "mla_server"
     shutil.copytree(TARGET, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    git = lambda *a: subprocess.run(["git", "-C", str(copy), *a], check=True, capture_output=True,
-                                    text=True).stdout
+    git = lambda *a: (
+        subprocess.run(["git", "-C", str(copy), *a], check=True, capture_output=True, text=True).stdout
+    )
     git("init", "-q")
     git("add", ".")
     git("-c", "user.name=t", "-c", "user.email=t@localhost", "commit", "-qm", "target")
@@ -48,9 +49,11 @@ def best_tpot_ms(server, tokens: int = 24, repeats: int = 3) -> float:
     """Fastest of `repeats` streamed greedy requests (robust to other load on the machine)."""
     best = float("inf")
     for _ in range(repeats):
-        times = [time.perf_counter() for c in chat(server.client(), "time me", max_tokens=tokens,
-                                                   stream=True)
-                 if c.choices and c.choices[0].delta.content]
+        times = [
+            time.perf_counter()
+            for c in chat(server.client(), "time me", max_tokens=tokens, stream=True)
+            if c.choices and c.choices[0].delta.content
+        ]
         best = min(best, (times[-1] - times[0]) / (len(times) - 1) * 1000)
     return best
 
@@ -77,8 +80,9 @@ def test_fix_keeps_greedy_output_and_cuts_tpot_3x(start_server, fixed_target, tm
     base.stop()
     fixed = start_server("--preset", "cpu", target=fixed_target)
     fixed_texts, fixed_tpot = greedy(fixed), best_tpot_ms(fixed)
-    print(f"TPOT {base_tpot:.1f} -> {fixed_tpot:.1f} ms ({base_tpot / fixed_tpot:.1f}x), "
-          f"cast share {share:.1%}")
+    print(
+        f"TPOT {base_tpot:.1f} -> {fixed_tpot:.1f} ms ({base_tpot / fixed_tpot:.1f}x), cast share {share:.1%}"
+    )
     assert fixed_texts == base_texts
     assert share >= 0.75
     assert base_tpot / fixed_tpot >= 3

@@ -14,14 +14,18 @@ def cast_events(trace: Path) -> list[dict]:
     """aten::to/_to_copy/copy_ events whose first input is the whole pool."""
     with gzip.open(trace) as f:
         events = json.load(f)["traceEvents"]
-    return [e for e in events if e.get("name") in {"aten::to", "aten::_to_copy", "aten::copy_"}
-            and (e.get("args", {}).get("Input Dims") or [[]])[0] == [POOL_SLOTS, 1, 576]]
+    return [
+        e
+        for e in events
+        if e.get("name") in {"aten::to", "aten::_to_copy", "aten::copy_"}
+        and (e.get("args", {}).get("Input Dims") or [[]])[0] == [POOL_SLOTS, 1, 576]
+    ]
 
 
 def test_start_and_stop_profile_write_trace_with_full_pool_cast(small_server, tmp_path):
-    status, _ = small_server.post("/start_profile", {"output_dir": str(tmp_path),
-                                                     "activities": ["CPU", "GPU"],
-                                                     "profile_id": "first"})
+    status, _ = small_server.post(
+        "/start_profile", {"output_dir": str(tmp_path), "activities": ["CPU", "GPU"], "profile_id": "first"}
+    )
     assert status == 200
     chat(small_server.client(), "profile me", max_tokens=6)
     status, body = small_server.post("/stop_profile", {})
@@ -34,8 +38,9 @@ def test_start_and_stop_profile_write_trace_with_full_pool_cast(small_server, tm
 
 def test_num_steps_stops_by_itself_and_profiling_again_works(small_server, tmp_path):
     for run in range(2):
-        status, _ = small_server.post("/start_profile", {"output_dir": str(tmp_path),
-                                                         "num_steps": 3, "profile_id": f"run{run}"})
+        status, _ = small_server.post(
+            "/start_profile", {"output_dir": str(tmp_path), "num_steps": 3, "profile_id": f"run{run}"}
+        )
         assert status == 200
         chat(small_server.client(), "profile me", max_tokens=10)
         trace = tmp_path / f"run{run}-TP-0.trace.json.gz"
@@ -52,8 +57,13 @@ def test_profile_bad_requests(small_server, tmp_path):
     assert small_server.post("/start_profile", {"num_steps": "three"})[0] == 400
     assert small_server.post("/start_profile", {"activities": "CPU"})[0] == 400
     assert small_server.post("/start_profile", b"{oops")[0] == 400
-    ok = {"output_dir": str(tmp_path), "with_stack": False, "record_shapes": True,
-          "profile_by_stage": False, "merge_profiles": False}
+    ok = {
+        "output_dir": str(tmp_path),
+        "with_stack": False,
+        "record_shapes": True,
+        "profile_by_stage": False,
+        "merge_profiles": False,
+    }
     assert small_server.post("/start_profile", ok)[0] == 200
     assert small_server.post("/start_profile", ok)[0] == 400  # already running
     assert small_server.post("/stop_profile", {})[0] == 200

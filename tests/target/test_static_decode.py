@@ -50,8 +50,9 @@ print(json.dumps({
 
 
 def run_static(target, *flags: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", SCRIPT, *flags], cwd=target, capture_output=True,
-                         text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT, *flags], cwd=target, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.splitlines()[-1])
 

@@ -7,6 +7,13 @@ the cast. Kernels are fewer here (20 per layer instead of ~75) so the test stays
 host and device costs are scaled to keep the per-step totals.
 """
 
+import gzip
+import json
+from pathlib import Path
+
+from state.profile import ProfileSummary
+from tools.trace import read_chrome_trace
+
 LAYERS = 78
 KERNELS_PER_LAYER = 20
 POOL = [495552, 1, 576]
@@ -76,3 +83,11 @@ def glm5_events(cast: bool, graph: bool, steps: int = 3) -> list[dict]:
         events.append(_x("user_annotation", f"ProfilerStep#{n}", start, end - start))
         t = end + 10
     return events
+
+
+def glm5_profile(folder: Path, cast: bool, graph: bool) -> ProfileSummary:
+    """The events written as a Chrome trace into `folder`, then read as the loop reads a trace."""
+    path = folder / f"glm5-{'cast' if cast else 'gather'}-{'graph' if graph else 'eager'}.json.gz"
+    with gzip.open(path, "wt") as out:
+        json.dump({"traceEvents": glm5_events(cast, graph)}, out)
+    return read_chrome_trace(path)

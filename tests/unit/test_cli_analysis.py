@@ -43,9 +43,25 @@ def test_analyze_by_kernel_and_rank_directory(tmp_path: Path) -> None:
 
 
 def test_analyze_cpu_trace_table_output(tmp_path: Path) -> None:
+    """The table shows the same ops, in the same order, with the same numbers as `--json`."""
+    trace = str(tmp_path / "t.json")
     record_trace(tmp_path / "t.json", full_pool_cast)
-    result = runner.invoke(app, ["analyze", str(tmp_path / "t.json")])
-    assert result.exit_code == 0 and "aten::copy_" in result.stdout and "cpu" in result.stdout
+    doc = run_json("analyze", trace)
+    result = runner.invoke(app, ["analyze", trace], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    per_step = f"{doc['steps']} steps, {doc['step_us'] / 1000:.3f} ms cpu time per step"
+    title = " ".join(
+        line.strip() for line in lines[: next(i for i, ln in enumerate(lines) if ln.startswith("┏"))]
+    )
+    assert title == f"{trace}: {per_step}"  # the title wraps to the table's width
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in lines if line.startswith("│")]
+    expected = [
+        [f"{op['share']:.1%}", f"{op['self_us'] / doc['steps'] / 1000:.3f}", str(op["calls"]), op["name"]]
+        for op in doc["ops"]
+    ]
+    assert [row[:4] for row in rows] == expected
+    assert expected[0][3] == "aten::copy_" and rows[0][4] == "[[8192, 1, 576], [8192, 1, 576], []]"
 
 
 def test_diagnose_json_ranked_with_evidence() -> None:
@@ -63,10 +79,17 @@ def test_diff_and_errors(tmp_path: Path) -> None:
     assert doc["ops"][0]["status"] == "vanished"
     bad = tmp_path / "bad.json"
     bad.write_text('{"traceEvents": [{"ph": "X"')
-    for args in (
-        ["analyze", str(bad)],
-        ["analyze", FULL, "--by", "thread"],
-        ["diff", FULL, str(tmp_path / "no")],
+    for args, message in (
+        (
+            ["analyze", str(bad)],
+            f"{bad}: invalid JSON at byte offset 27 (input data was truncated); "
+            "the trace is truncated or not a Chrome trace",
+        ),
+        (["analyze", FULL, "--by", "thread"], "--by must be op or kernel, not 'thread'"),
+        (
+            ["diff", FULL, str(tmp_path / "no")],
+            f"{tmp_path / 'no'}: cannot read the trace (no such file or directory); check the path",
+        ),
     ):
         result = runner.invoke(app, args)
-        assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+        assert result.exit_code == 2 and result.output == f"error: {message}\n", result.output

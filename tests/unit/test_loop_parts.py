@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from agent.checkpoint import serializer, state_types
 from agent.config import load_target, with_flag
 from agent.judge import judge
-from agent.steps_profile import files_of
+from agent.steps_propose import files_of
 from state.loop import LoopOptions, LoopState
 from state.measure import RequestRecord
 from state.sglang import SglangLayout
@@ -142,7 +142,7 @@ def test_door_records_outputs_and_errors() -> None:
     door = Door("s1", rec)
     door.node = "n"
     assert door.call(_double, _In(x=2)).y == 4
-    with pytest.raises(ToolError):
+    with pytest.raises(ToolError, match=r"^negative input; pass x >= 0$"):
         door.call(_double, _In(x=-1))
     with pytest.raises(TypeError, match="takes _In"):
         door.call(_double, _Out(y=1))  # type: ignore[arg-type]

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from playbooks.engine import diagnose, load_playbooks, patch_text
+from playbooks.engine import diagnose, load_playbooks
+from playbooks.patches import NoPatch, choose_patch
 from state.diagnosis import DiagnosisContext
 from state.profile import ProfileSummary
 from tools.errors import ConfigError
@@ -67,7 +68,8 @@ def test_builtin_catalog() -> None:
     playbook = next(pb for pb in load_playbooks() if pb.id == CASE)
     assert playbook.patches["mla_server"] == "patches/mla_server.diff"
     assert "forward_decode" in playbook.explanation and "gather" in playbook.explanation
-    assert patch_text(playbook, "no-such-kind") is None
+    with pytest.raises(NoPatch, match="no patch for kind no-such-kind"):
+        choose_patch(playbook, "no-such-kind")
 
 
 def test_full_pool_cast_matches(tmp_path: Path) -> None:
@@ -138,10 +140,10 @@ def test_extra_dir_patch_min_share_and_ranking(tmp_path: Path) -> None:
     profile = trace_of(tmp_path / "trace", full_pool_cast)
     assert [f.playbook for f in diagnose(profile, CTX, playbooks).findings] == [CASE, "tmp-cast"]
     tmp_cast = playbooks[-2]
-    assert patch_text(tmp_cast, "demo") == "--- a/x\n+++ b/x\n"
+    assert choose_patch(tmp_cast, "demo") == ("demo", "--- a/x\n+++ b/x\n")
     (tmp_path / "tmp-cast" / "patches" / "demo.diff").unlink()
     with pytest.raises(ConfigError, match="patch for 'demo'"):
-        patch_text(tmp_cast, "demo")
+        choose_patch(tmp_cast, "demo")
 
 
 @pytest.mark.parametrize(

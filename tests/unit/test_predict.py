@@ -1,26 +1,27 @@
 """The gain model that knows host from device: step bounds from traces, predicted step after a fix."""
 
+from pathlib import Path
+
 import pytest
 
 from playbooks.engine import diagnose, load_playbooks
 from playbooks.predict import predict_step_us
 from state.diagnosis import DiagnosisContext, StepEffect
-from tools.trace import read_chrome_trace, summarize_events
+from tools.trace import read_chrome_trace
 
-from .glm5_shaped import glm5_events
+from .glm5_shaped import glm5_profile
 from .test_trace import TRACES
 
 CTX = DiagnosisContext(target_kind="mla_server", active_tokens=230)
 CAST, LAUNCH = "kv-cache-full-pool-cast", "launch-bound-decode"
 
 
-def findings(events) -> dict:
-    profile = summarize_events(events, "glm5")
+def findings(profile) -> tuple:
     return profile, {f.playbook: f for f in diagnose(profile, CTX, load_playbooks()).findings}
 
 
-def test_eager_glm5_step_is_launch_bound_and_the_cast_fix_alone_gains_little() -> None:
-    profile, found = findings(glm5_events(cast=True, graph=False))
+def test_eager_glm5_step_is_launch_bound_and_the_cast_fix_alone_gains_little(tmp_path: Path) -> None:
+    profile, found = findings(glm5_profile(tmp_path, cast=True, graph=False))
     b = profile.step_bounds
     assert b.bound == "host launch" and b.graph_launches == 0
     assert b.issue_us == pytest.approx(85000, rel=0.02) and b.device_us == pytest.approx(81000, rel=0.02)
@@ -38,8 +39,8 @@ def test_eager_glm5_step_is_launch_bound_and_the_cast_fix_alone_gains_little() -
     assert cast.paired_speedup >= 3 and graphs.paired_speedup == pytest.approx(cast.paired_speedup)
 
 
-def test_under_cuda_graphs_the_cast_is_the_bound_and_its_fix_gains_several_times() -> None:
-    profile, found = findings(glm5_events(cast=True, graph=True))
+def test_under_cuda_graphs_the_cast_is_the_bound_and_its_fix_gains_several_times(tmp_path: Path) -> None:
+    profile, found = findings(glm5_profile(tmp_path, cast=True, graph=True))
     b = profile.step_bounds
     assert b.graph_launches == 1 and b.bound == "device" and b.issue_us < 100
     assert profile.ops[0].name == "CUDA graph"  # no operators inside a replay...
@@ -49,21 +50,21 @@ def test_under_cuda_graphs_the_cast_is_the_bound_and_its_fix_gains_several_times
     assert LAUNCH not in found
 
 
-def test_graphs_after_the_cast_fix_predict_the_measured_step() -> None:
+def test_graphs_after_the_cast_fix_predict_the_measured_step(tmp_path: Path) -> None:
     """Eager gather-then-cast (issue: 80.9 ms served, host bound) under a graph: 17.9 ms measured."""
-    profile, found = findings(glm5_events(cast=False, graph=False))
+    profile, found = findings(glm5_profile(tmp_path, cast=False, graph=False))
     graphs = found[LAUNCH]
     assert profile.step_bounds.bound == "host launch"
     assert graphs.predicted_step_ms == pytest.approx(17.9, rel=0.25) and graphs.predicted_speedup >= 4
     assert CAST not in found
 
 
-def test_predict_is_the_bound_that_remains() -> None:
-    b = summarize_events(glm5_events(cast=True, graph=False), "glm5").step_bounds
+def test_predict_is_the_bound_that_remains(tmp_path: Path) -> None:
+    b = glm5_profile(tmp_path, cast=True, graph=False).step_bounds
     assert predict_step_us(b, []) == pytest.approx(b.wall_us)
     small = predict_step_us(b, [StepEffect(device_removed_us=1000)])
     assert small == pytest.approx(b.wall_us)  # device work under a host bound: nothing
-    fixed = summarize_events(glm5_events(cast=False, graph=False), "glm5").step_bounds
+    fixed = glm5_profile(tmp_path, cast=False, graph=False).step_bounds
     fused = predict_step_us(fixed, [StepEffect(kernels_removed=fixed.kernels / 2)])
     assert fused < 0.6 * fixed.wall_us  # half the kernels to issue: the host bound halves
 

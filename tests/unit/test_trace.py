@@ -1,6 +1,7 @@
 """tools.trace on real torch.profiler output: traces this test records, and ones recorded on an H200."""
 
 import gzip
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -9,11 +10,18 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from tools.errors import TraceError
-from tools.trace import read_chrome_trace, read_key_averages_table, summarize_events
+from tools.trace import read_chrome_trace, read_key_averages_table
 
 TRACES = Path(__file__).parents[1] / "data" / "traces"
 POOL_SLOTS = 8192
 ACTIVE_TOKENS = 100
+
+
+def write_trace(folder: Path, events: list[dict]) -> Path:
+    """A Chrome trace file holding `events`, as torch.profiler writes them."""
+    path = folder / "trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
 
 
 def full_pool_cast(pool: torch.Tensor) -> None:
@@ -127,7 +135,7 @@ def test_device_trace_attributes_kernels_to_launching_op() -> None:
     assert to.self_us == 0 and to.total_us == pytest.approx(summary.ops[0].self_us)
 
 
-def test_kernel_launched_outside_any_op_keeps_its_name() -> None:
+def test_kernel_launched_outside_any_op_keeps_its_name(tmp_path: Path) -> None:
     events = [
         {
             "ph": "X",
@@ -150,7 +158,7 @@ def test_kernel_launched_outside_any_op_keeps_its_name() -> None:
             "args": {"correlation": 7},
         },
     ]
-    summary = summarize_events(events, "inline")
+    summary = read_chrome_trace(write_trace(tmp_path, events))
     rows = [(op.name, op.calls, op.self_us, op.share) for op in summary.ops]
     assert rows == [("triton_fused_rope", 1, 5.0, 1.0)]
 

@@ -28,6 +28,10 @@ class Recorder(Protocol):
     def record(self, call: ToolCallRecord) -> None: ...
 
 
+# A recorder may also offer `superseded_call(session_id, name, input) -> ToolCallRecord | None`
+# (the session store does): then `reuse` tools are not called again after a crash.
+
+
 class Executor(Protocol):
     """Runs host tools on a remote host."""
 
@@ -55,7 +59,11 @@ class LiveDoor:
         started, t0 = datetime.now(UTC), time.perf_counter()
         output: BaseModel | None = None
         error: str | None = None
+        reused = self._reusable(spec, args)
         try:
+            if reused is not None:
+                output = spec.output_type.model_validate(reused.output)
+                return output  # type: ignore[return-value]
             remote = self.executor is not None and spec.where == "host"
             result = self.executor.call(spec, args) if self.executor is not None and remote else fn(args)
             output = spec.output_type.model_validate(result.model_dump())
@@ -76,5 +84,13 @@ class LiveDoor:
                     error=error,
                     started_at=started,
                     duration_s=time.perf_counter() - t0,
+                    reused_from=None if reused is None else reused.seq,
                 )
             )
+
+    def _reusable(self, spec: ToolSpec, args: BaseModel) -> ToolCallRecord | None:
+        """For a `reuse` tool: the killed attempt's successful record of this very call, if any."""
+        find = getattr(self.recorder, "superseded_call", None)
+        if not spec.reuse or find is None:
+            return None
+        return find(self.session_id, spec.name, args.model_dump(mode="json"))

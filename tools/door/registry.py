@@ -31,6 +31,9 @@ class ToolSpec:
     output_type: type[BaseModel]
     where: Where = "host"
     """`host`: where the target lives (an SSH host runs it there); `local`: always in this process."""
+    reuse: bool = False
+    """A paid, idempotent call (a model request): when a node re-runs after a crash, a call with the
+    same input that the killed attempt recorded is answered from that record, not made again."""
 
     @property
     def location(self) -> str:
@@ -38,14 +41,16 @@ class ToolSpec:
         return f"{self.fn.__module__}:{self.fn.__qualname__}"
 
 
-def tool(name: str, where: Where = "host") -> Callable[[Callable[[In], Out]], Callable[[In], Out]]:
+def tool(
+    name: str, where: Where = "host", reuse: bool = False
+) -> Callable[[Callable[[In], Out]], Callable[[In], Out]]:
     """Declare `fn` as the tool `name`; its annotations give the input and output models."""
 
     def declare(fn: Callable[[In], Out]) -> Callable[[In], Out]:
         hints = get_type_hints(fn)
         output_type = hints.pop("return")
         (input_type,) = hints.values()
-        setattr(fn, SPEC_ATTR, ToolSpec(name, fn, input_type, output_type, where))
+        setattr(fn, SPEC_ATTR, ToolSpec(name, fn, input_type, output_type, where, reuse))
         return fn
 
     return declare

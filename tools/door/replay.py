@@ -35,6 +35,18 @@ def first_difference(recorded: Any, actual: Any, path: str = "") -> str | None:
             if diff:
                 return diff
         return None
+    long = isinstance(recorded, str) and isinstance(actual, str) and max(len(recorded), len(actual)) > 80
+    if long and recorded != actual:  # where two long texts (e.g. diffs) part, not their shared start
+        at = next(
+            (i for i, (r, a) in enumerate(zip(recorded, actual, strict=False)) if r != a),
+            min(len(recorded), len(actual)),
+        )
+        line = recorded.count("\n", 0, at) + 1
+        start = max(0, at - 20)
+        return (
+            f"{path or '(value)'}: first differs at character {at} (line {line}): recorded "
+            f"{recorded[start : at + 40]!r}, now {actual[start : at + 40]!r}"
+        )
     if recorded != actual:
         return f"{path or '(value)'}: recorded {str(recorded)[:80]!r}, now {str(actual)[:80]!r}"
     return None
@@ -76,7 +88,13 @@ class ReplayDoor:
         self.position += 1
         if rec.error is not None:
             raise error_from(rec.error)
-        return spec.output_type.model_validate(rec.output)  # type: ignore[return-value]
+        try:
+            return spec.output_type.model_validate(rec.output)  # type: ignore[return-value]
+        except ValueError as exc:  # a recording edited by hand, or from an incompatible version
+            raise ReplayDivergence(
+                f"{where}: the recorded output does not fit {spec.output_type.__name__}: "
+                f"{str(exc).splitlines()[0]}"
+            ) from None
 
     def unplayed(self) -> list[ToolCallRecord]:
         """Recorded calls the replay never asked for."""

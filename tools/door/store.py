@@ -18,6 +18,7 @@ from typing import Any
 
 from state.records import ToolCallRecord
 from state.session import SessionInfo
+from tools.paths import session_id as checked_id
 from tools.secrets import redact
 
 _SCHEMA = """
@@ -64,7 +65,9 @@ class SessionStore:
         )
 
     def get_session(self, session_id: str) -> SessionInfo | None:
-        row = self._conn.execute("SELECT info FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        row = self._conn.execute(
+            "SELECT info FROM sessions WHERE id = ?", (checked_id(session_id),)
+        ).fetchone()
         return None if row is None else SessionInfo.model_validate_json(row[0])
 
     def list_sessions(self) -> list[SessionInfo]:
@@ -73,6 +76,7 @@ class SessionStore:
 
     def add_input(self, session_id: str, kind: str, value: Any) -> None:
         """Append an input of the session: its `initial` state, or an approval `answer`."""
+        checked_id(session_id)
         n = self._conn.execute("SELECT COUNT(*) FROM inputs WHERE session_id = ?", (session_id,)).fetchone()[
             0
         ]
@@ -82,7 +86,8 @@ class SessionStore:
 
     def inputs(self, session_id: str, kind: str) -> list[Any]:
         rows = self._conn.execute(
-            "SELECT value FROM inputs WHERE session_id = ? AND kind = ? ORDER BY n", (session_id, kind)
+            "SELECT value FROM inputs WHERE session_id = ? AND kind = ? ORDER BY n",
+            (checked_id(session_id), kind),
         ).fetchall()
         return [json.loads(r[0]) for r in rows]
 
@@ -108,9 +113,22 @@ class SessionStore:
             )
             return cur.rowcount
 
+    def superseded_call(self, session_id: str, name: str, inp: dict[str, Any]) -> ToolCallRecord | None:
+        """The latest superseded, successful call of tool `name` with exactly this input, if any."""
+        rows = self._conn.execute(
+            "SELECT record FROM tool_calls WHERE session_id = ? AND superseded = 1 ORDER BY seq DESC",
+            (session_id,),
+        ).fetchall()
+        wanted = json.loads(redact(json.dumps(inp)))  # compared as it was stored
+        for (text,) in rows:
+            rec = ToolCallRecord.model_validate_json(text)
+            if rec.name == name and rec.error is None and rec.output is not None and rec.input == wanted:
+                return rec
+        return None
+
     def tool_calls(self, session_id: str, *, include_superseded: bool = False) -> list[ToolCallRecord]:
         sql = "SELECT record FROM tool_calls WHERE session_id = ?"
         if not include_superseded:
             sql += " AND superseded = 0"
-        rows = self._conn.execute(sql + " ORDER BY seq", (session_id,)).fetchall()
+        rows = self._conn.execute(sql + " ORDER BY seq", (checked_id(session_id),)).fetchall()
         return [ToolCallRecord.model_validate_json(r[0]) for r in rows]

@@ -54,16 +54,22 @@ def run(
 
 
 def start_background(
-    argv: Sequence[str], cwd: Path, log_path: Path, env: Mapping[str, str] | None = None
+    argv: Sequence[str],
+    cwd: Path,
+    log_path: Path,
+    env: Mapping[str, str] | None = None,
+    *,
+    inherit: bool = True,
 ) -> ProcessHandle:
-    """Start a long-running process in its own session, output appended to `log_path`."""
+    """Start a long-running process in its own session, output appended to `log_path`; its
+    environment is ours plus `env`, or exactly `env` when `inherit` is False."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         try:
             proc = subprocess.Popen(
                 list(argv),
                 cwd=cwd,
-                env=_env(env),
+                env=_env(env) if inherit else dict(env or {}),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

@@ -17,7 +17,7 @@ import shlex
 import stat
 import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path, PurePosixPath
+from pathlib import Path, PurePath
 
 import paramiko
 
@@ -49,7 +49,7 @@ def _exports(env: Mapping[str, str] | None) -> str:
     return f"export {pairs}; " if pairs else ""
 
 
-def run_script(argv: Sequence[str], cwd: str | PurePosixPath, env: Mapping[str, str] | None = None) -> str:
+def run_script(argv: Sequence[str], cwd: str | PurePath, env: Mapping[str, str] | None = None) -> str:
     """Shell line that reports its pgid on stderr, then runs `argv` in `cwd` (pure)."""
     return (
         f"echo {PGID_MARK}$$ >&2; cd -- {shlex.quote(str(cwd))} || exit 1; "
@@ -80,7 +80,8 @@ class LineSplitter:
     """Bytes in, complete decoded lines out; the stream's text is kept whole as well."""
 
     def __init__(self, stream: str, on_line: LineCallback | None) -> None:
-        self.stream, self.on_line, self.chunks, self._partial = stream, on_line, [], b""
+        self.stream, self.on_line, self._partial = stream, on_line, b""
+        self.chunks: list[str] = []
         self.pgid: int | None = None
 
     def feed(self, data: bytes) -> None:
@@ -125,7 +126,7 @@ class SSHHost:
     def run(
         self,
         argv: Sequence[str],
-        cwd: Path | str,
+        cwd: PurePath | str,
         *,
         timeout_s: float = 600.0,
         env: Mapping[str, str] | None = None,
@@ -182,7 +183,7 @@ class SSHHost:
             )
         return True
 
-    def write_file_atomic(self, path: Path | str, data: bytes | str, mode: int | None = None) -> None:
+    def write_file_atomic(self, path: PurePath | str, data: bytes | str, mode: int | None = None) -> None:
         """Replace a remote file at once: write `NAME.<random>.tmp`, chmod, rename over NAME.
         `mode` defaults to the existing file's mode (0o644 for a new file)."""
         sftp, target = self.sftp(), str(path)
@@ -200,7 +201,7 @@ class SSHHost:
             raise
 
     def fetch(
-        self, remote: Path | str, local: Path, progress: Callable[[int, int], None] | None = None
+        self, remote: PurePath | str, local: Path, progress: Callable[[int, int], None] | None = None
     ) -> int:
         """Stream a remote file to `local` (via `local.part`), calling `progress(done, total)` per
         chunk; returns the bytes copied."""
@@ -214,7 +215,7 @@ class SSHHost:
             part.unlink(missing_ok=True)
         return size
 
-    def exists(self, path: Path | str) -> bool:
+    def exists(self, path: PurePath | str) -> bool:
         """Whether a remote path exists."""
         try:
             self.sftp().stat(str(path))
@@ -222,7 +223,7 @@ class SSHHost:
         except FileNotFoundError:
             return False
 
-    def makedirs(self, path: Path | str) -> None:
+    def makedirs(self, path: PurePath | str) -> None:
         """Create a remote directory and its parents (no error if it exists)."""
         code, _, err = self._shell(f"mkdir -p -- {shlex.quote(str(path))}")
         if code != 0:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import stat
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 import paramiko
@@ -18,14 +21,32 @@ from tools.progress import report
 T = TypeVar("T")
 
 
+DROP_NOTICE_S = 2.0
+"""How long a transport may still look alive after its connection went away."""
+
+
+def dropped(host: SSHHost, exc: BaseException) -> bool:
+    """Whether `exc` means the connection to the host went away.
+
+    SFTP reports a killed connection (EOF on its channel) before the transport's thread notices, so
+    the transport can look alive for a moment: those errors always count as a drop; any other
+    OSError (e.g. a local disk error) only once the transport is seen down."""
+    if isinstance(exc, ConnectionLost | paramiko.SSHException | EOFError):
+        return True
+    deadline = time.monotonic() + DROP_NOTICE_S
+    while host.conn.alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not host.conn.alive()
+
+
 def once_more_after_a_drop(host: SSHHost, action: Callable[[], T]) -> T:
     """Run an idempotent transfer; if the connection drops during it, reconnect and run it again."""
     try:
         return action()
     except FileNotFoundError:
         raise
-    except (ConnectionLost, paramiko.SSHException, EOFError, OSError):
-        if host.conn.alive():
+    except (ConnectionLost, paramiko.SSHException, EOFError, OSError) as exc:
+        if not dropped(host, exc):
             raise
     host.conn.reconnect()
     return action()
@@ -54,14 +75,17 @@ def _fetch(host: SSHHost, args: FetchArgs) -> PathArgs:
             f"{args.remote} does not exist on {host.conn.endpoint}; check the session's host folder there"
         ) from None
     for remote, local in pairs:
-        host.fetch(
-            remote,
-            local,
-            lambda done, total, name=remote.name: report(
-                f"fetching {name} from {host.conn.endpoint}: {done >> 10}/{total >> 10} KiB"
-            ),
-        )
+        host.fetch(remote, local, _progress(f"fetching {remote.name} from {host.conn.endpoint}"))
     return PathArgs(path=args.local)
+
+
+def _progress(what: str) -> Callable[[int, int], None]:
+    """A progress callback reporting `what: done/total KiB`."""
+
+    def show(done: int, total: int) -> None:
+        report(f"{what}: {done >> 10}/{total >> 10} KiB")
+
+    return show
 
 
 @tool("host.push_tree", where="local")
@@ -88,4 +112,16 @@ def _push_tree(host: SSHHost, args: PushTreeArgs) -> Done:
         host.write_file_atomic(
             args.dest / p.relative_to(args.src), p.read_bytes(), stat.S_IMODE(p.stat().st_mode)
         )
+    _remove_partial_writes(host, args.dest, {str(args.dest / p.relative_to(args.src)) for p in files})
     return Done(note=f"uploaded {len(files)} files to {args.dest}")
+
+
+_PARTIAL = re.compile(r"^(.*)\.[0-9a-f]{8}\.tmp$")
+
+
+def _remove_partial_writes(host: SSHHost, dest: Path, uploaded: set[str]) -> None:
+    """Remove the temporary files (`NAME.<hex8>.tmp`) of uploads a dropped connection cut short."""
+    found = host.run(["find", str(dest), "-type", "f", "-name", "*.tmp"], "/").stdout.splitlines()
+    stale = [path for path in found if (m := _PARTIAL.match(path)) and m.group(1) in uploaded]
+    if stale:
+        host.run(["rm", "-f", "--", *stale], "/")

@@ -17,9 +17,6 @@ from tools.errors import ConfigError
 PACKAGE_DIRS = (("checkout", "python/sglang"), ("site-packages", "sglang"))
 """Where the package may lie in a repo, first match wins: upstream layout, then an installed tree."""
 
-MLA_BACKEND = "srt/layers/attention/flashinfer_mla_backend.py"
-"""The FlashInfer MLA attention backend, relative to the package."""
-
 HOOK_SITES = (
     ("srt/model_executor/model_runner.py", "ModelRunner", "forward_decode"),  # up to 0.5.10
     ("srt/model_executor/runner/eager_runner.py", "EagerRunner", "_execute_decode"),  # 0.5.14 on
@@ -89,8 +86,3 @@ def hook_site(repo: Path, layout: SglangLayout) -> HookSite:
         f"sglang {layout.version}: no eager decode method to instrument (tried {tried}); "
         "use profile method `api` (/start_profile)"
     )
-
-
-def backend_relpath(layout: SglangLayout) -> str:
-    """Repo-relative path of the FlashInfer MLA backend."""
-    return layout.rel(MLA_BACKEND)

@@ -6,14 +6,13 @@
 and directories (one trace per rank, or key_averages `.txt` tables) and merges them.
 """
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-
-import msgspec
 
 from state.profile import OpStat, ProfileSummary, SyncStat
 from tools.errors import TraceError
 from tools.trace.bounds import step_bounds
+from tools.trace.checks import check_events, check_steps
 from tools.trace.collect import Collected
 from tools.trace.device import (
     device_activity,
@@ -24,36 +23,38 @@ from tools.trace.device import (
     work_by_correlation,
 )
 from tools.trace.merge import merge_summaries
-from tools.trace.stream import Event, TraceStream
+from tools.trace.stream import TraceStream
 from tools.trace.table import read_key_averages_table, read_table_file
 from tools.trace.walk import Walked, walk
 
-__all__ = ["read_chrome_trace", "read_key_averages_table", "read_profiles", "summarize_events", "trace_files"]
+__all__ = ["read_chrome_trace", "read_key_averages_table", "read_profiles", "trace_files"]
 
 
-def read_chrome_trace(path: str | Path, steps: int | None = None) -> ProfileSummary:
-    """Summarize a `.json` or `.json.gz` Chrome trace; `steps` overrides the counted decode steps."""
+def read_chrome_trace(
+    path: str | Path, steps: int | None = None, *, require_steps: bool = False
+) -> ProfileSummary:
+    """Summarize a `.json` or `.json.gz` Chrome trace; `steps` overrides the counted decode steps.
+
+    TraceError when the trace cannot describe decode: no events, a GPU trace without kernels, or
+    (with `require_steps` and no `steps`) no decode step marked in it (`tools.trace.checks`)."""
     stream = TraceStream(Path(path))
     col = Collected()
     for batch in stream.batches():
         col.add(batch)
     col.device_names = stream.device_names
-    return summarize(col, str(path), steps)
+    return summarize(col, str(path), steps, require_steps=require_steps)
 
 
-def summarize_events(events: Iterable[dict | Event], source: str, steps: int | None = None) -> ProfileSummary:
-    """Summarize already-loaded events (dicts as in the trace's JSON, or decoded `Event`s)."""
-    col = Collected()
-    decode = msgspec.json.Decoder(Event).decode  # via JSON: raw dims and types stay raw, as in a file
-    col.add([e if isinstance(e, Event) else decode(msgspec.json.encode(e)) for e in events])
-    return summarize(col, source, steps)
-
-
-def summarize(col: Collected, source: str, steps: int | None = None) -> ProfileSummary:
+def summarize(
+    col: Collected, source: str, steps: int | None = None, *, require_steps: bool = False
+) -> ProfileSummary:
     """Group host ops by (name, input dims), with device time when kernels were recorded."""
+    check_events(col, source)
     work = work_by_correlation(col.kernels)
     names = first_kernel_names(col.kernels, col.kernel_names)
     walked = walk(col, work)
+    if require_steps and not steps:
+        check_steps(walked, source)
     for corr, dur in work.items():
         walked.add(col.intern((names[corr], (), ())), dur, dur, None)
     ops = _op_stats(walked, col)
@@ -129,11 +130,15 @@ def trace_files(paths: Sequence[str | Path]) -> list[Path]:
     return out
 
 
-def read_profiles(paths: Sequence[str | Path], steps: int | None = None) -> ProfileSummary:
+def read_profiles(
+    paths: Sequence[str | Path], steps: int | None = None, *, require_steps: bool = False
+) -> ProfileSummary:
     """Read traces or key_averages tables (files or directories, e.g. one trace per TP rank) and
-    merge them into one summary."""
+    merge them into one summary; `require_steps`: each trace must mark its decode steps."""
     summaries = [
-        read_table_file(p) if p.name.endswith((".txt", ".txt.gz")) else read_chrome_trace(p, steps)
+        read_table_file(p)
+        if p.name.endswith((".txt", ".txt.gz"))
+        else read_chrome_trace(p, steps, require_steps=require_steps)
         for p in trace_files(paths)
     ]
     return merge_summaries(summaries)

@@ -78,6 +78,10 @@ class Collected:
     graph_corrs: set[int] = field(default_factory=set)
     launch_us: float = 0.0
     device_names: list[str] = field(default_factory=list)
+    events: int = 0
+    """Events seen, of any phase or category."""
+    cuda_api_calls: int = 0
+    """CUDA runtime/driver calls seen: a trace with them was taken on a GPU."""
 
     def intern(self, key: OpKey) -> int:
         """The small int standing for an (op name, dims, types) key."""
@@ -97,6 +101,7 @@ class Collected:
 
     def add(self, events: list[Event]) -> None:
         """Take in one batch of events; events of other phases and categories are skipped."""
+        self.events += len(events)
         for e in events:
             if e.ph != "X":
                 continue
@@ -118,6 +123,7 @@ class Collected:
 
     def _api_call(self, e: Event) -> None:
         """Record a launch (by correlation id) or a sync (by name); other API calls are dropped."""
+        self.cuda_api_calls += 1
         corr = e.args.correlation if e.args and e.args.correlation is not None else -1
         if e.name in SYNC_CALLS:
             self._push(e, SYNC, self.intern((e.name, (), ())))

@@ -23,7 +23,7 @@ def diff_profiles(before: ProfileSummary, after: ProfileSummary) -> ProfileDiff:
             rows.append(
                 OpDelta(
                     name=key[0],
-                    input_dims=(a or b).input_dims,
+                    input_dims=(a or new[key]).input_dims,
                     before_us_per_step=us_a,
                     after_us_per_step=us_b,
                     delta_us_per_step=us_b - us_a,

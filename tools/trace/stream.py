@@ -13,8 +13,8 @@ import re
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from io import BufferedIOBase
 from pathlib import Path
-from typing import BinaryIO
 
 import msgspec
 
@@ -106,7 +106,7 @@ class TraceStream:
                     )
             yield self._tail(buf[start:], self.bytes_read - len(buf) + start)
 
-    def _read(self, raw: BinaryIO) -> bytes:
+    def _read(self, raw: BufferedIOBase) -> bytes:
         """The next chunk of (decompressed) bytes; TraceError on a truncated or corrupt gzip stream."""
         try:
             chunk = raw.read(CHUNK_BYTES)
@@ -118,7 +118,7 @@ class TraceStream:
         self.bytes_read += len(chunk)
         return chunk
 
-    def _find_events(self, raw: BinaryIO) -> tuple[bytes, int]:
+    def _find_events(self, raw: BufferedIOBase) -> tuple[bytes, int]:
         """Read up to the opening `[` of traceEvents; decode the header before it."""
         buf = b""
         while (match := _KEY.search(buf)) is None:
@@ -172,21 +172,30 @@ def _decode_prefix(buf: bytes) -> tuple[int, list[Event]]:
     Tries the last MAX_CUT_TRIES boundaries, latest first; (0, []) when none gives a valid list."""
     end = len(buf)
     for _ in range(MAX_CUT_TRIES):
-        close = buf.rfind(b"}", 0, end)
-        while close >= 0 and not _BOUNDARY.match(buf, close):
-            close = buf.rfind(b"}", 0, close)
-        if close < 0:
+        boundary = _last_boundary(buf, end)
+        if boundary is None:
             return 0, []
+        close = boundary.start()
         try:
             events = _EVENTS.decode(b"[" + buf[: close + 1] + b"]")
         except msgspec.DecodeError:
             end = close
             continue
-        return _BOUNDARY.match(buf, close).end() - 1, events
+        return boundary.end() - 1, events
     return 0, []
 
 
-def _open(path: Path) -> BinaryIO:
+def _last_boundary(buf: bytes, end: int) -> re.Match[bytes] | None:
+    """The last `}, {` between two events whose `}` lies before `end`, or None."""
+    close = buf.rfind(b"}", 0, end)
+    while close >= 0:
+        if boundary := _BOUNDARY.match(buf, close):
+            return boundary
+        close = buf.rfind(b"}", 0, close)
+    return None
+
+
+def _open(path: Path) -> BufferedIOBase:
     """The file's bytes, decompressed on the fly when it starts with the gzip magic."""
     try:
         with path.open("rb") as raw:

@@ -136,7 +136,7 @@ def _launch(
     dur = work.pop(corr)
     if graph:
         out.add(graph_key, dur, dur, parent.location if parent else None)
-    else:
+    elif owner is not None:
         owner.device_self_us += dur
     if owner is not None:
         owner.device_total_us += dur

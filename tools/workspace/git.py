@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 from git import Repo
 
@@ -57,6 +58,10 @@ class GitWorkspace(GitPlumbing):
             )
         return ws
 
+    def has_commit(self) -> bool:
+        """Whether HEAD names a commit (a fresh `git init` has none)."""
+        return self._ok("rev-parse", "--verify", "-q", "HEAD")
+
     def file_sha256(self, relpath: str) -> str:
         """sha256 of a working-tree file's bytes."""
         return sha256_hex(self._path(relpath).read_bytes())
@@ -69,23 +74,38 @@ class GitWorkspace(GitPlumbing):
         """Overwrite a working-tree file's bytes (to put back exactly what was there)."""
         self._path(relpath).write_bytes(data)
 
-    def changed_files(self, diff: str) -> list[str]:
-        """Paths a diff touches (both names of a rename), as git parses it; refuses binary and unsafe paths."""
+    def changed_files(self, diff: str, *, allow_binary: bool = False) -> list[str]:
+        """Paths a diff touches (both names of a rename), as git parses it; refuses unsafe paths and,
+        unless allowed, binary hunks."""
+        return self.patch_info(diff, allow_binary=allow_binary)[0]
+
+    def patch_info(self, diff: str, *, allow_binary: bool = False) -> tuple[list[str], str]:
+        """git's reading of a diff: the paths it touches (checked) and its `--summary` (modes)."""
         if not diff.strip():
             raise PatchError("the patch is empty; provide a unified diff")
         with self._scratch(diff) as (patch, _env):
             fields = iter(
                 self._git(*APPLY, "--numstat", "-z", patch, strip_newline_in_stdout=False).split("\0")
             )
+            summary = self._git(*APPLY, "--summary", patch)
         paths = []
         for field in filter(None, fields):
             added, _deleted, path = field.split("\t", 2)
-            if added == "-":
+            if added == "-" and not allow_binary:
                 raise PatchError(
                     f"refusing binary patch for {path or 'a renamed file'}; send text diffs only"
                 )
             paths += [path] if path else [next(fields), next(fields)]
-        return [check_relpath(p) for p in dict.fromkeys(paths)]
+        if not paths:
+            raise PatchError("the patch changes no file; provide a unified diff")
+        return [check_relpath(p) for p in dict.fromkeys(paths)], summary
+
+    def index_modes(self, paths: list[str]) -> list[tuple[str, str]]:
+        """(mode, path) of each of `paths` that the index holds."""
+        if not paths:
+            return []
+        out = self._git("ls-files", "-s", "-z", "--", *paths, strip_newline_in_stdout=False)
+        return [(e.split(" ", 1)[0], e.split("\t", 1)[1]) for e in out.split("\0") if "\t" in e]
 
     def snapshot(self) -> WorkspaceSnapshot:
         """HEAD, branch, every dirty path's content hash and the hashes of the staged/unstaged diffs."""
@@ -102,7 +122,7 @@ class GitWorkspace(GitPlumbing):
             path = self.root / relpath
             dirty[relpath] = sha256_hex(path.read_bytes()) if path.is_file() else None
         diff = ("diff", "--binary", "--no-color", "--no-ext-diff")
-        opts = {"strip_newline_in_stdout": False, "stdout_as_string": False}
+        opts: dict[str, Any] = {"strip_newline_in_stdout": False, "stdout_as_string": False}
         return WorkspaceSnapshot(
             path=str(self.root),
             head_sha=self._git("rev-parse", "HEAD"),
@@ -129,11 +149,26 @@ class GitWorkspace(GitPlumbing):
         create = () if exists else ("-c", name, *((start_point,) if start_point else ()))
         self._git("switch", "-q", *(create or (name,)), hint=hint)
 
-    def check_patch(self, diff: str) -> None:
-        """Raise PatchError unless `diff` applies to the working tree, the index and HEAD's tree."""
-        self.changed_files(diff)
+    def leave_branch(self, name: str, back_to: str | None, head_sha: str) -> bool:
+        """Switch back to `back_to` (or HEAD detached at `head_sha`) and delete branch `name`, if
+        `name` still points at `head_sha` (no commit of ours on it); True if it was deleted.
+        Idempotent; the working tree and index are carried along as by `ensure_branch`."""
+        ref = f"refs/heads/{name}"
+        if not self._ok("rev-parse", "--verify", "-q", ref) or self._git("rev-parse", ref) != head_sha:
+            return False
+        if self._branch() == name:
+            target = (back_to,) if back_to else ("--detach", head_sha)
+            self._git("switch", "-q", *target, hint=f"cannot switch back to {back_to or head_sha}")
+        self._git("branch", "-q", "-D", name)
+        return True
+
+    def check_patch(self, diff: str, *, allow_binary: bool = False, worktree: bool = True) -> None:
+        """Raise PatchError unless `diff` applies to the working tree (unless not `worktree`), the
+        index and HEAD's tree."""
+        self.changed_files(diff, allow_binary=allow_binary)
         with self._scratch(diff) as (patch, env):
-            self._git(*APPLY, "--check", patch)
+            if worktree:
+                self._git(*APPLY, "--check", patch)
             self._git(*APPLY, "--check", "--cached", patch)
             self._git("read-tree", "HEAD", env=env)
             self._git(*APPLY, "--check", "--cached", patch, env=env)
@@ -153,7 +188,9 @@ class GitWorkspace(GitPlumbing):
         with self._scratch(diff) as (patch, _env):
             self._git(*APPLY, *apply_context(min_context), *(("-R",) if reverse else ()), patch)
 
-    def apply_and_commit(self, diff: str, subject: str, trailers: dict[str, str]) -> CommitInfo:
+    def apply_and_commit(
+        self, diff: str, subject: str, trailers: dict[str, str], *, allow_binary: bool = False
+    ) -> CommitInfo:
         """Commit `diff` alone on the session branch, then apply it to index and working tree.
 
         Idempotent: a commit in HEAD's history with the same trailers is returned, after making
@@ -167,7 +204,7 @@ class GitWorkspace(GitPlumbing):
             with self._scratch(self._commit_patch(found)) as (patch, _env):
                 self._apply_pair(patch, reverse=False, targets=self._targets(patch, present=True))
             return found
-        self.check_patch(diff)
+        self.check_patch(diff, allow_binary=allow_binary)
         head = self._git("rev-parse", "HEAD")
         with self._scratch(diff) as (patch, env):
             sha = self._commit_tree(patch, env, message, head, reverse=False)

@@ -1,13 +1,13 @@
 """torch.profiler instrumentation of a target's `ModelRunner.forward_decode`, inserted and removed exactly.
 
-The patch adds a self-contained helper block above the class and one decorator line above the
-method; every added line ends with `# perfloop-instrumentation`. The helper is dormant unless
-PERFLOOP_PROFILE_DIR is set when the module is imported. Then a `request.json`
-(`{"id", "warmup_steps", "active_steps"}`, written atomically: temp file + rename) dropped in that
-directory is claimed by rank 0 (renamed to `request.<id>.claimed`) and starts one profiling run,
-which writes `<id>/trace.json.gz`, `<id>/summary.txt`, then `<id>/done.json`, each atomically.
-Profiling errors never break decode: they go to `<id>/error.txt` (`error.txt` when the request
-could not be read).
+The patch adds the hook program (the `_perfloop_profiled` function of profiler_hook.py, read as
+text) above the class and one decorator line above the method; every added line ends with
+`# perfloop-instrumentation`. The hook is dormant unless PERFLOOP_PROFILE_DIR is set when the module
+is imported. Then a `request.json` (`{"id", "warmup_steps", "active_steps"}`, written atomically:
+temp file + rename) dropped in that directory is claimed by rank 0 (renamed to
+`request.<id>.claimed`) and starts one profiling run, which writes `<id>/trace.json.gz`,
+`<id>/summary.txt`, then `<id>/done.json`, each atomically. Profiling errors never break decode:
+they go to `<id>/error.txt` (`error.txt` when the request could not be read).
 
 Removal reverses exactly our hunks with `git apply -R` on the working tree. User edits elsewhere
 in the file, made before or after instrumentation, are kept: the result must equal the current file
@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import ast
 import re
+from functools import cache
+from pathlib import Path
 
 from state.workspace import InstrumentationRecord
 from tools.errors import InstrumentationError, PatchError
@@ -28,103 +30,17 @@ MARKER_ID = "perfloop-instrumentation"
 CONTEXT_LINES = 3
 NO_EOL = "\n\\ No newline at end of file\n"
 REMOVAL_MIN_CONTEXT = 0  # our marked lines locate the hunks; context may have been edited since
-RUNTIME = """\
-def _perfloop_profiled(fn):
-    # Profile fn with torch.profiler when $PERFLOOP_PROFILE_DIR/request.json appears.
-    import os
-    root = os.environ.get("PERFLOOP_PROFILE_DIR")
-    if not root:
-        return fn
-    import json
-    import torch
-    import torch.distributed
-    import torch.profiler
-    run = {}
+HOOK_FILE = Path(__file__).with_name("profiler_hook.py")
+"""The hook program; its `_perfloop_profiled` function is what gets inserted."""
+HOOK_FUNCTION = "_perfloop_profiled"
 
-    def write(path, text):
-        with open(path + ".tmp", "w") as f:
-            f.write(text)
-        os.replace(path + ".tmp", path)
 
-    def is_rank0():
-        dist = torch.distributed
-        return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
-
-    def finish(prof):
-        out = run["out"]
-        trace, summary = os.path.join(out, "trace.json.gz"), os.path.join(out, "summary.txt")
-        prof.export_chrome_trace(os.path.join(out, "tmp.trace.json.gz"))
-        os.replace(os.path.join(out, "tmp.trace.json.gz"), trace)
-        averages = prof.key_averages(group_by_input_shape=True)
-        first = averages[0] if len(averages) else None
-        key = "self_cpu_time_total"
-        if run["device"] == "cuda":
-            key = "self_device_time_total" if hasattr(first, "self_device_time_total") else "self_cuda_time_total"
-        write(summary, averages.table(sort_by=key, row_limit=40))
-        done = {"id": run["id"], "steps": run["active"], "device": run["device"], "trace": trace, "summary": summary}
-        write(os.path.join(out, "done.json"), json.dumps(done))
-
-    def begin():
-        request = os.path.join(root, "request.json")
-        if not os.path.exists(request) or not is_rank0():
-            return
-        claiming = "%s.%d.claiming" % (request, os.getpid())
-        os.rename(request, claiming)
-        with open(claiming) as f:
-            spec = json.load(f)
-        run_id, warmup, active = str(spec["id"]), int(spec["warmup_steps"]), int(spec["active_steps"])
-        if not run_id.replace("-", "").replace("_", "").replace(".", "").isalnum() or active < 1:
-            raise ValueError("bad request %r: id must be [A-Za-z0-9._-], active_steps >= 1" % (spec,))
-        os.rename(claiming, os.path.join(root, "request.%s.claimed" % run_id))
-        run.update(id=run_id, out=os.path.join(root, run_id), total=warmup + active, active=active, steps=0)
-        os.makedirs(run["out"], exist_ok=True)
-        activities = [torch.profiler.ProfilerActivity.CPU]
-        run["device"] = "cuda" if torch.cuda.is_available() else "cpu"
-        if run["device"] == "cuda":
-            activities.append(torch.profiler.ProfilerActivity.CUDA)
-        schedule = torch.profiler.schedule(wait=0, warmup=warmup, active=active, repeat=1)
-        prof = torch.profiler.profile(activities=activities, record_shapes=True, with_flops=True,
-                                      schedule=schedule, on_trace_ready=finish)
-        prof.start()
-        run["prof"] = prof
-
-    def after():
-        run["prof"].step()
-        run["steps"] += 1
-        if run["steps"] >= run["total"]:
-            run["prof"].stop()
-            run.clear()
-
-    def fail(exc):
-        prof, out = run.pop("prof", None), run.get("out", root)
-        run.clear()
-        write(os.path.join(out, "error.txt"), "%s: %s\\n" % (type(exc).__name__, exc))
-        if prof is not None:
-            prof.stop()
-
-    def guarded(step):
-        try:
-            step()
-        except Exception as exc:
-            try:
-                fail(exc)
-            except Exception:
-                pass
-
-    def wrapper(*args, **kwargs):
-        if "prof" not in run:
-            guarded(begin)
-        result = fn(*args, **kwargs)
-        if "prof" in run:
-            guarded(after)
-        return result
-
-    for name in ("__module__", "__name__", "__qualname__", "__doc__"):
-        setattr(wrapper, name, getattr(fn, name))
-    wrapper.__wrapped__ = fn
-    return wrapper
-
-"""
+@cache
+def hook_text() -> str:
+    """The lines inserted above the class: the hook function's source, then one blank line."""
+    source = HOOK_FILE.read_text(encoding="utf-8")
+    fn = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == HOOK_FUNCTION)
+    return "".join(_lines(source)[fn.lineno - 1 : fn.end_lineno]) + "\n"
 
 
 def _lines(text: str) -> list[str]:
@@ -149,7 +65,7 @@ def _insertions(source: str, class_name: str, method: str) -> dict[int, list[str
         raise InstrumentationError(f"cannot parse the file ({err}); fix its syntax first") from err
     cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name), None)
     fn = cls and next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == method), None)
-    if fn is None:
+    if cls is None or fn is None:
         raise InstrumentationError(
             f"no top-level class {class_name} with a (non-async) method {method};"
             " pass the right class_name/method"
@@ -159,7 +75,7 @@ def _insertions(source: str, class_name: str, method: str) -> dict[int, list[str
     class_index = min([cls.lineno] + [d.lineno for d in cls.decorator_list]) - 1
     indent = lines[fn.lineno - 1][: fn.col_offset]
     return {
-        class_index: [_mark(line, newline) for line in RUNTIME.split("\n")[:-1]],
+        class_index: [_mark(line, newline) for line in hook_text().split("\n")[:-1]],
         fn.lineno - 1: [_mark(f"{indent}@_perfloop_profiled", newline)],
     }
 

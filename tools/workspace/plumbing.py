@@ -8,7 +8,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from git import GitCommandError, InvalidGitRepositoryError, NoSuchPathError, Repo
 
@@ -33,9 +33,12 @@ class GitPlumbing:
             raise PatchError(
                 f"{path} is not a git checkout; run `git init` there or pick the repo root"
             ) from err
+        if self.repo.working_tree_dir is None:
+            self.repo.close()
+            raise PatchError(f"{path} is a bare repository; pick a checkout with a working tree")
         self.root = Path(self.repo.working_tree_dir).resolve()
 
-    def __enter__(self) -> GitPlumbing:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-
 from state.calls import (
     ApplyArgs,
     BranchArgs,
@@ -11,6 +9,7 @@ from state.calls import (
     CopyTreeArgs,
     Done,
     InstrumentArgs,
+    LeaveBranchArgs,
     RemoveInstrumentationArgs,
     RepoArgs,
     SglangSite,
@@ -19,6 +18,8 @@ from state.workspace import CommitInfo, InstrumentationRecord, WorkspaceSnapshot
 from tools.door import tool
 from tools.sglang import layout as sglang_layout
 from tools.workspace import instrumentation
+from tools.workspace.commands import sha256_hex
+from tools.workspace.gate import gate_workspace
 from tools.workspace.git import GitWorkspace
 
 
@@ -26,7 +27,7 @@ def tree_fingerprint(snap: WorkspaceSnapshot) -> str:
     """One hash for HEAD plus every uncommitted change: what a server launched from it runs (pure)."""
     parts = [snap.head_sha, snap.staged_diff_sha256, snap.unstaged_diff_sha256]
     parts += [f"{k}={v}" for k, v in sorted(snap.dirty_sha256.items())]
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+    return sha256_hex("\n".join(parts).encode())
 
 
 @tool("repo.create_from_tree")
@@ -51,6 +52,14 @@ def ensure_branch(args: BranchArgs) -> WorkspaceSnapshot:
         return ws.snapshot()
 
 
+@tool("repo.leave_branch")
+def leave_branch(args: LeaveBranchArgs) -> WorkspaceSnapshot:
+    """Switch back to the branch the session started on and delete its branch if it holds no commit."""
+    with GitWorkspace(args.repo) as ws:
+        ws.leave_branch(args.name, args.back_to, args.head_sha)
+        return ws.snapshot()
+
+
 @tool("repo.instrument")
 def instrument(args: InstrumentArgs) -> InstrumentationRecord:
     """Insert the dormant profiler instrumentation (idempotent)."""
@@ -68,9 +77,16 @@ def remove_instrumentation(args: RemoveInstrumentationArgs) -> Done:
 
 @tool("repo.apply_patch")
 def apply_patch(args: ApplyArgs) -> CommitInfo:
-    """Apply a patch fully or not at all, and commit only it on the current branch."""
+    """Pass the patch gate, apply the patch fully or not at all, and commit only it on the current branch.
+
+    A commit of an earlier attempt (found by its trailers) is completed without the gate: it passed
+    it then."""
     with GitWorkspace(args.repo) as ws:
-        return ws.apply_and_commit(args.diff, args.subject, args.trailers)
+        if ws.find_commit(args.trailers) is None:
+            gate_workspace(ws, args.diff, args.policy)
+        return ws.apply_and_commit(
+            args.diff, args.subject, args.trailers, allow_binary=args.policy.allow_binary
+        )
 
 
 @tool("repo.sglang_site")
@@ -82,10 +98,10 @@ def sglang_site(args: RepoArgs) -> SglangSite:
 
 @tool("repo.check_patch")
 def check_patch(args: ApplyArgs) -> Done:
-    """Validate a patch (paths inside the repo, no .git/, no binary) and that it applies; change nothing."""
+    """The patch gate (tools/workspace/gate.py) on a patch: it is safe and applies; changes nothing."""
     with GitWorkspace(args.repo) as ws:
-        ws.check_patch(args.diff)
-    return Done(note=f"applies: {', '.join(ws.changed_files(args.diff))}")
+        files = gate_workspace(ws, args.diff, args.policy)
+    return Done(note=f"applies: {', '.join(files)}")
 
 
 @tool("repo.revert_commit")

@@ -1,0 +1,225 @@
+"""The model's conversation inside `propose`: model -> read-only tools -> model -> validated patch.
+
+Every model call and every tool call goes through the door, so the conversation is recorded and a
+replay answers it offline (a replayed request that differs stops at the first difference). The
+conversation is a pure function of the state and the recorded replies, so when the node re-runs
+after a crash it asks the same questions again, and the door answers the model calls the killed
+attempt already paid for from their records (`llm.chat` is a `reuse` tool).
+Budgets: model calls per proposal, tokens per session, model time per proposal (the recorded
+duration of each call, so a replay stops where the run stopped), repair rounds.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from langgraph.runtime import Runtime
+from pydantic import BaseModel, ValidationError
+
+from agent.context import LoopContext, call, need
+from agent.proposer import prompt
+from agent.proposer.checks import Candidate, Failure, validate
+from state.diagnosis import Evidence, Finding
+from state.loop import LoopState, Proposal
+from state.profile import OpStat
+from state.proposer import (
+    ChatArgs,
+    ChatMessage,
+    ChatReply,
+    CodeArgs,
+    DiffArgs,
+    FilesArgs,
+    LlmOrigin,
+    LlmUsage,
+)
+from tools.errors import LlmError
+from tools.llm import chat, code
+
+MAX_SOURCES = 3
+
+
+class ReadFileIn(BaseModel):
+    path: str
+    start_line: int | None = None
+    end_line: int | None = None
+
+
+class GrepIn(BaseModel):
+    pattern: str
+    path: str = "."
+
+
+class ListDirIn(BaseModel):
+    path: str = "."
+
+
+TOOL_INPUTS: dict[str, type[BaseModel]] = {"read_file": ReadFileIn, "grep": GrepIn, "list_dir": ListDirIn}
+TOOL_FNS = {"read_file": code.read_file_tool, "grep": code.grep_tool, "list_dir": code.list_dir_tool}
+
+
+@dataclass
+class Outcome:
+    """How a conversation ended: a proposal, or the reason it was dropped; and what it cost."""
+
+    proposal: Proposal | None
+    usage: LlmUsage
+    reason: str = ""
+
+
+class Dropped(Exception):
+    """The conversation ends without a proposal; str() is the reason."""
+
+
+class Conversation:
+    """One proposal's conversation with the model."""
+
+    def __init__(self, state: LoopState, runtime: Runtime[LoopContext], finding: Finding) -> None:
+        self.state, self.runtime, self.finding = state, runtime, finding
+        self.cfg = state.target.proposer
+        self.repo = state.target.repo
+        self.usage = LlmUsage()
+        self.repairs = 0
+        self.messages: list[ChatMessage] = []
+
+    def run(self) -> Outcome:
+        try:
+            return Outcome(self._converse(), self.usage)
+        except Dropped as exc:
+            return Outcome(None, self.usage, str(exc))
+
+    def _converse(self) -> Proposal:
+        tried = [d for d in self.state.decisions if d.verdict != "accepted"]
+        self.messages = [
+            ChatMessage(role="system", content=prompt.SYSTEM),
+            ChatMessage(
+                role="user",
+                content=prompt.context(
+                    self.state.target.kind,
+                    need(self.state.diagnosis, "diagnosis"),
+                    self._hot_sources(),
+                    tried,
+                    self.state.reference.tpot_ms.median if self.state.reference else None,
+                    self.state.target.launch.argv,
+                ),
+            ),
+        ]
+        while True:
+            reply = self._ask()
+            self.messages.append(
+                ChatMessage(role="assistant", content=reply.content, tool_calls=reply.tool_calls)
+            )
+            if reply.tool_calls:
+                for tc in reply.tool_calls:
+                    self.messages.append(
+                        ChatMessage(
+                            role="tool", tool_call_id=tc.id, content=self._run_tool(tc.name, tc.arguments)
+                        )
+                    )
+                continue
+            if reply.finish_reason == "length":
+                self._repair("length", "your answer was cut off at the token limit; answer more briefly")
+                continue
+            result = validate(reply.content or "", self._texts, self.cfg.protected, self._git_check)
+            if isinstance(result, Failure):
+                self._repair(result.stage, result.reason)
+                continue
+            return self._proposal(result)
+
+    def _ask(self) -> ChatReply:
+        """One model call through the door, after the budget checks."""
+        cfg, spent = self.cfg, self.state.llm_usage.tokens + self.usage.tokens
+        if self.usage.calls >= cfg.max_steps:
+            raise Dropped(f"step budget exhausted: {cfg.max_steps} model calls without a valid patch")
+        if spent >= cfg.max_tokens:
+            raise Dropped(f"token budget exhausted: {spent} of {cfg.max_tokens} tokens spent in this session")
+        if self.usage.seconds >= cfg.max_seconds:
+            raise Dropped(
+                f"time budget exhausted: {self.usage.seconds:.0f} s of model time (max {cfg.max_seconds:.0f})"
+            )
+        args = ChatArgs(
+            base_url=cfg.base_url,
+            api_key_env=cfg.api_key_env,
+            model=cfg.model or "",
+            messages=self.messages,
+            tools=prompt.TOOLS,
+            max_tokens=cfg.reply_tokens,
+            temperature=cfg.temperature,
+            timeout_s=cfg.timeout_s,
+            retries=cfg.retries,
+        )
+        try:
+            reply = call(self.runtime, chat.chat, args)
+        except LlmError as exc:
+            raise Dropped(str(exc)) from None
+        self.usage = self.usage.plus(reply)
+        return reply
+
+    def _repair(self, stage: str, reason: str) -> None:
+        """Send a failed answer back with the reason, or drop the proposal after the last round."""
+        self.repairs += 1
+        if self.repairs > self.cfg.max_repairs:
+            first = reason.splitlines()[0] if reason else stage
+            raise Dropped(
+                f"no valid patch after {self.cfg.max_repairs} repair round(s): {stage} check: {first}"
+            )
+        left = self.cfg.max_repairs - self.repairs
+        self.messages.append(ChatMessage(role="user", content=prompt.repair(stage, reason, left)))
+
+    def _run_tool(self, name: str, arguments: str) -> str:
+        """A read-only tool's answer for the model (errors as text the model can act on)."""
+        model = TOOL_INPUTS.get(name)
+        if model is None:
+            return f"error: no tool {name!r}; use one of {', '.join(TOOL_INPUTS)}"
+        try:
+            parsed = model.model_validate(json.loads(arguments or "{}"))
+        except (ValueError, ValidationError) as exc:
+            return f"error: bad arguments for {name}: {str(exc).splitlines()[0]}"
+        result = call(self.runtime, TOOL_FNS[name], CodeArgs(repo=self.repo, **parsed.model_dump()))
+        return prompt.data(name, result.text) if result.ok else f"error: {result.text}"
+
+    def _texts(self, paths: list[str]) -> dict[str, str | None]:
+        return call(self.runtime, code.read_texts, FilesArgs(repo=self.repo, paths=paths)).texts
+
+    def _git_check(self, c: Candidate) -> str | None:
+        result = call(self.runtime, code.check_diff, DiffArgs(repo=self.repo, diff=c.diff))
+        return (
+            None if result.ok else f"git apply --check refused the patch built from your edits: {result.text}"
+        )
+
+    def _hot_sources(self) -> dict[str, str]:
+        """Source lines around the hot call sites in the repo (read through the door)."""
+        ops: list[Evidence | OpStat] = [
+            *self.finding.evidence,
+            *need(self.state.diagnosis, "diagnosis").top_ops,
+        ]
+        sites: dict[str, str] = {}
+        for op in ops:
+            where = prompt.repo_relative(op.location, self.repo)
+            if where is None or where[0] in {s.split(":")[0] for s in sites} or len(sites) >= MAX_SOURCES:
+                continue
+            path, line = where
+            args = CodeArgs(repo=self.repo, path=path, traced_line=line)
+            result = call(self.runtime, code.read_file_tool, args)
+            if result.ok:
+                sites[f"{path}:{line}"] = result.text
+        return sites
+
+    def _proposal(self, c: Candidate) -> Proposal:
+        f, cfg = self.finding, self.cfg
+        first = next((line.strip("# ").strip() for line in c.rationale.splitlines() if line.strip()), "")
+        return Proposal(
+            iteration=self.state.iteration,
+            playbook="llm",
+            title=(first[:100] or f"model-written patch for: {f.title}"),
+            explanation=c.rationale or "(the model gave no rationale)",
+            diff=c.diff,
+            files=c.files,
+            expected_gain_share=f.expected_gain_share,
+            expected_gain_ms=f.expected_gain_ms,
+            evidence=f.evidence,
+            proposer="llm",
+            origin=LlmOrigin(
+                model=cfg.model or "", rationale=c.rationale, usage=self.usage, repairs=self.repairs
+            ),
+        )

@@ -1,0 +1,243 @@
+"""The LLM proposer: its settings, the model call and the read-only repo tools it offers the model.
+
+A model is reached over the OpenAI Chat Completions protocol with function tools. Each model call
+and each read-only tool call is a door call, so it is recorded and a replay answers it offline.
+The API key is never a field here: it is read from the environment at call time.
+"""
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from state.base import Model
+
+ProposerMode = Literal["playbook", "llm", "auto"]
+
+DEFAULT_PROTECTED = [
+    "tests/**",
+    "test/**",
+    "**/tests/**",
+    "**/test/**",
+    "**/test_*.py",
+    "**/*_test.py",
+    "**/conftest.py",
+    "benchmarks/**",
+    "benchmark/**",
+    "**/benchmarks/**",
+    "**/bench_*.py",
+]
+"""Paths a model may not edit: the target's tests and benchmarks (it must not edit its judges)."""
+
+
+class ProposerConfig(Model):
+    """`[proposer]` in a target file; the command line overrides each field."""
+
+    mode: ProposerMode = "auto"
+    """`playbook`: stored patches only, never a model; `llm`: a model writes every patch (playbooks
+    still diagnose); `auto`: a playbook's patch when one fits, else the model."""
+    model: str | None = None
+    """Model name sent to the endpoint (needed for `llm`, and for `auto` to fall back to a model)."""
+    base_url: str | None = None
+    """OpenAI-compatible endpoint (`http://127.0.0.1:8000/v1`); None: $OPENAI_BASE_URL, else OpenAI."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """Name of the environment variable holding the API key (its value is never stored)."""
+    max_steps: int = Field(12, ge=1)
+    """Model calls per proposal (tool rounds and repairs included)."""
+    max_tokens: int = Field(200_000, ge=1)
+    """Prompt plus completion tokens for the whole session."""
+    max_seconds: float = Field(600.0, gt=0)
+    """Model time per proposal: the summed duration of its model calls, in seconds (recorded, so a
+    replay stops where the run stopped)."""
+    max_repairs: int = Field(3, ge=0)
+    """Rounds in which a failed edit is sent back with the reason before the proposal is dropped."""
+    max_proposals: int = Field(1, ge=1)
+    """Model proposals per iteration (a rejected one is followed by another, told why)."""
+    reply_tokens: int = Field(4096, ge=16)
+    """`max_tokens` of each model reply."""
+    temperature: float = Field(0.0, ge=0, le=2)
+    """Sampling temperature."""
+    timeout_s: float = Field(300.0, gt=0)
+    """Per-request timeout."""
+    retries: int = Field(2, ge=0, le=10)
+    """Retries of a failed request (connection errors, 408/409/429/5xx), with backoff."""
+    protected: list[str] = Field(default_factory=lambda: list(DEFAULT_PROTECTED))
+    """Glob patterns (repo-relative) of files a model may not edit, besides `.git` and the profiler
+    instrumentation."""
+
+    @field_validator("base_url")
+    @classmethod
+    def _no_credentials(cls, url: str | None) -> str | None:
+        """An http(s) URL without user:password (the key comes from the environment)."""
+        if url is None:
+            return None
+        if not url.startswith(("http://", "https://")) or "@" in url.split("/")[2]:
+            raise ValueError(f"{url!r} must be an http(s) URL without credentials")
+        return url.rstrip("/")
+
+
+class ChatToolCall(Model):
+    """A function call the model asked for."""
+
+    id: str
+    """The call id the tool's reply must name."""
+    name: str
+    """Function name."""
+    arguments: str
+    """Arguments as the JSON text the model wrote (validated by perfloop, not by the server)."""
+
+
+class ChatMessage(Model):
+    """One message of a Chat Completions conversation."""
+
+    role: Literal["system", "user", "assistant", "tool"]
+    """Who speaks."""
+    content: str | None = None
+    """Text (None for an assistant message that only calls tools)."""
+    tool_calls: list[ChatToolCall] = Field(default_factory=list)
+    """Function calls of an assistant message."""
+    tool_call_id: str | None = None
+    """For a `tool` message: the call it answers."""
+
+
+class ChatArgs(Model):
+    """One Chat Completions request (`llm.chat`)."""
+
+    base_url: str | None
+    """Endpoint; None: the client's default (OpenAI, or $OPENAI_BASE_URL)."""
+    api_key_env: str
+    """Environment variable the key is read from at call time (the name only)."""
+    model: str
+    """Model name."""
+    messages: list[ChatMessage]
+    """The conversation so far."""
+    tools: list[dict]
+    """Function tool definitions (JSON schema), non-strict."""
+    max_tokens: int
+    """Most completion tokens."""
+    temperature: float
+    """Sampling temperature."""
+    timeout_s: float
+    """Per-request timeout."""
+    retries: int
+    """Retries of failed requests."""
+
+
+class ChatReply(Model):
+    """The model's answer to one request."""
+
+    content: str | None
+    """Text of the reply."""
+    tool_calls: list[ChatToolCall]
+    """Function calls asked for."""
+    finish_reason: str
+    """`stop`, `tool_calls`, `length`, ..."""
+    prompt_tokens: int = Field(ge=0)
+    """Prompt tokens charged."""
+    completion_tokens: int = Field(ge=0)
+    """Completion tokens charged (reasoning included)."""
+    model: str
+    """The model that answered, as the endpoint names it."""
+    duration_s: float = Field(ge=0)
+    """Wall time of the request, retries included, in seconds."""
+
+
+class CodeArgs(Model):
+    """A read-only look at the target repo (`code.read_file`, `code.grep`, `code.list_dir`)."""
+
+    repo: Path
+    """The target repo on its host."""
+    path: str = "."
+    """Repo-relative path (file or folder)."""
+    start_line: int | None = None
+    """read_file: first line, 1-based."""
+    end_line: int | None = None
+    """read_file: last line, inclusive."""
+    pattern: str | None = None
+    """grep: a Python regular expression."""
+    traced_line: int | None = None
+    """read_file: instead of start/end, six lines either side of this line of the file as the
+    profiler saw it (perfloop's instrumentation lines counted), e.g. a hot call site."""
+
+
+class CodeResult(Model):
+    """What a read-only tool found, or why it refused."""
+
+    ok: bool
+    """False when the request was refused (outside the repo, .git, missing, bad pattern)."""
+    text: str
+    """The answer as the model sees it."""
+
+
+class FilesArgs(Model):
+    """Several repo files to read whole (`code.read_texts`)."""
+
+    repo: Path
+    """The target repo on its host."""
+    paths: list[str]
+    """Repo-relative paths."""
+
+
+class DiffArgs(Model):
+    """A diff to check against the repo (`code.check_diff`)."""
+
+    repo: Path
+    """The target repo on its host."""
+    diff: str
+    """Unified diff with a/ b/ prefixes."""
+
+
+class FileTexts(Model):
+    """Files' texts, as a patch will meet them."""
+
+    texts: dict[str, str | None]
+    """Path -> text; None when missing, not a file, or refused."""
+
+
+class LlmUsage(Model):
+    """Tokens and calls spent on models."""
+
+    calls: int = 0
+    """Model calls."""
+    prompt_tokens: int = 0
+    """Prompt tokens."""
+    completion_tokens: int = 0
+    """Completion tokens."""
+    seconds: float = 0.0
+    """Summed duration of the calls, in seconds."""
+
+    @property
+    def tokens(self) -> int:
+        """Prompt plus completion tokens."""
+        return self.prompt_tokens + self.completion_tokens
+
+    def plus(self, reply: ChatReply) -> "LlmUsage":
+        """This usage with one more reply counted."""
+        return LlmUsage(
+            calls=self.calls + 1,
+            prompt_tokens=self.prompt_tokens + reply.prompt_tokens,
+            completion_tokens=self.completion_tokens + reply.completion_tokens,
+            seconds=self.seconds + reply.duration_s,
+        )
+
+    def add(self, other: "LlmUsage") -> "LlmUsage":
+        """The sum of two usages."""
+        return LlmUsage(
+            calls=self.calls + other.calls,
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            seconds=self.seconds + other.seconds,
+        )
+
+
+class LlmOrigin(Model):
+    """Where a model-written proposal came from."""
+
+    model: str
+    """The model asked."""
+    rationale: str
+    """The model's explanation (the reply text outside its edit blocks)."""
+    usage: LlmUsage
+    """What this proposal cost."""
+    repairs: int = 0
+    """Repair rounds it needed."""

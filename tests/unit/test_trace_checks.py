@@ -1,0 +1,73 @@
+"""Traces that cannot describe decode are refused in one line naming what is missing."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from agent.cli import app
+from tools.errors import TraceError
+from tools.trace import read_chrome_trace, read_profiles
+
+from .test_trace import TRACES
+
+CUDA = TRACES / "full_pool_cast_cuda.json.gz"
+
+
+def write(tmp_path: Path, name: str, doc: dict) -> Path:
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return path
+
+
+def op(name: str, ts: float, dur: float, cat: str = "cpu_op", **args) -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur, "args": args}
+
+
+def test_zero_events(tmp_path: Path) -> None:
+    for doc in ({"traceEvents": []}, {"traceEvents": [], "deviceProperties": [{"name": "NVIDIA H200"}]}):
+        path = write(tmp_path, "empty.json.gz", doc)
+        with pytest.raises(TraceError, match="holds no events; the profiler was probably stopped"):
+            read_chrome_trace(path)
+
+
+def test_a_cuda_trace_without_kernels(tmp_path: Path) -> None:
+    doc = json.loads(gzip.decompress(CUDA.read_bytes()))
+    doc["traceEvents"] = [
+        e for e in doc["traceEvents"] if e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset")
+    ]
+    path = write(tmp_path, "nokernels.json.gz", doc)
+    with pytest.raises(
+        TraceError, match="a CUDA trace on NVIDIA H200 with no GPU kernels.*ProfilerActivity.CUDA"
+    ):
+        read_chrome_trace(path)
+
+
+def test_no_decode_steps(tmp_path: Path) -> None:
+    events = [op("aten::mm", 0, 10), op("aten::add", 20, 5)]
+    path = write(tmp_path, "nosteps.json.gz", {"traceEvents": events})
+    assert read_chrome_trace(path).steps == 1  # analysis of any trace still works
+    with pytest.raises(TraceError, match="no decode steps found"):
+        read_profiles([path], require_steps=True)
+    assert read_profiles([path], 4, require_steps=True).steps == 4
+    stepped = write(
+        tmp_path, "steps.json.gz", {"traceEvents": [*events, op("ProfilerStep#1", 0, 30, "user_annotation")]}
+    )
+    assert read_profiles([stepped], require_steps=True).steps == 1
+
+
+def test_the_cli_says_it_in_one_line(tmp_path: Path) -> None:
+    empty = write(tmp_path, "empty.json.gz", {"traceEvents": []})
+    nosteps = write(tmp_path, "nosteps.json.gz", {"traceEvents": [op("aten::mm", 0, 10)]})
+    for args, needle in (
+        (["analyze", str(empty)], "holds no events"),
+        (["diagnose", str(empty)], "holds no events"),
+        (["diagnose", str(nosteps)], "no decode steps found"),
+    ):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 2, result.output
+        assert needle in result.stderr and len(result.stderr.strip().splitlines()) == 1

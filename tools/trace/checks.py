@@ -1,0 +1,31 @@
+"""What a trace must hold to describe decode; each refusal is one TraceError line naming what is
+missing and how the trace was probably taken wrong."""
+
+from tools.errors import TraceError
+from tools.trace.collect import Collected
+from tools.trace.walk import Walked
+
+
+def check_events(col: Collected, source: str) -> None:
+    """The trace holds events, and a GPU trace holds kernels."""
+    if col.events == 0:
+        raise TraceError(
+            f"{source}: the trace holds no events; the profiler was probably stopped before anything "
+            "ran (no step between start and stop) or exported before it was stopped"
+        )
+    gpu = bool(col.device_names) or col.cuda_api_calls > 0
+    if gpu and not col.kernels.times:
+        where = f" on {col.device_names[0]}" if col.device_names else ""
+        raise TraceError(
+            f"{source}: a CUDA trace{where} with no GPU kernels; the profiler probably ran without "
+            "ProfilerActivity.CUDA (or CUPTI could not record): profile with activities=[CPU, CUDA]"
+        )
+
+
+def check_steps(walked: Walked, source: str) -> None:
+    """The trace marks its decode steps: `ProfilerStep#N` (prof.step()) or forward_decode calls."""
+    if not walked.steps and not walked.decode_calls:
+        raise TraceError(
+            f"{source}: no decode steps found (no ProfilerStep#N and no forward_decode); the profiler "
+            "probably ran outside decode or without prof.step() per step; pass --steps N to count them yourself"
+        )
