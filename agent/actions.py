@@ -63,12 +63,15 @@ def remove_instrumentation(state: LoopState, runtime: Runtime[LoopContext]) -> N
 
 
 def start_server(state: LoopState, runtime: Runtime[LoopContext], instrumented: bool) -> ServerHandle:
-    """Launch the server on the current tree (reusing a healthy one already running that tree)."""
+    """Launch the server on the current tree with the session's launch command (the candidate's
+    while a launch-option fix is measured), reusing a healthy one already running both."""
     snap = call(runtime, repo.snapshot, RepoArgs(repo=state.target.repo))
     fingerprint = repo.tree_fingerprint(snap)
+    argv = state.argv
     if state.server is not None:
         if (
             state.server.tree_sha256 == fingerprint
+            and state.server.launch_argv in ([], argv)  # [] = recorded before it was kept
             and call(runtime, server.status, ServerArgs(server=state.server)).healthy
         ):
             return state.server
@@ -80,7 +83,7 @@ def start_server(state: LoopState, runtime: Runtime[LoopContext], instrumented: 
         server.launch,
         LaunchArgs(
             repo=state.target.repo,
-            launch=state.target.launch,
+            launch=state.target.launch.model_copy(update={"argv": argv}),
             python=state.options.python,
             log_path=files / "logs" / f"server-{number}.log",
             tree_sha256=fingerprint,

@@ -5,11 +5,16 @@ from __future__ import annotations
 from state.measure import Measurement
 
 
-def judge(reference: Measurement, candidate: Measurement) -> tuple[bool, str, float]:
+def judge(
+    reference: Measurement, candidate: Measurement, enables: str | None = None
+) -> tuple[bool, str, float]:
     """Return (accept, one-line reason, noise_ms).
 
     Noise is the larger interquartile range of the two per-request TPOT samples; the candidate's
     median must beat the reference's by more than that, and every prompt's greedy output must match.
+    `enables` (a line naming the paired fix and the speedup predicted for both) marks a fix that
+    the gain model predicts gains little alone and much together with another: it is kept when its
+    outputs are identical and TPOT got no worse beyond the noise, so the other fix can follow.
     """
     noise = max(reference.tpot_ms.iqr, candidate.tpot_ms.iqr)
     before, after = reference.tpot_ms.median, candidate.tpot_ms.median
@@ -21,6 +26,15 @@ def judge(reference: Measurement, candidate: Measurement) -> tuple[bool, str, fl
         return False, "outputs differ between repeats of the same prompt", noise
     if gain < 0 and -gain > noise:
         return False, f"TPOT got worse: {before:.1f} -> {after:.1f} ms (noise {noise:.1f} ms)", noise
+    if gain <= noise and enables is not None:
+        return (
+            True,
+            (
+                f"TPOT {before:.1f} -> {after:.1f} ms: within the noise {noise:.1f} ms, kept as an "
+                f"enabling step ({enables}), outputs identical"
+            ),
+            noise,
+        )
     if gain <= noise:
         return (
             False,

@@ -32,6 +32,7 @@ def summary(console: Console, s: Summary) -> None:
         ("rejected / failed", ", ".join(s.rejected) or "none"),
         ("commits", ", ".join(c[:10] for c in s.commits) or "none"),
         ("branch", s.branch or "-"),
+        ("launch command", " ".join(s.launch_argv) or "-"),
         ("repo", str(s.repo)),
         ("server launches", str(s.server_launches)),
         ("profile method", s.profile_method),
@@ -62,7 +63,14 @@ def approval(console: Console, req: dict) -> None:
         if gain is not None
         else f"expected gain: {req['expected_gain_share']:.0%} of decode time"
     )
-    console.print("files touched: " + ", ".join(req["files"]))
+    if req.get("launch_argv") is not None:
+        console.print("launch command: " + " ".join(req.get("launch_argv_before") or []))
+        console.print("           ->  " + " ".join(req["launch_argv"]))
+    else:
+        console.print("files touched: " + ", ".join(req["files"]))
+    if req.get("predicted_speedup") is not None:
+        paired = f", {req['paired_speedup']:.2f}x with {req['paired_with']}" if req.get("paired_with") else ""
+        console.print(f"predicted: {req['predicted_speedup']:.2f}x{paired}")
     for line in req.get("mechanisms", []):
         console.print(f"earlier accepted patch, predicted vs realized: {line}", highlight=False)
     t = Table("op", "dims", "share", "self time", "calls", "where", title="evidence")
@@ -132,7 +140,9 @@ def show(console: Console, info: SessionInfo, state: LoopState, calls: list[Tool
     for n, tr in enumerate(state.transitions, 1):
         t.add_row(str(n), tr.at.strftime("%H:%M:%S"), tr.node, tr.note)
     console.print(t)
-    d = Table("iter", "playbook", "verdict", "speedup [CI]", "looks", "reason", title="decisions")
+    d = Table(
+        "iter", "playbook", "verdict", "speedup [CI]", "looks", "predicted", "reason", title="decisions"
+    )
     for dec in state.decisions:
         j = dec.judgement
         ci = f"{j.last.speedup:.2f}x [{j.last.ci_low:.2f}, {j.last.ci_high:.2f}]" if j else "-"
@@ -141,7 +151,8 @@ def show(console: Console, info: SessionInfo, state: LoopState, calls: list[Tool
             if j
             else "-"
         )
-        d.add_row(str(dec.iteration), dec.label, dec.verdict, ci, looks, dec.reason)
+        predicted = "-" if dec.predicted_speedup is None else f"{dec.predicted_speedup:.2f}x"
+        d.add_row(str(dec.iteration), dec.label, dec.verdict, ci, looks, predicted, dec.reason)
     console.print(d)
     if state.launch_noise is not None:
         console.print(state.launch_noise.describe(), highlight=False)
@@ -149,6 +160,8 @@ def show(console: Console, info: SessionInfo, state: LoopState, calls: list[Tool
         console.print(f"predicted vs realized, {m.playbook}: {m.note}", highlight=False)
     for c in state.accepted:
         console.print(f"accepted commit {c.sha[:10]} on {c.branch}: {c.subject}")
+    if state.launch_argv:
+        console.print("session launch command (accepted launch options): " + " ".join(state.launch_argv))
     console.print(f"{len(calls)} tool calls recorded; status {info.status}")
     u = state.llm_usage
     if u.calls:

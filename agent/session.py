@@ -21,7 +21,7 @@ from agent.graph import Graph, compile_graph
 from agent.remote import executor_for, remote_options
 from agent.steps_setup import FORK_STEPS
 from state.base import utcnow
-from state.loop import LoopOptions, LoopState, edited_label
+from state.loop import LoopOptions, LoopState
 from state.session import SessionInfo, Summary
 from state.target import TargetConfig
 from tools.door.live import LiveDoor
@@ -239,13 +239,6 @@ def _pending(graph: Graph, cfg: RunnableConfig) -> dict | None:
     return None
 
 
-def _accepted_label(trailers: dict[str, str]) -> str:
-    """An accepted commit's name in the summary: its playbook, or that it was an edited patch (pure)."""
-    if "Perfloop-Edited" in trailers:
-        return edited_label(trailers.get("Perfloop-Replaces", "?"))
-    return trailers.get("Perfloop-Playbook", "?")
-
-
 def summarize(state: LoopState, status: str) -> Summary:
     """The session's outcome (pure)."""
     before, after = state.baseline, state.reference
@@ -262,7 +255,7 @@ def summarize(state: LoopState, status: str) -> Summary:
         ttft_ms_before=before.ttft_ms.median if before else None,
         ttft_ms_after=after.ttft_ms.median if after else None,
         outputs_identical=after.outputs == before.outputs if before and after else None,
-        accepted=[_accepted_label(c.trailers) for c in state.accepted],
+        accepted=[d.label for d in state.decisions if d.verdict == "accepted"],
         rejected=rejected,
         commits=[c.sha for c in state.accepted],
         branch=state.branch,
@@ -281,4 +274,5 @@ def summarize(state: LoopState, status: str) -> Summary:
         decision=j.line() if j else None,
         mechanisms=[f"{m.playbook}: {m.note}" for m in state.mechanisms],
         unexplained_gains=[m.playbook for m in state.mechanisms if not m.confirmed],
+        launch_argv=state.launch_argv or state.target.launch.argv,
     )

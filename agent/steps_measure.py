@@ -15,6 +15,13 @@ from agent.measuring import judge_candidate, outputs_problem, unlike
 from state.loop import Decision, LoopState
 
 
+def near_floor(tpot_ms: float, floor_ms: float | None, factor: float) -> str | None:
+    """Why the loop stops at this TPOT: within `factor` of the stated floor; None otherwise (pure)."""
+    if floor_ms is None or tpot_ms > factor * floor_ms:
+        return None
+    return f"TPOT {tpot_ms:.1f} ms is within {factor:g}x of the floor {floor_ms:g} ms ({tpot_ms / floor_ms:.1f}x)"
+
+
 @step
 def measure(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["decide", "abort"]]:
     """Measure the patched server with the same workload as the reference (look by look, CI rule)."""
@@ -43,11 +50,12 @@ def measure(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
     return Command(update=update, goto="decide")
 
 
-def _verdict(state: LoopState) -> tuple[str, str, float | None]:
-    """(verdict, reason, noise_ms) by the session's rule (pure)."""
+def _verdict(state: LoopState, enables: str | None = None) -> tuple[str, str, float | None]:
+    """(verdict, reason, noise_ms) by the session's rule (pure); `enables` names the pair an
+    enabling step is kept for."""
     ref, cand, j = need(state.reference, "reference"), need(state.candidate, "candidate"), state.judgement
     if state.options.decision_rule == "iqr-v0":
-        ok, reason, noise = judge(ref, cand)
+        ok, reason, noise = judge(ref, cand, enables)
         return ("accepted" if ok else "rejected"), reason, noise
     if j is None:  # the output gate (or unlike arms) stopped it before any timing verdict
         problem = state.gate_problem or outputs_problem(ref, cand) or unlike(ref, cand) or "not judged"
@@ -62,6 +70,8 @@ def _verdict(state: LoopState) -> tuple[str, str, float | None]:
     if a.outliers or b.outliers:
         reason += f", outliers flagged {a.outliers}+{b.outliers}"
     reason += ", outputs identical"
+    if enables is not None and j.verdict in ("rejected", "inconclusive"):
+        return "accepted", f"{reason}; no gain alone, kept as an enabling step ({enables})", None
     return j.verdict, reason, None
 
 
@@ -69,13 +79,23 @@ def _verdict(state: LoopState) -> tuple[str, str, float | None]:
 def decide(
     state: LoopState, runtime: Runtime[LoopContext]
 ) -> Command[Literal["profile", "rollback", "finish", "abort"]]:
-    """Keep the patch only if the rule accepts it (outputs identical first); else roll it back."""
-    verdict, reason, noise = _verdict(state)
+    """Keep the patch only if the rule accepts it (outputs identical first); else roll it back.
+
+    A fix the gain model predicts gains little alone and much together with another not yet tried
+    is kept as an enabling step when outputs are identical and the rule finds no regression."""
+    reference, candidate = need(state.reference, "reference"), need(state.candidate, "candidate")
+    p, commit = need(state.proposal, "proposal"), state.pending_commit
+    if p.launch_argv is None:
+        need(commit, "pending commit")
+    enables = (
+        f"predicted {p.predicted_speedup:.2f}x alone, {p.paired_speedup:.2f}x with {p.paired_with}"
+        if p.paired_with and p.paired_with not in state.tried and p.predicted_speedup is not None
+        else None
+    )
+    verdict, reason, noise = _verdict(state, enables)
     ok = verdict == "accepted"
     if state.edited:
         reason += " (human-edited patch)"
-    reference, candidate = need(state.reference, "reference"), need(state.candidate, "candidate")
-    p, commit = need(state.proposal, "proposal"), need(state.pending_commit, "pending commit")
     j = state.judgement if state.options.decision_rule != "iqr-v0" else None
     decision = Decision(
         iteration=state.iteration,
@@ -86,16 +106,20 @@ def decide(
         tpot_ms_after=candidate.tpot_ms.median,
         noise_ms=noise,
         outputs_identical=candidate.outputs == reference.outputs,
-        commit=commit.sha if ok else None,
+        commit=commit.sha if ok and commit else None,
         edited=state.edited,
         judgement=j,
         prediction=predict(p, state.diagnosis) if ok and j is not None else None,
+        launch_argv=p.launch_argv,
+        predicted_speedup=p.predicted_speedup,
     )
     update = {"decisions": [decision], "transitions": transition("decide", f"{decision.verdict}: {reason}")}
     if not ok:
         return Command(update=update, goto="rollback")
     update |= {
-        "accepted": [*state.accepted, commit],
+        "accepted": [*state.accepted, commit] if commit else state.accepted,
+        "launch_argv": state.pending_launch or state.launch_argv,
+        "pending_launch": None,
         "reference": candidate,
         "pending_commit": None,
         "proposal": None,
@@ -103,5 +127,9 @@ def decide(
     }
     if state.iteration + 1 > state.options.max_iterations:
         update["stop_reason"] = f"reached --max-iterations {state.options.max_iterations}"
+        return Command(update=update, goto="finish")
+    near = near_floor(candidate.tpot_ms.median, state.options.floor_ms, state.options.floor_factor)
+    if near is not None:
+        update["stop_reason"] = near
         return Command(update=update, goto="finish")
     return Command(update=update, goto="profile")

@@ -9,6 +9,7 @@ from langgraph.types import Command, interrupt
 
 from agent.actions import instrument_if_needed, remove_instrumentation, start_server
 from agent.context import LoopContext, call, need, step, transition
+from playbooks.launch import describe
 from state.calls import ApplyArgs, CommitArgs
 from state.loop import Approval, Decision, LoopState
 from state.workspace import PatchPolicy
@@ -30,6 +31,11 @@ def approval_request(state: LoopState) -> dict:
         "expected_gain_share": p.expected_gain_share,
         "files": p.files,
         "diff": p.diff,
+        "launch_argv": p.launch_argv,
+        "launch_argv_before": state.argv if p.launch_argv is not None else None,
+        "predicted_speedup": p.predicted_speedup,
+        "paired_with": p.paired_with,
+        "paired_speedup": p.paired_speedup,
         "evidence": [e.model_dump(mode="json") for e in p.evidence],
         "proposer": p.proposer,
         "model": p.origin.model if p.origin else None,
@@ -101,8 +107,17 @@ def commit_identity(state: LoopState) -> tuple[str, dict[str, str]]:
 def apply(
     state: LoopState, runtime: Runtime[LoopContext]
 ) -> Command[Literal["relaunch", "propose", "abort"]]:
-    """Apply the patch fully or not at all, committed alone on the session branch."""
+    """Apply the patch fully or not at all, committed alone on the session branch; a launch-option
+    fix becomes the candidate's launch command instead (kept in the session, no commit)."""
     p = need(state.proposal, "proposal")
+    if p.launch_argv is not None:
+        note = f"launch options for the candidate: {describe(state.argv, p.launch_argv)}"
+        if state.edited:
+            note += " (the edited patch is ignored: this fix changes launch options, not code)"
+        return Command(
+            update={"pending_launch": p.launch_argv, "transitions": transition("apply", note)},
+            goto="relaunch",
+        )
     subject, trailers = commit_identity(state)
     edited_diff = state.approval.diff if state.edited and state.approval is not None else None
     diff = edited_diff if edited_diff is not None else p.diff
@@ -207,14 +222,18 @@ def relaunch(
 
 @step
 def rollback(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["propose", "abort"]]:
-    """Undo the candidate's commit; the reference measurement again describes the tree."""
+    """Undo the candidate's commit or launch options; the reference measurement again describes
+    the tree and the launch command (the next launch uses the session's own)."""
     commit = state.pending_commit
     if commit is not None:
         call(runtime, repo.revert_commit, CommitArgs(repo=state.target.repo, commit=commit))
     p = need(state.proposal, "proposal")
     note = f"rolled back {p.playbook}" + (f" ({commit.sha[:10]})" if commit else "")
+    if state.pending_launch is not None:
+        note += f"; launch options back to {' '.join(state.launch_argv or state.target.launch.argv)}"
     return Command(
         update={
+            "pending_launch": None,
             "pending_commit": None,
             "proposal": None,
             "candidate": None,

@@ -19,6 +19,7 @@ from agent.actions import playbooks_of
 from agent.context import LoopContext, need, step, transition
 from agent.proposer.conversation import Conversation
 from playbooks.engine import launch_conflict
+from playbooks.launch import change_conflict, describe, edited_argv
 from playbooks.patches import NoPatch, choose_patch
 from state.loop import Decision, LoopState, Proposal
 
@@ -31,22 +32,50 @@ def files_of(diff: str) -> list[str]:
     return sorted(set(re.findall(r"^\+\+\+ b/(\S+)", diff, flags=re.M)))
 
 
+def launch_fix(state: LoopState, book, books: dict) -> tuple[list[str] | None, str | None]:
+    """(the launch command the playbook's launch change gives, None) or (None, why it is not
+    proposed): no change for this kind, options already so, or a conflict with a patch in the tree
+    or still to be tried."""
+    edits = book.launch.get(state.target.kind)
+    if not edits:
+        return None, None
+    before = state.argv
+    after = edited_argv(before, edits)
+    if after == before:
+        return None, f"{book.id} (launch options already as its fix sets them)"
+    relevant = {d.playbook for d in state.decisions if d.verdict == "accepted"}
+    findings = need(state.diagnosis, "diagnosis").findings
+    relevant |= {f.playbook for f in findings if f.playbook not in state.tried}
+    conflict = change_conflict(state.target.kind, before, after, [books[i] for i in relevant if i in books])
+    if conflict is not None:
+        return None, f"{book.id} (not proposed: {conflict})"
+    return after, None
+
+
 def playbook_proposal(state: LoopState, skipped: list[str]) -> Proposal | None:
-    """The best untried finding with a stored patch for this target; skipped ones named in `skipped`."""
+    """The best untried finding with a stored patch or a launch-option change for this target;
+    skipped ones named in `skipped`."""
     books = {b.id: b for b in playbooks_of(state)}
     for finding in need(state.diagnosis, "diagnosis").findings:
         book = books.get(finding.playbook)
         if book is None or finding.playbook in state.tried:
             continue
-        try:
-            diff = choose_patch(book, state.target.kind, state.sglang).diff
-        except NoPatch as err:  # reported among the skipped findings, not proposed
-            skipped.append(f"{book.id} ({err.reason})")
+        argv, why = launch_fix(state, book, books)
+        if why is not None:
+            skipped.append(why)
             continue
-        conflict = launch_conflict(book, state.target.kind, state.target.launch.argv)
-        if conflict is not None:
-            skipped.append(f"{book.id} (not proposed: {conflict})")
-            continue
+        if argv is None:
+            try:
+                diff = choose_patch(book, state.target.kind, state.sglang).diff
+            except NoPatch as err:  # reported among the skipped findings, not proposed
+                skipped.append(f"{book.id} ({err.reason})")
+                continue
+            conflict = launch_conflict(book, state.target.kind, state.argv)
+            if conflict is not None:
+                skipped.append(f"{book.id} (not proposed: {conflict})")
+                continue
+        else:
+            diff = ""
         return Proposal(
             iteration=state.iteration,
             playbook=book.id,
@@ -58,16 +87,28 @@ def playbook_proposal(state: LoopState, skipped: list[str]) -> Proposal | None:
             expected_gain_ms=finding.expected_gain_ms,
             evidence=finding.evidence,
             binary=book.binary_patches,
+            launch_argv=argv,
+            predicted_speedup=finding.predicted_speedup,
+            paired_with=finding.paired_with,
+            paired_speedup=finding.paired_speedup,
         )
     return None
 
 
-def _proposed(p: Proposal) -> Command[Goto]:
+def _proposed(p: Proposal, state: LoopState) -> Command[Goto]:
     gain = (
         f"{p.expected_gain_ms:.1f} ms" if p.expected_gain_ms is not None else f"{p.expected_gain_share:.0%}"
     )
+    if p.predicted_speedup is not None:
+        gain += f" ({p.predicted_speedup:.2f}x predicted"
+        gain += f"; {p.paired_speedup:.2f}x with {p.paired_with})" if p.paired_with else ")"
     who = f"model {p.origin.model} ({p.origin.usage.tokens} tokens)" if p.origin else p.playbook
-    note = f"{who}: expected gain {gain} per token, touches {', '.join(p.files)}"
+    what = (
+        f"launch options: {describe(state.argv, p.launch_argv)}"
+        if p.launch_argv is not None
+        else f"touches {', '.join(p.files)}"
+    )
+    note = f"{who}: expected gain {gain} per token, {what}"
     return Command(
         update={"proposal": p, "approval": None, "transitions": transition("propose", note)}, goto="approve"
     )
@@ -102,7 +143,7 @@ def propose(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Goto]:
     if state.target.proposer.mode != LLM:
         proposal = playbook_proposal(state, skipped)
         if proposal is not None:
-            return _proposed(proposal)
+            return _proposed(proposal, state)
     findings = need(state.diagnosis, "diagnosis").findings
     reason = "no untried playbook matches the profile"
     generic = [f for f in findings if f.playbook == "generic"]
@@ -117,7 +158,7 @@ def propose(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Goto]:
     outcome = Conversation(state, runtime, finding).run()
     usage = state.llm_usage.add(outcome.usage)
     if outcome.proposal is not None:
-        cmd = _proposed(outcome.proposal)
+        cmd = _proposed(outcome.proposal, state)
         return Command(update={**(cmd.update or {}), "llm_usage": usage}, goto=cmd.goto)
     decision = Decision(
         iteration=state.iteration,

@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from playbooks.match import GENERIC, generic_finding, match_playbook
+from playbooks.predict import calibrated, paired, with_prediction
 from playbooks.schema import Playbook
 from state.diagnosis import Diagnosis, DiagnosisContext, Finding
 from state.profile import ProfileSummary
@@ -59,7 +60,12 @@ def load_playbook(file: Path) -> Playbook:
 
 def diagnose(profile: ProfileSummary, ctx: DiagnosisContext, playbooks: Sequence[Playbook]) -> Diagnosis:
     """Findings of every matching playbook, best first; a generic finding when none matches."""
-    findings = [f for pb in playbooks if (f := match_playbook(pb, profile, ctx)) is not None]
+    found = [f for pb in playbooks if (f := match_playbook(pb, profile, ctx)) is not None]
+    tpot_us = ctx.tpot_ms * 1000 if ctx.tpot_ms is not None else None
+    bounds = calibrated(profile.step_bounds, tpot_us) if profile.step_bounds is not None else None
+    step_us = profile.step_wall_us or profile.step_us or None
+    predicted = [with_prediction(f, bounds, step_us, ctx.tpot_ms) for f in found]
+    findings = paired(predicted, bounds)
     findings.sort(key=_rank, reverse=True)
     return Diagnosis(
         findings=findings or [generic_finding(profile)],
@@ -69,8 +75,13 @@ def diagnose(profile: ProfileSummary, ctx: DiagnosisContext, playbooks: Sequence
 
 
 def _rank(finding: Finding) -> tuple[float, float]:
-    """Sort key: confidence-weighted expected gain, then the share of the evidence."""
-    return (finding.confidence * finding.expected_gain_share, sum(e.share for e in finding.evidence))
+    """Sort key: confidence-weighted expected gain of the fix alone, plus a quarter of the gain
+    together with its paired finding (so a fix that pays alone goes first and its partner follows,
+    and between fixes that pay only together the pairing decides), then the evidence's share."""
+    gain = finding.expected_gain_share
+    if finding.paired_speedup:
+        gain += (1 - 1 / finding.paired_speedup) / 4
+    return (finding.confidence * gain, sum(e.share for e in finding.evidence))
 
 
 def flag_value(argv: list[str], flag: str) -> str | None:

@@ -5,7 +5,7 @@ import re
 from playbooks.roofline import ITEMSIZE, roofline
 from playbooks.schema import Playbook, Signature
 from playbooks.signals import signal_evidence, signal_gain, signals_hold
-from state.diagnosis import DiagnosisContext, Evidence, Finding
+from state.diagnosis import DiagnosisContext, Evidence, Finding, StepEffect
 from state.profile import OpStat, ProfileSummary
 
 GENERIC = "generic"
@@ -21,7 +21,7 @@ def match_playbook(playbook: Playbook, profile: ProfileSummary, ctx: DiagnosisCo
     ]
     share = min(sum(op.share for op in groups), 1.0)
     if sig.op_names and (not groups or share < sig.min_share):
-        return None
+        return match_graph(playbook, profile, ctx)
     if not signals_hold(sig, profile):
         return None
     gain_share = _gain_share(playbook, groups, profile, ctx)
@@ -38,7 +38,75 @@ def match_playbook(playbook: Playbook, profile: ProfileSummary, ctx: DiagnosisCo
         explanation=playbook.explanation,
         evidence=evidence,
         roofline=roofline(groups[0], profile, ctx) if groups else None,
+        effect=step_effect(playbook, groups, profile, ctx),
     )
+
+
+def match_graph(playbook: Playbook, profile: ProfileSummary, ctx: DiagnosisContext) -> Finding | None:
+    """The playbook's finding from kernel names alone, when decode replays CUDA graphs (no operators
+    or dims inside a replay) and the playbook has a graph signature that holds; else None."""
+    gsig = playbook.graph_signature
+    bounds = profile.step_bounds
+    if gsig is None or bounds is None or bounds.graph_launches <= 0:
+        return None
+    kernels = [
+        k
+        for k in profile.kernels
+        if k.graph_calls > 0 and any(re.search(p, k.name) for p in gsig.kernel_names)
+    ]
+    share = min(sum(k.share for k in kernels), 1.0)
+    if not kernels or share < gsig.min_share:
+        return None
+    removed = gsig.factor * sum(k.device_us for k in kernels) / profile.steps
+    evidence = [
+        Evidence(
+            op=k.name[:200],
+            dims=[],
+            self_us=k.device_us,
+            share=k.share,
+            calls=k.graph_calls,
+            note=(
+                f"{k.name[:120]}: {100 * k.share:.1f}% of device time, {k.device_us / profile.steps / 1000:.3f} "
+                f"ms per step over {k.graph_calls} calls replayed in CUDA graphs (no operator dims "
+                "inside a replay: matched by kernel name)"
+            ),
+        )
+        for k in kernels[:MAX_EVIDENCE]
+    ]
+    return Finding(
+        playbook=playbook.id,
+        title=playbook.title,
+        confidence=gsig.confidence,
+        expected_gain_share=min(gsig.factor * share, 1.0),
+        expected_gain_ms=_gain_ms(min(gsig.factor * share, 1.0), ctx),
+        explanation=playbook.explanation,
+        evidence=evidence,
+        effect=StepEffect(device_removed_us=removed),
+    )
+
+
+def step_effect(
+    playbook: Playbook, groups: list[OpStat], profile: ProfileSummary, ctx: DiagnosisContext
+) -> StepEffect | None:
+    """The fix in the step's terms (device time removed, kernels removed, CUDA graphs), for a device
+    trace with step bounds; None otherwise or for a gain kind with no such model (sync waits)."""
+    if profile.time_basis != "device" or profile.step_bounds is None:
+        return None
+    gain, steps = playbook.gain, profile.steps
+    if gain.kind == "cast_fraction":
+        removed = sum(op.self_us * cast_fraction(op, ctx.active_tokens) for op in groups)
+        return StepEffect(device_removed_us=removed / steps)
+    if gain.kind == "matched_share":
+        return StepEffect(device_removed_us=gain.factor * sum(op.self_us for op in groups) / steps)
+    if gain.kind == "device_idle":
+        return StepEffect(graphs=True)
+    if gain.kind == "fusion":
+        fusable = [k for k in profile.kernels if any(re.search(p, k.name) for p in gain.kernel_names)]
+        return StepEffect(
+            device_removed_us=gain.device_factor * sum(k.device_us for k in fusable) / steps,
+            kernels_removed=gain.kernels_factor * sum(k.calls for k in fusable) / steps,
+        )
+    return None
 
 
 def _gain_share(
@@ -50,6 +118,12 @@ def _gain_share(
         return min(sum(op.share * cast_fraction(op, ctx.active_tokens) for op in groups), 1.0)
     if gain.kind == "matched_share":
         return min(gain.factor * sum(op.share for op in groups), 1.0)
+    if gain.kind == "fusion":
+        total = sum(k.device_us for k in profile.kernels) or 1.0
+        fusable = sum(
+            k.device_us for k in profile.kernels if any(re.search(p, k.name) for p in gain.kernel_names)
+        )
+        return min(gain.factor * fusable / total, 1.0)
     return signal_gain(gain.kind, gain.factor, profile)
 
 
@@ -119,6 +193,8 @@ def _evidence(op: OpStat, template: str, profile: ProfileSummary, active_tokens:
         gaps=0,
         launch_ms_per_step=0.0,
         caller="-",
+        issue_ms_per_step=0.0,
+        device_ms_per_step=0.0,
     )
     return Evidence(
         op=op.name,

@@ -27,6 +27,8 @@ NOTE_FIELDS = {
     "gaps": 10,
     "launch_ms_per_step": 1.0,
     "caller": "aten::item",
+    "issue_ms_per_step": 85.0,
+    "device_ms_per_step": 81.0,
 }
 """Names an evidence note template may use, with sample values used to check templates on load."""
 
@@ -56,11 +58,20 @@ class Signature(Model):
     """Most median kernel duration, in microseconds (short kernels)."""
     min_decode_syncs_per_step: float | None = None
     """Least host-device syncs per step inside the decode path."""
+    issue_over_device_min: float | None = None
+    """Least ratio of the host's time to issue a step's kernels to the device's time running them
+    (StepBounds.issue_us / device_us): near or above 1 the host launches bound the step. On a trace
+    without step markers, the default launch-bound verdict (DeviceActivity.launch_bound) stands in."""
 
     @model_validator(mode="after")
     def _something_to_match(self) -> "Signature":
         """A signature needs op names or at least one device or sync condition."""
-        signals = (self.device_idle_share_min, self.median_kernel_us_max, self.min_decode_syncs_per_step)
+        signals = (
+            self.device_idle_share_min,
+            self.median_kernel_us_max,
+            self.min_decode_syncs_per_step,
+            self.issue_over_device_min,
+        )
         if not self.op_names and all(v is None for v in signals):
             raise ValueError(
                 "give op_names or one of device_idle_share_min, median_kernel_us_max, "
@@ -114,9 +125,41 @@ class SyncWaitGain(Model):
     """Fraction of the blocked time the fix removes."""
 
 
+class FusionGain(Model):
+    """Short kernels a compiler fuses (torch.compile): fewer kernels to launch or replay, fewer
+    passes over memory."""
+
+    kind: Literal["fusion"]
+    """Fewer kernels and less device time among the kernels whose names match `kernel_names`."""
+    kernel_names: list[str] = Field(min_length=1)
+    """Regular expressions (re.search) for the kernels a compiler fuses (elementwise, reductions)."""
+    kernels_factor: float = Field(default=0.7, ge=0, le=1)
+    """Fraction of the matching kernels the fusion removes."""
+    device_factor: float = Field(default=0.5, ge=0, le=1)
+    """Fraction of the matching kernels' device time the fusion removes (fewer memory passes)."""
+    factor: float = Field(default=0.3, ge=0, le=1)
+    """Expected gain share where the trace has no step bounds (a CPU trace): factor x the
+    matching share."""
+
+
 Gain = Annotated[
-    CastFractionGain | MatchedShareGain | DeviceIdleGain | SyncWaitGain, Field(discriminator="kind")
+    CastFractionGain | MatchedShareGain | DeviceIdleGain | SyncWaitGain | FusionGain,
+    Field(discriminator="kind"),
 ]
+
+
+class GraphSignature(Model):
+    """How the bottleneck shows when decode replays CUDA graphs: the trace then has kernels but no
+    operators (so no dims) inside the replay; only kernel names and their share are left."""
+
+    kernel_names: list[str] = Field(min_length=1)
+    """Regular expressions (re.search) for the kernels involved."""
+    min_share: float = Field(default=0.0, ge=0, le=1)
+    """Least combined share (0..1) of all kernel time of the matching kernels replayed in graphs."""
+    confidence: float = Field(ge=0, le=1)
+    """How sure such a match is (lower than the full signature's: no dims to check)."""
+    factor: float = Field(default=1.0, ge=0, le=1)
+    """Fraction of the matching kernels' device time the fix removes."""
 
 
 class LaunchLimit(Model):
@@ -136,6 +179,18 @@ class LaunchLimit(Model):
     """Why the patch does not work there and what to change, shown to the user."""
 
 
+class LaunchEdit(Model):
+    """One change of the server's launch command that a playbook's fix makes (no code changes)."""
+
+    flag: str = Field(pattern=r"^--[a-z0-9][a-z0-9-]*$")
+    """A command-line flag of `launch.argv`, e.g. `--disable-cuda-graph`."""
+    action: Literal["remove", "raise"]
+    """`remove`: drop the flag (and its value); `raise`: where the flag is given a number below
+    `value`, set it to `value` (absent: the server's default stands)."""
+    value: float = 0
+    """Target number for `raise`."""
+
+
 class Playbook(Model):
     """A known bottleneck and its fix, as stored in the catalog."""
 
@@ -153,15 +208,28 @@ class Playbook(Model):
     """Template (str.format) of each evidence line; may use the names in NOTE_FIELDS."""
     gain: Gain
     """How to estimate the share of decode time the fix removes."""
+    graph_signature: GraphSignature | None = None
+    """Where the step replays CUDA graphs and `signature` finds no operators: match by kernel names."""
     patches: dict[str, str] = {}
     """Target kind -> patch file relative to the playbook folder, e.g. mla_server = "patches/x.diff";
     SGLang's are keyed by release, "sglang@X.Y.Z" (chosen by playbooks/patches.py)."""
     launch_limits: list[LaunchLimit] = []
     """Launch options under which a patch is not proposed (see LaunchLimit)."""
+    launch: dict[str, list[LaunchEdit]] = {}
+    """Target kind -> the launch-command change that is the fix there (instead of a patch), e.g.
+    CUDA graphs: drop `--disable-cuda-graph`, raise `--cuda-graph-max-bs`."""
     binary_patches: bool = False
     """Whether this playbook's patches may hold binary hunks (the patch gate refuses them otherwise)."""
     source_dir: str = ""
     """Folder the playbook was loaded from; set by load_playbooks, never written in playbook.toml."""
+
+    @model_validator(mode="after")
+    def _one_fix_per_kind(self) -> "Playbook":
+        """A target kind gets a patch or a launch change, not both."""
+        both = sorted(set(self.patches) & set(self.launch))
+        if both:
+            raise ValueError(f"kinds {both} have both a patch and a launch change; keep one")
+        return self
 
     @field_validator("evidence_note")
     @classmethod

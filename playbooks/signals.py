@@ -30,10 +30,20 @@ def signals_hold(sig: Signature, profile: ProfileSummary) -> bool:
         act is None or act.median_kernel_us > sig.median_kernel_us_max
     ):
         return False
+    if sig.issue_over_device_min is not None and not _host_bound(profile, sig.issue_over_device_min):
+        return False
     if sig.min_decode_syncs_per_step is not None:
         per_step = sum(s.decode_calls for s in decode_syncs(profile)) / profile.steps
         return per_step >= sig.min_decode_syncs_per_step
     return True
+
+
+def _host_bound(profile: ProfileSummary, ratio_min: float) -> bool:
+    """Whether issuing the step's kernels takes at least ratio_min of the time running them."""
+    b, act = profile.step_bounds, profile.device_activity
+    if b is None:
+        return act is not None and act.launch_bound
+    return b.device_us > 0 and b.issue_us / b.device_us >= ratio_min
 
 
 def signal_evidence(
@@ -42,7 +52,9 @@ def signal_evidence(
     """Evidence lines for the signature's signals: the idle device, then each decode-path sync."""
     out: list[Evidence] = []
     act = profile.device_activity
-    if act is not None and (sig.device_idle_share_min is not None or sig.median_kernel_us_max is not None):
+    conditions = (sig.device_idle_share_min, sig.median_kernel_us_max, sig.issue_over_device_min)
+    if act is not None and any(c is not None for c in conditions):
+        b = profile.step_bounds
         idle_us = act.span_us - act.busy_us
         fields = _fields(
             op="GPU idle between kernels",
@@ -56,6 +68,8 @@ def signal_evidence(
             gaps=act.gaps,
             launch_ms_per_step=act.launch_us / profile.steps / 1000,
             share_pct=100 * act.idle_share,
+            issue_ms_per_step=b.issue_us / 1000 if b else 0.0,
+            device_ms_per_step=b.device_us / 1000 if b else act.busy_us / profile.steps / 1000,
         )
         out.append(
             Evidence(

@@ -46,6 +46,18 @@ class Roofline(Model):
     """The comparison in one sentence."""
 
 
+class StepEffect(Model):
+    """What a fix does to one decode step, in the terms of the step's bounds (StepBounds)."""
+
+    device_removed_us: float = Field(default=0.0, ge=0)
+    """Device time per step the fix removes, in microseconds."""
+    kernels_removed: float = Field(default=0.0, ge=0)
+    """Kernels per step the fix removes (fusion): fewer to launch, fewer gaps in a graph replay."""
+    graphs: bool = False
+    """The fix replays the step as one CUDA graph: the host issues one launch instead of every
+    kernel (no change when the trace already shows graph launches)."""
+
+
 class Finding(Model):
     """A suspected bottleneck: a matched playbook, or the generic top-operator finding."""
 
@@ -65,6 +77,26 @@ class Finding(Model):
     """The operator groups behind the finding, heaviest first."""
     roofline: Roofline | None = None
     """The bandwidth cost of the heaviest evidence operator, where its bytes are known."""
+    step_ms: float | None = None
+    """The profiled decode step, in ms (ProfilerStep wall time; else device or CPU time per step)."""
+    predicted_step_ms: float | None = None
+    """The step predicted after this fix alone, in ms: with the trace's step bounds, the bound that
+    remains (removing device work from a launch-bound step predicts little); else step_ms x
+    (1 - expected_gain_share). None when unknown (generic)."""
+    predicted_speedup: float | None = None
+    """step_ms / predicted_step_ms."""
+    bound: str | None = None
+    """What bounds the profiled step: `host launch` (issuing kernels takes longer than running
+    them) or `device`; None for a trace without kernels or step markers."""
+    bound_after: str | None = None
+    """What would bound the step after this fix alone."""
+    effect: StepEffect | None = None
+    """The fix in the step's terms, when its gain model has one."""
+    paired_with: str | None = None
+    """Another finding whose fix, together with this one, is predicted to gain far more than either
+    alone (e.g. a cast fix and CUDA graphs on an eager, launch-bound step)."""
+    paired_speedup: float | None = None
+    """The predicted speedup of this fix and `paired_with` together."""
 
 
 class Diagnosis(Model):

@@ -30,6 +30,11 @@ class LoopOptions(Model):
     """`auto` applies proposals at once; `manual` pauses for `perfloop approve|reject`."""
     max_iterations: int = Field(3, ge=1)
     """Upper bound on profile/diagnose rounds."""
+    floor_ms: float | None = Field(default=None, gt=0)
+    """The step's roofline floor in ms, as the user states it (e.g. the weights read once at the
+    device's bandwidth); None: no floor-based stop."""
+    floor_factor: float = Field(default=2.0, ge=1)
+    """Stop once the accepted TPOT is within this factor of `floor_ms`."""
     playbook_dirs: list[Path] = Field(default_factory=list)
     """Extra playbook directories, searched after the built-in catalog."""
     session_dir: Path
@@ -89,6 +94,16 @@ class Proposal(Model):
     """Expected TPOT reduction."""
     evidence: list[Evidence]
     """Ops and numbers behind the finding."""
+    launch_argv: list[str] | None = None
+    """For a fix by launch options (then `diff` is empty): the launch command to run with; None
+    for a code patch."""
+    predicted_speedup: float | None = None
+    """The finding's predicted speedup of the decode step with this fix alone."""
+    paired_with: str | None = None
+    """A finding whose fix together with this one is predicted to gain far more (the bound this
+    one leaves is the one that fix removes)."""
+    paired_speedup: float | None = None
+    """The predicted speedup of both fixes together."""
     binary: bool = False
     """Whether the playbook declares binary hunks in its patch (the patch gate lets them through)."""
     proposer: Literal["playbook", "llm"] = "playbook"
@@ -133,6 +148,10 @@ class Decision(Model):
     """Whether the candidate's outputs equal the reference's."""
     commit: str | None = None
     """Commit sha on the session branch (accepted patches only)."""
+    launch_argv: list[str] | None = None
+    """For a fix by launch options: the launch command it ran with (kept when accepted)."""
+    predicted_speedup: float | None = None
+    """The speedup the diagnosis predicted for this fix, against the measured before / after."""
     edited: bool = False
     """Whether the patch judged was a human's edit sent with `perfloop approve --patch`, not the
     playbook's: it is its own proposal, reported as edited, never under the playbook's name."""
@@ -212,6 +231,12 @@ class LoopState(Model):
     """Answer to the current proposal."""
     pending_commit: CommitInfo | None = None
     """Commit of the candidate patch, until it is accepted or rolled back."""
+    launch_argv: list[str] | None = None
+    """The session's launch command once a launch-option fix was accepted (None: the target's
+    `launch.argv`). Launch-option fixes are kept here, in the session, not committed to the repo."""
+    pending_launch: list[str] | None = None
+    """The candidate's launch command while a launch-option fix is measured, until it is
+    accepted (then it becomes `launch_argv`) or rolled back."""
     accepted: list[CommitInfo] = Field(default_factory=list)
     """Accepted commits, in order."""
     decisions: Annotated[list[Decision], operator.add] = Field(default_factory=list)
@@ -240,6 +265,11 @@ class LoopState(Model):
         if isinstance(data, dict) and "tried" in data:
             data = {k: v for k, v in data.items() if k != "tried"}
         return data
+
+    @property
+    def argv(self) -> list[str]:
+        """The launch command the server runs with now: the candidate's, the session's, the target's."""
+        return self.pending_launch or self.launch_argv or self.target.launch.argv
 
     @property
     def edited(self) -> bool:

@@ -57,3 +57,6 @@ class ServerHandle(Model):
     """The pid file written at spawn (removed when stopped)."""
     startup_s: float
     """Seconds from start to healthy."""
+    launch_argv: list[str] = []
+    """The launch command as configured ({port}, {python} not substituted); empty in sessions
+    recorded before it was kept."""

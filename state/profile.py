@@ -83,6 +83,41 @@ class DeviceActivity(Model):
     waiting for the CPU to launch the next one). Playbooks apply their own thresholds."""
 
 
+class StepBounds(Model):
+    """What bounds one decode step: the host issuing its work, or the device running it.
+
+    Medians over the ProfilerStep windows of the trace (first rank). The step is modelled as
+    `serial_host_us + max(issue_us, device_us) + residual_us`: host work before the first and after
+    the last launch does not overlap the device, while launching overlaps the kernels it launches.
+    """
+
+    steps: int = Field(ge=1)
+    """ProfilerStep windows measured."""
+    wall_us: float = Field(ge=0)
+    """Host duration of a step (its ProfilerStep marker), in microseconds."""
+    host_us: float = Field(ge=0)
+    """Host time not blocked in syncs: wall_us minus the time in synchronizing calls, in us."""
+    issue_us: float = Field(ge=0)
+    """Host time from the step's first launch call to the end of its last (syncs inside left out):
+    the time the host needs to issue the step's kernels, in us."""
+    serial_host_us: float = Field(ge=0)
+    """host_us minus issue_us: host work before the first and after the last launch, in us."""
+    device_us: float = Field(ge=0)
+    """Time at least one kernel of the step's window ran (overlaps once), in us."""
+    residual_us: float
+    """wall_us minus the model's `serial_host_us + max(issue_us, device_us)`: what the model does
+    not explain (the pipeline's fill and drain, sync latency), kept constant in predictions."""
+    kernels: float = Field(ge=0)
+    """Kernels (and memcpys/memsets) per step."""
+    launches: float = Field(ge=0)
+    """Kernel-launch API calls per step (cudaLaunchKernel, cuLaunchKernel, ...)."""
+    graph_launches: float = Field(ge=0)
+    """CUDA-graph launches per step (cudaGraphLaunch): > 0 when decode replays a captured graph."""
+    bound: Literal["host launch", "device"]
+    """`host launch` when issuing the kernels takes longer than running them (issue_us >
+    device_us): removing device work then gains little; else `device`."""
+
+
 class SyncStat(Model):
     """Host-device synchronizations of one kind from one place."""
 
@@ -143,6 +178,8 @@ class ProfileSummary(Model):
     """Host-device synchronizations, most host time first."""
     step_wall_us: float | None = None
     """Mean host duration of a ProfilerStep, in microseconds; None without step markers."""
+    step_bounds: StepBounds | None = None
+    """Host issue time against device time per step; None without step markers or kernels."""
 
 
 class OpDelta(Model):

@@ -30,7 +30,7 @@ class Summary(Model):
     outputs_identical: bool | None
     """Whether the final outputs equal the baseline's (greedy, fixed prompts)."""
     accepted: list[str]
-    """Playbook ids of the accepted patches, in order."""
+    """Playbook ids of the accepted fixes (patches and launch-option changes), in order."""
     rejected: list[str]
     """Playbook ids proposed but rejected, rolled back or failed."""
     commits: list[str]
@@ -68,6 +68,8 @@ class Summary(Model):
     """Model calls made (answered from a crashed attempt's record included)."""
     repo: Path
     """The target repo."""
+    launch_argv: list[str] = []
+    """The launch command at the end: the target's, or as accepted launch-option fixes left it."""
 
 
 class SessionInfo(Model):

@@ -133,6 +133,7 @@ def launch(args: LaunchArgs) -> ServerHandle:
                 profile_dir=args.profile_dir,
                 launch_number=args.launch_number,
                 pid_file=args.pid_file,
+                launch_argv=args.launch.argv,
                 startup_s=time.monotonic() - t0,
             )
         report(

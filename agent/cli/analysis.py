@@ -223,6 +223,17 @@ def _print_diagnosis(console: Console, result: Diagnosis) -> None:
             f"{f.title}",
             highlight=False,
         )
+        if f.predicted_step_ms is not None:
+            bound = f"; bound: {f.bound} -> {f.bound_after}" if f.bound_after else ""
+            console.print(
+                f"   predicted step {f.step_ms:.3f} -> {f.predicted_step_ms:.3f} ms "
+                f"({f.predicted_speedup:.2f}x){bound}",
+                highlight=False,
+            )
+        if f.paired_with:
+            console.print(
+                f"   with {f.paired_with}: {f.paired_speedup:.2f}x predicted together", highlight=False
+            )
         for e in f.evidence:
             console.print(f"   - {e.note}", highlight=False, soft_wrap=True)
         if f.roofline is not None:

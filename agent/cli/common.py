@@ -34,6 +34,13 @@ Method = Annotated[
     str, typer.Option("--profile-method", help="patch: instrument forward_decode; api: /start_profile.")
 ]
 Iters = Annotated[int, typer.Option(min=1, help="Most profile/diagnose rounds.")]
+FloorMs = Annotated[
+    float | None,
+    typer.Option(min=0.001, help="The step's roofline floor in ms (e.g. weights read once); stop near it."),
+]
+FloorFactor = Annotated[
+    float, typer.Option(min=1.0, help="Stop once TPOT is within this factor of --floor-ms.")
+]
 Books = Annotated[
     list[Path] | None, typer.Option("--playbooks", help="Extra playbook directory (repeatable).")
 ]

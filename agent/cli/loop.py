@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -12,6 +13,8 @@ from agent.cli.common import (
     Approve,
     BaseUrl,
     Books,
+    FloorFactor,
+    FloorMs,
     HostPython,
     HostUrl,
     Iters,
@@ -47,12 +50,21 @@ from tools.errors import PatchError, ToolError
 from tools.workspace.repo import check_patch
 
 
-def _options(approve: str, method: str, max_iterations: int, playbooks: list[Path], no_builtin: bool) -> dict:
+def _options(
+    approve: str,
+    method: str,
+    max_iterations: int,
+    playbooks: list[Path],
+    no_builtin: bool,
+    floor: tuple[float | None, float] = (None, 2.0),
+) -> dict:
     choice("approve", approve, ("auto", "manual"))
     choice("profile-method", method, ("patch", "api"))
     return {
         "approve": approve,
         "max_iterations": max_iterations,
+        "floor_ms": floor[0],
+        "floor_factor": floor[1],
         "playbook_dirs": playbooks,
         "builtin_playbooks": not no_builtin,
         "python": sys.executable,
@@ -68,6 +80,8 @@ def demo(
     approve: Approve = "auto",
     profile_method: Method = "patch",
     max_iterations: Iters = 3,
+    floor_ms: FloorMs = None,
+    floor_factor: FloorFactor = 2.0,
     playbooks: Books = None,
     no_builtin_playbooks: NoBuiltin = False,
     host: HostUrl = None,
@@ -79,6 +93,13 @@ def demo(
     llm_max_steps: LlmSteps = None,
     llm_max_tokens: LlmTokens = None,
     llm_max_seconds: LlmSeconds = None,
+    server_args: Annotated[
+        str,
+        typer.Option(
+            help="More launch flags for the demo server, e.g. --server-args=--disable-cuda-graph "
+            "(eager decode on cuda), or '--cuda-graph-max-bs 4'."
+        ),
+    ] = "",
     as_json: Json = False,
 ) -> None:
     """Copy the embedded MLA demo server into a workspace (on --host if given) and run the loop on it."""
@@ -86,7 +107,8 @@ def demo(
     def body():
         choice("device", device, ("cpu", "cuda"))
         choice("preset", preset, ("cpu", "glm5"))
-        opts = _options(approve, profile_method, max_iterations, playbooks or [], no_builtin_playbooks)
+        floor = (floor_ms, floor_factor)
+        opts = _options(approve, profile_method, max_iterations, playbooks or [], no_builtin_playbooks, floor)
         sessions = Sessions()
         sid = new_session_id()
         target = with_host(load_target(DEMO_CONFIG), host, trust_new_host, host_python)
@@ -102,6 +124,7 @@ def demo(
         base = remote_base(target) if target.host.kind == "ssh" else sessions.home
         target = target.model_copy(update={"repo": base / "workspaces" / sid / "mla_server"})
         argv = with_flag(with_flag(target.launch.argv, "--device", device), "--preset", preset)
+        argv += shlex.split(server_args)
         launch = target.launch.model_copy(update={"argv": argv})
         target = target.model_copy(
             update={"launch": launch, "profile": target.profile.model_copy(update={"method": profile_method})}
@@ -120,6 +143,8 @@ def run(
         str | None, typer.Option("--profile-method", help="Override the config's profile method (patch|api).")
     ] = None,
     max_iterations: Iters = 3,
+    floor_ms: FloorMs = None,
+    floor_factor: FloorFactor = 2.0,
     playbooks: Books = None,
     no_builtin_playbooks: NoBuiltin = False,
     host: HostUrl = None,
@@ -147,7 +172,8 @@ def run(
             max_seconds=llm_max_seconds,
         )
         method = profile_method or target.profile.method
-        opts = _options(approve, method, max_iterations, playbooks or [], no_builtin_playbooks)
+        floor = (floor_ms, floor_factor)
+        opts = _options(approve, method, max_iterations, playbooks or [], no_builtin_playbooks, floor)
         target = target.model_copy(update={"profile": target.profile.model_copy(update={"method": method})})
         check_repo(target)
         check_setup(target, opts)

@@ -28,7 +28,9 @@ def replay(session: str, as_json: Json = False) -> None:
             err.print(f"[red]replay diverged:[/red] {exc}", highlight=False, soft_wrap=True)
             raise typer.Exit(1) from None
         recorded = info.summary
-        same = recorded is not None and recorded.model_dump() == summary.model_dump()
+        # Recordings made before the summary kept the launch command have none (never empty since).
+        skip = {"launch_argv"} if recorded is not None and not recorded.launch_argv else set()
+        same = recorded is not None and recorded.model_dump(exclude=skip) == summary.model_dump(exclude=skip)
         render.summary(Console(), summary)
         verdict = "same summary as recorded" if same else "DIFFERENT summary than recorded"
         Console(stderr=True).print(f"replayed {len(state.transitions)} transitions: {verdict}")

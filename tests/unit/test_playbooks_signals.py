@@ -96,8 +96,11 @@ def test_launch_bound_on_real_h200_trace() -> None:
     assert f"{act.idle_share:.0%} of the device's span idle" in finding.evidence[0].note
     assert f"{per_step:.0f} kernels" in finding.evidence[0].note
     full = read_chrome_trace(TRACES / "full_pool_cast_cuda.json.gz")
-    assert not full.device_activity.launch_bound
-    assert "launch-bound-decode" not in [f.playbook for f in diagnose(full, CTX, playbooks).findings]
+    assert not full.device_activity.launch_bound  # the device is busy 89% of its span, yet...
+    found = {f.playbook: f for f in diagnose(full, CTX, playbooks).findings}
+    launch = found["launch-bound-decode"]  # ...the host needs longer to issue the kernels
+    assert launch.bound == "host launch" and launch.bound_after == "device"
+    assert "to issue 24 kernels" in launch.evidence[0].note
 
 
 def test_steps_and_syncs_on_real_h200_trace() -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from state.profile import OpStat, ProfileSummary, SyncStat
 from tools.errors import TraceError
+from tools.trace.bounds import step_bounds
 from tools.trace.checks import check_events, check_steps
 from tools.trace.collect import Collected
 from tools.trace.device import (
@@ -75,6 +76,7 @@ def summarize(
         device_activity=device_activity(windows, col.launch_us) if on_device else None,
         syncs=_sync_stats(walked),
         step_wall_us=sum(s[2] for s in walked.steps) / len(walked.steps) if walked.steps else None,
+        step_bounds=step_bounds(col, walked.steps, windows) if on_device else None,
     )
 
 

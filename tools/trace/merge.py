@@ -39,6 +39,7 @@ def merge_summaries(summaries: Sequence[ProfileSummary]) -> ProfileSummary:
         device_activity=_merge_activity(activities) if activities else None,
         syncs=_merge_syncs([r for s in summaries for r in s.syncs]),
         step_wall_us=first.step_wall_us,
+        step_bounds=first.step_bounds,
     )
 
 

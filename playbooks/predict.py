@@ -1,0 +1,142 @@
+"""Predicted step time after a fix, from what bounds the step (host issuing kernels, or the device).
+
+A decode step is modelled from its trace (`state.profile.StepBounds`) as
+`serial_host + max(issue, device) + residual`: host work outside the launches runs alone, while
+launching overlaps the kernels launched. A fix changes the terms (`StepEffect`): removing device
+work shrinks `device`, CUDA graphs turn `issue` into one launch (and add the small gaps a replay
+still has between kernels), fusion removes kernels. The prediction is the bound that remains, so
+removing device work from a launch-bound step predicts little. Pure functions.
+"""
+
+from state.diagnosis import Finding, StepEffect
+from state.profile import StepBounds
+
+GRAPH_GAP_US = 0.5
+"""Device idle per kernel inside a CUDA-graph replay, in us. Measured on one H200 (the demo's glm5
+preset, 5,818 kernels per step): 14.5 ms of kernels eager, 17.9 ms replayed (0.58 us per kernel);
+with the full-pool cast 81 -> 82.3 ms (0.22 us)."""
+PAIR_MIN_SPEEDUP = 1.5
+"""Least predicted speedup of two fixes together, and least ratio over the product of each alone
+(what independent fixes would give), for findings to be paired: each alone is held back by the
+bound the other removes."""
+
+
+def _terms(b: StepBounds, effects: list[StepEffect]) -> tuple[float, float]:
+    """(issue, device) per step, in us, after the effects."""
+    kernels = max(b.kernels, 1.0)
+    removed_k = min(sum(e.kernels_removed for e in effects), kernels)
+    device = max(b.device_us - sum(e.device_removed_us for e in effects), 0.0)
+    issue = b.issue_us * (1 - removed_k / kernels)
+    if any(e.graphs for e in effects) and b.graph_launches == 0:
+        issue = 0.0
+        device += (kernels - removed_k) * GRAPH_GAP_US
+    elif b.graph_launches > 0:
+        device -= removed_k * GRAPH_GAP_US
+    return issue, max(device, 0.0)
+
+
+def predict_step_us(b: StepBounds, effects: list[StepEffect]) -> float:
+    """The step time after the effects, in us (never below a tenth of today's)."""
+    issue, device = _terms(b, effects)
+    return max(b.serial_host_us + max(issue, device) + b.residual_us, b.wall_us / 10)
+
+
+def bound_after(b: StepBounds, effects: list[StepEffect]) -> str:
+    """What bounds the step after the effects: `host launch` or `device`."""
+    issue, device = _terms(b, effects)
+    return "host launch" if issue > device else "device"
+
+
+def calibrated(b: StepBounds, tpot_us: float | None) -> StepBounds:
+    """The bounds with the host's terms scaled so that the model gives the measured TPOT.
+
+    A profiled step is slower than a served one, mostly on the host (the profiler records every
+    operator and kernel: the demo's eager glm5 step took 257 ms profiled, 113 ms served; its
+    graph-replayed step 93 ms against 82 ms). Scaling serial host and issue time by one factor until
+    `serial + max(issue, device) + residual` equals the TPOT keeps the device's time as measured.
+    Without a TPOT (or a model that cannot reach it) the bounds are returned as they are."""
+    if tpot_us is None or tpot_us <= 0:
+        return b
+
+    def step(scale: float) -> float:
+        return b.serial_host_us * scale + max(b.issue_us * scale, b.device_us) + b.residual_us
+
+    low, high = 0.02, 5.0
+    if not step(low) <= tpot_us <= step(high):
+        return b
+    for _ in range(60):
+        mid = (low + high) / 2
+        low, high = (mid, high) if step(mid) < tpot_us else (low, mid)
+    scale = (low + high) / 2
+    issue = b.issue_us * scale
+    return b.model_copy(
+        update={
+            "wall_us": tpot_us,
+            "host_us": b.host_us * scale,
+            "issue_us": issue,
+            "serial_host_us": b.serial_host_us * scale,
+            "bound": "host launch" if issue > b.device_us else "device",
+        }
+    )
+
+
+def with_prediction(
+    f: Finding, b: StepBounds | None, step_us: float | None, tpot_ms: float | None = None
+) -> Finding:
+    """The finding with step_ms, predicted_step_ms, predicted_speedup and the bounds filled in.
+
+    With the trace's step bounds and an effect, the bound model predicts; otherwise the step shrinks
+    by the finding's expected gain share (CPU traces: every op is host time)."""
+    if b is not None and f.effect is not None:
+        predicted = predict_step_us(b, [f.effect])
+        share = min(max(1 - predicted / b.wall_us, 0.0), 1.0)
+        return f.model_copy(
+            update={
+                "step_ms": b.wall_us / 1000,
+                "predicted_step_ms": predicted / 1000,
+                "predicted_speedup": b.wall_us / predicted,
+                "expected_gain_share": share,
+                "expected_gain_ms": share * tpot_ms if tpot_ms is not None else None,
+                "bound": b.bound,
+                "bound_after": bound_after(b, [f.effect]),
+            }
+        )
+    if step_us is None or step_us <= 0 or f.expected_gain_share <= 0:
+        return f.model_copy(update={"step_ms": step_us / 1000 if step_us else None, "bound": _bound(b)})
+    predicted = step_us * (1 - min(f.expected_gain_share, 0.99))
+    return f.model_copy(
+        update={
+            "step_ms": step_us / 1000,
+            "predicted_step_ms": predicted / 1000,
+            "predicted_speedup": step_us / predicted,
+            "bound": _bound(b),
+        }
+    )
+
+
+def _bound(b: StepBounds | None) -> str | None:
+    return b.bound if b is not None else None
+
+
+def paired(findings: list[Finding], b: StepBounds | None) -> list[Finding]:
+    """Each finding with the partner whose fix together with its own is predicted to gain most, when
+    that pair clears PAIR_MIN_SPEEDUP and beats by that factor what the two would give if they were
+    independent (the product of each alone)."""
+    if b is None:
+        return findings
+    out = []
+    for f in findings:
+        best: tuple[float, str] | None = None
+        for g in findings:
+            if g is f or f.effect is None or g.effect is None:
+                continue
+            both = b.wall_us / predict_step_us(b, [f.effect, g.effect])
+            alone = (f.predicted_speedup or 1.0) * (g.predicted_speedup or 1.0)  # if independent
+            if (
+                both >= PAIR_MIN_SPEEDUP
+                and both >= PAIR_MIN_SPEEDUP * alone
+                and (best is None or both > best[0])
+            ):
+                best = (both, g.playbook)
+        out.append(f.model_copy(update={"paired_with": best[1], "paired_speedup": best[0]}) if best else f)
+    return out

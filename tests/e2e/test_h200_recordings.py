@@ -1,0 +1,34 @@
+"""The loop's sessions recorded on one H200 (benchmarks/h200-2026-11-30) replay offline here with the
+same decisions, and this checkout's gain model predicts each accepted fix within 25%."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent.archive import import_session
+from agent.session import Sessions
+
+RUNS = Path(__file__).resolve().parents[2] / "benchmarks" / "h200-2026-11-30"
+EXPECTED = {
+    "a-graphs": (["kv-cache-full-pool-cast"], ["decode-step-fusion"]),
+    "b-eager": (["launch-bound-decode", "kv-cache-full-pool-cast"], ["decode-step-fusion"]),
+    "b2-eager": (["launch-bound-decode", "kv-cache-full-pool-cast"], []),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_h200_session_replays_with_the_same_decisions(name: str, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("PERFLOOP_HOME", str(tmp_path))
+    sessions = Sessions()
+    sid = import_session(sessions.store, RUNS / f"{name}-session.json.gz")
+    state, summary = sessions.replay(sid)
+    accepted, rejected = EXPECTED[name]
+    assert summary.accepted == accepted and summary.rejected == rejected
+    assert summary.outputs_identical and summary.tpot_ms_after < 20 and summary.speedup > 4
+    assert summary.launch_argv[-4:] == ["--preset", "glm5", "--device", "cuda"]  # graphs on at the end
+    for d in state.decisions:
+        if d.verdict == "accepted":
+            realized = d.tpot_ms_before / d.tpot_ms_after
+            assert d.predicted_speedup == pytest.approx(realized, rel=0.25), d
