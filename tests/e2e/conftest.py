@@ -32,8 +32,9 @@ def make_repo(dest: Path) -> Path:
     return dest
 
 
-def write_target(path: Path, repo: Path, method: str = "patch") -> Path:
-    """A target TOML with a smaller workload than the demo's, to keep CI quick."""
+def write_target(path: Path, repo: Path, method: str = "patch", looks: int = 3) -> Path:
+    """A target TOML with a smaller workload than the demo's, to keep CI quick (`looks = 1`: the
+    reference arm and the candidate get `repeats` requests per prompt, one look)."""
     path.write_text(f"""
 name = "e2e mla_server"
 kind = "mla_server"
@@ -54,6 +55,8 @@ max_tokens = 16
 concurrent = 2
 [profile]
 method = "{method}"
+[decide]
+looks = {looks}
 """)
     return path
 
