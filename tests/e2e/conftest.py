@@ -33,9 +33,15 @@ def make_repo(dest: Path) -> Path:
 
 
 def write_target(
-    path: Path, repo: Path, method: str = "patch", tp_size: int = 1, startup_timeout_s: float = 120
+    path: Path,
+    repo: Path,
+    method: str = "patch",
+    tp_size: int = 1,
+    startup_timeout_s: float = 120,
+    looks: int = 3,
 ) -> Path:
-    """A target TOML with a smaller workload than the demo's, to keep CI quick."""
+    """A target TOML with a smaller workload than the demo's, to keep CI quick (`looks = 1`: the
+    reference arm and the candidate get `repeats` requests per prompt, one look)."""
     path.write_text(f"""
 name = "e2e mla_server"
 kind = "mla_server"
@@ -57,6 +63,8 @@ max_tokens = 16
 concurrent = 2
 [profile]
 method = "{method}"
+[decide]
+looks = {looks}
 """)
     return path
 

@@ -75,7 +75,14 @@ def recorded(tmp_path_factory) -> dict:
     trace = tmp / "points.txt"
     env = {**os.environ, "PERFLOOP_HOME": str(tmp / "home"), "PERFLOOP_FAULTS_TRACE": str(trace)}
     proc = subprocess.run(
-        [str(PERFLOOP), "run", str(write_target(tmp / "t.toml", repo)), "--json", "--playbooks", str(books)],
+        [
+            str(PERFLOOP),
+            "run",
+            str(write_target(tmp / "t.toml", repo, looks=1)),
+            "--json",
+            "--playbooks",
+            str(books),
+        ],
         env=env,
         capture_output=True,
         text=True,
@@ -110,6 +117,7 @@ def test_uninterrupted_reference_run(recorded: dict) -> None:
         assert p in points
 
 
+@pytest.mark.timeout(1800)  # a kill inside a measuring node re-measures: slow on a loaded machine
 def test_sigkill_at_every_point_then_resume_matches_uninterrupted(
     tmp_path: Path, home: Path, recorded: dict
 ) -> None:
@@ -131,7 +139,9 @@ def test_sigkill_at_every_point_then_resume_matches_uninterrupted(
             stdin=subprocess.DEVNULL,
         )
 
-    first = cli("run", str(write_target(tmp_path / "t.toml", repo)), "--json", "--playbooks", str(books))
+    first = cli(
+        "run", str(write_target(tmp_path / "t.toml", repo, looks=1)), "--json", "--playbooks", str(books)
+    )
     assert first.returncode == -signal.SIGKILL, first.stderr[-2000:]
     session = last_json(cli("sessions", "--json"))[0]["id"]
     kills = 1
