@@ -10,11 +10,14 @@ import pytest
 from agent.archive import import_session
 from agent.session import Sessions
 
-RUNS = Path(__file__).resolve().parents[2] / "benchmarks" / "h200-2026-11-30"
-EXPECTED = {
-    "a-graphs": (["kv-cache-full-pool-cast"], ["decode-step-fusion"]),
-    "b-eager": (["launch-bound-decode", "kv-cache-full-pool-cast"], ["decode-step-fusion"]),
-    "b2-eager": (["launch-bound-decode", "kv-cache-full-pool-cast"], []),
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+EXPECTED = {  # folder/run: (accepted, rejected)
+    "h200-2026-11-30/a-graphs": (["kv-cache-full-pool-cast"], ["decode-step-fusion"]),
+    "h200-2026-11-30/b-eager": (["launch-bound-decode", "kv-cache-full-pool-cast"], ["decode-step-fusion"]),
+    "h200-2026-11-30/b2-eager": (["launch-bound-decode", "kv-cache-full-pool-cast"], []),
+    # decided by the CI rule (IQR-rule sessions above replay with the rule they were decided by)
+    "h200-2026-11-30-ci-rule/c-graphs-ci": (["kv-cache-full-pool-cast"], []),
+    "h200-2026-11-30-ci-rule/c-eager-ci": (["launch-bound-decode", "kv-cache-full-pool-cast"], []),
 }
 
 
@@ -22,7 +25,7 @@ EXPECTED = {
 def test_h200_session_replays_with_the_same_decisions(name: str, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("PERFLOOP_HOME", str(tmp_path))
     sessions = Sessions()
-    sid = import_session(sessions.store, RUNS / f"{name}-session.json.gz")
+    sid = import_session(sessions.store, BENCH / f"{name}-session.json.gz")
     state, summary = sessions.replay(sid)
     accepted, rejected = EXPECTED[name]
     assert summary.accepted == accepted and summary.rejected == rejected
