@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -31,15 +32,30 @@ def no_leaked_processes(request):
     assert not leaked, f"test left {len(leaked)} process(es) running in its tmp_path (killed now)"
 
 
+_MADE_BY_PYTEST: set[str] = set()
+"""Folders pytest's own tmp_path_factory made under the base temp folder (tmp_path beside them)."""
+_mktemp = pytest.TempPathFactory.mktemp
+
+
+def _recorded_mktemp(self: pytest.TempPathFactory, basename: str, numbered: bool = True) -> Path:
+    made = _mktemp(self, basename, numbered)
+    _MADE_BY_PYTEST.update({made.name, f"{basename}current"})  # and pytest's link to the newest
+    return made
+
+
+pytest.TempPathFactory.mktemp = _recorded_mktemp  # type: ignore[method-assign]
+
+
 @pytest.fixture(autouse=True)
 def nothing_written_beside_tmp_path(request):
     """A test with a tmp_path writes only inside it: nothing new may appear beside it (a `..`
-    escape from a $PERFLOOP_HOME or repo under tmp_path would land there)."""
+    escape from a $PERFLOOP_HOME or repo under tmp_path would land there), apart from the folders
+    tmp_path_factory itself makes there (a session fixture's server folder, say)."""
     path = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames else None
     before = set(os.listdir(path.parent)) if path is not None else set()
     yield
     if path is not None:
-        new = set(os.listdir(path.parent)) - before - {path.name}
+        new = set(os.listdir(path.parent)) - before - {path.name} - _MADE_BY_PYTEST
         assert not new, f"files written outside the test's tmp_path: {sorted(new)}"
 
 
