@@ -15,13 +15,16 @@ from langgraph.runtime import Runtime
 
 from agent.actions import start_server
 from agent.context import LoopContext, call
+from agent.decision.noise import pair_noise, sample_group, target_key
+from agent.decision.rule import arm_location, by_prompt, combined_shift
+from agent.interleave import launch_beside, pair_args, stop_reference
 from agent.measuring import budget, measure_arm, record_aa
-from state.calls import ServerArgs
-from state.decision import LaunchNoise
+from state.calls import PairArgs, ServerArgs
+from state.decision import AARecordArgs, AASample, LaunchNoise
 from state.loop import LoopOptions, LoopState
 from state.target import TargetConfig
-from tools import server
-from tools.door import Door
+from tools import bench, server
+from tools.door import Door, aa
 
 
 def calibrate(
@@ -38,6 +41,8 @@ def calibrate(
     state = LoopState(session_id=session_id, target=target, options=opts)
     runtime = Runtime(context=LoopContext(door=door))
     door.node = "calibrate"
+    if target.decide.arms == "interleaved":
+        return calibrate_pairs(state, runtime, launches, report)
     noise = LaunchNoise(sigma_log=target.decide.default_launch_noise)
     for _ in range(launches):
         handle = start_server(state, runtime, instrumented=False)
@@ -51,5 +56,55 @@ def calibrate(
         report(
             f"launch {handle.launch_number}/{launches}: median TPOT {m.tpot_ms.median:.1f} ms "
             f"({len(m.requests)} requests); {noise.describe()}"
+        )
+    return noise
+
+
+def calibrate_pairs(
+    state: LoopState, runtime: Runtime[LoopContext], pairs: int, report: Callable[[str], None]
+) -> LaunchNoise:
+    """Interleaved arms: launch the tree twice at once, measure both with requests alternating,
+    keep the shift between them as an A/A pair; `pairs` times (each pair is two launches)."""
+    target = state.target
+    noise = pair_noise([], target.decide)
+    n, reps = len(target.measure.prompts), target.measure.repeats * target.decide.looks
+    for i in range(1, pairs + 1):
+        first = start_server(state, runtime, instrumented=False)
+        state = state.model_copy(update={"server": first, "launches": first.launch_number})
+        try:
+            second = launch_beside(
+                state, runtime, target.repo, target.launch.argv, state.launches + 1, "reference"
+            )
+            state = state.model_copy(update={"launches": second.launch_number})
+            warm = target.measure.warmup_requests
+            pair = call(
+                runtime,
+                bench.measure_pair,
+                PairArgs(
+                    reference=pair_args(state, first, f"aa-{i}-a", reps, warm),
+                    candidate=pair_args(state, second, f"aa-{i}-b", reps, warm),
+                ),
+            )
+            a, b = by_prompt(pair.reference.requests, n), by_prompt(pair.candidate.requests, n)
+            sample = AASample(
+                target_key=target_key(target),
+                group=sample_group(first.tree_sha256, target, pair.reference.client),
+                session_id=state.session_id,
+                launch_number=first.launch_number,
+                location_log=arm_location(a),
+                requests=len(pair.reference.requests) + len(pair.candidate.requests),
+                shift_log=combined_shift(a, b),
+            )
+            samples = call(
+                runtime, aa.record, AARecordArgs(target_key=sample.target_key, sample=sample)
+            ).samples
+            noise = pair_noise(samples, target.decide)
+        finally:
+            call(runtime, server.stop, ServerArgs(server=first, grace_s=target.launch.stop_grace_s))
+            state = state.model_copy(update={"server": None})
+            stop_reference(state, runtime)
+        report(
+            f"pair {i}/{pairs}: median TPOT {pair.reference.tpot_ms.median:.1f} / "
+            f"{pair.candidate.tpot_ms.median:.1f} ms, shift {sample.shift_log:+.3f}; {noise.describe()}"
         )
     return noise

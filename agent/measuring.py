@@ -22,12 +22,13 @@ from langgraph.runtime import Runtime
 from agent.actions import measure_server
 from agent.context import LoopContext, call, need
 from agent.correctness import differences, take_outputs
-from agent.decision.noise import launch_noise, sample_group, target_key
+from agent.decision.noise import launch_noise, noise_for, sample_group, target_key
 from agent.decision.rule import arm_location, arm_stats, by_prompt, look
 from state.calls import RepoArgs
 from state.decision import AARecordArgs, AASample, Judgement, LaunchNoise
 from state.loop import LoopState
 from state.measure import Measurement
+from state.workspace import WorkspaceSnapshot
 from tools.bench import summarize
 from tools.door import aa
 from tools.workspace import repo
@@ -39,19 +40,10 @@ def content_fingerprint(head_tree_sha: str | None, tree_sha256: str, dirty: dict
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
-def measure_arm(
-    state: LoopState, runtime: Runtime[LoopContext], label: str, repeats: int, warm_up: bool
+def annotate(
+    m: Measurement, snap: WorkspaceSnapshot, state: LoopState, instrumented: bool, warmups: int
 ) -> Measurement:
-    """`repeats` requests per prompt on the running server (after the warm-ups if `warm_up`),
-    annotated with the tree it ran: content fingerprint, instrumentation, uncommitted files."""
-    cfg = state.target.measure
-    warmups = cfg.warmup_requests if warm_up else 0
-    target = state.target.model_copy(
-        update={"measure": cfg.model_copy(update={"repeats": repeats, "warmup_requests": warmups})}
-    )
-    m = measure_server(state.model_copy(update={"target": target}), runtime, label)
-    snap = call(runtime, repo.snapshot, RepoArgs(repo=state.target.repo))
-    instrumented = bool(state.server and state.server.instrumented)
+    """`m` with what its tree held: content fingerprint, instrumentation, uncommitted files."""
     hook = f" + dormant profiler in {state.instrumentation.relpath}" if state.instrumentation else ""
     others = len(snap.dirty_sha256) - (1 if state.instrumentation else 0)
     note = f"HEAD {snap.head_sha[:10]}{hook}" + (f" + {others} uncommitted file(s)" if others > 0 else "")
@@ -63,6 +55,21 @@ def measure_arm(
             "tree_note": note,
         }
     )
+
+
+def measure_arm(
+    state: LoopState, runtime: Runtime[LoopContext], label: str, repeats: int, warm_up: bool
+) -> Measurement:
+    """`repeats` requests per prompt on the running server (after the warm-ups if `warm_up`),
+    annotated with the tree it ran."""
+    cfg = state.target.measure
+    warmups = cfg.warmup_requests if warm_up else 0
+    target = state.target.model_copy(
+        update={"measure": cfg.model_copy(update={"repeats": repeats, "warmup_requests": warmups})}
+    )
+    m = measure_server(state.model_copy(update={"target": target}), runtime, label)
+    snap = call(runtime, repo.snapshot, RepoArgs(repo=state.target.repo))
+    return annotate(m, snap, state, bool(state.server and state.server.instrumented), warmups)
 
 
 def merge(first: Measurement, more: Measurement) -> Measurement:
@@ -81,7 +88,10 @@ def merge(first: Measurement, more: Measurement) -> Measurement:
 
 
 def budget(state: LoopState) -> int:
-    """Requests per prompt of a reference arm: `repeats x looks` (pure)."""
+    """Requests per prompt of a reference arm: `repeats x looks`; with interleaved arms only
+    `repeats` (the reference is measured again beside each candidate) (pure)."""
+    if state.target.decide.arms == "interleaved":
+        return state.target.measure.repeats
     return state.target.measure.repeats * state.target.decide.looks
 
 
@@ -97,7 +107,7 @@ def record_aa(state: LoopState, runtime: Runtime[LoopContext], m: Measurement) -
         requests=len(m.requests),
     )
     samples = call(runtime, aa.record, AARecordArgs(target_key=key, sample=sample)).samples
-    return launch_noise(samples, state.target.decide)
+    return noise_for(samples, state.target.decide)
 
 
 def machine_drift(reference: Measurement, candidate: Measurement) -> float:

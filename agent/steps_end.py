@@ -9,6 +9,7 @@ from langgraph.types import Command
 
 from agent.actions import remove_instrumentation
 from agent.context import LoopContext, call, host_dir, step, transition
+from agent.interleave import stop_reference
 from state.calls import CommitArgs, LeaveBranchArgs, PidFileArgs, ServerArgs
 from state.loop import LoopState
 from tools import server
@@ -45,6 +46,8 @@ def _teardown(state: LoopState, runtime: Runtime[LoopContext]) -> list[str]:
             ),
         )
     )
+    if state.target.decide.arms == "interleaved":
+        steps.append(("stop the reference server", lambda: stop_reference(state, runtime)))
     if state.pending_commit is not None:
         steps.append(
             (

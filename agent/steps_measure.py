@@ -10,6 +10,7 @@ from langgraph.types import Command
 from agent.actions import measure_server
 from agent.context import LoopContext, need, step, transition
 from agent.decision.mechanism import predict
+from agent.interleave import judge_interleaved
 from agent.judge import judge
 from agent.measuring import judge_candidate, outputs_problem, unlike
 from state.loop import Decision, LoopState
@@ -26,8 +27,11 @@ def near_floor(tpot_ms: float, floor_ms: float | None, factor: float) -> str | N
 def measure(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["decide", "abort"]]:
     """Measure the patched server with the same workload as the reference (look by look, CI rule)."""
     label = f"iteration-{state.iteration}"
+    interleaved = state.options.decision_rule != "iqr-v0" and state.target.decide.arms == "interleaved"
     if state.options.decision_rule == "iqr-v0":
         m, judgement, problem = measure_server(state, runtime, label), None, None
+    elif interleaved:
+        m, judgement, problem, beside = judge_interleaved(state, runtime, label)
     else:
         m, judgement, problem = judge_candidate(state, runtime, label)
     note = (
@@ -41,12 +45,16 @@ def measure(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
         )
     elif problem is not None:
         note += f"; not timed further: {problem}"
-    update = {
+    update: dict[str, object] = {
         "candidate": m,
         "judgement": judgement,
         "gate_problem": problem,
         "transitions": transition("measure", note),
     }
+    if interleaved:  # the reference (and a confirming pair) launched beside the candidate
+        update["launches"] = state.launches + beside
+        note += f"; arms interleaved, {beside} launch(es) beside the candidate"
+        update["transitions"] = transition("measure", note)
     return Command(update=update, goto="decide")
 
 

@@ -12,6 +12,11 @@ A copy of the demo target gets one benchmark-only change: `ModelRunner.forward_d
 3. detection: for each `--detect F:N`, N pairs whose reference arm runs `BENCH_SLOWDOWN = F - 1`
    and whose candidate runs the unchanged tree (a true F x speedup).
 
+`--arms sequential` (the default) measures each arm on its own launch, one after the other;
+`--arms interleaved` launches both arms at once and alternates requests between them
+(`bench.measure_pair`), calibrates from interleaved A/A pairs, and confirms an acceptance below
+`confirm_below` on a fresh pair of launches, as the loop does with `[decide] arms = "interleaved"`.
+
 The tree has the cast fix applied (`--unfixed` keeps the slow full-pool cast), so a request takes
 milliseconds and launches dominate the cost.
 
@@ -40,13 +45,20 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agent.decision.noise import launch_noise  # noqa: E402
-from agent.decision.rule import arm_location, by_prompt, look  # noqa: E402
-from state.calls import LaunchArgs, MeasureArgs, ServerArgs  # noqa: E402
+from agent.decision.noise import launch_noise, pair_noise  # noqa: E402
+from agent.decision.rule import (  # noqa: E402
+    arm_location,
+    by_prompt,
+    combined_shift,
+    look,
+    needs_confirmation,
+    replicated,
+)
+from state.calls import LaunchArgs, MeasureArgs, PairArgs, ServerArgs  # noqa: E402
 from state.decision import AASample, DecisionConfig, LaunchNoise  # noqa: E402
 from state.target import LaunchConfig, MeasureConfig  # noqa: E402
 from tools import server  # noqa: E402
-from tools.bench import measure_with_client  # noqa: E402
+from tools.bench import measure_pair, measure_with_client  # noqa: E402
 
 DEMO = ROOT / "examples" / "targets" / "mla_server"
 PROMPTS = ["Explain the KV cache in one sentence.", "Write a haiku about GPUs.", "List three prime numbers."]
@@ -102,7 +114,7 @@ class Bench:
         if args.threads:
             argv += ["--threads", str(args.threads)]
         self.argv = argv
-        self.cfg = DecisionConfig(looks=args.looks)
+        self.cfg = DecisionConfig(looks=args.looks, arms=args.arms)
 
     def launch(self, slowdown: float):
         n = next(self.counter)
@@ -135,8 +147,73 @@ class Bench:
         finally:
             server.stop(ServerArgs(server=h, grace_s=5))
 
+    def measure_both(self, ref, cand, repeats: int, warmups: int):
+        """Both servers at once, requests alternating (perfloop's `bench.measure_pair`)."""
+        cfg = MeasureConfig(
+            prompts=PROMPTS, max_tokens=self.args.max_tokens, repeats=repeats, warmup_requests=warmups
+        )
+        args = [
+            MeasureArgs(base_url=h.base_url, model="mla-demo", config=cfg, label="b", tree_sha256="x")
+            for h in (ref, cand)
+        ]
+        out = measure_pair(PairArgs(reference=args[0], candidate=args[1]))
+        return by_prompt(out.reference.requests, len(PROMPTS)), by_prompt(
+            out.candidate.requests, len(PROMPTS)
+        )
+
+    def aa_pair(self, repeats: int) -> float:
+        """Interleaved A/A: two launches of the same tree measured together; their shift."""
+        a, b = self.launch(0.0), self.launch(0.0)
+        try:
+            return combined_shift(*self.measure_both(a, b, repeats, 1))
+        finally:
+            for h in (a, b):
+                server.stop(ServerArgs(server=h, grace_s=5))
+
+    def looks_interleaved(self, ref_slowdown: float, noises: dict[str, LaunchNoise]) -> dict:
+        """One pair of launches (reference slowed by `ref_slowdown`), measured together look by
+        look with requests alternating; the deciding look per launch-noise variant."""
+        ref_h, cand_h = self.launch(ref_slowdown), self.launch(0.0)
+        out: dict = {}
+        try:
+            ref: list = []
+            cand: list = []
+            undecided = set(noises)
+            for k in range(1, self.cfg.looks + 1):
+                r, c = self.measure_both(ref_h, cand_h, self.args.repeats, 1 if k == 1 else 0)
+                ref = r if k == 1 else [np.concatenate(x) for x in zip(ref, r, strict=True)]
+                cand = c if k == 1 else [np.concatenate(x) for x in zip(cand, c, strict=True)]
+                for name in sorted(undecided):
+                    lk = look(ref, cand, noises[name], self.cfg, k)
+                    if lk.verdict != "undecided":
+                        out[name] = lk
+                        undecided.discard(name)
+                if not undecided:
+                    break
+        finally:
+            for h in (ref_h, cand_h):
+                server.stop(ServerArgs(server=h, grace_s=5))
+        return out
+
+    def pair_interleaved(self, ref_slowdown: float, noises: dict[str, LaunchNoise]) -> dict:
+        """As the loop judges with interleaved arms: a pair of launches, and an acceptance below
+        `confirm_below` confirmed on a fresh pair (agent/decision/rule.py `replicated`)."""
+        first = self.looks_interleaved(ref_slowdown, noises)
+        confirm = {k: noises[k] for k, lk in first.items() if needs_confirmation(lk, self.cfg)}
+        second = self.looks_interleaved(ref_slowdown, confirm) if confirm else {}
+        out = {}
+        for name, lk in first.items():
+            row = lk.model_dump()
+            if name in second:
+                row |= {"first": lk.verdict, "second": second[name].model_dump()}
+                row["verdict"] = replicated(lk.verdict, second[name].verdict)
+            out[name] = row
+        return out
+
     def pair(self, ref_slowdown: float, noises: dict[str, LaunchNoise]) -> dict:
         """Reference arm (full budget), then the candidate look by look on one launch."""
+        if self.args.arms == "interleaved":
+            return self.pair_interleaved(ref_slowdown, noises)
         reps = self.args.repeats
         ref = self.arm(ref_slowdown, reps * self.cfg.looks)
         h = self.launch(0.0)
@@ -162,8 +239,8 @@ class Bench:
 def table(results: dict) -> str:
     rows = [
         "| scenario | launch noise used | pairs | accepted | rejected | regression | inconclusive "
-        "| median speedup | mean looks |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| median speedup | mean looks | confirming pairs |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for scen, by_noise in results["scenarios"].items():
         for noise_name, looks in by_noise.items():
@@ -174,7 +251,7 @@ def table(results: dict) -> str:
                     str(verdicts.count(v)) for v in ("accepted", "rejected", "regression", "inconclusive")
                 )
                 + f" | {statistics.median(lk['speedup'] for lk in looks):.3f}"
-                f" | {statistics.mean(lk['look'] for lk in looks):.2f} |"
+                f" | {statistics.mean(lk['look'] for lk in looks):.2f} | {sum('first' in lk for lk in looks)} |"
             )
     return "\n".join(rows)
 
@@ -192,6 +269,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--unfixed", action="store_true", help="keep the full-pool cast (slow steps)")
     p.add_argument("--workers", type=int, default=1, help="pairs measured at once (each its own servers)")
+    p.add_argument("--arms", choices=["sequential", "interleaved"], default="sequential")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
     t0 = time.time()
@@ -199,26 +277,38 @@ def main() -> None:
     bench = Bench(tree, args)
     samples = []
     pool = ThreadPoolExecutor(args.workers)
-    arms = pool.map(lambda _: bench.arm(0.0, args.repeats * args.looks), range(args.calibration))
-    for i, arm in enumerate(arms):
-        samples.append(
-            AASample(
-                target_key="bench",
-                group="same",
-                session_id=f"c{i}",
-                launch_number=1,
-                location_log=arm_location(arm),
-                requests=sum(len(a) for a in arm),
+    if args.arms == "interleaved":
+        shifts = pool.map(lambda _: bench.aa_pair(args.repeats * args.looks), range(args.calibration))
+        for i, shift in enumerate(shifts):
+            samples.append(
+                AASample(
+                    target_key="bench", group="same", session_id=f"c{i}", launch_number=1,
+                    location_log=0.0, requests=0, shift_log=shift,
+                )
+            )  # fmt: skip
+            print(f"calibration pair {i + 1}: shift {shift:+.4f}", flush=True)
+        noises = {"calibrated": pair_noise(samples, bench.cfg), "default": pair_noise([], bench.cfg)}
+    else:
+        arms = pool.map(lambda _: bench.arm(0.0, args.repeats * args.looks), range(args.calibration))
+        for i, arm in enumerate(arms):
+            samples.append(
+                AASample(
+                    target_key="bench",
+                    group="same",
+                    session_id=f"c{i}",
+                    launch_number=1,
+                    location_log=arm_location(arm),
+                    requests=sum(len(a) for a in arm),
+                )
             )
-        )
-        print(f"calibration launch {i + 1}: location {samples[-1].location_log:.4f}", flush=True)
-    noises = {
-        "calibrated": launch_noise(samples, bench.cfg),
-        "default": LaunchNoise(sigma_log=bench.cfg.default_launch_noise),
-    }
+            print(f"calibration launch {i + 1}: location {samples[-1].location_log:.4f}", flush=True)
+        noises = {
+            "calibrated": launch_noise(samples, bench.cfg),
+            "default": LaunchNoise(sigma_log=bench.cfg.default_launch_noise),
+        }
     results: dict = {
         "args": {k: str(v) for k, v in vars(args).items()},
-        "calibration_locations": [s.location_log for s in samples],
+        "calibration": [s.shift_log if s.shift_log is not None else s.location_log for s in samples],
         "noise": {k: v.describe() for k, v in noises.items()},
         "scenarios": {},
     }
@@ -231,6 +321,7 @@ def main() -> None:
                 per_noise[k].append(lk)
             print(f"{name} pair {i + 1}/{pairs}: " + ", ".join(
                 f"{k} {lk['speedup']:.3f}x [{lk['ci_low']:.3f}, {lk['ci_high']:.3f}] {lk['verdict']}"
+                + (f" (first pair {lk['first']}, second {lk['second']['speedup']:.3f}x)" if "first" in lk else "")
                 for k, lk in out.items()), flush=True)  # fmt: skip
         results["scenarios"][name] = per_noise
     results["wall_s"] = time.time() - t0

@@ -97,6 +97,24 @@ class MeasureResult(Model):
     """The measurement."""
 
 
+class PairArgs(Model):
+    """Measure two servers with one workload, requests alternating between them."""
+
+    reference: MeasureArgs
+    """The reference server and its workload (perfloop's client; `bench_serving` is ignored)."""
+    candidate: MeasureArgs
+    """The candidate server; its workload must equal the reference's."""
+
+
+class PairResult(Model):
+    """Both arms of one interleaved batch, measured over the same wall-clock span."""
+
+    reference: Measurement
+    """The reference server's requests."""
+    candidate: Measurement
+    """The candidate server's requests."""
+
+
 class ProfileArgs(Model):
     """Take one profile of the running server."""
 

@@ -33,6 +33,25 @@ class DecisionConfig(Model):
     (`perfloop calibrate`) to resolve smaller ones."""
     min_aa_launches: int = Field(6, ge=3)
     """A/A launches needed (at least two of one tree) before their estimate replaces the default."""
+    arms: Literal["sequential", "interleaved"] = "sequential"
+    """`sequential`: the reference arm is the earlier launch's measurement and the candidate runs
+    after it (one launch per candidate; the arms see different machine states). `interleaved`:
+    the reference tree is launched again beside the candidate (a second checkout, a second
+    server) and requests alternate between the two, so both arms see the same machine state; it
+    needs room for two servers and costs one more launch per candidate."""
+    default_pair_noise: float = Field(0.05, gt=0, lt=1)
+    """Interleaved arms: launch noise (SD of one launch's log-TPOT effect) assumed until the A/A
+    store holds `min_aa_pairs` pairs of this target on this host. Measured on the 2-core demo
+    machine under varying load: 2.7% SD of an A/A pair's shift (5 pairs), against 16% for two
+    sequential launches."""
+    min_aa_pairs: int = Field(3, ge=2)
+    """Interleaved A/A pairs needed before their estimate replaces `default_pair_noise`."""
+    confirm_below: float | None = Field(2.0, gt=1)
+    """Interleaved arms: an acceptance whose CI lower end is below this speedup is repeated on a
+    fresh pair of launches and kept only when that pair accepts too (None: never). Launch effects
+    are heavy-tailed: a few launches run 1.3-1.4x off for their whole life, also side by side
+    (benchmarks/README.md), which no normal launch-noise term covers without making every CI
+    powerless; a second, independent pair does."""
 
 
 class LaunchNoise(Model):
@@ -47,15 +66,17 @@ class LaunchNoise(Model):
     """A/A launches the estimate pools."""
     source: Literal["default", "aa"] = "default"
     """`aa`: measured; `default`: too few A/A launches yet, the conservative default."""
+    paired: bool = False
+    """From interleaved A/A pairs (two launches measured together), for interleaved arms."""
 
     def describe(self) -> str:
         """e.g. `launch noise 2.1% (14 A/A launches)` or `launch noise 15.0% (default: 2 A/A ...)`."""
+        unit = "interleaved A/A pairs" if self.paired else "A/A launches"
         if self.source == "aa":
-            return f"launch noise {self.sigma_log:.1%} ({self.launches} A/A launches)"
+            return f"launch noise {self.sigma_log:.1%} ({self.launches} {unit})"
         so_far = f", {self.estimate_log:.1%} measured" if self.estimate_log is not None else ""
         return (
-            f"launch noise {self.sigma_log:.1%} (conservative default: {self.launches} A/A launches "
-            f"so far{so_far})"
+            f"launch noise {self.sigma_log:.1%} (conservative default: {self.launches} {unit} so far{so_far})"
         )
 
 
@@ -123,6 +144,11 @@ class Judgement(Model):
     """The reference arm."""
     candidate: ArmStats | None = None
     """The candidate arm."""
+    arms: Literal["sequential", "interleaved"] = "sequential"
+    """How the arms were measured (see `DecisionConfig.arms`)."""
+    confirmation: list[Look] = []
+    """Looks on the fresh pair of launches that confirmed (or not) an acceptance below
+    `confirm_below`; empty when none was needed."""
 
     @property
     def last(self) -> Look:
@@ -140,7 +166,15 @@ class Judgement(Model):
         return (
             f"TPOT {lk.speedup:.2f}x [{lk.ci_low:.2f}, {lk.ci_high:.2f}] {self.confidence:.0%} CI, "
             f"n = {lk.prompts} prompts x {n} requests per arm, {self.launch_noise.describe()}, "
+            f"{'arms interleaved, ' if self.arms == 'interleaved' else ''}"
             f"look {lk.look}/{lk.of} -> {self.verdict}"
+            + (
+                f" (second pair of launches: {self.confirmation[-1].speedup:.2f}x "
+                f"[{self.confirmation[-1].ci_low:.2f}, {self.confirmation[-1].ci_high:.2f}] "
+                f"{self.confirmation[-1].verdict})"
+                if self.confirmation
+                else ""
+            )
             + (
                 f" (host ran {lk.machine_drift:.2f}x faster for one arm: CI widened by it)"
                 if lk.machine_drift >= 1.05
@@ -164,6 +198,9 @@ class AASample(Model):
     """Mean over prompts of the median log TPOT (ms) of the launch."""
     requests: int
     """Requests behind the location."""
+    shift_log: float | None = None
+    """Interleaved A/A pair: the combined log-TPOT shift between two launches of the same tree
+    measured together (requests alternating); None for a single launch."""
 
 
 class Prediction(Model):

@@ -1,5 +1,7 @@
 """Values that cross the git-workspace boundary: commits, snapshots, instrumentation records."""
 
+from pathlib import Path
+
 from pydantic import Field
 
 from state.base import Model
@@ -56,3 +58,18 @@ class PatchPolicy(Model):
     allow_binary: bool = Field(
         False, description="Whether binary hunks pass: only for a playbook that declares them."
     )
+
+
+class ReferenceCopyArgs(Model):
+    """Check the reference tree out beside the target checkout (interleaved arms)."""
+
+    repo: Path = Field(description="The target checkout (its HEAD is the candidate commit).")
+    dest: Path = Field(description="Where the reference copy goes (a linked git worktree).")
+    commit: str = Field(description="The reference commit: the candidate commit's parent.")
+
+
+class RemoveCopyArgs(Model):
+    """Remove a reference copy made by `repo.reference_copy` (nothing if it is gone)."""
+
+    repo: Path = Field(description="The target checkout the copy was made from.")
+    dest: Path = Field(description="The copy.")

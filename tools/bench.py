@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
-from state.calls import MeasureArgs, MeasureResult
+from state.calls import MeasureArgs, MeasureResult, PairArgs, PairResult
 from state.decision import OutputsArgs, OutputsResult
 from state.measure import Measurement, RequestRecord, Stat
 from tools.door import tool
@@ -155,12 +155,7 @@ def measure(args: MeasureArgs) -> MeasureResult:
 def measure_with_client(args: MeasureArgs) -> Measurement:
     """Warm up, then send every prompt `repeats` times, one request at a time."""
     cfg = args.config
-    for i in range(cfg.warmup_requests):
-        stream_completion(
-            args.base_url,
-            chat_body(args.model, cfg.prompts[i % len(cfg.prompts)], cfg.max_tokens),
-            cfg.request_timeout_s,
-        )
+    warm_up(args)
     records: list[RequestRecord] = []
     total = cfg.repeats * len(cfg.prompts)
     t0 = time.perf_counter()
@@ -172,6 +167,58 @@ def measure_with_client(args: MeasureArgs) -> Measurement:
             )
             records.append(to_record(i, arrivals, text))
     return summarize(args.label, args.tree_sha256, records, len(cfg.prompts), time.perf_counter() - t0)
+
+
+def warm_up(args: MeasureArgs) -> None:
+    """Send the config's warm-up requests (their timings are discarded)."""
+    cfg = args.config
+    for i in range(cfg.warmup_requests):
+        stream_completion(
+            args.base_url,
+            chat_body(args.model, cfg.prompts[i % len(cfg.prompts)], cfg.max_tokens),
+            cfg.request_timeout_s,
+        )
+
+
+def pair_order(repeat: int, prompt_index: int) -> tuple[int, int]:
+    """Which arm goes first for this request pair: ABBA over repeats and prompts, so neither arm
+    is always the one that runs right after the other (pure). 0 = reference, 1 = candidate."""
+    return (0, 1) if (repeat + prompt_index) % 2 == 0 else (1, 0)
+
+
+@tool("bench.measure_pair")
+def measure_pair(args: PairArgs) -> PairResult:
+    """Both arms with one workload, one request at a time, alternating between the two servers:
+    each prompt is sent to both back to back (the first of the two alternates), so both arms see
+    the same machine state. Each server gets its warm-ups first. Always perfloop's client."""
+    arms = (args.reference, args.candidate)
+    cfg = args.reference.config
+    if args.candidate.config != cfg:
+        raise ConfigError("measure_pair: the two arms must run the same workload")
+    for a in arms:
+        warm_up(a)
+    before = machine_probe_ms()
+    records: tuple[list[RequestRecord], list[RequestRecord]] = ([], [])
+    total = cfg.repeats * len(cfg.prompts)
+    t0 = time.perf_counter()
+    for rep in range(cfg.repeats):
+        for i, prompt in enumerate(cfg.prompts):
+            report(f"measuring both arms, interleaved: request pair {len(records[0]) + 1}/{total}")
+            for which in pair_order(rep, i):
+                a = arms[which]
+                arrivals, text, _ = stream_completion(
+                    a.base_url, chat_body(a.model, prompt, cfg.max_tokens), cfg.request_timeout_s
+                )
+                records[which].append(to_record(i, arrivals, text))
+    wall = (time.perf_counter() - t0) / 2
+    probes = [before, machine_probe_ms()]
+    ref, cand = (
+        summarize(a.label, a.tree_sha256, recs, len(cfg.prompts), wall).model_copy(
+            update={"probe_ms": probes}
+        )
+        for a, recs in zip(arms, records, strict=True)
+    )
+    return PairResult(reference=ref, candidate=cand)
 
 
 def measure_with_bench_serving(args: MeasureArgs, python: str, module: str, version: str) -> Measurement:

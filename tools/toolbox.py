@@ -14,7 +14,7 @@ from tools.door import aa
 from tools.door.registry import ToolSpec, spec_of
 from tools.hosts import transfer
 from tools.llm import chat, code
-from tools.workspace import repo
+from tools.workspace import reference, repo
 
 TOOLS = (
     # the target's checkout (tools/workspace/repo.py)
@@ -28,12 +28,16 @@ TOOLS = (
     repo.check_patch,
     repo.revert_commit,
     repo.sglang_site,
+    # the reference tree beside it, for interleaved arms (tools/workspace/reference.py)
+    reference.reference_copy,
+    reference.remove_reference_copy,
     # the server and its measurement
     server.launch,
     server.status,
     server.stop,
     server.stop_recorded,
     bench.measure,
+    bench.measure_pair,
     bench.outputs,
     # launch noise: the A/A store beside the session store
     aa.record,

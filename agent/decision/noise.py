@@ -75,3 +75,28 @@ def launch_noise(samples: Sequence[AASample], cfg: DecisionConfig) -> LaunchNois
             launches=launches,
         )
     return LaunchNoise(sigma_log=max(upper, 0.005), estimate_log=sd, launches=launches, source="aa")
+
+
+def pair_noise(samples: Sequence[AASample], cfg: DecisionConfig) -> LaunchNoise:
+    """The launch noise for interleaved arms, from interleaved A/A pairs (two launches of one tree
+    measured together): each pair's shift has variance 2 sigma^2 and mean 0, so sigma^2 is
+    estimated by sum(shift^2) / (2 n) with n degrees of freedom; the rule uses its upper 90%
+    bound once there are `min_aa_pairs` pairs, and until then the larger of the default and the
+    point estimate. Single launches (sequential A/A samples) do not count here: their spread
+    holds the machine's drift between launches, which interleaving removes."""
+    shifts = [s.shift_log for s in samples if s.shift_log is not None]
+    n = len(shifts)
+    sd = math.sqrt(sum(x * x for x in shifts) / (2 * n)) if n else None
+    if n < cfg.min_aa_pairs or sd is None:
+        return LaunchNoise(
+            sigma_log=max(cfg.default_pair_noise, sd or 0.0), estimate_log=sd, launches=n, paired=True
+        )
+    upper = sd * math.sqrt(n / chi2_quantile(1.0 - UPPER_BOUND, n))
+    return LaunchNoise(sigma_log=max(upper, 0.005), estimate_log=sd, launches=n, source="aa", paired=True)
+
+
+def noise_for(samples: Sequence[AASample], cfg: DecisionConfig) -> LaunchNoise:
+    """The launch noise the configured arms need (pure)."""
+    if cfg.arms == "interleaved":
+        return pair_noise(samples, cfg)
+    return launch_noise([s for s in samples if s.shift_log is None], cfg)

@@ -88,6 +88,19 @@ def verdict_of(low: float, high: float, min_gain: float, last_look: bool) -> Ver
     return "inconclusive" if last_look else "undecided"
 
 
+def needs_confirmation(lk: Look, cfg: DecisionConfig) -> bool:
+    """Whether an acceptance must be repeated on a fresh pair of launches (pure)."""
+    return lk.verdict == "accepted" and cfg.confirm_below is not None and lk.ci_low < cfg.confirm_below
+
+
+def replicated(first: Verdict, second: Verdict) -> Verdict:
+    """The verdict once a second, independent pair of launches was judged: accepted only when both
+    accepted; a regression on the second pair is a regression; anything else is inconclusive (pure)."""
+    if first == second == "accepted":
+        return "accepted"
+    return "regression" if second == "regression" else "inconclusive"
+
+
 def look(
     reference: Arm,
     candidate: Arm,

@@ -39,9 +39,11 @@ def write_target(
     tp_size: int = 1,
     startup_timeout_s: float = 120,
     looks: int = 3,
+    arms: str = "sequential",
 ) -> Path:
     """A target TOML with a smaller workload than the demo's, to keep CI quick (`looks = 1`: the
-    reference arm and the candidate get `repeats` requests per prompt, one look)."""
+    reference arm and the candidate get `repeats` requests per prompt, one look; `arms`: see
+    `[decide] arms` in examples/targets/mla_server.toml)."""
     path.write_text(f"""
 name = "e2e mla_server"
 kind = "mla_server"
@@ -49,7 +51,7 @@ repo = "{repo}"
 model = "mla-demo"
 tp_size = {tp_size}
 [launch]
-argv = ["bash", "launch.sh", "--port", "{{port}}", "--preset", "cpu"]
+argv = ["bash", "launch.sh", "--port", "{{port}}", "--preset", "cpu", "--threads", "1"]
 env = {{ PYTHON = "{{python}}" }}
 startup_timeout_s = {startup_timeout_s}
 [measure]
@@ -65,6 +67,7 @@ concurrent = 2
 method = "{method}"
 [decide]
 looks = {looks}
+arms = "{arms}"
 """)
     return path
 

@@ -14,7 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import assert_clean, edited_diff, git, last_json, perfloop, playbook_variant
+from tests.e2e.conftest import (
+    assert_clean,
+    edited_diff,
+    git,
+    last_json,
+    perfloop,
+    playbook_variant,
+    write_target,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]  # one session, up to four launches
 
@@ -39,35 +47,13 @@ ONE_PROMPT = [  # wrong only past 56 tokens of context: the 49-token prompt gets
 ]
 
 
-def small_target(path: Path, repo: Path) -> Path:
-    """Two prompts, 12 tokens, 3 requests per prompt per look (3 looks): the e2e workload."""
-    path.write_text(f"""
-name = "adversarial mla_server"
-kind = "mla_server"
-repo = "{repo}"
-model = "mla-demo"
-[launch]
-argv = ["bash", "launch.sh", "--port", "{{port}}", "--preset", "cpu"]
-env = {{ PYTHON = "{{python}}" }}
-startup_timeout_s = 120
-[measure]
-prompts = ["Explain the KV cache.", "Write a haiku about GPUs."]
-max_tokens = 12
-repeats = 3
-[correctness]
-random_prompts = 1
-max_prompt_chars = 300
-max_tokens = 16
-concurrent = 2
-""")
-    return path
-
-
-def run_books(tmp_path: Path, home: Path, repo: Path, books: Path) -> tuple[dict, dict]:
+def run_books(
+    tmp_path: Path, home: Path, repo: Path, books: Path, arms: str = "sequential"
+) -> tuple[dict, dict]:
     proc = perfloop(
         home,
         "run",
-        str(small_target(tmp_path / "t.toml", repo)),
+        str(write_target(tmp_path / "t.toml", repo, arms=arms)),
         "--json",
         "--playbooks",
         str(books),
@@ -104,11 +90,12 @@ def test_wrong_for_one_prompt_slower_and_no_op_are_never_kept(tmp_path: Path, ho
     assert_clean(repo, s["branch"])
 
 
-@pytest.mark.parametrize("attempt", [1, 2])
-def test_no_op_is_never_accepted(tmp_path: Path, home: Path, repo: Path, attempt: int) -> None:
-    """A comment-only patch, in fresh sessions (benchmarks/decisions.py runs it 20 times)."""
+@pytest.mark.parametrize("arms", ["sequential", "interleaved"])
+def test_no_op_is_never_accepted(tmp_path: Path, home: Path, repo: Path, arms: str) -> None:
+    """A comment-only patch, in fresh sessions, with either arms (benchmarks/noop_sessions.py runs
+    it 20 times)."""
     books = tmp_path / "books"
     playbook_variant(books, "no-op", 0.97, edited_diff(repo, tmp_path, {BACKEND: NO_OP}))
-    s, by = run_books(tmp_path, home, repo, books)
+    s, by = run_books(tmp_path, home, repo, books, arms)
     assert s["accepted"] == [] and by["no-op"]["verdict"] != "accepted", by["no-op"]["reason"]
-    assert s["server_launches"] == 2
+    assert s["server_launches"] == (3 if arms == "interleaved" else 2)  # + the reference beside it

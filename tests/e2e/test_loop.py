@@ -32,7 +32,8 @@ RUNNER = "mla_server/model_runner.py"
 
 
 def test_demo_accepts_gather_then_cast(home: Path) -> None:
-    """`perfloop demo`: patch accepted, >=3x TPOT, identical outputs, clean tree, <=2 launches."""
+    """`perfloop demo`: patch accepted, >=3x TPOT with its CI, identical outputs, clean tree, and
+    2 launches per patch (the candidate, and its reference beside it) after the baseline."""
     proc = perfloop(home, "demo", "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     s = last_json(proc)
@@ -40,7 +41,9 @@ def test_demo_accepts_gather_then_cast(home: Path) -> None:
     assert s["accepted"] == ["kv-cache-full-pool-cast"]
     assert s["outputs_identical"] is True
     assert s["speedup"] >= 3.0, s
-    assert s["server_launches"] <= 2 * len(s["accepted"])
+    assert s["server_launches"] == 1 + 2 * len(s["accepted"])
+    assert "95% CI" in s["decision"] and "arms interleaved" in s["decision"], s["decision"]
+    assert s["speedup_ci"][0] > 1.02, s
     assert s["profile_method"] == "patch"
     repo = Path(s["repo"])
     assert_clean(repo, s["branch"])

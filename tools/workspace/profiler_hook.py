@@ -62,7 +62,8 @@ def _perfloop_profiled(fn):
         run.update(id=run_id, out=os.path.join(root, run_id), total=warmup + active, active=active, steps=0)
         os.makedirs(run["out"], exist_ok=True)
         activities = [torch.profiler.ProfilerActivity.CPU]
-        run["device"] = "cuda" if torch.cuda.is_available() else "cpu"
+        # CUDA only where this process uses it: a CPU server on a GPU machine never initializes it.
+        run["device"] = "cuda" if torch.cuda.is_available() and torch.cuda.is_initialized() else "cpu"
         if run["device"] == "cuda":
             activities.append(torch.profiler.ProfilerActivity.CUDA)
         schedule = torch.profiler.schedule(wait=0, warmup=warmup, active=active, repeat=1)

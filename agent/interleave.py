@@ -1,0 +1,207 @@
+"""Interleaved arms (`[decide] arms = "interleaved"`): the reference tree is launched again beside
+the candidate and requests alternate between the two servers, so both arms see the same machine
+state; the launch noise is then only what differs between two launches measured together (from
+interleaved A/A pairs), not the machine's drift between launches.
+
+The reference runs from a linked worktree of the candidate commit's parent that carries the
+checkout's uncommitted state (`repo.reference_copy`), or, for a launch-option fix, from the same
+tree with the session's previous launch options. Both arms get the same warm-ups, client and
+workload. The candidate's correctness set is checked before the reference is launched (a wrong
+candidate costs no second launch), and both servers' timing outputs against the reference
+measurement's before any timing counts. The reference server is stopped and its copy removed
+before the step returns, whatever happened.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from langgraph.runtime import Runtime
+
+from agent.context import LoopContext, call, host_dir, need
+from agent.correctness import differences, take_outputs
+from agent.decision.noise import pair_noise
+from agent.decision.rule import arm_stats, by_prompt, look, needs_confirmation, replicated
+from agent.measuring import annotate, measure_arm, merge, outputs_problem
+from state.calls import LaunchArgs, MeasureArgs, PairArgs, PidFileArgs, RepoArgs, ServerArgs
+from state.decision import Judgement, LaunchNoise, Look
+from state.loop import LoopState
+from state.measure import Measurement
+from state.process import ServerHandle
+from state.workspace import ReferenceCopyArgs, RemoveCopyArgs
+from tools import bench, server
+from tools.workspace import reference, repo
+
+
+def reference_dir(state: LoopState) -> Path:
+    """Where the reference copy goes on the target's host (pure)."""
+    return host_dir(state) / "reference"
+
+
+def reference_tree(state: LoopState, runtime: Runtime[LoopContext]) -> tuple[Path, list[str]]:
+    """(checkout, launch command) the reference server runs from."""
+    argv = state.launch_argv or state.target.launch.argv
+    commit = state.pending_commit
+    if commit is None:  # a launch-option fix: the same tree, the options kept so far
+        return state.target.repo, argv
+    args = ReferenceCopyArgs(repo=state.target.repo, dest=reference_dir(state), commit=commit.parent_sha)
+    call(runtime, reference.reference_copy, args)
+    return args.dest, argv
+
+
+PID_FILES = ("reference.pid", "confirm.pid")
+"""The pid files of the servers launched beside the candidate: the reference, and the candidate's
+second launch of a confirmation pair."""
+
+
+def launch_beside(
+    state: LoopState, runtime: Runtime[LoopContext], where: Path, argv: list[str], number: int, role: str
+) -> ServerHandle:
+    """Start a server beside the running candidate (its own log and pid file) as launch `number`;
+    `role` is `reference` or `confirm`."""
+    files = host_dir(state)
+    snap = call(runtime, repo.snapshot, RepoArgs(repo=where))
+    instrumented = bool(state.server and state.server.instrumented)
+    return call(
+        runtime,
+        server.launch,
+        LaunchArgs(
+            repo=where,
+            launch=state.target.launch.model_copy(update={"argv": argv}),
+            python=state.options.python,
+            log_path=files / "logs" / f"server-{number}-{role}.log",
+            tree_sha256=repo.tree_fingerprint(snap),
+            instrumented=instrumented,
+            profile_dir=files / f"profiler-{role}" if instrumented else None,
+            launch_number=number,
+            pid_file=files / f"{role}.pid",
+        ),
+    )
+
+
+def stop_reference(state: LoopState, runtime: Runtime[LoopContext]) -> None:
+    """Stop the servers a (possibly killed) attempt launched beside the candidate, and remove the
+    reference copy."""
+    grace = state.target.launch.stop_grace_s
+    for name in PID_FILES:
+        for where in (reference_dir(state), state.target.repo):
+            args = PidFileArgs(pid_file=host_dir(state) / name, repo=where, grace_s=grace)
+            call(runtime, server.stop_recorded, args)
+    call(
+        runtime,
+        reference.remove_reference_copy,
+        RemoveCopyArgs(repo=state.target.repo, dest=reference_dir(state)),
+    )
+
+
+def pair_args(state: LoopState, handle: ServerHandle, label: str, repeats: int, warmups: int) -> MeasureArgs:
+    """One arm's workload: the target's prompts, `repeats` per prompt after `warmups` warm-ups."""
+    cfg = state.target.measure.model_copy(update={"repeats": repeats, "warmup_requests": warmups})
+    return MeasureArgs(
+        base_url=handle.base_url,
+        model=state.target.model,
+        config=cfg,
+        label=label,
+        tree_sha256=handle.tree_sha256,
+        python=state.options.python,
+        repo=str(state.target.repo),
+    )
+
+
+Arms = tuple[Measurement, Measurement, list[Look], str | None]
+"""(reference arm, candidate arm, looks, why the outputs fail the gate or None)."""
+
+
+def judge_pair(
+    state: LoopState,
+    runtime: Runtime[LoopContext],
+    label: str,
+    servers: tuple[ServerHandle, ServerHandle],
+    where: Path,
+    noise: LaunchNoise,
+) -> Arms:
+    """Measure a (reference, candidate) pair of running servers look by look, requests alternating."""
+    ref0, cfg = need(state.reference, "reference measurement"), state.target.decide
+    n, reps = len(ref0.outputs), state.target.measure.repeats
+    ref_m: Measurement | None = None
+    cand_m: Measurement | None = None
+    looks: list[Look] = []
+    for k in range(1, cfg.looks + 1):
+        warm = state.target.measure.warmup_requests if k == 1 else 0
+        pair = call(
+            runtime,
+            bench.measure_pair,
+            PairArgs(
+                reference=pair_args(state, servers[0], f"{label}-reference", reps, warm),
+                candidate=pair_args(state, servers[1], label, reps, warm),
+            ),
+        )
+        snaps = [call(runtime, repo.snapshot, RepoArgs(repo=p)) for p in (where, state.target.repo)]
+        r = annotate(pair.reference, snaps[0], state, servers[0].instrumented, warm)
+        c = annotate(pair.candidate, snaps[1], state, servers[1].instrumented, warm)
+        ref_m, cand_m = (r, c) if ref_m is None or cand_m is None else (merge(ref_m, r), merge(cand_m, c))
+        problem = outputs_problem(ref0, cand_m)
+        if problem is None and ref_m.outputs != ref0.outputs:
+            problem = "the reference server's outputs differ from the reference measurement's: not judged"
+        if problem is not None:
+            return ref_m, cand_m, looks, problem
+        looks.append(look(by_prompt(ref_m.requests, n), by_prompt(cand_m.requests, n), noise, cfg, k))
+        if looks[-1].verdict != "undecided":
+            break
+    return need(ref_m, "reference arm"), need(cand_m, "candidate arm"), looks, None
+
+
+def judge_interleaved(
+    state: LoopState, runtime: Runtime[LoopContext], label: str
+) -> tuple[Measurement, Judgement | None, str | None, int]:
+    """Launch the reference beside the running candidate, measure both look by look, judge; an
+    acceptance below `confirm_below` is judged again on a fresh pair of launches. Returns the
+    candidate's measurement, the judgement, the gate's problem and the launches it made."""
+    cfg, candidate = state.target.decide, need(state.server, "candidate server")
+    n = len(need(state.reference, "reference measurement").outputs)
+    noise = state.launch_noise if state.launch_noise and state.launch_noise.paired else pair_noise([], cfg)
+    if state.correctness is not None:  # a candidate with wrong outputs costs no reference launch
+        problem = differences(state.correctness, take_outputs(state, runtime), n)
+        if problem is not None:
+            return (
+                measure_arm(state, runtime, label, state.target.measure.repeats, warm_up=True),
+                None,
+                problem,
+                0,
+            )
+    where, argv = reference_tree(state, runtime)
+    launches = 0
+    try:
+        ref = launch_beside(state, runtime, where, argv, state.launches + 1, "reference")
+        launches += 1
+        ref_m, cand_m, looks, problem = judge_pair(state, runtime, label, (ref, candidate), where, noise)
+        if problem is not None:
+            return cand_m, None, problem, launches
+        verdict, confirmation = looks[-1].verdict, list[Look]()
+        if needs_confirmation(looks[-1], cfg):
+            call(runtime, server.stop, ServerArgs(server=ref, grace_s=state.target.launch.stop_grace_s))
+            ref2 = launch_beside(state, runtime, where, argv, state.launches + 2, "reference")
+            cand2 = launch_beside(
+                state, runtime, state.target.repo, state.argv, state.launches + 3, "confirm"
+            )
+            launches += 2
+            _, _, confirmation, problem = judge_pair(
+                state, runtime, f"{label}-confirm", (ref2, cand2), where, noise
+            )
+            if problem is not None:
+                return cand_m, None, f"on the confirming pair of launches: {problem}", launches
+            verdict = replicated(verdict, confirmation[-1].verdict)
+    finally:
+        stop_reference(state, runtime)
+    judgement = Judgement(
+        verdict=verdict,
+        looks=looks,
+        launch_noise=noise,
+        min_gain=cfg.min_gain,
+        confidence=cfg.confidence,
+        reference=arm_stats(ref_m.requests, n, ref_m.warmups_discarded),
+        candidate=arm_stats(cand_m.requests, n, cand_m.warmups_discarded),
+        arms="interleaved",
+        confirmation=confirmation,
+    )
+    return cand_m, judgement, None, launches
