@@ -47,6 +47,13 @@ def test_a_cuda_trace_without_kernels(tmp_path: Path) -> None:
         read_chrome_trace(path)
 
 
+def test_a_cpu_trace_from_a_gpu_machine_is_read(tmp_path: Path) -> None:
+    """A CPU server on a GPU machine: torch names the GPU in the trace, but nothing ran on it."""
+    doc = {"traceEvents": [op("aten::mm", 0, 10)], "deviceProperties": [{"name": "NVIDIA H200"}]}
+    summary = read_chrome_trace(write(tmp_path, "cpu.json.gz", doc))
+    assert summary.time_basis == "cpu" and [o.name for o in summary.ops] == ["aten::mm"]
+
+
 def test_no_decode_steps(tmp_path: Path) -> None:
     events = [op("aten::mm", 0, 10), op("aten::add", 20, 5)]
     path = write(tmp_path, "nosteps.json.gz", {"traceEvents": events})

@@ -13,7 +13,9 @@ def check_events(col: Collected, source: str) -> None:
             f"{source}: the trace holds no events; the profiler was probably stopped before anything "
             "ran (no step between start and stop) or exported before it was stopped"
         )
-    gpu = bool(col.device_names) or col.cuda_api_calls > 0
+    # CUDA runtime calls mean GPU work; device names alone do not: torch writes them into every
+    # trace on a GPU machine, also for a server that runs on its CPU.
+    gpu = col.cuda_api_calls > 0
     if gpu and not col.kernels.times:
         where = f" on {col.device_names[0]}" if col.device_names else ""
         raise TraceError(
