@@ -79,10 +79,13 @@ def hold(db: Db, session_id: str, home: Path) -> Iterator[None]:
             (session_id,),
         )
         if rows and rows[0][3] > 0 and rows[0][0] != me and not _holder_dead_here(rows[0][0], here):
-            _, host, pid, left = rows[0]
+            holder, host, pid, left = rows[0]
+            elsewhere = (
+                "" if holder.startswith(f"{here}:") else f": its lease then expires within {left:.0f} s"
+            )
             raise SessionBusy(
                 f"session {session_id} is already being run by perfloop process {pid} on {host}; "
-                f"wait for it to finish (or end that process: its lease then expires within {left:.0f} s)"
+                f"wait for it to finish (or end that process{elsewhere})"
             )
         db.run(
             f"INSERT INTO session_leases VALUES (?, ?, ?, ?, {db.now} + ?) ON CONFLICT (session_id) DO "
