@@ -189,3 +189,45 @@ def test_a_dead_holder_on_the_same_machine_is_taken_over_at_once(tmp_path: Path,
     t0 = time.monotonic()
     assert contend(tmp_path / "home", env).stdout == "held\nreleased\n"
     assert time.monotonic() - t0 < 30
+
+
+def test_postgres_checkpoints_hold_no_secret_even_in_inline_strings(
+    tmp_path: Path, pg_server: PgServer
+) -> None:
+    """PostgresSaver stores a state's plain strings as JSONB, past the serializer: perfloop's saver
+    masks them; LangGraph's own (the control) would have stored the secret."""
+    from typing import TypedDict
+
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from langgraph.graph import START, StateGraph
+    from psycopg.rows import dict_row
+
+    from agent.checkpoint import open_checkpointer, serializer
+    from tools import secrets
+    from tools.door.db import pg_connect
+
+    class S(TypedDict):
+        note: str
+
+    secret = "pw-" + os.urandom(8).hex()
+    secrets.register(secret)
+    builder = StateGraph(S)
+    builder.add_node("n", lambda s: {"note": s["note"] + " seen"})
+    builder.add_edge(START, "n")
+    dbs = {}
+    for name in ("ours", "control"):
+        dbs[name] = pg_server.new_db()
+        url = pg_server.url(dbs[name])
+        if name == "ours":
+            saver = open_checkpointer(tmp_path, url)
+        else:
+            saver = PostgresSaver(
+                pg_connect(url, prepare_threshold=0, row_factory=dict_row), serde=serializer()
+            )
+            saver.setup()
+        graph = builder.compile(checkpointer=saver)
+        graph.invoke({"note": f"the server said {secret}"}, {"configurable": {"thread_id": "t"}})
+        assert graph.get_state({"configurable": {"thread_id": "t"}}).values["note"].endswith(" seen")
+    assert secret.encode() in pg_server.dump(dbs["control"])
+    assert secret.encode() not in pg_server.dump(dbs["ours"])
+    assert b"the server said ***" in pg_server.dump(dbs["ours"])
