@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import PERFLOOP, assert_clean, last_json, make_repo, perfloop, write_target
+from tests.e2e.conftest import PERFLOOP, assert_clean, git, last_json, make_repo, perfloop, write_target
 from tests.pg import PgServer
 
 pytestmark = pytest.mark.e2e
@@ -84,12 +84,32 @@ def test_export_and_import_between_postgres_and_sqlite(runs: dict, tmp_path: Pat
         )
 
 
-def test_another_machine_approves_is_killed_and_the_first_resumes_once_the_lease_expires(
+def resume_once_free(home: Path, sid: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """`perfloop resume` from `home`'s machine, right after another machine's holder was killed:
+    refused while its lease is live (when we get there in time), then run."""
+    killed_at = time.monotonic()
+    early = perfloop(home, "resume", sid, env=env)
+    if (
+        time.monotonic() - killed_at < 3 and early.returncode != -signal.SIGKILL
+    ):  # a loaded machine may be late
+        assert (
+            early.returncode == 2
+            and f"session {sid} is already being run by perfloop process" in early.stderr
+        )
+    deadline = time.monotonic() + 60
+    while (proc := perfloop(home, "resume", sid, "--json", env=env)).returncode == 2:
+        assert "already being run" in proc.stderr and time.monotonic() < deadline, proc.stderr
+        time.sleep(1)
+    return proc
+
+
+def test_machines_take_turns_on_a_session_each_resuming_once_the_killed_ones_lease_expires(
     runs: dict, tmp_path: Path, pg_server: PgServer
 ) -> None:
     """Machine A runs a session (a secret passed to the server) until it pauses for approval;
-    machine B lists it and approves it, and is killed inside `measure`; A is refused while B's lease
-    is live, then resumes it to the end; the recording replays; the database holds no secret."""
+    machine B lists it and approves it, and is killed as the patch commits; A is refused while B's
+    lease is live, then resumes and is killed inside `measure`; B resumes it to the end. One commit,
+    the recording replays, the database holds no secret."""
     secret = "sk-planted-" + os.urandom(8).hex()
     repo = make_repo(tmp_path / "engine")
     target = write_target(tmp_path / "t.toml", repo, looks=1)
@@ -116,22 +136,17 @@ def test_another_machine_approves_is_killed_and_the_first_resumes_once_the_lease
     table = perfloop(machine_b, "sessions", env={**env, "COLUMNS": "250"}).stdout
     assert "host" in table and socket.gethostname() in table
 
-    faults = tmp_path / "faults.txt"
-    faults.write_text("node:measure\n")
-    killed = perfloop(machine_b, "approve", sid, "--json", env={**env, "PERFLOOP_FAULTS_FILE": str(faults)})
+    faults = tmp_path / "faults.txt"  # each point fires once, in the first process that reaches it
+    faults.write_text("git:ref-moved\nnode:measure\n")
+    armed = {**env, "PERFLOOP_FAULTS_FILE": str(faults)}
+    killed = perfloop(machine_b, "approve", sid, "--json", env=armed)  # killed as the patch commits
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    killed_at = time.monotonic()
-    early = perfloop(machine_a, "resume", sid, env=env)
-    if time.monotonic() - killed_at < 3:  # a loaded machine may take longer than the lease to get here
-        assert (
-            early.returncode == 2
-            and f"session {sid} is already being run by perfloop process" in early.stderr
-        )
-    deadline = time.monotonic() + 60
-    while (resumed := perfloop(machine_a, "resume", sid, "--json", env=env)).returncode == 2:
-        assert "already being run" in resumed.stderr and time.monotonic() < deadline, resumed.stderr
-        time.sleep(1)
+    killed = resume_once_free(machine_a, sid, armed)  # then killed inside `measure`
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    resumed = resume_once_free(machine_b, sid, env)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert faults.read_text() == ""
+    assert git(repo, "rev-list", "--count", "main..HEAD").strip() == "1"  # the patch committed once
     s = last_json(resumed)
     assert s["accepted"] == ["kv-cache-full-pool-cast"], s
     assert seen.read_text().split()[0] == hashlib.sha256(secret.encode()).hexdigest()  # it was passed
