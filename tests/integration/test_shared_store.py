@@ -231,3 +231,24 @@ def test_postgres_checkpoints_hold_no_secret_even_in_inline_strings(
     assert secret.encode() in pg_server.dump(dbs["control"])
     assert secret.encode() not in pg_server.dump(dbs["ours"])
     assert b"the server said ***" in pg_server.dump(dbs["ours"])
+
+
+def test_a_postgres_store_at_v1_is_migrated_and_new_ones_open_concurrently(pg_server: PgServer) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    old = pg_server.new_db()
+    pg_server.sql(MIGRATIONS["postgres"][0] + "CREATE TABLE perfloop_schema (version INTEGER PRIMARY KEY);"
+                  "INSERT INTO perfloop_schema VALUES (1);", old)  # fmt: skip
+    pg_server.sql(f"INSERT INTO sessions VALUES ('{SID}', '2026-11-30', '{info().model_dump_json()}')", old)
+    store = SessionStore(Path("/nonexistent"), pg_server.url(old))
+    assert store.db.version() == 2 and store.get_session(SID) == info() and store.held() == {}
+    store.close()
+    fresh = pg_server.url(pg_server.new_db())  # four processes' first open at once: one migrates
+    with ThreadPoolExecutor(4) as pool:
+        stores = list(pool.map(lambda _: SessionStore(Path("/nonexistent"), fresh), range(4)))
+    assert [s.db.version() for s in stores] == [2, 2, 2, 2]
+    assert pg_server.sql(
+        "SELECT version FROM perfloop_schema ORDER BY version", fresh.rsplit("/", 1)[1]
+    ).split() == ["1", "2"]
+    for s in stores:
+        s.close()
