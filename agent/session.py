@@ -131,21 +131,20 @@ class Sessions:
 
     def _invoke(self, session_id: str, inp: Any, answer: dict | None = None) -> LoopState:
         with self.lock(session_id):
-            info = self.info(session_id)
-            self.store.put_session(
-                info.model_copy(update={"status": "running", "host": socket.gethostname()})
-            )
-            if inp is None or isinstance(inp, Command):
-                done = self.state(session_id).calls_done
-                self.store.supersede_after(session_id, done)
-            if answer is not None:
-                self.store.add_input(session_id, "answer", answer)
             known = inp if isinstance(inp, LoopState) else self.state(session_id)
-            if known.target.host.kind == "local" and not known.target.repo.is_dir():
+            info = self.info(session_id)
+            if known.target.host.kind == "local" and not known.target.repo.is_dir():  # nothing written yet
                 raise ConfigError(
                     f"session {session_id} works on {known.target.repo}, which is not on this machine "
                     f"(it last ran on {info.host or 'another machine'}); resume or approve it there"
                 )
+            self.store.put_session(
+                info.model_copy(update={"status": "running", "host": socket.gethostname()})
+            )
+            if inp is None or isinstance(inp, Command):
+                self.store.supersede_after(session_id, known.calls_done)
+            if answer is not None:
+                self.store.add_input(session_id, "answer", answer)
             with executor_for(known.target, known.options.session_dir) as executor:
                 door = LiveDoor(session_id, self.store, executor)
                 self.graph.invoke(

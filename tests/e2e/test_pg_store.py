@@ -135,6 +135,16 @@ def test_machines_take_turns_on_a_session_each_resuming_once_the_killed_ones_lea
     )
     table = perfloop(machine_b, "sessions", env={**env, "COLUMNS": "250"}).stdout
     assert "host" in table and socket.gethostname() in table
+    repo.rename(tmp_path / "elsewhere")  # as seen from a machine without the target's checkout
+    refused = perfloop(machine_b, "approve", sid, env=env)
+    assert refused.returncode == 2 and refused.stderr == (
+        f"error: session {sid} works on {repo}, which is not on this machine (it last ran on "
+        f"{socket.gethostname()}); resume or approve it there\n"
+    )
+    (tmp_path / "elsewhere").rename(repo)
+    assert (
+        last_json(perfloop(machine_b, "sessions", "--json", env=env))[-1]["status"] == "paused"
+    )  # unchanged
 
     faults = tmp_path / "faults.txt"  # each point fires once, in the first process that reaches it
     faults.write_text("git:ref-moved\nnode:measure\n")
