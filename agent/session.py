@@ -133,7 +133,7 @@ class Sessions:
         with self.lock(session_id):
             known = inp if isinstance(inp, LoopState) else self.state(session_id)
             info = self.info(session_id)
-            if known.target.host.kind == "local" and not known.target.repo.is_dir():  # nothing written yet
+            if _repo_missing_here(inp, known):  # refused before anything is written
                 raise ConfigError(
                     f"session {session_id} works on {known.target.repo}, which is not on this machine "
                     f"(it last ran on {info.host or 'another machine'}); resume or approve it there"
@@ -229,6 +229,13 @@ class Sessions:
         state = LoopState.model_validate(graph.get_state(cfg).values)
         status = "paused" if _pending(graph, cfg) is not None else state.status
         return state, summarize(state, status)
+
+
+def _repo_missing_here(inp: Any, known: LoopState) -> bool:
+    """A resumed session on a local target whose repo is not on this machine (a new session, or
+    one stopped before `prepare` made the demo's repo, has none yet by design)."""
+    resumed = not isinstance(inp, LoopState) and known.transitions
+    return bool(resumed) and known.target.host.kind == "local" and not known.target.repo.is_dir()
 
 
 def thread(thread_id: str) -> RunnableConfig:
