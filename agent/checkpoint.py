@@ -1,4 +1,5 @@
-"""LangGraph checkpointing: SQLite in $PERFLOOP_HOME, our state types allow-listed."""
+"""LangGraph checkpointing: SQLite in $PERFLOOP_HOME, or LangGraph's PostgresSaver on the database
+of $PERFLOOP_STORE (shared by every machine on it); our state types allow-listed, secrets masked."""
 
 from __future__ import annotations
 
@@ -7,13 +8,19 @@ import inspect
 import pkgutil
 import sqlite3
 from pathlib import Path
+from typing import Any
 
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver, ChannelVersions, Checkpoint, CheckpointMetadata
+from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite import SqliteSaver
+from psycopg.rows import dict_row
 from pydantic import BaseModel
 
 import state
-from tools.secrets import redact_bytes
+from tools.door.db import pg_connect
+from tools.secrets import redact, redact_bytes
 
 
 def _state_modules() -> list:
@@ -46,9 +53,44 @@ def serializer() -> JsonPlusSerializer:
     return RedactingSerializer(allowed_msgpack_modules=state_types())
 
 
-def open_checkpointer(home: Path) -> SqliteSaver:
-    """The SqliteSaver for all sessions, in `home/checkpoints.sqlite`."""
-    conn = sqlite3.connect(home / "checkpoints.sqlite", check_same_thread=False)
-    saver = SqliteSaver(conn, serde=serializer())
+def open_checkpointer(home: Path, url: str | None = None) -> BaseCheckpointSaver:
+    """The checkpointer for all sessions: PostgresSaver on `url`, else SQLite in
+    `home/checkpoints.sqlite`. Each runs LangGraph's own migrations of its tables (`setup`)."""
+    saver: BaseCheckpointSaver
+    if url is None:
+        saver = SqliteSaver(
+            sqlite3.connect(home / "checkpoints.sqlite", check_same_thread=False), serde=serializer()
+        )
+    else:
+        saver = RedactingPostgresSaver(
+            pg_connect(url, prepare_threshold=0, row_factory=dict_row), serde=serializer()
+        )
     saver.setup()
     return saver
+
+
+def _redact_json(value: Any) -> Any:
+    """Strings inside a JSON value (the checkpoint metadata) with known secrets masked."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {k: _redact_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact_json(v) for v in value]
+    return value
+
+
+class RedactingPostgresSaver(PostgresSaver):
+    """PostgresSaver keeps primitive channel values (our state's plain strings) and the metadata as
+    JSONB, outside the serializer: mask secrets in those too before they are written."""
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        values = {k: redact(v) if isinstance(v, str) else v for k, v in checkpoint["channel_values"].items()}
+        clean: Checkpoint = {**checkpoint, "channel_values": values}
+        return super().put(config, clean, _redact_json(metadata), new_versions)

@@ -94,16 +94,22 @@ def approval(console: Console, req: dict) -> None:
     )
 
 
-def sessions(console: Console, infos: list[SessionInfo]) -> None:
-    """`perfloop sessions`."""
-    t = Table("session", "created", "target", "status", "speedup", "accepted")
+def sessions(console: Console, infos: list[SessionInfo], held: dict[str, str]) -> None:
+    """`perfloop sessions`: a `running` session nobody holds was stopped (resume it)."""
+    t = Table("session", "created", "target", "host", "status", "speedup", "accepted")
     for i in infos:
         s = i.summary
+        status: str = i.status
+        if i.id in held:
+            status = f"{status} ({held[i.id]})"
+        elif status == "running":
+            status = "stopped (resume it)"
         t.add_row(
             i.id,
             i.created_at.strftime("%Y-%m-%d %H:%M"),
             i.target_name,
-            i.status,
+            i.host or "-",
+            status,
             f"{s.speedup:.2f}x" if s and s.speedup else "-",
             ", ".join(s.accepted) if s else "-",
         )

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import fcntl
-import os
 import secrets
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -24,10 +23,12 @@ from state.base import utcnow
 from state.loop import LoopOptions, LoopState
 from state.session import SessionInfo, Summary
 from state.target import TargetConfig
+from tools.door.db import describe
+from tools.door.lease import SessionBusy, hold
 from tools.door.live import LiveDoor
 from tools.door.replay import ReplayDivergence, ReplayDoor
 from tools.door.store import SessionStore, perfloop_home
-from tools.errors import ConfigError, ToolError
+from tools.errors import ConfigError
 from tools.paths import inside
 from tools.paths import session_id as checked_id
 
@@ -37,17 +38,21 @@ def new_session_id() -> str:
     return datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
 
 
-class SessionBusy(ToolError):
-    """Another perfloop process is running this session."""
+__all__ = ["SessionBusy", "Sessions", "new_session_id", "summarize", "thread"]
 
 
 class Sessions:
-    """The sessions under $PERFLOOP_HOME: their store, checkpoints and graph."""
+    """The sessions of this store ($PERFLOOP_STORE's database, else SQLite under $PERFLOOP_HOME):
+    their index, recordings, checkpoints and graph. Session folders stay under $PERFLOOP_HOME."""
 
     def __init__(self, home: Path | None = None) -> None:
         self.home = home or perfloop_home()
-        self.store = SessionStore(self.home / "sessions.sqlite")
-        self.graph = compile_graph(open_checkpointer(self.home))
+        self.store = SessionStore.open(self.home)
+        self.graph = compile_graph(open_checkpointer(self.home, self.store.url))
+
+    def where(self) -> str:
+        """The store, for messages (no password)."""
+        return describe(self.store.url, self.home)
 
     def session_dir(self, session_id: str) -> Path:
         """The session's folder under $PERFLOOP_HOME (its id checked, the result inside home)."""
@@ -80,6 +85,7 @@ class Sessions:
                 repo=inp.target.repo,
                 status="running",
                 parent=parent,
+                host=socket.gethostname(),
             )
         )
         self.store.add_input(sid, "initial", inp.model_dump(mode="json"))
@@ -95,7 +101,9 @@ class Sessions:
     def info(self, session_id: str) -> SessionInfo:
         info = self.store.get_session(checked_id(session_id))
         if info is None:
-            raise ConfigError(f"no session {session_id!r} in {self.home}; list them with `perfloop sessions`")
+            raise ConfigError(
+                f"no session {session_id!r} in {self.where()}; list them with `perfloop sessions`"
+            )
         return info
 
     def config(self, session_id: str) -> RunnableConfig:
@@ -105,7 +113,7 @@ class Sessions:
         snap = self.graph.get_state(self.config(checked_id(session_id)))
         if not snap.values:
             raise ConfigError(
-                f"session {session_id} has no checkpoints in {self.home} (imported?); "
+                f"session {session_id} has no checkpoints in {self.where()} (imported?); "
                 f"use `perfloop replay {session_id}`"
             )
         return LoopState.model_validate(snap.values)
@@ -116,32 +124,27 @@ class Sessions:
 
     @contextmanager
     def lock(self, session_id: str) -> Iterator[None]:
-        """Hold the session's lock: a second process running the same session is refused."""
-        path = inside(self.home / "locks" / f"{checked_id(session_id)}.lock", [self.home], "session lock")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a+") as f:
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                f.seek(0)
-                holder = f.read().strip() or "?"
-                raise SessionBusy(
-                    f"session {session_id} is already being run by perfloop process "
-                    f"{holder}; wait for it to finish (or end that process)"
-                ) from None
-            f.truncate(0)
-            f.write(str(os.getpid()))
-            f.flush()
+        """Hold the session's lease: a second process running the same session, on this machine or
+        any other using the store, is refused (`tools/door/lease.py`)."""
+        with hold(self.store.db, checked_id(session_id), self.home):
             yield
 
     def _invoke(self, session_id: str, inp: Any, answer: dict | None = None) -> LoopState:
         with self.lock(session_id):
+            known = inp if isinstance(inp, LoopState) else self.state(session_id)
+            info = self.info(session_id)
+            if _repo_missing_here(inp, known):  # refused before anything is written
+                raise ConfigError(
+                    f"session {session_id} works on {known.target.repo}, which is not on this machine "
+                    f"(it last ran on {info.host or 'another machine'}); resume or approve it there"
+                )
+            self.store.put_session(
+                info.model_copy(update={"status": "running", "host": socket.gethostname()})
+            )
             if inp is None or isinstance(inp, Command):
-                done = self.state(session_id).calls_done
-                self.store.supersede_after(session_id, done)
+                self.store.supersede_after(session_id, known.calls_done)
             if answer is not None:
                 self.store.add_input(session_id, "answer", answer)
-            known = inp if isinstance(inp, LoopState) else self.state(session_id)
             with executor_for(known.target, known.options.session_dir) as executor:
                 door = LiveDoor(session_id, self.store, executor)
                 self.graph.invoke(
@@ -151,7 +154,8 @@ class Sessions:
             status = "paused" if self.pending_approval(session_id) is not None else state.status
             info = self.info(session_id)
             summary = summarize(state, status) if status != "running" else None
-            self.store.put_session(info.model_copy(update={"status": status, "summary": summary}))
+            update = {"status": status, "summary": summary, "host": socket.gethostname()}
+            self.store.put_session(info.model_copy(update=update))
             return state
 
     def fork(self, session_id: str, at: str, new_id: str, approve: str | None) -> LoopState:
@@ -225,6 +229,13 @@ class Sessions:
         state = LoopState.model_validate(graph.get_state(cfg).values)
         status = "paused" if _pending(graph, cfg) is not None else state.status
         return state, summarize(state, status)
+
+
+def _repo_missing_here(inp: Any, known: LoopState) -> bool:
+    """A resumed session on a local target whose repo is not on this machine (a new session, or
+    one stopped before `prepare` made the demo's repo, has none yet by design)."""
+    resumed = not isinstance(inp, LoopState) and known.transitions
+    return bool(resumed) and known.target.host.kind == "local" and not known.target.repo.is_dir()
 
 
 def thread(thread_id: str) -> RunnableConfig:

@@ -91,3 +91,5 @@ class SessionInfo(Model):
     """Set when the session ends or pauses."""
     parent: SessionId | None = None
     """The session this one was forked from."""
+    host: str | None = None
+    """The machine (host name) that last ran it; None in stores older than the shared store."""

@@ -74,3 +74,6 @@ def scratch(tmp_path):
     yield s
     stray = s.stray()
     assert not stray, f"files written outside $PERFLOOP_HOME and the target repo: {stray}"
+
+
+from tests.pg import pg_server, pg_url  # noqa: E402, F401  (the PostgreSQL fixtures, for every test folder)

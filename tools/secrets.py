@@ -9,7 +9,8 @@ what perfloop stores and prints: `redact()` for text (the session store, exports
 `perfloop show` without the variables therefore has nothing to leak.
 
 The server's environment follows one policy (`server_env`): perfloop's own environment minus every
-secret-looking variable not named in `launch.pass_env`, plus `launch.env`, plus the `pass_env` values.
+secret-looking variable (and `PERFLOOP_STORE`) not named in `launch.pass_env`, plus `launch.env`,
+plus the `pass_env` values.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from pathlib import Path
 from state.target import SECRET_NAME
 
 MASK = "***"
+PERFLOOP_ONLY = frozenset({"PERFLOOP_STORE"})
+"""perfloop's own variables that hold a secret under an innocent name (the store URL's password):
+never passed to a server unless named in `pass_env`."""
 _MIN_LEN = 6
 _registered: set[str] = set()
 
@@ -80,5 +84,5 @@ def server_env(environ: Mapping[str, str], extra: Mapping[str, str], pass_env: l
     """The server's whole environment (pure): `environ` minus secret-looking variables not named in
     `pass_env`, then `extra` (launch.env) and the named variables' values."""
     named = set(pass_env)
-    env = {k: v for k, v in environ.items() if k in named or not looks_secret(k)}
+    env = {k: v for k, v in environ.items() if k in named or not (looks_secret(k) or k in PERFLOOP_ONLY)}
     return {**env, **extra, **{k: environ[k] for k in pass_env if k in environ}}

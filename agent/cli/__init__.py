@@ -7,9 +7,13 @@ a group module, so the package has no import cycle.
 
 from __future__ import annotations
 
+import os
+from typing import Annotated
+
 import typer
 
 from agent.cli import analysis, calibrate, loop, sessions, sglang
+from tools.door.db import STORE_ENV
 
 GROUPS = (loop, calibrate, sessions, analysis, sglang)
 
@@ -21,6 +25,22 @@ def build() -> typer.Typer:
         no_args_is_help=True,
         help="Profile, diagnose, patch and measure an LLM inference server, in a loop.",
     )
+
+    @cli.callback()
+    def main(
+        store: Annotated[
+            str | None,
+            typer.Option(
+                "--store",
+                help="Session store: a postgresql://USER:PASSWORD@HOST:PORT/DB URL shared by many "
+                f"machines (default ${STORE_ENV}, else SQLite under $PERFLOOP_HOME).",
+                show_default=False,
+            ),
+        ] = None,
+    ) -> None:
+        if store is not None:  # the tools that open the store (aa.record) read it from there too
+            os.environ[STORE_ENV] = store
+
     for group in GROUPS:
         for name, fn in group.COMMANDS.items():
             cli.command(name)(fn)

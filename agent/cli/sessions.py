@@ -90,14 +90,15 @@ def fork(
 
 
 def sessions(as_json: Json = False) -> None:
-    """List sessions."""
+    """List the store's sessions (of every machine using it), with the host and status."""
 
     def body():
-        infos = Sessions().store.list_sessions()
+        store = Sessions().store
+        infos, held = store.list_sessions(), store.held()
         if as_json:
-            print(json.dumps([i.model_dump(mode="json") for i in infos]))
+            print(json.dumps([{**i.model_dump(mode="json"), "held_by": held.get(i.id)} for i in infos]))
         else:
-            render.sessions(Console(), infos)
+            render.sessions(Console(), infos, held)
 
     run_command(body)
 

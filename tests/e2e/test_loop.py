@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import threading
 import time
@@ -260,7 +261,7 @@ def second_rank(home: Path) -> threading.Thread:
 def assert_refused_by_lock(proc: subprocess.CompletedProcess, sid: str, holder: int) -> None:
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert proc.stderr.strip() == (
-        f"error: session {sid} is already being run by perfloop process {holder}; "
+        f"error: session {sid} is already being run by perfloop process {holder} on {socket.gethostname()}; "
         "wait for it to finish (or end that process)"
     )
 

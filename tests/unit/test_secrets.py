@@ -62,6 +62,7 @@ def test_server_env_policy() -> None:
         "MY_API_KEY": "k",
         "PLAIN": "p",
         "DB_PASSWORD": "pw",
+        "PERFLOOP_STORE": "postgresql://u:pw@db/perfloop",  # the store's password: perfloop's only
     }
     env = secrets.server_env(environ, {"PYTHON": "py"}, ["HF_TOKEN"])
     assert env == {"PATH": "/bin", "HOME": "/h", "HF_TOKEN": "t1", "PLAIN": "p", "PYTHON": "py"}

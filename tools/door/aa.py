@@ -1,7 +1,8 @@
 """The A/A store as a door tool: keep a baseline launch's location, return every launch of its target.
 
-It runs here (`where="local"`), beside the session store, whatever host the target is on; through
-the door its answer is recorded, so a replayed session sees the launch noise it decided with.
+It runs here (`where="local"`), on the session store ($PERFLOOP_STORE's database or SQLite),
+whatever host the target is on; through the door its answer is recorded, so a replayed session
+sees the launch noise it decided with.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from tools.door.store import SessionStore, perfloop_home
 @tool("aa.record", where="local")
 def record(args: AARecordArgs) -> AASamples:
     """Add `args.sample` (unless `None`) to the A/A store; return all samples of `args.target_key`."""
-    store = SessionStore(perfloop_home() / "sessions.sqlite")
+    store = SessionStore.open(perfloop_home())
     try:
         if args.sample is not None:
             store.add_aa(args.sample)

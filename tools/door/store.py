@@ -1,6 +1,8 @@
-"""The session store: one SQLite file under $PERFLOOP_HOME with sessions and their recordings.
+"""The session store: sessions and their recordings, in SQLite under $PERFLOOP_HOME
+(`sessions.sqlite`) or in the PostgreSQL database of $PERFLOOP_STORE (tools/door/db.py).
 
-LangGraph's checkpoints live beside it in `checkpoints.sqlite` (see agent/checkpoint.py); this store
+LangGraph's checkpoints live beside it (`checkpoints.sqlite`, or the same database; see
+agent/checkpoint.py); this store
 holds what LangGraph does not: the session index, each session's initial state and approval answers,
 and the recording of every tool call. Everything written here passes through `secrets.redact`.
 Calls made by a node that was killed before it finished are kept but marked superseded: the node ran
@@ -11,30 +13,15 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
-import threading
 from pathlib import Path
 from typing import Any
 
 from state.decision import AASample
 from state.records import ToolCallRecord
 from state.session import SessionInfo
+from tools.door.db import Db, store_url
 from tools.paths import session_id as checked_id
 from tools.secrets import redact
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS sessions (
-    id TEXT PRIMARY KEY, created_at TEXT NOT NULL, info TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS tool_calls (
-    session_id TEXT NOT NULL, seq INTEGER NOT NULL, record TEXT NOT NULL,
-    superseded INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (session_id, seq));
-CREATE TABLE IF NOT EXISTS inputs (
-    session_id TEXT NOT NULL, n INTEGER NOT NULL, kind TEXT NOT NULL, value TEXT NOT NULL,
-    PRIMARY KEY (session_id, n));
-CREATE TABLE IF NOT EXISTS aa_launches (
-    target_key TEXT NOT NULL, session_id TEXT NOT NULL, launch_number INTEGER NOT NULL,
-    sample TEXT NOT NULL, PRIMARY KEY (session_id, launch_number));
-"""
 
 
 def perfloop_home() -> Path:
@@ -47,82 +34,85 @@ def perfloop_home() -> Path:
 class SessionStore:
     """Sessions, their inputs and their recorded tool calls."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, url: str | None = None) -> None:
+        """The store at `url` (PostgreSQL), else the SQLite file `path`."""
         self.path = path
-        self._lock = threading.Lock()
-        self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.executescript(_SCHEMA)
+        self.url = url
+        self.db = Db(url, path)
+
+    @classmethod
+    def open(cls, home: Path) -> SessionStore:
+        """The store this process uses: $PERFLOOP_STORE's database, else `home/sessions.sqlite`."""
+        return cls(home / "sessions.sqlite", store_url())
 
     def close(self) -> None:
-        self._conn.close()
-
-    def _write(self, sql: str, params: tuple) -> None:
-        with self._lock:
-            self._conn.execute(sql, params)
+        self.db.close()
 
     def put_session(self, info: SessionInfo) -> None:
         """Insert or replace a session's index entry."""
-        self._write(
-            "INSERT OR REPLACE INTO sessions VALUES (?, ?, ?)",
+        self.db.run(
+            "INSERT INTO sessions VALUES (?, ?, ?) ON CONFLICT (id) DO UPDATE "
+            "SET created_at = excluded.created_at, info = excluded.info",
             (info.id, info.created_at.isoformat(), redact(info.model_dump_json())),
         )
 
     def get_session(self, session_id: str) -> SessionInfo | None:
-        row = self._conn.execute(
-            "SELECT info FROM sessions WHERE id = ?", (checked_id(session_id),)
-        ).fetchone()
-        return None if row is None else SessionInfo.model_validate_json(row[0])
+        rows = self.db.rows("SELECT info FROM sessions WHERE id = ?", (checked_id(session_id),))
+        return SessionInfo.model_validate_json(rows[0][0]) if rows else None
 
     def list_sessions(self) -> list[SessionInfo]:
-        rows = self._conn.execute("SELECT info FROM sessions ORDER BY created_at").fetchall()
+        rows = self.db.rows("SELECT info FROM sessions ORDER BY created_at")
         return [SessionInfo.model_validate_json(r[0]) for r in rows]
+
+    def held(self) -> dict[str, str]:
+        """Sessions whose lease is live right now (tools/door/lease.py): id -> `HOST pid PID`."""
+        rows = self.db.rows(
+            f"SELECT session_id, host, pid FROM session_leases WHERE expires_at > {self.db.now}"
+        )
+        return {sid: f"{host} pid {pid}" for sid, host, pid in rows}
 
     def add_input(self, session_id: str, kind: str, value: Any) -> None:
         """Append an input of the session: its `initial` state, or an approval `answer`."""
         checked_id(session_id)
-        n = self._conn.execute("SELECT COUNT(*) FROM inputs WHERE session_id = ?", (session_id,)).fetchone()[
-            0
-        ]
-        self._write(
-            "INSERT INTO inputs VALUES (?, ?, ?, ?)", (session_id, n, kind, redact(json.dumps(value)))
-        )
+        with self.db.transaction():
+            n = self.db.rows("SELECT COUNT(*) FROM inputs WHERE session_id = ?", (session_id,))[0][0]
+            self.db.run(
+                "INSERT INTO inputs VALUES (?, ?, ?, ?)", (session_id, n, kind, redact(json.dumps(value)))
+            )
 
     def inputs(self, session_id: str, kind: str) -> list[Any]:
-        rows = self._conn.execute(
+        rows = self.db.rows(
             "SELECT value FROM inputs WHERE session_id = ? AND kind = ? ORDER BY n",
             (checked_id(session_id), kind),
-        ).fetchall()
+        )
         return [json.loads(r[0]) for r in rows]
 
     def next_seq(self, session_id: str) -> int:
-        row = self._conn.execute(
+        rows = self.db.rows(
             "SELECT COALESCE(MAX(seq) + 1, 0) FROM tool_calls WHERE session_id = ?", (session_id,)
-        ).fetchone()
-        return int(row[0])
+        )
+        return int(rows[0][0])
 
     def record(self, call: ToolCallRecord) -> None:
         """Append one tool call."""
-        self._write(
+        self.db.run(
             "INSERT INTO tool_calls (session_id, seq, record) VALUES (?, ?, ?)",
             (call.session_id, call.seq, redact(call.model_dump_json())),
         )
 
     def supersede_after(self, session_id: str, done: int) -> int:
         """Mark calls with seq >= done (made by a node that never finished) superseded."""
-        with self._lock:
-            cur = self._conn.execute(
-                "UPDATE tool_calls SET superseded = 1 WHERE session_id = ? AND seq >= ? AND superseded = 0",
-                (session_id, done),
-            )
-            return cur.rowcount
+        return self.db.run(
+            "UPDATE tool_calls SET superseded = 1 WHERE session_id = ? AND seq >= ? AND superseded = 0",
+            (session_id, done),
+        )
 
     def superseded_call(self, session_id: str, name: str, inp: dict[str, Any]) -> ToolCallRecord | None:
         """The latest superseded, successful call of tool `name` with exactly this input, if any."""
-        rows = self._conn.execute(
+        rows = self.db.rows(
             "SELECT record FROM tool_calls WHERE session_id = ? AND superseded = 1 ORDER BY seq DESC",
             (session_id,),
-        ).fetchall()
+        )
         wanted = json.loads(redact(json.dumps(inp)))  # compared as it was stored
         for (text,) in rows:
             rec = ToolCallRecord.model_validate_json(text)
@@ -134,19 +124,23 @@ class SessionStore:
         sql = "SELECT record FROM tool_calls WHERE session_id = ?"
         if not include_superseded:
             sql += " AND superseded = 0"
-        rows = self._conn.execute(sql + " ORDER BY seq", (checked_id(session_id),)).fetchall()
+        rows = self.db.rows(sql + " ORDER BY seq", (checked_id(session_id),))
         return [ToolCallRecord.model_validate_json(r[0]) for r in rows]
 
     def add_aa(self, sample: AASample) -> None:
         """Keep one A/A launch (a baseline launch); the same launch again replaces itself."""
-        self._write(
-            "INSERT OR REPLACE INTO aa_launches VALUES (?, ?, ?, ?)",
-            (sample.target_key, sample.session_id, sample.launch_number, sample.model_dump_json()),
-        )
+        key = (sample.session_id, sample.launch_number)
+        with self.db.transaction():  # delete + insert: a replaced launch moves to the end, as before
+            self.db.run("DELETE FROM aa_launches WHERE session_id = ? AND launch_number = ?", key)
+            self.db.run(
+                "INSERT INTO aa_launches (target_key, session_id, launch_number, sample) VALUES (?, ?, ?, ?)",
+                (sample.target_key, *key, sample.model_dump_json()),
+            )
 
     def aa_samples(self, target_key: str) -> list[AASample]:
         """Every A/A launch kept for a target on a host, oldest first."""
-        rows = self._conn.execute(
-            "SELECT sample FROM aa_launches WHERE target_key = ? ORDER BY rowid", (target_key,)
-        ).fetchall()
+        order = "rowid" if self.db.dialect == "sqlite" else "added"
+        rows = self.db.rows(
+            f"SELECT sample FROM aa_launches WHERE target_key = ? ORDER BY {order}", (target_key,)
+        )
         return [AASample.model_validate_json(r[0]) for r in rows]
