@@ -146,7 +146,13 @@ def proposals(history: list[LoopState]) -> list[ProposalView]:
         p = st.proposal
         if p is not None and (not views or views[-1].proposal != p):
             views.append(ProposalView(p))
-        if views and st.approval is not None and views[-1].approval is None and p == views[-1].proposal:
+        # `propose` clears the approval with each new proposal; a rejection clears the proposal.
+        if (
+            views
+            and st.approval is not None
+            and views[-1].approval is None
+            and p in (None, views[-1].proposal)
+        ):
             views[-1].approval = st.approval
     used: set[int] = set()
     decisions = history[-1].decisions if history else []

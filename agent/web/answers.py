@@ -30,9 +30,10 @@ def web_dir(sessions: Sessions, session: str) -> Path:
     return path
 
 
-def claim(sessions: Sessions, session: str, number: int) -> Path:
-    """Claim the answer to approval `number` of the session; Conflict if it is not the one waiting
-    or was claimed already."""
+def check(sessions: Sessions, session: str, number: int) -> None:
+    """Conflict unless approval `number` is the one the session waits on and is not answered yet."""
+    if claimed(sessions, session, number):
+        raise Conflict(f"proposal {number + 1} of session {session} was answered already")
     waiting = approval_number(sessions, session)
     if waiting is None:
         raise Conflict(
@@ -42,6 +43,11 @@ def claim(sessions: Sessions, session: str, number: int) -> Path:
         raise Conflict(
             f"proposal {number + 1} of session {session} was answered already; it now waits on another"
         )
+
+
+def claim(sessions: Sessions, session: str, number: int) -> Path:
+    """Claim the answer to approval `number` of the session (once: O_EXCL); Conflict otherwise."""
+    check(sessions, session, number)
     path = web_dir(sessions, session) / f"answer-{number}.claim"
     try:
         os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))

@@ -128,8 +128,7 @@ class Web:
 
     def _answer_args(self, sid: str, action: str, number: int, reason: str, patch: str) -> list[str]:
         """The `perfloop` command that answers; bad input raises ToolError (nothing claimed yet)."""
-        if approval_number(self.sessions, sid) != number:
-            raise answers.Conflict(f"proposal {number + 1} of session {sid} is not the one waiting")
+        answers.check(self.sessions, sid, number)
         if action == "approve":
             return ["approve", sid]
         if action == "reject":
