@@ -16,10 +16,13 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# The SSH tests run against a real OpenSSH sshd on 127.0.0.1 (started by the tests themselves).
+# The SSH tests run against a real OpenSSH sshd on 127.0.0.1 (started by the tests themselves);
+# the browser tests (tests/web) drive Debian's chromium through Playwright.
 system-deps:
 	@test -x /usr/sbin/sshd || { echo "installing openssh-server (for the SSH tests)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server >/dev/null; }
+	@test -x /usr/bin/chromium || { echo "installing chromium (for the browser tests)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
 demo: $(STAMP)
 	$(VENV)/bin/perfloop demo

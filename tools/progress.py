@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from tools.secrets import redact
@@ -16,6 +17,7 @@ FILE = "progress.json"
 
 _reporter: Callable[[str], None] = lambda message: None
 _sink: Path | None = None
+_where: list[str] = []
 
 
 def set_reporter(reporter: Callable[[str], None]) -> None:
@@ -32,8 +34,19 @@ def keep_in(folder: Path | None) -> None:
     _sink = None if folder is None else folder / FILE
 
 
+@contextmanager
+def within(what: str) -> Iterator[None]:
+    """Prefix the lines reported meanwhile with `what` (e.g. `look 2/3`): where in a step they are."""
+    _where.append(what)
+    try:
+        yield
+    finally:
+        _where.pop()
+
+
 def report(message: str) -> None:
     """Show one progress line, e.g. `waiting for health: 12.3s; log: loading weights`."""
+    message = ": ".join([*_where, message])
     _reporter(message)
     if _sink is not None:
         try:

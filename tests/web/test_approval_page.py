@@ -110,6 +110,9 @@ def test_two_tabs_approve_at_once_one_wins_and_the_session_finishes_accepted(
             and "answered already" in loser.locator("#message").inner_text()
         )
         winner = next(p for p in pages if p is not loser)
+        # While the answer's process runs the session, the page shows the step and its progress line.
+        winner.wait_for_selector("#progress:has-text('now:')", timeout=60_000)
+        shot(winner, "serve-running-progress")
         winner.wait_for_selector("#status.status-done", timeout=FINISH_S * 1000)  # the page follows it
         shot(winner, "serve-approved-done")
         assert "kv-cache-full-pool-cast: accepted" in winner.locator("#summary").inner_text()
