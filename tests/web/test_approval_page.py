@@ -111,7 +111,10 @@ def test_two_tabs_approve_at_once_one_wins_and_the_session_finishes_accepted(
         )
         winner = next(p for p in pages if p is not loser)
         # While the answer's process runs the session, the page shows the step and its progress line.
-        winner.wait_for_selector("#progress:has-text('now:')", timeout=60_000)
+        winner.wait_for_function(
+            "(document.getElementById('progress-line') || {}).textContent?.includes('launch #2')",
+            timeout=60_000,
+        )
         shot(winner, "serve-running-progress")
         winner.wait_for_selector("#status.status-done", timeout=FINISH_S * 1000)  # the page follows it
         shot(winner, "serve-approved-done")
