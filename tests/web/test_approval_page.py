@@ -79,6 +79,10 @@ def test_edit_with_a_bad_patch_shows_the_error_and_applies_nothing(
     assert git(paused.repo, "status", "--porcelain") == status
     assert paused.answers() == []
     assert page.locator("#approve").count() == 1  # still waiting, the buttons still there
+    href = page.locator("#traces a").first.get_attribute("href")  # the profile's trace, served
+    assert href is not None and href.startswith(f"/sessions/{paused.sid}/files/")
+    trace = page.request.get(paused.served.url + href)
+    assert trace.status == 200 and trace.body()[:2] == b"\x1f\x8b"  # the .json.gz itself
 
 
 def test_reject_needs_a_reason(context: BrowserContext, paused: Paused) -> None:
