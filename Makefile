@@ -17,12 +17,15 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 # The SSH tests run against a real OpenSSH sshd on 127.0.0.1, the shared-store tests against a real
-# PostgreSQL server in a throwaway cluster (both started by the tests themselves).
+# PostgreSQL server in a throwaway cluster (both started by the tests themselves); the browser tests
+# (tests/web) drive Debian's chromium through Playwright.
 system-deps:
 	@test -x /usr/sbin/sshd || { echo "installing openssh-server (for the SSH tests)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server >/dev/null; }
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { echo "installing postgresql (for the store tests)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; }
+	@test -x /usr/bin/chromium || { echo "installing chromium (for the browser tests)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
 demo: $(STAMP)
 	$(VENV)/bin/perfloop demo

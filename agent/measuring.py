@@ -29,6 +29,7 @@ from state.decision import AARecordArgs, AASample, Judgement, LaunchNoise
 from state.loop import LoopState
 from state.measure import Measurement
 from state.workspace import WorkspaceSnapshot
+from tools import progress
 from tools.bench import summarize
 from tools.door import aa
 from tools.workspace import repo
@@ -147,7 +148,8 @@ def judge_candidate(
     ref, cfg = need(state.reference, "reference measurement"), state.target.decide
     noise = state.launch_noise or launch_noise([], cfg)
     reps = state.target.measure.repeats
-    m = measure_arm(state, runtime, label, reps, warm_up=True)
+    with progress.within(f"look 1/{cfg.looks}"):
+        m = measure_arm(state, runtime, label, reps, warm_up=True)
     problem = outputs_problem(ref, m) or unlike(ref, m)
     if problem is None and state.correctness is not None:  # before any timing verdict
         problem = differences(state.correctness, take_outputs(state, runtime), len(ref.outputs))
@@ -157,10 +159,11 @@ def judge_candidate(
     ref_arm = by_prompt(ref.requests, n)
     looks = [look(ref_arm, by_prompt(m.requests, n), noise, cfg, 1, machine_drift(ref, m))]
     while looks[-1].verdict == "undecided":
-        m = merge(m, measure_arm(state, runtime, label, reps, warm_up=False))
+        k = len(looks) + 1
+        with progress.within(f"look {k}/{cfg.looks}"):
+            m = merge(m, measure_arm(state, runtime, label, reps, warm_up=False))
         if (problem := outputs_problem(ref, m)) is not None:
             return m, None, problem
-        k = len(looks) + 1
         looks.append(look(ref_arm, by_prompt(m.requests, n), noise, cfg, k, machine_drift(ref, m)))
     judgement = Judgement(
         verdict=looks[-1].verdict,

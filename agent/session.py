@@ -25,6 +25,7 @@ from state.session import SessionInfo, Summary
 from state.target import TargetConfig
 from tools.door.db import describe
 from tools.door.lease import SessionBusy, hold
+from tools import progress
 from tools.door.live import LiveDoor
 from tools.door.replay import ReplayDivergence, ReplayDoor
 from tools.door.store import SessionStore, perfloop_home
@@ -145,11 +146,15 @@ class Sessions:
                 self.store.supersede_after(session_id, known.calls_done)
             if answer is not None:
                 self.store.add_input(session_id, "answer", answer)
-            with executor_for(known.target, known.options.session_dir) as executor:
-                door = LiveDoor(session_id, self.store, executor)
-                self.graph.invoke(
-                    inp, self.config(session_id), context=LoopContext(door=door), durability="sync"
-                )
+            progress.keep_in(known.options.session_dir)  # for the approval page (perfloop serve)
+            try:
+                with executor_for(known.target, known.options.session_dir) as executor:
+                    door = LiveDoor(session_id, self.store, executor)
+                    self.graph.invoke(
+                        inp, self.config(session_id), context=LoopContext(door=door), durability="sync"
+                    )
+            finally:
+                progress.keep_in(None)
             state = self.state(session_id)
             status = "paused" if self.pending_approval(session_id) is not None else state.status
             info = self.info(session_id)
@@ -202,8 +207,30 @@ class Sessions:
         )
         return self.start_from(inp, info.target_path, parent=session_id)
 
+    def history(self, session_id: str) -> list[LoopState]:
+        """Every state the session went through, oldest first: from its checkpoints, or, for an
+        imported recording (no checkpoints here), from a replay in memory (no host touched)."""
+        graph, cfg = self.graph, self.config(checked_id(session_id))
+        if not graph.get_state(cfg).values:
+            graph, cfg, _ = self._replayed(session_id)
+        snaps = reversed(list(graph.get_state_history(cfg)))
+        return [LoopState.model_validate(s.values) for s in snaps if "session_id" in s.values]
+
     def replay(self, session_id: str) -> tuple[LoopState, Summary]:
         """Run the graph again with every tool call answered from the recording."""
+        graph, cfg, door = self._replayed(session_id)
+        if door.unplayed():
+            nxt = door.unplayed()[0]
+            raise ReplayDivergence(
+                f"the replay ended but the recording has {len(door.unplayed())} more "
+                f"call(s), next: #{door.position} {nxt.name} from node {nxt.node}"
+            )
+        state = LoopState.model_validate(graph.get_state(cfg).values)
+        status = "paused" if _pending(graph, cfg) is not None else state.status
+        return state, summarize(state, status)
+
+    def _replayed(self, session_id: str) -> tuple[Graph, RunnableConfig, ReplayDoor]:
+        """The graph run in memory with every tool call answered from the recording."""
         initial = self.store.inputs(session_id, "initial")
         if not initial:
             raise ConfigError(f"session {session_id} has no recorded initial state; it cannot be replayed")
@@ -220,15 +247,7 @@ class Sessions:
                     "replayed session did not pause for one"
                 )
             graph.invoke(Command(resume=answer), cfg, context=ctx)
-        if door.unplayed():
-            nxt = door.unplayed()[0]
-            raise ReplayDivergence(
-                f"the replay ended but the recording has {len(door.unplayed())} more "
-                f"call(s), next: #{door.position} {nxt.name} from node {nxt.node}"
-            )
-        state = LoopState.model_validate(graph.get_state(cfg).values)
-        status = "paused" if _pending(graph, cfg) is not None else state.status
-        return state, summarize(state, status)
+        return graph, cfg, door
 
 
 def _repo_missing_here(inp: Any, known: LoopState) -> bool:

@@ -1,10 +1,23 @@
-"""Progress reporting for long waits. Tools report; the CLI decides how it is shown (rich)."""
+"""Progress reporting for long waits. Tools report; the CLI decides how it is shown (rich), and
+while a session runs the latest line is also kept in its folder (`progress.json`) for the
+approval page of `perfloop serve`, which runs in another process."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from tools.secrets import redact
+
+FILE = "progress.json"
 
 _reporter: Callable[[str], None] = lambda message: None
+_sink: Path | None = None
+_where: list[str] = []
 
 
 def set_reporter(reporter: Callable[[str], None]) -> None:
@@ -13,6 +26,42 @@ def set_reporter(reporter: Callable[[str], None]) -> None:
     _reporter = reporter
 
 
+def keep_in(folder: Path | None) -> None:
+    """Keep the latest line in `folder`/progress.json from now on (None: stop, and remove it)."""
+    global _sink
+    if folder is None and _sink is not None:
+        _sink.unlink(missing_ok=True)
+    _sink = None if folder is None else folder / FILE
+
+
+@contextmanager
+def within(what: str) -> Iterator[None]:
+    """Prefix the lines reported meanwhile with `what` (e.g. `look 2/3`): where in a step they are."""
+    _where.append(what)
+    try:
+        yield
+    finally:
+        _where.pop()
+
+
 def report(message: str) -> None:
     """Show one progress line, e.g. `waiting for health: 12.3s; log: loading weights`."""
+    message = ": ".join([*_where, message])
     _reporter(message)
+    if _sink is not None:
+        try:
+            _sink.parent.mkdir(parents=True, exist_ok=True)
+            tmp = _sink.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(redact(json.dumps({"message": message, "at": time.time()})))
+            tmp.replace(_sink)
+        except OSError:
+            pass  # progress is a courtesy: a full disk must not stop the session
+
+
+def read_latest(folder: Path) -> dict | None:
+    """The latest line kept in `folder` by a running session (`message`, `at`), if any."""
+    try:
+        value = json.loads((folder / FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None

@@ -1,6 +1,6 @@
 """The `perfloop` command line (Typer): every command, listed once, by group.
 
-Each group module (loop, sessions, analysis, sglang) holds its commands as plain functions and a
+Each group module (loop, calibrate, sessions, report, analysis, sglang) holds its commands as plain functions and a
 `COMMANDS` table of name -> function; common.py holds what they share. Nothing here is imported by
 a group module, so the package has no import cycle.
 """
@@ -12,10 +12,10 @@ from typing import Annotated
 
 import typer
 
-from agent.cli import analysis, calibrate, loop, sessions, sglang
+from agent.cli import analysis, calibrate, loop, report, sessions, sglang
 from tools.door.db import STORE_ENV
 
-GROUPS = (loop, calibrate, sessions, analysis, sglang)
+GROUPS = (loop, calibrate, sessions, report, analysis, sglang)
 
 
 def build() -> typer.Typer:

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from agent.approving import answer_session, edited_patch
 from agent.cli.common import (
     Approve,
     BaseUrl,
@@ -41,13 +42,9 @@ from agent.config import (
     with_proposer,
 )
 from agent.preflight import check_setup
-from agent.remote import executor_for, remote_base
+from agent.remote import remote_base
 from agent.session import Sessions, new_session_id
-from state.calls import ApplyArgs
-from state.workspace import PatchPolicy
-from tools.door.registry import spec_of
-from tools.errors import PatchError, ToolError
-from tools.workspace.repo import check_patch
+from tools.errors import ToolError
 
 
 def _options(
@@ -201,37 +198,7 @@ def resume(session: str, as_json: Json = False) -> None:
 
 def _answer(session: str, answer: dict, as_json: bool) -> None:
     sessions = Sessions()
-    sessions.info(session)
-    if sessions.pending_approval(session) is None:
-        raise ToolError(
-            f"session {session} is not waiting for approval (status "
-            f"{sessions.info(session).status}); see `perfloop show {session}`"
-        )
-    finish(sessions, sessions.resume(session, answer), as_json)
-
-
-def _edited_patch(session: str, path: Path) -> str:
-    """Read a human-edited patch and pass it through the patch gate against the paused session's
-    repo (tools/workspace/gate.py; changes nothing). Refused: bad input, the session stays paused."""
-    state = Sessions().state(session)
-    cap = state.target.max_patch_bytes
-    try:
-        if path.stat().st_size > cap:
-            raise ToolError(
-                f"--patch: patch refused: {path} is {path.stat().st_size} bytes, over the limit of {cap} "
-                "(`max_patch_bytes` in the target)"
-            )
-        diff = path.read_bytes().decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ToolError(f"--patch: cannot read edited patch {path}: {exc}") from exc
-    policy = PatchPolicy(max_bytes=cap, allow_binary=False)
-    args = ApplyArgs(repo=state.target.repo, diff=diff, subject="check", trailers={}, policy=policy)
-    try:
-        with executor_for(state.target, state.options.session_dir) as remote:  # where the repo lives
-            remote.call(spec_of(check_patch), args) if remote else check_patch(args)
-    except PatchError as exc:
-        raise PatchError(f"--patch {path}: {exc}") from None
-    return diff
+    finish(sessions, answer_session(sessions, session, answer), as_json)
 
 
 def approve(
@@ -247,7 +214,7 @@ def approve(
     def body():
         answer = {"approved": True, "by": "human"}
         if patch is not None:
-            answer |= {"diff": _edited_patch(session, patch), "reason": f"edited patch from {patch}"}
+            answer |= {"diff": edited_patch(session, patch), "reason": f"edited patch from {patch}"}
         _answer(session, answer, as_json)
 
     run_command(body)

@@ -17,6 +17,7 @@ from state.proposer import ChatArgs, ChatMessage, ChatReply, ChatToolCall
 from tools import secrets
 from tools.door import tool
 from tools.errors import LlmError
+from tools.progress import report
 
 LOCAL_KEY = "not-needed"
 """Sent to an explicit non-OpenAI endpoint when no key is set (the client refuses to send none)."""
@@ -62,6 +63,7 @@ def chat(args: ChatArgs) -> ChatReply:
         base_url=args.base_url, api_key=api_key(args), max_retries=args.retries, timeout=args.timeout_s
     )
     t0 = time.perf_counter()
+    report(f"model {args.model}: waiting for a reply ({len(args.messages)} messages in the conversation)")
     try:
         resp = client.chat.completions.create(
             model=args.model,

@@ -1,0 +1,5 @@
+"""`python -m agent.cli`: the `perfloop` command (the approval page runs its answers this way)."""
+
+from agent.cli import app
+
+app(prog_name="perfloop")

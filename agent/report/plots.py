@@ -1,0 +1,136 @@
+"""The report's plots, drawn by matplotlib as inline SVG (text kept as text: small and searchable)."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display; set before pyplot is imported
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+
+from agent.report.data import Arm, OpsChange, Span
+from state.profile import ProfileSummary
+
+COLORS = {
+    "baseline": "#4c72b0",
+    "accepted": "#55a868",
+    "rejected": "#c44e52",
+    "regression": "#8c1c13",
+    "inconclusive": "#dd8452",
+    "failed": "#7f7f7f",
+    "measuring": "#8172b3",
+}
+TOP_OPS = 8
+
+plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "svg.hashsalt": "perfloop"})
+
+
+@contextmanager
+def _figure(width: float, height: float) -> Iterator[tuple[Figure, list[str]]]:
+    fig = plt.figure(figsize=(width, height))
+    out: list[str] = []
+    try:
+        yield fig, out
+        fig.tight_layout()
+        buf = io.StringIO()
+        fig.savefig(buf, format="svg", metadata={"Date": None})
+        text = buf.getvalue()
+        out.append(text[text.index("<svg") :])
+    finally:
+        plt.close(fig)
+
+
+def tpot_per_arm(arms: list[Arm]) -> str:
+    """Median TPOT of each arm with its bootstrap CI as error bars, coloured by verdict."""
+    with _figure(7, 3.2) as (fig, out):
+        ax = fig.add_subplot()
+        xs = list(range(len(arms)))
+        for x, a in zip(xs, arms, strict=True):
+            err = [[a.median_ms - a.ci_ms[0]], [a.ci_ms[1] - a.median_ms]]
+            ax.errorbar([x], [a.median_ms], yerr=err, fmt="o", capsize=6, color=COLORS.get(a.verdict, "k"))
+            ax.annotate(f"{a.median_ms:.1f} ms", (x, a.median_ms), textcoords="offset points", xytext=(8, 0))
+        ax.set_xticks(xs, [f"{a.label}\n({a.verdict})" for a in arms])
+        ax.set_xlim(-0.5, len(arms) - 0.5)
+        ax.set_yscale("log")
+        ax.set_ylabel("TPOT, ms (median, 95% CI)")
+        ax.grid(axis="y", alpha=0.3)
+    return out[0]
+
+
+def distributions(arms: list[Arm]) -> str:
+    """Per-request TPOT and per-token ITL of every arm, as box plots on a log scale."""
+    with _figure(9, 3.4) as (fig, out):
+        for i, (title, values) in enumerate(
+            (
+                ("per-request TPOT", [a.tpot_ms for a in arms]),
+                ("inter-token latency", [a.itl_ms for a in arms]),
+            )
+        ):
+            ax = fig.add_subplot(1, 2, i + 1)
+            box = ax.boxplot(values, patch_artist=True, showfliers=True)
+            for patch, a in zip(box["boxes"], arms, strict=True):
+                patch.set_facecolor(COLORS.get(a.verdict, "#cccccc"))
+                patch.set_alpha(0.6)
+            ax.set_xticks(range(1, len(arms) + 1), [a.label for a in arms], rotation=10)
+            ax.set_yscale("log")
+            ax.set_ylabel("ms")
+            ax.set_title(f"{title} (n = {', '.join(str(len(v)) for v in values)})")
+            ax.grid(axis="y", alpha=0.3)
+    return out[0]
+
+
+def _per_step_ms(p: ProfileSummary) -> dict[str, float]:
+    times: dict[str, float] = {}
+    for op in p.ops:
+        times[op.name] = times.get(op.name, 0.0) + op.self_us / p.steps / 1000
+    return times
+
+
+def top_ops(change: OpsChange) -> str:
+    """Self time per decode step of the top ops, in the profile before the patch and the one after."""
+    before = _per_step_ms(change.before)
+    after = _per_step_ms(change.after) if change.after else {}
+    names = sorted(set(before) | set(after), key=lambda n: -max(before.get(n, 0), after.get(n, 0)))[:TOP_OPS]
+    basis = "device" if change.before.time_basis == "device" else "CPU"
+    with _figure(7, 0.45 * len(names) + 1.2) as (fig, out):
+        ax = fig.add_subplot()
+        ys = range(len(names))
+        ax.barh(
+            [y - 0.2 for y in ys], [before.get(n, 0) for n in names], 0.4, label="before", color="#4c72b0"
+        )
+        if change.after:
+            ax.barh(
+                [y + 0.2 for y in ys], [after.get(n, 0) for n in names], 0.4, label="after", color="#55a868"
+            )
+        ax.set_yticks(list(ys), names)
+        ax.invert_yaxis()
+        ax.set_xlabel(f"{basis} self time per decode step, ms")
+        ax.set_title(
+            f"top ops before / after {change.label}" + ("" if change.after else " (no later profile)")
+        )
+        ax.legend(loc="lower right")
+        ax.grid(axis="x", alpha=0.3)
+    return out[0]
+
+
+def timeline(spans: list[Span]) -> str:
+    """Each node's stretch of tool calls on a time axis (seconds since the first call)."""
+    nodes = list(dict.fromkeys(s.node for s in spans))
+    t0 = spans[0].start if spans else None
+    with _figure(9, 0.3 * len(nodes) + 1.2) as (fig, out):
+        ax = fig.add_subplot()
+        for s in spans:
+            assert t0 is not None
+            x = (s.start - t0).total_seconds()
+            width = max((s.end - s.start).total_seconds(), 0.05)
+            ax.broken_barh([(x, width)], (nodes.index(s.node) - 0.4, 0.8), color="#4c72b0")
+        ax.set_yticks(range(len(nodes)), nodes)
+        ax.invert_yaxis()
+        ax.set_xlabel("seconds since the session's first tool call")
+        ax.grid(axis="x", alpha=0.3)
+    return out[0]

@@ -1,0 +1,95 @@
+"""Answering a paused session from the approval page: each proposal is answered once (a claim file
+made with O_EXCL, so two tabs or two requests at once get one answer and one refusal), and the
+answer runs as the same `perfloop approve|reject` command a shell would run, in its own process
+that continues the session in the background."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from agent.approving import approval_number
+from agent.session import Sessions
+
+
+class Conflict(Exception):
+    """The proposal was answered already, or the session waits on no (or another) proposal."""
+
+
+_children: list[subprocess.Popen] = []
+_lock = threading.Lock()
+
+
+def web_dir(sessions: Sessions, session: str) -> Path:
+    """The session's folder for the page's files: claims, edited patches, the answers' logs."""
+    path = sessions.session_dir(session) / "web"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def check(sessions: Sessions, session: str, number: int) -> None:
+    """Conflict unless approval `number` is the one the session waits on and is not answered yet."""
+    if claimed(sessions, session, number):
+        raise Conflict(f"proposal {number + 1} of session {session} was answered already")
+    waiting = approval_number(sessions, session)
+    if waiting is None:
+        raise Conflict(
+            f"session {session} is not waiting for approval (status {sessions.info(session).status})"
+        )
+    if waiting != number:
+        raise Conflict(
+            f"proposal {number + 1} of session {session} was answered already; it now waits on another"
+        )
+
+
+def claim(sessions: Sessions, session: str, number: int) -> Path:
+    """Claim the answer to approval `number` of the session (once: O_EXCL); Conflict otherwise."""
+    check(sessions, session, number)
+    path = web_dir(sessions, session) / f"answer-{number}.claim"
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        raise Conflict(f"proposal {number + 1} of session {session} was answered already") from None
+    return path
+
+
+def claimed(sessions: Sessions, session: str, number: int) -> bool:
+    """Whether approval `number` was answered from the page."""
+    return (sessions.session_dir(session) / "web" / f"answer-{number}.claim").exists()
+
+
+def run_cli(sessions: Sessions, session: str, number: int, args: list[str]) -> Path:
+    """Start `perfloop ARGS` in the background with this $PERFLOOP_HOME; returns its log file."""
+    log = web_dir(sessions, session) / f"answer-{number}.log"
+    env = {**os.environ, "PERFLOOP_HOME": str(sessions.home)}
+    with open(log, "wb") as out, _lock:
+        _children.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "agent.cli", *args],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        )
+    return log
+
+
+def reap() -> None:
+    """Collect the answer processes that have ended (no zombies in a long-running server)."""
+    with _lock:
+        _children[:] = [p for p in _children if p.poll() is None]
+
+
+def last_answer_log(sessions: Sessions, session: str) -> str | None:
+    """The tail of the latest answer process's output (its error, when it failed)."""
+    logs = list((sessions.session_dir(session) / "web").glob("answer-*.log"))
+    if not logs:
+        return None
+    latest = max(logs, key=lambda p: int(p.stem.removeprefix("answer-")))
+    text = latest.read_text(errors="replace").strip()
+    return text[-2000:] or None

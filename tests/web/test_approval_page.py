@@ -1,0 +1,190 @@
+"""The approval page of `perfloop serve` in a real browser, on a CPU demo session paused for manual
+approval: an edited bad patch is refused with nothing applied, a reject needs a reason, two tabs
+approving at once get one approval and one 409, the session then finishes accepted in the
+background; a forked session is rejected with a reason; a non-loopback bind needs its token."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, BrowserContext, Page
+
+from tests.e2e.conftest import git, last_json, make_repo, perfloop, write_target
+from tests.procs import processes_in
+from tests.web.conftest import Served, shot
+from tools.door.store import SessionStore
+
+pytestmark = pytest.mark.e2e
+FINISH_S = 300
+
+
+class Paused:
+    def __init__(self, home: Path, repo: Path, sid: str, served: Served) -> None:
+        self.home, self.repo, self.sid, self.served = home, repo, sid, served
+
+    @property
+    def page_url(self) -> str:
+        return f"{self.served.url}/sessions/{self.sid}"
+
+    def answers(self, sid: str | None = None) -> list[dict]:
+        return SessionStore(self.home / "sessions.sqlite").inputs(sid or self.sid, "answer")
+
+
+@pytest.fixture(scope="module")
+def paused(tmp_path_factory) -> Iterator[Paused]:
+    """One CPU demo session that waits for approval, and `perfloop serve` on its home."""
+    root = tmp_path_factory.mktemp("approval")
+    home, repo = root / "home", make_repo(root / "engine")
+    target = write_target(root / "t.toml", repo, looks=1)
+    run = perfloop(home, "run", str(target), "--approve", "manual", "--json", "--max-iterations", "1")
+    assert run.returncode == 0, run.stderr[-2000:]
+    state = last_json(run)
+    assert state["status"] == "paused"
+    served = Served(home)
+    try:
+        yield Paused(home, repo, state["session"], served)
+    finally:
+        served.stop()
+        for pid in processes_in(root):
+            os.kill(pid, 9)
+
+
+def open_session(context: BrowserContext, p: Paused) -> Page:
+    page = context.new_page()
+    page.goto(p.page_url)
+    page.wait_for_selector("#approval")
+    return page
+
+
+def test_edit_with_a_bad_patch_shows_the_error_and_applies_nothing(
+    context: BrowserContext, paused: Paused
+) -> None:
+    head = git(paused.repo, "rev-parse", "HEAD")
+    status = git(paused.repo, "status", "--porcelain")
+    page = open_session(context, paused)
+    assert page.locator("#pending-diff .diff .gi").count() >= 4  # the proposed diff, highlighted
+    assert "aten::copy_" in page.locator("#approval table.evidence").inner_text()
+    page.click("#edit-panel summary")
+    page.fill("#patch", "this is not a patch\n")
+    page.click("#edit")
+    page.wait_for_selector("#error")
+    error = page.locator("#error").inner_text()
+    assert error.startswith("--patch ") and "edit-0.diff" in error, error
+    shot(page, "serve-edit-refused")
+    assert git(paused.repo, "rev-parse", "HEAD") == head
+    assert git(paused.repo, "status", "--porcelain") == status
+    assert paused.answers() == []
+    assert page.locator("#approve").count() == 1  # still waiting, the buttons still there
+    href = page.locator("#traces a").first.get_attribute("href")  # the profile's trace, served
+    assert href is not None and href.startswith(f"/sessions/{paused.sid}/files/")
+    trace = page.request.get(paused.served.url + href)
+    assert trace.status == 200 and trace.body()[:2] == b"\x1f\x8b"  # the .json.gz itself
+
+
+def test_reject_needs_a_reason(context: BrowserContext, paused: Paused) -> None:
+    page = open_session(context, paused)
+    page.click("#reject")
+    page.wait_for_selector("#error")
+    assert "a reason is required" in page.locator("#error").inner_text()
+    assert paused.answers() == []
+
+
+def test_two_tabs_approve_at_once_one_wins_and_the_session_finishes_accepted(
+    browser: Browser, paused: Paused
+) -> None:
+    tabs = [browser.new_context(viewport={"width": 1200, "height": 900}) for _ in range(2)]
+    try:
+        pages = [open_session(ctx, paused) for ctx in tabs]
+        shot(pages[0], "serve-waiting-for-approval")
+        # Both forms are submitted before either answer comes back.
+        with pages[0].expect_navigation() as first, pages[1].expect_navigation() as second:
+            for page in pages:
+                page.evaluate("document.getElementById('approve').form.submit()")
+        landed = [first.value, second.value]
+        assert all(r is not None for r in landed)
+        assert sorted(r.status for r in landed if r) == [200, 409]  # one redirected to its page, one refused
+        assert sum(r.request.redirected_from is not None for r in landed if r) == 1  # the 303
+        loser = next(p for p in pages if p.locator("#message").count())
+        assert (
+            "409" in loser.locator("#message").inner_text()
+            and "answered already" in loser.locator("#message").inner_text()
+        )
+        winner = next(p for p in pages if p is not loser)
+        # While the answer's process runs the session, the page shows the step and its progress line.
+        winner.wait_for_function(
+            "(document.getElementById('progress-line') || {}).textContent?.includes('launch #2')",
+            timeout=60_000,
+        )
+        shot(winner, "serve-running-progress")
+        winner.wait_for_selector("#status.status-done", timeout=FINISH_S * 1000)  # the page follows it
+        shot(winner, "serve-approved-done")
+        assert "kv-cache-full-pool-cast: accepted" in winner.locator("#summary").inner_text()
+        assert "approved by human" in winner.locator("#proposal-1 .answer").inner_text()
+    finally:
+        for ctx in tabs:
+            ctx.close()
+    assert paused.answers() == [{"approved": True, "by": "human"}]  # the CLI's answer, recorded once
+    summary = json.loads(perfloop(paused.home, "sessions", "--json").stdout)[0]["summary"]
+    assert summary["accepted"] == ["kv-cache-full-pool-cast"] and summary["commits"]
+    assert git(paused.repo, "log", "-1", "--format=%H").strip() == summary["commits"][0]
+
+
+def test_a_forked_session_is_rejected_with_its_reason(context: BrowserContext, paused: Paused) -> None:
+    if perfloop(paused.home, "sessions", "--json").stdout.count('"paused"'):
+        assert perfloop(paused.home, "approve", paused.sid).returncode == 0  # run alone: end it first
+    fork = perfloop(paused.home, "fork", paused.sid, "--at", "approve", "--approve", "manual", "--json")
+    assert fork.returncode == 0, fork.stderr[-2000:]
+    sid = last_json(fork)["session"]
+    page = context.new_page()
+    page.goto(f"{paused.served.url}/sessions/{sid}")
+    page.fill("#reason", "not this week: needs a review of the pool layout")
+    page.click("#reject")
+    page.wait_for_selector("#status.status-done", timeout=FINISH_S * 1000)
+    text = page.locator("#proposal-1").inner_text()
+    assert "rejected by human — not this week" in text
+    assert paused.answers(sid) == [
+        {"approved": False, "by": "human", "reason": "not this week: needs a review of the pool layout"}
+    ]
+    shot(page, "serve-rejected-done")
+
+
+def test_a_non_loopback_bind_needs_its_token(browser: Browser, recorded_home: tuple[Path, str]) -> None:
+    home, sid = recorded_home
+    served = Served(home, "--host", "0.0.0.0")
+    try:
+        assert served.token and len(served.token) >= 20  # generated and printed
+        ctx = browser.new_context()
+        page = ctx.new_page()
+        refused = page.goto(served.url + f"/sessions/{sid}")
+        assert refused is not None and refused.status == 401
+        assert "needs its token" in page.inner_text("body")
+        shot(page, "serve-token-refused")
+        wrong = page.goto(served.url + "/?token=wrong")
+        assert wrong is not None and wrong.status == 401
+        ok = page.goto(served.url + f"/?token={served.token}")
+        assert ok is not None and ok.status == 200 and page.url == served.url + "/"  # token kept in a cookie
+        again = page.goto(served.url + f"/sessions/{sid}")
+        assert again is not None and again.status == 200
+        api = page.request.get(
+            served.url + f"/api/sessions/{sid}", headers={"Authorization": "Bearer " + served.token}
+        )
+        assert api.status == 200
+        no_csrf = page.request.post(served.url + f"/sessions/{sid}/approve", form={"number": "0"})
+        assert no_csrf.status == 403 and "CSRF" in no_csrf.text()
+        elsewhere = page.request.post(
+            served.url + f"/sessions/{sid}/approve",
+            form={"number": "0"},
+            headers={"Origin": "http://evil.example"},
+        )
+        assert elsewhere.status == 403 and "another origin" in elsewhere.text()
+        ctx.close()
+        stranger = browser.new_context()
+        bare = stranger.request.post(served.url + f"/sessions/{sid}/approve", form={"number": "0"})
+        assert bare.status == 401
+        stranger.close()
+    finally:
+        served.stop()

@@ -1,0 +1,101 @@
+"""`perfloop report` of the shipped demo recording (imported: no checkpoints) in a real browser:
+it renders offline, its plots are in the DOM, and the browser fetches nothing but the file."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from playwright.sync_api import BrowserContext
+
+from tests.e2e.conftest import PERFLOOP
+from tests.web.conftest import Served, shot
+
+PLOTS = ("plot-tpot", "plot-dist", "plot-ops-1", "plot-timeline")
+
+
+def requests_of(context: BrowserContext) -> list[str]:
+    """Every URL the browser asks for; anything not file:// is refused (no network)."""
+    seen: list[str] = []
+    context.on("request", lambda r: seen.append(r.url))
+    context.route(
+        "**/*",
+        lambda route: (
+            route.continue_()
+            if route.request.url.startswith(("file:", "http://127.0.0.1"))
+            else route.abort()
+        ),
+    )
+    return seen
+
+
+def test_report_of_an_imported_recording_renders_offline_with_its_plots(
+    tmp_path: Path, recorded_home: tuple[Path, str], context: BrowserContext
+) -> None:
+    home, sid = recorded_home
+    out = tmp_path / "report.html"
+    made = subprocess.run(
+        [str(PERFLOOP), "report", sid, "-o", str(out)],
+        env={**os.environ, "PERFLOOP_HOME": str(home)},
+        capture_output=True,
+        text=True,
+    )
+    assert made.returncode == 0, made.stderr
+    assert 20_000 < out.stat().st_size < 1_000_000  # self-contained, and a sensible size
+    seen = requests_of(context)
+    page = context.new_page()
+    page.goto(out.as_uri())
+    assert seen == [out.as_uri()], f"the report fetched more than itself: {seen}"
+    for fid in PLOTS:
+        svg = page.locator(f"#{fid} svg")
+        assert svg.count() == 1, f"plot {fid} missing"
+        assert svg.bounding_box()["width"] > 300  # drawn, not empty
+    assert "baseline" in page.locator("#plot-tpot svg").text_content()  # axis text kept as text
+    assert "aten::copy_" in page.locator("#plot-ops-1 svg").text_content()
+    assert "52.93x" in page.locator("#summary").inner_text()
+    proposal = page.locator("#proposal-1")
+    assert "kv-cache-full-pool-cast" in proposal.inner_text() and "accepted" in proposal.inner_text()
+    assert proposal.locator(".diff .gi").count() >= 4  # added lines, highlighted by Pygments
+    assert proposal.locator("table.evidence").inner_text().count("aten::") >= 1
+    assert page.locator("#transitions tr").count() == 18  # header + the 17 transitions replayed
+    shot(page, "report-demo-recording")
+
+
+def test_missing_session_and_unwritable_output_are_one_line_errors(
+    tmp_path: Path, recorded_home: tuple[Path, str]
+) -> None:
+    home, sid = recorded_home
+    env = {**os.environ, "PERFLOOP_HOME": str(home)}
+    nope = subprocess.run([str(PERFLOOP), "report", "nope-1"], env=env, capture_output=True, text=True)
+    assert nope.returncode == 2 and nope.stderr.count("\n") == 1 and "no session 'nope-1'" in nope.stderr
+    bad = subprocess.run(
+        [str(PERFLOOP), "report", sid, "-o", str(tmp_path / "no" / "dir" / "r.html")],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2 and "--output: cannot write" in bad.stderr, bad.stderr
+
+
+def test_served_pages_list_the_session_and_fetch_nothing_outside(
+    recorded_home: tuple[Path, str], context: BrowserContext
+) -> None:
+    home, sid = recorded_home
+    served = Served(home)
+    try:
+        seen = requests_of(context)
+        page = context.new_page()
+        page.goto(served.url + "/")
+        assert page.locator(f"#sessions a[href='/sessions/{sid}']").count() == 1
+        page.click(f"#sessions a[href='/sessions/{sid}']")
+        page.wait_for_selector("#plot-tpot svg")
+        assert page.locator("#status").inner_text() == "done"
+        page.wait_for_timeout(2000)  # let the page poll its state at least once
+        assert all(u.startswith(served.url) for u in seen), seen
+        assert any(u.endswith(f"/api/sessions/{sid}") for u in seen), "the page does not follow the session"
+        outside = page.request.get(served.url + f"/sessions/{sid}/files/..%2F..%2Fsessions.sqlite")
+        assert outside.status == 404
+        shot(page, "serve-session-done")
+    finally:
+        served.stop()
