@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import getpass
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from state.target import TargetConfig
 from tools.hosts.client import RemoteExecutor, ensure_package, remote_home
@@ -45,3 +46,21 @@ def executor_for(target: TargetConfig, session_dir: Path) -> Iterator[RemoteExec
         yield RemoteExecutor(host, target.host.python, ensure_package(host), session_dir / "remote.log")
     finally:
         close_all()
+
+
+def host_executors(session_dir: Path) -> Callable[[Any], RemoteExecutor | None]:
+    """Makes the executor for a host config of the target's `[[hosts]]` (None for a local one),
+    connected on first use; `close_hosts` closes them."""
+
+    def make(cfg: Any) -> RemoteExecutor | None:
+        if getattr(cfg, "kind", "local") != "ssh":
+            return None
+        host = connect(cfg, ssh_prompt())
+        return RemoteExecutor(host, cfg.python, ensure_package(host), session_dir / "remote.log")
+
+    return make
+
+
+def close_hosts() -> None:
+    """Close every SSH connection this process opened."""
+    close_all()

@@ -18,7 +18,7 @@ from langgraph.types import Command
 from agent.checkpoint import open_checkpointer, serializer
 from agent.context import LoopContext
 from agent.graph import Graph, compile_graph
-from agent.remote import executor_for, remote_options
+from agent.remote import close_hosts, executor_for, host_executors, remote_options
 from agent.steps_setup import FORK_STEPS
 from state.base import utcnow
 from state.loop import LoopOptions, LoopState
@@ -142,11 +142,16 @@ class Sessions:
             if answer is not None:
                 self.store.add_input(session_id, "answer", answer)
             known = inp if isinstance(inp, LoopState) else self.state(session_id)
-            with executor_for(known.target, known.options.session_dir) as executor:
-                door = LiveDoor(session_id, self.store, executor)
-                self.graph.invoke(
-                    inp, self.config(session_id), context=LoopContext(door=door), durability="sync"
-                )
+            try:
+                with executor_for(known.target, known.options.session_dir) as executor:
+                    door = LiveDoor(
+                        session_id, self.store, executor, host_executors(known.options.session_dir)
+                    )
+                    self.graph.invoke(
+                        inp, self.config(session_id), context=LoopContext(door=door), durability="sync"
+                    )
+            finally:
+                close_hosts()  # the [[hosts]] connections
             state = self.state(session_id)
             status = "paused" if self.pending_approval(session_id) is not None else state.status
             info = self.info(session_id)
@@ -275,4 +280,5 @@ def summarize(state: LoopState, status: str) -> Summary:
         mechanisms=[f"{m.playbook}: {m.note}" for m in state.mechanisms],
         unexplained_gains=[m.playbook for m in state.mechanisms if not m.confirmed],
         launch_argv=state.launch_argv or state.target.launch.argv,
+        trials=[t.line() for t in state.trials],
     )

@@ -25,6 +25,7 @@ from agent.cli.common import (
     Method,
     ModelOpt,
     NoBuiltin,
+    Parallel,
     ProposerOpt,
     TrustNew,
     choice,
@@ -46,7 +47,7 @@ from agent.session import Sessions, new_session_id
 from state.calls import ApplyArgs
 from state.workspace import PatchPolicy
 from tools.door.registry import spec_of
-from tools.errors import PatchError, ToolError
+from tools.errors import ConfigError, PatchError, ToolError
 from tools.workspace.repo import check_patch
 
 
@@ -143,6 +144,7 @@ def run(
         str | None, typer.Option("--profile-method", help="Override the config's profile method (patch|api).")
     ] = None,
     max_iterations: Iters = 3,
+    parallel: Parallel = None,
     floor_ms: FloorMs = None,
     floor_factor: FloorFactor = 2.0,
     playbooks: Books = None,
@@ -174,6 +176,11 @@ def run(
         method = profile_method or target.profile.method
         floor = (floor_ms, floor_factor)
         opts = _options(approve, method, max_iterations, playbooks or [], no_builtin_playbooks, floor)
+        if parallel is not None and not target.hosts:
+            raise ConfigError(
+                f"--parallel {parallel} needs [[hosts]] in {target_toml}: list the hosts to try candidates on"
+            )
+        opts["parallel"] = parallel
         target = target.model_copy(update={"profile": target.profile.model_copy(update={"method": method})})
         check_repo(target)
         check_setup(target, opts)
