@@ -13,11 +13,26 @@ from state.target import TargetConfig
 from tools.hosts.client import RemoteExecutor, ensure_package, remote_home
 from tools.hosts.connect import close_all, connect
 from tools.hosts.connection import Prompt
+from tools.hosts.setup import ensure_env
+from tools.hosts.ssh import SSHHost
 
 
 def ssh_prompt() -> Prompt | None:
     """Ask for a key passphrase at the terminal, only when there is one."""
     return getpass.getpass if sys.stdin.isatty() else None
+
+
+def consent(question: str) -> bool:
+    """Ask the user at the terminal (never without one)."""
+    print(question, file=sys.stderr)
+    return input("[y/N] ").strip().lower() in ("y", "yes")
+
+
+def first_use(host: SSHHost, python: str) -> None:
+    """With a terminal: offer `perfloop host setup` when the host's Python cannot run perfloop's
+    tools (without one, the first tool call says what to run)."""
+    if sys.stdin.isatty():
+        ensure_env(host, python, consent)
 
 
 def remote_base(target: TargetConfig) -> Path:
@@ -43,6 +58,7 @@ def executor_for(target: TargetConfig, session_dir: Path) -> Iterator[RemoteExec
         return
     try:
         host = connect(target.host, ssh_prompt())
+        first_use(host, target.host.python)
         yield RemoteExecutor(host, target.host.python, ensure_package(host), session_dir / "remote.log")
     finally:
         close_all()
@@ -56,6 +72,7 @@ def host_executors(session_dir: Path) -> Callable[[Any], RemoteExecutor | None]:
         if getattr(cfg, "kind", "local") != "ssh":
             return None
         host = connect(cfg, ssh_prompt())
+        first_use(host, cfg.python)
         return RemoteExecutor(host, cfg.python, ensure_package(host), session_dir / "remote.log")
 
     return make

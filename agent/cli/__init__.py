@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import typer
 
-from agent.cli import analysis, calibrate, loop, sessions, sglang
+from agent.cli import analysis, calibrate, host, loop, sessions, sglang
 
 GROUPS = (loop, calibrate, sessions, analysis, sglang)
 
 
 def build() -> typer.Typer:
-    """The `perfloop` app: each group's commands, then the `playbook` sub-command group."""
+    """The `perfloop` app: each group's commands, then the `playbook` and `host` sub-command groups."""
     cli = typer.Typer(
         add_completion=False,
         no_args_is_help=True,
@@ -25,6 +25,7 @@ def build() -> typer.Typer:
         for name, fn in group.COMMANDS.items():
             cli.command(name)(fn)
     cli.add_typer(sglang.playbook_app, name="playbook")
+    cli.add_typer(host.host_app, name="host")
     return cli
 
 
