@@ -32,7 +32,8 @@ class Trial(Model):
     reason: str
     """One line: why."""
     branch: str | None = None
-    """The trial's branch in the host's checkout (kept there when it holds commits)."""
+    """The trial's branch in the host's checkout (deleted again when the trial gives the checkout
+    back: its commits reverted, the branch left; kept only when that clean-up failed)."""
     tpot_ms_before: float | None = None
     """The host's baseline median TPOT."""
     tpot_ms_after: float | None = None
@@ -42,16 +43,17 @@ class Trial(Model):
     ci: list[float] | None = None
     """[low, high] of the speedup's interval."""
     wall_s: float = 0.0
-    """Seconds the trial took on its host, launches included."""
+    """Seconds the trial took on its host, launches included (the clock of the run: a replay
+    measures its own, so it stays out of `line()` and the summary)."""
 
     def line(self) -> str:
-        """One line for summaries, e.g. `1 kv-cast on host-a: accepted 3.10x [2.2, 4.4] ...`."""
+        """One line for summaries, e.g. `1 kv-cast on host-a: accepted 3.10x [2.20, 4.40], TPOT ...`."""
         what = f"{self.iteration} {self.playbook} on {self.host}"
         if self.attempt > 1:
             what += f" (retry {self.attempt})"
         if self.speedup is None or self.ci is None:
-            return f"{what}: {self.status}, {self.reason} ({self.wall_s:.0f} s)"
+            return f"{what}: {self.status}, {self.reason}"
         return (
             f"{what}: {self.verdict} {self.speedup:.2f}x [{self.ci[0]:.2f}, {self.ci[1]:.2f}], TPOT "
-            f"{self.tpot_ms_before:.1f} -> {self.tpot_ms_after:.1f} ms ({self.wall_s:.0f} s)"
+            f"{self.tpot_ms_before:.1f} -> {self.tpot_ms_after:.1f} ms"
         )
