@@ -13,6 +13,7 @@ from agent.parallel import fan_out, settle
 from state.loop import LoopOptions, LoopState, Proposal
 from state.target import TargetConfig, TrialHost
 from state.trials import Trial
+from tests.e2e.conftest import make_repo, perfloop, write_target
 from tests.recorders import MemoryRecorder
 from tools.door import tool
 from tools.door.live import LiveDoor
@@ -149,3 +150,17 @@ def test_replay_matches_each_branch_in_its_own_order() -> None:
         ReplayDivergence, match=r"call #0 \(test.echo from node trial@a\) has different input"
     ):
         again.call(echo, Num(n=2))
+
+
+def test_parallel_without_hosts_is_refused_in_one_line(tmp_path: Path) -> None:
+    target = write_target(tmp_path / "t.toml", make_repo(tmp_path / "engine"))
+    proc = perfloop(tmp_path / "home", "run", str(target), "--parallel", "2")
+    assert proc.returncode == 2
+    assert (
+        proc.stderr.strip()
+        .splitlines()[-1]
+        .endswith("needs [[hosts]] in " + str(target) + ": list the hosts to try candidates on")
+    )
+    assert not (tmp_path / "home" / "sessions").exists() or not any(
+        (tmp_path / "home" / "sessions").iterdir()
+    )
