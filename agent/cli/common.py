@@ -39,7 +39,7 @@ Parallel = Annotated[
     typer.Option(
         "--parallel",
         min=1,
-        help="Most candidates tried at once on the target's [[hosts]] (default: one per host).",
+        help="Most candidates tried at once on the hosts the target file lists (default: one per host).",
     ),
 ]
 FloorMs = Annotated[
