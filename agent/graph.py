@@ -27,6 +27,10 @@ graph TD;
     diagnose -.-> propose;
     instrument -.-> abort;
     instrument -.-> launch;
+    join -.-> abort;
+    join -.-> cleanup;
+    join -.-> propose;
+    join -.-> trial;
     launch -.-> abort;
     launch -.-> baseline;
     measure -.-> abort;
@@ -39,6 +43,7 @@ graph TD;
     propose -.-> abort;
     propose -.-> approve;
     propose -.-> finish;
+    propose -.-> trial;
     reconcile -.-> abort;
     reconcile -.-> approve;
     reconcile -.-> diagnose;
@@ -49,6 +54,7 @@ graph TD;
     relaunch -.-> rollback;
     rollback -.-> abort;
     rollback -.-> propose;
+    trial --> join;
     abort --> __end__;
     finish --> __end__;
     propose -.-> propose;
@@ -71,6 +77,8 @@ from agent.steps_patch import apply, approve, cleanup, relaunch, rollback
 from agent.steps_profile import diagnose, profile
 from agent.steps_propose import propose
 from agent.steps_setup import baseline, instrument, launch, prepare, reconcile
+from agent.steps_trial import join, trial
+from state.fanout import TrialTask
 from state.loop import LoopState
 
 NODES = (
@@ -89,6 +97,7 @@ NODES = (
     decide,
     rollback,
     reconcile,
+    join,
 )
 
 
@@ -106,6 +115,8 @@ def build() -> StateGraph[LoopState, LoopContext, LoopState, LoopState]:
     g = StateGraph(LoopState, context_schema=LoopContext)
     for node in NODES:
         g.add_node(node.__name__, node)
+    g.add_node("trial", trial, input_schema=TrialTask)
+    g.add_edge("trial", "join")
     g.add_node("finish", finish)
     g.add_node("abort", abort)
     g.add_conditional_edges(START, _entry, ["prepare", "reconcile"])

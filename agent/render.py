@@ -41,6 +41,8 @@ def summary(console: Console, s: Summary) -> None:
     ]
     if s.llm_calls:
         rows.insert(-1, ("model calls / tokens", f"{s.llm_calls} / {s.llm_tokens}"))
+    if s.trials:
+        rows.insert(-1, ("parallel trials", "\n".join(s.trials)))
     for k, v in rows:
         t.add_row(k, v)
     console.print(t)
@@ -130,6 +132,7 @@ def show_json(info: SessionInfo, state: LoopState, calls: list[ToolCallRecord]) 
         "decisions": [{**d.model_dump(mode="json"), "label": d.label} for d in state.decisions],
         "launch_noise": state.launch_noise.model_dump(mode="json") if state.launch_noise else None,
         "mechanisms": [m.model_dump(mode="json") for m in state.mechanisms],
+        "trials": [t.model_dump(mode="json") for t in state.trials],
         "accepted_commits": [c.model_dump(mode="json") for c in state.accepted],
         "profiles": [p.model_dump(mode="json") for p in state.profiles],
         "tool_calls": len(calls),

@@ -17,15 +17,16 @@ from langgraph.types import Command
 from agent.checkpoint import open_checkpointer, serializer
 from agent.context import LoopContext
 from agent.graph import Graph, compile_graph
-from agent.remote import executor_for, remote_options
+from agent.remote import close_hosts, executor_for, host_executors, remote_options
 from agent.steps_setup import FORK_STEPS
+from agent.summary import summarize
 from state.base import utcnow
 from state.loop import LoopOptions, LoopState
 from state.session import SessionInfo, Summary
 from state.target import TargetConfig
+from tools import progress
 from tools.door.db import describe
 from tools.door.lease import SessionBusy, hold
-from tools import progress
 from tools.door.live import LiveDoor
 from tools.door.replay import ReplayDivergence, ReplayDoor
 from tools.door.store import SessionStore, perfloop_home
@@ -149,12 +150,15 @@ class Sessions:
             progress.keep_in(known.options.session_dir)  # for the approval page (perfloop serve)
             try:
                 with executor_for(known.target, known.options.session_dir) as executor:
-                    door = LiveDoor(session_id, self.store, executor)
+                    door = LiveDoor(
+                        session_id, self.store, executor, host_executors(known.options.session_dir)
+                    )
                     self.graph.invoke(
                         inp, self.config(session_id), context=LoopContext(door=door), durability="sync"
                     )
             finally:
                 progress.keep_in(None)
+                close_hosts()  # the [[hosts]] connections
             state = self.state(session_id)
             status = "paused" if self.pending_approval(session_id) is not None else state.status
             info = self.info(session_id)
@@ -267,42 +271,3 @@ def _pending(graph: Graph, cfg: RunnableConfig) -> dict | None:
         for intr in task.interrupts:
             return intr.value
     return None
-
-
-def summarize(state: LoopState, status: str) -> Summary:
-    """The session's outcome (pure)."""
-    before, after = state.baseline, state.reference
-    rejected = [d.label for d in state.decisions if d.verdict != "accepted"]
-    judged = [d for d in state.decisions if d.judgement is not None]
-    decisive = next((d for d in reversed(judged) if d.verdict == "accepted"), judged[-1] if judged else None)
-    j = decisive.judgement if decisive else None
-    return Summary(
-        session=state.session_id,
-        status=status,
-        tpot_ms_before=before.tpot_ms.median if before else None,
-        tpot_ms_after=after.tpot_ms.median if after else None,
-        speedup=before.tpot_ms.median / after.tpot_ms.median if before and after else None,
-        ttft_ms_before=before.ttft_ms.median if before else None,
-        ttft_ms_after=after.ttft_ms.median if after else None,
-        outputs_identical=after.outputs == before.outputs if before and after else None,
-        accepted=[d.label for d in state.decisions if d.verdict == "accepted"],
-        rejected=rejected,
-        commits=[c.sha for c in state.accepted],
-        branch=state.branch,
-        server_launches=state.launches,
-        profile_method=state.target.profile.method,
-        measured_by=before.client if before else None,
-        iterations=len(state.profiles),
-        stop_reason=state.stop_reason or state.error or "",
-        llm_tokens=state.llm_usage.tokens,
-        llm_calls=state.llm_usage.calls,
-        repo=state.target.repo,
-        verdict=j.verdict if j else None,
-        speedup_ci=[j.last.ci_low, j.last.ci_high] if j else None,
-        requests_per_arm=j.last.requests_candidate if j else None,
-        launch_noise=j.launch_noise.sigma_log if j else None,
-        decision=j.line() if j else None,
-        mechanisms=[f"{m.playbook}: {m.note}" for m in state.mechanisms],
-        unexplained_gains=[m.playbook for m in state.mechanisms if not m.confirmed],
-        launch_argv=state.launch_argv or state.target.launch.argv,
-    )

@@ -124,8 +124,10 @@ def decide(
     update = {"decisions": [decision], "transitions": transition("decide", f"{decision.verdict}: {reason}")}
     if not ok:
         return Command(update=update, goto="rollback")
+    diff = state.approval.diff if state.edited and state.approval is not None else p.diff
     update |= {
         "accepted": [*state.accepted, commit] if commit else state.accepted,
+        "kept_diffs": [*state.kept_diffs, diff] if commit else state.kept_diffs,
         "launch_argv": state.pending_launch or state.launch_argv,
         "pending_launch": None,
         "reference": candidate,

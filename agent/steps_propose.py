@@ -17,6 +17,7 @@ from langgraph.types import Command
 
 from agent.actions import playbooks_of
 from agent.context import LoopContext, need, step, transition
+from agent.parallel import fan_out
 from agent.proposer.conversation import Conversation
 from playbooks.engine import launch_conflict
 from playbooks.launch import change_conflict, describe, edited_argv
@@ -24,7 +25,7 @@ from playbooks.patches import NoPatch, choose_patch
 from state.loop import Decision, LoopState, Proposal
 
 LLM = "llm"
-Goto = Literal["approve", "propose", "finish", "abort"]
+Goto = Literal["approve", "propose", "trial", "finish", "abort"]
 
 
 def files_of(diff: str) -> list[str]:
@@ -52,13 +53,15 @@ def launch_fix(state: LoopState, book, books: dict) -> tuple[list[str] | None, s
     return after, None
 
 
-def playbook_proposal(state: LoopState, skipped: list[str]) -> Proposal | None:
-    """The best untried finding with a stored patch or a launch-option change for this target;
-    skipped ones named in `skipped`."""
+def playbook_proposal(
+    state: LoopState, skipped: list[str], exclude: frozenset[str] = frozenset()
+) -> Proposal | None:
+    """The best untried finding (not in `exclude`) with a stored patch or a launch-option change
+    for this target; skipped ones named in `skipped`."""
     books = {b.id: b for b in playbooks_of(state)}
     for finding in need(state.diagnosis, "diagnosis").findings:
         book = books.get(finding.playbook)
-        if book is None or finding.playbook in state.tried:
+        if book is None or finding.playbook in state.tried or finding.playbook in exclude:
             continue
         argv, why = launch_fix(state, book, books)
         if why is not None:
@@ -93,6 +96,17 @@ def playbook_proposal(state: LoopState, skipped: list[str]) -> Proposal | None:
             paired_speedup=finding.paired_speedup,
         )
     return None
+
+
+def parallel_candidates(state: LoopState) -> list[Proposal]:
+    """Every playbook proposal for this iteration, best first, when they are to be tried at once
+    on the target's `[[hosts]]` (auto approval, playbook proposals); else none."""
+    if not state.target.hosts or state.options.approve != "auto" or state.target.proposer.mode == LLM:
+        return []
+    found: list[Proposal] = []
+    while (p := playbook_proposal(state, [], frozenset(q.playbook for q in found))) is not None:
+        found.append(p)
+    return found
 
 
 def _proposed(p: Proposal, state: LoopState) -> Command[Goto]:
@@ -140,6 +154,12 @@ def _no_model_reason(state: LoopState) -> str | None:
 def propose(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Goto]:
     """Propose the next patch: a playbook's (unless --proposer llm), else a model's (unless playbook)."""
     skipped: list[str] = []
+    batch = parallel_candidates(state)
+    if len(batch) >= 2:
+        sends, update = fan_out(state, batch)
+        names = ", ".join(f"{s.arg.proposal.playbook} on {s.arg.host.name}" for s in sends)
+        note = f"{len(batch)} candidates, tried at once on [[hosts]]: {names}"
+        return Command(update={**update, "transitions": transition("propose", note)}, goto=sends)
     if state.target.proposer.mode != LLM:
         proposal = playbook_proposal(state, skipped)
         if proposal is not None:

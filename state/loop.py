@@ -17,6 +17,7 @@ from state.proposer import LlmOrigin, LlmUsage
 from state.session import SessionStatus
 from state.sglang import SglangLayout
 from state.target import TargetConfig
+from state.trials import Trial
 from state.workspace import CommitInfo, InstrumentationRecord, WorkspaceSnapshot
 
 ForkStep = Literal["profile", "diagnose", "propose", "approve"]
@@ -48,6 +49,8 @@ class LoopOptions(Model):
     """Interpreter substituted for `{python}` in launch commands (recorded, so replay matches)."""
     builtin_playbooks: bool = True
     """Whether the built-in playbook catalog is searched (tests turn it off to isolate theirs)."""
+    parallel: int | None = Field(default=None, ge=1)
+    """Most candidates tried at once on the target's `[[hosts]]` (`--parallel`); None: one per host."""
     decision_rule: Literal["iqr-v0", "ci-v1"] = "iqr-v0"
     """How candidates are judged. New sessions use `ci-v1` (agent/decision: CI of the speedup with
     A/A launch noise, sequential looks). Sessions recorded before it carry none and replay with
@@ -243,6 +246,14 @@ class LoopState(Model):
     """Every verdict, in order."""
     transitions: Annotated[list[Transition], operator.add] = Field(default_factory=list)
     """Nodes run, in order."""
+    candidates: list[Proposal] = Field(default_factory=list)
+    """This iteration's candidates sent to the `[[hosts]]` (parallel trials)."""
+    trial_queue: list[str] = Field(default_factory=list)
+    """Playbooks of `candidates` not yet sent to a host (`--parallel` caps a batch)."""
+    trials: Annotated[list[Trial], operator.add] = Field(default_factory=list)
+    """Every parallel trial, per host, in the order they ended."""
+    kept_diffs: list[str] = Field(default_factory=list)
+    """The diffs of the accepted patches, in order (what a trial host applies before its baseline)."""
     mechanisms: Annotated[list[MechanismCheck], operator.add] = Field(default_factory=list)
     """Predicted vs realized for accepted patches, from the next profile (CI rule sessions)."""
     fork_at: ForkStep | None = None

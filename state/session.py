@@ -70,6 +70,8 @@ class Summary(Model):
     """The target repo."""
     launch_argv: list[str] = []
     """The launch command at the end: the target's, or as accepted launch-option fixes left it."""
+    trials: list[str] = []
+    """Candidates tried at once on the target's `[[hosts]]`: one line per host and attempt."""
 
 
 class SessionInfo(Model):

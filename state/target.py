@@ -36,6 +36,17 @@ Host = Annotated[LocalHost | SSHHostConfig, Field(discriminator="kind")]
 """Where the target runs: this machine, or a remote host over SSH."""
 
 
+class TrialHost(Model):
+    """One of the hosts candidates are tried on at the same time (`[[hosts]]` in the target file)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
+    """Short name shown in summaries and used in branch and folder names."""
+    host: Host = Field(default_factory=LocalHost)
+    """The machine: this one, or one over SSH."""
+    repo: Path
+    """That host's own checkout of the engine, at the commit the session starts from."""
+
+
 class LaunchConfig(Model):
     """How to start the target's server in the foreground, like a user's run_server.sh."""
 
@@ -207,3 +218,16 @@ class TargetConfig(Model):
     """The output gate's correctness set (beyond the timing prompts)."""
     decide: DecisionConfig = Field(default_factory=DecisionConfig)
     """How a candidate is judged: minimum gain, confidence, looks, launch-noise default."""
+    hosts: list[TrialHost] = Field(default_factory=list)
+    """Hosts on which several candidates of one iteration are tried at the same time, each against
+    its own baseline (`[[hosts]]`); the best verified one is then applied here. Empty: one by one."""
+
+    @field_validator("hosts")
+    @classmethod
+    def _unique_names(cls, hosts: list[TrialHost]) -> list[TrialHost]:
+        """Each host's name once."""
+        names = [h.name for h in hosts]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"[[hosts]] names must differ; {', '.join(dup)} appears more than once")
+        return hosts

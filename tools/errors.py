@@ -31,9 +31,27 @@ class LlmError(ToolError):
 
 def error_from(text: str) -> Exception:
     """The exception a one-line `Type: message` names (a recorded or remote error): the same
-    `tools.errors` class when it is one, else a ToolError carrying the whole line."""
+    `tools.errors` class when it is one, or the same imported ToolError subclass, else a ToolError
+    carrying the whole line."""
     name, _, message = text.partition(": ")
     cls = globals().get(name)
     if isinstance(cls, type) and issubclass(cls, Exception):
         return cls(message)
+    sub = _tool_error_named(name)  # e.g. an SSHError (tools/hosts), so a replay classifies it alike
+    if sub is not None:
+        try:
+            return sub(message)
+        except TypeError:  # a constructor that wants more than the message
+            pass
     return ToolError(text)
+
+
+def _tool_error_named(name: str) -> type[ToolError] | None:
+    """The ToolError subclass (any module, once imported) named `name`."""
+    todo: list[type[ToolError]] = [ToolError]
+    while todo:
+        cls = todo.pop()
+        if cls.__name__ == name:
+            return cls
+        todo += cls.__subclasses__()
+    return None

@@ -12,7 +12,7 @@ from __future__ import annotations
 from tools import bench, profiling, server
 from tools.door import aa
 from tools.door.registry import ToolSpec, spec_of
-from tools.hosts import transfer
+from tools.hosts import info, transfer
 from tools.llm import chat, code
 from tools.workspace import reference, repo
 
@@ -47,6 +47,8 @@ TOOLS = (
     # moving files between here and an SSH host
     transfer.fetch,
     transfer.push_tree,
+    # what a host says about itself (where a parallel trial's files go there)
+    info.expand_user,
     # the LLM proposer: the model call (here) and its read-only look at the repo (where it lives)
     chat.chat,
     code.read_file_tool,

@@ -12,14 +12,14 @@ from typing import Annotated
 
 import typer
 
-from agent.cli import analysis, calibrate, loop, report, sessions, sglang
+from agent.cli import analysis, calibrate, host, loop, report, sessions, sglang
 from tools.door.db import STORE_ENV
 
 GROUPS = (loop, calibrate, sessions, report, analysis, sglang)
 
 
 def build() -> typer.Typer:
-    """The `perfloop` app: each group's commands, then the `playbook` sub-command group."""
+    """The `perfloop` app: each group's commands, then the `playbook` and `host` sub-command groups."""
     cli = typer.Typer(
         add_completion=False,
         no_args_is_help=True,
@@ -45,6 +45,7 @@ def build() -> typer.Typer:
         for name, fn in group.COMMANDS.items():
             cli.command(name)(fn)
     cli.add_typer(sglang.playbook_app, name="playbook")
+    cli.add_typer(host.host_app, name="host")
     return cli
 
 

@@ -34,6 +34,14 @@ Method = Annotated[
     str, typer.Option("--profile-method", help="patch: instrument forward_decode; api: /start_profile.")
 ]
 Iters = Annotated[int, typer.Option(min=1, help="Most profile/diagnose rounds.")]
+Parallel = Annotated[
+    int | None,
+    typer.Option(
+        "--parallel",
+        min=1,
+        help="Most candidates tried at once on the hosts the target file lists (default: one per host).",
+    ),
+]
 FloorMs = Annotated[
     float | None,
     typer.Option(min=0.001, help="The step's roofline floor in ms (e.g. weights read once); stop near it."),

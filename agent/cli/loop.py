@@ -26,6 +26,7 @@ from agent.cli.common import (
     Method,
     ModelOpt,
     NoBuiltin,
+    Parallel,
     ProposerOpt,
     TrustNew,
     choice,
@@ -44,7 +45,7 @@ from agent.config import (
 from agent.preflight import check_setup
 from agent.remote import remote_base
 from agent.session import Sessions, new_session_id
-from tools.errors import ToolError
+from tools.errors import ConfigError, ToolError
 
 
 def _options(
@@ -140,6 +141,7 @@ def run(
         str | None, typer.Option("--profile-method", help="Override the config's profile method (patch|api).")
     ] = None,
     max_iterations: Iters = 3,
+    parallel: Parallel = None,
     floor_ms: FloorMs = None,
     floor_factor: FloorFactor = 2.0,
     playbooks: Books = None,
@@ -171,6 +173,11 @@ def run(
         method = profile_method or target.profile.method
         floor = (floor_ms, floor_factor)
         opts = _options(approve, method, max_iterations, playbooks or [], no_builtin_playbooks, floor)
+        if parallel is not None and not target.hosts:
+            raise ConfigError(
+                f"--parallel {parallel} needs [[hosts]] in {target_toml}: list the hosts to try candidates on"
+            )
+        opts["parallel"] = parallel
         target = target.model_copy(update={"profile": target.profile.model_copy(update={"method": method})})
         check_repo(target)
         check_setup(target, opts)

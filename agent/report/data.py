@@ -8,7 +8,8 @@ from datetime import datetime, timedelta
 
 import numpy as np
 
-from agent.session import Sessions, summarize
+from agent.session import Sessions
+from agent.summary import summarize
 from state.loop import Approval, Decision, LoopState, Proposal
 from state.measure import Measurement
 from state.profile import ProfileSummary

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agent.measuring import content_fingerprint, merge, outputs_problem, unlike
-from agent.session import summarize as summarize_session
+from agent.summary import summarize as summarize_session
 from state.decision import Judgement, LaunchNoise, Look
 from state.measure import RequestRecord
 from tools.bench import summarize

@@ -9,7 +9,7 @@ store (store.py) holds recordings; faults.py holds the crash points the durabili
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from tools.door.registry import In, Out, ToolSpec, spec_of, tool
 
@@ -28,4 +28,9 @@ class Door(Protocol):
 
     def next_seq(self) -> int:
         """Sequence number the next recorded call will get."""
+        ...
+
+    def branch(self, node: str, host: Any = None) -> Door:
+        """A door for one of several branches run at the same time (node label `NAME@BRANCH`),
+        calling tools on `host` (a host config; None: where this door calls them)."""
         ...

@@ -8,10 +8,11 @@ without its host. With an executor (tools/hosts/client.py for an SSH host), host
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 
@@ -38,14 +39,37 @@ class Executor(Protocol):
     def call(self, spec: ToolSpec, args: BaseModel) -> BaseModel: ...
 
 
+ExecutorFor = Callable[[Any], Executor | None]
+"""Makes the executor for a host config (None: run here); used by `LiveDoor.branch`."""
+
+
 class LiveDoor:
     """Runs tools for one session and records each call."""
 
-    def __init__(self, session_id: str, recorder: Recorder, executor: Executor | None = None) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        recorder: Recorder,
+        executor: Executor | None = None,
+        executors: ExecutorFor | None = None,
+        lock: threading.Lock | None = None,
+    ) -> None:
         self.session_id = session_id
         self.recorder = recorder
         self.executor = executor
+        self.executors = executors
+        self.lock = lock or threading.Lock()
         self.node = "-"
+
+    def branch(self, node: str, host: Any = None) -> LiveDoor:
+        """A door for one parallel branch: its own node label (`trial@HOST`), the executor of
+        `host` (a host config; None: this door's), the same recording, numbered under one lock."""
+        executor = self.executor
+        if host is not None:
+            executor = self.executors(host) if self.executors is not None else None
+        door = LiveDoor(self.session_id, self.recorder, executor, self.executors, self.lock)
+        door.node = node
+        return door
 
     def next_seq(self) -> int:
         """Sequence number the next recorded call will get."""
@@ -73,20 +97,21 @@ class LiveDoor:
             error = f"{type(exc).__name__}: {exc}".splitlines()[0]
             raise
         finally:
-            self.recorder.record(
-                ToolCallRecord(
-                    session_id=self.session_id,
-                    seq=self.recorder.next_seq(self.session_id),
-                    node=self.node,
-                    name=spec.name,
-                    input=args.model_dump(mode="json"),
-                    output=None if output is None else output.model_dump(mode="json"),
-                    error=error,
-                    started_at=started,
-                    duration_s=time.perf_counter() - t0,
-                    reused_from=None if reused is None else reused.seq,
+            with self.lock:  # parallel branches share the sequence
+                self.recorder.record(
+                    ToolCallRecord(
+                        session_id=self.session_id,
+                        seq=self.recorder.next_seq(self.session_id),
+                        node=self.node,
+                        name=spec.name,
+                        input=args.model_dump(mode="json"),
+                        output=None if output is None else output.model_dump(mode="json"),
+                        error=error,
+                        started_at=started,
+                        duration_s=time.perf_counter() - t0,
+                        reused_from=None if reused is None else reused.seq,
+                    )
                 )
-            )
 
     def _reusable(self, spec: ToolSpec, args: BaseModel) -> ToolCallRecord | None:
         """For a `reuse` tool: the killed attempt's successful record of this very call, if any."""

@@ -3,10 +3,13 @@
 It starts no process, opens no socket and touches no file of the target: each call is matched, in
 order, against the recorded call (same tool, same input) and answered with the recorded output, or
 the recorded error is raised again. The first mismatch stops the replay with `ReplayDivergence`.
+Calls of parallel branches (node `NAME@BRANCH`, e.g. `trial@host-a`) ran in an order no replay can
+repeat, so each branch is matched in order against its own calls only.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -57,45 +60,91 @@ class ReplayDoor:
 
     def __init__(self, session_id: str, calls: list[ToolCallRecord]) -> None:
         self.session_id = session_id
-        self.calls = calls
+        self.calls = [c for c in calls if "@" not in c.node]
+        self.branches: dict[str, list[ToolCallRecord]] = {}
+        for c in calls:
+            if "@" in c.node:
+                self.branches.setdefault(c.node, []).append(c)
+        self.played: dict[str, int] = {}
+        self.lock = threading.Lock()
         self.position = 0
         self.node = "-"
 
     def next_seq(self) -> int:
         return self.position
 
+    def branch(self, node: str, host: Any = None) -> ReplayBranch:
+        """The door of one parallel branch: it plays that branch's calls in their order."""
+        return ReplayBranch(self, node)
+
     def call(self, fn: Callable[[In], Out], args: In) -> Out:
         """Answer from the next recorded call, or raise ReplayDivergence naming the difference."""
-        spec = spec_of(fn)
-        name = spec.name
         k = self.position
-        where = f"call #{k} ({name} from node {self.node})"
-        if k >= len(self.calls):
-            raise ReplayDivergence(f"{where} was not recorded: the recording ends after {k} calls")
-        rec = self.calls[k]
-        if (rec.node, rec.name) != (self.node, name):
-            raise ReplayDivergence(f"{where} differs: the recording has {rec.name} from node {rec.node}")
-        try:  # through today's model, so fields added since the recording take their defaults
-            recorded = spec.input_type.model_validate(rec.input).model_dump(mode="json")
-        except ValueError as exc:
-            raise ReplayDivergence(
-                f"{where}: the recorded input no longer fits {spec.input_type.__name__}: "
-                f"{str(exc).splitlines()[0]}"
-            ) from None
-        diff = first_difference(recorded, args.model_dump(mode="json"))
-        if diff:
-            raise ReplayDivergence(f"{where} has different input: {diff}")
-        self.position += 1
-        if rec.error is not None:
-            raise error_from(rec.error)
+        rec = self.calls[k] if k < len(self.calls) else None
         try:
-            return spec.output_type.model_validate(rec.output)  # type: ignore[return-value]
-        except ValueError as exc:  # a recording edited by hand, or from an incompatible version
-            raise ReplayDivergence(
-                f"{where}: the recorded output does not fit {spec.output_type.__name__}: "
-                f"{str(exc).splitlines()[0]}"
-            ) from None
+            out = play(rec, k, self.node, fn, args)
+        except ReplayDivergence:
+            raise
+        except Exception:  # the recorded error, raised again: that call was played
+            self.position += 1
+            raise
+        self.position += 1
+        return out
 
     def unplayed(self) -> list[ToolCallRecord]:
-        """Recorded calls the replay never asked for."""
-        return self.calls[self.position :]
+        """Recorded calls the replay never asked for (the main sequence's, then each branch's)."""
+        rest = self.calls[self.position :]
+        for node, calls in sorted(self.branches.items()):
+            rest += calls[self.played.get(node, 0) :]
+        return rest
+
+
+class ReplayBranch:
+    """One parallel branch's door in a replay (node `NAME@BRANCH`)."""
+
+    def __init__(self, parent: ReplayDoor, node: str) -> None:
+        self.parent, self.node = parent, node
+
+    def next_seq(self) -> int:
+        return self.parent.position
+
+    def branch(self, node: str, host: Any = None) -> ReplayBranch:
+        return ReplayBranch(self.parent, node)
+
+    def call(self, fn: Callable[[In], Out], args: In) -> Out:
+        """Answer from this branch's next recorded call."""
+        p = self.parent
+        with p.lock:
+            calls, k = p.branches.get(self.node, []), p.played.get(self.node, 0)
+            p.played[self.node] = k + 1
+        return play(calls[k] if k < len(calls) else None, k, self.node, fn, args)
+
+
+def play(rec: ToolCallRecord | None, k: int, node: str, fn: Callable[[In], Out], args: In) -> Out:
+    """The recorded answer to call #k of a sequence, checked against what is asked now."""
+    spec = spec_of(fn)
+    name = spec.name
+    where = f"call #{k} ({name} from node {node})"
+    if rec is None:
+        raise ReplayDivergence(f"{where} was not recorded: the recording ends after {k} calls")
+    if (rec.node, rec.name) != (node, name):
+        raise ReplayDivergence(f"{where} differs: the recording has {rec.name} from node {rec.node}")
+    try:  # through today's model, so fields added since the recording take their defaults
+        recorded = spec.input_type.model_validate(rec.input).model_dump(mode="json")
+    except ValueError as exc:
+        raise ReplayDivergence(
+            f"{where}: the recorded input no longer fits {spec.input_type.__name__}: "
+            f"{str(exc).splitlines()[0]}"
+        ) from None
+    diff = first_difference(recorded, args.model_dump(mode="json"))
+    if diff:
+        raise ReplayDivergence(f"{where} has different input: {diff}")
+    if rec.error is not None:
+        raise error_from(rec.error)
+    try:
+        return spec.output_type.model_validate(rec.output)  # type: ignore[return-value]
+    except ValueError as exc:  # a recording edited by hand, or from an incompatible version
+        raise ReplayDivergence(
+            f"{where}: the recorded output does not fit {spec.output_type.__name__}: "
+            f"{str(exc).splitlines()[0]}"
+        ) from None

@@ -79,8 +79,15 @@ def run_tool(request: dict) -> dict:
         return {"error": one_line(exc)}
 
 
+def own_env() -> Path:
+    """perfloop's own environment for this Python, made by `perfloop host setup` (tools/hosts/setup.py)."""
+    return Path.home() / ".cache" / "perfloop" / f"env-cp{sys.version_info[0]}{sys.version_info[1]}" / "site"
+
+
 def main(argv: list[str]) -> int:
     """Entry point on the host: one request in, one result line out."""
+    if own_env().is_dir():  # first on this process's path only: the engine's Python is untouched
+        sys.path.insert(0, str(own_env()))
     from tools.progress import set_reporter
 
     set_reporter(lambda message: print(PROGRESS + message, file=sys.stderr, flush=True))
@@ -95,8 +102,9 @@ def main(argv: list[str]) -> int:
         except ImportError as exc:
             result = {
                 "error": f"ToolError: {sys.executable} on this host cannot import perfloop's "
-                f"tools ({one_line(exc)}); install pydantic, GitPython and msgspec "
-                "for it, or point host.python at an interpreter that has them"
+                f"tools ({one_line(exc)}); run `perfloop host setup ssh://HOST --python "
+                f"{sys.executable}` (it brings them from your machine), or point host.python at an "
+                "interpreter that has pydantic, GitPython and msgspec"
             }
     print(RESULT + json.dumps(result), flush=True)
     return 0
