@@ -5,10 +5,12 @@ Pure functions over the collected host columns (launch, graph-launch and sync ca
 kernel intervals of each ProfilerStep window (`tools.trace.device.windows_of`).
 """
 
+from bisect import bisect_left
 from statistics import median
 
 from state.profile import StepBounds
 from tools.trace.collect import GRAPH_LAUNCH, LAUNCH, SYNC, Collected
+from tools.trace.device import kernels_by_window
 
 
 def _host_calls(col: Collected) -> tuple[list[tuple[float, float]], list[tuple[float, float]], list[float]]:
@@ -26,9 +28,11 @@ def _host_calls(col: Collected) -> tuple[list[tuple[float, float]], list[tuple[f
     return sorted(launches), sorted(syncs), sorted(graphs)
 
 
-def _within(intervals: list[tuple[float, float]], start: float, end: float) -> list[tuple[float, float]]:
-    """The intervals that start inside [start, end)."""
-    return [iv for iv in intervals if start <= iv[0] < end]
+def _within(
+    intervals: list[tuple[float, float]], starts: list[float], start: float, end: float
+) -> list[tuple[float, float]]:
+    """The intervals (sorted, `starts` their starts) that start inside [start, end)."""
+    return intervals[bisect_left(starts, start) : bisect_left(starts, end)]
 
 
 def _covered(intervals: list[tuple[float, float]], start: float, end: float) -> float:
@@ -52,17 +56,20 @@ def step_bounds(
     if not steps or not col.kernels.times:
         return None
     launches, syncs, graphs = _host_calls(col)
+    launch_starts, sync_starts = [a for a, _ in launches], [a for a, _ in syncs]
+    by_window = kernels_by_window(windows)
     rows = []
     for index, (_, start, wall) in enumerate(steps):
         end = start + wall
-        step_launches = _within(launches, start, end)
-        blocked = _covered(_within(syncs, start, end), start, end)
+        step_launches = _within(launches, launch_starts, start, end)
+        blocked = _covered(_within(syncs, sync_starts, start, end), start, end)
         if step_launches:
             first, last = step_launches[0][0], max(b for _, b in step_launches)
-            issue = max(last - first - _covered(syncs, first, last), 0.0)
+            issue = max(last - first - _covered(syncs[: bisect_left(sync_starts, last)], first, last), 0.0)
         else:
             issue = 0.0
-        kernels = [iv for (_, w), ivs in windows.items() if w == index for iv in ivs]
+        kernels = by_window.get(index, [])
+        step_graphs = bisect_left(graphs, end) - bisect_left(graphs, start)
         host = max(wall - blocked, 0.0)
         rows.append(
             (
@@ -71,8 +78,8 @@ def step_bounds(
                 min(issue, host),
                 _covered(kernels, float("-inf"), float("inf")),
                 len(kernels),
-                len(step_launches) - len(_within([(g, g) for g in graphs], start, end)),
-                len(_within([(g, g) for g in graphs], start, end)),
+                len(step_launches) - step_graphs,
+                step_graphs,
             )
         )
     wall, host, issue, device, kernels, n_launch, n_graph = (median(col_) for col_ in zip(*rows, strict=True))

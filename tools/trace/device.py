@@ -115,8 +115,9 @@ def step_stats(
 ) -> list[StepStat]:
     """One StepStat per step marker, in time order, with the kernels of its window."""
     out = []
+    by_window = kernels_by_window(windows)
     for index, (name, _, wall) in enumerate(steps):
-        intervals = [iv for (_, w), ivs in windows.items() if w == index for iv in ivs]
+        intervals = by_window.get(index, [])
         out.append(
             StepStat(
                 name=name,
@@ -125,4 +126,14 @@ def step_stats(
                 device_us=sum(end - start for start, end in intervals),
             )
         )
+    return out
+
+
+def kernels_by_window(
+    windows: dict[tuple[int, int], list[tuple[float, float]]],
+) -> dict[int, list[tuple[float, float]]]:
+    """The kernel intervals of each step window, all devices together (in the windows' order)."""
+    out: dict[int, list[tuple[float, float]]] = {}
+    for (_, window), intervals in windows.items():
+        out.setdefault(window, []).extend(intervals)
     return out
