@@ -1,31 +1,66 @@
 """The `perfloop` command line (Typer): every command, listed once, by group.
 
-Each group module (loop, sessions, analysis, sglang) holds its commands as plain functions and a
-`COMMANDS` table of name -> function; common.py holds what they share. Nothing here is imported by
-a group module, so the package has no import cycle.
+Each group module (loop, calibrate, sessions, analysis, sglang) holds its commands as plain
+functions and a `COMMANDS` table of name -> function; common.py holds what they share. Nothing
+here is imported by a group module, so the package has no import cycle.
+
+The groups are imported when the app is built, not when this package is: `main()` (the `perfloop`
+script) builds an app of the analysis group alone for `analyze`, `diagnose` and `diff`, so reading
+a trace never imports the loop (LangGraph, the session store); `app` (the full app, what tests and
+scripts import) is built on first use.
 """
 
 from __future__ import annotations
 
-import typer
+import sys
+from typing import TYPE_CHECKING, Any
 
-from agent.cli import analysis, calibrate, loop, sessions, sglang
+if TYPE_CHECKING:
+    import typer
 
-GROUPS = (loop, calibrate, sessions, analysis, sglang)
+ANALYSIS_COMMANDS = ("analyze", "diagnose", "diff")
+"""Commands served by the analysis group alone (kept equal to analysis.COMMANDS by a test)."""
 
 
-def build() -> typer.Typer:
-    """The `perfloop` app: each group's commands, then the `playbook` sub-command group."""
+def build(*, analysis_only: bool = False) -> typer.Typer:
+    """The `perfloop` app: each group's commands, then the `playbook` sub-command group; with
+    `analysis_only`, the analysis commands alone."""
+    import typer
+
+    from agent.cli import analysis
+
     cli = typer.Typer(
         add_completion=False,
         no_args_is_help=True,
         help="Profile, diagnose, patch and measure an LLM inference server, in a loop.",
     )
-    for group in GROUPS:
+    if analysis_only:
+        groups: tuple[Any, ...] = (analysis,)
+    else:
+        from agent.cli import calibrate, loop, sessions, sglang
+
+        groups = (loop, calibrate, sessions, analysis, sglang)
+    for group in groups:
         for name, fn in group.COMMANDS.items():
             cli.command(name)(fn)
-    cli.add_typer(sglang.playbook_app, name="playbook")
+    if not analysis_only:
+        cli.add_typer(sglang.playbook_app, name="playbook")
     return cli
 
 
-app = build()
+def main() -> None:
+    """The `perfloop` script: the analysis commands without the loop's imports, else the full app."""
+    light = len(sys.argv) > 1 and sys.argv[1] in ANALYSIS_COMMANDS
+    build(analysis_only=light)()
+
+
+_built: dict[str, typer.Typer] = {}
+
+
+def __getattr__(name: str) -> typer.Typer:
+    """`app`: the full app, built once on first use."""
+    if name != "app":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if "app" not in _built:
+        _built["app"] = build()
+    return _built["app"]
