@@ -6,6 +6,8 @@ Pure functions over the kernel columns that `tools.trace.collect` gathered.
 from bisect import bisect_right
 from statistics import median
 
+import numpy as np
+
 from state.profile import DeviceActivity, KernelStat, StepStat
 from tools.trace.collect import KernelColumns
 
@@ -14,21 +16,13 @@ LAUNCH_BOUND_IDLE_SHARE = 0.3
 LAUNCH_BOUND_MEDIAN_KERNEL_US = 20.0
 
 
-def work_by_correlation(k: KernelColumns) -> dict[int, float]:
-    """Summed kernel time per launch correlation id (a CUDA graph launch has many kernels)."""
-    work: dict[int, float] = {}
-    for corr, dur in zip(k.corr, k.dur, strict=False):
-        work[corr] = work.get(corr, 0.0) + dur
-    return work
-
-
-def first_kernel_names(k: KernelColumns, names: dict[str, int]) -> dict[int, str]:
-    """The first kernel's name per correlation id (names a kernel launched outside any operator)."""
-    by_id = {i: name for name, i in names.items()}
-    out: dict[int, str] = {}
-    for corr, name in zip(k.corr, k.name, strict=False):
-        out.setdefault(corr, by_id[name])
-    return out
+def work_by_correlation(k: KernelColumns) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Correlation ids (sorted), their summed kernel time (a CUDA graph launch has many kernels),
+    and the index of each id's first kernel."""
+    corr = np.frombuffer(k.ints, dtype=np.int64)[1::3]
+    ids, first, which = np.unique(corr, return_index=True, return_inverse=True)
+    dur = np.frombuffer(k.times, dtype=np.float64)[1::2]
+    return ids, np.bincount(which, dur, minlength=len(ids)), first
 
 
 def kernel_stats(k: KernelColumns, names: dict[str, int], graph_corrs: set[int]) -> list[KernelStat]:

@@ -1,13 +1,14 @@
 """A trace's summary from its collected columns: nest each host thread (`tools.trace.walk`), add the
 device view (`tools.trace.device`) and the host-against-device bounds (`tools.trace.bounds`)."""
 
+import numpy as np
+
 from state.profile import OpStat, ProfileSummary, SyncStat
 from tools.trace.bounds import step_bounds
 from tools.trace.checks import check_events, check_steps
 from tools.trace.collect import Collected
 from tools.trace.device import (
     device_activity,
-    first_kernel_names,
     kernel_stats,
     step_stats,
     windows_of,
@@ -21,13 +22,16 @@ def summarize(
 ) -> ProfileSummary:
     """Group host ops by (name, input dims), with device time when kernels were recorded."""
     check_events(col, source)
-    work = work_by_correlation(col.kernels)
-    names = first_kernel_names(col.kernels, col.kernel_names)
-    walked = walk(col, work)
+    corrs, work, first = work_by_correlation(col.kernels)
+    walked, taken = walk(col, corrs, work)
     if require_steps and not steps:
         check_steps(walked, source)
-    for corr, dur in work.items():
-        walked.add(col.intern((names[corr], (), ())), dur, dur, None)
+    by_id = list(col.kernel_names)
+    kernel_name = np.frombuffer(col.kernels.ints, dtype=np.int64)[2::3]
+    left = np.flatnonzero(~taken)
+    for slot in left[np.argsort(first[left])].tolist():  # unclaimed work, in the order it appears
+        dur = float(work[slot])
+        walked.add(col.intern((by_id[kernel_name[first[slot]]], (), ())), dur, dur, None)
     ops = _op_stats(walked, col)
     total_us = sum(op.self_us for op in ops)
     step_count = steps or len(walked.steps) or walked.decode_calls or 1
