@@ -59,7 +59,7 @@ def read_trace(
     """One trace's summary; a plain file of SPLIT_MIN_BYTES or more is cut into `jobs` ranges
     collected in parallel (read again in one stream if a cut turns out to be inside a string)."""
     col = None
-    if jobs > 1 and _plain(path) and path.stat().st_size >= SPLIT_MIN_BYTES:
+    if jobs > 1 and _plain(path) and _size(path) >= SPLIT_MIN_BYTES:
         ranges = byte_ranges(path, jobs)
         if len(ranges) > 1:
             try:
@@ -73,7 +73,7 @@ def read_traces(
     paths: Sequence[Path], steps: int | None, require_steps: bool, jobs: int
 ) -> list[ProfileSummary]:
     """The summaries of several traces (one per rank), one process per file, in the given order."""
-    if jobs > 1 and len(paths) > 1 and sum(p.stat().st_size for p in paths) >= PARALLEL_MIN_BYTES:
+    if jobs > 1 and len(paths) > 1 and sum(_size(p) for p in paths) >= PARALLEL_MIN_BYTES:
         return _map(_read_one, [(p, steps, require_steps) for p in paths], jobs)
     return [read_trace(p, steps, require_steps, jobs) for p in paths]
 
@@ -96,9 +96,13 @@ def _map(fn: Callable[[T], R], items: list[T], jobs: int) -> list[R]:
 
 
 def _plain(path: Path) -> bool:
-    """Not gzip (a gzip stream cannot be entered at a byte offset)."""
-    with path.open("rb") as raw:
-        return raw.read(2) != b"\x1f\x8b"
+    """A readable file, not gzip (a gzip stream cannot be entered at a byte offset); an unreadable
+    one is left to the stream, which says why."""
+    try:
+        with path.open("rb") as raw:
+            return raw.read(2) != b"\x1f\x8b"
+    except OSError:
+        return False
 
 
 def merge_collected(parts: Sequence[Collected]) -> Collected:
@@ -129,3 +133,11 @@ def merge_collected(parts: Sequence[Collected]) -> Collected:
         out.events += part.events
         out.cuda_api_calls += part.cuda_api_calls
     return out
+
+
+def _size(path: Path) -> int:
+    """The file's size, 0 if it cannot be read (the stream then says why)."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
