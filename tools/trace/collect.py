@@ -9,6 +9,7 @@ from array import array
 from dataclasses import dataclass, field
 
 import msgspec
+import numpy as np
 
 from tools.trace.stream import Event
 
@@ -76,12 +77,22 @@ class Collected:
     kernels: KernelColumns = field(default_factory=KernelColumns)
     kernel_names: dict[str, int] = field(default_factory=dict)
     graph_corrs: set[int] = field(default_factory=set)
-    launch_us: float = 0.0
     device_names: list[str] = field(default_factory=list)
     events: int = 0
     """Events seen, of any phase or category."""
     cuda_api_calls: int = 0
     """CUDA runtime/driver calls seen: a trace with them was taken on a GPU."""
+
+    @property
+    def launch_us(self) -> float:
+        """Time in kernel-launch calls (not graph launches), summed thread by thread in trace order."""
+        total = 0.0
+        for cols in self.threads.values():
+            times = np.frombuffer(cols.times, dtype=np.float64)
+            kinds = np.frombuffer(cols.ints, dtype=np.int64)[0::2]
+            launches = times[1::2][kinds == LAUNCH]
+            total = float(np.cumsum(np.concatenate([[total], launches]))[-1])
+        return total
 
     def intern(self, key: OpKey) -> int:
         """The small int standing for an (op name, dims, types) key."""
@@ -131,7 +142,6 @@ class Collected:
             self.graph_corrs.add(corr)
             self._push(e, GRAPH_LAUNCH, corr)
         elif "Launch" in e.name or "launch" in e.name:
-            self.launch_us += e.dur
             self._push(e, LAUNCH, corr)
 
     def _host(self, e: Event, kind: int) -> None:

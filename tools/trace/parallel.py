@@ -128,7 +128,6 @@ def merge_collected(parts: Sequence[Collected]) -> Collected:
         out.kernels.times.extend(part.kernels.times)
         out.kernels.ints.extend(array("q", ints.tobytes()))
         out.graph_corrs |= part.graph_corrs
-        out.launch_us += part.launch_us
         out.device_names += part.device_names
         out.events += part.events
         out.cuda_api_calls += part.cuda_api_calls
