@@ -9,7 +9,7 @@ totalling --ranks-gb (one per tensor-parallel rank). Then, for each single file:
   * perfloop: `perfloop analyze TRACE --by kernel --json --top 10` with PERFLOOP_TRACE_WORKERS=1
     and =2, alternated --repeats times;
 and for the rank set `perfloop analyze DIR` and `perfloop diagnose DIR` (merged ranks). Each command
-runs in its own process tree; wall time from here, peak memory as the largest sum of the RSS of the
+runs in its own process tree; wall time from here, peak memory as the largest sum of the Pss of the
 whole tree (parent and workers), sampled every 20 ms. Prints one table row per trace and tool with
 MB/s (uncompressed bytes / wall time) and the ratios to HTA, and whether the top-10 kernels and
 their shares agree with HTA within 0.5 percentage points.
@@ -48,8 +48,9 @@ print(json.dumps([[n, float(s) / total] for n, s in zip(rows["name"], rows["sum 
 PERFLOOP = [sys.executable, "-c", "from agent.cli import main; main()"]
 
 
-def _tree_rss_kb(pid: int) -> int:
-    """Summed VmRSS of `pid` and all its descendants (0 for those gone meanwhile)."""
+def _tree_pss_kb(pid: int) -> int:
+    """Summed proportional set size (Pss: a page shared by n processes counts 1/n in each, so forked
+    workers' shared pages count once) of `pid` and all its descendants (0 for those gone meanwhile)."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -63,21 +64,21 @@ def _tree_rss_kb(pid: int) -> int:
         p = todo.pop()
         todo += children.get(p, [])
         try:
-            status = Path(f"/proc/{p}/status").read_text()
+            rollup = Path(f"/proc/{p}/smaps_rollup").read_text()
         except OSError:
             continue
-        total += next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
+        total += next((int(line.split()[1]) for line in rollup.splitlines() if line.startswith("Pss:")), 0)
     return total
 
 
 def measure(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str]:
-    """(wall s, peak RSS of the process tree in GB, last stdout line) of one command."""
+    """(wall s, peak memory (Pss) of the process tree in GB, last stdout line) of one command."""
     start = time.perf_counter()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(argv, stdout=out, stderr=err, cwd=ROOT, env={**os.environ, **(env or {})})
         peak = 0
         while proc.poll() is None:
-            peak = max(peak, _tree_rss_kb(proc.pid))
+            peak = max(peak, _tree_pss_kb(proc.pid))
             time.sleep(0.02)
         wall = time.perf_counter() - start
         out.seek(0), err.seek(0)
