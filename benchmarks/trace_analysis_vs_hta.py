@@ -10,8 +10,9 @@ totalling --ranks-gb (one per tensor-parallel rank). Then, for each single file:
     and =2, alternated --repeats times;
 and for the rank set `perfloop analyze DIR` and `perfloop diagnose DIR` (merged ranks). Each command
 runs in its own process tree; wall time from here, peak memory as the largest sum of the Pss of the
-whole tree (parent and workers), sampled every 20 ms. Prints one table row per trace and tool with
-MB/s (uncompressed bytes / wall time) and the ratios to HTA, and whether the top-10 kernels and
+whole tree (parent and workers), sampled every 50 ms. Prints one table row per trace and tool with
+MB/s (uncompressed bytes / wall time), the CPU seconds of the process tree (MB per CPU second
+does not depend on how loaded the machine is), and the ratios to HTA, and whether the top-10 kernels and
 their shares agree with HTA within 0.5 percentage points.
 
 Usage: python benchmarks/trace_analysis_vs_hta.py [--sizes-gb 0.1,1] [--ranks-gb 4 --ranks 8]
@@ -23,6 +24,7 @@ without it the HTA rows are left out.
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -71,21 +73,25 @@ def _tree_pss_kb(pid: int) -> int:
     return total
 
 
-def measure(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str]:
-    """(wall s, peak memory (Pss) of the process tree in GB, last stdout line) of one command."""
+def measure(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str, float]:
+    """(wall s, peak memory (Pss) of the process tree in GB, last stdout line, CPU s of the tree:
+    user + system of the command and the workers it waited for) of one command."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(argv, stdout=out, stderr=err, cwd=ROOT, env={**os.environ, **(env or {})})
         peak = 0
         while proc.poll() is None:
             peak = max(peak, _tree_pss_kb(proc.pid))
-            time.sleep(0.02)
+            time.sleep(0.05)
         wall = time.perf_counter() - start
         out.seek(0), err.seek(0)
         stdout, stderr = out.read(), err.read()
     if proc.returncode != 0:
         sys.exit(f"{argv[:3]} failed (exit {proc.returncode}): {stderr.strip()[-500:]}")
-    return wall, peak / 1e6, stdout.strip().splitlines()[-1] if stdout.strip() else ""
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return wall, peak / 1e6, stdout.strip().splitlines()[-1] if stdout.strip() else "", cpu
 
 
 def top10(perfloop_json: str) -> list[list]:
@@ -100,14 +106,22 @@ def compare(hta_top: list[list], ours: list[list]) -> str:
     return f"{'same' if same else 'DIFFERENT'} top-10, max share diff {worst:.3f} pp"
 
 
-def row(trace: str, tool: str, size: int, runs: list[tuple[float, float, str]], note: str = "") -> str:
-    """One table row: median wall time (range), MB/s of the median, peak memory (largest)."""
+def progress(line: str) -> str:
+    """Print a finished row at once (the table comes again at the end)."""
+    print(line, flush=True)
+    return line
+
+
+def row(trace: str, tool: str, size: int, runs: list[tuple[float, float, str, float]], note: str = "") -> str:
+    """One table row: median wall time (range), MB/s of the median, CPU seconds (median) and MB per
+    CPU second, peak memory (largest)."""
     walls = sorted(r[0] for r in runs)
     spread = f" ({walls[0]:.1f}-{walls[-1]:.1f})" if len(walls) > 1 else ""
+    cpu = median(r[3] for r in runs)
     peak = max(r[1] for r in runs)
     return (
         f"| {trace} | {tool} | {median(walls):.2f}{spread} | {size / 1e6 / median(walls):.0f} | "
-        f"{peak:.2f} | {note} |"
+        f"{cpu:.1f} | {size / 1e6 / cpu:.0f} | {peak:.2f} | {note} |"
     )
 
 
@@ -121,11 +135,16 @@ def main() -> None:
     parser.add_argument("--hta-max-gb", type=float, default=1.0, help="Largest file HTA is run on.")
     parser.add_argument("--keep", action="store_true", help="Keep the traces' temporary folder.")
     args = parser.parse_args()
-    has_hta = subprocess.run([args.hta_python, "-c", "import hta"], capture_output=True).returncode == 0
+    try:
+        has_hta = subprocess.run([args.hta_python, "-c", "import hta"], capture_output=True).returncode == 0
+    except OSError:
+        has_hta = False
     if not has_hta:
         print(f"HTA is not importable by {args.hta_python}: HTA rows left out", file=sys.stderr)
+    load = os.getloadavg()
     folder = Path(tempfile.mkdtemp(prefix="trace-bench-"))
-    rows, notes = [], []
+    rows: list[str] = []
+    notes: list[str] = []
     try:
         for gb in (float(x) for x in args.sizes_gb.split(",") if x):
             trace = folder / f"single-{gb:g}gb.trace.json"
@@ -136,7 +155,7 @@ def main() -> None:
             hta = None
             if has_hta and gb <= args.hta_max_gb:
                 hta = measure([args.hta_python, "-c", HTA_RUNNER, str(trace)])
-                rows.append(row(label, "HTA 0.5.0 get_gpu_kernel_breakdown", size, [hta]))
+                rows.append(progress(row(label, "HTA 0.5.0 get_gpu_kernel_breakdown", size, [hta])))
             runs: dict[int, list] = {1: [], 2: []}
             for _ in range(args.repeats):
                 for workers in runs:
@@ -147,7 +166,7 @@ def main() -> None:
                 note = compare(json.loads(hta[2]), top10(done[0][2])) if hta else ""
                 if hta:
                     note += f"; HTA/perfloop: {hta[0] / median_wall:.1f}x time, {hta[1] / max(r[1] for r in done):.1f}x memory"
-                rows.append(row(label, f"perfloop analyze, {workers} worker(s)", size, done, note))
+                rows.append(progress(row(label, f"perfloop analyze, {workers} worker(s)", size, done, note)))
             trace.unlink()
         if args.ranks_gb > 0:
             ranks = folder / "ranks"
@@ -159,16 +178,18 @@ def main() -> None:
             size = sum(p.stat().st_size for p in ranks.iterdir())
             label = f"{size / 1e9:.2f} GB, {args.ranks} ranks"
             analyze = measure([*PERFLOOP, "analyze", str(ranks), "--by", "kernel", "--json", "--top", "10"])
-            rows.append(row(label, "perfloop analyze (merged ranks), 2 workers", size, [analyze]))
+            rows.append(progress(row(label, "perfloop analyze (merged ranks), 2 workers", size, [analyze])))
             diagnose = measure([*PERFLOOP, "diagnose", str(ranks), "--json"])
             found = [f["playbook"] for f in json.loads(diagnose[2])["findings"]][:3]
             rows.append(
-                row(
-                    label,
-                    "perfloop diagnose (merged ranks), 2 workers",
-                    size,
-                    [diagnose],
-                    f"findings: {found}",
+                progress(
+                    row(
+                        label,
+                        "perfloop diagnose (merged ranks), 2 workers",
+                        size,
+                        [diagnose],
+                        f"findings: {found}",
+                    )
                 )
             )
     finally:
@@ -176,10 +197,13 @@ def main() -> None:
             print(f"kept {folder}")
         else:
             shutil.rmtree(folder)
-    print(f"\nload average at the end: {os.getloadavg()}; {os.cpu_count()} CPUs\n")
+    print(f"\nload average at the start: {load}, at the end: {os.getloadavg()}; {os.cpu_count()} CPUs\n")
     print("\n".join(notes) + "\n")
-    print("| trace | tool | wall s, median (range) | MB/s | peak memory GB | agreement, ratios |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "| trace | tool | wall s, median (range) | MB/s | CPU s | MB per CPU s | peak memory GB | "
+        "agreement, ratios |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
 
 

@@ -87,9 +87,11 @@ def _collect_range(args: tuple[Path, int, int | None]) -> Collected:
 
 
 def _map(fn: Callable[[T], R], items: list[T], jobs: int) -> list[R]:
-    """fn over items in worker processes, results in order. Forked when this process runs one
-    thread (fast start), else from a fork server (forking a threaded process is unsafe)."""
-    method = "fork" if threading.active_count() == 1 else "forkserver"
+    """fn over items in worker processes, results in order. Forked (fast start) when every other
+    thread of this process is a daemon helper (such as rich's progress refresher, which the workers
+    never touch), else from a fork server: forking while application threads hold locks is unsafe."""
+    others = [t for t in threading.enumerate() if t is not threading.current_thread()]
+    method = "fork" if all(t.daemon for t in others) else "forkserver"
     context = multiprocessing.get_context(method)
     with ProcessPoolExecutor(max_workers=min(jobs, len(items)), mp_context=context) as pool:
         return list(pool.map(fn, items))
