@@ -10,7 +10,7 @@ totalling --ranks-gb (one per tensor-parallel rank). Then, for each single file:
     and =2, alternated --repeats times;
 and for the rank set `perfloop analyze DIR` and `perfloop diagnose DIR` (merged ranks). Each command
 runs in its own process tree; wall time from here, peak memory as the largest sum of the Pss of the
-whole tree (parent and workers), sampled every 50 ms. Prints one table row per trace and tool with
+whole tree (parent and workers), sampled every 100 ms. Prints one table row per trace and tool with
 MB/s (uncompressed bytes / wall time), the CPU seconds of the process tree (MB per CPU second
 does not depend on how loaded the machine is), and the ratios to HTA, and whether the top-10 kernels and
 their shares agree with HTA within 0.5 percentage points.
@@ -83,7 +83,7 @@ def measure(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, 
         peak = 0
         while proc.poll() is None:
             peak = max(peak, _tree_pss_kb(proc.pid))
-            time.sleep(0.05)
+            time.sleep(0.1)
         wall = time.perf_counter() - start
         out.seek(0), err.seek(0)
         stdout, stderr = out.read(), err.read()
