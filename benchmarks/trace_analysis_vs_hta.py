@@ -47,7 +47,7 @@ total = float(comp["sum (us)"].sum())
 rows = comp[comp["name"] != "others"].sort_values("sum (us)", ascending=False).head(10)
 print(json.dumps([[n, float(s) / total] for n, s in zip(rows["name"], rows["sum (us)"])]))
 """
-PERFLOOP = [sys.executable, "-c", "from agent.cli import main; main()"]
+PERFLOOP = [sys.executable, "-c", "import agent.cli as cli; (getattr(cli, 'main', None) or cli.app)()"]
 
 
 def _tree_pss_kb(pid: int) -> int:
@@ -73,13 +73,15 @@ def _tree_pss_kb(pid: int) -> int:
     return total
 
 
-def measure(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str, float]:
+def measure(
+    argv: list[str], env: dict[str, str] | None = None, cwd: Path = ROOT
+) -> tuple[float, float, str, float]:
     """(wall s, peak memory (Pss) of the process tree in GB, last stdout line, CPU s of the tree:
     user + system of the command and the workers it waited for) of one command."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(argv, stdout=out, stderr=err, cwd=ROOT, env={**os.environ, **(env or {})})
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, cwd=cwd, env={**os.environ, **(env or {})})
         peak = 0
         while proc.poll() is None:
             peak = max(peak, _tree_pss_kb(proc.pid))
@@ -134,6 +136,11 @@ def main() -> None:
     parser.add_argument("--hta-python", default=sys.executable, help="Interpreter with HTA installed.")
     parser.add_argument("--hta-max-gb", type=float, default=1.0, help="Largest file HTA is run on.")
     parser.add_argument("--keep", action="store_true", help="Keep the traces' temporary folder.")
+    parser.add_argument(
+        "--baseline-src",
+        type=Path,
+        help="Another perfloop source tree (e.g. `git archive main`) run as one more variant on single files.",
+    )
     args = parser.parse_args()
     try:
         has_hta = subprocess.run([args.hta_python, "-c", "import hta"], capture_output=True).returncode == 0
@@ -157,10 +164,27 @@ def main() -> None:
                 hta = measure([args.hta_python, "-c", HTA_RUNNER, str(trace)])
                 rows.append(progress(row(label, "HTA 0.5.0 get_gpu_kernel_breakdown", size, [hta])))
             runs: dict[int, list] = {1: [], 2: []}
+            baseline: list = []
+            cmd = [*PERFLOOP, "analyze", str(trace), "--by", "kernel", "--json", "--top", "10"]
             for _ in range(args.repeats):
                 for workers in runs:
-                    cmd = [*PERFLOOP, "analyze", str(trace), "--by", "kernel", "--json", "--top", "10"]
                     runs[workers].append(measure(cmd, {"PERFLOOP_TRACE_WORKERS": str(workers)}))
+                if args.baseline_src:
+                    src = args.baseline_src.resolve()
+                    baseline.append(measure(cmd, {"PYTHONPATH": str(src)}, cwd=src))
+            if baseline:
+                base = median(r[0] for r in baseline)
+                note = ", ".join(
+                    f"{w} worker(s) {base / median(r[0] for r in done):.1f}x faster "
+                    f"(CPU {median(r[3] for r in baseline) / median(r[3] for r in done):.1f}x less)"
+                    for w, done in runs.items()
+                )
+                agree = compare(top10(baseline[0][2]), top10(runs[2][0][2]))
+                rows.append(
+                    progress(
+                        row(label, f"baseline tree ({args.baseline_src})", size, baseline, f"{agree}; {note}")
+                    )
+                )
             for workers, done in runs.items():
                 median_wall = median(r[0] for r in done)
                 note = compare(json.loads(hta[2]), top10(done[0][2])) if hta else ""
