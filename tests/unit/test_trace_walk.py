@@ -5,6 +5,7 @@ correlation ids, CUDA-graph launches, syncs inside sync ops, Python frames, step
 
 import random
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -54,7 +55,7 @@ def random_events(seed: int) -> list[Event]:
                 continue
             length = tick(rng.choice([0.0, rng.uniform(0, end - t + 2)]))  # may overrun its parent
             cat = rng.choice(CATS)
-            dims = msgspec_raw(rng.choice([b"[[1, 2], [2, 3]]", b"[[4]]", b"[[1, 2], []]"]))
+            dims = msgspec.Raw(rng.choice([b"[[1, 2], [2, 3]]", b"[[4]]", b"[[1, 2], []]"]))
             args = Args(input_dims=dims) if cat == "cpu_op" and rng.random() < 0.8 else None
             events.append(Event("X", cat, rng.choice(NAMES), 1, tid, t, length, args))
             if depth < 5:
@@ -72,12 +73,6 @@ def random_events(seed: int) -> list[Event]:
             )
     rng.shuffle(events)
     return events
-
-
-def msgspec_raw(data: bytes):
-    import msgspec
-
-    return msgspec.Raw(data)
 
 
 def both(events: list[Event]) -> tuple:

@@ -11,6 +11,7 @@ before it fail to decode, and the reader then reads the whole file in one stream
 """
 
 from pathlib import Path
+from typing import BinaryIO
 
 import msgspec
 
@@ -39,7 +40,7 @@ def byte_ranges(path: Path, parts: int) -> list[tuple[int, int | None]]:
     return list(zip(starts, ends, strict=True))
 
 
-def _cut_after(raw, offset: int) -> int | None:
+def _cut_after(raw: BinaryIO, offset: int) -> int | None:
     """The first event start at or after `offset` whose following events decode; None if none."""
     raw.seek(offset)
     window = raw.read(PROBE_BYTES)

@@ -185,7 +185,16 @@ def _totals(host: _Host, at: np.ndarray, owner: np.ndarray, dur: np.ndarray) -> 
     return total
 
 
-def _groups(out: Walked, clock, sub, key, self_us, total_us, location, locations: list[str]) -> None:
+def _groups(
+    out: Walked,
+    clock: np.ndarray,
+    sub: np.ndarray,
+    key: np.ndarray,
+    self_us: np.ndarray,
+    total_us: np.ndarray,
+    location: np.ndarray,
+    locations: list[str],
+) -> None:
     """Sum the group of each op close and CUDA-graph row in the walk's order (first add first)."""
     order = np.lexsort((sub, clock))
     key, self_us, total_us, location = key[order], self_us[order], total_us[order], location[order]
