@@ -12,7 +12,6 @@ import gzip
 import re
 import zlib
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from io import BufferedIOBase
 from pathlib import Path
@@ -212,40 +211,10 @@ def _last_boundary(buf: bytes, end: int) -> re.Match[bytes] | None:
 
 
 def _open(path: Path) -> BufferedIOBase:
-    """The file's bytes, decompressed on the fly when it starts with the gzip magic (the next chunk
-    inflating on a thread while this one is decoded)."""
+    """The file's bytes, decompressed on the fly when it starts with the gzip magic."""
     try:
         with path.open("rb") as raw:
             magic = raw.read(2)
-        return _ReadAhead(gzip.open(path, "rb")) if magic == b"\x1f\x8b" else path.open("rb")
+        return gzip.open(path, "rb") if magic == b"\x1f\x8b" else path.open("rb")
     except OSError as err:
         raise TraceError(f"{path}: cannot read the trace ({err.strerror}); check the path") from err
-
-
-class _ReadAhead(BufferedIOBase):
-    """Reads the next chunk of the same size on a thread while the caller works on this one: zlib
-    inflates without holding the GIL, so gzip input costs little more than plain on two cores."""
-
-    def __init__(self, raw: BufferedIOBase) -> None:
-        self._raw = raw
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="trace-inflate")
-        self._ahead: tuple[int, Future[bytes]] | None = None
-
-    def read(self, size: int | None = -1) -> bytes:
-        """The next `size` bytes (from the chunk read ahead when it was of that size)."""
-        size = -1 if size is None else size
-        if self._ahead is not None and self._ahead[0] == size:
-            chunk = self._ahead[1].result()
-        else:
-            chunk = self._raw.read(size)
-        self._ahead = (size, self._pool.submit(self._raw.read, size)) if chunk and size > 0 else None
-        return chunk
-
-    def close(self) -> None:
-        """Wait for the read in flight, then close the file and stop the thread."""
-        if self._ahead is not None:
-            self._ahead[1].exception()
-            self._ahead = None
-        self._pool.shutdown()
-        self._raw.close()
-        super().close()
