@@ -40,7 +40,8 @@ def workers() -> int:
         if not raw.isdigit() or int(raw) < 1:
             raise TraceError(f"PERFLOOP_TRACE_WORKERS must be a whole number >= 1, not {raw!r}")
         return int(raw)
-    return len(os.sched_getaffinity(0))
+    usable = getattr(os, "sched_getaffinity", None)  # Linux; elsewhere every core
+    return len(usable(0)) if usable else os.cpu_count() or 1
 
 
 def collect(path: Path, start: int = 0, end: int | None = None) -> Collected:
