@@ -38,7 +38,7 @@ def walk(col: Collected, work: dict[int, float]) -> Walked:
     out = Walked(on_device=bool(work))
     graph_key = col.intern((GRAPH_ROW, (), ()))
     for cols in col.threads.values():
-        ts, dur, kind, payload = cols.ts, cols.dur, cols.kind, cols.payload
+        ts, dur, kind, payload = cols.times[0::2], cols.times[1::2], cols.ints[0::2], cols.ints[1::2]
         order = sorted(range(len(ts)), key=dur.__getitem__, reverse=True)  # parents first on ties
         order.sort(key=ts.__getitem__)
         stack: list[_Frame] = []

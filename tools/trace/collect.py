@@ -44,26 +44,18 @@ class _TimedColumns:
     times: array = field(default_factory=lambda: array("d"))
     ints: array = field(default_factory=lambda: array("q"))
 
-    ts = property(lambda self: self.times[0::2], doc="Start of each event, us.")
-    dur = property(lambda self: self.times[1::2], doc="Duration of each event, us.")
-
 
 @dataclass
 class HostColumns(_TimedColumns):
     """One host thread's events; `ints` pairs: kind (OP..SYNC) and an int payload: the interned op
-    key for OP/ANNOTATION/PYFUNC/SYNC, the correlation id for LAUNCH/GRAPH_LAUNCH."""
-
-    kind = property(lambda self: self.ints[0::2], doc="Kind of each event (OP..SYNC).")
-    payload = property(lambda self: self.ints[1::2], doc="Key or correlation id of each event.")
+    key for OP/ANNOTATION/PYFUNC/SYNC, the correlation id for LAUNCH/GRAPH_LAUNCH (read as numpy
+    views: `np.frombuffer(cols.ints, dtype=np.int64)[0::2]` are the kinds)."""
 
 
 @dataclass
 class KernelColumns(_TimedColumns):
-    """Every device event; `ints` triples: device index, correlation id, interned kernel name."""
-
-    device = property(lambda self: self.ints[0::3], doc="Device index of each kernel.")
-    corr = property(lambda self: self.ints[1::3], doc="Correlation id of each kernel (-1 if none).")
-    name = property(lambda self: self.ints[2::3], doc="Interned name of each kernel.")
+    """Every device event; `ints` triples: device index, correlation id (-1 if none), interned
+    kernel name (`tools.trace.device` reads them as numpy views)."""
 
 
 @dataclass
