@@ -1,223 +1,41 @@
-"""perfloop's trace analysis against HolisticTraceAnalysis (HTA) on one large GPU trace.
+"""perfloop's trace analysis against HolisticTraceAnalysis (HTA), per trace size, in one run.
 
-Writes a synthetic but real-shaped torch.profiler trace (Kineto's JSON layout and event schema:
-ProfilerStep#N / forward_decode annotations, nested aten ops with shapes and dtypes,
-cudaLaunchKernel calls, kernels with correlation and External id, ac2g flow events) of an MLA-style
-decode step repeated until the file is at least --size-gb uncompressed, then in one run:
+Writes real-shaped torch.profiler traces (`kineto_trace.py`: an MLA decode step of 61 layers) into
+a temporary folder: one plain-JSON file per size in --sizes-gb, and a set of --ranks files
+totalling --ranks-gb (one per tensor-parallel rank). Then, for each single file:
   * HTA: TraceAnalysis(...).get_gpu_kernel_breakdown(duration_ratio=1.0, num_kernels=10), with
     HTA_DISABLE_NS_ROUNDING=1 (by default HTA trims every event to whole microseconds, which moves
-    the shares of short kernels by several points)
-  * perfloop: `perfloop analyze TRACE --by kernel --json --top 10`
-each in its own subprocess, timed, with its peak RSS (ru_maxrss of a wrapper's only child), and
-prints wall time, peak memory, the ratios, and whether the top-10 kernels and their shares agree
-within 1 percentage point.
+    the shares of short kernels by several points), once, up to --hta-max-gb;
+  * perfloop: `perfloop analyze TRACE --by kernel --json --top 10` with PERFLOOP_TRACE_WORKERS=1
+    and =2, alternated --repeats times;
+and for the rank set `perfloop analyze DIR` and `perfloop diagnose DIR` (merged ranks). Each command
+runs in its own process tree; wall time from here, peak memory as the largest sum of the Pss of the
+whole tree (parent and workers), sampled every 100 ms. Prints one table row per trace and tool with
+MB/s (uncompressed bytes / wall time), the CPU seconds of the process tree (MB per CPU second
+does not depend on how loaded the machine is), and the ratios to HTA, and whether the top-10 kernels and
+their shares agree with HTA within 0.5 percentage points.
 
-Usage: python benchmarks/trace_analysis_vs_hta.py [--size-gb 1.0] [--keep] [--hta-python PY]
-HTA is not a perfloop dependency: install it where --hta-python points
-(`pip install HolisticTraceAnalysis`); without it this script says so and exits 2.
+Usage: python benchmarks/trace_analysis_vs_hta.py [--sizes-gb 0.1,1] [--ranks-gb 4 --ranks 8]
+       [--repeats 3] [--hta-python PY] [--hta-max-gb 1] [--keep]
+HTA is not a perfloop dependency: install it where --hta-python points (see benchmarks/README.md);
+without it the HTA rows are left out.
 """
 
 import argparse
 import json
-import random
+import os
+import resource
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from statistics import median
+
+from kineto_trace import LAYERS, write_trace
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = 61
-KERNELS = [  # (name, mean us) of one layer's kernels, MLA decode on a large GPU
-    (
-        "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)"
-        "::{lambda()#3}::operator()() const::{lambda()#12}::operator()() const::{lambda(c10::BFloat16)#1}, "
-        "std::array<char*, 2ul>, 4, TrivialOffsetCalculator<1, unsigned int>, TrivialOffsetCalculator<1, unsigned int>, "
-        "at::native::memory::LoadWithCast<1>, at::native::memory::StoreWithCast<1> >",
-        115.0,
-    ),
-    (
-        "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_bf16_64x64_64x4_tn_align8>(cutlass_80_tensorop_"
-        "bf16_s16816gemm_bf16_64x64_64x4_tn_align8::Params)",
-        9.3,
-    ),
-    (
-        "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_32x6_nn_align8>(cutlass_80_"
-        "tensorop_bf16_s16816gemm_relu_bf16_64x64_32x6_nn_align8::Params)",
-        6.6,
-    ),
-    (
-        "void flashinfer::BatchDecodeWithPagedKVCacheKernelMLA<true, 4u, 16u, 8u, 2u, 4u, __nv_bfloat16, "
-        "__nv_bfloat16, __nv_bfloat16, int>(flashinfer::Params)",
-        7.9,
-    ),
-    ("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0", 2.4),
-    ("triton_poi_fused_silu_mul_1", 1.9),
-    (
-        "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>, "
-        "std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<c10::BFloat16>, std::array<char*, 3ul>)",
-        1.6,
-    ),
-    (
-        "void at::native::index_elementwise_kernel<128, 4, at::native::gpu_index_kernel<at::native::index_kernel_"
-        "impl<at::native::OpaqueType<2> >(at::TensorIteratorBase&, c10::ArrayRef<long>, c10::ArrayRef<long>)"
-        "::{lambda(char*, char const*, long)#1}>(at::TensorIteratorBase&, c10::ArrayRef<long>)::{lambda(int)#1}>"
-        "(long, at::native::gpu_index_kernel::{lambda(int)#1})",
-        3.1,
-    ),
-    (
-        "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, c10::BFloat16, float, c10::BFloat16, "
-        "at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(c10::BFloat16*, c10::BFloat16 const*, int)",
-        2.2,
-    ),
-    (
-        "void cublasLt::splitKreduce_kernel<32, 16, int, float, __nv_bfloat16, float, __nv_bfloat16, true, false, "
-        "false>(cublasLt::cublasSplitKParams<float>, float const*, __nv_bfloat16 const*, __nv_bfloat16*)",
-        1.3,
-    ),
-    (
-        "void moe_align_block_size_kernel<int>(int const*, int*, int*, int*, int, int, int, unsigned long)",
-        1.1,
-    ),
-]
-# one layer: (outer op, inner op or None, kernel index, input dims, input types)
-LAYER_OPS = [
-    (
-        "aten::to",
-        "aten::copy_",
-        0,
-        [[495552, 1, 576], [495552, 1, 576], []],
-        ["c10::BFloat16", "c10::Float8_e4m3fn", ""],
-    ),
-    ("aten::linear", "aten::mm", 1, [[1, 7168], [7168, 2112]], ["c10::BFloat16", "c10::BFloat16"]),
-    ("aten::linear", "aten::mm", 2, [[1, 2048], [2048, 7168]], ["c10::BFloat16", "c10::BFloat16"]),
-    ("sglang::mla_decode", None, 3, [[1, 16, 576], [495552, 1, 576]], ["c10::BFloat16", "c10::BFloat16"]),
-    ("aten::rms_norm", None, 4, [[1, 7168], [7168]], ["c10::BFloat16", "c10::BFloat16"]),
-    ("aten::silu", None, 5, [[1, 18432]], ["c10::BFloat16"]),
-    ("aten::add", None, 6, [[1, 7168], [1, 7168], []], ["c10::BFloat16", "c10::BFloat16", "Scalar"]),
-    ("aten::index", None, 7, [[495552, 1, 576], []], ["c10::BFloat16", ""]),
-    ("aten::_softmax", None, 8, [[16, 230], [], []], ["c10::BFloat16", "Scalar", "Scalar"]),
-    ("aten::addmm", None, 9, [[7168], [1, 7168], [7168, 7168]], ["c10::BFloat16"] * 3),
-    ("sglang::moe_align_block_size", None, 10, [[1, 8]], ["int"]),
-]
-HOST_PID = 437
-
-
-def _host(cat: str, name: str, ts: float, dur: float, args: str) -> str:
-    return (
-        f'  {{\n    "ph": "X", "cat": "{cat}", "name": "{name}", "pid": {HOST_PID}, "tid": {HOST_PID},\n'
-        f'    "ts": {ts:.3f}, "dur": {dur:.3f},\n    "args": {{\n      {args}\n    }}\n  }}'
-    )
-
-
-def _op_args(ext: int, dims: list, types: list) -> str:
-    strides = [[1] * len(d) for d in dims]
-    return (
-        f'"External id": {ext},"Record function id": 0, "Concrete Inputs": {json.dumps([""] * len(dims))}, '
-        f'"Input type": {json.dumps(types)}, "Input Strides": {json.dumps(strides)}, '
-        f'"Input Dims": {json.dumps(dims)}, "Ev Idx": {ext - 1}'
-    )
-
-
-class Writer:
-    """Emits one decode step at a time, with running timestamps and ids."""
-
-    def __init__(self, seed: int = 0) -> None:
-        self.rng = random.Random(seed)
-        self.ts = 5088980768299.323
-        self.ext = 0
-        self.corr = 300
-
-    def step(self, n: int) -> list[str]:
-        host, device = [], []
-        step_start, gpu_ts = self.ts, self.ts + 30.0
-        self.ts += 20.0
-        self.ext += 1
-        step_ext = self.ext
-        for _ in range(LAYERS):
-            for outer, inner, k, dims, types in LAYER_OPS:
-                self.ext += 1
-                outer_ext, outer_ts = self.ext, self.ts
-                self.ts += 2.0
-                if inner is not None:
-                    self.ext += 1
-                    inner_ext, inner_ts = self.ext, self.ts
-                    self.ts += 1.5
-                else:
-                    inner_ext, inner_ts = outer_ext, outer_ts
-                self.corr += 1
-                launch_ts = self.ts
-                self.ts += 4.2
-                host.append(
-                    _host(
-                        "cuda_runtime",
-                        "cudaLaunchKernel",
-                        launch_ts,
-                        4.0,
-                        f'"External id": {inner_ext}, "cbid": 211, "correlation": {self.corr}',
-                    )
-                )
-                host.append(
-                    f'  {{\n    "ph": "s", "id": {self.corr}, "pid": {HOST_PID}, "tid": {HOST_PID}, '
-                    f'"ts": {launch_ts:.3f},\n    "cat": "ac2g", "name": "ac2g"\n  }}'
-                )
-                dur = max(KERNELS[k][1] * self.rng.uniform(0.8, 1.2), 0.5)
-                gpu_ts = max(gpu_ts, launch_ts + 3.0)
-                device.append(
-                    f'  {{\n    "ph": "X", "cat": "kernel", "name": "{KERNELS[k][0]}", "pid": 0, "tid": 7,\n'
-                    f'    "ts": {gpu_ts:.3f}, "dur": {dur:.3f},\n    "args": {{\n      "External id": {inner_ext},\n'
-                    f'      "queued": 0, "device": 0, "context": 1,\n      "stream": 7, "correlation": {self.corr},\n'
-                    f'      "registers per thread": 32, "shared memory": 0, "blocks per SM": 558.5, '
-                    f'"warps per SM": 2234.2, "grid": [73728, 1, 1], "block": [128, 1, 1], '
-                    f'"est. achieved occupancy %": 100\n    }}\n  }}'
-                )
-                device.append(
-                    f'  {{\n    "ph": "f", "id": {self.corr}, "pid": 0, "tid": 7, "ts": {gpu_ts:.3f}, '
-                    f'"cat": "ac2g", "name": "ac2g", "bp": "e"\n  }}'
-                )
-                gpu_ts += dur + 0.8
-                if inner is not None:
-                    host.append(
-                        _host("cpu_op", inner, inner_ts, self.ts - inner_ts, _op_args(inner_ext, dims, types))
-                    )
-                self.ts += 1.0
-                host.append(
-                    _host("cpu_op", outer, outer_ts, self.ts - outer_ts, _op_args(outer_ext, dims, types))
-                )
-        self.ts = max(self.ts, gpu_ts) + 10.0
-        host.append(
-            _host(
-                "user_annotation",
-                f"ProfilerStep#{n}",
-                step_start,
-                self.ts - step_start,
-                f'"External id": {step_ext}, "Record function id": 0, "Ev Idx": 0',
-            )
-        )
-        return host + device
-
-
-def write_trace(path: Path, size_bytes: int) -> int:
-    """A Kineto-layout trace of at least size_bytes; returns the number of steps written."""
-    writer, steps, written = Writer(), 0, 0
-    with path.open("w") as out:
-        head = (
-            '{\n  "schemaVersion": 1,\n  "deviceProperties": [\n    {\n      "id": 0, "name": "NVIDIA H200", '
-            '"totalGlobalMem": 150109880320,\n      "computeMajor": 9, "computeMinor": 0, "numSms": 132\n    }\n  ],\n'
-            '  "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 1},\n  "record_shapes": 1,\n'
-            '  "displayTimeUnit": "ms",\n  "baseTimeNanoseconds": 1790857026000000000,\n  "traceEvents": [\n'
-        )
-        written += out.write(head)
-        first = True
-        while written < size_bytes:
-            events = writer.step(steps + 2)
-            written += out.write(("" if first else ",\n") + ",\n".join(events))
-            first, steps = False, steps + 1
-        written += out.write('\n],\n  "traceName": "synthetic.json"\n}\n')
-    return steps
-
-
 HTA_RUNNER = """
 import json, os, sys
 os.environ["HTA_DISABLE_NS_ROUNDING"] = "1"  # keep ns durations (HTA rounds each event to whole us)
@@ -229,87 +47,188 @@ total = float(comp["sum (us)"].sum())
 rows = comp[comp["name"] != "others"].sort_values("sum (us)", ascending=False).head(10)
 print(json.dumps([[n, float(s) / total] for n, s in zip(rows["name"], rows["sum (us)"])]))
 """
-WRAPPER = (
-    "import resource, subprocess, sys; p = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
-    "sys.stderr.write(p.stderr[-2000:]); print(p.stdout.strip().splitlines()[-1] if p.returncode == 0 else ''); "
-    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(p.returncode)"
-)
+PERFLOOP = [sys.executable, "-c", "import agent.cli as cli; (getattr(cli, 'main', None) or cli.app)()"]
 
 
-def measure(argv: list[str]) -> tuple[float, float, str]:
-    """(wall s, peak RSS GB, last stdout line) of one command run under a fresh wrapper process."""
+def _tree_pss_kb(pid: int) -> int:
+    """Summed proportional set size (Pss: a page shared by n processes counts 1/n in each, so forked
+    workers' shared pages count once) of `pid` and all its descendants (0 for those gone meanwhile)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        todo += children.get(p, [])
+        try:
+            rollup = Path(f"/proc/{p}/smaps_rollup").read_text()
+        except OSError:
+            continue
+        total += next((int(line.split()[1]) for line in rollup.splitlines() if line.startswith("Pss:")), 0)
+    return total
+
+
+def measure(
+    argv: list[str], env: dict[str, str] | None = None, cwd: Path = ROOT
+) -> tuple[float, float, str, float]:
+    """(wall s, peak memory (Pss) of the process tree in GB, last stdout line, CPU s of the tree:
+    user + system of the command and the workers it waited for) of one command."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", WRAPPER, *argv], capture_output=True, text=True, cwd=ROOT)
-    wall = time.perf_counter() - start
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, cwd=cwd, env={**os.environ, **(env or {})})
+        peak = 0
+        while proc.poll() is None:
+            peak = max(peak, _tree_pss_kb(proc.pid))
+            time.sleep(0.1)
+        wall = time.perf_counter() - start
+        out.seek(0), err.seek(0)
+        stdout, stderr = out.read(), err.read()
     if proc.returncode != 0:
-        sys.exit(f"{argv[0]} failed (exit {proc.returncode}): {proc.stderr.strip()[-500:]}")
-    result, peak_kb = proc.stdout.strip().splitlines()[-2:]
-    return wall, int(peak_kb) / 1e6, result
+        sys.exit(f"{argv[:3]} failed (exit {proc.returncode}): {stderr.strip()[-500:]}")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return wall, peak / 1e6, stdout.strip().splitlines()[-1] if stdout.strip() else "", cpu
+
+
+def top10(perfloop_json: str) -> list[list]:
+    """[name, share] of the first 10 kernel rows of `analyze --by kernel --json`."""
+    return [[row["name"], row["share"]] for row in json.loads(perfloop_json)["ops"]][:10]
+
+
+def compare(hta_top: list[list], ours: list[list]) -> str:
+    """Same names in the same order, and the largest share difference in percentage points."""
+    same = [n for n, _ in hta_top] == [n for n, _ in ours]
+    worst = 100 * max(abs(a[1] - b[1]) for a, b in zip(hta_top, ours, strict=False))
+    return f"{'same' if same else 'DIFFERENT'} top-10, max share diff {worst:.3f} pp"
+
+
+def progress(line: str) -> str:
+    """Print a finished row at once (the table comes again at the end)."""
+    print(line, flush=True)
+    return line
+
+
+def row(trace: str, tool: str, size: int, runs: list[tuple[float, float, str, float]], note: str = "") -> str:
+    """One table row: median wall time (range), MB/s of the median, CPU seconds (median) and MB per
+    CPU second, peak memory (largest)."""
+    walls = sorted(r[0] for r in runs)
+    spread = f" ({walls[0]:.1f}-{walls[-1]:.1f})" if len(walls) > 1 else ""
+    cpu = median(r[3] for r in runs)
+    peak = max(r[1] for r in runs)
+    return (
+        f"| {trace} | {tool} | {median(walls):.2f}{spread} | {size / 1e6 / median(walls):.0f} | "
+        f"{cpu:.1f} | {size / 1e6 / cpu:.0f} | {peak:.2f} | {note} |"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--size-gb", type=float, default=1.0, help="Least uncompressed trace size.")
-    parser.add_argument("--keep", action="store_true", help="Keep the trace's temporary folder.")
+    parser.add_argument("--sizes-gb", default="0.1,1", help="Single-file trace sizes, comma-separated.")
+    parser.add_argument("--ranks-gb", type=float, default=4.0, help="Total size of the rank set (0: none).")
+    parser.add_argument("--ranks", type=int, default=8, help="Files (ranks) in the rank set.")
+    parser.add_argument("--repeats", type=int, default=3, help="Runs of each perfloop variant.")
     parser.add_argument("--hta-python", default=sys.executable, help="Interpreter with HTA installed.")
+    parser.add_argument("--hta-max-gb", type=float, default=1.0, help="Largest file HTA is run on.")
+    parser.add_argument("--keep", action="store_true", help="Keep the traces' temporary folder.")
+    parser.add_argument(
+        "--baseline-src",
+        type=Path,
+        help="Another perfloop source tree (e.g. `git archive main`) run as one more variant on single files.",
+    )
     args = parser.parse_args()
-    check = subprocess.run([args.hta_python, "-c", "import hta"], capture_output=True)
-    if check.returncode != 0:
-        print(
-            f"HTA is not importable by {args.hta_python}: `{args.hta_python} -m pip install "
-            "HolisticTraceAnalysis` (or pass --hta-python PATH)",
-            file=sys.stderr,
-        )
-        sys.exit(2)
-    folder = Path(tempfile.mkdtemp(prefix="trace-bench-"))
     try:
-        trace = folder / "rank0.trace.json"
-        start = time.perf_counter()
-        steps = write_trace(trace, int(args.size_gb * 1e9))
-        size = trace.stat().st_size
-        print(
-            f"wrote {trace}: {size / 1e9:.2f} GB, {steps} decode steps of {LAYERS} layers "
-            f"in {time.perf_counter() - start:.0f} s"
-        )
-        hta = measure([args.hta_python, "-c", HTA_RUNNER, str(trace)])
-        perfloop = measure(
-            [
-                sys.executable,
-                "-c",
-                "from agent.cli import app; app()",
-                "analyze",
-                str(trace),
-                "--by",
-                "kernel",
-                "--json",
-                "--top",
-                "10",
-            ]
-        )
-        report(size, hta, perfloop)
+        has_hta = subprocess.run([args.hta_python, "-c", "import hta"], capture_output=True).returncode == 0
+    except OSError:
+        has_hta = False
+    if not has_hta:
+        print(f"HTA is not importable by {args.hta_python}: HTA rows left out", file=sys.stderr)
+    load = os.getloadavg()
+    folder = Path(tempfile.mkdtemp(prefix="trace-bench-"))
+    rows: list[str] = []
+    notes: list[str] = []
+    try:
+        for gb in (float(x) for x in args.sizes_gb.split(",") if x):
+            trace = folder / f"single-{gb:g}gb.trace.json"
+            steps = write_trace(trace, int(gb * 1e9))
+            size = trace.stat().st_size
+            label = f"{size / 1e9:.2f} GB, 1 file"
+            notes.append(f"{label}: {steps} decode steps of {LAYERS} layers")
+            hta = None
+            if has_hta and gb <= args.hta_max_gb:
+                hta = measure([args.hta_python, "-c", HTA_RUNNER, str(trace)])
+                rows.append(progress(row(label, "HTA 0.5.0 get_gpu_kernel_breakdown", size, [hta])))
+            runs: dict[int, list] = {1: [], 2: []}
+            baseline: list = []
+            cmd = [*PERFLOOP, "analyze", str(trace), "--by", "kernel", "--json", "--top", "10"]
+            for _ in range(args.repeats):
+                for workers in runs:
+                    runs[workers].append(measure(cmd, {"PERFLOOP_TRACE_WORKERS": str(workers)}))
+                if args.baseline_src:
+                    src = args.baseline_src.resolve()
+                    baseline.append(measure(cmd, {"PYTHONPATH": str(src)}, cwd=src))
+            if baseline:
+                base = median(r[0] for r in baseline)
+                note = ", ".join(
+                    f"{w} worker(s) {base / median(r[0] for r in done):.1f}x faster "
+                    f"(CPU {median(r[3] for r in baseline) / median(r[3] for r in done):.1f}x less)"
+                    for w, done in runs.items()
+                )
+                agree = compare(top10(baseline[0][2]), top10(runs[2][0][2]))
+                rows.append(
+                    progress(
+                        row(label, f"baseline tree ({args.baseline_src})", size, baseline, f"{agree}; {note}")
+                    )
+                )
+            for workers, done in runs.items():
+                median_wall = median(r[0] for r in done)
+                note = compare(json.loads(hta[2]), top10(done[0][2])) if hta else ""
+                if hta:
+                    note += f"; HTA/perfloop: {hta[0] / median_wall:.1f}x time, {hta[1] / max(r[1] for r in done):.1f}x memory"
+                rows.append(progress(row(label, f"perfloop analyze, {workers} worker(s)", size, done, note)))
+            trace.unlink()
+        if args.ranks_gb > 0:
+            ranks = folder / "ranks"
+            ranks.mkdir()
+            for rank in range(args.ranks):
+                write_trace(
+                    ranks / f"rank{rank}.trace.json", int(args.ranks_gb * 1e9 / args.ranks), rank, args.ranks
+                )
+            size = sum(p.stat().st_size for p in ranks.iterdir())
+            label = f"{size / 1e9:.2f} GB, {args.ranks} ranks"
+            analyze = measure([*PERFLOOP, "analyze", str(ranks), "--by", "kernel", "--json", "--top", "10"])
+            rows.append(progress(row(label, "perfloop analyze (merged ranks), 2 workers", size, [analyze])))
+            diagnose = measure([*PERFLOOP, "diagnose", str(ranks), "--json"])
+            found = [f["playbook"] for f in json.loads(diagnose[2])["findings"]][:3]
+            rows.append(
+                progress(
+                    row(
+                        label,
+                        "perfloop diagnose (merged ranks), 2 workers",
+                        size,
+                        [diagnose],
+                        f"findings: {found}",
+                    )
+                )
+            )
     finally:
         if args.keep:
             print(f"kept {folder}")
         else:
             shutil.rmtree(folder)
-
-
-def report(size: int, hta: tuple, perfloop: tuple) -> None:
-    """Print the comparison table."""
-    hta_top = json.loads(hta[2])
-    ours = [[row["name"], row["share"]] for row in json.loads(perfloop[2])["ops"]]
-    same_names = [n for n, _ in hta_top] == [n for n, _ in ours]
-    worst = max(abs(a[1] - b[1]) for a, b in zip(hta_top, ours, strict=False))
-    print(f"\ntrace: {size / 1e9:.2f} GB uncompressed\n")
-    print("| tool | wall time (s) | peak memory (GB) |\n|---|---|---|")
-    print(f"| HTA 0.5.0 get_gpu_kernel_breakdown | {hta[0]:.1f} | {hta[1]:.2f} |")
-    print(f"| perfloop analyze --by kernel | {perfloop[0]:.1f} | {perfloop[1]:.2f} |")
-    print(f"| ratio HTA / perfloop | {hta[0] / perfloop[0]:.1f}x | {hta[1] / perfloop[1]:.1f}x |")
+    print(f"\nload average at the start: {load}, at the end: {os.getloadavg()}; {os.cpu_count()} CPUs\n")
+    print("\n".join(notes) + "\n")
     print(
-        f"\ntop-10 kernels: same names in the same order: {'yes' if same_names else 'NO'}; "
-        f"largest share difference {100 * worst:.3f} percentage points "
-        f"({'within' if worst <= 0.01 else 'NOT within'} 1%)"
+        "| trace | tool | wall s, median (range) | MB/s | CPU s | MB per CPU s | peak memory GB | "
+        "agreement, ratios |"
     )
+    print("|---|---|---|---|---|---|---|---|")
+    print("\n".join(rows))
 
 
 if __name__ == "__main__":

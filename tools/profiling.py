@@ -25,7 +25,6 @@ from tools.http import post_json
 from tools.progress import report
 from tools.sglang.layout import parse_version
 from tools.sglang.server import rank_traces, start_profile_body
-from tools.trace import read_profiles
 
 _POLL_S = 0.2
 
@@ -160,4 +159,6 @@ def take(args: ProfileArgs) -> ProfileFiles:
 @tool("profile.read", where="local")
 def read(args: PathArgs) -> ProfileSummary:
     """Read a Chrome trace (or a folder of one per rank, merged) into per-op statistics."""
+    from tools.trace import read_profiles  # here, not at the top: numpy need not be on SSH hosts
+
     return read_profiles([args.path], require_steps=True)

@@ -1,52 +1,86 @@
 """The `perfloop` command line (Typer): every command, listed once, by group.
 
-Each group module (loop, calibrate, sessions, report, analysis, sglang) holds its commands as plain functions and a
-`COMMANDS` table of name -> function; common.py holds what they share. Nothing here is imported by
-a group module, so the package has no import cycle.
+Each group module (loop, calibrate, sessions, report, analysis, sglang, host) holds its commands as
+plain functions and a `COMMANDS` table of name -> function (the `playbook` and `host` sub-command
+groups are Typer apps); common.py holds what they share. Nothing here is imported by a group module,
+so the package has no import cycle.
+
+The groups are imported when the app is built, not when this package is: `main()` (the `perfloop`
+script) builds an app of the analysis group alone for `analyze`, `diagnose` and `diff`, so reading
+a trace never imports the loop (LangGraph, the session store); `app` (the full app, what tests and
+scripts import) is built on first use.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Annotated
+import sys
+from typing import TYPE_CHECKING, Annotated, Any
 
-import typer
+if TYPE_CHECKING:
+    import typer
 
-from agent.cli import analysis, calibrate, host, loop, report, sessions, sglang
-from tools.door.db import STORE_ENV
-
-GROUPS = (loop, calibrate, sessions, report, analysis, sglang)
+ANALYSIS_COMMANDS = ("analyze", "diagnose", "diff")
+"""Commands served by the analysis group alone (kept equal to analysis.COMMANDS by a test)."""
 
 
-def build() -> typer.Typer:
-    """The `perfloop` app: each group's commands, then the `playbook` and `host` sub-command groups."""
+def build(*, analysis_only: bool = False) -> typer.Typer:
+    """The `perfloop` app: each group's commands, then the `playbook` and `host` sub-command groups;
+    with `analysis_only`, the analysis commands alone."""
+    import typer
+
+    from agent.cli import analysis
+
     cli = typer.Typer(
         add_completion=False,
         no_args_is_help=True,
         help="Profile, diagnose, patch and measure an LLM inference server, in a loop.",
     )
+    if analysis_only:
+        groups: tuple[Any, ...] = (analysis,)
+    else:
+        from agent.cli import calibrate, host, loop, report, sessions, sglang
+        from tools.door.db import STORE_ENV
 
-    @cli.callback()
-    def main(
-        store: Annotated[
-            str | None,
-            typer.Option(
-                "--store",
-                help="Session store: a postgresql://USER:PASSWORD@HOST:PORT/DB URL shared by many "
-                f"machines (default ${STORE_ENV}, else SQLite under $PERFLOOP_HOME).",
-                show_default=False,
-            ),
-        ] = None,
-    ) -> None:
-        if store is not None:  # the tools that open the store (aa.record) read it from there too
-            os.environ[STORE_ENV] = store
+        groups = (loop, calibrate, sessions, report, analysis, sglang)
 
-    for group in GROUPS:
+        @cli.callback()
+        def main(
+            store: Annotated[
+                str | None,
+                typer.Option(
+                    "--store",
+                    help="Session store: a postgresql://USER:PASSWORD@HOST:PORT/DB URL shared by many "
+                    f"machines (default ${STORE_ENV}, else SQLite under $PERFLOOP_HOME).",
+                    show_default=False,
+                ),
+            ] = None,
+        ) -> None:
+            if store is not None:  # the tools that open the store (aa.record) read it from there too
+                os.environ[STORE_ENV] = store
+
+    for group in groups:
         for name, fn in group.COMMANDS.items():
             cli.command(name)(fn)
-    cli.add_typer(sglang.playbook_app, name="playbook")
-    cli.add_typer(host.host_app, name="host")
+    if not analysis_only:
+        cli.add_typer(sglang.playbook_app, name="playbook")
+        cli.add_typer(host.host_app, name="host")
     return cli
 
 
-app = build()
+def main() -> None:
+    """The `perfloop` script: the analysis commands without the loop's imports, else the full app."""
+    light = len(sys.argv) > 1 and sys.argv[1] in ANALYSIS_COMMANDS
+    build(analysis_only=light)()
+
+
+_built: dict[str, typer.Typer] = {}
+
+
+def __getattr__(name: str) -> typer.Typer:
+    """`app`: the full app, built once on first use."""
+    if name != "app":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if "app" not in _built:
+        _built["app"] = build()
+    return _built["app"]

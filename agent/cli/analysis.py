@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from agent.cli.common import run_command
+from agent.cli.running import run_command
 from playbooks.engine import diagnose as run_diagnosis
 from playbooks.engine import load_playbooks
 from state.diagnosis import Diagnosis, DiagnosisContext

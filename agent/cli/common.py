@@ -9,24 +9,18 @@ a failed session exits 1.
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from agent import render
+from agent.cli.running import choice, err, fail, run_command
 from agent.session import Sessions
 from state.loop import LoopState
-from tools import progress
-from tools.errors import ToolError
-from tools.secrets import redact
 
-err = Console(stderr=True)
-T = TypeVar("T")
+__all__ = ["choice", "err", "fail", "finish", "run_command"]
 
 Json = Annotated[bool, typer.Option("--json", help="End with one JSON summary line.")]
 Approve = Annotated[str, typer.Option(help="auto: apply proposals at once; manual: pause for approval.")]
@@ -89,44 +83,6 @@ LlmTokens = Annotated[
 LlmSeconds = Annotated[
     float | None, typer.Option("--llm-max-seconds", min=1, help="Model time per proposal, in seconds.")
 ]
-
-
-def choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
-    """`value` if it is one of `allowed`; else bad input naming the option (the one way choices are checked)."""
-    if value not in allowed:
-        raise ToolError(f"--{name} must be one of {', '.join(allowed)}, not {value!r}")
-    return value
-
-
-def fail(message: str, code: int = 2) -> typer.Exit:
-    """Print one error line on stderr; the exit to raise."""
-    err.print(f"[red]error:[/red] {escape(redact(message))}", highlight=False, soft_wrap=True)
-    return typer.Exit(code)
-
-
-def run_command(body: Callable[[], T]) -> T:
-    """Run a command body with a progress line; errors become one line and an exit code."""
-    try:
-        with err.status("perfloop") as status:
-            progress.set_reporter(lambda msg: status.update(msg))
-            return body()
-    except ToolError as exc:
-        raise fail(str(exc)) from None
-    except typer.BadParameter as exc:  # bad input too, whoever raised it
-        raise fail(exc.format_message()) from None
-    except (typer.Exit, typer.Abort):
-        raise
-    except Exception as exc:  # a bug: one line, the traceback on request, the session resumable
-        if os.environ.get("PERFLOOP_DEBUG"):
-            raise
-        first = redact(str(exc)).splitlines()[0] if str(exc) else ""
-        err.print(
-            f"[red]internal error:[/red] {type(exc).__name__}: {first} (PERFLOOP_DEBUG=1 shows "
-            "the traceback; a session it stopped continues with `perfloop resume SESSION`)",
-            highlight=False,
-            soft_wrap=True,
-        )
-        raise typer.Exit(3) from None
 
 
 def finish(sessions: Sessions, state: LoopState, as_json: bool) -> None:

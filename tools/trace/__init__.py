@@ -2,114 +2,33 @@
 
 `read_chrome_trace` streams one trace (`tools.trace.stream`), collects compact columns in one pass
 (`tools.trace.collect`), nests each host thread to attribute device or CPU time to operators
-(`tools.trace.walk`) and adds the device view (`tools.trace.device`). `read_profiles` takes files
-and directories (one trace per rank, or key_averages `.txt` tables) and merges them.
+(`tools.trace.walk`) and adds the device view (`tools.trace.device`), all in `tools.trace.summary`.
+`read_profiles` takes files and directories (one trace per rank, or key_averages `.txt` tables)
+and merges them. Both use every core (`tools.trace.parallel`): a process per rank file, or byte
+ranges of one large plain file (`tools.trace.split`).
 """
 
 from collections.abc import Sequence
 from pathlib import Path
 
-from state.profile import OpStat, ProfileSummary, SyncStat
+from state.profile import ProfileSummary
 from tools.errors import TraceError
-from tools.trace.bounds import step_bounds
-from tools.trace.checks import check_events, check_steps
-from tools.trace.collect import Collected
-from tools.trace.device import (
-    device_activity,
-    first_kernel_names,
-    kernel_stats,
-    step_stats,
-    windows_of,
-    work_by_correlation,
-)
 from tools.trace.merge import merge_summaries
-from tools.trace.stream import TraceStream
+from tools.trace.parallel import read_trace, read_traces, workers
 from tools.trace.table import read_key_averages_table, read_table_file
-from tools.trace.walk import Walked, walk
 
 __all__ = ["read_chrome_trace", "read_key_averages_table", "read_profiles", "trace_files"]
 
 
 def read_chrome_trace(
-    path: str | Path, steps: int | None = None, *, require_steps: bool = False
+    path: str | Path, steps: int | None = None, *, require_steps: bool = False, jobs: int | None = None
 ) -> ProfileSummary:
-    """Summarize a `.json` or `.json.gz` Chrome trace; `steps` overrides the counted decode steps.
+    """Summarize a `.json` or `.json.gz` Chrome trace; `steps` overrides the counted decode steps;
+    `jobs` processes (default: every core, `tools.trace.parallel.workers`) read a large plain file.
 
     TraceError when the trace cannot describe decode: no events, a GPU trace without kernels, or
     (with `require_steps` and no `steps`) no decode step marked in it (`tools.trace.checks`)."""
-    stream = TraceStream(Path(path))
-    col = Collected()
-    for batch in stream.batches():
-        col.add(batch)
-    col.device_names = stream.device_names
-    return summarize(col, str(path), steps, require_steps=require_steps)
-
-
-def summarize(
-    col: Collected, source: str, steps: int | None = None, *, require_steps: bool = False
-) -> ProfileSummary:
-    """Group host ops by (name, input dims), with device time when kernels were recorded."""
-    check_events(col, source)
-    work = work_by_correlation(col.kernels)
-    names = first_kernel_names(col.kernels, col.kernel_names)
-    walked = walk(col, work)
-    if require_steps and not steps:
-        check_steps(walked, source)
-    for corr, dur in work.items():
-        walked.add(col.intern((names[corr], (), ())), dur, dur, None)
-    ops = _op_stats(walked, col)
-    total_us = sum(op.self_us for op in ops)
-    step_count = steps or len(walked.steps) or walked.decode_calls or 1
-    walked.steps.sort(key=lambda s: s[1])
-    windows = windows_of(col.kernels, [start for _, start, _ in walked.steps])
-    on_device = bool(col.kernels.times)
-    return ProfileSummary(
-        source=source,
-        time_basis="device" if on_device else "cpu",
-        steps=step_count,
-        total_self_us=total_us,
-        step_us=total_us / step_count,
-        ops=ops,
-        device_name=col.device_names[0] if col.device_names else None,
-        kernels=kernel_stats(col.kernels, col.kernel_names, col.graph_corrs),
-        step_stats=step_stats(walked.steps, windows),
-        device_activity=device_activity(windows, col.launch_us) if on_device else None,
-        syncs=_sync_stats(walked),
-        step_wall_us=sum(s[2] for s in walked.steps) / len(walked.steps) if walked.steps else None,
-        step_bounds=step_bounds(col, walked.steps, windows) if on_device else None,
-    )
-
-
-def _op_stats(walked: Walked, col: Collected) -> list[OpStat]:
-    """One OpStat per group that took any time, heaviest first."""
-    busy = {key: g for key, g in walked.groups.items() if g[2] > 0}
-    total_us = sum(g[1] for g in busy.values())
-    ops = []
-    for key, (calls, self_us, total, location) in busy.items():
-        name, dims, types = col.key_list[key]
-        ops.append(
-            OpStat(
-                name=name,
-                calls=calls,
-                self_us=self_us,
-                total_us=total,
-                share=min(self_us / total_us, 1.0) if total_us else 0.0,
-                input_dims=[list(d) for d in dims],
-                input_types=list(types),
-                location=location,
-            )
-        )
-    return sorted(ops, key=lambda op: op.self_us, reverse=True)
-
-
-def _sync_stats(walked: Walked) -> list[SyncStat]:
-    """Sync rows; decode_calls counts forward_decode if annotated, else ProfilerSteps, else all."""
-    column = 1 if walked.decode_calls else 2 if walked.steps else 0
-    rows = [
-        SyncStat(name=name, caller=caller, calls=row[0], decode_calls=row[column], host_us=row[3])
-        for (name, caller), row in walked.syncs.items()
-    ]
-    return sorted(rows, key=lambda s: (s.host_us, s.calls), reverse=True)
+    return read_trace(Path(path), steps, require_steps, jobs or workers())
 
 
 def trace_files(paths: Sequence[str | Path]) -> list[Path]:
@@ -131,14 +50,18 @@ def trace_files(paths: Sequence[str | Path]) -> list[Path]:
 
 
 def read_profiles(
-    paths: Sequence[str | Path], steps: int | None = None, *, require_steps: bool = False
+    paths: Sequence[str | Path],
+    steps: int | None = None,
+    *,
+    require_steps: bool = False,
+    jobs: int | None = None,
 ) -> ProfileSummary:
     """Read traces or key_averages tables (files or directories, e.g. one trace per TP rank) and
-    merge them into one summary; `require_steps`: each trace must mark its decode steps."""
-    summaries = [
-        read_table_file(p)
-        if p.name.endswith((".txt", ".txt.gz"))
-        else read_chrome_trace(p, steps, require_steps=require_steps)
-        for p in trace_files(paths)
-    ]
-    return merge_summaries(summaries)
+    merge them into one summary; `require_steps`: each trace must mark its decode steps; `jobs`
+    processes read the traces (one per file, or byte ranges of one large file)."""
+    files = trace_files(paths)
+    traces = [p for p in files if not p.name.endswith((".txt", ".txt.gz"))]
+    read = iter(read_traces(traces, steps, require_steps, jobs or workers()))
+    return merge_summaries(
+        [read_table_file(p) if p.name.endswith((".txt", ".txt.gz")) else next(read) for p in files]
+    )

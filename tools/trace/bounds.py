@@ -2,33 +2,32 @@
 the device runs them, and which of the two bounds the step.
 
 Pure functions over the collected host columns (launch, graph-launch and sync calls) and the
-kernel intervals of each ProfilerStep window (`tools.trace.device.windows_of`).
+kernel intervals of each ProfilerStep window (`tools.trace.device.windows_of`), on numpy arrays.
 """
 
+from bisect import bisect_left
 from statistics import median
+
+import numpy as np
 
 from state.profile import StepBounds
 from tools.trace.collect import GRAPH_LAUNCH, LAUNCH, SYNC, Collected
+from tools.trace.device import Windows
 
 
-def _host_calls(col: Collected) -> tuple[list[tuple[float, float]], list[tuple[float, float]], list[float]]:
-    """(start, end) of every kernel-launch call and every sync call, and the start of each graph launch."""
-    launches, syncs, graphs = [], [], []
-    for cols in col.threads.values():
-        for ts, dur, kind in zip(cols.ts, cols.dur, cols.kind, strict=True):
-            if kind == LAUNCH:
-                launches.append((ts, ts + dur))
-            elif kind == GRAPH_LAUNCH:
-                launches.append((ts, ts + dur))
-                graphs.append(ts)
-            elif kind == SYNC:
-                syncs.append((ts, ts + dur))
-    return sorted(launches), sorted(syncs), sorted(graphs)
-
-
-def _within(intervals: list[tuple[float, float]], start: float, end: float) -> list[tuple[float, float]]:
-    """The intervals that start inside [start, end)."""
-    return [iv for iv in intervals if start <= iv[0] < end]
+def _host_calls(col: Collected) -> tuple[np.ndarray, np.ndarray, list[tuple[float, float]], np.ndarray]:
+    """Starts and ends of every kernel-launch call sorted by (start, end), every sync call's (start,
+    end) sorted, and the sorted starts of the graph launches."""
+    times = [np.frombuffer(c.times, dtype=np.float64).reshape(-1, 2) for c in col.threads.values()]
+    kinds = [np.frombuffer(c.ints, dtype=np.int64)[0::2] for c in col.threads.values()]
+    t = np.concatenate(times) if times else np.zeros((0, 2))
+    kind = np.concatenate(kinds) if kinds else np.zeros(0, dtype=np.int64)
+    start, end = t[:, 0], t[:, 0] + t[:, 1]
+    launch = (kind == LAUNCH) | (kind == GRAPH_LAUNCH)
+    order = np.lexsort((end[launch], start[launch]))
+    sync = kind == SYNC
+    syncs = sorted(zip(start[sync].tolist(), end[sync].tolist(), strict=True))
+    return start[launch][order], end[launch][order], syncs, np.sort(start[kind == GRAPH_LAUNCH])
 
 
 def _covered(intervals: list[tuple[float, float]], start: float, end: float) -> float:
@@ -42,37 +41,45 @@ def _covered(intervals: list[tuple[float, float]], start: float, end: float) -> 
     return total
 
 
-def step_bounds(
-    col: Collected,
-    steps: list[tuple[str, float, float]],
-    windows: dict[tuple[int, int], list[tuple[float, float]]],
-) -> StepBounds | None:
+def _busy(start: np.ndarray, end: np.ndarray) -> float:
+    """Time covered by the intervals (overlaps once): `_covered` over all time, on arrays."""
+    if not len(start):
+        return 0.0
+    order = np.lexsort((end, start))
+    start, end = start[order], end[order]
+    reach = np.concatenate([[-np.inf], np.maximum.accumulate(end)[:-1]])
+    return float(np.cumsum(np.maximum(end - np.maximum(start, reach), 0.0))[-1])
+
+
+def step_bounds(col: Collected, steps: list[tuple[str, float, float]], windows: Windows) -> StepBounds | None:
     """Medians over the steps of host issue time, device busy time and what bounds the step; None
     without step markers or without kernels."""
     if not steps or not col.kernels.times:
         return None
-    launches, syncs, graphs = _host_calls(col)
+    launch_start, launch_end, syncs, graphs = _host_calls(col)
+    sync_starts = [a for a, _ in syncs]
     rows = []
     for index, (_, start, wall) in enumerate(steps):
         end = start + wall
-        step_launches = _within(launches, start, end)
-        blocked = _covered(_within(syncs, start, end), start, end)
-        if step_launches:
-            first, last = step_launches[0][0], max(b for _, b in step_launches)
-            issue = max(last - first - _covered(syncs, first, last), 0.0)
+        lo, hi = np.searchsorted(launch_start, [start, end], side="left").tolist()
+        blocked = _covered(syncs[bisect_left(sync_starts, start) : bisect_left(sync_starts, end)], start, end)
+        if hi > lo:
+            first, last = float(launch_start[lo]), float(launch_end[lo:hi].max())
+            issue = max(last - first - _covered(syncs[: bisect_left(sync_starts, last)], first, last), 0.0)
         else:
             issue = 0.0
-        kernels = [iv for (_, w), ivs in windows.items() if w == index for iv in ivs]
+        kernel_start, kernel_end = windows.of_step(index)
+        g_lo, g_hi = np.searchsorted(graphs, [start, end], side="left").tolist()
         host = max(wall - blocked, 0.0)
         rows.append(
             (
                 wall,
                 host,
                 min(issue, host),
-                _covered(kernels, float("-inf"), float("inf")),
-                len(kernels),
-                len(step_launches) - len(_within([(g, g) for g in graphs], start, end)),
-                len(_within([(g, g) for g in graphs], start, end)),
+                _busy(kernel_start, kernel_end),
+                len(kernel_start),
+                (hi - lo) - (g_hi - g_lo),
+                g_hi - g_lo,
             )
         )
     wall, host, issue, device, kernels, n_launch, n_graph = (median(col_) for col_ in zip(*rows, strict=True))

@@ -9,6 +9,7 @@ from array import array
 from dataclasses import dataclass, field
 
 import msgspec
+import numpy as np
 
 from tools.trace.stream import Event
 
@@ -43,26 +44,18 @@ class _TimedColumns:
     times: array = field(default_factory=lambda: array("d"))
     ints: array = field(default_factory=lambda: array("q"))
 
-    ts = property(lambda self: self.times[0::2], doc="Start of each event, us.")
-    dur = property(lambda self: self.times[1::2], doc="Duration of each event, us.")
-
 
 @dataclass
 class HostColumns(_TimedColumns):
     """One host thread's events; `ints` pairs: kind (OP..SYNC) and an int payload: the interned op
-    key for OP/ANNOTATION/PYFUNC/SYNC, the correlation id for LAUNCH/GRAPH_LAUNCH."""
-
-    kind = property(lambda self: self.ints[0::2], doc="Kind of each event (OP..SYNC).")
-    payload = property(lambda self: self.ints[1::2], doc="Key or correlation id of each event.")
+    key for OP/ANNOTATION/PYFUNC/SYNC, the correlation id for LAUNCH/GRAPH_LAUNCH (read as numpy
+    views: `np.frombuffer(cols.ints, dtype=np.int64)[0::2]` are the kinds)."""
 
 
 @dataclass
 class KernelColumns(_TimedColumns):
-    """Every device event; `ints` triples: device index, correlation id, interned kernel name."""
-
-    device = property(lambda self: self.ints[0::3], doc="Device index of each kernel.")
-    corr = property(lambda self: self.ints[1::3], doc="Correlation id of each kernel (-1 if none).")
-    name = property(lambda self: self.ints[2::3], doc="Interned name of each kernel.")
+    """Every device event; `ints` triples: device index, correlation id (-1 if none), interned
+    kernel name (`tools.trace.device` reads them as numpy views)."""
 
 
 @dataclass
@@ -76,12 +69,22 @@ class Collected:
     kernels: KernelColumns = field(default_factory=KernelColumns)
     kernel_names: dict[str, int] = field(default_factory=dict)
     graph_corrs: set[int] = field(default_factory=set)
-    launch_us: float = 0.0
     device_names: list[str] = field(default_factory=list)
     events: int = 0
     """Events seen, of any phase or category."""
     cuda_api_calls: int = 0
     """CUDA runtime/driver calls seen: a trace with them was taken on a GPU."""
+
+    @property
+    def launch_us(self) -> float:
+        """Time in kernel-launch calls (not graph launches), summed thread by thread in trace order."""
+        total = 0.0
+        for cols in self.threads.values():
+            times = np.frombuffer(cols.times, dtype=np.float64)
+            kinds = np.frombuffer(cols.ints, dtype=np.int64)[0::2]
+            launches = times[1::2][kinds == LAUNCH]
+            total = float(np.cumsum(np.concatenate([[total], launches]))[-1])
+        return total
 
     def intern(self, key: OpKey) -> int:
         """The small int standing for an (op name, dims, types) key."""
@@ -131,7 +134,6 @@ class Collected:
             self.graph_corrs.add(corr)
             self._push(e, GRAPH_LAUNCH, corr)
         elif "Launch" in e.name or "launch" in e.name:
-            self.launch_us += e.dur
             self._push(e, LAUNCH, corr)
 
     def _host(self, e: Event, kind: int) -> None:

@@ -79,16 +79,27 @@ _TAIL = msgspec.json.Decoder(_Tail)
 
 @dataclass
 class TraceStream:
-    """The events of one trace, batch by batch; `device_names` is complete once iterated."""
+    """The events of one trace, batch by batch; `device_names` is complete once iterated.
+
+    `start` and `end` (plain files only) read one byte range: `start` 0 or the first byte of an
+    event, `end` None (to the end of the file) or the first byte of the event after the range
+    (`tools.trace.split` finds them)."""
 
     path: Path
     device_names: list[str] = field(default_factory=list)
     bytes_read: int = 0
+    start: int = 0
+    end: int | None = None
 
     def batches(self) -> Iterator[list[Event]]:
         """Decoded events, one list per chunk; TraceError (file, byte offset, expectation) on bad input."""
         with _open(self.path) as raw:
-            buf, start = self._find_events(raw)
+            if self.start:
+                raw.seek(self.start)
+                self.bytes_read = self.start
+                buf, start = b"", 0
+            else:
+                buf, start = self._find_events(raw)
             while True:
                 chunk = self._read(raw)
                 if not chunk:
@@ -104,12 +115,16 @@ class TraceStream:
                         f"{self.path}: no event boundary in {len(buf)} bytes after byte "
                         f"offset {base}; expected trace events separated by '}}, {{'"
                     )
-            yield self._tail(buf[start:], self.bytes_read - len(buf) + start)
+            rest = buf[start:]
+            if self.end is not None:  # a range before the file's last: complete events and a comma
+                rest = rest.rstrip().rstrip(b",") + b"]}"
+            yield self._tail(rest, self.bytes_read - len(buf) + start)
 
     def _read(self, raw: BufferedIOBase) -> bytes:
         """The next chunk of (decompressed) bytes; TraceError on a truncated or corrupt gzip stream."""
+        size = CHUNK_BYTES if self.end is None else min(CHUNK_BYTES, self.end - self.bytes_read)
         try:
-            chunk = raw.read(CHUNK_BYTES)
+            chunk = raw.read(size)
         except (EOFError, OSError, zlib.error) as err:
             raise TraceError(
                 f"{self.path}: gzip data is truncated or corrupt after {self.bytes_read} "

@@ -4,12 +4,19 @@ A launch's kernels (joined by correlation id) count as device self time of the i
 open around the launch, and as total time of every operator around that; kernels replayed by
 cudaGraphLaunch go to a `CUDA graph` row. Kernels whose launch is not inside any operator keep
 their own name. Syncs are counted with their caller and whether they sat inside the decode path.
+
+The walk is a stack walk's result computed on whole columns (`tools.trace.tree`): per-event work
+is numpy, and Python runs once per distinct operator key or sync. Sums are taken in the order the
+stack walk would add them (`np.bincount` adds in array order), so they are the same floats.
 """
 
 import re
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from tools.trace.collect import ANNOTATION, GRAPH_LAUNCH, LAUNCH, OP, PYFUNC, SYNC, Collected
+from tools.trace.tree import Tree, parents, tree
 
 STEP_MARKER = "ProfilerStep#"
 DECODE_CALL = "forward_decode"
@@ -18,24 +25,6 @@ SYNC_OPS = frozenset({"aten::_local_scalar_dense"})
 """Operators that copy a device scalar to the host (`.item()`, `int(t)`, `if t:`): a sync on GPU."""
 _PYFRAME = re.compile(r"^(?P<file>.+\.py)\((?P<line>\d+)\): (?P<fn>.+)$")
 _LIBRARY = ("torch/", "site-packages/", "dist-packages/", "/lib/python")
-
-
-@dataclass(slots=True)
-class _Frame:
-    """A host event open during the walk of one thread."""
-
-    key: int
-    kind: int
-    end_us: float
-    dur_us: float
-    op: "_Frame | None"
-    in_decode: bool
-    in_step: bool
-    location: str | None
-    syncs: bool = False
-    children_us: float = 0.0
-    device_self_us: float = 0.0
-    device_total_us: float = 0.0
 
 
 @dataclass
@@ -59,65 +48,6 @@ class Walked:
         group[3] = group[3] or location
 
 
-def walk(col: Collected, work: dict[int, float]) -> Walked:
-    """Walk every host thread; `work` (correlation -> kernel time) is consumed as launches are met."""
-    out = Walked(on_device=bool(work))
-    graph_key = col.intern((GRAPH_ROW, (), ()))
-    for cols in col.threads.values():
-        ts, dur, kind, payload = cols.ts, cols.dur, cols.kind, cols.payload
-        order = sorted(range(len(ts)), key=dur.__getitem__, reverse=True)  # parents first on ties
-        order.sort(key=ts.__getitem__)
-        stack: list[_Frame] = []
-        for i in order:
-            start = ts[i]
-            while stack and stack[-1].end_us <= start:
-                _close(stack.pop(), stack, out)
-            k, parent = kind[i], (stack[-1] if stack else None)
-            if k in (LAUNCH, GRAPH_LAUNCH):
-                _launch(payload[i], k == GRAPH_LAUNCH, parent, work, out, graph_key)
-            elif k == SYNC:
-                _sync(col.key_list[payload[i]][0], parent, dur[i], out, col.key_list)
-            else:
-                stack.append(_open(col, payload[i], k, start, dur[i], parent, out))
-        while stack:
-            _close(stack.pop(), stack, out)
-    return out
-
-
-def _open(
-    col: Collected, key: int, kind: int, start: float, dur: float, parent: _Frame | None, out: Walked
-) -> _Frame:
-    """A frame for a host event; counts step markers and outermost decode calls on the way."""
-    name = col.key_list[key][0]
-    decode = DECODE_CALL in name
-    frame = _Frame(
-        key=key,
-        kind=kind,
-        end_us=start + dur,
-        dur_us=dur,
-        op=None,
-        in_decode=decode or bool(parent and parent.in_decode),
-        in_step=bool(parent and parent.in_step),
-        location=parent.location if parent else None,
-    )
-    if parent is not None:
-        parent.children_us += dur
-        frame.op = parent.op
-    if kind == OP:
-        frame.op = frame
-        frame.syncs = name in SYNC_OPS
-        if frame.syncs and not (parent and parent.op and parent.op.syncs):
-            _sync(name, parent, dur, out, col.key_list)
-    elif kind == PYFUNC:
-        frame.location = user_location(name) or frame.location
-    elif kind == ANNOTATION and name.startswith(STEP_MARKER):
-        frame.in_step = True
-        out.steps.append((name, start, dur))
-    if decode and not (parent and parent.in_decode):
-        out.decode_calls += 1
-    return frame
-
-
 def user_location(frame_name: str) -> str | None:
     """`file.py:line (function)` for a Python frame outside torch and installed packages, else None."""
     match = _PYFRAME.match(frame_name)
@@ -126,44 +56,196 @@ def user_location(frame_name: str) -> str | None:
     return f"{match['file']}:{match['line']} ({match['fn']})"
 
 
-def _launch(
-    corr: int, graph: bool, parent: _Frame | None, work: dict[int, float], out: Walked, graph_key: int
-) -> None:
-    """Give a launch's device time to the innermost enclosing op (or the CUDA graph row)."""
-    owner = parent.op if parent else None
-    if corr not in work or (owner is None and not graph):
-        return
-    dur = work.pop(corr)
-    if graph:
-        out.add(graph_key, dur, dur, parent.location if parent else None)
-    elif owner is not None:
-        owner.device_self_us += dur
-    if owner is not None:
-        owner.device_total_us += dur
+@dataclass
+class _Host:
+    """Every host event of every thread in walk order, with what each inherits from its frames."""
+
+    start: np.ndarray
+    dur: np.ndarray
+    kind: np.ndarray
+    payload: np.ndarray
+    tree: Tree
+    op: np.ndarray
+    """Innermost operator among the event and its frames (-1: none)."""
+    in_decode: np.ndarray
+    in_step: np.ndarray
+    location: np.ndarray
+    """Index into the locations list (-1: none)."""
 
 
-def _sync(name: str, parent: _Frame | None, dur: float, out: Walked, names: list) -> None:
-    """Count one host-device sync under its caller; a sync call inside a sync op is that op's own."""
-    if parent is not None and parent.op is not None and parent.op.syncs and name not in SYNC_OPS:
-        return
-    op = parent.op if parent is not None else None
-    if op is not None and op.syncs:
-        op = None
-    caller = (parent.location if parent else None) or (names[op.key][0] if op else "-")
-    row = out.syncs.setdefault((name, caller), [0, 0, 0, 0.0])
-    row[0] += 1
-    row[1] += bool(parent and parent.in_decode)
-    row[2] += bool(parent and parent.in_step)
-    row[3] += dur
-
-
-def _close(frame: _Frame, stack: list[_Frame], out: Walked) -> None:
-    """Pass a finished frame's device time up to the enclosing frame; count it if it is an op."""
-    if stack:
-        stack[-1].device_total_us += frame.device_total_us
-    if frame.kind != OP:
-        return
+def walk(col: Collected, corrs: np.ndarray, work: np.ndarray) -> tuple[Walked, np.ndarray]:
+    """Walk every host thread; `corrs` (sorted) and `work` are the kernel time per correlation id.
+    Returns the sums and which correlation ids a launch took."""
+    out = Walked(on_device=bool(len(corrs)))
+    graph_key = col.intern((GRAPH_ROW, (), ()))
+    names = [key[0] for key in col.key_list]
+    locations = sorted({loc for name in names if (loc := user_location(name))})
+    flags = _KeyFlags(names, locations)
+    host = _host(col, flags)
+    taken = np.zeros(len(corrs), dtype=bool)
+    if not len(host.start):
+        return out, taken
+    launch = np.flatnonzero((host.kind == LAUNCH) | (host.kind == GRAPH_LAUNCH))
+    graph = host.kind[launch] == GRAPH_LAUNCH
+    owner = host.op[launch]
+    slot = np.minimum(np.searchsorted(corrs, host.payload[launch]), max(len(corrs) - 1, 0))
+    has = (corrs[slot] == host.payload[launch]) if len(corrs) else np.zeros(len(launch), dtype=bool)
+    eligible = np.flatnonzero(has & ((owner >= 0) | graph))
+    _, first = np.unique(slot[eligible], return_index=True)
+    took = np.sort(eligible[first])  # the first eligible launch of each correlation id takes its work
+    taken[slot[took]] = True
+    dur = work[slot[took]]
+    at, graph, owner = launch[took], graph[took], owner[took]
+    n = len(host.start)
+    ops = np.flatnonzero(host.kind == OP)
     if out.on_device:
-        out.add(frame.key, frame.device_self_us, frame.device_total_us, frame.location)
+        self_us = np.bincount(owner[~graph & (owner >= 0)], dur[~graph & (owner >= 0)], minlength=n)
+        total_us = _totals(host, at[owner >= 0], owner[owner >= 0], dur[owner >= 0])
+        op_self, op_total = self_us[ops], total_us[ops]
     else:
-        out.add(frame.key, max(frame.dur_us - frame.children_us, 0.0), frame.dur_us, frame.location)
+        pushed = np.flatnonzero(_frames(host.kind))
+        children = pushed[host.tree.parent[pushed] >= 0]
+        kids_us = np.bincount(host.tree.parent[children], host.dur[children], minlength=n)
+        op_self, op_total = np.maximum(host.dur[ops] - kids_us[ops], 0.0), host.dur[ops]
+    graph_at = at[graph]
+    graph_loc = np.where(host.tree.parent[graph_at] >= 0, host.location[graph_at], -1)
+    _groups(
+        out,
+        clock=np.concatenate([host.tree.after[ops], graph_at]),
+        sub=np.concatenate([-host.tree.depth[ops], np.ones(len(graph_at), dtype=np.int64)]),
+        key=np.concatenate([host.payload[ops], np.full(len(graph_at), graph_key)]),
+        self_us=np.concatenate([op_self, dur[graph]]),
+        total_us=np.concatenate([op_total, dur[graph]]),
+        location=np.concatenate([host.location[ops], graph_loc]),
+        locations=locations,
+    )
+    _marks(out, host, flags, names)
+    _syncs(out, host, flags, names, locations)
+    return out, taken
+
+
+class _KeyFlags:
+    """Per interned key: what its name says (decode call, step marker, sync op, user location)."""
+
+    def __init__(self, names: list[str], locations: list[str]) -> None:
+        where = {loc: i for i, loc in enumerate(locations)}
+        self.decode = np.array([DECODE_CALL in n for n in names] + [False], dtype=bool)
+        self.step = np.array([n.startswith(STEP_MARKER) for n in names] + [False], dtype=bool)
+        self.sync_op = np.array([n in SYNC_OPS for n in names] + [False], dtype=bool)
+        self.location = np.array([where.get(user_location(n) or "", -1) for n in names] + [-1])
+
+
+def _frames(kind: np.ndarray) -> np.ndarray:
+    """Events pushed on the stack (operators, annotations, Python frames)."""
+    return (kind == OP) | (kind == ANNOTATION) | (kind == PYFUNC)
+
+
+def _host(col: Collected, flags: _KeyFlags) -> _Host:
+    """All threads' columns in walk order, and the values each event inherits, level by level."""
+    times = [np.frombuffer(c.times, dtype=np.float64).reshape(-1, 2) for c in col.threads.values()]
+    ints = [np.frombuffer(c.ints, dtype=np.int64).reshape(-1, 2) for c in col.threads.values()]
+    thread = np.repeat(np.arange(len(times)), [len(t) for t in times])
+    t = np.concatenate(times) if times else np.zeros((0, 2))
+    i = np.concatenate(ints) if ints else np.zeros((0, 2), dtype=np.int64)
+    order = np.lexsort((-t[:, 1], t[:, 0], thread))
+    start, dur, kind, payload, thread = t[order, 0], t[order, 1], i[order, 0], i[order, 1], thread[order]
+    frame = _frames(kind)
+    shape = parents(start, start + dur, frame, thread)
+    nested = tree(shape)
+    keyed = np.where(frame | (kind == SYNC), payload, -1)  # -1: the flags' last row, all false
+    n = len(start)
+    op = np.where(kind == OP, np.arange(n), -1)
+    in_decode, in_step = flags.decode[keyed].copy(), flags.step[keyed] & (kind == ANNOTATION)
+    location = np.where(kind == PYFUNC, flags.location[keyed], -1)
+    for level in nested.levels[1:]:
+        up = shape[level]
+        op[level] = np.where(op[level] >= 0, op[level], op[up])
+        in_decode[level] |= in_decode[up]
+        in_step[level] |= in_step[up]
+        location[level] = np.where(location[level] >= 0, location[level], location[up])
+    return _Host(start, dur, kind, payload, nested, op, in_decode, in_step, location)
+
+
+def _totals(host: _Host, at: np.ndarray, owner: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """Device total per frame: its own launches' work plus its children's totals, added in the
+    stack walk's order (a launch when met, a child when it closes), deepest level first."""
+    t, n = host.tree, len(host.start)
+    total = np.zeros(n)
+    frames = _frames(host.kind)
+    for depth in range(len(t.levels) - 1, -1, -1):
+        mine = t.depth[owner] == depth
+        kids = t.levels[depth + 1] if depth + 1 < len(t.levels) else np.zeros(0, dtype=np.int64)
+        kids = kids[frames[kids]]
+        target = np.concatenate([owner[mine], t.parent[kids]])
+        clock = np.concatenate([at[mine], t.after[kids]])
+        sub = np.concatenate([np.ones(int(mine.sum()), dtype=np.int64), -t.depth[kids]])
+        value = np.concatenate([dur[mine], total[kids]])
+        order = np.lexsort((sub, clock))
+        total += np.bincount(target[order], value[order], minlength=n)
+    return total
+
+
+def _groups(
+    out: Walked,
+    clock: np.ndarray,
+    sub: np.ndarray,
+    key: np.ndarray,
+    self_us: np.ndarray,
+    total_us: np.ndarray,
+    location: np.ndarray,
+    locations: list[str],
+) -> None:
+    """Sum the group of each op close and CUDA-graph row in the walk's order (first add first)."""
+    order = np.lexsort((sub, clock))
+    key, self_us, total_us, location = key[order], self_us[order], total_us[order], location[order]
+    size = int(key.max(initial=-1)) + 1
+    calls = np.bincount(key, minlength=size)
+    selfs = np.bincount(key, self_us, minlength=size)
+    totals = np.bincount(key, total_us, minlength=size)
+    firsts, first_at = np.unique(key, return_index=True)
+    placed = np.flatnonzero(location >= 0)
+    loc_keys, loc_at = np.unique(key[placed], return_index=True)
+    where = dict(zip(loc_keys.tolist(), location[placed][loc_at].tolist(), strict=True))
+    for k in firsts[np.argsort(first_at)].tolist():
+        loc = where.get(k)
+        out.groups[k] = [
+            int(calls[k]),
+            float(selfs[k]),
+            float(totals[k]),
+            locations[loc] if loc is not None else None,
+        ]
+
+
+def _marks(out: Walked, host: _Host, flags: _KeyFlags, names: list[str]) -> None:
+    """Step markers in walk order; decode calls not inside another one."""
+    frames = _frames(host.kind)
+    keyed = np.where(frames, host.payload, -1)
+    parent = host.tree.parent
+    outer = np.where(parent >= 0, host.in_decode[np.maximum(parent, 0)] & (parent >= 0), False)
+    out.decode_calls = int((frames & flags.decode[keyed] & ~outer).sum())
+    steps = np.flatnonzero(frames & (host.kind == ANNOTATION) & flags.step[keyed])
+    out.steps = [
+        (names[k], s, d)
+        for k, s, d in zip(
+            host.payload[steps].tolist(), host.start[steps].tolist(), host.dur[steps].tolist(), strict=True
+        )
+    ]
+
+
+def _syncs(out: Walked, host: _Host, flags: _KeyFlags, names: list[str], locations: list[str]) -> None:
+    """Count each host-device sync under its caller; a sync inside a sync op is that op's own."""
+    parent = host.tree.parent
+    has = parent >= 0
+    up = np.maximum(parent, 0)
+    op = np.where(has, host.op[up], -1)
+    op_syncs = (op >= 0) & flags.sync_op[np.where(op >= 0, host.payload[np.maximum(op, 0)], -1)]
+    keyed = np.where((host.kind == OP) | (host.kind == SYNC), host.payload, -1)
+    sync = ((host.kind == SYNC) | ((host.kind == OP) & flags.sync_op[keyed])) & ~op_syncs
+    for i in np.flatnonzero(sync).tolist():
+        loc = int(host.location[up[i]]) if has[i] else -1
+        caller = locations[loc] if loc >= 0 else names[int(host.payload[op[i]])] if op[i] >= 0 else "-"
+        row = out.syncs.setdefault((names[int(host.payload[i])], caller), [0, 0, 0, 0.0])
+        row[0] += 1
+        row[1] += bool(has[i] and host.in_decode[up[i]])
+        row[2] += bool(has[i] and host.in_step[up[i]])
+        row[3] += float(host.dur[i])

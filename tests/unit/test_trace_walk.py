@@ -1,0 +1,118 @@
+"""The vectorized walk (tools.trace.walk) equals the event-by-event stack walk it replaced
+(tests/unit/trace_reference.py) on random traces built to hit its corners: overlapping and
+improperly nested events, equal starts, zero durations, several threads, repeated and missing
+correlation ids, CUDA-graph launches, syncs inside sync ops, Python frames, step markers."""
+
+import random
+
+import msgspec
+import numpy as np
+import pytest
+
+from tools.trace.collect import Collected
+from tools.trace.device import work_by_correlation
+from tools.trace.stream import Args, Event
+from tools.trace.walk import GRAPH_ROW, SYNC_OPS, walk
+
+from .trace_reference import walk as reference_walk
+
+NAMES = [
+    "aten::mm",
+    "aten::copy_",
+    "aten::_local_scalar_dense",
+    "forward_decode",
+    "inner.forward_decode",
+    "ProfilerStep#1",
+    "ProfilerStep#2",
+    "model.py(12): forward",
+    "torch/nn/modules/module.py(1500): _call_impl",
+    "serve.py(40): step",
+]
+CATS = ["cpu_op", "cpu_op", "user_annotation", "python_function"]
+API = ["cudaLaunchKernel", "cudaLaunchKernel", "cudaGraphLaunch", "cudaStreamSynchronize", "cudaMemcpy"]
+
+
+def random_events(seed: int) -> list[Event]:
+    """Nested host events on 1-3 threads, launches and syncs inside them, kernels for most launches."""
+    rng = random.Random(seed)
+    events: list[Event] = []
+    corrs: list[int] = []
+
+    def tick(x: float) -> float:
+        return round(x * 2) / 2  # half-microsecond grid: many equal starts and ends
+
+    def frames(tid: int, start: float, end: float, depth: int) -> None:
+        t = start
+        while t < end and rng.random() < 0.85:
+            t = tick(t + rng.choice([0.0, 0.5, rng.uniform(0, 3)]))
+            if rng.random() < 0.3:  # an API call: launch, graph launch or sync
+                corr = rng.choice([rng.randrange(40), -1]) if rng.random() < 0.9 else None
+                corrs.append(corr if corr is not None else -1)
+                args = Args(correlation=corr)
+                events.append(
+                    Event("X", "cuda_runtime", rng.choice(API), 1, tid, t, tick(rng.uniform(0, 2)), args)
+                )
+                continue
+            length = tick(rng.choice([0.0, rng.uniform(0, end - t + 2)]))  # may overrun its parent
+            cat = rng.choice(CATS)
+            dims = msgspec.Raw(rng.choice([b"[[1, 2], [2, 3]]", b"[[4]]", b"[[1, 2], []]"]))
+            args = Args(input_dims=dims) if cat == "cpu_op" and rng.random() < 0.8 else None
+            events.append(Event("X", cat, rng.choice(NAMES), 1, tid, t, length, args))
+            if depth < 5:
+                frames(tid, t, t + length, depth + 1)
+            t += length * rng.choice([0.0, 0.5, 1.0])
+
+    for tid in range(rng.randint(1, 3)):
+        frames(tid, 0.0, 200.0, 0)
+    for corr in set(corrs) | {99, 98}:  # 99 and 98: kernels no launch claims
+        for _ in range(rng.randint(0 if corr >= 0 else 1, 3)):
+            kernel = rng.choice(["gemm", "copy", "softmax"])
+            args = Args(correlation=corr, device=rng.randint(0, 1))
+            events.append(
+                Event("X", "kernel", kernel, 0, 7, tick(rng.uniform(0, 300)), rng.uniform(0.5, 9), args)
+            )
+    rng.shuffle(events)
+    return events
+
+
+def both(events: list[Event]) -> tuple:
+    """(reference, vectorized) walks of the same collected events, and the work each left."""
+    col = Collected()
+    col.add(events)
+    corrs, work, _ = work_by_correlation(col.kernels)
+    old_work = dict(zip(corrs.tolist(), work.tolist(), strict=True))
+    old = reference_walk(col, old_work)
+    new, taken = walk(col, corrs, work)
+    return old, old_work, new, dict(zip(corrs[~taken].tolist(), work[~taken].tolist(), strict=True)), col
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_vectorized_walk_equals_the_stack_walk(seed: int) -> None:
+    old, old_left, new, new_left, _ = both(random_events(seed))
+    assert list(new.groups.items()) == list(old.groups.items())  # same floats, same order
+    assert list(new.syncs.items()) == list(old.syncs.items())
+    assert new.steps == old.steps
+    assert new.decode_calls == old.decode_calls
+    assert new_left == old_left
+
+
+def test_random_traces_reach_the_corners() -> None:
+    """The generator really makes what the equality above is meant to cover."""
+    seen = {"graph row": 0, "sync op": 0, "sync call": 0, "unclaimed": 0, "located": 0, "steps": 0}
+    for seed in range(60):
+        old, old_left, _, _, col = both(random_events(seed))
+        seen["graph row"] += col.keys[(GRAPH_ROW, (), ())] in old.groups
+        seen["sync op"] += any(name in SYNC_OPS for name, _ in old.syncs)
+        seen["sync call"] += any(name.startswith("cuda") for name, _ in old.syncs)
+        seen["unclaimed"] += bool(old_left)
+        seen["located"] += any(g[3] for g in old.groups.values())
+        seen["steps"] += len(old.steps) > 1
+    assert all(seen.values()), seen
+
+
+def test_cpu_only_trace_uses_self_cpu_time() -> None:
+    events = [e for e in random_events(3) if e.cat != "kernel"]
+    old, _, new, _, _ = both(events)
+    assert not new.on_device
+    assert list(new.groups.items()) == list(old.groups.items())
+    assert np.isfinite([g[1] for g in new.groups.values()]).all()

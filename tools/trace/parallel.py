@@ -1,0 +1,145 @@
+"""Read traces on every core: one process per rank file, or one large plain-JSON file cut into
+byte ranges (`tools.trace.split`) whose collected columns are merged before the walk.
+
+Each worker streams its file or range in bounded memory (`tools.trace.stream`) and sends back only
+the compact columns (`Collected`) or the finished summary; the merge renumbers the interned op and
+kernel names of each range after the first, in file order, so the merged columns are those one
+stream over the whole file gives.
+"""
+
+import multiprocessing
+import os
+import threading
+from array import array
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import TypeVar
+
+import numpy as np
+
+from state.profile import ProfileSummary
+from tools.errors import TraceError
+from tools.trace.collect import GRAPH_LAUNCH, LAUNCH, Collected
+from tools.trace.split import byte_ranges
+from tools.trace.stream import TraceStream
+from tools.trace.summary import summarize
+
+SPLIT_MIN_BYTES = 64 << 20
+"""A plain file smaller than this is read in one stream (a worker's start-up would cost more)."""
+PARALLEL_MIN_BYTES = 16 << 20
+"""Rank files together smaller than this are read one after the other in this process."""
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def workers() -> int:
+    """Processes to use: $PERFLOOP_TRACE_WORKERS, else the cores this process may run on."""
+    raw = os.environ.get("PERFLOOP_TRACE_WORKERS", "")
+    if raw:
+        if not raw.isdigit() or int(raw) < 1:
+            raise TraceError(f"PERFLOOP_TRACE_WORKERS must be a whole number >= 1, not {raw!r}")
+        return int(raw)
+    usable = getattr(os, "sched_getaffinity", None)  # Linux; elsewhere every core
+    return len(usable(0)) if usable else os.cpu_count() or 1
+
+
+def collect(path: Path, start: int = 0, end: int | None = None) -> Collected:
+    """One stream over the file (or the byte range) into columns."""
+    stream = TraceStream(path, start=start, end=end)
+    col = Collected()
+    for batch in stream.batches():
+        col.add(batch)
+    col.device_names = stream.device_names
+    return col
+
+
+def read_trace(
+    path: Path, steps: int | None = None, require_steps: bool = False, jobs: int = 1
+) -> ProfileSummary:
+    """One trace's summary; a plain file of SPLIT_MIN_BYTES or more is cut into `jobs` ranges
+    collected in parallel (read again in one stream if a cut turns out to be inside a string)."""
+    col = None
+    if jobs > 1 and _plain(path) and _size(path) >= SPLIT_MIN_BYTES:
+        ranges = byte_ranges(path, jobs)
+        if len(ranges) > 1:
+            try:
+                col = merge_collected(_map(_collect_range, [(path, s, e) for s, e in ranges], jobs))
+            except TraceError:
+                col = None
+    return summarize(col or collect(path), str(path), steps, require_steps=require_steps)
+
+
+def read_traces(
+    paths: Sequence[Path], steps: int | None, require_steps: bool, jobs: int
+) -> list[ProfileSummary]:
+    """The summaries of several traces (one per rank), one process per file, in the given order."""
+    if jobs > 1 and len(paths) > 1 and sum(_size(p) for p in paths) >= PARALLEL_MIN_BYTES:
+        return _map(_read_one, [(p, steps, require_steps) for p in paths], jobs)
+    return [read_trace(p, steps, require_steps, jobs) for p in paths]
+
+
+def _read_one(args: tuple[Path, int | None, bool]) -> ProfileSummary:
+    return read_trace(*args)
+
+
+def _collect_range(args: tuple[Path, int, int | None]) -> Collected:
+    return collect(*args)
+
+
+def _map(fn: Callable[[T], R], items: list[T], jobs: int) -> list[R]:
+    """fn over items in worker processes, results in order. Forked (fast start) when every other
+    thread of this process is a daemon helper (such as rich's progress refresher, which the workers
+    never touch), else from a fork server: forking while application threads hold locks is unsafe."""
+    others = [t for t in threading.enumerate() if t is not threading.current_thread()]
+    method = "fork" if all(t.daemon for t in others) else "forkserver"
+    context = multiprocessing.get_context(method)
+    with ProcessPoolExecutor(max_workers=min(jobs, len(items)), mp_context=context) as pool:
+        return list(pool.map(fn, items))
+
+
+def _plain(path: Path) -> bool:
+    """A readable file, not gzip (a gzip stream cannot be entered at a byte offset); an unreadable
+    one is left to the stream, which says why."""
+    try:
+        with path.open("rb") as raw:
+            return raw.read(2) != b"\x1f\x8b"
+    except OSError:
+        return False
+
+
+def merge_collected(parts: Sequence[Collected]) -> Collected:
+    """The columns of consecutive ranges of one file, as one stream over the file collects them."""
+    out = parts[0]
+    for part in parts[1:]:
+        keys = np.array([out.intern(key) for key in part.key_list] or [0], dtype=np.int64)
+        for thread, cols in part.threads.items():
+            ints = np.frombuffer(cols.ints, dtype=np.int64).reshape(-1, 2).copy()
+            named = (ints[:, 0] != LAUNCH) & (ints[:, 0] != GRAPH_LAUNCH)  # payload: an interned key
+            ints[named, 1] = keys[ints[named, 1]]
+            mine = out.threads.get(thread)
+            if mine is None:
+                mine = out.threads[thread] = type(cols)()
+            mine.times.extend(cols.times)
+            mine.ints.extend(array("q", ints.tobytes()))
+        names = np.array(
+            [out.kernel_names.setdefault(n, len(out.kernel_names)) for n in part.kernel_names] or [0],
+            dtype=np.int64,
+        )
+        ints = np.frombuffer(part.kernels.ints, dtype=np.int64).reshape(-1, 3).copy()
+        ints[:, 2] = names[ints[:, 2]]
+        out.kernels.times.extend(part.kernels.times)
+        out.kernels.ints.extend(array("q", ints.tobytes()))
+        out.graph_corrs |= part.graph_corrs
+        out.device_names += part.device_names
+        out.events += part.events
+        out.cuda_api_calls += part.cuda_api_calls
+    return out
+
+
+def _size(path: Path) -> int:
+    """The file's size, 0 if it cannot be read (the stream then says why)."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0

@@ -1,0 +1,66 @@
+"""The nesting of host events, computed on whole columns (numpy) instead of event by event.
+
+Events are in walk order: thread by thread, each thread by start, longer first on ties. A stack
+walk (pop the top while it ended at or before the next start, then push) makes the parent of
+event i the top of the stack, which is the latest earlier frame of the same thread still open at
+i's start: max{j < i : frame[j], end[j] > start[i]}. `parents` finds it for all events at once by
+pointer jumping: each event's candidate moves to its candidate's candidate until it is open (every
+event skipped on the way ended before the candidate's own start, so before i's). A frame's subtree
+is then the contiguous run of events after it (pre-order), which `Tree.after` gives: the index of
+the event whose start closes the frame in the stack walk (or the thread's end).
+"""
+
+from dataclasses import dataclass
+from itertools import pairwise
+
+import numpy as np
+
+
+def parents(start: np.ndarray, end: np.ndarray, frame: np.ndarray, thread: np.ndarray) -> np.ndarray:
+    """Index of each event's parent frame (-1 for none); see the module docstring."""
+    n = len(start)
+    parent = np.full(n, -1, dtype=np.int64)
+    cand = np.arange(-1, n - 1, dtype=np.int64)
+    todo = np.arange(1, n, dtype=np.int64)
+    while todo.size:
+        p = cand[todo]
+        same = p >= 0
+        same[same] = thread[p[same]] == thread[todo[same]]
+        cand[todo[~same]] = -1
+        todo, p = todo[same], p[same]
+        found = frame[p] & (end[p] > start[todo])
+        parent[todo[found]] = p[found]
+        cand[todo[found]] = p[found]
+        todo, p = todo[~found], p[~found]
+        cand[todo] = cand[p]
+    return parent
+
+
+@dataclass
+class Tree:
+    """Parent, depth, subtree end and levels (indices by depth, shallowest first) of the events."""
+
+    parent: np.ndarray
+    depth: np.ndarray
+    after: np.ndarray
+    levels: list[np.ndarray]
+
+
+def tree(parent: np.ndarray) -> Tree:
+    """Depths by pointer jumping, then subtree sizes bottom-up one depth level at a time."""
+    n = len(parent)
+    depth = (parent >= 0).astype(np.int64)
+    up = parent.copy()
+    while True:
+        hops = np.flatnonzero(up >= 0)
+        if not hops.size:
+            break
+        depth[hops] += depth[up[hops]]
+        up[hops] = up[up[hops]]
+    by_depth = np.argsort(depth, kind="stable")
+    bounds = np.searchsorted(depth[by_depth], np.arange(int(depth.max(initial=0)) + 2))
+    levels = [by_depth[a:b] for a, b in pairwise(bounds.tolist())]
+    size = np.ones(n, dtype=np.int64)
+    for level in reversed(levels[1:]):
+        np.add.at(size, parent[level], size[level])
+    return Tree(parent=parent, depth=depth, after=np.arange(n) + size, levels=levels)
