@@ -15,20 +15,34 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
-if TYPE_CHECKING:
-    import typer
+import typer  # light; what must not load at start-up is the loop (LangGraph, the session store)
 
 ANALYSIS_COMMANDS = ("analyze", "diagnose", "diff")
 """Commands served by the analysis group alone (kept equal to analysis.COMMANDS by a test)."""
 
 
+def store_option(
+    store: Annotated[
+        str | None,
+        typer.Option(
+            "--store",
+            help="Session store: a postgresql://USER:PASSWORD@HOST:PORT/DB URL shared by many "
+            "machines (default $PERFLOOP_STORE, else SQLite under $PERFLOOP_HOME).",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """The global `--store` option: the tools that open the store (aa.record) read it from the
+    environment too."""
+    if store is not None:
+        os.environ["PERFLOOP_STORE"] = store
+
+
 def build(*, analysis_only: bool = False) -> typer.Typer:
     """The `perfloop` app: each group's commands, then the `playbook` and `host` sub-command groups;
     with `analysis_only`, the analysis commands alone."""
-    import typer
-
     from agent.cli import analysis
 
     cli = typer.Typer(
@@ -44,20 +58,8 @@ def build(*, analysis_only: bool = False) -> typer.Typer:
 
         groups = (loop, calibrate, sessions, report, analysis, sglang)
 
-        @cli.callback()
-        def main(
-            store: Annotated[
-                str | None,
-                typer.Option(
-                    "--store",
-                    help="Session store: a postgresql://USER:PASSWORD@HOST:PORT/DB URL shared by many "
-                    f"machines (default ${STORE_ENV}, else SQLite under $PERFLOOP_HOME).",
-                    show_default=False,
-                ),
-            ] = None,
-        ) -> None:
-            if store is not None:  # the tools that open the store (aa.record) read it from there too
-                os.environ[STORE_ENV] = store
+        cli.callback()(store_option)
+        assert STORE_ENV == "PERFLOOP_STORE", "keep store_option's help and variable in step"
 
     for group in groups:
         for name, fn in group.COMMANDS.items():
