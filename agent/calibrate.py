@@ -73,7 +73,7 @@ def calibrate_pairs(
         state = state.model_copy(update={"server": first, "launches": first.launch_number})
         try:
             second = launch_beside(
-                state, runtime, target.repo, target.launch.argv, state.launches + 1, "reference"
+                state, runtime, target.repo, target.launch.argv, state.launches + 1, "reference-tree"
             )
             state = state.model_copy(update={"launches": second.launch_number})
             warm = target.measure.warmup_requests

@@ -49,16 +49,27 @@ def reference_tree(state: LoopState, runtime: Runtime[LoopContext]) -> tuple[Pat
     return args.dest, argv
 
 
-PID_FILES = ("reference.pid", "confirm.pid")
-"""The pid files of the servers launched beside the candidate: the reference, and the candidate's
-second launch of a confirmation pair."""
+def beside_files(state: LoopState) -> dict[str, Path]:
+    """The pid file of each server launched beside the candidate, and where it runs: the reference
+    from its copy, the reference from the checkout itself (a launch-option fix, calibration), and
+    the candidate's second launch of a confirming pair (pure)."""
+    return {
+        "reference.pid": reference_dir(state),
+        "reference-tree.pid": state.target.repo,
+        "confirm.pid": state.target.repo,
+    }
+
+
+def role_of(state: LoopState, where: Path) -> str:
+    """`reference` from the copy, `reference-tree` from the checkout (pure)."""
+    return "reference" if where == reference_dir(state) else "reference-tree"
 
 
 def launch_beside(
     state: LoopState, runtime: Runtime[LoopContext], where: Path, argv: list[str], number: int, role: str
 ) -> ServerHandle:
     """Start a server beside the running candidate (its own log and pid file) as launch `number`;
-    `role` is `reference` or `confirm`."""
+    `role` names its pid file and log (see `beside_files`)."""
     files = host_dir(state)
     snap = call(runtime, repo.snapshot, RepoArgs(repo=where))
     instrumented = bool(state.server and state.server.instrumented)
@@ -83,10 +94,9 @@ def stop_reference(state: LoopState, runtime: Runtime[LoopContext]) -> None:
     """Stop the servers a (possibly killed) attempt launched beside the candidate, and remove the
     reference copy."""
     grace = state.target.launch.stop_grace_s
-    for name in PID_FILES:
-        for where in (reference_dir(state), state.target.repo):
-            args = PidFileArgs(pid_file=host_dir(state) / name, repo=where, grace_s=grace)
-            call(runtime, server.stop_recorded, args)
+    for name, where in beside_files(state).items():
+        args = PidFileArgs(pid_file=host_dir(state) / name, repo=where, grace_s=grace)
+        call(runtime, server.stop_recorded, args)
     call(
         runtime,
         reference.remove_reference_copy,
@@ -172,7 +182,7 @@ def judge_interleaved(
     where, argv = reference_tree(state, runtime)
     launches = 0
     try:
-        ref = launch_beside(state, runtime, where, argv, state.launches + 1, "reference")
+        ref = launch_beside(state, runtime, where, argv, state.launches + 1, role_of(state, where))
         launches += 1
         ref_m, cand_m, looks, problem = judge_pair(state, runtime, label, (ref, candidate), where, noise)
         if problem is not None:
@@ -180,7 +190,7 @@ def judge_interleaved(
         verdict, confirmation = looks[-1].verdict, list[Look]()
         if needs_confirmation(looks[-1], cfg):
             call(runtime, server.stop, ServerArgs(server=ref, grace_s=state.target.launch.stop_grace_s))
-            ref2 = launch_beside(state, runtime, where, argv, state.launches + 2, "reference")
+            ref2 = launch_beside(state, runtime, where, argv, state.launches + 2, role_of(state, where))
             cand2 = launch_beside(
                 state, runtime, state.target.repo, state.argv, state.launches + 3, "confirm"
             )

@@ -20,13 +20,15 @@ from tools.door.live import LiveDoor
 
 def calibrate(
     target_toml: Annotated[Path, typer.Argument(help="Target config (TOML).")],
-    launches: Annotated[int, typer.Option(min=2, help="Launches of the same tree to measure.")] = 6,
+    launches: Annotated[
+        int, typer.Option(min=2, help="Launches of the same tree (with interleaved arms: pairs of launches).")
+    ] = 6,
     host: HostUrl = None,
     trust_new_host: TrustNew = False,
     host_python: HostPython = None,
     as_json: Json = False,
 ) -> None:
-    """Launch the target's current tree N times and keep each launch as an A/A sample."""
+    """Launch the target's current tree N times (N pairs with interleaved arms), each an A/A sample."""
 
     def body():
         target = with_host(load_target(target_toml), host, trust_new_host, host_python)
