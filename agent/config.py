@@ -53,6 +53,14 @@ def with_flag(argv: list[str], flag: str, value: str) -> list[str]:
     return [*argv, flag, value]
 
 
+def without_flag(argv: list[str], flag: str) -> list[str]:
+    """A launch command without `flag` and its value (pure)."""
+    if flag not in argv:
+        return argv
+    i = argv.index(flag)
+    return [*argv[:i], *argv[i + 2 :]]
+
+
 def check_repo(target: TargetConfig) -> None:
     """The repo must exist and be the top level of a git checkout (never a subfolder of another).
     A repo on an SSH host is not checked here: the first tool run there names what is missing."""

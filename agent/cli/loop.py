@@ -41,6 +41,7 @@ from agent.config import (
     with_flag,
     with_host,
     with_proposer,
+    without_flag,
 )
 from agent.preflight import check_setup
 from agent.remote import remote_base
@@ -122,6 +123,8 @@ def demo(
         base = remote_base(target) if target.host.kind == "ssh" else sessions.home
         target = target.model_copy(update={"repo": base / "workspaces" / sid / "mla_server"})
         argv = with_flag(with_flag(target.launch.argv, "--device", device), "--preset", preset)
+        if device == "cuda":  # one torch thread is for the CPU preset on a small shared CPU
+            argv = without_flag(argv, "--threads")
         argv += shlex.split(server_args)
         launch = target.launch.model_copy(update={"argv": argv})
         target = target.model_copy(

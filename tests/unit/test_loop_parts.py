@@ -9,7 +9,7 @@ import pytest
 from pydantic import BaseModel
 
 from agent.checkpoint import serializer, state_types
-from agent.config import load_target, with_flag
+from agent.config import load_target, with_flag, without_flag
 from agent.judge import judge
 from agent.steps_propose import files_of
 from state.loop import LoopOptions, LoopState
@@ -101,6 +101,8 @@ def test_command_building() -> None:
         "8001",
     ]
     assert with_flag(["a", "--device", "cpu", "b"], "--device", "cuda") == ["a", "--device", "cuda", "b"]
+    assert without_flag(["a", "--threads", "1", "b"], "--threads") == ["a", "b"]
+    assert without_flag(["a", "b"], "--threads") == ["a", "b"]
     assert with_flag(["a"], "--device", "cuda") == ["a", "--device", "cuda"]
 
 
