@@ -44,7 +44,7 @@ kind = "mla_server"
 repo = "{repo}"
 model = "mla-demo"
 [launch]
-argv = ["bash", "launch.sh", "--port", "{{port}}", "--preset", "cpu", "--seed", "1", "--pool-slots", "49152"]
+argv = ["bash", "launch.sh", "--port", "{{port}}", "--preset", "cpu", "--threads", "1", "--seed", "1", "--pool-slots", "49152"]
 env = {{ PYTHON = "{{python}}" }}
 startup_timeout_s = 120
 [measure]
@@ -53,6 +53,8 @@ max_tokens = 8
 repeats = 3
 [profile]
 method = "patch"
+[decide]
+arms = "interleaved"  # each reference runs beside its candidate, from the same tree, old options
 """)
     proc = perfloop(home, "run", str(target), "--json", "--playbooks", str(books), "--max-iterations", "1")
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -72,7 +74,12 @@ method = "patch"
     notes = [t["note"] for t in shown["transitions"] if t["node"] in ("propose", "apply", "rollback")]
     assert any("launch options: drop --seed 1" in n for n in notes)
     assert any("launch options back to" in n for n in notes)
-    assert s["server_launches"] == 3  # baseline, each candidate
+    # The baseline; the bad candidate alone (its outputs fail the correctness set before any
+    # reference is launched); the good one and its reference beside it (the same tree with the
+    # options kept so far); a confirming pair of launches when the gain's CI starts below 2x.
+    confirmed = bool(good["judgement"]["confirmation"])
+    assert s["server_launches"] == 1 + 1 + 2 + (2 if confirmed else 0), (s["server_launches"], good["reason"])
+    assert "arms interleaved" in good["reason"]
     assert_clean(repo, s["branch"])
     rep = perfloop(home, "replay", s["session"], "--json")
     assert rep.returncode == 0, rep.stderr[-2000:]
