@@ -11,8 +11,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tools.secrets import redact
-
 FILE = "progress.json"
 
 _reporter: Callable[[str], None] = lambda message: None
@@ -49,6 +47,10 @@ def report(message: str) -> None:
     message = ": ".join([*_where, message])
     _reporter(message)
     if _sink is not None:
+        from tools.secrets import (
+            redact,  # here, not at the top: an SSH host's bare Python imports this module
+        )
+
         try:
             _sink.parent.mkdir(parents=True, exist_ok=True)
             tmp = _sink.with_suffix(f".{os.getpid()}.tmp")
