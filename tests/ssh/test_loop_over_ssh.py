@@ -85,7 +85,9 @@ def assert_same_result_as_local(home: Path, s: dict, repo: Path, sshd: Sshd) -> 
     assert s["accepted"] == ["kv-cache-full-pool-cast"], s["stop_reason"]
     assert s["outputs_identical"] is True
     assert s["speedup"] >= 3.0, s
-    assert s["server_launches"] == 2
+    d = s["decision"] or ""  # the baseline and the candidate; its reference beside it when interleaved
+    beside = ("arms interleaved" in d) + 2 * ("second pair of launches" in d)
+    assert s["server_launches"] == 2 + beside, d
     assert Path(s["repo"]) == repo
     assert git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == s["branch"]
     status = git(repo, "status", "--porcelain").splitlines()
@@ -103,7 +105,9 @@ def assert_same_result_as_local(home: Path, s: dict, repo: Path, sshd: Sshd) -> 
     assert nodes[:13] == LOCAL_NODES and nodes[-1] == "finish"
     # Host-side files stayed on the host; the traces were fetched here for reading.
     host_dir = remote_session_dir(sshd, s["session"])
-    assert sorted(p.name for p in (host_dir / "logs").iterdir()) == ["server-1.log", "server-2.log"]
+    logs = sorted(p.name for p in (host_dir / "logs").iterdir())
+    assert logs[:2] == ["server-1.log", "server-2.log"] and len(logs) == s["server_launches"], logs
+    assert not (host_dir / "reference").exists()  # the reference's worktree is gone
     assert list((home / "sessions" / s["session"] / "profiles").rglob("trace.json.gz"))
     shutil.rmtree(host_dir)
 
