@@ -21,15 +21,15 @@ from langgraph.runtime import Runtime
 from agent.context import LoopContext, call, host_dir, need
 from agent.correctness import differences, take_outputs
 from agent.decision.noise import pair_noise
-from agent.decision.rule import arm_stats, by_prompt, look, needs_confirmation, replicated
-from agent.measuring import annotate, measure_arm, merge, outputs_problem
+from agent.decision.rule import by_prompt, look, needs_confirmation, replicated
+from agent.measuring import annotate, judgement_of, measure_arm, merge, outputs_problem
 from state.calls import LaunchArgs, MeasureArgs, PairArgs, PidFileArgs, RepoArgs, ServerArgs
 from state.decision import Judgement, LaunchNoise, Look
 from state.loop import LoopState
 from state.measure import Measurement
 from state.process import ServerHandle
 from state.workspace import ReferenceCopyArgs, RemoveCopyArgs
-from tools import bench, server
+from tools import bench, progress, server
 from tools.workspace import reference, repo
 
 
@@ -138,14 +138,15 @@ def judge_pair(
     looks: list[Look] = []
     for k in range(1, cfg.looks + 1):
         warm = state.target.measure.warmup_requests if k == 1 else 0
-        pair = call(
-            runtime,
-            bench.measure_pair,
-            PairArgs(
-                reference=pair_args(state, servers[0], f"{label}-reference", reps, warm),
-                candidate=pair_args(state, servers[1], label, reps, warm),
-            ),
-        )
+        with progress.within(f"look {k}/{cfg.looks}"):
+            pair = call(
+                runtime,
+                bench.measure_pair,
+                PairArgs(
+                    reference=pair_args(state, servers[0], f"{label}-reference", reps, warm),
+                    candidate=pair_args(state, servers[1], label, reps, warm),
+                ),
+            )
         snaps = [call(runtime, repo.snapshot, RepoArgs(repo=p)) for p in (where, state.target.repo)]
         r = annotate(pair.reference, snaps[0], state, servers[0].instrumented, warm)
         c = annotate(pair.candidate, snaps[1], state, servers[1].instrumented, warm)
@@ -203,15 +204,7 @@ def judge_interleaved(
             verdict = replicated(verdict, confirmation[-1].verdict)
     finally:
         stop_reference(state, runtime)
-    judgement = Judgement(
-        verdict=verdict,
-        looks=looks,
-        launch_noise=noise,
-        min_gain=cfg.min_gain,
-        confidence=cfg.confidence,
-        reference=arm_stats(ref_m.requests, n, ref_m.warmups_discarded),
-        candidate=arm_stats(cand_m.requests, n, cand_m.warmups_discarded),
-        arms="interleaved",
-        confirmation=confirmation,
+    judgement = judgement_of(
+        verdict, looks, noise, cfg, (ref_m, cand_m), n, arms="interleaved", confirmation=confirmation
     )
     return cand_m, judgement, None, launches

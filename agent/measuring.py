@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import statistics
+from typing import Any
 
 from langgraph.runtime import Runtime
 
@@ -25,7 +26,7 @@ from agent.correctness import differences, take_outputs
 from agent.decision.noise import launch_noise, noise_for, sample_group, target_key
 from agent.decision.rule import arm_location, arm_stats, by_prompt, look
 from state.calls import RepoArgs
-from state.decision import AARecordArgs, AASample, Judgement, LaunchNoise
+from state.decision import AARecordArgs, AASample, DecisionConfig, Judgement, LaunchNoise, Look, Verdict
 from state.loop import LoopState
 from state.measure import Measurement
 from state.workspace import WorkspaceSnapshot
@@ -141,6 +142,30 @@ def unlike(reference: Measurement, candidate: Measurement) -> str | None:
     return None
 
 
+def judgement_of(
+    verdict: Verdict,
+    looks: list[Look],
+    noise: LaunchNoise,
+    cfg: DecisionConfig,
+    both: tuple[Measurement, Measurement],
+    n_prompts: int,
+    **more: Any,
+) -> Judgement:
+    """The rule's answer with what it rests on: the looks, the noise, both arms' stats (pure);
+    `more` sets the interleaved fields (`arms`, `confirmation`)."""
+    ref, cand = both
+    return Judgement(
+        verdict=verdict,
+        looks=looks,
+        launch_noise=noise,
+        min_gain=cfg.min_gain,
+        confidence=cfg.confidence,
+        reference=arm_stats(ref.requests, n_prompts, ref.warmups_discarded),
+        candidate=arm_stats(cand.requests, n_prompts, cand.warmups_discarded),
+        **more,
+    )
+
+
 def judge_candidate(
     state: LoopState, runtime: Runtime[LoopContext], label: str
 ) -> tuple[Measurement, Judgement | None, str | None]:
@@ -165,15 +190,7 @@ def judge_candidate(
         if (problem := outputs_problem(ref, m)) is not None:
             return m, None, problem
         looks.append(look(ref_arm, by_prompt(m.requests, n), noise, cfg, k, machine_drift(ref, m)))
-    judgement = Judgement(
-        verdict=looks[-1].verdict,
-        looks=looks,
-        launch_noise=noise,
-        min_gain=cfg.min_gain,
-        confidence=cfg.confidence,
-        reference=arm_stats(ref.requests, n, ref.warmups_discarded),
-        candidate=arm_stats(m.requests, n, m.warmups_discarded),
-    )
+    judgement = judgement_of(looks[-1].verdict, looks, noise, cfg, (ref, m), n)
     more = state.iteration < state.options.max_iterations
     missing = budget(state) - len(m.requests) // max(n, 1)
     if judgement.verdict == "accepted" and more and missing > 0:  # it becomes the next reference
