@@ -39,6 +39,7 @@ def paused(tmp_path_factory) -> Iterator[Paused]:
     """One CPU demo session that waits for approval, and `perfloop serve` on its home."""
     root = tmp_path_factory.mktemp("approval")
     home, repo = root / "home", make_repo(root / "engine")
+    slow_start(repo)
     target = write_target(root / "t.toml", repo, looks=1)
     run = perfloop(home, "run", str(target), "--approve", "manual", "--json", "--max-iterations", "1")
     assert run.returncode == 0, run.stderr[-2000:]
@@ -51,6 +52,17 @@ def paused(tmp_path_factory) -> Iterator[Paused]:
         served.stop()
         for pid in processes_in(root):
             os.kill(pid, 9)
+
+
+def slow_start(repo: Path, seconds: int = 6) -> None:
+    """Make the engine load for `seconds` before it serves, as a real one loading weights does: the
+    demo server starts in about a second, shorter than the page's poll, so the relaunch's progress
+    line would come and go unseen."""
+    launch = repo / "launch.sh"
+    text = launch.read_text().replace("exec ", f"sleep {seconds}\nexec ", 1)
+    assert text != launch.read_text()
+    launch.write_text(text)
+    git(repo, "-c", "user.name=u", "-c", "user.email=u@x", "commit", "-qam", "loads slowly")
 
 
 def open_session(context: BrowserContext, p: Paused) -> Page:
