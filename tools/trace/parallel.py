@@ -21,6 +21,7 @@ import numpy as np
 from state.profile import ProfileSummary
 from tools.errors import TraceError
 from tools.trace.collect import GRAPH_LAUNCH, LAUNCH, Collected
+from tools.trace.heap import kept_heap
 from tools.trace.split import byte_ranges
 from tools.trace.stream import TraceStream
 from tools.trace.summary import summarize
@@ -48,8 +49,9 @@ def collect(path: Path, start: int = 0, end: int | None = None) -> Collected:
     """One stream over the file (or the byte range) into columns."""
     stream = TraceStream(path, start=start, end=end)
     col = Collected()
-    for batch in stream.batches():
-        col.add(batch)
+    with kept_heap():
+        for batch in stream.batches():
+            col.add(batch)
     col.device_names = stream.device_names
     return col
 
@@ -59,6 +61,11 @@ def read_trace(
 ) -> ProfileSummary:
     """One trace's summary; a plain file of SPLIT_MIN_BYTES or more is cut into `jobs` ranges
     collected in parallel (read again in one stream if a cut turns out to be inside a string)."""
+    with kept_heap():
+        return _read_trace(path, steps, require_steps, jobs)
+
+
+def _read_trace(path: Path, steps: int | None, require_steps: bool, jobs: int) -> ProfileSummary:
     col = None
     if jobs > 1 and _plain(path) and _size(path) >= SPLIT_MIN_BYTES:
         ranges = byte_ranges(path, jobs)
