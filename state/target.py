@@ -1,19 +1,15 @@
 """The target: which engine checkout to optimize, where it runs, how to launch and measure it."""
 
-import re
 from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 
-from state.base import Model
+from state.base import SECRET_NAME, Model
 from state.decision import DecisionConfig
 from state.proposer import ProposerConfig
 from state.ssh import SSHHostConfig
-
-SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSPHRASE|CREDENTIAL|AUTH)", re.I)
-"""Environment variable names that hold secrets (shared with tools.secrets)."""
 
 
 def refuse_secrets(env: dict[str, str], advice: str) -> dict[str, str]:

@@ -20,7 +20,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from state.target import SECRET_NAME
+from state.base import SECRET_NAME
 
 MASK = "***"
 PERFLOOP_ONLY = frozenset({"PERFLOOP_STORE"})
