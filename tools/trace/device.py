@@ -6,7 +6,6 @@ add in array order), so they do not depend on how the columns were built.
 """
 
 from dataclasses import dataclass
-from statistics import median
 
 import numpy as np
 
@@ -126,14 +125,14 @@ def device_activity(windows: Windows, launch_us: float) -> DeviceActivity:
     idle_share = min(max((span - busy) / span, 0.0), 1.0) if span > 0 else 0.0
     all_durations = np.concatenate(durations) if durations else np.zeros(0)
     all_gaps = np.concatenate(gaps) if gaps else np.zeros(0)
-    median_kernel = median(all_durations.tolist()) if len(all_durations) else 0.0
+    median_kernel = float(np.median(all_durations)) if len(all_durations) else 0.0  # as statistics.median
     return DeviceActivity(
         kernels=len(all_durations),
         busy_us=busy,
         span_us=span,
         idle_share=idle_share,
         gaps=len(all_gaps),
-        median_gap_us=median(all_gaps.tolist()) if len(all_gaps) else 0.0,
+        median_gap_us=float(np.median(all_gaps)) if len(all_gaps) else 0.0,
         median_kernel_us=median_kernel,
         launch_us=launch_us,
         launch_bound=bool(len(all_durations))
