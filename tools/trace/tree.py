@@ -17,18 +17,22 @@ import numpy as np
 
 
 def parents(start: np.ndarray, end: np.ndarray, frame: np.ndarray, thread: np.ndarray) -> np.ndarray:
-    """Index of each event's parent frame (-1 for none); see the module docstring."""
+    """Index of each event's parent frame (-1 for none); see the module docstring. The first
+    candidate is the latest frame before the event (a launch or sync is never a parent); a
+    candidate in another thread means none (the thread's earlier frames have all closed)."""
     n = len(start)
     parent = np.full(n, -1, dtype=np.int64)
-    cand = np.arange(-1, n - 1, dtype=np.int64)
-    todo = np.arange(1, n, dtype=np.int64)
+    index = np.arange(n, dtype=np.int64)
+    latest = np.maximum.accumulate(np.where(frame, index, -1))
+    cand = np.concatenate([[-1], latest[:-1]])
+    todo = index[1:]
     while todo.size:
         p = cand[todo]
-        same = p >= 0
-        same[same] = thread[p[same]] == thread[todo[same]]
-        cand[todo[~same]] = -1
-        todo, p = todo[same], p[same]
-        found = frame[p] & (end[p] > start[todo])
+        mine = p >= 0
+        todo, p = todo[mine], p[mine]
+        mine = thread[p] == thread[todo]
+        todo, p = todo[mine], p[mine]
+        found = end[p] > start[todo]
         parent[todo[found]] = p[found]
         cand[todo[found]] = p[found]
         todo, p = todo[~found], p[~found]
