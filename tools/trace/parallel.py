@@ -13,6 +13,7 @@ import threading
 from array import array
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import TypeVar
 
@@ -71,7 +72,7 @@ def _read_trace(path: Path, steps: int | None, require_steps: bool, jobs: int) -
         ranges = byte_ranges(path, jobs)
         if len(ranges) > 1:
             try:
-                col = merge_collected(_map(_collect_range, [(path, s, e) for s, e in ranges], jobs))
+                col = merge_collected(_map_first_here(_collect_range, [(path, s, e) for s, e in ranges]))
             except TraceError:
                 col = None
     return summarize(col or collect(path), str(path), steps, require_steps=require_steps)
@@ -94,15 +95,27 @@ def _collect_range(args: tuple[Path, int, int | None]) -> Collected:
     return collect(*args)
 
 
-def _map(fn: Callable[[T], R], items: list[T], jobs: int) -> list[R]:
-    """fn over items in worker processes, results in order. Forked (fast start) when every other
-    thread of this process is a daemon helper (such as rich's progress refresher, which the workers
-    never touch), else from a fork server: forking while application threads hold locks is unsafe."""
+def _context() -> BaseContext:
+    """How workers start: forked (fast) when every other thread of this process is a daemon helper
+    (such as rich's progress refresher, which the workers never touch), else from a fork server:
+    forking while application threads hold locks is unsafe."""
     others = [t for t in threading.enumerate() if t is not threading.current_thread()]
-    method = "fork" if all(t.daemon for t in others) else "forkserver"
-    context = multiprocessing.get_context(method)
-    with ProcessPoolExecutor(max_workers=min(jobs, len(items)), mp_context=context) as pool:
+    return multiprocessing.get_context("fork" if all(t.daemon for t in others) else "forkserver")
+
+
+def _map(fn: Callable[[T], R], items: list[T], jobs: int) -> list[R]:
+    """fn over items in worker processes, results in order."""
+    with ProcessPoolExecutor(max_workers=min(jobs, len(items)), mp_context=_context()) as pool:
         return list(pool.map(fn, items))
+
+
+def _map_first_here(fn: Callable[[T], R], items: list[T]) -> list[R]:
+    """fn over items, results in order: the first in this process (which would otherwise wait),
+    the others meanwhile in one worker each (a fork and the return of one result fewer)."""
+    with ProcessPoolExecutor(max_workers=len(items) - 1, mp_context=_context()) as pool:
+        rest = [pool.submit(fn, item) for item in items[1:]]
+        first = fn(items[0])
+        return [first, *(f.result() for f in rest)]
 
 
 def _plain(path: Path) -> bool:
