@@ -1,0 +1,99 @@
+"""The output gate, by the target's `[correctness] policy`.
+
+- `exact` (the default): the candidate's greedy outputs on the correctness set must equal the
+  reference's (agent/correctness.py).
+- `tolerance` (opt-in): the baseline's greedy continuation of each prompt of the set, generated
+  and scored on the baseline server, is scored by the candidate on the same contexts (teacher
+  forcing, tools/gate/score.py); `compare` gives the top-1 agreement and the largest logprob
+  difference, which must meet the target's thresholds. Every candidate of the session is compared
+  with the session's baseline, so accepted changes cannot drift step by step past the thresholds.
+"""
+
+from __future__ import annotations
+
+from langgraph.runtime import Runtime
+
+from agent.context import LoopContext, call, need
+from agent.correctness import correctness_prompts, differences, take_outputs
+from state.loop import LoopState
+from state.target import CorrectnessConfig
+from state.tolerance import ScoreArgs, ScoreResult, ToleranceResult
+from tools.gate import score
+
+
+def compare(reference: ScoreResult, candidate: ScoreResult, cfg: CorrectnessConfig) -> ToleranceResult:
+    """Top-1 agreement and largest logprob difference of `candidate` against `reference`, both
+    scored on the same texts (pure). Position j of prompt i counts as agreeing when both arms'
+    most likely tokens there are the same; the difference is that of the log-probabilities each
+    arm gives the text's own token there."""
+    if [(t.prompt, t.continuation) for t in reference.texts] != [
+        (t.prompt, t.continuation) for t in candidate.texts
+    ]:
+        raise ValueError("the arms were scored on different texts")
+    agree, positions, worst, where = 0, 0, 0.0, ""
+    for i, (r, c) in enumerate(zip(reference.texts, candidate.texts, strict=True), start=1):
+        if r.tokens != c.tokens:
+            raise ValueError(f"prompt {i}: the arms split the text into different tokens")
+        for j, (lr, lc, tr, tc) in enumerate(
+            zip(r.token_logprobs, c.token_logprobs, r.top1, c.top1, strict=True)
+        ):
+            positions += 1
+            agree += tr == tc
+            if abs(lc - lr) > worst:
+                worst, where = abs(lc - lr), f"prompt {i}, token {j + 1} ({r.tokens[j]!r})"
+    return ToleranceResult(
+        top1_agreement=agree / positions if positions else 1.0,
+        max_logprob_diff=worst,
+        positions=positions,
+        prompts=len(reference.texts),
+        min_top1_agreement=need(cfg.min_top1_agreement, "min_top1_agreement"),
+        max_logprob_diff_allowed=need(cfg.max_logprob_diff, "max_logprob_diff"),
+        worst=where,
+    )
+
+
+def tolerant(state: LoopState) -> bool:
+    """Whether this session's gate is the tolerance policy (pure)."""
+    return state.target.correctness.policy == "tolerance"
+
+
+def scores(state: LoopState, runtime: Runtime[LoopContext], continuations: list[str] | None) -> ScoreResult:
+    """The running server's scores of the correctness set (continuations generated when None)."""
+    cfg = state.target.correctness
+    return call(
+        runtime,
+        score.score,
+        ScoreArgs(
+            base_url=need(state.server, "running server").base_url,
+            model=state.target.model,
+            prompts=correctness_prompts(state.session_id, state.target.measure.prompts, cfg),
+            continuations=continuations,
+            max_tokens=cfg.max_tokens,
+            timeout_s=cfg.request_timeout_s,
+        ),
+    )
+
+
+def reference_outputs(state: LoopState, runtime: Runtime[LoopContext]) -> dict[str, object]:
+    """The baseline's part of the gate, as a state update: its outputs (exact) or its scores
+    of its own greedy continuations (tolerance)."""
+    if tolerant(state):
+        return {"tolerance_reference": scores(state, runtime, None)}
+    return {"correctness": take_outputs(state, runtime)}
+
+
+def check(
+    state: LoopState, runtime: Runtime[LoopContext], n_timing: int
+) -> tuple[str | None, ToleranceResult | None]:
+    """Why the running candidate fails the gate (or None), and the tolerance result if any."""
+    if tolerant(state) and state.tolerance_reference is not None:
+        ref = state.tolerance_reference
+        cand = scores(state, runtime, [t.continuation for t in ref.texts])
+        try:
+            result = compare(ref, cand, state.target.correctness)
+        except ValueError as exc:  # a server that tokenizes the same text two ways
+            return f"tolerance gate: {exc}", None
+        return (None if result.passed else result.line()), result
+    if state.correctness is not None:
+        return differences(state.correctness, take_outputs(state, runtime), n_timing), None
+    return None, None

@@ -1,0 +1,92 @@
+"""The tolerance output gate's pure parts: the metrics, the echo answer's parsing, the config."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from agent.output_gate import compare
+from state.target import CorrectnessConfig
+from state.tolerance import ScoredText, ScoreResult
+from tools.errors import ServerError
+from tools.gate.score import continuation_scores
+
+CFG = CorrectnessConfig(policy="tolerance", min_top1_agreement=0.75, max_logprob_diff=0.2)
+
+
+def scored(*texts: tuple[list[float], list[str]]) -> ScoreResult:
+    return ScoreResult(
+        texts=[
+            ScoredText(prompt=f"p{i}", continuation="abcd"[: len(lp)], tokens=list("abcd"[: len(lp)]),
+                       token_logprobs=lp, top1=top)  # fmt: skip
+            for i, (lp, top) in enumerate(texts)
+        ],
+        duration_s=0.0,
+    )
+
+
+REF = scored(([-0.1, -0.5, -1.0], ["a", "b", "c"]), ([-0.2, -0.3], ["a", "b"]))
+
+
+def test_identical_scores_agree_fully_with_no_difference() -> None:
+    r = compare(REF, REF, CFG)
+    assert (r.top1_agreement, r.max_logprob_diff, r.positions, r.prompts) == (1.0, 0.0, 5, 2)
+    assert r.passed and r.line().endswith("over 5 positions of 2 prompts -> passed")
+
+
+def test_agreement_counts_positions_over_all_prompts_and_max_diff_names_where() -> None:
+    cand = scored(([-0.1, -0.6, -1.0], ["a", "x", "c"]), ([-0.45, -0.3], ["a", "b"]))
+    r = compare(REF, cand, CFG)
+    assert r.top1_agreement == pytest.approx(4 / 5)
+    assert r.max_logprob_diff == pytest.approx(0.25)
+    assert r.worst == "prompt 2, token 1 ('a')"
+    assert not r.passed  # 0.25 > 0.2
+    assert "max logprob diff 0.250 at prompt 2, token 1 ('a') (above 0.200)" in r.line()
+    assert r.line().endswith("-> failed")
+
+
+def test_each_threshold_alone_fails_the_gate() -> None:
+    low_agreement = scored(([-0.1, -0.5, -1.0], ["x", "x", "c"]), ([-0.2, -0.3], ["a", "b"]))
+    r = compare(REF, low_agreement, CFG)
+    assert r.top1_agreement == pytest.approx(3 / 5) and r.max_logprob_diff == 0.0
+    assert not r.passed and "top-1 agreement 60.0% (below 75.0%)" in r.line()
+    just = scored(([-0.1, -0.5, -1.2], ["a", "b", "c"]), ([-0.2, -0.3], ["a", "b"]))
+    assert compare(REF, just, CFG).passed  # a difference of 0.2 is within 0.2
+
+
+def test_arms_scored_on_different_texts_are_refused() -> None:
+    other = REF.model_copy(update={"texts": [REF.texts[0], REF.texts[0]]})
+    with pytest.raises(ValueError, match="different texts"):
+        compare(REF, other, CFG)
+
+
+ECHO = {
+    "tokens": ["H", "i", "!", "?"],
+    "token_logprobs": [None, -1.5, -0.25, -2.0],
+    "top_logprobs": [None, {"i": -1.5}, {"x": -0.2}, {"?": -2.0}],
+    "text_offset": [0, 1, 2, 3],
+}
+
+
+def test_continuation_positions_are_those_past_the_prompt() -> None:
+    s = continuation_scores("Hi", "!?", ECHO)
+    assert (s.tokens, s.token_logprobs, s.top1) == (["!", "?"], [-0.25, -2.0], ["x", "?"])
+
+
+def test_an_answer_without_logprobs_is_one_clear_error() -> None:
+    with pytest.raises(ServerError, match="no per-token logprobs"):
+        continuation_scores("Hi", "!?", None)
+    with pytest.raises(ServerError, match="no per-token logprobs"):
+        continuation_scores("Hi", "!?", {k: v for k, v in ECHO.items() if k != "text_offset"})
+
+
+def test_policy_and_thresholds_are_validated() -> None:
+    assert CorrectnessConfig().policy == "exact"  # never the default
+    with pytest.raises(ValidationError, match='policy = "tolerance" needs both'):
+        CorrectnessConfig(policy="tolerance", min_top1_agreement=0.9)
+    with pytest.raises(ValidationError, match='apply to policy = "tolerance" only'):
+        CorrectnessConfig(max_logprob_diff=0.1)
+    with pytest.raises(ValidationError):
+        CorrectnessConfig(policy="tolerance", min_top1_agreement=1.5, max_logprob_diff=0.1)
+    with pytest.raises(ValidationError):
+        CorrectnessConfig(policy="tolerance", min_top1_agreement=0.9, max_logprob_diff=-1)
