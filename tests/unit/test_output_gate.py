@@ -17,8 +17,13 @@ CFG = CorrectnessConfig(policy="tolerance", min_top1_agreement=0.75, max_logprob
 def scored(*texts: tuple[list[float], list[str]]) -> ScoreResult:
     return ScoreResult(
         texts=[
-            ScoredText(prompt=f"p{i}", continuation="abcd"[: len(lp)], tokens=list("abcd"[: len(lp)]),
-                       token_logprobs=lp, top1=top)  # fmt: skip
+            ScoredText(
+                prompt=f"p{i}",
+                continuation="abcd"[: len(lp)],
+                tokens=list("abcd"[: len(lp)]),
+                token_logprobs=lp,
+                top1=top,
+            )
             for i, (lp, top) in enumerate(texts)
         ],
         duration_s=0.0,
