@@ -15,9 +15,9 @@ def summarize(state: LoopState, status: str) -> Summary:
     j = decisive.judgement if decisive else None
     scored = [d for d in state.decisions if d.tolerance is not None]
     gated = next((d for d in reversed(scored) if d.verdict == "accepted"), scored[-1] if scored else None)
-    gate = state.target.correctness.policy + (
-        f": {gated.tolerance.line()}" if gated and gated.tolerance else ""
-    )
+    gate = None  # the default exact policy, as in sessions recorded before the tolerance policy
+    if state.target.correctness.policy == "tolerance":
+        gate = "tolerance" + (f": {gated.tolerance.line()}" if gated and gated.tolerance else "")
     return Summary(
         session=state.session_id,
         status=status,

@@ -59,7 +59,7 @@ class Summary(Model):
     output_gate: str | None = None
     """The output gate's policy and, under `tolerance`, the result on the decisive candidate (the
     last accepted one it scored, else the last it scored), e.g. `tolerance: tolerance gate: top-1
-    agreement 96.9% (>= 90.0%), ...`."""
+    agreement 96.9% (>= 90.0%), ...`; None under the default `exact` policy."""
     mechanisms: list[str] = []
     """Predicted vs realized for each accepted patch a later profile checked, one line each."""
     unexplained_gains: list[str] = []
