@@ -4,8 +4,9 @@
   reference's (agent/correctness.py).
 - `tolerance` (opt-in): the baseline's greedy continuation of each prompt of the set, generated
   and scored on the baseline server, is scored by the candidate on the same contexts (teacher
-  forcing, tools/gate/score.py); `compare` gives the top-1 agreement and the largest logprob
-  difference, which must meet the target's thresholds. Every candidate of the session is compared
+  forcing, tools/gate/score.py: logprobs from one prefill, greedy agreement on the decode path);
+  `compare` gives the top-1 agreement and the largest logprob difference, which must meet the
+  target's thresholds. Every candidate of the session is compared
   with the session's baseline, so accepted changes cannot drift step by step past the thresholds.
 """
 
@@ -22,29 +23,31 @@ from tools.gate import score
 
 
 def compare(reference: ScoreResult, candidate: ScoreResult, cfg: CorrectnessConfig) -> ToleranceResult:
-    """Top-1 agreement and largest logprob difference of `candidate` against `reference`, both
-    scored on the same texts (pure). Position j of prompt i counts as agreeing when both arms'
-    most likely tokens there are the same; the difference is that of the log-probabilities each
-    arm gives the text's own token there."""
+    """Top-1 agreement and largest logprob difference of `candidate` against `reference`, on the
+    reference's texts (pure). Agreement: the share of the continuations' characters the
+    candidate's greedy decoding produced from the reference's context (`ScoredText.followed`);
+    difference: that of the log-probabilities each arm gives the text's own token."""
     if [(t.prompt, t.continuation) for t in reference.texts] != [
         (t.prompt, t.continuation) for t in candidate.texts
     ]:
         raise ValueError("the arms were scored on different texts")
-    agree, positions, worst, where = 0, 0, 0.0, ""
+    followed: list[bool] = []
+    positions, worst, where = 0, 0.0, ""
     for i, (r, c) in enumerate(zip(reference.texts, candidate.texts, strict=True), start=1):
         if r.tokens != c.tokens:
             raise ValueError(f"prompt {i}: the arms split the text into different tokens")
-        for j, (lr, lc, tr, tc) in enumerate(
-            zip(r.token_logprobs, c.token_logprobs, r.top1, c.top1, strict=True)
-        ):
+        if c.followed is None or len(c.followed) != len(c.continuation):
+            raise ValueError(f"prompt {i}: the candidate did not decode along the reference's text")
+        followed += c.followed
+        for j, (lr, lc) in enumerate(zip(r.token_logprobs, c.token_logprobs, strict=True)):
             positions += 1
-            agree += tr == tc
             if abs(lc - lr) > worst:
                 worst, where = abs(lc - lr), f"prompt {i}, token {j + 1} ({r.tokens[j]!r})"
     return ToleranceResult(
-        top1_agreement=agree / positions if positions else 1.0,
+        top1_agreement=sum(followed) / len(followed) if followed else 1.0,
         max_logprob_diff=worst,
         positions=positions,
+        decoded_positions=len(followed),
         prompts=len(reference.texts),
         min_top1_agreement=need(cfg.min_top1_agreement, "min_top1_agreement"),
         max_logprob_diff_allowed=need(cfg.max_logprob_diff, "max_logprob_diff"),

@@ -7,7 +7,8 @@ from state.base import Model
 
 class ScoreArgs(Model):
     """Score prompt + continuation texts on a server (OpenAI `/v1/completions` with `echo: true`,
-    `logprobs`, `max_tokens: 0`); continuations it does not get are generated first, greedily."""
+    `logprobs`, `max_tokens: 0`); continuations it does not get are generated first, greedily;
+    continuations it gets are also decoded along (`ScoredText.followed`)."""
 
     base_url: str
     """Server base URL."""
@@ -35,8 +36,10 @@ class ScoredText(Model):
     """The continuation's tokens as the server split them."""
     token_logprobs: list[float]
     """Log-probability of each of those tokens given everything before it."""
-    top1: list[str]
-    """The server's most likely token at each of those positions."""
+    followed: list[bool] | None = None
+    """Per character of the continuation: whether this server's greedy decoding, from the prompt and
+    the continuation up to that character, produced that character (decoded with restarts after
+    each miss: the decode path teacher-forced). None for the arm whose own continuation it is."""
 
 
 class ScoreResult(Model):
@@ -53,11 +56,15 @@ class ToleranceResult(Model):
     on the same texts, and the thresholds of the target file."""
 
     top1_agreement: float
-    """Fraction of scored positions where the candidate's most likely token is the reference's."""
+    """Fraction of the continuations' positions where the candidate's greedy decoding, from the
+    reference's context there, produced the reference's token (characters: tokens on byte-level
+    tokenizers such as the demo's)."""
     max_logprob_diff: float
     """Largest |log p_candidate(token) - log p_reference(token)| over the scored positions."""
     positions: int
-    """Continuation positions scored (over all prompts)."""
+    """Continuation tokens scored for the logprob difference (over all prompts)."""
+    decoded_positions: int = 0
+    """Continuation characters decoded along for the agreement (over all prompts)."""
     prompts: int
     """Prompts scored."""
     min_top1_agreement: float
@@ -76,14 +83,16 @@ class ToleranceResult(Model):
         )
 
     def line(self) -> str:
-        """e.g. `tolerance gate: top-1 agreement 96.9% (>= 90.0%), max logprob diff 0.098 (<= 0.250)
-        over 64 positions of 4 prompts -> passed`."""
+        """e.g. `tolerance gate: top-1 agreement 93.8% (>= 75.0%) over 48 decoded positions, max
+        logprob diff 0.098 at prompt 2, token 4 ('W') (<= 0.250) over 48 scored positions of 3
+        prompts -> passed`."""
         ok_a = ">=" if self.top1_agreement >= self.min_top1_agreement else "below"
         ok_d = "<=" if self.max_logprob_diff <= self.max_logprob_diff_allowed else "above"
         where = f" at {self.worst}" if self.worst else ""
         return (
             f"tolerance gate: top-1 agreement {self.top1_agreement:.1%} ({ok_a} "
-            f"{self.min_top1_agreement:.1%}), max logprob diff {self.max_logprob_diff:.3f}{where} "
-            f"({ok_d} {self.max_logprob_diff_allowed:.3f}) over {self.positions} positions of "
-            f"{self.prompts} prompts -> {'passed' if self.passed else 'failed'}"
+            f"{self.min_top1_agreement:.1%}) over {self.decoded_positions} decoded positions, max "
+            f"logprob diff {self.max_logprob_diff:.3f}{where} ({ok_d} {self.max_logprob_diff_allowed:.3f}) "
+            f"over {self.positions} scored positions of {self.prompts} prompts -> "
+            f"{'passed' if self.passed else 'failed'}"
         )

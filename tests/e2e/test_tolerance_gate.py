@@ -28,8 +28,9 @@ LOGITS = "        return F.linear(rms_norm(h, self.final_norm), self.lm_head).fl
 
 def nudged(eps: float) -> list[tuple[str, str]]:
     """Every logit moved by at most `eps` (a fixed pattern over the vocabulary): logprobs move by
-    at most 2 eps, and near-ties flip (measured: eps 0.1 flips greedy text on 4 of 4 prompts of 16
-    tokens, with 97% top-1 agreement; eps 1.0 leaves ~35%)."""
+    at most 2 eps, and near-ties flip (measured: eps 0.1 flipped the greedy chat text of 4 of 4
+    prompts of 16 tokens; decoded along the reference's text it agreed on 85% of the positions,
+    eps 1.0 on 50%)."""
     return [
         (
             LOGITS,
@@ -82,19 +83,19 @@ def test_tolerance_accepts_within_its_thresholds_and_rejects_beyond(
     playbook_variant(
         books, "fix-nudged", 0.98, edited_diff(repo, tmp_path, {BACKEND: FIX, MODEL: nudged(0.1)})
     )
-    policy = 'policy = "tolerance"\nmin_top1_agreement = 0.75\nmax_logprob_diff = 0.25\n'
+    policy = 'policy = "tolerance"\nmin_top1_agreement = 0.7\nmax_logprob_diff = 0.25\n'
     s, by, printed = run(tmp_path, home, repo, books, target(tmp_path, repo, policy, "sequential"))
     shaken, ok = by["fix-shaken"], by["fix-nudged"]
     assert shaken["verdict"] == "rejected" and shaken["judgement"] is None, shaken["reason"]
     t = shaken["tolerance"]
-    assert t["min_top1_agreement"] == 0.75 and t["max_logprob_diff_allowed"] == 0.25
-    assert t["positions"] == 3 * 16 and t["prompts"] == 3  # 2 timing + 1 random prompt, 16 tokens
-    assert t["top1_agreement"] < 0.75 and t["max_logprob_diff"] > 0.25, t
+    assert t["min_top1_agreement"] == 0.7 and t["max_logprob_diff_allowed"] == 0.25
+    assert t["positions"] == t["decoded_positions"] == 3 * 16 and t["prompts"] == 3  # 2 timing + 1 random
+    assert t["max_logprob_diff"] > 0.25 and not t["top1_agreement"] >= ok["tolerance"]["top1_agreement"], t
     assert shaken["reason"].startswith("tolerance gate: top-1 agreement") and "-> failed" in shaken["reason"]
 
     assert ok["verdict"] == "accepted", ok["reason"]
     t = ok["tolerance"]
-    assert t["top1_agreement"] >= 0.75 and 0 < t["max_logprob_diff"] <= 0.2 + 1e-6, t  # at most 2 eps
+    assert t["top1_agreement"] >= 0.7 and 0 < t["max_logprob_diff"] <= 0.2 + 1e-6, t  # at most 2 eps
     assert "-> passed" in ok["reason"] and "outputs identical" not in ok["reason"]
     assert ok["outputs_identical"] is False  # greedy text did change: the exact gate would refuse it
     assert s["accepted"] == ["fix-nudged"] and s["speedup"] > 2, s

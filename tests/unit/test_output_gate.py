@@ -9,12 +9,13 @@ from agent.output_gate import compare
 from state.target import CorrectnessConfig
 from state.tolerance import ScoredText, ScoreResult
 from tools.errors import ServerError
-from tools.gate.score import continuation_scores
+from tools.gate.score import continuation_scores, follow
 
 CFG = CorrectnessConfig(policy="tolerance", min_top1_agreement=0.75, max_logprob_diff=0.2)
 
 
-def scored(*texts: tuple[list[float], list[str]]) -> ScoreResult:
+def scored(*texts: tuple[list[float], list[bool] | None]) -> ScoreResult:
+    """One text per (logprobs, followed); the continuation is one character per token."""
     return ScoreResult(
         texts=[
             ScoredText(
@@ -22,25 +23,28 @@ def scored(*texts: tuple[list[float], list[str]]) -> ScoreResult:
                 continuation="abcd"[: len(lp)],
                 tokens=list("abcd"[: len(lp)]),
                 token_logprobs=lp,
-                top1=top,
+                followed=followed,
             )
-            for i, (lp, top) in enumerate(texts)
+            for i, (lp, followed) in enumerate(texts)
         ],
         duration_s=0.0,
     )
 
 
-REF = scored(([-0.1, -0.5, -1.0], ["a", "b", "c"]), ([-0.2, -0.3], ["a", "b"]))
+REF = scored(([-0.1, -0.5, -1.0], None), ([-0.2, -0.3], None))  # the reference's own texts
+ALL = [True, True, True], [True, True]
 
 
 def test_identical_scores_agree_fully_with_no_difference() -> None:
-    r = compare(REF, REF, CFG)
-    assert (r.top1_agreement, r.max_logprob_diff, r.positions, r.prompts) == (1.0, 0.0, 5, 2)
-    assert r.passed and r.line().endswith("over 5 positions of 2 prompts -> passed")
+    r = compare(REF, scored(([-0.1, -0.5, -1.0], ALL[0]), ([-0.2, -0.3], ALL[1])), CFG)
+    assert (r.top1_agreement, r.max_logprob_diff, r.positions, r.decoded_positions, r.prompts) == (
+        1.0, 0.0, 5, 5, 2,
+    )  # fmt: skip
+    assert r.passed and r.line().endswith("over 5 scored positions of 2 prompts -> passed")
 
 
-def test_agreement_counts_positions_over_all_prompts_and_max_diff_names_where() -> None:
-    cand = scored(([-0.1, -0.6, -1.0], ["a", "x", "c"]), ([-0.45, -0.3], ["a", "b"]))
+def test_agreement_counts_decoded_positions_over_all_prompts_and_max_diff_names_where() -> None:
+    cand = scored(([-0.1, -0.6, -1.0], [True, False, True]), ([-0.45, -0.3], [True, True]))
     r = compare(REF, cand, CFG)
     assert r.top1_agreement == pytest.approx(4 / 5)
     assert r.max_logprob_diff == pytest.approx(0.25)
@@ -51,18 +55,35 @@ def test_agreement_counts_positions_over_all_prompts_and_max_diff_names_where() 
 
 
 def test_each_threshold_alone_fails_the_gate() -> None:
-    low_agreement = scored(([-0.1, -0.5, -1.0], ["x", "x", "c"]), ([-0.2, -0.3], ["a", "b"]))
+    low_agreement = scored(([-0.1, -0.5, -1.0], [False, False, True]), ([-0.2, -0.3], [True, True]))
     r = compare(REF, low_agreement, CFG)
     assert r.top1_agreement == pytest.approx(3 / 5) and r.max_logprob_diff == 0.0
-    assert not r.passed and "top-1 agreement 60.0% (below 75.0%)" in r.line()
-    just = scored(([-0.1, -0.5, -1.2], ["a", "b", "c"]), ([-0.2, -0.3], ["a", "b"]))
+    assert not r.passed and "top-1 agreement 60.0% (below 75.0%) over 5 decoded positions" in r.line()
+    just = scored(([-0.1, -0.5, -1.2], ALL[0]), ([-0.2, -0.3], ALL[1]))
     assert compare(REF, just, CFG).passed  # a difference of 0.2 is within 0.2
 
 
-def test_arms_scored_on_different_texts_are_refused() -> None:
+def test_arms_scored_on_different_texts_or_not_decoded_along_are_refused() -> None:
     other = REF.model_copy(update={"texts": [REF.texts[0], REF.texts[0]]})
     with pytest.raises(ValueError, match="different texts"):
         compare(REF, other, CFG)
+    with pytest.raises(ValueError, match="did not decode along"):
+        compare(REF, REF, CFG)
+
+
+def test_follow_decodes_again_after_each_miss_from_the_reference_context() -> None:
+    """A server that writes `x` wherever the text has `b` (a decode-path change): each miss
+    counts once, and decoding resumes after the missed character, not from the server's text."""
+    asked: list[int] = []
+
+    def decode(done: int) -> str:
+        asked.append(done)
+        return "abcabc"[done:].replace("b", "x")
+
+    assert follow("abcabc", decode) == [True, False, True, True, False, True]
+    assert asked == [0, 2, 5]
+    assert follow("abc", lambda done: "abc"[done:]) == [True, True, True]  # one request
+    assert follow("abc", lambda done: "") == [False, False, False]  # a server that stops early
 
 
 ECHO = {
@@ -75,7 +96,7 @@ ECHO = {
 
 def test_continuation_positions_are_those_past_the_prompt() -> None:
     s = continuation_scores("Hi", "!?", ECHO)
-    assert (s.tokens, s.token_logprobs, s.top1) == (["!", "?"], [-0.25, -2.0], ["x", "?"])
+    assert (s.tokens, s.token_logprobs, s.followed) == (["!", "?"], [-0.25, -2.0], None)
 
 
 def test_an_answer_without_logprobs_is_one_clear_error() -> None:

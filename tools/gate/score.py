@@ -1,9 +1,14 @@
 """`bench.score`: the tolerance gate's scores, by teacher forcing through OpenAI text completions.
 
-The reference's greedy continuation of each prompt is sent back as part of the prompt (`echo:
-true, logprobs: 1, max_tokens: 0`), so the server returns, for every position of the
-continuation, the log-probability of the token there and its own most likely token: both arms are
-scored on the very same contexts, never on generations that drift apart after a flipped token.
+Both arms are judged on the very same contexts, never on generations that drift apart after a
+flipped token:
+- logprobs: the reference's greedy continuation of each prompt is sent back as part of the prompt
+  (`echo: true, logprobs: 1, max_tokens: 0`), so the server returns the log-probability of every
+  token of the continuation given everything before it (one prefill);
+- greedy agreement on the decode path, which a prefill does not run: the server decodes greedily
+  from the prompt; where its text leaves the continuation, that position counts as a miss and it
+  decodes again from the prompt plus the continuation up to and including the missed character
+  (one request per miss), until the continuation is covered.
 Standard library HTTP, so it also runs on a bare SSH host.
 """
 
@@ -50,16 +55,31 @@ def continuation_scores(prompt: str, continuation: str, logprobs: dict[str, Any]
     keep = [i for i, at in enumerate(logprobs["text_offset"]) if at >= len(prompt)]
     if keep and keep[0] == 0:
         keep = keep[1:]  # the first token has no context (an empty prompt)
-    tops = [logprobs["top_logprobs"][i] for i in keep]
-    if any(not t for t in tops) or any(logprobs["token_logprobs"][i] is None for i in keep):
+    if any(logprobs["token_logprobs"][i] is None for i in keep):
         raise ServerError("the server's echo answer has positions without logprobs past the prompt")
     return ScoredText(
         prompt=prompt,
         continuation=continuation,
         tokens=[logprobs["tokens"][i] for i in keep],
         token_logprobs=[float(logprobs["token_logprobs"][i]) for i in keep],
-        top1=[max(t, key=t.get) for t in tops],
     )
+
+
+def follow(continuation: str, decode) -> list[bool]:
+    """Per character of `continuation`, whether greedy decoding from the context before it
+    produced it (pure given `decode(done) -> text decoded after continuation[:done]`): decode,
+    keep the common prefix, count the next character a miss, decode again after it."""
+    followed: list[bool] = []
+    while len(followed) < len(continuation):
+        done = len(followed)
+        out, rest = decode(done), continuation[done:]
+        k = next(
+            (i for i, (a, b) in enumerate(zip(out, rest, strict=False)) if a != b), min(len(out), len(rest))
+        )
+        followed += [True] * k
+        if len(followed) < len(continuation):
+            followed.append(False)
+    return followed
 
 
 @tool("bench.score")
@@ -71,8 +91,7 @@ def score(args: ScoreArgs) -> ScoreResult:
         conts = []
         for i, prompt in enumerate(args.prompts):
             report(f"tolerance gate: greedy continuation {i + 1}/{len(args.prompts)}")
-            body = {"model": args.model, "prompt": prompt, "max_tokens": args.max_tokens, "temperature": 0}
-            conts.append(completions(args.base_url, body, args.timeout_s).get("text") or "")
+            conts.append(greedy(args, prompt, args.max_tokens))
     if len(conts) != len(args.prompts):
         raise ServerError(f"{len(conts)} continuations for {len(args.prompts)} prompts")
     texts = []
@@ -87,5 +106,16 @@ def score(args: ScoreArgs) -> ScoreResult:
             "temperature": 0,
         }
         choice = completions(args.base_url, body, args.timeout_s)
-        texts.append(continuation_scores(prompt, cont, choice.get("logprobs")))
+        scored = continuation_scores(prompt, cont, choice.get("logprobs"))
+        if args.continuations is not None:
+            report(f"tolerance gate: decoding along {i + 1}/{len(args.prompts)}")
+            along = follow(cont, lambda done, p=prompt, c=cont: greedy(args, p + c[:done], len(c) - done))
+            scored = scored.model_copy(update={"followed": along})
+        texts.append(scored)
     return ScoreResult(texts=texts, duration_s=time.perf_counter() - t0)
+
+
+def greedy(args: ScoreArgs, prompt: str, max_tokens: int) -> str:
+    """The server's greedy text after `prompt` (raw, no chat template)."""
+    body = {"model": args.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
+    return completions(args.base_url, body, args.timeout_s).get("text") or ""
