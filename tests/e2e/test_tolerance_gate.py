@@ -104,3 +104,6 @@ def test_tolerance_accepts_within_its_thresholds_and_rejects_beyond(
     assert "torch.cos" in git(repo, "show", "HEAD", "--", MODEL)
     rep = perfloop(home, "replay", s["session"], "--json")  # the scores are recorded tool calls
     assert rep.returncode == 0 and last_json(rep)["matches_recording"], rep.stderr[-2000:]
+    html = tmp_path / "report.html"
+    assert perfloop(home, "report", s["session"], "-o", str(html)).returncode == 0
+    assert "<th>output gate</th><td>tolerance: tolerance gate: top-1 agreement" in html.read_text()

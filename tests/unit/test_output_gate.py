@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
 import pytest
 from pydantic import ValidationError
 
 from agent.output_gate import compare
 from state.target import CorrectnessConfig
-from state.tolerance import ScoredText, ScoreResult
+from state.tolerance import ScoreArgs, ScoredText, ScoreResult
 from tools.errors import ServerError
-from tools.gate.score import continuation_scores, follow
+from tools.gate.score import continuation_scores, follow, score
 
 CFG = CorrectnessConfig(policy="tolerance", min_top1_agreement=0.75, max_logprob_diff=0.2)
 
@@ -116,3 +119,33 @@ def test_policy_and_thresholds_are_validated() -> None:
         CorrectnessConfig(policy="tolerance", min_top1_agreement=1.5, max_logprob_diff=0.1)
     with pytest.raises(ValidationError):
         CorrectnessConfig(policy="tolerance", min_top1_agreement=0.9, max_logprob_diff=-1)
+
+
+def test_a_server_without_text_completions_is_named_with_what_to_do() -> None:
+    """A real HTTP server that answers 404 (as a chat-only server does): one line naming the
+    endpoint, its answer and the `exact` policy."""
+
+    class NotFound(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            body = b'{"detail": "Not Found"}'
+            self.send_response(404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = HTTPServer(("127.0.0.1", 0), NotFound)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}"
+        with pytest.raises(ServerError) as err:
+            score(ScoreArgs(base_url=url, model="m", prompts=["hi"], max_tokens=2))
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith("/v1/completions answered HTTP 404")
+    assert 'or use [correctness] policy = "exact"' in msg
