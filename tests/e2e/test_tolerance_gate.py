@@ -28,9 +28,9 @@ LOGITS = "        return F.linear(rms_norm(h, self.final_norm), self.lm_head).fl
 
 def nudged(eps: float) -> list[tuple[str, str]]:
     """Every logit moved by at most `eps` (a fixed pattern over the vocabulary): logprobs move by
-    at most 2 eps, and near-ties flip (measured: eps 0.1 flipped the greedy chat text of 4 of 4
-    prompts of 16 tokens; decoded along the reference's text it agreed on 85% of the positions,
-    eps 1.0 on 50%)."""
+    at most 2 eps, and near-ties flip. `benchmarks/tolerance_nudge.py` over 20 correctness sets of
+    this shape: eps 0.1 refused by the exact gate on 20/20, top-1 agreement 85.4-95.8%, max diff
+    0.098-0.119; eps 1 agreement 52.1-77.1%, max diff 1.200-1.407."""
     return [
         (
             LOGITS,
