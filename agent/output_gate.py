@@ -89,7 +89,9 @@ def check(
     state: LoopState, runtime: Runtime[LoopContext], n_timing: int
 ) -> tuple[str | None, ToleranceResult | None]:
     """Why the running candidate fails the gate (or None), and the tolerance result if any."""
-    if tolerant(state) and state.tolerance_reference is not None:
+    if tolerant(state):
+        if state.tolerance_reference is None:  # never pass a candidate without its reference
+            return "tolerance gate: the session holds no baseline scores to compare with", None
         ref = state.tolerance_reference
         cand = scores(state, runtime, [t.continuation for t in ref.texts])
         try:

@@ -107,3 +107,14 @@ def test_tolerance_accepts_within_its_thresholds_and_rejects_beyond(
     html = tmp_path / "report.html"
     assert perfloop(home, "report", s["session"], "-o", str(html)).returncode == 0
     assert "<th>output gate</th><td>tolerance: tolerance gate: top-1 agreement" in html.read_text()
+
+
+def test_a_tolerance_policy_without_both_thresholds_is_one_line_and_starts_nothing(
+    tmp_path: Path, home: Path, repo: Path
+) -> None:
+    toml = target(tmp_path, repo, 'policy = "tolerance"\nmax_logprob_diff = 0.1\n', "sequential")
+    proc = perfloop(home, "run", str(toml))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert 'policy = "tolerance" needs both min_top1_agreement' in proc.stderr
+    assert not (home / "sessions").exists() or not any((home / "sessions").iterdir())
+    assert git(repo, "status", "--porcelain") == "" and git(repo, "branch", "--list") == "* main\n"
