@@ -14,8 +14,10 @@ Standard library HTTP, so it also runs on a bare SSH host.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from state.tolerance import ScoreArgs, ScoredText, ScoreResult
@@ -65,7 +67,7 @@ def continuation_scores(prompt: str, continuation: str, logprobs: dict[str, Any]
     )
 
 
-def follow(continuation: str, decode) -> list[bool]:
+def follow(continuation: str, decode: Callable[[int], str]) -> list[bool]:
     """Per character of `continuation`, whether greedy decoding from the context before it
     produced it (pure given `decode(done) -> text decoded after continuation[:done]`): decode,
     keep the common prefix, count the next character a miss, decode again after it."""
@@ -109,10 +111,16 @@ def score(args: ScoreArgs) -> ScoreResult:
         scored = continuation_scores(prompt, cont, choice.get("logprobs"))
         if args.continuations is not None:
             report(f"tolerance gate: decoding along {i + 1}/{len(args.prompts)}")
-            along = follow(cont, lambda done, p=prompt, c=cont: greedy(args, p + c[:done], len(c) - done))
+            along = follow(cont, functools.partial(decode_after, args, prompt, cont))
             scored = scored.model_copy(update={"followed": along})
         texts.append(scored)
     return ScoreResult(texts=texts, duration_s=time.perf_counter() - t0)
+
+
+def decode_after(args: ScoreArgs, prompt: str, continuation: str, done: int) -> str:
+    """The server's greedy text after the prompt and the continuation's first `done` characters,
+    as long as the rest of the continuation."""
+    return greedy(args, prompt + continuation[:done], len(continuation) - done)
 
 
 def greedy(args: ScoreArgs, prompt: str, max_tokens: int) -> str:
