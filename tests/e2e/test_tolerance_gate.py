@@ -5,7 +5,8 @@ greedy tokens on the correctness set.
 - `[correctness] policy = "exact"` (the default): rejected on the gate, never timed;
 - `policy = "tolerance"` with thresholds it meets: accepted (the fix's speed-up), the gate's
   agreement and logprob difference stored with the decision and printed; the same fix with a
-  perturbation ten times larger, in the same session: rejected by the thresholds.
+  perturbation ten times larger, in the same session: rejected by the thresholds (with either
+  arms: the timing outputs of the two arms differ then too).
 """
 
 from __future__ import annotations
@@ -74,8 +75,9 @@ def test_a_numerics_change_is_rejected_by_the_default_exact_gate(
     assert git(repo, "rev-list", "--count", "main..HEAD").strip() == "0"
 
 
+@pytest.mark.parametrize("arms", ["sequential", "interleaved"])
 def test_tolerance_accepts_within_its_thresholds_and_rejects_beyond(
-    tmp_path: Path, home: Path, repo: Path
+    tmp_path: Path, home: Path, repo: Path, arms: str
 ) -> None:
     books = tmp_path / "books"
     diff = edited_diff(repo, tmp_path, {BACKEND: FIX, MODEL: nudged(1.0)})
@@ -84,7 +86,7 @@ def test_tolerance_accepts_within_its_thresholds_and_rejects_beyond(
         books, "fix-nudged", 0.98, edited_diff(repo, tmp_path, {BACKEND: FIX, MODEL: nudged(0.1)})
     )
     policy = 'policy = "tolerance"\nmin_top1_agreement = 0.7\nmax_logprob_diff = 0.25\n'
-    s, by, printed = run(tmp_path, home, repo, books, target(tmp_path, repo, policy, "sequential"))
+    s, by, printed = run(tmp_path, home, repo, books, target(tmp_path, repo, policy, arms))
     shaken, ok = by["fix-shaken"], by["fix-nudged"]
     assert shaken["verdict"] == "rejected" and shaken["judgement"] is None, shaken["reason"]
     t = shaken["tolerance"]
@@ -99,6 +101,8 @@ def test_tolerance_accepts_within_its_thresholds_and_rejects_beyond(
     assert "-> passed" in ok["reason"] and "outputs identical" not in ok["reason"]
     assert ok["outputs_identical"] is False  # greedy text did change: the exact gate would refuse it
     assert s["accepted"] == ["fix-nudged"] and s["speedup"] > 2, s
+    # baseline, two candidates and, interleaved, the reference beside the one that passed the gate
+    assert s["server_launches"] == (4 if arms == "interleaved" else 3), s
     assert s["output_gate"].startswith("tolerance: tolerance gate: top-1 agreement"), s["output_gate"]
     assert "output gate" in printed and "tolerance gate: top-1 agreement" in printed
     assert "torch.cos" in git(repo, "show", "HEAD", "--", MODEL)
