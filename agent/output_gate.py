@@ -6,8 +6,8 @@
   and scored on the baseline server, is scored by the candidate on the same contexts (teacher
   forcing, tools/gate/score.py: logprobs from one prefill, greedy agreement on the decode path);
   `compare` gives the top-1 agreement and the largest logprob difference, which must meet the
-  target's thresholds. Every candidate of the session is compared
-  with the session's baseline, so accepted changes cannot drift step by step past the thresholds.
+  target's thresholds. Every candidate of the session is compared with the session's baseline,
+  so accepted changes cannot drift step by step past the thresholds.
 """
 
 from __future__ import annotations
