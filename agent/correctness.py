@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from typing import Any
 
 from langgraph.runtime import Runtime
 
@@ -108,12 +109,19 @@ def take_outputs(state: LoopState, runtime: Runtime[LoopContext]) -> OutputsResu
     )
 
 
-def describe(state: LoopState, result: OutputsResult) -> str:
-    """e.g. `correctness set: 5 prompts (2 random, up to 600 chars), 40 tokens each, 3 at once: 12.1 s`."""
+def describe(state: LoopState, update: dict[str, Any]) -> str:
+    """The baseline's gate reference in `update`, e.g. `correctness set: 5 prompts (2 random, up to
+    600 chars), 40 tokens each, 3 at once: 12.1 s` or `... scored for the tolerance gate: 3.2 s`."""
     cfg = state.target.correctness
+    head = f"({cfg.random_prompts} random, up to {cfg.max_prompt_chars} chars), {cfg.max_tokens} tokens each"
+    if (scored := update.get("tolerance_reference")) is not None:
+        return (
+            f"correctness set: {len(scored.texts)} prompts {head}, greedy continuations scored for "
+            f"the tolerance gate: {scored.duration_s:.1f} s"
+        )
+    result: OutputsResult = update["correctness"]
     return (
-        f"correctness set: {len(result.sequential)} prompts ({cfg.random_prompts} random, up to "
-        f"{cfg.max_prompt_chars} chars), {cfg.max_tokens} tokens each, {len(result.concurrent)} at "
+        f"correctness set: {len(result.sequential)} prompts {head}, {len(result.concurrent)} at "
         f"once: {result.duration_s:.1f} s"
     )
 

@@ -19,15 +19,16 @@ from pathlib import Path
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, call, host_dir, need
-from agent.correctness import differences, take_outputs
 from agent.decision.noise import pair_noise
 from agent.decision.rule import by_prompt, look, needs_confirmation, replicated
 from agent.measuring import annotate, judgement_of, measure_arm, merge, outputs_problem
+from agent.output_gate import check, tolerant
 from state.calls import LaunchArgs, MeasureArgs, PairArgs, PidFileArgs, RepoArgs, ServerArgs
 from state.decision import Judgement, LaunchNoise, Look
 from state.loop import LoopState
 from state.measure import Measurement
 from state.process import ServerHandle
+from state.tolerance import ToleranceResult
 from state.workspace import ReferenceCopyArgs, RemoveCopyArgs
 from tools import bench, progress, server
 from tools.workspace import reference, repo
@@ -151,7 +152,7 @@ def judge_pair(
         r = annotate(pair.reference, snaps[0], state, servers[0].instrumented, warm)
         c = annotate(pair.candidate, snaps[1], state, servers[1].instrumented, warm)
         ref_m, cand_m = (r, c) if ref_m is None or cand_m is None else (merge(ref_m, r), merge(cand_m, c))
-        problem = outputs_problem(ref0, cand_m)
+        problem = outputs_problem(ref0, cand_m, exact=not tolerant(state))
         if problem is None and ref_m.outputs != ref0.outputs:
             problem = "the reference server's outputs differ from the reference measurement's: not judged"
         if problem is not None:
@@ -164,22 +165,18 @@ def judge_pair(
 
 def judge_interleaved(
     state: LoopState, runtime: Runtime[LoopContext], label: str
-) -> tuple[Measurement, Judgement | None, str | None, int]:
+) -> tuple[Measurement, Judgement | None, str | None, int, ToleranceResult | None]:
     """Launch the reference beside the running candidate, measure both look by look, judge; an
     acceptance below `confirm_below` is judged again on a fresh pair of launches. Returns the
-    candidate's measurement, the judgement, the gate's problem and the launches it made."""
+    candidate's measurement, the judgement, the gate's problem, the launches it made and the
+    tolerance gate's result (if any)."""
     cfg, candidate = state.target.decide, need(state.server, "candidate server")
     n = len(need(state.reference, "reference measurement").outputs)
     noise = state.launch_noise if state.launch_noise and state.launch_noise.paired else pair_noise([], cfg)
-    if state.correctness is not None:  # a candidate with wrong outputs costs no reference launch
-        problem = differences(state.correctness, take_outputs(state, runtime), n)
-        if problem is not None:
-            return (
-                measure_arm(state, runtime, label, state.target.measure.repeats, warm_up=True),
-                None,
-                problem,
-                0,
-            )
+    problem, tolerance = check(state, runtime, n)  # a candidate failing it costs no reference launch
+    if problem is not None:
+        m = measure_arm(state, runtime, label, state.target.measure.repeats, warm_up=True)
+        return m, None, problem, 0, tolerance
     where, argv = reference_tree(state, runtime)
     launches = 0
     try:
@@ -187,7 +184,7 @@ def judge_interleaved(
         launches += 1
         ref_m, cand_m, looks, problem = judge_pair(state, runtime, label, (ref, candidate), where, noise)
         if problem is not None:
-            return cand_m, None, problem, launches
+            return cand_m, None, problem, launches, tolerance
         verdict, confirmation = looks[-1].verdict, list[Look]()
         if needs_confirmation(looks[-1], cfg):
             call(runtime, server.stop, ServerArgs(server=ref, grace_s=state.target.launch.stop_grace_s))
@@ -200,11 +197,11 @@ def judge_interleaved(
                 state, runtime, f"{label}-confirm", (ref2, cand2), where, noise
             )
             if problem is not None:
-                return cand_m, None, f"on the confirming pair of launches: {problem}", launches
+                return cand_m, None, f"on the confirming pair of launches: {problem}", launches, tolerance
             verdict = replicated(verdict, confirmation[-1].verdict)
     finally:
         stop_reference(state, runtime)
     judgement = judgement_of(
         verdict, looks, noise, cfg, (ref_m, cand_m), n, arms="interleaved", confirmation=confirmation
     )
-    return cand_m, judgement, None, launches
+    return cand_m, judgement, None, launches, tolerance

@@ -22,13 +22,14 @@ from langgraph.runtime import Runtime
 
 from agent.actions import measure_server
 from agent.context import LoopContext, call, need
-from agent.correctness import differences, take_outputs
 from agent.decision.noise import launch_noise, noise_for, sample_group, target_key
 from agent.decision.rule import arm_location, arm_stats, by_prompt, look
+from agent.output_gate import check, tolerant
 from state.calls import RepoArgs
 from state.decision import AARecordArgs, AASample, DecisionConfig, Judgement, LaunchNoise, Look, Verdict
 from state.loop import LoopState
 from state.measure import Measurement
+from state.tolerance import ToleranceResult
 from state.workspace import WorkspaceSnapshot
 from tools import progress
 from tools.bench import summarize
@@ -121,9 +122,10 @@ def machine_drift(reference: Measurement, candidate: Measurement) -> float:
     return max(a / b, b / a) if a > 0 and b > 0 else 1.0
 
 
-def outputs_problem(reference: Measurement, candidate: Measurement) -> str | None:
-    """Why the candidate's outputs fail the gate, or None (pure)."""
-    if candidate.outputs != reference.outputs:
+def outputs_problem(reference: Measurement, candidate: Measurement, exact: bool = True) -> str | None:
+    """Why the candidate's outputs fail the gate, or None (pure); `exact=False` (the tolerance
+    policy, judged on the correctness set's scores instead) checks only that repeats agree."""
+    if exact and candidate.outputs != reference.outputs:
         changed = sum(a != b for a, b in zip(reference.outputs, candidate.outputs, strict=False))
         return f"outputs changed for {changed}/{len(reference.outputs)} prompt(s)"
     if not candidate.outputs_stable:
@@ -168,18 +170,18 @@ def judgement_of(
 
 def judge_candidate(
     state: LoopState, runtime: Runtime[LoopContext], label: str
-) -> tuple[Measurement, Judgement | None, str | None]:
-    """Measure the candidate look by look; (measurement, judgement, gate failure)."""
+) -> tuple[Measurement, Judgement | None, str | None, ToleranceResult | None]:
+    """Measure the candidate look by look; (measurement, judgement, gate failure, tolerance result)."""
     ref, cfg = need(state.reference, "reference measurement"), state.target.decide
     noise = state.launch_noise or launch_noise([], cfg)
-    reps = state.target.measure.repeats
+    reps, exact = state.target.measure.repeats, not tolerant(state)
     with progress.within(f"look 1/{cfg.looks}"):
         m = measure_arm(state, runtime, label, reps, warm_up=True)
-    problem = outputs_problem(ref, m) or unlike(ref, m)
-    if problem is None and state.correctness is not None:  # before any timing verdict
-        problem = differences(state.correctness, take_outputs(state, runtime), len(ref.outputs))
+    problem, tolerance = outputs_problem(ref, m, exact) or unlike(ref, m), None
+    if problem is None:  # the correctness set, before any timing verdict
+        problem, tolerance = check(state, runtime, len(ref.outputs))
     if problem is not None:
-        return m, None, problem
+        return m, None, problem, tolerance
     n = len(ref.outputs)
     ref_arm = by_prompt(ref.requests, n)
     looks = [look(ref_arm, by_prompt(m.requests, n), noise, cfg, 1, machine_drift(ref, m))]
@@ -187,12 +189,12 @@ def judge_candidate(
         k = len(looks) + 1
         with progress.within(f"look {k}/{cfg.looks}"):
             m = merge(m, measure_arm(state, runtime, label, reps, warm_up=False))
-        if (problem := outputs_problem(ref, m)) is not None:
-            return m, None, problem
+        if (problem := outputs_problem(ref, m, exact)) is not None:
+            return m, None, problem, tolerance
         looks.append(look(ref_arm, by_prompt(m.requests, n), noise, cfg, k, machine_drift(ref, m)))
     judgement = judgement_of(looks[-1].verdict, looks, noise, cfg, (ref, m), n)
     more = state.iteration < state.options.max_iterations
     missing = budget(state) - len(m.requests) // max(n, 1)
     if judgement.verdict == "accepted" and more and missing > 0:  # it becomes the next reference
         m = merge(m, measure_arm(state, runtime, label, missing, warm_up=False))
-    return m, judgement, None
+    return m, judgement, None, tolerance

@@ -28,6 +28,7 @@ def summary(console: Console, s: Summary) -> None:
         ("mechanism", "\n".join(s.mechanisms) or "not checked (no profile after an accepted patch)"),
         ("measured by", s.measured_by or "-"),
         ("outputs identical", str(s.outputs_identical)),
+        ("output gate", s.output_gate or "exact"),
         ("accepted", ", ".join(s.accepted) or "none"),
         ("rejected / failed", ", ".join(s.rejected) or "none"),
         ("commits", ", ".join(c[:10] for c in s.commits) or "none"),

@@ -28,12 +28,13 @@ def measure(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
     """Measure the patched server with the same workload as the reference (look by look, CI rule)."""
     label = f"iteration-{state.iteration}"
     interleaved = state.options.decision_rule != "iqr-v0" and state.target.decide.arms == "interleaved"
+    tolerance = None
     if state.options.decision_rule == "iqr-v0":
         m, judgement, problem = measure_server(state, runtime, label), None, None
     elif interleaved:
-        m, judgement, problem, beside = judge_interleaved(state, runtime, label)
+        m, judgement, problem, beside, tolerance = judge_interleaved(state, runtime, label)
     else:
-        m, judgement, problem = judge_candidate(state, runtime, label)
+        m, judgement, problem, tolerance = judge_candidate(state, runtime, label)
     note = (
         f"candidate TPOT {m.tpot_ms.median:.1f} ms (IQR {m.tpot_ms.iqr:.1f}), "
         f"TTFT {m.ttft_ms.median:.1f} ms, measured by {m.client}"
@@ -45,10 +46,13 @@ def measure(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
         )
     elif problem is not None:
         note += f"; not timed further: {problem}"
+    if tolerance is not None and tolerance.passed:
+        note += f"; {tolerance.line()}"
     update: dict[str, object] = {
         "candidate": m,
         "judgement": judgement,
         "gate_problem": problem,
+        "tolerance": tolerance,
         "transitions": transition("measure", note),
     }
     if interleaved:  # the reference (and a confirming pair) launched beside the candidate
@@ -77,7 +81,7 @@ def _verdict(state: LoopState, enables: str | None = None) -> tuple[str, str, fl
     )
     if a.outliers or b.outliers:
         reason += f", outliers flagged {a.outliers}+{b.outliers}"
-    reason += ", outputs identical"
+    reason += f", {state.tolerance.line()}" if state.tolerance is not None else ", outputs identical"
     if enables is not None and j.verdict in ("rejected", "inconclusive"):
         return "accepted", f"{reason}; no gain alone, kept as an enabling step ({enables})", None
     return j.verdict, reason, None
@@ -118,6 +122,7 @@ def decide(
         edited=state.edited,
         judgement=j,
         prediction=predict(p, state.diagnosis) if ok and j is not None else None,
+        tolerance=state.tolerance,
         launch_argv=p.launch_argv,
         predicted_speedup=p.predicted_speedup,
     )

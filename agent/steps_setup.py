@@ -9,8 +9,9 @@ from langgraph.types import Command
 
 from agent.actions import instrument_if_needed, measure_server, session_branch, start_server
 from agent.context import LoopContext, call, host_dir, need, step, transition
-from agent.correctness import describe, take_outputs
+from agent.correctness import describe
 from agent.measuring import budget, measure_arm, record_aa
+from agent.output_gate import reference_outputs
 from state.calls import BranchArgs, CopyTreeArgs, PushTreeArgs, RepoArgs
 from state.loop import ForkStep, LoopState
 from tools.hosts import transfer
@@ -94,7 +95,7 @@ def baseline(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal
     else:  # the reference arm's full budget now: its server is gone when a candidate runs
         m = measure_arm(state, runtime, "baseline", budget(state), warm_up=True)
         update["launch_noise"] = record_aa(state, runtime, m)
-        update["correctness"] = take_outputs(state, runtime)
+        update |= reference_outputs(state, runtime)
     note = (
         f"baseline TPOT {m.tpot_ms.median:.1f} ms (IQR {m.tpot_ms.iqr:.1f}), "
         f"TTFT {m.ttft_ms.median:.1f} ms, measured by {m.client}"
@@ -102,7 +103,7 @@ def baseline(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal
     if "launch_noise" in update:
         note += (
             f"; {len(m.outputs)} prompts x {budget(state)} requests, {m.warmups_discarded} warm-up(s) "
-            f"discarded; {update['launch_noise'].describe()}; {describe(state, update['correctness'])}"
+            f"discarded; {update['launch_noise'].describe()}; {describe(state, update)}"
         )
     if not m.outputs_stable:
         note += "; WARNING: repeats of a prompt differ, outputs are not deterministic"

@@ -13,6 +13,11 @@ def summarize(state: LoopState, status: str) -> Summary:
     judged = [d for d in state.decisions if d.judgement is not None]
     decisive = next((d for d in reversed(judged) if d.verdict == "accepted"), judged[-1] if judged else None)
     j = decisive.judgement if decisive else None
+    scored = [d for d in state.decisions if d.tolerance is not None]
+    gated = next((d for d in reversed(scored) if d.verdict == "accepted"), scored[-1] if scored else None)
+    gate = None  # the default exact policy, as in sessions recorded before the tolerance policy
+    if state.target.correctness.policy == "tolerance":
+        gate = "tolerance" + (f": {gated.tolerance.line()}" if gated and gated.tolerance else "")
     return Summary(
         session=state.session_id,
         status=status,
@@ -39,6 +44,7 @@ def summarize(state: LoopState, status: str) -> Summary:
         requests_per_arm=j.last.requests_candidate if j else None,
         launch_noise=j.launch_noise.sigma_log if j else None,
         decision=j.line() if j else None,
+        output_gate=gate,
         mechanisms=[f"{m.playbook}: {m.note}" for m in state.mechanisms],
         unexplained_gains=[m.playbook for m in state.mechanisms if not m.confirmed],
         launch_argv=state.launch_argv or state.target.launch.argv,

@@ -17,6 +17,7 @@ from state.proposer import LlmOrigin, LlmUsage
 from state.session import SessionStatus
 from state.sglang import SglangLayout
 from state.target import TargetConfig
+from state.tolerance import ScoreResult, ToleranceResult
 from state.trials import Trial
 from state.workspace import CommitInfo, InstrumentationRecord, WorkspaceSnapshot
 
@@ -163,6 +164,8 @@ class Decision(Model):
     """The CI rule's evidence: every look, launch noise, both arms (None for the IQR rule)."""
     prediction: Prediction | None = None
     """What the diagnosis predicted the patch changes (accepted patches, CI rule)."""
+    tolerance: ToleranceResult | None = None
+    """The tolerance gate's result (`[correctness] policy = "tolerance"`), when it scored one."""
 
     @property
     def label(self) -> str:
@@ -216,7 +219,11 @@ class LoopState(Model):
     candidate: Measurement | None = None
     """Measurement of the current candidate patch."""
     correctness: OutputsResult | None = None
-    """The reference's outputs on the session's correctness set (CI-rule sessions)."""
+    """The reference's outputs on the session's correctness set (CI-rule sessions, exact gate)."""
+    tolerance_reference: ScoreResult | None = None
+    """Tolerance gate: the baseline's greedy continuations of the correctness set, scored by it."""
+    tolerance: ToleranceResult | None = None
+    """Tolerance gate: the current candidate's result (set by `measure`, kept by `decide`)."""
     launch_noise: LaunchNoise | None = None
     """Launch-to-launch noise of this target on this host (A/A store, read after the baseline)."""
     judgement: Judgement | None = None

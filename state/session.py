@@ -56,6 +56,10 @@ class Summary(Model):
     """Launch-to-launch noise (SD of log TPOT) the CI included."""
     decision: str | None = None
     """That decision's one-line report, e.g. `TPOT 3.10x [2.20, 4.35] 95% CI, n = ...`."""
+    output_gate: str | None = None
+    """The output gate's policy and, under `tolerance`, the result on the decisive candidate (the
+    last accepted one it scored, else the last it scored), e.g. `tolerance: tolerance gate: top-1
+    agreement 96.9% (>= 90.0%), ...`; None under the default `exact` policy."""
     mechanisms: list[str] = []
     """Predicted vs realized for each accepted patch a later profile checked, one line each."""
     unexplained_gains: list[str] = []

@@ -4,7 +4,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from state.base import SECRET_NAME, Model
 from state.decision import DecisionConfig
@@ -161,6 +161,34 @@ class CorrectnessConfig(Model):
     """Requests sent at once in the concurrent batch (0: none), the first prompts of the set."""
     request_timeout_s: float = Field(300.0, gt=0)
     """Per-request timeout."""
+    policy: Literal["exact", "tolerance"] = "exact"
+    """`exact` (the default): greedy outputs identical. `tolerance`, opt-in for patches that
+    legitimately change numerics (kernel fusion, reordered reductions): the reference's greedy
+    continuation of each prompt of the set is scored by both arms on the same contexts (teacher
+    forcing through `/v1/completions` echo + logprobs); kept only when the candidate's top-1
+    agreement reaches `min_top1_agreement` and its largest logprob difference stays within
+    `max_logprob_diff`."""
+    min_top1_agreement: float | None = Field(None, gt=0, le=1)
+    """Tolerance policy: smallest fraction of scored positions whose most likely token must be
+    the reference's (e.g. 0.95)."""
+    max_logprob_diff: float | None = Field(None, ge=0)
+    """Tolerance policy: largest |log p_candidate - log p_reference| allowed at any scored
+    position, in nats (e.g. 0.1)."""
+
+    @model_validator(mode="after")
+    def _thresholds(self) -> "CorrectnessConfig":
+        """A tolerance policy states both thresholds; the exact policy takes none."""
+        given = [n for n in ("min_top1_agreement", "max_logprob_diff") if getattr(self, n) is not None]
+        if self.policy == "tolerance" and len(given) < 2:
+            raise ValueError(
+                'policy = "tolerance" needs both min_top1_agreement (e.g. 0.95) and '
+                "max_logprob_diff (e.g. 0.1) in [correctness]"
+            )
+        if self.policy == "exact" and given:
+            raise ValueError(
+                f'{" and ".join(given)} apply to policy = "tolerance" only; add it or remove them'
+            )
+        return self
 
 
 class ProfileConfig(Model):

@@ -12,6 +12,7 @@ from __future__ import annotations
 from tools import bench, profiling, server
 from tools.door import aa
 from tools.door.registry import ToolSpec, spec_of
+from tools.gate import score
 from tools.hosts import info, transfer
 from tools.llm import chat, code
 from tools.workspace import reference, repo
@@ -39,6 +40,8 @@ TOOLS = (
     bench.measure,
     bench.measure_pair,
     bench.outputs,
+    # the tolerance output gate's teacher-forced scores (tools/gate/score.py)
+    score.score,
     # launch noise: the A/A store beside the session store
     aa.record,
     # profiles: taken where the server runs, read here

@@ -58,13 +58,28 @@ class ModelRunner:
 
     def forward_extend(self, req) -> int:
         """Prefill one request's prompt into its slots; return its first sampled token."""
+        h = self._extend_hidden(req)
+        return sample(self.model.logits(h[-1:]), [req])[0]
+
+    def forward_score(self, req, top: int) -> tuple[list[float], list[list[tuple[int, float]]]]:
+        """Prefill the prompt and score it (an echo request): for each token after the first, its
+        log-probability given the tokens before it and the `top` most likely ids there."""
+        h = self._extend_hidden(req)
+        logprobs = torch.log_softmax(self.model.logits(h[:-1]), dim=-1).cpu()  # row i predicts i+1
+        following = torch.tensor(req.prompt_ids[1:], dtype=torch.long)
+        own = logprobs.gather(1, following.unsqueeze(1)).squeeze(1).tolist()
+        values, ids = logprobs.topk(top, dim=-1)
+        alts = [list(zip(i, v)) for i, v in zip(ids.tolist(), values.tolist())]
+        return own, alts
+
+    def _extend_hidden(self, req) -> torch.Tensor:
+        """The last layer's hidden states `[prompt, hidden]`, the prompt's KV rows stored."""
         n = len(req.prompt_ids)
         ids = torch.tensor(req.prompt_ids, device=self.device)
         positions = torch.arange(n, device=self.device)
         kv_indices = req.slots_device[:n]
         attend = functools.partial(self.attn_backend.forward_extend, kv_indices=kv_indices)
-        h = self.run_layers(self.model.embed[ids], positions, attend)
-        return sample(self.model.logits(h[-1:]), [req])[0]
+        return self.run_layers(self.model.embed[ids], positions, attend)
 
     def build_decode_batch(self, reqs: list) -> DecodeBatch:
         """Tensors for one decode step of `reqs` (each has a last token and a position)."""

@@ -50,6 +50,23 @@ class GenerateRequest:
     stream: bool
 
 
+@dataclass
+class CompletionRequest:
+    """A validated /v1/completions request (text in, no chat template).
+
+    `echo` with `max_tokens: 0` scores the prompt: `logprobs` (0-20) top alternatives and the
+    prompt tokens' own log-probabilities, OpenAI-shaped; the demo returns logprobs for that case
+    only (generated tokens come from the unchanged greedy/sampling path without logprobs)."""
+
+    prompt_ids: list[int]
+    max_tokens: int
+    temperature: float
+    seed: int | None
+    stop: list[str]
+    echo: bool
+    logprobs: int | None
+
+
 def parse_json_object(raw: bytes) -> dict:
     """Decode a JSON object body or raise a 400."""
     try:
@@ -125,6 +142,46 @@ def parse_generate_request(body: dict, encode, max_tokens_limit: int,
         stream=field_of(body, "stream", (bool,), False))
 
 
+def parse_completion_request(body: dict, encode, max_tokens_limit: int,
+                             default_max_tokens: int) -> CompletionRequest:
+    """Validate a completions body: `prompt` (a string), `max_tokens`, `echo`, `logprobs`,
+    `temperature`, `seed`, `stop`; streaming is not offered here (a 400)."""
+    prompt = field_of(body, "prompt", (str,))
+    if not prompt:
+        raise bad_request("'prompt' must be a non-empty string", "prompt")
+    if field_of(body, "stream", (bool,), False):
+        raise bad_request("the demo server's /v1/completions does not stream; use "
+                          "/v1/chat/completions or /generate to stream", "stream")
+    echo = field_of(body, "echo", (bool,), False)
+    logprobs = field_of(body, "logprobs", (int,))
+    if logprobs is not None and not 0 <= logprobs <= 20:
+        raise bad_request(f"'logprobs' must be between 0 and 20, got {logprobs}", "logprobs")
+    max_tokens = field_of(body, "max_tokens", (int,), default_max_tokens)
+    if max_tokens == 0 and not echo:
+        raise bad_request("'max_tokens' 0 needs 'echo': true (scoring the prompt)", "max_tokens")
+    if max_tokens != 0:
+        max_tokens = _max_tokens(max_tokens, default_max_tokens, max_tokens_limit, "max_tokens")
+        if logprobs is not None:
+            raise bad_request("the demo server returns logprobs only when scoring a prompt "
+                              "('echo': true, 'max_tokens': 0)", "logprobs")
+    return CompletionRequest(prompt_ids=encode(prompt), max_tokens=max_tokens,
+                             temperature=_temperature(body), seed=field_of(body, "seed", (int,)),
+                             stop=_stop(body), echo=echo, logprobs=logprobs)
+
+
+def completion_logprobs(token_texts: list[str], token_logprobs: list[float | None],
+                        top: list[list[tuple[str, float]] | None]) -> dict:
+    """OpenAI's `logprobs` object of a text completion (pure): `tokens`, `token_logprobs`,
+    `top_logprobs` (a dict per position; null where there is no context), `text_offset`."""
+    offsets, at = [], 0
+    for t in token_texts:
+        offsets.append(at)
+        at += len(t)
+    return {"tokens": token_texts, "token_logprobs": token_logprobs,
+            "top_logprobs": [None if alts is None else dict(alts) for alts in top],
+            "text_offset": offsets}
+
+
 def parse_chat_request(body: dict, max_tokens_limit: int, default_max_tokens: int) -> ChatRequest:
     """Validate a chat completion body; unknown fields are ignored, wrong types are a 400."""
     messages = field_of(body, "messages", (list,))
@@ -169,6 +226,13 @@ class ResponseBuilder:
         """The `usage` object."""
         return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                 "total_tokens": prompt_tokens + completion_tokens}
+
+    def text_completion(self, text: str, finish_reason: str, usage: dict,
+                        logprobs: dict | None) -> dict:
+        """A non-streamed text_completion (/v1/completions)."""
+        choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
+        base = self._base("text_completion") | {"id": self.id.replace("chatcmpl-", "cmpl-")}
+        return {**base, "choices": [choice], "usage": usage}
 
     def completion(self, text: str, finish_reason: str, usage: dict) -> dict:
         """A non-streamed chat.completion."""

@@ -33,6 +33,8 @@ class Request:
     events: queue.Queue = field(default_factory=queue.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
     done: bool = False
+    score_top: int = 0  # a scoring request (max_tokens 0): top alternatives kept per position
+    scores: tuple | None = None  # (own log-probabilities, top alternatives), set by a scoring prefill
 
     def __post_init__(self):
         self.generator = torch.Generator()
@@ -146,6 +148,9 @@ class Scheduler:
             req.slots = []
 
     def _prefill(self, req: Request) -> None:
+        if req.max_tokens == 0:  # an echo request scores its prompt and generates nothing
+            self._score(req)
+            return
         try:
             token = self.runner.forward_extend(req)
         except Exception:  # noqa: BLE001 - report to the client, keep serving
@@ -153,6 +158,15 @@ class Scheduler:
             return
         self._running.append(req)
         self._deliver(req, token)
+
+    def _score(self, req: Request) -> None:
+        try:
+            req.scores = self.runner.forward_score(req, req.score_top)
+        except Exception:  # noqa: BLE001 - report to the client, keep serving
+            self._fail([req])
+            return
+        req.events.put(("finish", "length", ""))
+        self._release(req)
 
     def _decode(self) -> None:
         batch = self.runner.build_decode_batch(self._running)

@@ -21,11 +21,12 @@ from mla_server.config import ServerConfig, parse_config
 from mla_server.kv_pool import PoolExhausted
 from mla_server.model_runner import ModelRunner
 from mla_server.profiler import ProfilerController, parse_profile_options
-from mla_server.protocol import (APIError, ChatRequest, GenerateRequest, ResponseBuilder,
-                                 bad_request, generate_body, parse_chat_request,
+from mla_server.protocol import (APIError, ChatRequest, CompletionRequest, GenerateRequest,
+                                 ResponseBuilder, bad_request, completion_logprobs, generate_body,
+                                 parse_chat_request, parse_completion_request,
                                  parse_generate_request, parse_json_object)
 from mla_server.scheduler import Request, Scheduler
-from mla_server.tokenizer import apply_chat_template, encode
+from mla_server.tokenizer import apply_chat_template, decode, encode
 
 log = logging.getLogger("mla_server")
 EVENT_POLL_S = 0.5
@@ -40,16 +41,18 @@ class Engine:
         self.profiler = ProfilerController()
         self.scheduler = Scheduler(self.runner, self.profiler, cfg.max_running)
 
-    def new_request(self, ask: ChatRequest | GenerateRequest) -> Request:
+    def new_request(self, ask: ChatRequest | GenerateRequest | CompletionRequest) -> Request:
         """Tokenize (chat: with the template), check the context length and submit (PoolExhausted → 429)."""
         if isinstance(ask, ChatRequest):
             prompt_ids, field = encode(apply_chat_template(ask.messages)), "messages"
         else:
-            prompt_ids, field = ask.prompt_ids, "text"
+            prompt_ids, field = ask.prompt_ids, "text" if isinstance(ask, GenerateRequest) else "prompt"
         if len(prompt_ids) + ask.max_tokens > self.cfg.context_len:
             raise bad_request(f"prompt ({len(prompt_ids)} tokens) + max_tokens ({ask.max_tokens})"
                               f" exceeds the context length {self.cfg.context_len}", field)
         req = Request(prompt_ids, ask.max_tokens, ask.temperature, ask.seed, ask.stop)
+        if isinstance(ask, CompletionRequest):
+            req.score_top = ask.logprobs or 0
         try:
             self.scheduler.submit(req)
         except PoolExhausted as exc:
@@ -72,7 +75,8 @@ class Handler(BaseHTTPRequestHandler):
         self._dispatch(routes, parse_body=False)
 
     def do_POST(self):
-        routes = {"/v1/chat/completions": self._chat, "/generate": self._generate,
+        routes = {"/v1/chat/completions": self._chat, "/v1/completions": self._completions,
+                  "/generate": self._generate,
                   "/start_profile": self._start_profile,
                   "/stop_profile": self._stop_profile}
         self._dispatch(routes, parse_body=True)
@@ -142,6 +146,29 @@ class Handler(BaseHTTPRequestHandler):
                 self._complete(req, out)
         finally:
             self.engine.scheduler.cancel(req)  # no-op once finished; frees slots if the client left
+
+    def _completions(self, body):
+        """OpenAI text completions; `echo` with `max_tokens: 0` scores the prompt (logprobs)."""
+        cfg = self.engine.cfg
+        ask = parse_completion_request(body, encode, cfg.max_tokens_limit, cfg.default_max_tokens)
+        req = self.engine.new_request(ask)
+        try:
+            *_, last = self._events(req)
+        finally:
+            self.engine.scheduler.cancel(req)
+        if last[0] == "error":
+            raise APIError(500, last[1], kind="server_error")
+        prompt_text = decode(req.prompt_ids)
+        text = (prompt_text if ask.echo else "") + last[2]
+        logprobs = None
+        if ask.logprobs is not None and req.scores is not None:
+            own, alts = req.scores
+            tokens = [decode([t]) for t in req.prompt_ids]
+            top = [None] + [[(decode([i]), v) for i, v in a] for a in alts]
+            logprobs = completion_logprobs(tokens, [None, *own], top)
+        out = ResponseBuilder(cfg.model_name)
+        usage = out.usage(len(req.prompt_ids), len(req.output_ids))
+        self._send_json(200, out.text_completion(text, last[1], usage, logprobs))
 
     def _generate(self, body):
         """SGLang's native API: streamed events carry the text so far and token counts."""

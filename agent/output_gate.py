@@ -1,0 +1,104 @@
+"""The output gate, by the target's `[correctness] policy`.
+
+- `exact` (the default): the candidate's greedy outputs on the correctness set must equal the
+  reference's (agent/correctness.py).
+- `tolerance` (opt-in): the baseline's greedy continuation of each prompt of the set, generated
+  and scored on the baseline server, is scored by the candidate on the same contexts (teacher
+  forcing, tools/gate/score.py: logprobs from one prefill, greedy agreement on the decode path);
+  `compare` gives the top-1 agreement and the largest logprob difference, which must meet the
+  target's thresholds. Every candidate of the session is compared with the session's baseline,
+  so accepted changes cannot drift step by step past the thresholds.
+"""
+
+from __future__ import annotations
+
+from langgraph.runtime import Runtime
+
+from agent.context import LoopContext, call, need
+from agent.correctness import correctness_prompts, differences, take_outputs
+from state.loop import LoopState
+from state.target import CorrectnessConfig
+from state.tolerance import ScoreArgs, ScoreResult, ToleranceResult
+from tools.gate import score
+
+
+def compare(reference: ScoreResult, candidate: ScoreResult, cfg: CorrectnessConfig) -> ToleranceResult:
+    """Top-1 agreement and largest logprob difference of `candidate` against `reference`, on the
+    reference's texts (pure). Agreement: the share of the continuations' characters the
+    candidate's greedy decoding produced from the reference's context (`ScoredText.followed`);
+    difference: that of the log-probabilities each arm gives the text's own token."""
+    if [(t.prompt, t.continuation) for t in reference.texts] != [
+        (t.prompt, t.continuation) for t in candidate.texts
+    ]:
+        raise ValueError("the arms were scored on different texts")
+    followed: list[bool] = []
+    positions, worst, where = 0, 0.0, ""
+    for i, (r, c) in enumerate(zip(reference.texts, candidate.texts, strict=True), start=1):
+        if r.tokens != c.tokens:
+            raise ValueError(f"prompt {i}: the arms split the text into different tokens")
+        if c.followed is None or len(c.followed) != len(c.continuation):
+            raise ValueError(f"prompt {i}: the candidate did not decode along the reference's text")
+        followed += c.followed
+        for j, (lr, lc) in enumerate(zip(r.token_logprobs, c.token_logprobs, strict=True)):
+            positions += 1
+            if abs(lc - lr) > worst:
+                worst, where = abs(lc - lr), f"prompt {i}, token {j + 1} ({r.tokens[j]!r})"
+    return ToleranceResult(
+        top1_agreement=sum(followed) / len(followed) if followed else 1.0,
+        max_logprob_diff=worst,
+        positions=positions,
+        decoded_positions=len(followed),
+        prompts=len(reference.texts),
+        min_top1_agreement=need(cfg.min_top1_agreement, "min_top1_agreement"),
+        max_logprob_diff_allowed=need(cfg.max_logprob_diff, "max_logprob_diff"),
+        worst=where,
+    )
+
+
+def tolerant(state: LoopState) -> bool:
+    """Whether this session's gate is the tolerance policy (pure)."""
+    return state.target.correctness.policy == "tolerance"
+
+
+def scores(state: LoopState, runtime: Runtime[LoopContext], continuations: list[str] | None) -> ScoreResult:
+    """The running server's scores of the correctness set (continuations generated when None)."""
+    cfg = state.target.correctness
+    return call(
+        runtime,
+        score.score,
+        ScoreArgs(
+            base_url=need(state.server, "running server").base_url,
+            model=state.target.model,
+            prompts=correctness_prompts(state.session_id, state.target.measure.prompts, cfg),
+            continuations=continuations,
+            max_tokens=cfg.max_tokens,
+            timeout_s=cfg.request_timeout_s,
+        ),
+    )
+
+
+def reference_outputs(state: LoopState, runtime: Runtime[LoopContext]) -> dict[str, object]:
+    """The baseline's part of the gate, as a state update: its outputs (exact) or its scores
+    of its own greedy continuations (tolerance)."""
+    if tolerant(state):
+        return {"tolerance_reference": scores(state, runtime, None)}
+    return {"correctness": take_outputs(state, runtime)}
+
+
+def check(
+    state: LoopState, runtime: Runtime[LoopContext], n_timing: int
+) -> tuple[str | None, ToleranceResult | None]:
+    """Why the running candidate fails the gate (or None), and the tolerance result if any."""
+    if tolerant(state):
+        if state.tolerance_reference is None:  # never pass a candidate without its reference
+            return "tolerance gate: the session holds no baseline scores to compare with", None
+        ref = state.tolerance_reference
+        cand = scores(state, runtime, [t.continuation for t in ref.texts])
+        try:
+            result = compare(ref, cand, state.target.correctness)
+        except ValueError as exc:  # a server that tokenizes the same text two ways
+            return f"tolerance gate: {exc}", None
+        return (None if result.passed else result.line()), result
+    if state.correctness is not None:
+        return differences(state.correctness, take_outputs(state, runtime), n_timing), None
+    return None, None
