@@ -190,7 +190,9 @@ def trial(state: TrialTask, *, runtime: Runtime[LoopContext]) -> dict:
     }
     run: TrialRun | None = None
     try:
-        run = TrialRun(task, door_of(runtime).branch(f"trial@{task.host.name}", task.host.host))
+        ex = runtime.execution_info  # its task id: the calls stay current once the task has finished
+        task_id = ex.task_id if ex is not None else None
+        run = TrialRun(task, door_of(runtime).branch(f"trial@{task.host.name}", task.host.host, task_id))
         ref, cand = run.run()
         outcome = {"status": "measured", **verdict(task, ref, cand)}
     except ToolError as exc:
