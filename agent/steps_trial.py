@@ -127,6 +127,8 @@ class TrialRun:
         t = self.task
         self.dir = self.files()
         self.start = self.door.call(repo.snapshot, RepoArgs(repo=self.repo))
+        if self.start.branch == self.branch:  # a killed attempt of this trial: start from before it
+            self.start = self.door.call(repo.abandon_branch, BranchArgs(repo=self.repo, name=self.branch))
         self.door.call(repo.ensure_branch, BranchArgs(repo=self.repo, name=self.branch))
         for i, diff in enumerate(t.kept_diffs, 1):
             self.commit(diff, f"perfloop: accepted patch {i} of the session", f"kept-{i}")

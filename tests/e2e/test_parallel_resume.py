@@ -46,6 +46,22 @@ def gated(repo: Path, gate: Path) -> Path:
     return repo
 
 
+def with_local_hosts(target: Path, repos: dict[str, Path]) -> Path:
+    """The target file with a `[[hosts]]` table per local checkout."""
+    with target.open("a") as f:
+        for name, r in repos.items():
+            f.write(f'\n[[hosts]]\nname = "{name}"\nrepo = {json.dumps(str(r))}\n')
+    return target
+
+
+def noop_books(tmp_path: Path, repo: Path) -> Path:
+    """A playbook folder with a comment-only patch proposed after the built-in one."""
+    books = tmp_path / "books"
+    noop = edited_diff(repo, tmp_path, {BACKEND: [("import torch\n", "import torch\n\n# a comment\n")]})
+    playbook_variant(books, "noop-comment", 0.5, noop)
+    return books
+
+
 def by_node(calls: list, node: str) -> list:
     return [c for c in calls if c.node == node]
 
@@ -60,13 +76,8 @@ def test_a_parallel_session_killed_mid_batch_resumes_and_replays(
     gate = tmp_path / "gate"
     repo = make_repo(tmp_path / "engine")
     repo_a, repo_b = make_repo(tmp_path / "a" / "engine"), gated(make_repo(tmp_path / "b" / "engine"), gate)
-    books = tmp_path / "books"
-    noop = edited_diff(repo, tmp_path, {BACKEND: [("import torch\n", "import torch\n\n# a comment\n")]})
-    playbook_variant(books, "noop-comment", 0.5, noop)  # after the built-in one: it goes to host b
-    target = write_target(tmp_path / "t.toml", repo, looks=1)
-    with target.open("a") as f:
-        for name, r in (("a", repo_a), ("b", repo_b)):
-            f.write(f'\n[[hosts]]\nname = "{name}"\nrepo = {json.dumps(str(r))}\n')
+    books = noop_books(tmp_path, repo)  # noop-comment comes after the built-in one: it goes to host b
+    target = with_local_hosts(write_target(tmp_path / "t.toml", repo, looks=1), {"a": repo_a, "b": repo_b})
     home = tmp_path / "home"
     env = {**os.environ, "PERFLOOP_HOME": str(home)}
     proc = subprocess.Popen(
@@ -109,9 +120,14 @@ def test_a_parallel_session_killed_mid_batch_resumes_and_replays(
         ("kv-cache-full-pool-cast", "a", 1),
         ("noop-comment", "b", 1),
     ], shown["trials"]
+    assert not [t for t in shown["trials"] if "left as it was" in t["reason"]], shown["trials"]
     for r in (repo, repo_a, repo_b):
         assert processes_in(r) == [], r  # b's waiting launch was stopped by its trial's re-run
-    assert git(repo_a, "rev-parse", "--abbrev-ref", "HEAD").strip() == "main"
+    # b's re-run found the checkout on its trial branch, went back to main first and tidied up.
+    assert [c.name for c in b_again][:2] == ["repo.snapshot", "repo.abandon_branch"]
+    for r in (repo_a, repo_b):
+        assert git(r, "rev-parse", "--abbrev-ref", "HEAD").strip() == "main"
+        assert git(r, "branch", "--list", "perfloop/*").strip() == ""
 
 
 def wait_for_a_finished_trial(home: Path, proc: subprocess.Popen) -> tuple[str, set[str]]:
