@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 from state.loop import Approval, LoopState
 from state.records import ToolCallRecord
 from state.session import SessionInfo
+from tools.door.db import describe
 from tools.door.store import SessionStore
 from tools.errors import ConfigError
 from tools.paths import session_id as checked_id
@@ -128,7 +129,9 @@ def import_session(store: SessionStore, path: Path) -> str:
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}" if str(path) not in str(exc) else str(exc)) from None
     if store.get_session(info.id) is not None:
-        raise ConfigError(f"session {info.id} already exists here; import into another PERFLOOP_HOME")
+        other = "another PERFLOOP_HOME" if store.url is None else "another database (--store)"
+        where = describe(store.url, store.path.parent)
+        raise ConfigError(f"session {info.id} already exists in {where}; import into {other}")
     store.put_session(info)
     for value in initial:
         store.add_input(info.id, "initial", value)
