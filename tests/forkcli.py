@@ -68,11 +68,12 @@ class ForkedCli:
         ready = self.proc.stdout.readline()
         assert ready and json.loads(ready) == {"ready": True}, "the CLI zygote did not start"
 
-    def __call__(self, *args: str) -> subprocess.CompletedProcess:
+    def __call__(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        """`perfloop ARGS` in a new child with `env` (default: the zygote's) as its whole environment."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.n += 1
         out, err = self.scratch / f"cli-{self.n}.out", self.scratch / f"cli-{self.n}.err"
-        req = {"args": list(args), "env": self.env, "out": str(out), "err": str(err)}
+        req = {"args": list(args), "env": env or self.env, "out": str(out), "err": str(err)}
         self.proc.stdin.write(json.dumps(req) + "\n")
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,6 @@ from tests.e2e.conftest import (
     git,
     last_json,
     make_repo,
-    perfloop,
     playbook_variant,
     write_target,
 )
@@ -67,6 +67,24 @@ def with_bad_playbook(tmp_path: Path, repo: Path) -> Path:
             edited_diff(repo, tmp_path, {BACKEND: [*FIX, ("* self.scaling", "* self.scaling * 3.0")]}),
         )
     return books
+
+
+_ZYGOTE: list[ForkedCli] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def zygote(tmp_path_factory) -> Iterator[ForkedCli]:
+    """One pre-imported interpreter for the module's `perfloop` commands (tests/forkcli.py)."""
+    with ForkedCli(tmp_path_factory.mktemp("cli"), dict(os.environ)) as z:
+        _ZYGOTE.append(z)
+        yield z
+        _ZYGOTE.clear()
+
+
+def perfloop(home: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`perfloop ARGS` with its own PERFLOOP_HOME and no stdin, like tests/e2e/conftest.perfloop,
+    as a forked child of the module's zygote."""
+    return _ZYGOTE[0](*args, env={**os.environ, "PERFLOOP_HOME": str(home), **(env or {})})
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"], autouse=True)
@@ -163,14 +181,10 @@ def test_sigkill_at_every_point_then_resume_matches_uninterrupted(
     points = recorded["points"]
     faults = tmp_path / "faults.txt"
     faults.write_text("".join(p + "\n" for p in points))
-    env = {**os.environ, "PERFLOOP_HOME": str(home), "PERFLOOP_FAULTS_FILE": str(faults)}
-    (tmp_path / "cli").mkdir()
-    with ForkedCli(tmp_path / "cli", env) as cli:  # a process per command, without the start-up
-        sweep(cli, tmp_path, repo, books, user, recorded)
 
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return perfloop(home, *args, env={"PERFLOOP_FAULTS_FILE": str(faults)})
 
-def sweep(cli: ForkedCli, tmp_path: Path, repo: Path, books: Path, user: dict, recorded: dict) -> None:
-    points, faults = recorded["points"], tmp_path / "faults.txt"
     first = cli(
         "run", str(write_target(tmp_path / "t.toml", repo, looks=1)), "--json", "--playbooks", str(books)
     )
@@ -195,7 +209,7 @@ def sweep(cli: ForkedCli, tmp_path: Path, repo: Path, books: Path, user: dict, r
     shown = last_json(cli("show", session, "--json"))
     assert [d["verdict"] for d in shown["decisions"]] == ["rejected", "accepted"]
     # The recording holds every killed attempt's calls, marked superseded; replay follows the rest.
-    store = SessionStore.open(tmp_path / "home")
+    store = SessionStore.open(home)
     superseded = len(store.tool_calls(session, include_superseded=True)) - len(store.tool_calls(session))
     assert superseded > 0
     replayed = cli("replay", session, "--json")
