@@ -16,7 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from state.loop import Approval, LoopState
+from state.fanout import BatchApproval
+from state.loop import LoopState
 from state.records import ToolCallRecord
 from state.session import SessionInfo
 from tools.door.db import describe
@@ -111,7 +112,7 @@ def parse_export(doc: Any) -> tuple[SessionInfo, list[dict], list[dict], list[To
         if state.session_id != info.id:
             raise ConfigError(f"malformed session export: field `initial.{i}.session_id` is not {info.id}")
     for i, value in enumerate(answers):
-        _validated(Approval, value, f"answers.{i}")
+        _validated(BatchApproval, value, f"answers.{i}")  # to one proposal, or to a batch
     calls = [
         _validated(ToolCallRecord, c, f"tool_calls.{i}")
         for i, c in enumerate(_field(doc, "tool_calls", list))

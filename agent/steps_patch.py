@@ -12,6 +12,7 @@ from agent.context import LoopContext, call, need, step, transition
 from agent.parallel import fan_out
 from playbooks.launch import describe
 from state.calls import ApplyArgs, CommitArgs
+from state.fanout import BatchApproval
 from state.loop import Approval, Decision, LoopState, Proposal
 from state.workspace import PatchPolicy
 from tools.errors import PatchError, ServerError
@@ -63,7 +64,7 @@ def batch_request(state: LoopState) -> dict:
 def approve_batch(state: LoopState) -> Command:
     """One answer for a batch of parallel candidates before any is tried: all of them, the ones it
     names (`playbooks`), or none; the others become rejected decisions."""
-    answer = Approval.model_validate(interrupt(batch_request(state)))
+    answer = BatchApproval.model_validate(interrupt(batch_request(state)))
     named = set(answer.playbooks or [p.playbook for p in state.candidates]) if answer.approved else set()
     chosen = [p for p in state.candidates if p.playbook in named]
     why = answer.reason or ("rejected" if not answer.approved else "not chosen for trial")
@@ -78,7 +79,8 @@ def approve_batch(state: LoopState) -> Command:
         if p not in chosen
     ]
     what = f"approved for trial ({answer.by}): {', '.join(p.playbook for p in chosen) or 'none'}"
-    update = {"approval": answer, "decisions": decisions, "transitions": transition("approve", what)}
+    approval = Approval.model_validate(answer.model_dump(exclude={"playbooks"}))
+    update = {"approval": approval, "decisions": decisions, "transitions": transition("approve", what)}
     if not chosen:
         return Command(update=update | {"candidates": []}, goto="propose")
     sends, fanned = fan_out(state, chosen)

@@ -126,8 +126,6 @@ class Approval(Model):
     """Why it was rejected (or a note)."""
     diff: str | None = None
     """A human-edited patch to apply instead of the proposal's (validated before resuming)."""
-    playbooks: list[str] | None = None
-    """For a batch of parallel candidates: the ones approved for trial (None: every one)."""
 
 
 class Decision(Model):

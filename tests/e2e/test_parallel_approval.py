@@ -54,6 +54,10 @@ def test_a_batch_is_approved_once_before_its_trials(tmp_path, home) -> None:
     assert git(repo, "rev-list", "--count", "main..HEAD").strip() == "1"  # the kept one, applied here
     assert git(repo_b, "branch", "--list", "perfloop/*").strip() == ""  # host b never touched
     assert [processes_in(r) for r in (repo, repo_a, repo_b)] == [[], [], []]
-    replayed = perfloop(home, "replay", sid, "--json")
-    assert replayed.returncode == 0, replayed.stderr[-2000:]
-    assert last_json(replayed)["matches_recording"] is True
+    out = tmp_path / "batch.json.gz"  # the batch's answer (with --only) travels in an export
+    assert perfloop(home, "export", sid, "-o", str(out)).returncode == 0
+    assert perfloop(tmp_path / "elsewhere", "import", str(out)).returncode == 0
+    for h in (home, tmp_path / "elsewhere"):
+        replayed = perfloop(h, "replay", sid, "--json")
+        assert replayed.returncode == 0, replayed.stderr[-2000:]
+        assert last_json(replayed)["matches_recording"] is True
