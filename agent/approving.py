@@ -11,7 +11,7 @@ from state.calls import ApplyArgs
 from state.loop import LoopState
 from state.workspace import PatchPolicy
 from tools.door.registry import spec_of
-from tools.errors import PatchError, ToolError
+from tools.errors import ConfigError, PatchError, ToolError
 from tools.workspace.repo import check_patch
 
 
@@ -42,12 +42,36 @@ def edited_patch(session: str, path: Path) -> str:
 def answer_session(sessions: Sessions, session: str, answer: dict) -> LoopState:
     """Record the answer of a paused session and continue it (in this process, under its lock)."""
     sessions.info(session)
-    if sessions.pending_approval(session) is None:
+    pending = sessions.pending_approval(session)
+    if pending is None:
         raise ToolError(
             f"session {session} is not waiting for approval (status "
             f"{sessions.info(session).status}); see `perfloop show {session}`"
         )
+    refused = batch_refusal(session, pending, answer)
+    if refused is not None:
+        raise ConfigError(refused)
     return sessions.resume(session, answer)
+
+
+def batch_refusal(session: str, pending: dict, answer: dict) -> str | None:
+    """Why `answer` does not fit what the session waits on (a batch of parallel candidates or one
+    proposal), or None (pure)."""
+    ids = [c["playbook"] for c in pending.get("candidates", [])]
+    only = answer.get("playbooks")
+    if not ids:
+        if only is None:
+            return None
+        return f"--only: session {session} waits on one proposal ({pending['playbook']}), not a batch; leave --only out"
+    if answer.get("diff") is not None:
+        return (
+            f"--patch: session {session} waits on a batch of {len(ids)} candidates for [[hosts]] "
+            f"({', '.join(ids)}), not one patch; approve (--only ID to pick) or reject the batch"
+        )
+    unknown = [p for p in only or [] if p not in ids]
+    if unknown:
+        return f"--only {', '.join(unknown)}: not in the batch; choose from {', '.join(ids)}"
+    return None
 
 
 def approval_number(sessions: Sessions, session: str) -> int | None:

@@ -16,9 +16,11 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from state.loop import Approval, LoopState
+from state.fanout import BatchApproval
+from state.loop import LoopState
 from state.records import ToolCallRecord
 from state.session import SessionInfo
+from tools.door.db import describe
 from tools.door.store import SessionStore
 from tools.errors import ConfigError
 from tools.paths import session_id as checked_id
@@ -110,7 +112,7 @@ def parse_export(doc: Any) -> tuple[SessionInfo, list[dict], list[dict], list[To
         if state.session_id != info.id:
             raise ConfigError(f"malformed session export: field `initial.{i}.session_id` is not {info.id}")
     for i, value in enumerate(answers):
-        _validated(Approval, value, f"answers.{i}")
+        _validated(BatchApproval, value, f"answers.{i}")  # to one proposal, or to a batch
     calls = [
         _validated(ToolCallRecord, c, f"tool_calls.{i}")
         for i, c in enumerate(_field(doc, "tool_calls", list))
@@ -128,7 +130,9 @@ def import_session(store: SessionStore, path: Path) -> str:
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}" if str(path) not in str(exc) else str(exc)) from None
     if store.get_session(info.id) is not None:
-        raise ConfigError(f"session {info.id} already exists here; import into another PERFLOOP_HOME")
+        other = "another PERFLOOP_HOME" if store.url is None else "another database (--store)"
+        where = describe(store.url, store.path.parent)
+        raise ConfigError(f"session {info.id} already exists in {where}; import into {other}")
     store.put_session(info)
     for value in initial:
         store.add_input(info.id, "initial", value)

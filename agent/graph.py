@@ -15,6 +15,7 @@ graph TD;
     approve -.-> abort;
     approve -.-> cleanup;
     approve -.-> propose;
+    approve -.-> trial;
     baseline -.-> abort;
     baseline -.-> profile;
     cleanup -.-> abort;

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from rich.console import Console
+from rich.markup import escape
 from rich.syntax import Syntax
 from rich.table import Table
 
@@ -51,7 +52,7 @@ def summary(console: Console, s: Summary) -> None:
 
 def approval(console: Console, req: dict) -> None:
     """What a paused session asks a human to approve."""
-    console.print(f"[bold]Session {req['session']} waits for approval[/bold]: {req['title']}")
+    console.print(f"[bold]Session {req['session']} waits for approval[/bold]: {escape(req['title'])}")
     if req.get("proposer") == "llm":
         console.print(
             f"[bold yellow]written by a model, not a playbook[/bold yellow]: {req['model']}, "
@@ -95,6 +96,11 @@ def approval(console: Console, req: dict) -> None:
     console.print(
         f"approve: perfloop approve {req['session']}\nreject:  perfloop reject {req['session']} --reason TEXT"
     )
+    if req.get("candidates"):
+        ids = [c["playbook"] for c in req["candidates"]]
+        console.print(
+            escape(f"a batch, tried at once on [[hosts]]: {', '.join(ids)}; pick with --only ID (repeatable)")
+        )
 
 
 def sessions(console: Console, infos: list[SessionInfo], held: dict[str, str]) -> None:

@@ -120,6 +120,14 @@ class Sessions:
             )
         return LoopState.model_validate(snap.values)
 
+    def finished_tasks(self, session_id: str) -> set[str]:
+        """Tasks of the checkpoint's next step that already finished (a parallel batch killed
+        mid-way): LangGraph keeps their writes as the checkpoint's pending writes and runs only the
+        others on resume; a task is finished when it has an output write, and the snapshot then
+        gives it a `result`."""
+        snap = self.graph.get_state(self.config(checked_id(session_id)))
+        return {t.id for t in snap.tasks if t.result is not None}
+
     def pending_approval(self, session_id: str) -> dict | None:
         """The approval request a paused session waits on, if any."""
         return _pending(self.graph, self.config(checked_id(session_id)))
@@ -144,7 +152,7 @@ class Sessions:
                 info.model_copy(update={"status": "running", "host": socket.gethostname()})
             )
             if inp is None or isinstance(inp, Command):
-                self.store.supersede_after(session_id, known.calls_done)
+                self.store.supersede_after(session_id, known.calls_done, self.finished_tasks(session_id))
             if answer is not None:
                 self.store.add_input(session_id, "answer", answer)
             progress.keep_in(known.options.session_dir)  # for the approval page (perfloop serve)

@@ -9,18 +9,20 @@ from langgraph.types import Command, interrupt
 
 from agent.actions import instrument_if_needed, remove_instrumentation, start_server
 from agent.context import LoopContext, call, need, step, transition
+from agent.parallel import fan_out
 from playbooks.launch import describe
 from state.calls import ApplyArgs, CommitArgs
-from state.loop import Approval, Decision, LoopState
+from state.fanout import BatchApproval
+from state.loop import Approval, Decision, LoopState, Proposal
 from state.workspace import PatchPolicy
 from tools.errors import PatchError, ServerError
 from tools.sglang.patches import does_not_fit
 from tools.workspace import repo
 
 
-def approval_request(state: LoopState) -> dict:
-    """What a human sees when asked to approve (JSON-compatible)."""
-    p = need(state.proposal, "proposal")
+def approval_request(state: LoopState, proposal: Proposal | None = None) -> dict:
+    """What a human sees when asked to approve `proposal` (default: the state's; JSON-compatible)."""
+    p = proposal or need(state.proposal, "proposal")
     checks = {"mechanisms": [f"{m.playbook}: {m.note}" for m in state.mechanisms]} if state.mechanisms else {}
     return checks | {
         "session": state.session_id,
@@ -45,11 +47,54 @@ def approval_request(state: LoopState) -> dict:
     }
 
 
+def batch_request(state: LoopState) -> dict:
+    """The approval asked for a batch of parallel candidates: the first candidate's view with the
+    batch's title, files and diffs, and each candidate's own view under `candidates`."""
+    views = [approval_request(state, p) for p in state.candidates]
+    ids = [v["playbook"] for v in views]
+    return views[0] | {
+        "playbook": ", ".join(ids),
+        "title": f"{len(ids)} candidates to try at once on the target's [[hosts]]: {', '.join(ids)}",
+        "files": sorted({f for v in views for f in v["files"]}),
+        "diff": "".join(v["diff"] for v in views),
+        "candidates": views,
+    }
+
+
+def approve_batch(state: LoopState) -> Command:
+    """One answer for a batch of parallel candidates before any is tried: all of them, the ones it
+    names (`playbooks`), or none; the others become rejected decisions."""
+    answer = BatchApproval.model_validate(interrupt(batch_request(state)))
+    named = set(answer.playbooks or [p.playbook for p in state.candidates]) if answer.approved else set()
+    chosen = [p for p in state.candidates if p.playbook in named]
+    why = answer.reason or ("rejected" if not answer.approved else "not chosen for trial")
+    decisions = [
+        Decision(
+            iteration=state.iteration,
+            playbook=p.playbook,
+            verdict="rejected",
+            reason=f"rejected by {answer.by}: {why}",
+        )
+        for p in state.candidates
+        if p not in chosen
+    ]
+    what = f"approved for trial ({answer.by}): {', '.join(p.playbook for p in chosen) or 'none'}"
+    approval = Approval.model_validate(answer.model_dump(exclude={"playbooks"}))
+    update = {"approval": approval, "decisions": decisions, "transitions": transition("approve", what)}
+    if not chosen:
+        return Command(update=update | {"candidates": []}, goto="propose")
+    sends, fanned = fan_out(state, chosen)
+    return Command(update=update | fanned, goto=sends)
+
+
 @step
 def approve(
     state: LoopState, runtime: Runtime[LoopContext]
-) -> Command[Literal["cleanup", "propose", "abort"]]:
-    """Auto-approve, or pause (LangGraph interrupt) until `perfloop approve|reject` answers."""
+) -> Command[Literal["cleanup", "propose", "trial", "abort"]]:
+    """Auto-approve, or pause (LangGraph interrupt) until `perfloop approve|reject` answers; a batch
+    of parallel candidates gets one answer for all before any is tried (`approve_batch`)."""
+    if state.proposal is None and state.candidates:
+        return approve_batch(state)
     if state.options.approve == "auto":
         answer = Approval(approved=True, by="auto")
     else:

@@ -100,8 +100,8 @@ def playbook_proposal(
 
 def parallel_candidates(state: LoopState) -> list[Proposal]:
     """Every playbook proposal for this iteration, best first, when they are to be tried at once
-    on the target's `[[hosts]]` (auto approval, playbook proposals); else none."""
-    if not state.target.hosts or state.options.approve != "auto" or state.target.proposer.mode == LLM:
+    on the target's `[[hosts]]` (playbook proposals); else none."""
+    if not state.target.hosts or state.target.proposer.mode == LLM:
         return []
     found: list[Proposal] = []
     while (p := playbook_proposal(state, [], frozenset(q.playbook for q in found))) is not None:
@@ -155,6 +155,12 @@ def propose(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Goto]:
     """Propose the next patch: a playbook's (unless --proposer llm), else a model's (unless playbook)."""
     skipped: list[str] = []
     batch = parallel_candidates(state)
+    if len(batch) >= 2 and state.options.approve == "manual":  # one answer for the batch first
+        note = f"{len(batch)} candidates for [[hosts]], waiting for approval: " + ", ".join(
+            p.playbook for p in batch
+        )
+        update = {"candidates": batch, "proposal": None, "approval": None}
+        return Command(update={**update, "transitions": transition("propose", note)}, goto="approve")
     if len(batch) >= 2:
         sends, update = fan_out(state, batch)
         names = ", ".join(f"{s.arg.proposal.playbook} on {s.arg.host.name}" for s in sends)

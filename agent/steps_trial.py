@@ -127,6 +127,8 @@ class TrialRun:
         t = self.task
         self.dir = self.files()
         self.start = self.door.call(repo.snapshot, RepoArgs(repo=self.repo))
+        if self.start.branch == self.branch:  # a killed attempt of this trial: start from before it
+            self.start = self.door.call(repo.abandon_branch, BranchArgs(repo=self.repo, name=self.branch))
         self.door.call(repo.ensure_branch, BranchArgs(repo=self.repo, name=self.branch))
         for i, diff in enumerate(t.kept_diffs, 1):
             self.commit(diff, f"perfloop: accepted patch {i} of the session", f"kept-{i}")
@@ -192,7 +194,9 @@ def trial(state: TrialTask, *, runtime: Runtime[LoopContext]) -> dict:
     }
     run: TrialRun | None = None
     try:
-        run = TrialRun(task, door_of(runtime).branch(f"trial@{task.host.name}", task.host.host))
+        ex = runtime.execution_info  # its task id: the calls stay current once the task has finished
+        task_id = ex.task_id if ex is not None else None
+        run = TrialRun(task, door_of(runtime).branch(f"trial@{task.host.name}", task.host.host, task_id))
         ref, cand = run.run()
         outcome = {"status": "measured", **verdict(task, ref, cand)}
     except ToolError as exc:

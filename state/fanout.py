@@ -4,7 +4,7 @@ from pathlib import Path
 
 from state.base import Model
 from state.decision import LaunchNoise
-from state.loop import Proposal
+from state.loop import Approval, Proposal
 from state.target import TargetConfig, TrialHost
 
 
@@ -33,3 +33,11 @@ class TrialTask(Model):
     """Where a local host's server logs go (an SSH host's go under its home's ~/.perfloop)."""
     noise: LaunchNoise | None = None
     """Launch-to-launch noise the session measured (None: the target's default)."""
+
+
+class BatchApproval(Approval):
+    """The answer to a batch of parallel candidates, asked once before any is tried (an
+    `Approval` that may name the ones to try)."""
+
+    playbooks: list[str] | None = None
+    """The candidates approved for trial (None: every one)."""

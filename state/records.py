@@ -30,3 +30,6 @@ class ToolCallRecord(Model):
     """Wall time of the call."""
     reused_from: int | None = None
     """For a paid call made again after a crash: the seq of the superseded record answering it."""
+    task_id: str | None = None
+    """LangGraph's id of the parallel task (a `trial`) that made the call; None for the main
+    sequence. On resume, the calls of a task whose writes the checkpoint holds stay current."""

@@ -23,6 +23,7 @@ TOOLS = (
     repo.snapshot,
     repo.ensure_branch,
     repo.leave_branch,
+    repo.abandon_branch,
     repo.instrument,
     repo.remove_instrumentation,
     repo.apply_patch,

@@ -217,12 +217,21 @@ def approve(
         Path | None,
         typer.Option(help="Apply this edited patch instead of the proposed one (validated first)."),
     ] = None,
+    only: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--only", help="For a batch of candidates for [[hosts]]: try only this one (repeatable)."
+        ),
+    ] = None,
     as_json: Json = False,
 ) -> None:
-    """Approve the patch a paused session proposes (or your edit of it), and continue the loop."""
+    """Approve the patch a paused session proposes (or your edit of it), or the batch of candidates
+    it would try at once on the target's [[hosts]], and continue the loop."""
 
     def body():
-        answer = {"approved": True, "by": "human"}
+        answer: dict = {"approved": True, "by": "human"}
+        if only:
+            answer["playbooks"] = only
         if patch is not None:
             answer |= {"diff": edited_patch(session, patch), "reason": f"edited patch from {patch}"}
         _answer(session, answer, as_json)

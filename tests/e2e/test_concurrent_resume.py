@@ -1,5 +1,6 @@
 """Two `perfloop resume` of one session started at the same moment: one runs it, the other is
-refused in one line while the first still runs (a real race between two processes)."""
+refused in one line while the first still runs (a real race between two processes); on SQLite and
+on a real PostgreSQL server (tests/pg.py)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,17 @@ import time
 import pytest
 
 from tests.e2e.conftest import PERFLOOP, assert_clean, last_json, make_repo, perfloop, write_target
+from tests.pg import PgServer
 from tests.procs import processes_in
 
 pytestmark = pytest.mark.e2e
 
 
-def test_two_concurrent_resumes_one_runs_one_is_refused(scratch) -> None:
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+def test_two_concurrent_resumes_one_runs_one_is_refused(
+    scratch, store: str, pg_server: PgServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PERFLOOP_STORE", pg_server.url(pg_server.new_db()) if store == "postgres" else "")
     repo = make_repo(scratch.root / "engine")
     scratch.allow(repo)
     target = write_target(scratch.inputs / "t.toml", repo)

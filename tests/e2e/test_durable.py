@@ -1,5 +1,6 @@
 """Durable sessions: SIGKILL at every point then resume, replay, export/import, locks, edits, fork,
-secrets. Real CLI processes, real servers, real git repos."""
+secrets. Real CLI processes, real servers, real git repos; every test on both stores, SQLite under
+$PERFLOOP_HOME and a real PostgreSQL server (tests/pg.py), each test with a database of its own."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,11 +20,13 @@ from tests.e2e.conftest import (
     git,
     last_json,
     make_repo,
-    perfloop,
     playbook_variant,
     write_target,
 )
+from tests.forkcli import ForkedCli
+from tests.pg import PgServer
 from tests.procs import processes_in
+from tools.door.db import Db
 from tools.door.store import SessionStore
 
 pytestmark = pytest.mark.e2e
@@ -65,15 +69,64 @@ def with_bad_playbook(tmp_path: Path, repo: Path) -> Path:
     return books
 
 
+_ZYGOTE: list[ForkedCli] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def zygote(tmp_path_factory) -> Iterator[ForkedCli]:
+    """One pre-imported interpreter for the module's `perfloop` commands (tests/forkcli.py)."""
+    with ForkedCli(tmp_path_factory.mktemp("cli"), dict(os.environ)) as z:
+        _ZYGOTE.append(z)
+        yield z
+        _ZYGOTE.clear()
+
+
+def perfloop(home: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`perfloop ARGS` with its own PERFLOOP_HOME and no stdin, like tests/e2e/conftest.perfloop,
+    as a forked child of the module's zygote."""
+    return _ZYGOTE[0](*args, env={**os.environ, "PERFLOOP_HOME": str(home), **(env or {})})
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"], autouse=True)
+def engine(request) -> str:
+    """The store every test of this module runs on (each test runs on both)."""
+    return request.param
+
+
+def new_store(engine: str, pg_server: PgServer) -> str:
+    """A PERFLOOP_STORE value: empty for SQLite, else the URL of a fresh, empty database."""
+    return pg_server.url(pg_server.new_db()) if engine == "postgres" else ""
+
+
+@pytest.fixture(autouse=True)
+def store(engine: str, pg_server: PgServer, monkeypatch) -> str:
+    """A fresh store for the test, as PERFLOOP_STORE (which every CLI run here inherits); a test
+    that reads the recorded session switches to its store (`on_recorded`)."""
+    url = new_store(engine, pg_server)
+    monkeypatch.setenv("PERFLOOP_STORE", url)
+    return url
+
+
+def on_recorded(recorded: dict, monkeypatch) -> None:
+    """Use the recorded session's store from here on."""
+    monkeypatch.setenv("PERFLOOP_STORE", recorded["url"])
+
+
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory) -> dict:
+def recorded(tmp_path_factory, engine: str, pg_server: PgServer) -> dict:
     """One uninterrupted session (dirty tree, a rolled-back and an accepted patch), fault points traced."""
     tmp = tmp_path_factory.mktemp("recorded")
     repo = make_repo(tmp / "engine")
     books = with_bad_playbook(tmp, repo)
     dirty(repo)
     trace = tmp / "points.txt"
-    env = {**os.environ, "PERFLOOP_HOME": str(tmp / "home"), "PERFLOOP_FAULTS_TRACE": str(trace)}
+    url = new_store(engine, pg_server)
+    env = {
+        **os.environ,
+        "PERFLOOP_HOME": str(tmp / "home"),
+        "PERFLOOP_FAULTS_TRACE": str(trace),
+        "PERFLOOP_STORE": url,
+    }
     proc = subprocess.run(
         [
             str(PERFLOOP),
@@ -97,6 +150,7 @@ def recorded(tmp_path_factory) -> dict:
         "books": books,
         "summary": last_json(proc),
         "points": trace.read_text().split(),
+        "url": url,
     }
 
 
@@ -127,17 +181,9 @@ def test_sigkill_at_every_point_then_resume_matches_uninterrupted(
     points = recorded["points"]
     faults = tmp_path / "faults.txt"
     faults.write_text("".join(p + "\n" for p in points))
-    env = {**os.environ, "PERFLOOP_HOME": str(home), "PERFLOOP_FAULTS_FILE": str(faults)}
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [str(PERFLOOP), *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            stdin=subprocess.DEVNULL,
-        )
+        return perfloop(home, *args, env={"PERFLOOP_FAULTS_FILE": str(faults)})
 
     first = cli(
         "run", str(write_target(tmp_path / "t.toml", repo, looks=1)), "--json", "--playbooks", str(books)
@@ -163,7 +209,7 @@ def test_sigkill_at_every_point_then_resume_matches_uninterrupted(
     shown = last_json(cli("show", session, "--json"))
     assert [d["verdict"] for d in shown["decisions"]] == ["rejected", "accepted"]
     # The recording holds every killed attempt's calls, marked superseded; replay follows the rest.
-    store = SessionStore(home / "sessions.sqlite")
+    store = SessionStore.open(home)
     superseded = len(store.tool_calls(session, include_superseded=True)) - len(store.tool_calls(session))
     assert superseded > 0
     replayed = cli("replay", session, "--json")
@@ -179,6 +225,8 @@ def test_replay_answers_from_the_recording_without_the_host(
     import socket
 
     from agent.session import Sessions
+
+    on_recorded(recorded, monkeypatch)
 
     home = tmp_path / "home"
     shutil.copytree(recorded["home"], home)
@@ -207,35 +255,41 @@ def test_replay_answers_from_the_recording_without_the_host(
         shutil.copytree(gone, recorded_repo)
 
 
-def test_replay_cli_export_import_and_divergence(recorded: dict, tmp_path: Path) -> None:
+def test_replay_cli_export_import_and_divergence(
+    recorded: dict, tmp_path: Path, engine: str, pg_server: PgServer, monkeypatch
+) -> None:
     sid = recorded["summary"]["session"]
     out = tmp_path / "session.json.gz"
+    on_recorded(recorded, monkeypatch)
     assert perfloop(recorded["home"], "export", sid, "-o", str(out)).returncode == 0
-    other = tmp_path / "elsewhere"
+    other, elsewhere = tmp_path / "elsewhere", new_store(engine, pg_server)  # another machine's store
+    monkeypatch.setenv("PERFLOOP_STORE", elsewhere)
     imported = perfloop(other, "import", str(out))
     assert imported.returncode == 0 and sid in imported.stdout
     twice = perfloop(other, "import", str(out))
     assert twice.returncode == 2  # refuses to overwrite
-    assert twice.stderr == f"error: session {sid} already exists here; import into another PERFLOOP_HOME\n"
+    where, hint = (
+        (other, "another PERFLOOP_HOME")
+        if engine == "sqlite"
+        else (elsewhere.replace(f":{pg_server.password}@", "@"), "another database (--store)")
+    )
+    assert twice.stderr == f"error: session {sid} already exists in {where}; import into {hint}\n"
     t0 = time.monotonic()
     rep = perfloop(other, "replay", sid, "--json")
     assert rep.returncode == 0, rep.stderr[-2000:]
     assert last_json(rep)["matches_recording"] is True and time.monotonic() - t0 < 15
 
-    import sqlite3
-
-    db = sqlite3.connect(other / "sessions.sqlite")
-    rows = db.execute(
-        "SELECT seq, record FROM tool_calls WHERE session_id = ? AND record LIKE "
-        '\'%"name":"bench.measure"%\' ORDER BY seq',
-        (sid,),
-    ).fetchall()
+    db = Db(elsewhere or None, other / "sessions.sqlite")
+    rows = db.rows(
+        "SELECT seq, record FROM tool_calls WHERE session_id = ? AND record LIKE ? ORDER BY seq",
+        (sid, '%"name":"bench.measure"%'),
+    )
     seq, record = rows[0]
-    db.execute(
+    db.run(
         "UPDATE tool_calls SET record = ? WHERE session_id = ? AND seq = ?",
         (record.replace('"label":"baseline"', '"label":"tampered"'), sid, seq),
     )
-    db.commit()
+    db.close()
     diverged = perfloop(other, "replay", sid)
     assert diverged.returncode == 1
     assert f"call #{seq} (bench.measure from node baseline) has different input" in diverged.stderr
@@ -371,8 +425,9 @@ def test_edited_patches_are_validated_and_recorded(tmp_path: Path, home: Path, r
     assert_clean(repo, s["branch"])
 
 
-def test_fork_refuses_to_move_a_dirty_tree(recorded: dict) -> None:
+def test_fork_refuses_to_move_a_dirty_tree(recorded: dict, monkeypatch) -> None:
     """The user's uncommitted edit sits in the patched file: going back would touch it, so no."""
+    on_recorded(recorded, monkeypatch)
     home, parent, repo = recorded["home"], recorded["summary"]["session"], recorded["repo"]
     before, head = tree(repo), git(repo, "rev-parse", "HEAD")
     bad = perfloop(home, "fork", parent, "--at", "measure")
@@ -393,7 +448,7 @@ def test_fork_at_every_decision_step(tmp_path: Path, home: Path, repo: Path) -> 
         perfloop(home, "run", str(write_target(tmp_path / "t.toml", repo)), "--json", "--max-iterations", "1")
     )
     assert parent["accepted"] == ["kv-cache-full-pool-cast"]
-    store = SessionStore(home / "sessions.sqlite")
+    store = SessionStore.open(home)
     (parent_read,) = [c for c in store.tool_calls(parent["session"]) if c.name == "profile.read"]
 
     def reject(fork: dict, reason: str) -> dict:
@@ -447,7 +502,9 @@ def test_fork_at_every_decision_step(tmp_path: Path, home: Path, repo: Path) -> 
         ]
 
 
-def test_secrets_never_reach_store_recordings_exports_or_logs(tmp_path: Path, home: Path, repo: Path) -> None:
+def test_secrets_never_reach_store_recordings_exports_or_logs(
+    tmp_path: Path, home: Path, repo: Path, store: str, pg_server: PgServer
+) -> None:
     secret = "sk-planted-" + os.urandom(8).hex()
     target = write_target(tmp_path / "t.toml", repo)
     text = target.read_text()
@@ -477,6 +534,8 @@ def test_secrets_never_reach_store_recordings_exports_or_logs(tmp_path: Path, ho
     subprocess.run([str(PERFLOOP), "export", sid, "-o", str(export)], env=env, check=True)
     leaks = [p for p in [*home.rglob("*"), export] if p.is_file() and secret.encode() in p.read_bytes()]
     assert leaks == []
+    if store:  # every table of the database, checkpoints included
+        assert secret.encode() not in pg_server.dump(store.rsplit("/", 1)[1])
     assert secret not in proc.stdout + proc.stderr
     literal = tmp_path / "literal.toml"
     literal.write_text(text.replace("env = {", f'env = {{ OPENAI_API_KEY = "{secret}", ', 1))

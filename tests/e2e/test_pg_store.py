@@ -1,8 +1,8 @@
 """The demo loop on a shared PostgreSQL store (a real server, tests/pg.py) against the same loop on
 SQLite: same results, same replay, export/import between the two; two "machines" (two
 $PERFLOOP_HOMEs on one database) listing, approving and resuming each other's sessions, a killed
-holder's lease expiring; no secret in the database. The Postgres part of the durable-session suite
-(tests/e2e/test_durable.py runs the rest on SQLite)."""
+holder's lease expiring; no secret in the database. The durable-session suite itself
+(tests/e2e/test_durable.py, test_concurrent_resume.py) runs every test on both stores."""
 
 from __future__ import annotations
 

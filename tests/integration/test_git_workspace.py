@@ -253,3 +253,37 @@ def test_git_checkout_stash_and_reset_are_never_run(ws, tmp_path, monkeypatch):
     assert not {"checkout", "stash", "reset", "restore", "clean"} & subcommands
     source = Path(git_workspace.__file__).read_text()
     assert not any(word in source for word in ('"checkout"', '"stash"', '"reset"'))
+
+
+def test_abandon_branch_goes_back_to_before_a_killed_trial_with_its_commit_gone(ws):
+    """A parallel trial killed after committing on its own branch, run again: the checkout goes
+    back to what it was on before (a branch, or a detached commit), the trial branch and its commit
+    are deleted, the user's uncommitted work is carried along; a switch that would overwrite the
+    user's work is refused with nothing changed."""
+    trial = "perfloop/s1-trial1-b"
+    ws.ensure_branch("main")  # the host's checkout as the trial found it, with the user's work
+    (ws.root / "README.md").write_text("demo, edited\n")
+    (ws.root / "notes.txt").write_text("mine\n")
+    before = ws.snapshot()
+    ws.abandon_branch(trial)  # not on it: nothing to do
+    assert ws.snapshot() == before
+    ws.ensure_branch(trial)
+    ws.apply_and_commit(PATCH, "candidate", TRAILERS)
+    ws.abandon_branch(trial)
+    assert ws.snapshot() == before
+    assert not ws._ok("rev-parse", "--verify", "-q", f"refs/heads/{trial}")
+
+    ws._git("switch", "-q", "--detach", "main")
+    detached = ws.snapshot()
+    ws.ensure_branch(trial)
+    ws.apply_and_commit(PATCH, "candidate", TRAILERS)
+    ws.abandon_branch(trial)
+    assert ws.snapshot() == detached and detached.branch is None
+
+    ws.ensure_branch(trial)
+    ws.apply_and_commit(PATCH, "candidate", TRAILERS)
+    (ws.root / "pkg/mod.py").write_text((ws.root / "pkg/mod.py").read_text() + "user line\n")
+    kept = world(ws)
+    with pytest.raises(PatchError, match=f"cannot switch back from {trial}") as err:
+        ws.abandon_branch(trial)
+    assert "\n" not in str(err.value) and world(ws) == kept

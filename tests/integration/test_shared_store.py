@@ -65,6 +65,15 @@ def test_the_store_behaves_the_same_on_both_engines(store: SessionStore) -> None
     assert store.supersede_after(SID, 2) == 2 and store.supersede_after(SID, 2) == 0
     assert [c.seq for c in store.tool_calls(SID)] == [0, 1]
     assert len(store.tool_calls(SID, include_superseded=True)) == 4
+    for seq, task in ((4, "t-done"), (5, "t-killed"), (6, "t-done"), (7, None)):  # a parallel batch
+        store.record(call(seq).model_copy(update={"task_id": task}))
+    assert store.supersede_after(SID, 4, finished={"t-done"}) == 2  # the finished task's calls stay
+    assert [(c.seq, c.task_id) for c in store.tool_calls(SID)] == [
+        (0, None),
+        (1, None),
+        (4, "t-done"),
+        (6, "t-done"),
+    ]
     reused = store.superseded_call(SID, "llm.chat", {"i": 3})
     assert reused is not None and reused.seq == 3 and store.superseded_call(SID, "llm.chat", {"i": 9}) is None
     sample = lambda sid, loc: AASample(target_key="k", group="g", session_id=sid, launch_number=1,

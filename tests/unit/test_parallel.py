@@ -164,3 +164,23 @@ def test_parallel_without_hosts_is_refused_in_one_line(tmp_path: Path) -> None:
     assert not (tmp_path / "home" / "sessions").exists() or not any(
         (tmp_path / "home" / "sessions").iterdir()
     )
+
+
+def test_an_answer_must_fit_a_batch_or_a_single_proposal() -> None:
+    from agent.approving import batch_refusal
+
+    batch = {"playbook": "p1, p2", "candidates": [{"playbook": "p1"}, {"playbook": "p2"}]}
+    single = {"playbook": "p1"}
+    assert batch_refusal("s1", batch, {"approved": True, "playbooks": ["p2"]}) is None
+    assert batch_refusal("s1", batch, {"approved": False, "reason": "no"}) is None
+    assert batch_refusal("s1", single, {"approved": True, "diff": "x"}) is None
+    assert batch_refusal("s1", batch, {"approved": True, "playbooks": ["p2", "p9"]}) == (
+        "--only p9: not in the batch; choose from p1, p2"
+    )
+    assert batch_refusal("s1", batch, {"approved": True, "diff": "x"}) == (
+        "--patch: session s1 waits on a batch of 2 candidates for [[hosts]] (p1, p2), not one patch; "
+        "approve (--only ID to pick) or reject the batch"
+    )
+    assert batch_refusal("s1", single, {"approved": True, "playbooks": ["p1"]}) == (
+        "--only: session s1 waits on one proposal (p1), not a batch; leave --only out"
+    )

@@ -30,7 +30,8 @@ class Door(Protocol):
         """Sequence number the next recorded call will get."""
         ...
 
-    def branch(self, node: str, host: Any = None) -> Door:
+    def branch(self, node: str, host: Any = None, task_id: str | None = None) -> Door:
         """A door for one of several branches run at the same time (node label `NAME@BRANCH`),
-        calling tools on `host` (a host config; None: where this door calls them)."""
+        calling tools on `host` (a host config; None: where this door calls them); its calls are
+        recorded with `task_id` (the LangGraph task running the branch)."""
         ...

@@ -60,15 +60,17 @@ class LiveDoor:
         self.executors = executors
         self.lock = lock or threading.Lock()
         self.node = "-"
+        self.task_id: str | None = None
 
-    def branch(self, node: str, host: Any = None) -> LiveDoor:
+    def branch(self, node: str, host: Any = None, task_id: str | None = None) -> LiveDoor:
         """A door for one parallel branch: its own node label (`trial@HOST`), the executor of
-        `host` (a host config; None: this door's), the same recording, numbered under one lock."""
+        `host` (a host config; None: this door's), the same recording, numbered under one lock,
+        each call recorded with `task_id` (which `SessionStore.supersede_after` keeps)."""
         executor = self.executor
         if host is not None:
             executor = self.executors(host) if self.executors is not None else None
         door = LiveDoor(self.session_id, self.recorder, executor, self.executors, self.lock)
-        door.node = node
+        door.node, door.task_id = node, task_id
         return door
 
     def next_seq(self) -> int:
@@ -110,6 +112,7 @@ class LiveDoor:
                         started_at=started,
                         duration_s=time.perf_counter() - t0,
                         reused_from=None if reused is None else reused.seq,
+                        task_id=self.task_id,
                     )
                 )
 

@@ -73,7 +73,7 @@ class ReplayDoor:
     def next_seq(self) -> int:
         return self.position
 
-    def branch(self, node: str, host: Any = None) -> ReplayBranch:
+    def branch(self, node: str, host: Any = None, task_id: str | None = None) -> ReplayBranch:
         """The door of one parallel branch: it plays that branch's calls in their order."""
         return ReplayBranch(self, node)
 
@@ -108,7 +108,7 @@ class ReplayBranch:
     def next_seq(self) -> int:
         return self.parent.position
 
-    def branch(self, node: str, host: Any = None) -> ReplayBranch:
+    def branch(self, node: str, host: Any = None, task_id: str | None = None) -> ReplayBranch:
         return ReplayBranch(self.parent, node)
 
     def call(self, fn: Callable[[In], Out], args: In) -> Out:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -100,12 +101,22 @@ class SessionStore:
             (call.session_id, call.seq, redact(call.model_dump_json())),
         )
 
-    def supersede_after(self, session_id: str, done: int) -> int:
-        """Mark calls with seq >= done (made by a node that never finished) superseded."""
-        return self.db.run(
-            "UPDATE tool_calls SET superseded = 1 WHERE session_id = ? AND seq >= ? AND superseded = 0",
-            (session_id, done),
-        )
+    def supersede_after(self, session_id: str, done: int, finished: Collection[str] = ()) -> int:
+        """Mark calls with seq >= done superseded (made by a node that never finished), except
+        those of the parallel tasks in `finished` (their writes are in the checkpoint: LangGraph
+        does not run them again, so their calls stay the recording of what they did)."""
+        with self.db.transaction():
+            rows = self.db.rows(
+                "SELECT seq, record FROM tool_calls WHERE session_id = ? AND seq >= ? AND superseded = 0",
+                (session_id, done),
+            )
+            keep = set(finished)
+            gone = [seq for seq, text in rows if ToolCallRecord.model_validate_json(text).task_id not in keep]
+            for seq in gone:
+                self.db.run(
+                    "UPDATE tool_calls SET superseded = 1 WHERE session_id = ? AND seq = ?", (session_id, seq)
+                )
+        return len(gone)
 
     def superseded_call(self, session_id: str, name: str, inp: dict[str, Any]) -> ToolCallRecord | None:
         """The latest superseded, successful call of tool `name` with exactly this input, if any."""

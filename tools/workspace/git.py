@@ -163,6 +163,22 @@ class GitWorkspace(GitPlumbing):
         self._git("branch", "-q", "-D", name)
         return True
 
+    def abandon_branch(self, name: str) -> None:
+        """If HEAD is on `name` (left there by a killed attempt), switch back to what was checked
+        out before it (`@{-1}`: a branch, or a detached commit) and delete `name` with its commits;
+        uncommitted work is carried along as by `ensure_branch`."""
+        if self._branch() != name:
+            return
+        hint = f"cannot tell what was checked out before {name}; switch the checkout back yourself"
+        ref = self._git("rev-parse", "--symbolic-full-name", "@{-1}", hint=hint)
+        back = (
+            ("--detach", self._git("rev-parse", "@{-1}")) if not ref else (ref.removeprefix("refs/heads/"),)
+        )
+        if back == (name,):
+            raise PatchError(hint)
+        self._git("switch", "-q", *back, hint=f"cannot switch back from {name} to {back[-1]}")
+        self._git("branch", "-q", "-D", name)
+
     def check_patch(self, diff: str, *, allow_binary: bool = False, worktree: bool = True) -> None:
         """Raise PatchError unless `diff` applies to the working tree (unless not `worktree`), the
         index and HEAD's tree."""

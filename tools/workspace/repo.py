@@ -60,6 +60,15 @@ def leave_branch(args: LeaveBranchArgs) -> WorkspaceSnapshot:
         return ws.snapshot()
 
 
+@tool("repo.abandon_branch")
+def abandon_branch(args: BranchArgs) -> WorkspaceSnapshot:
+    """Give up branch `name` if a killed attempt left the checkout on it: back to what was checked
+    out before it, the branch and its commits deleted (the snapshot after)."""
+    with GitWorkspace(args.repo) as ws:
+        ws.abandon_branch(args.name)
+        return ws.snapshot()
+
+
 @tool("repo.instrument")
 def instrument(args: InstrumentArgs) -> InstrumentationRecord:
     """Insert the dormant profiler instrumentation (idempotent)."""
