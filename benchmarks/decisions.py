@@ -86,8 +86,8 @@ FIX = [
 ]
 
 
-def make_tree(dest: Path, fixed: bool) -> Path:
-    """The demo target with the slowdown knob (and, if `fixed`, the cast fix: short steps)."""
+def copy_demo(dest: Path, fixed: bool) -> Path:
+    """A copy of the demo target at `dest`, with the cast fix applied if `fixed` (short steps)."""
     shutil.copytree(DEMO, dest, ignore=shutil.ignore_patterns("__pycache__"))
     if fixed:
         backend = dest / "mla_server" / "attention" / "mla_backend.py"
@@ -96,6 +96,12 @@ def make_tree(dest: Path, fixed: bool) -> Path:
             assert old in text, "the demo's attention backend changed: update the benchmark"
             text = text.replace(old, new, 1)
         backend.write_text(text)
+    return dest
+
+
+def make_tree(dest: Path, fixed: bool) -> Path:
+    """The demo target with the slowdown knob (and, if `fixed`, the cast fix)."""
+    copy_demo(dest, fixed)
     runner = dest / "mla_server" / "model_runner.py"
     text = runner.read_text()
     old = "    def forward_decode(self, batch):\n"

@@ -34,9 +34,8 @@ from tools import bench, server  # noqa: E402
 from tools.gate.score import score  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from decisions import FIX  # noqa: E402
+from decisions import copy_demo  # noqa: E402
 
-DEMO = ROOT / "examples" / "targets" / "mla_server"
 PROMPTS = ["Explain the KV cache.", "Write a haiku about GPUs."]
 LOGITS = "        return F.linear(rms_norm(h, self.final_norm), self.lm_head).float()\n"
 NUDGED = (
@@ -49,13 +48,7 @@ NUDGED = (
 
 def make_tree(dest: Path) -> Path:
     """The demo target with the cast fix (short steps) and the logits knob `BENCH_NUDGE`."""
-    shutil.copytree(DEMO, dest, ignore=shutil.ignore_patterns("__pycache__"))
-    backend = dest / "mla_server" / "attention" / "mla_backend.py"
-    text = backend.read_text()
-    for old, new in FIX:
-        assert old in text, "the demo's attention backend changed: update the benchmark"
-        text = text.replace(old, new, 1)
-    backend.write_text(text)
+    copy_demo(dest, fixed=True)
     model = dest / "mla_server" / "model.py"
     text = model.read_text()
     assert LOGITS in text, "the demo's MLAModel.logits changed: update the benchmark"
