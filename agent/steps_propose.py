@@ -4,7 +4,12 @@
 diagnose); `auto` tries the playbooks first. A model's conversation (agent/proposer/) runs inside
 this node as recorded door calls; a conversation that ends without a valid patch is recorded as a
 failed `llm` decision with its reason, and the step runs again to try once more (up to
-`max_proposals` per iteration) or to stop with that reason.
+`max_proposals` rounds per iteration) or to stop with that reason.
+
+With `[[hosts]]`, several candidates are tried at once: every playbook that fits (unless `llm`),
+or, when no playbook fits (or under `llm`), a round of model candidates, one per host
+(agent/proposer/asking.py). Two or more go to the `trial` fan-out; a single one takes the usual
+path here.
 """
 
 from __future__ import annotations
@@ -18,13 +23,12 @@ from langgraph.types import Command
 from agent.actions import playbooks_of
 from agent.context import LoopContext, need, step, transition
 from agent.parallel import fan_out
-from agent.proposer.conversation import Conversation
+from agent.proposer.asking import LLM, ask_round, no_model_reason
 from playbooks.engine import launch_conflict
 from playbooks.launch import change_conflict, describe, edited_argv
 from playbooks.patches import NoPatch, choose_patch
-from state.loop import Decision, LoopState, Proposal
+from state.loop import LoopState, Proposal
 
-LLM = "llm"
 Goto = Literal["approve", "propose", "trial", "finish", "abort"]
 
 
@@ -135,19 +139,18 @@ def _stop(reason: str) -> Command[Goto]:
     )
 
 
-def _no_model_reason(state: LoopState) -> str | None:
-    """Why no model is asked now, or None when one may be."""
-    cfg = state.target.proposer
-    if cfg.mode == "playbook":
-        return "--proposer playbook: no model is asked"
-    if not cfg.model:
-        return ""  # the default: playbooks only, and the stop reason stays what it always was
-    if state.llm_usage.tokens >= cfg.max_tokens:
-        return f"token budget exhausted: {state.llm_usage.tokens} of {cfg.max_tokens} tokens spent"
-    used = [d for d in state.decisions if d.playbook == LLM and d.iteration == state.iteration]
-    if len(used) >= cfg.max_proposals:
-        return f"model proposals for this iteration used ({len(used)}); last: {used[-1].reason}"
-    return None
+def _at_once(state: LoopState, batch: list[Proposal], update: dict) -> Command[Goto]:
+    """Candidates for the `[[hosts]]`: sent to their trials, or first to approval (one answer for
+    the whole batch) under manual approval."""
+    names = ", ".join(p.playbook for p in batch)
+    if state.options.approve == "manual":
+        note = f"{len(batch)} candidates for [[hosts]], waiting for approval: {names}"
+        update |= {"candidates": batch, "proposal": None, "approval": None}
+        return Command(update={**update, "transitions": transition("propose", note)}, goto="approve")
+    sends, fanned = fan_out(state, batch)
+    names = ", ".join(f"{s.arg.proposal.playbook} on {s.arg.host.name}" for s in sends)
+    note = f"{len(batch)} candidates, tried at once on [[hosts]]: {names}"
+    return Command(update={**update, **fanned, "transitions": transition("propose", note)}, goto=sends)
 
 
 @step
@@ -155,17 +158,8 @@ def propose(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Goto]:
     """Propose the next patch: a playbook's (unless --proposer llm), else a model's (unless playbook)."""
     skipped: list[str] = []
     batch = parallel_candidates(state)
-    if len(batch) >= 2 and state.options.approve == "manual":  # one answer for the batch first
-        note = f"{len(batch)} candidates for [[hosts]], waiting for approval: " + ", ".join(
-            p.playbook for p in batch
-        )
-        update = {"candidates": batch, "proposal": None, "approval": None}
-        return Command(update={**update, "transitions": transition("propose", note)}, goto="approve")
     if len(batch) >= 2:
-        sends, update = fan_out(state, batch)
-        names = ", ".join(f"{s.arg.proposal.playbook} on {s.arg.host.name}" for s in sends)
-        note = f"{len(batch)} candidates, tried at once on [[hosts]]: {names}"
-        return Command(update={**update, "transitions": transition("propose", note)}, goto=sends)
+        return _at_once(state, batch, {})
     if state.target.proposer.mode != LLM:
         proposal = playbook_proposal(state, skipped)
         if proposal is not None:
@@ -177,23 +171,16 @@ def propose(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Goto]:
         reason += f"; top: {generic[0].title}"
     if skipped:
         reason += "; skipped " + ", ".join(skipped)
-    why_not = _no_model_reason(state)
+    why_not = no_model_reason(state)
     if why_not is not None:
         return _stop(f"{reason}; {why_not}" if why_not else reason)
-    finding = findings[0]
-    outcome = Conversation(state, runtime, finding).run()
-    usage = state.llm_usage.add(outcome.usage)
-    if outcome.proposal is not None:
-        cmd = _proposed(outcome.proposal, state)
-        return Command(update={**(cmd.update or {}), "llm_usage": usage}, goto=cmd.goto)
-    decision = Decision(
-        iteration=state.iteration,
-        playbook=LLM,
-        verdict="failed",
-        reason=f"model proposal dropped: {outcome.reason}",
-    )
-    note = f"{decision.reason} ({outcome.usage.calls} model calls, {outcome.usage.tokens} tokens)"
-    return Command(
-        update={"decisions": [decision], "llm_usage": usage, "transitions": transition("propose", note)},
-        goto="propose",
-    )
+    asked = ask_round(state, runtime, findings[0])
+    update = {"llm_usage": state.llm_usage.add(asked.usage), "decisions": asked.failed}
+    if len(asked.proposals) >= 2:
+        return _at_once(state, asked.proposals, update)
+    if asked.proposals:
+        cmd = _proposed(asked.proposals[0], state)
+        return Command(update={**(cmd.update or {}), **update}, goto=cmd.goto)
+    why = "; ".join(d.reason for d in asked.failed)
+    note = f"{why} ({asked.usage.calls} model calls, {asked.usage.tokens} tokens)"
+    return Command(update={**update, "transitions": transition("propose", note)}, goto="propose")

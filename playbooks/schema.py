@@ -8,6 +8,10 @@ from pydantic import Field, field_validator, model_validator
 
 from state.base import Model
 
+MODEL_ID = re.compile(r"llm(-[0-9]+)?")
+"""Ids of model-written candidates (`llm`, and `llm-1`, `llm-2`, ... in a round for several hosts);
+no playbook may take one."""
+
 NOTE_FIELDS = {
     "op": "aten::copy_",
     "dims": "[[8, 1, 576]]",
@@ -195,7 +199,8 @@ class Playbook(Model):
     """A known bottleneck and its fix, as stored in the catalog."""
 
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
-    """Stable id; equals the playbook's folder name."""
+    """Stable id; equals the playbook's folder name. `llm` and `llm-N` name model-written
+    candidates and are refused."""
     title: str
     """One-line title of the finding."""
     explanation: str
@@ -230,6 +235,14 @@ class Playbook(Model):
         if both:
             raise ValueError(f"kinds {both} have both a patch and a launch change; keep one")
         return self
+
+    @field_validator("id")
+    @classmethod
+    def _not_a_model_id(cls, value: str) -> str:
+        """`llm` and `llm-N` are the ids of model-written candidates."""
+        if MODEL_ID.fullmatch(value):
+            raise ValueError(f"{value!r} is reserved for model-written candidates: rename the playbook")
+        return value
 
     @field_validator("evidence_note")
     @classmethod

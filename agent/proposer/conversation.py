@@ -12,6 +12,7 @@ duration of each call, so a replay stops where the run stopped), repair rounds.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from langgraph.runtime import Runtime
@@ -74,8 +75,17 @@ class Dropped(Exception):
 class Conversation:
     """One proposal's conversation with the model."""
 
-    def __init__(self, state: LoopState, runtime: Runtime[LoopContext], finding: Finding) -> None:
+    def __init__(
+        self,
+        state: LoopState,
+        runtime: Runtime[LoopContext],
+        finding: Finding,
+        siblings: Sequence[Proposal] = (),
+    ) -> None:
         self.state, self.runtime, self.finding = state, runtime, finding
+        self.siblings = list(siblings)
+        """Candidates of the same round (tried at the same time on other hosts): shown to the
+        model, and a patch equal to one of them is sent back."""
         self.cfg = state.target.proposer
         self.repo = state.target.repo
         self.usage = LlmUsage()
@@ -101,6 +111,7 @@ class Conversation:
                     tried,
                     self.state.reference.tpot_ms.median if self.state.reference else None,
                     self.state.target.launch.argv,
+                    self.siblings,
                 ),
             ),
         ]
@@ -120,7 +131,13 @@ class Conversation:
             if reply.finish_reason == "length":
                 self._repair("length", "your answer was cut off at the token limit; answer more briefly")
                 continue
-            result = validate(reply.content or "", self._texts, self.cfg.protected, self._git_check)
+            result = validate(
+                reply.content or "",
+                self._texts,
+                self.cfg.protected,
+                self._git_check,
+                extra=[("distinct", self._distinct)],
+            )
             if isinstance(result, Failure):
                 self._repair(result.stage, result.reason)
                 continue
@@ -185,6 +202,15 @@ class Conversation:
         result = call(self.runtime, code.check_diff, DiffArgs(repo=self.repo, diff=c.diff))
         return (
             None if result.ok else f"git apply --check refused the patch built from your edits: {result.text}"
+        )
+
+    def _distinct(self, c: Candidate) -> str | None:
+        same = next((p for p in self.siblings if p.diff == c.diff), None)
+        if same is None:
+            return None
+        return (
+            f"this patch is the same as candidate {same.playbook}, which another host is already "
+            "trying: propose a different change"
         )
 
     def _hot_sources(self) -> dict[str, str]:

@@ -8,10 +8,14 @@ never instructions.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from state.diagnosis import Diagnosis, Finding
-from state.loop import Decision
+from state.loop import Decision, Proposal
+
+SIBLING_DIFF_CHARS = 4000
+"""How much of each other candidate's diff the model is shown."""
 
 TOOLS = [
     {
@@ -126,8 +130,10 @@ def context(
     tried: list[Decision],
     tpot_ms: float | None,
     launch: list[str],
+    siblings: Sequence[Proposal] = (),
 ) -> str:
-    """The first user message: target, diagnosis, hot source lines, earlier attempts (pure)."""
+    """The first user message: target, diagnosis, hot source lines, earlier attempts, and the
+    candidates of this round other hosts will try at the same time (pure)."""
     ops = "\n".join(
         f"{k}. {op.name} dims {op.input_dims} types {op.input_types[:2]}: {op.share:.1%} of "
         f"{diagnosis.time_basis} self time, {op.calls} calls, {op.self_us / 1000:.2f} ms, "
@@ -147,8 +153,23 @@ def context(
     if tried:
         earlier = "\n".join(f"- {d.playbook}: {d.verdict}: {d.reason}" for d in tried)
         parts += ["Already tried in this session (do not repeat these):", data("attempts", earlier)]
+    if siblings:
+        others = "\n\n".join(f"- {p.playbook}: {p.title}\n{clipped(p.diff)}" for p in siblings)
+        parts += [
+            "These candidates are already proposed for this round and will be tried at the same "
+            "time on other hosts. Propose a different change (another place, another approach), "
+            "not one of these:",
+            data("candidates", others),
+        ]
     parts.append("Read what you need, then answer with your rationale and edit blocks.")
     return "\n\n".join(p for p in parts if p)
+
+
+def clipped(diff: str, limit: int = SIBLING_DIFF_CHARS) -> str:
+    """A diff cut to `limit` characters, saying so (pure)."""
+    if len(diff) <= limit:
+        return diff
+    return diff[:limit] + f"\n... ({len(diff) - limit} more characters)"
 
 
 def repair(stage: str, reason: str, rounds_left: int) -> str:

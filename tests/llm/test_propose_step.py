@@ -8,7 +8,8 @@ import pytest
 
 from agent.steps_propose import propose
 from state.proposer import ProposerConfig
-from tests.llm.conftest import fix_answer, loop_state, runtime
+from state.target import TrialHost
+from tests.llm.conftest import NEW, fix_answer, loop_state, runtime
 from tests.llm.fake_openai import ScriptedModel, reply
 from tests.recorders import MemoryRecorder
 from tools.door.live import LiveDoor
@@ -67,3 +68,96 @@ def test_cli_refuses_llm_without_a_model_in_one_line(tmp_path: Path) -> None:
     assert proc.stderr.strip() == (
         "error: --proposer llm needs a model: pass --model NAME (or set model under [proposer])"
     )
+
+
+SLOWER = NEW.replace(
+    "kv = k_buffer[kv_indices].to(q.dtype)  # gather the request's rows, then cast only those",
+    "kv = k_buffer[kv_indices].to(q.dtype).contiguous()  # a different change",
+)
+
+
+def with_hosts(state, n: int, parallel: int | None = None):
+    """The state with `n` local `[[hosts]]` (checkouts are not touched by `propose`)."""
+    hosts = [TrialHost(name=f"h{k}", repo=state.target.repo) for k in range(n)]
+    target = state.target.model_copy(update={"hosts": hosts})
+    return state.model_copy(
+        update={"target": target, "options": state.options.model_copy(update={"parallel": parallel})}
+    )
+
+
+def propose_on_hosts(tmp_path: Path, engine: Path, script, n: int = 2, parallel: int | None = None, **cfg):
+    with ScriptedModel(script) as model:
+        state = with_hosts(loop_state(tmp_path, engine, model.base_url, **cfg), n, parallel)
+        cmd = propose(state, runtime(LiveDoor("s", MemoryRecorder())))
+    return cmd, model
+
+
+def test_two_hosts_ask_the_model_for_two_different_candidates_and_fan_them_out(
+    tmp_path: Path, engine: Path
+) -> None:
+    cmd, model = propose_on_hosts(tmp_path, engine, [reply(fix_answer()), reply(fix_answer(new=SLOWER))])
+    assert len(model.requests) == 2
+    first, second = (r["messages"][1]["content"] for r in model.requests)
+    assert "already proposed for this round" not in first
+    assert "already proposed for this round" in second and "llm-1: Gather-then-cast" in second
+    assert "+            kv = k_buffer[kv_indices].to(q.dtype)  # gather" in second  # its diff, as data
+    sends = cmd.goto
+    assert [(s.arg.proposal.playbook, s.arg.host.name) for s in sends] == [("llm-1", "h0"), ("llm-2", "h1")]
+    assert [p.proposer for p in cmd.update["candidates"]] == ["llm", "llm"]
+    assert sends[0].arg.proposal.diff != sends[1].arg.proposal.diff
+    assert cmd.update["llm_usage"].calls == 2 and cmd.update["decisions"] == []
+    assert (
+        "2 candidates, tried at once on [[hosts]]: llm-1 on h0, llm-2 on h1"
+        in cmd.update["transitions"][0].note
+    )
+
+
+def test_a_second_candidate_equal_to_the_first_is_sent_back_for_repair(tmp_path: Path, engine: Path) -> None:
+    script = [reply(fix_answer()), reply(fix_answer()), reply(fix_answer(new=SLOWER))]
+    cmd, model = propose_on_hosts(tmp_path, engine, script)
+    assert len(model.requests) == 3
+    repair = model.requests[2]["messages"][-1]["content"]
+    assert "distinct check failed" in repair and "same as candidate llm-1" in repair, repair
+    assert [s.arg.proposal.playbook for s in cmd.goto] == ["llm-1", "llm-2"]
+    assert cmd.goto[1].arg.proposal.origin.repairs == 1
+
+
+def test_parallel_caps_the_round_and_a_single_candidate_takes_the_usual_path(
+    tmp_path: Path, engine: Path
+) -> None:
+    cmd, model = propose_on_hosts(tmp_path, engine, [reply(fix_answer())], n=3, parallel=1)
+    assert len(model.requests) == 1 and cmd.goto == "approve"
+    assert cmd.update["proposal"].playbook == "llm"  # a round of one is named as without hosts
+
+
+def test_a_failed_conversation_in_a_round_is_recorded_and_the_other_candidate_goes_alone(
+    tmp_path: Path, engine: Path
+) -> None:
+    script = [reply("no edits")] * 4 + [reply(fix_answer())]
+    cmd, model = propose_on_hosts(tmp_path, engine, script)
+    assert len(model.requests) == 5 and cmd.goto == "approve"
+    (failed,) = cmd.update["decisions"]
+    assert failed.playbook == "llm" and failed.verdict == "failed"
+    assert "Already tried in this session" in model.requests[4]["messages"][1]["content"]
+    assert cmd.update["proposal"].playbook == "llm-1"
+    assert cmd.update["llm_usage"].calls == 5
+
+
+def test_the_token_budget_ends_a_round_early(tmp_path: Path, engine: Path) -> None:
+    script = [{**reply(fix_answer()), "prompt_tokens": 900, "completion_tokens": 200}]
+    cmd, model = propose_on_hosts(tmp_path, engine, script, max_tokens=1000)
+    assert len(model.requests) == 1 and cmd.goto == "approve"  # the second conversation is not started
+    assert cmd.update["llm_usage"].tokens == 1100
+
+
+def test_a_playbook_may_not_take_a_model_candidates_id() -> None:
+    from pydantic import ValidationError
+
+    from playbooks.engine import load_playbooks
+
+    (book,) = [b for b in load_playbooks() if b.id == "kv-cache-full-pool-cast"]
+    data = book.model_dump()
+    for bad in ("llm", "llm-2"):
+        with pytest.raises(ValidationError, match="reserved for model-written candidates"):
+            type(book).model_validate({**data, "id": bad})
+    assert type(book).model_validate({**data, "id": "llm-ish-fusion"}).id == "llm-ish-fusion"

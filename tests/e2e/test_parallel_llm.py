@@ -1,0 +1,85 @@
+"""Model-written candidates tried at once: the real CLI on the CPU demo target with two local
+`[[hosts]]` (each its own checkout) and the real openai client talking to a scripted
+OpenAI-compatible server on 127.0.0.1. The model is asked for one candidate per host: the second
+conversation is shown the first candidate and answers with a different patch; both are measured at
+the same time on their hosts, the faster verified one is applied and measured again here, and the
+session replays offline."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import assert_clean, git, last_json, make_repo, perfloop, write_target
+from tests.e2e.test_llm_proposer import llm_env, reads_then_answers
+from tests.e2e.test_parallel_resume import with_local_hosts
+from tests.llm.conftest import BACKEND, edit_block, fix_answer
+from tests.llm.fake_openai import ScriptedModel, reply
+from tests.procs import processes_in
+from tools.door.store import SessionStore
+
+pytestmark = pytest.mark.e2e
+
+COMMENT = "import torch\n"
+"""The second candidate only adds a comment after this line: no faster, outputs identical."""
+
+
+def a_different_patch(body: dict) -> dict:
+    """The second conversation: it was shown the first candidate, and answers with another change."""
+    context = body["messages"][1]["content"]
+    assert "already proposed for this round" in context and "llm-1: Gather-then-cast" in context, context
+    answer = "Try a hint for the reader instead.\n" + edit_block(BACKEND, COMMENT, COMMENT + "\n# a hint\n")
+    return {**reply(answer), "prompt_tokens": 1800, "completion_tokens": 60}
+
+
+@pytest.mark.timeout(900)
+def test_two_model_candidates_are_tried_at_once_on_two_hosts_then_replay(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "engine")
+    repo_a, repo_b = make_repo(tmp_path / "a" / "engine"), make_repo(tmp_path / "b" / "engine")
+    target = with_local_hosts(write_target(tmp_path / "t.toml", repo, looks=1), {"a": repo_a, "b": repo_b})
+    home = tmp_path / "home"
+    args = (
+        "--proposer",
+        "llm",
+        "--model",
+        "scripted-coder",
+        "--no-builtin-playbooks",
+        "--max-iterations",
+        "1",
+    )
+    with ScriptedModel([*reads_then_answers(fix_answer()), a_different_patch]) as model:
+        proc = perfloop(home, "run", str(target), *args, "--json", env=llm_env(model))
+        assert len(model.requests) == 3
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    s = last_json(proc)
+    assert s["status"] == "done" and s["accepted"] == ["llm-1"] and s["outputs_identical"] is True, s
+    assert s["speedup"] >= 3.0 and s["llm_calls"] == 3, s
+    shown = last_json(perfloop(home, "show", s["session"], "--json"))
+    trials = sorted((t["playbook"], t["host"], t["status"]) for t in shown["trials"])
+    assert trials == [("llm-1", "a", "measured"), ("llm-2", "b", "measured")], shown["trials"]
+    by_id = {t["playbook"]: t for t in shown["trials"]}
+    assert by_id["llm-1"]["verdict"] == "accepted" and by_id["llm-1"]["speedup"] >= 2.0, by_id
+    assert by_id["llm-2"]["speedup"] < by_id["llm-1"]["speedup"], by_id
+    assert [d["playbook"] for d in shown["decisions"] if d["verdict"] == "accepted"] == ["llm-1"]
+    # the two trials overlapped in time: each host's trial began before the other's ended
+    calls = SessionStore.open(home).tool_calls(s["session"])
+    spans = {}
+    for h in "ab":
+        mine = [c for c in calls if c.node == f"trial@{h}"]
+        end = max(c.started_at + timedelta(seconds=c.duration_s) for c in mine)
+        spans[h] = (min(c.started_at for c in mine), end)
+    assert spans["a"][0] < spans["b"][1] and spans["b"][0] < spans["a"][1], spans
+    log = git(repo, "log", "-1", "--format=%B")
+    assert "Perfloop-Proposer: llm scripted-coder" in log and "Perfloop-Playbook: llm-1" in log
+    assert_clean(repo, s["branch"])
+    for r in (repo, repo_a, repo_b):
+        assert processes_in(r) == [], r
+    for r in (repo_a, repo_b):  # each host's checkout given back as it was
+        assert git(r, "rev-parse", "--abbrev-ref", "HEAD").strip() == "main"
+        assert git(r, "status", "--porcelain") == ""
+    rep = perfloop(home, "replay", s["session"], "--json", env={"OPENAI_BASE_URL": model.base_url})
+    assert rep.returncode == 0, rep.stderr[-2000:]
+    again = last_json(rep)
+    assert again.pop("matches_recording") is True and again == s
