@@ -1,7 +1,8 @@
 """How many model-written candidates to ask for, and the round of conversations that asks for them.
 
 Without `[[hosts]]` a round is one conversation, as it always was. With several hosts the model
-is asked for one candidate per host that can take a trial (`--parallel` caps it): conversation k
+is asked for one candidate per host (tried at most `--parallel` at once, as playbook candidates
+are; the rest wait their turn): conversation k
 is shown the candidates 1..k-1 of the round and told to propose something different, and a patch
 identical to one of them is sent back for repair. The candidates of a round are named `llm-1`,
 `llm-2`, ... (a single model proposal stays `llm`), so trials, decisions and `--only` can tell
@@ -37,12 +38,10 @@ def is_model(playbook: str) -> bool:
 
 
 def round_size(state: LoopState) -> int:
-    """Candidates one round asks the model for: one per host of `[[hosts]]` (at most `--parallel`),
-    or 1 without hosts (pure)."""
+    """Candidates one round asks the model for: one per host of `[[hosts]]` when there are two or
+    more, else 1 (pure). `--parallel` caps how many are tried at once, as for playbooks."""
     hosts = len(state.target.hosts)
-    if hosts < 2:
-        return 1
-    return max(1, min(state.options.parallel or hosts, hosts))
+    return hosts if hosts >= 2 else 1
 
 
 def conversations_used(state: LoopState) -> int:

@@ -122,12 +122,23 @@ def test_a_second_candidate_equal_to_the_first_is_sent_back_for_repair(tmp_path:
     assert cmd.goto[1].arg.proposal.origin.repairs == 1
 
 
-def test_parallel_caps_the_round_and_a_single_candidate_takes_the_usual_path(
+def test_a_round_has_a_candidate_per_host_and_parallel_caps_how_many_are_tried_at_once(
     tmp_path: Path, engine: Path
 ) -> None:
-    cmd, model = propose_on_hosts(tmp_path, engine, [reply(fix_answer())], n=3, parallel=1)
+    third = NEW.replace("# gather the request's rows, then cast only those", "# a third change")
+    script = [reply(fix_answer()), reply(fix_answer(new=SLOWER)), reply(fix_answer(new=third))]
+    cmd, model = propose_on_hosts(tmp_path, engine, script, n=3, parallel=1)
+    assert len(model.requests) == 3
+    assert "llm-1:" in model.requests[2]["messages"][1]["content"]
+    assert "llm-2:" in model.requests[2]["messages"][1]["content"]
+    assert [(s.arg.proposal.playbook, s.arg.host.name) for s in cmd.goto] == [("llm-1", "h0")]
+    assert cmd.update["trial_queue"] == ["llm-2", "llm-3"]
+
+
+def test_one_host_keeps_a_round_of_one_named_as_without_hosts(tmp_path: Path, engine: Path) -> None:
+    cmd, model = propose_on_hosts(tmp_path, engine, [reply(fix_answer())], n=1)
     assert len(model.requests) == 1 and cmd.goto == "approve"
-    assert cmd.update["proposal"].playbook == "llm"  # a round of one is named as without hosts
+    assert cmd.update["proposal"].playbook == "llm"
 
 
 def test_a_failed_conversation_in_a_round_is_recorded_and_the_other_candidate_goes_alone(
