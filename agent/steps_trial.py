@@ -90,7 +90,9 @@ class TrialRun:
             server.launch,
             LaunchArgs(
                 repo=self.repo,
-                launch=t.target.launch.model_copy(update={"argv": argv}),
+                launch=t.target.launch.model_copy(
+                    update={"argv": argv, "env": {**t.target.launch.env, **t.host.env}}
+                ),
                 python=self.python,
                 log_path=self.dir / "logs" / f"{name}.log",
                 tree_sha256=fingerprint,

@@ -41,6 +41,15 @@ class TrialHost(Model):
     """The machine: this one, or one over SSH."""
     repo: Path
     """That host's own checkout of the engine, at the commit the session starts from."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Environment for this host's servers, over `launch.env` (e.g. `CUDA_VISIBLE_DEVICES = "1"`,
+    so that the GPUs of one machine serve as several hosts)."""
+
+    @field_validator("env")
+    @classmethod
+    def _no_literal_secrets(cls, env: dict[str, str]) -> dict[str, str]:
+        """No secret written out in the target file."""
+        return refuse_secrets(env, "export it in your shell and list its name under launch.pass_env instead")
 
 
 class LaunchConfig(Model):

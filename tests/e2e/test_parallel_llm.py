@@ -39,6 +39,8 @@ def test_two_model_candidates_are_tried_at_once_on_two_hosts_then_replay(tmp_pat
     repo = make_repo(tmp_path / "engine")
     repo_a, repo_b = make_repo(tmp_path / "a" / "engine"), make_repo(tmp_path / "b" / "engine")
     target = with_local_hosts(write_target(tmp_path / "t.toml", repo, looks=1), {"a": repo_a, "b": repo_b})
+    with target.open("a") as f:  # host b's servers get their own variable (e.g. a GPU of their own)
+        f.write('[hosts.env]\nPERFLOOP_TEST_GPU = "1"\n')
     home = tmp_path / "home"
     args = (
         "--proposer",
@@ -71,6 +73,11 @@ def test_two_model_candidates_are_tried_at_once_on_two_hosts_then_replay(tmp_pat
         end = max(c.started_at + timedelta(seconds=c.duration_s) for c in mine)
         spans[h] = (min(c.started_at for c in mine), end)
     assert spans["a"][0] < spans["b"][1] and spans["b"][0] < spans["a"][1], spans
+    for h, gpu in (("a", None), ("b", "1")):  # [hosts.env] reached only that host's launches
+        launches = [c for c in calls if c.node == f"trial@{h}" and c.name == "server.launch"]
+        assert len(launches) == 2 and all(
+            c.input["launch"]["env"].get("PERFLOOP_TEST_GPU") == gpu for c in launches
+        )
     log = git(repo, "log", "-1", "--format=%B")
     assert "Perfloop-Proposer: llm scripted-coder" in log and "Perfloop-Playbook: llm-1" in log
     assert_clean(repo, s["branch"])
