@@ -11,8 +11,9 @@ import sys
 import threading
 from pathlib import Path
 
-from agent.approving import approval_number
+from agent.approving import approval_number, batch_refusal
 from agent.session import Sessions
+from tools.errors import ToolError
 
 
 class Conflict(Exception):
@@ -43,6 +44,24 @@ def check(sessions: Sessions, session: str, number: int) -> None:
         raise Conflict(
             f"proposal {number + 1} of session {session} was answered already; it now waits on another"
         )
+
+
+def only_args(sessions: Sessions, session: str, chosen: list[str]) -> list[str]:
+    """`--only` options for the candidates ticked on the page: none when every candidate of the
+    batch (or the one proposal) is approved; ToolError when none is ticked or a name is not in
+    the batch (the CLI's own check)."""
+    pending = sessions.pending_approval(session) or {}
+    ids = [c["playbook"] for c in pending.get("candidates", [])]
+    if not ids:
+        return []
+    if not chosen:
+        raise ToolError("approve: no candidate ticked; tick those to try, or reject the batch")
+    refused = batch_refusal(session, pending, {"playbooks": chosen})
+    if refused is not None:
+        raise ToolError(refused)
+    if set(chosen) == set(ids):
+        return []
+    return [arg for pb in chosen for arg in ("--only", pb)]
 
 
 def claim(sessions: Sessions, session: str, number: int) -> Path:

@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from agent.approving import approval_number, edited_patch
+from agent.approving import approval_number, batch_refusal, edited_patch
 from agent.report.data import gather
 from agent.report.html import context, environment
 from agent.session import Sessions
@@ -48,7 +48,10 @@ class Web:
         with self.lock:
             return self.page("index.html.j2", infos=self.sessions.store.list_sessions()[::-1])
 
-    def session(self, request: Request, error: str | None = None, status: int = 200) -> Response:
+    def session(
+        self, request: Request, error: str | None = None, status: int = 200, ticked: list[str] | None = None
+    ) -> Response:
+        """A session's page; after a refused answer, its error and the candidates as they were ticked."""
         sid = _sid(request)
         with self.lock:
             data = gather(self.sessions, sid)
@@ -64,6 +67,7 @@ class Web:
                 progress=progress.read_latest(self.sessions.session_dir(sid)),
                 answer_log=answers.last_answer_log(self.sessions, sid),
                 error=error,
+                ticked=ticked,
             )
 
     def state(self, request: Request) -> Response:
@@ -113,9 +117,10 @@ class Web:
         except ValueError:
             return Response("400: the form names no proposal; reload the page", status_code=400)
         reason = (_text(form.get("reason")) or "").strip()
+        chosen = [v for v in map(_text, form.getlist("only")) if v]
         with self.lock:
             try:
-                args = self._answer_args(sid, action, number, reason, _text(form.get("patch")) or "")
+                args = self._answer_args(sid, action, number, reason, _text(form.get("patch")) or "", chosen)
                 answers.claim(self.sessions, sid, number)
             except answers.Conflict as exc:
                 return self.page("message.html.j2", 409, sid=sid, message=f"409: {exc}")
@@ -124,13 +129,16 @@ class Web:
             else:
                 answers.run_cli(self.sessions, sid, number, args)
                 return RedirectResponse(f"/sessions/{sid}", 303)
-        return self.session(request, error=error, status=400)
+        return self.session(request, error=error, status=400, ticked=chosen if action == "approve" else None)
 
-    def _answer_args(self, sid: str, action: str, number: int, reason: str, patch: str) -> list[str]:
-        """The `perfloop` command that answers; bad input raises ToolError (nothing claimed yet)."""
+    def _answer_args(
+        self, sid: str, action: str, number: int, reason: str, patch: str, chosen: list[str]
+    ) -> list[str]:
+        """The `perfloop` command that answers; bad input raises ToolError (nothing claimed yet).
+        For a batch of candidates, `chosen` are the ones ticked (`approve --only`)."""
         answers.check(self.sessions, sid, number)
         if action == "approve":
-            return ["approve", sid]
+            return ["approve", sid, *answers.only_args(self.sessions, sid, chosen)]
         if action == "reject":
             if not reason:
                 raise ToolError("reject: a reason is required (it is recorded with the decision)")
@@ -138,6 +146,9 @@ class Web:
         if action == "edit":
             if not patch.strip():
                 raise ToolError("edit: the edited patch is empty; paste a unified diff")
+            refused = batch_refusal(sid, self.sessions.pending_approval(sid) or {}, {"diff": patch})
+            if refused is not None:  # the CLI's own refusal, before anything is claimed
+                raise ToolError(refused)
             path = answers.web_dir(self.sessions, sid) / f"edit-{number}.diff"
             path.write_text(patch if patch.endswith("\n") else patch + "\n")
             edited_patch(sid, path)  # the same check `perfloop approve --patch` makes
