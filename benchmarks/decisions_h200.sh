@@ -8,7 +8,7 @@ if ! command -v git >/dev/null; then
   for f in .gitdeb/*.deb; do dpkg -x "$f" /tmp/gitroot; done
   export PATH=/tmp/gitroot/usr/bin:$PATH GIT_EXEC_PATH=/tmp/gitroot/usr/lib/git-core
 fi
-[ -d /tmp/site ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 nproc; uptime
 common=(--threads 1 --repeats 5 --looks 3 --max-tokens 12)
