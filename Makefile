@@ -37,7 +37,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 test: lint system-deps
-	$(PY) -m pytest -q -ra tests
+	$(PY) -m pytest -q -ra --durations=30 tests
 
 test-fast: lint system-deps
 	$(PY) -m pytest -q tests -m "not e2e"
