@@ -14,6 +14,8 @@ from tests.llm.fake_openai import ScriptedModel, call, last_tool_text, reply
 pytestmark = pytest.mark.e2e
 
 KEY = "sk-perfloop-test-0123456789abcdef"
+MODEL_ONLY = ("--proposer", "llm", "--model", "scripted-coder", "--no-builtin-playbooks")
+"""Every patch from the scripted model; no playbook loaded."""
 WRONG = OLD.replace("k_buffer[kv_indices], causal", "k_buffer[kv_indices[-4:]].to(q.dtype), causal").replace(
     "get_key_buffer(layer_id).to(q.dtype)", "get_key_buffer(layer_id)"
 )
@@ -45,7 +47,7 @@ def llm_env(model: ScriptedModel) -> dict[str, str]:
 def test_demo_with_a_model_and_no_playbook_then_replay_offline(home: Path) -> None:
     """The model reads the backend and writes gather-then-cast; accepted, >= 3x; replays offline."""
     with ScriptedModel(reads_then_answers(fix_answer())) as model:
-        args = ("--proposer", "llm", "--model", "scripted-coder", "--no-builtin-playbooks")
+        args = MODEL_ONLY
         proc = perfloop(home, "demo", *args, "--max-iterations", "1", "--json", env=llm_env(model))
     assert proc.returncode == 0, proc.stderr[-3000:]
     s = last_json(proc)
@@ -79,15 +81,7 @@ def test_killed_mid_conversation_resumes_unpaid_then_the_output_gate_rejects_a_w
     target = write_target(tmp_path / "t.toml", repo)
     faults = tmp_path / "faults.txt"
     faults.write_text("tool:code.read_texts\n")  # the first validation read, after both model calls
-    args = (
-        "--proposer",
-        "llm",
-        "--model",
-        "scripted-coder",
-        "--no-builtin-playbooks",
-        "--llm-max-tokens",
-        "2000",
-    )
+    args = (*MODEL_ONLY, "--llm-max-tokens", "2000")
     with ScriptedModel(reads_then_answers(fix_answer(new=WRONG))) as model:
         env = {**llm_env(model), "PERFLOOP_FAULTS_FILE": str(faults)}
         killed = perfloop(home, "run", str(target), *args, "--json", env=env)

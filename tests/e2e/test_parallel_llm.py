@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import assert_clean, git, last_json, make_repo, perfloop, write_target
-from tests.e2e.test_llm_proposer import llm_env, reads_then_answers
+from tests.e2e.test_llm_proposer import MODEL_ONLY, llm_env, reads_then_answers
 from tests.e2e.test_parallel_resume import with_local_hosts
 from tests.llm.conftest import BACKEND, edit_block, fix_answer
 from tests.llm.fake_openai import ScriptedModel, reply
@@ -42,15 +42,7 @@ def test_two_model_candidates_are_tried_at_once_on_two_hosts_then_replay(tmp_pat
     with target.open("a") as f:  # host b's servers get their own variable (e.g. a GPU of their own)
         f.write('[hosts.env]\nPERFLOOP_TEST_GPU = "1"\n')
     home = tmp_path / "home"
-    args = (
-        "--proposer",
-        "llm",
-        "--model",
-        "scripted-coder",
-        "--no-builtin-playbooks",
-        "--max-iterations",
-        "1",
-    )
+    args = (*MODEL_ONLY, "--max-iterations", "1")
     with ScriptedModel([*reads_then_answers(fix_answer()), a_different_patch]) as model:
         proc = perfloop(home, "run", str(target), *args, "--json", env=llm_env(model))
         assert len(model.requests) == 3
