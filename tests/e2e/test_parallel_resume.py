@@ -144,7 +144,11 @@ def wait_for_a_finished_trial(home: Path, proc: subprocess.Popen) -> tuple[str, 
             listed = store.list_sessions()
             if listed:
                 sessions = sessions or Sessions(home)
-                if finished := sessions.finished_tasks(listed[0].id):
+                # Trials only: right after the start, LangGraph's `__start__` task is a finished
+                # task of the first checkpoint too (a kill then found a session with no calls).
+                snap = sessions.graph.get_state(sessions.config(listed[0].id))
+                trials = {t.id for t in snap.tasks if t.name == "trial"}
+                if finished := sessions.finished_tasks(listed[0].id) & trials:
                     return listed[0].id, finished
         time.sleep(0.5)
     raise AssertionError("no trial finished in time")
