@@ -2,9 +2,8 @@
 
 Without `[[hosts]]` a round is one conversation, as it always was. With several hosts the model
 is asked for one candidate per host (tried at most `--parallel` at once, as playbook candidates
-are; the rest wait their turn): conversation k
-is shown the candidates 1..k-1 of the round and told to propose something different, and a patch
-identical to one of them is sent back for repair. The candidates of a round are named `llm-1`,
+are; the rest wait their turn): conversation k is shown the candidates 1..k-1 of the round and
+told to propose something different, and a patch identical to one of them is sent back for repair. The candidates of a round are named `llm-1`,
 `llm-2`, ... (a single model proposal stays `llm`), so trials, decisions and `--only` can tell
 them apart. `max_proposals` counts rounds: an iteration holds at most `max_proposals` x the
 round's size conversations (failed ones included).
@@ -44,9 +43,10 @@ def round_size(state: LoopState) -> int:
     return hosts if hosts >= 2 else 1
 
 
-def conversations_used(state: LoopState) -> int:
-    """Model conversations of this iteration so far, whether they gave a patch or not (pure)."""
-    return sum(1 for d in state.decisions if is_model(d.playbook) and d.iteration == state.iteration)
+def model_decisions(state: LoopState) -> list[Decision]:
+    """One decision per model conversation of this iteration so far, whether it gave a patch or
+    not (pure)."""
+    return [d for d in state.decisions if is_model(d.playbook) and d.iteration == state.iteration]
 
 
 def no_model_reason(state: LoopState) -> str | None:
@@ -58,7 +58,7 @@ def no_model_reason(state: LoopState) -> str | None:
         return ""  # the default: playbooks only, and the stop reason stays what it always was
     if state.llm_usage.tokens >= cfg.max_tokens:
         return f"token budget exhausted: {state.llm_usage.tokens} of {cfg.max_tokens} tokens spent"
-    used = [d for d in state.decisions if is_model(d.playbook) and d.iteration == state.iteration]
+    used = model_decisions(state)
     if len(used) >= cfg.max_proposals * round_size(state):
         return f"model proposals for this iteration used ({len(used)}); last: {used[-1].reason}"
     return None
@@ -78,7 +78,7 @@ def ask_round(state: LoopState, runtime: Runtime[LoopContext], finding: Finding)
     """Ask the model for a round of candidates (see the module doc). Each conversation sees the
     budgets as the earlier ones of the round left them."""
     size = round_size(state)
-    room = state.target.proposer.max_proposals * size - conversations_used(state)
+    room = state.target.proposer.max_proposals * size - len(model_decisions(state))
     out = Round()
     now = state
     for _ in range(max(1, min(size, room))):
