@@ -72,13 +72,13 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 from agent.context import LoopContext
-from agent.steps_end import abort, finish
-from agent.steps_measure import decide, measure
-from agent.steps_patch import apply, approve, cleanup, relaunch, rollback
-from agent.steps_profile import diagnose, profile
-from agent.steps_propose import propose
-from agent.steps_setup import baseline, instrument, launch, prepare, reconcile
-from agent.steps_trial import join, trial
+from agent.steps.end import abort, finish
+from agent.steps.measure import decide, measure
+from agent.steps.patch import apply, approve, cleanup, relaunch, rollback
+from agent.steps.profile import diagnose, profile
+from agent.steps.propose import propose
+from agent.steps.setup import baseline, instrument, launch, prepare, reconcile
+from agent.steps.trial import join, trial
 from state.fanout import TrialTask
 from state.loop import LoopState
 

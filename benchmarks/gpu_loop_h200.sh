@@ -30,7 +30,7 @@ perfloop export "$sid" -o "$OUT/$name-session.json.gz"
 # Each profile's findings as the loop saw them (predicted vs bound), for the benchmarks table.
 python3 - "$sid" >"$OUT/$name-findings.json" <<'PY'
 import json, sys
-from agent.session import Sessions
+from agent.sessions.runner import Sessions
 from playbooks.engine import diagnose, load_playbooks
 from state.diagnosis import DiagnosisContext
 from tools.trace import read_profiles

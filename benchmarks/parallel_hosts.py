@@ -45,7 +45,7 @@ from playbooks.engine import CATALOG  # noqa: E402
 from tests.e2e.conftest import edited_diff, last_json, make_repo, playbook_variant  # noqa: E402
 from tests.llm.conftest import edit_block, fix_answer  # noqa: E402
 from tests.llm.fake_openai import ScriptedModel, reply  # noqa: E402
-from tools.door.store import SessionStore  # noqa: E402
+from tools.store.sessions import SessionStore  # noqa: E402
 
 BACKEND = "mla_server/attention/mla_backend.py"
 COMMENT = "import torch\n"

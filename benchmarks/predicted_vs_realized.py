@@ -14,8 +14,8 @@ from pathlib import Path
 
 def main(exports: list[str]) -> None:
     os.environ["PERFLOOP_HOME"] = tempfile.mkdtemp(prefix="perfloop-pvr-")
-    from agent.archive import import_session
-    from agent.session import Sessions
+    from agent.sessions.archive import import_session
+    from agent.sessions.runner import Sessions
 
     sessions = Sessions()
     print(

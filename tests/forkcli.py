@@ -18,7 +18,7 @@ from pathlib import Path
 
 ZYGOTE = r"""
 import json, os, sys
-import agent.cli, agent.session  # the loop's imports, paid once
+import agent.cli, agent.sessions.runner  # the loop's imports, paid once
 agent.cli.build()
 print(json.dumps({"ready": True}), flush=True)
 requests = os.fdopen(os.dup(0), "r")

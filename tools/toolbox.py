@@ -10,11 +10,11 @@ client sends (tools/hosts/remote.py), so it needs no list of its own.
 from __future__ import annotations
 
 from tools import bench, profiling, server
-from tools.door import aa
 from tools.door.registry import ToolSpec, spec_of
 from tools.gate import score
 from tools.hosts import info, transfer
 from tools.llm import chat, code
+from tools.store import aa
 from tools.workspace import reference, repo
 
 TOOLS = (

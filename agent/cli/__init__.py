@@ -54,7 +54,7 @@ def build(*, analysis_only: bool = False) -> typer.Typer:
         groups: tuple[Any, ...] = (analysis,)
     else:
         from agent.cli import calibrate, host, loop, report, sessions, sglang
-        from tools.door.db import STORE_ENV
+        from tools.store.db import STORE_ENV
 
         groups = (loop, calibrate, sessions, report, analysis, sglang)
 

@@ -10,11 +10,11 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from agent.calibrate import calibrate as run_calibration
 from agent.cli.common import HostPython, HostUrl, Json, TrustNew, run_command
-from agent.config import check_repo, load_target, with_host
-from agent.remote import executor_for, remote_options
-from agent.session import Sessions, new_session_id
+from agent.cli.target import check_repo, load_target, with_host
+from agent.decision.calibrate import calibrate as run_calibration
+from agent.sessions.remote import executor_for, remote_options
+from agent.sessions.runner import Sessions, new_session_id
 from tools.door.live import LiveDoor
 
 

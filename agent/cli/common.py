@@ -15,9 +15,9 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from agent import render
+from agent.cli import render
 from agent.cli.running import choice, err, fail, run_command
-from agent.session import Sessions
+from agent.sessions.runner import Sessions
 from state.loop import LoopState
 
 __all__ = ["choice", "err", "fail", "finish", "run_command"]

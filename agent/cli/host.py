@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from agent.cli.common import Json, TrustNew, run_command
-from agent.remote import ssh_prompt
+from agent.sessions.remote import ssh_prompt
 from state.ssh import SSHHostConfig
 from tools.errors import ConfigError
 from tools.hosts.connect import close_all, connect

@@ -9,7 +9,6 @@ from typing import Annotated
 
 import typer
 
-from agent.approving import answer_session, edited_patch
 from agent.cli.common import (
     Approve,
     BaseUrl,
@@ -33,7 +32,8 @@ from agent.cli.common import (
     finish,
     run_command,
 )
-from agent.config import (
+from agent.cli.preflight import check_setup
+from agent.cli.target import (
     DEMO_CONFIG,
     DEMO_SOURCE,
     check_repo,
@@ -43,9 +43,9 @@ from agent.config import (
     with_proposer,
     without_flag,
 )
-from agent.preflight import check_setup
-from agent.remote import remote_base
-from agent.session import Sessions, new_session_id
+from agent.sessions.approving import answer_session, edited_patch
+from agent.sessions.remote import remote_base
+from agent.sessions.runner import Sessions, new_session_id
 from tools.errors import ConfigError, ToolError
 
 

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 
 from agent.cli.common import fail, run_command
-from agent.session import Sessions
+from agent.sessions.runner import Sessions
 from tools.errors import ConfigError
 
 

@@ -9,10 +9,10 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from agent import render
-from agent.archive import export_session, import_session
+from agent.cli import render
 from agent.cli.common import Json, choice, err, finish, run_command
-from agent.session import Sessions, new_session_id
+from agent.sessions.archive import export_session, import_session
+from agent.sessions.runner import Sessions, new_session_id
 from tools.door.replay import ReplayDivergence
 
 

@@ -13,7 +13,7 @@ from state.ssh import SSHHostConfig
 from state.target import TargetConfig
 from tools.errors import ConfigError
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEMO_SOURCE = PROJECT_ROOT / "examples" / "targets" / "mla_server"
 DEMO_CONFIG = PROJECT_ROOT / "examples" / "targets" / "mla_server.toml"
 

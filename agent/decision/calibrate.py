@@ -13,18 +13,19 @@ from pathlib import Path
 
 from langgraph.runtime import Runtime
 
-from agent.actions import start_server
 from agent.context import LoopContext, call
+from agent.decision.interleave import launch_beside, pair_args, stop_reference
+from agent.decision.measuring import budget, measure_arm, record_aa
 from agent.decision.noise import pair_noise, sample_group, target_key
 from agent.decision.rule import arm_location, by_prompt, combined_shift
-from agent.interleave import launch_beside, pair_args, stop_reference
-from agent.measuring import budget, measure_arm, record_aa
+from agent.steps.actions import start_server
 from state.calls import PairArgs, ServerArgs
 from state.decision import AARecordArgs, AASample, LaunchNoise
 from state.loop import LoopOptions, LoopState
 from state.target import TargetConfig
 from tools import bench, server
-from tools.door import Door, aa
+from tools.door import Door
+from tools.store import aa
 
 
 def calibrate(

@@ -19,10 +19,10 @@ from pathlib import Path
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, call, host_dir, need
+from agent.decision.measuring import annotate, judgement_of, measure_arm, merge, outputs_problem
 from agent.decision.noise import pair_noise
+from agent.decision.outputs import check, tolerant
 from agent.decision.rule import by_prompt, look, needs_confirmation, replicated
-from agent.measuring import annotate, judgement_of, measure_arm, merge, outputs_problem
-from agent.output_gate import check, tolerant
 from state.calls import LaunchArgs, MeasureArgs, PairArgs, PidFileArgs, RepoArgs, ServerArgs
 from state.decision import Judgement, LaunchNoise, Look
 from state.loop import LoopState

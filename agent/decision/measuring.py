@@ -20,11 +20,11 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
-from agent.actions import measure_server
 from agent.context import LoopContext, call, need
 from agent.decision.noise import launch_noise, noise_for, sample_group, target_key
+from agent.decision.outputs import check, tolerant
 from agent.decision.rule import arm_location, arm_stats, by_prompt, look
-from agent.output_gate import check, tolerant
+from agent.steps.actions import measure_server
 from state.calls import RepoArgs
 from state.decision import AARecordArgs, AASample, DecisionConfig, Judgement, LaunchNoise, Look, Verdict
 from state.loop import LoopState
@@ -33,7 +33,7 @@ from state.tolerance import ToleranceResult
 from state.workspace import WorkspaceSnapshot
 from tools import progress
 from tools.bench import summarize
-from tools.door import aa
+from tools.store import aa
 from tools.workspace import repo
 
 

@@ -1,7 +1,7 @@
 """The output gate, by the target's `[correctness] policy`.
 
 - `exact` (the default): the candidate's greedy outputs on the correctness set must equal the
-  reference's (agent/correctness.py).
+  reference's (agent/decision/correctness.py).
 - `tolerance` (opt-in): the baseline's greedy continuation of each prompt of the set, generated
   and scored on the baseline server, is scored by the candidate on the same contexts (teacher
   forcing, tools/gate/score.py: logprobs from one prefill, greedy agreement on the decode path);
@@ -15,7 +15,7 @@ from __future__ import annotations
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, call, need
-from agent.correctness import correctness_prompts, differences, take_outputs
+from agent.decision.correctness import correctness_prompts, differences, take_outputs
 from state.loop import LoopState
 from state.target import CorrectnessConfig
 from state.tolerance import ScoreArgs, ScoreResult, ToleranceResult

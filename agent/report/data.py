@@ -8,8 +8,8 @@ from datetime import datetime, timedelta
 
 import numpy as np
 
-from agent.session import Sessions
-from agent.summary import summarize
+from agent.sessions.runner import Sessions
+from agent.sessions.summary import summarize
 from state.loop import Approval, Decision, LoopState, Proposal
 from state.measure import Measurement
 from state.profile import ProfileSummary

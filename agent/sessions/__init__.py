@@ -1,1 +1,7 @@
-"""TODO"""
+"""Sessions around the graph: start, resume, fork, replay (`runner`), the checkpointer
+(`checkpoint`), export/import (`archive`), the summary (`summary`), approval answers (`approving`),
+and the SSH hosts' executors (`remote`).
+
+May import: `agent.graph`, `agent.context`, `agent.steps` (the fork steps), `tools`, `state`.
+Never `agent.cli`, `agent.web`, `agent.report`.
+"""

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.remote import executor_for
-from agent.session import Sessions
+from agent.sessions.remote import executor_for
+from agent.sessions.runner import Sessions
 from state.calls import ApplyArgs
 from state.loop import LoopState
 from state.workspace import PatchPolicy

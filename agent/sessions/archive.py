@@ -20,11 +20,11 @@ from state.fanout import BatchApproval
 from state.loop import LoopState
 from state.records import ToolCallRecord
 from state.session import SessionInfo
-from tools.door.db import describe
-from tools.door.store import SessionStore
 from tools.errors import ConfigError
 from tools.paths import session_id as checked_id
 from tools.secrets import redact
+from tools.store.db import describe
+from tools.store.sessions import SessionStore
 
 FORMAT = "perfloop-session/1"
 MAX_EXPORT_BYTES = 256 * 1024 * 1024

@@ -19,8 +19,8 @@ from psycopg.rows import dict_row
 from pydantic import BaseModel
 
 import state
-from tools.door.db import pg_connect
 from tools.secrets import redact, redact_bytes
+from tools.store.db import pg_connect
 
 
 def _state_modules() -> list:

@@ -14,25 +14,25 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
-from agent.checkpoint import open_checkpointer, serializer
 from agent.context import LoopContext
 from agent.graph import Graph, compile_graph
-from agent.remote import close_hosts, executor_for, host_executors, remote_options
-from agent.steps_setup import FORK_STEPS
-from agent.summary import summarize
+from agent.sessions.checkpoint import open_checkpointer, serializer
+from agent.sessions.remote import close_hosts, executor_for, host_executors, remote_options
+from agent.sessions.summary import summarize
+from agent.steps.setup import FORK_STEPS
 from state.base import utcnow
 from state.loop import LoopOptions, LoopState
 from state.session import SessionInfo, Summary
 from state.target import TargetConfig
 from tools import progress
-from tools.door.db import describe
-from tools.door.lease import SessionBusy, hold
 from tools.door.live import LiveDoor
 from tools.door.replay import ReplayDivergence, ReplayDoor
-from tools.door.store import SessionStore, perfloop_home
 from tools.errors import ConfigError
 from tools.paths import inside
 from tools.paths import session_id as checked_id
+from tools.store.db import describe
+from tools.store.lease import SessionBusy, hold
+from tools.store.sessions import SessionStore, perfloop_home
 
 
 def new_session_id() -> str:
@@ -135,7 +135,7 @@ class Sessions:
     @contextmanager
     def lock(self, session_id: str) -> Iterator[None]:
         """Hold the session's lease: a second process running the same session, on this machine or
-        any other using the store, is refused (`tools/door/lease.py`)."""
+        any other using the store, is refused (`tools/store/lease.py`)."""
         with hold(self.store.db, checked_id(session_id), self.home):
             yield
 

@@ -7,9 +7,9 @@ from collections.abc import Callable
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from agent.actions import remove_instrumentation
 from agent.context import LoopContext, call, host_dir, step, transition
-from agent.interleave import stop_reference
+from agent.decision.interleave import stop_reference
+from agent.steps.actions import remove_instrumentation
 from state.calls import CommitArgs, LeaveBranchArgs, PidFileArgs, ServerArgs
 from state.loop import LoopState
 from tools import server

@@ -7,12 +7,12 @@ from typing import Literal
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from agent.actions import measure_server
 from agent.context import LoopContext, need, step, transition
+from agent.decision.interleave import judge_interleaved
+from agent.decision.judge import judge
+from agent.decision.measuring import judge_candidate, outputs_problem, unlike
 from agent.decision.mechanism import predict
-from agent.interleave import judge_interleaved
-from agent.judge import judge
-from agent.measuring import judge_candidate, outputs_problem, unlike
+from agent.steps.actions import measure_server
 from state.loop import Decision, LoopState
 
 

@@ -7,9 +7,9 @@ from typing import Literal
 from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 
-from agent.actions import instrument_if_needed, remove_instrumentation, start_server
 from agent.context import LoopContext, call, need, step, transition
-from agent.parallel import fan_out
+from agent.steps.actions import instrument_if_needed, remove_instrumentation, start_server
+from agent.steps.fanout import fan_out
 from playbooks.launch import describe
 from state.calls import ApplyArgs, CommitArgs
 from state.fanout import BatchApproval

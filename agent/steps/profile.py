@@ -8,9 +8,9 @@ from typing import Literal
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from agent.actions import playbooks_of
 from agent.context import LoopContext, call, host_dir, need, step, transition
 from agent.decision.mechanism import check
+from agent.steps.actions import playbooks_of
 from playbooks.engine import diagnose as run_diagnosis
 from state.calls import FetchArgs, PathArgs, ProfileArgs, ProfileFiles
 from state.decision import MechanismCheck

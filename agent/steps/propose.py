@@ -20,10 +20,10 @@ from typing import Literal
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from agent.actions import playbooks_of
 from agent.context import LoopContext, need, step, transition
-from agent.parallel import fan_out
 from agent.proposer.asking import LLM, ask_round, no_model_reason
+from agent.steps.actions import playbooks_of
+from agent.steps.fanout import fan_out
 from playbooks.engine import launch_conflict
 from playbooks.launch import change_conflict, describe, edited_argv
 from playbooks.patches import NoPatch, choose_patch

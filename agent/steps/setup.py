@@ -7,11 +7,11 @@ from typing import Literal, get_args
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from agent.actions import instrument_if_needed, measure_server, session_branch, start_server
 from agent.context import LoopContext, call, host_dir, need, step, transition
-from agent.correctness import describe
-from agent.measuring import budget, measure_arm, record_aa
-from agent.output_gate import reference_outputs
+from agent.decision.correctness import describe
+from agent.decision.measuring import budget, measure_arm, record_aa
+from agent.decision.outputs import reference_outputs
+from agent.steps.actions import instrument_if_needed, measure_server, session_branch, start_server
 from state.calls import BranchArgs, CopyTreeArgs, PushTreeArgs, RepoArgs
 from state.loop import ForkStep, LoopState
 from tools.hosts import transfer

@@ -6,7 +6,7 @@ in threads), each through its own branch of the door (node `trial@HOST`, the hos
 a replay matches each host's calls in their own order. A trial puts the host's checkout on its own
 branch with the session's accepted patches, launches and measures the host's baseline, applies the
 candidate, launches and measures it, then stops its server and gives the checkout back as it found
-it. Its outcome, never an exception, goes to `trials`. `join` (agent/parallel.py) sends the next
+it. Its outcome, never an exception, goes to `trials`. `join` (agent/steps/fanout.py) sends the next
 batch or keeps the best verified candidate, which then goes through cleanup, apply, relaunch,
 measure and decide here, on the session's own host.
 """
@@ -20,11 +20,11 @@ from typing import Literal
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from agent.actions import bench_serving_use
 from agent.context import LoopContext, door_of, step, transition
+from agent.decision.measuring import machine_drift, outputs_problem, unlike
 from agent.decision.rule import by_prompt, look
-from agent.measuring import machine_drift, outputs_problem, unlike
-from agent.parallel import settle
+from agent.steps.actions import bench_serving_use
+from agent.steps.fanout import settle
 from state.calls import (
     ApplyArgs,
     BranchArgs,

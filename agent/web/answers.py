@@ -11,8 +11,8 @@ import sys
 import threading
 from pathlib import Path
 
-from agent.approving import approval_number, batch_refusal
-from agent.session import Sessions
+from agent.sessions.approving import approval_number, batch_refusal
+from agent.sessions.runner import Sessions
 from tools.errors import ToolError
 
 

@@ -18,10 +18,10 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from agent.approving import approval_number, batch_refusal, edited_patch
 from agent.report.data import gather
 from agent.report.html import context, environment
-from agent.session import Sessions
+from agent.sessions.approving import approval_number, batch_refusal, edited_patch
+from agent.sessions.runner import Sessions
 from agent.web import answers
 from agent.web.auth import Guard, TokenMiddleware
 from tools import progress

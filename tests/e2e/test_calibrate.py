@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import git, last_json, perfloop, write_target
-from tools.door.store import SessionStore
+from tools.store.sessions import SessionStore
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 

@@ -26,8 +26,8 @@ from tests.e2e.conftest import (
 from tests.forkcli import ForkedCli
 from tests.pg import PgServer
 from tests.procs import processes_in
-from tools.door.db import Db
-from tools.door.store import SessionStore
+from tools.store.db import Db
+from tools.store.sessions import SessionStore
 
 pytestmark = pytest.mark.e2e
 BACKEND = "mla_server/attention/mla_backend.py"
@@ -224,7 +224,7 @@ def test_replay_answers_from_the_recording_without_the_host(
     import shutil
     import socket
 
-    from agent.session import Sessions
+    from agent.sessions.runner import Sessions
 
     on_recorded(recorded, monkeypatch)
 

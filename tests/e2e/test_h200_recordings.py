@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.archive import import_session
-from agent.session import Sessions
+from agent.sessions.archive import import_session
+from agent.sessions.runner import Sessions
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 EXPECTED = {  # folder/run: (accepted, rejected)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.session import Sessions
+from agent.sessions.runner import Sessions
 from tests.e2e.conftest import (
     assert_clean,
     edited_diff,
@@ -24,7 +24,7 @@ from tests.e2e.conftest import (
     processes_in,
     write_target,
 )
-from tools.door.store import SessionStore
+from tools.store.sessions import SessionStore
 
 pytestmark = pytest.mark.e2e
 

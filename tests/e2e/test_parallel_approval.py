@@ -9,7 +9,7 @@ import pytest
 from tests.e2e.conftest import git, last_json, make_repo, perfloop, write_target
 from tests.e2e.test_parallel_resume import noop_books, with_local_hosts
 from tests.procs import processes_in
-from tools.door.store import SessionStore
+from tools.store.sessions import SessionStore
 
 pytestmark = pytest.mark.e2e
 KV = "kv-cache-full-pool-cast"

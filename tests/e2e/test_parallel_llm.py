@@ -18,7 +18,7 @@ from tests.e2e.test_parallel_resume import with_local_hosts
 from tests.llm.conftest import BACKEND, edit_block, fix_answer
 from tests.llm.fake_openai import ScriptedModel, reply
 from tests.procs import processes_in
-from tools.door.store import SessionStore
+from tools.store.sessions import SessionStore
 
 pytestmark = pytest.mark.e2e
 

@@ -31,7 +31,7 @@ from tests.e2e.conftest import (
 )
 from tests.pg import PgServer
 from tests.procs import processes_in
-from tools.door.store import SessionStore
+from tools.store.sessions import SessionStore
 
 pytestmark = pytest.mark.e2e
 BACKEND = "mla_server/attention/mla_backend.py"
@@ -133,7 +133,7 @@ def test_a_parallel_session_killed_mid_batch_resumes_and_replays(
 def wait_for_a_finished_trial(home: Path, proc: subprocess.Popen) -> tuple[str, set[str]]:
     """The session's id and its finished tasks, once a trial's writes are in the checkpoint
     store (LangGraph's pending writes, read through the public state snapshot)."""
-    from agent.session import Sessions
+    from agent.sessions.runner import Sessions
 
     store, sessions = None, None
     deadline = time.monotonic() + 600

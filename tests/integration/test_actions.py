@@ -1,4 +1,4 @@
-"""The loop's shared actions (agent/actions.py) against a real git repo and real server processes."""
+"""The loop's shared actions (agent/steps/actions.py) against a real git repo and real server processes."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 from langgraph.runtime import Runtime
 
-from agent.actions import start_server
 from agent.context import LoopContext
+from agent.steps.actions import start_server
 from state.calls import ServerArgs
 from state.loop import LoopOptions, LoopState
 from state.target import LaunchConfig, MeasureConfig, TargetConfig

@@ -20,9 +20,9 @@ from state.decision import AASample
 from state.records import ToolCallRecord
 from state.session import SessionInfo
 from tests.pg import PgServer
-from tools.door.db import MIGRATIONS, SCHEMA_VERSION
-from tools.door.store import SessionStore
 from tools.errors import ConfigError
+from tools.store.db import MIGRATIONS, SCHEMA_VERSION
+from tools.store.sessions import SessionStore
 
 PERFLOOP = Path(sys.executable).parent / "perfloop"
 SID = "20261130-101500-a1b2"
@@ -125,7 +125,7 @@ def test_bad_store_urls_are_one_line_without_the_password(tmp_path: Path, pg_ser
 HOLD = """
 import sys, time
 from pathlib import Path
-from agent.session import Sessions
+from agent.sessions.runner import Sessions
 with Sessions(Path(sys.argv[1])).lock(sys.argv[2]):
     print("held", flush=True)
     time.sleep(float(sys.argv[3]))
@@ -211,9 +211,9 @@ def test_postgres_checkpoints_hold_no_secret_even_in_inline_strings(
     from langgraph.graph import START, StateGraph
     from psycopg.rows import dict_row
 
-    from agent.checkpoint import open_checkpointer, serializer
+    from agent.sessions.checkpoint import open_checkpointer, serializer
     from tools import secrets
-    from tools.door.db import pg_connect
+    from tools.store.db import pg_connect
 
     class S(TypedDict):
         note: str

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from agent.config import load_target
+from agent.cli.target import load_target
 from agent.context import LoopContext
 from state.diagnosis import Diagnosis, Evidence, Finding
 from state.loop import LoopOptions, LoopState

@@ -21,7 +21,7 @@ from tests.llm.conftest import (
 from tests.llm.fake_openai import ScriptedModel, call, last_tool_text, last_user_text, reply
 from tools.door.live import LiveDoor
 from tools.door.replay import ReplayDivergence, ReplayDoor
-from tools.door.store import SessionStore
+from tools.store.sessions import SessionStore
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.steps_propose import propose
+from agent.steps.propose import propose
 from state.proposer import ProposerConfig
 from state.target import TrialHost
 from tests.llm.conftest import NEW, fix_answer, loop_state, runtime

@@ -11,10 +11,10 @@ import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.runtime import Runtime
 
-from agent.checkpoint import serializer
 from agent.context import LoopContext
 from agent.graph import builder
-from agent.steps_propose import propose
+from agent.sessions.checkpoint import serializer
+from agent.steps.propose import propose
 from playbooks.engine import load_playbooks
 from playbooks.patches import choose_patch
 from state.calls import ApplyArgs
@@ -23,8 +23,8 @@ from state.loop import LoopOptions, LoopState
 from state.target import LaunchConfig, MeasureConfig, TargetConfig
 from tests.sglang.conftest import unpack
 from tools.door.live import LiveDoor as Door
-from tools.door.store import SessionStore
 from tools.sglang.layout import locate
+from tools.store.sessions import SessionStore
 from tools.workspace.repo import apply_patch
 
 EXPECTED = {

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.actions import bench_serving_use
-from agent.config import load_target
+from agent.cli.target import load_target
+from agent.steps.actions import bench_serving_use
 from playbooks.patches import NoPatch, choose_patch, rebase_diff, release_key
 from playbooks.schema import Playbook
 from state.sglang import SglangLayout

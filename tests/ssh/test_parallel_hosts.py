@@ -25,7 +25,7 @@ import pytest
 from tests.e2e.conftest import edited_diff, git, last_json, make_repo, perfloop, playbook_variant
 from tests.procs import processes_in
 from tests.ssh.conftest import Sshd, free_port
-from tools.door.store import SessionStore
+from tools.store.sessions import SessionStore
 
 pytestmark = pytest.mark.e2e
 

@@ -10,7 +10,16 @@ from agent.cli import ANALYSIS_COMMANDS, analysis
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACE = ROOT / "tests/data/traces/full_pool_cast_cuda.json.gz"
-HEAVY = ("langgraph", "langchain_core", "openai", "paramiko", "git", "torch", "agent.session", "agent.graph")
+HEAVY = (
+    "langgraph",
+    "langchain_core",
+    "openai",
+    "paramiko",
+    "git",
+    "torch",
+    "agent.sessions.runner",
+    "agent.graph",
+)
 PROBE = """
 import atexit, json, sys
 heavy = {heavy!r}

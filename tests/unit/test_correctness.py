@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agent.correctness import correctness_prompts, differences
+from agent.decision.correctness import correctness_prompts, differences
 from state.decision import OutputsResult
 from state.target import CorrectnessConfig
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.config import load_target
+from agent.cli.target import load_target
 from agent.context import NO_DOOR
 from agent.diagram import SHOWN_IN, main, mermaid, stale, with_diagram
 from agent.graph import NODES, graph

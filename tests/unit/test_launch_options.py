@@ -3,7 +3,7 @@
 import pytest
 from pydantic import ValidationError
 
-from agent.judge import judge
+from agent.decision.judge import judge
 from playbooks.engine import load_playbooks
 from playbooks.launch import change_conflict, describe, edited_argv
 from playbooks.schema import LaunchEdit, Playbook
@@ -74,7 +74,7 @@ def test_an_enabling_fix_is_kept_within_noise_but_not_when_worse_or_changed() ->
 
 
 def test_the_loop_stops_near_the_stated_floor() -> None:
-    from agent.steps_measure import near_floor
+    from agent.steps.measure import near_floor
 
     assert near_floor(17.4, None, 2.0) is None
     assert near_floor(17.4, 3.2, 2.0) is None  # 5.4x the floor: go on

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from agent.checkpoint import serializer, state_types
-from agent.config import load_target, with_flag, without_flag
-from agent.judge import judge
-from agent.steps_propose import files_of
+from agent.cli.target import load_target, with_flag, without_flag
+from agent.decision.judge import judge
+from agent.sessions.checkpoint import serializer, state_types
+from agent.steps.propose import files_of
 from state.loop import LoopOptions, LoopState
 from state.measure import RequestRecord
 from state.sglang import SglangLayout

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from agent.measuring import content_fingerprint, merge, outputs_problem, unlike
-from agent.summary import summarize as summarize_session
+from agent.decision.measuring import content_fingerprint, merge, outputs_problem, unlike
+from agent.sessions.summary import summarize as summarize_session
 from state.decision import Judgement, LaunchNoise, Look
 from state.measure import RequestRecord
 from tools.bench import summarize
@@ -49,7 +49,7 @@ def test_content_fingerprint_ignores_the_commit_but_not_the_content() -> None:
 
 
 def test_the_summary_reports_the_decisive_candidate(tmp_path) -> None:
-    from agent.config import load_target
+    from agent.cli.target import load_target
     from state.loop import Decision, LoopOptions, LoopState
     from tests.unit.test_loop_parts import DEMO_TOML
 
@@ -84,7 +84,7 @@ def test_the_summary_reports_the_decisive_candidate(tmp_path) -> None:
 
 
 def test_machine_drift_is_the_ratio_of_the_arms_cpu_probes() -> None:
-    from agent.measuring import machine_drift
+    from agent.decision.measuring import machine_drift
 
     assert machine_drift(m(["a"], probe_ms=[10.0, 12.0]), m(["a"], probe_ms=[22.0])) == 2.0
     assert machine_drift(m(["a"], probe_ms=[22.0]), m(["a"], probe_ms=[10.0, 12.0])) == 2.0

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from agent.config import load_target
-from agent.parallel import fan_out, settle
+from agent.cli.target import load_target
+from agent.steps.fanout import fan_out, settle
 from state.loop import LoopOptions, LoopState, Proposal
 from state.target import TargetConfig, TrialHost
 from state.trials import Trial
@@ -167,7 +167,7 @@ def test_parallel_without_hosts_is_refused_in_one_line(tmp_path: Path) -> None:
 
 
 def test_an_answer_must_fit_a_batch_or_a_single_proposal() -> None:
-    from agent.approving import batch_refusal
+    from agent.sessions.approving import batch_refusal
 
     batch = {"playbook": "p1, p2", "candidates": [{"playbook": "p1"}, {"playbook": "p2"}]}
     single = {"playbook": "p1"}

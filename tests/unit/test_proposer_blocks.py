@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.config import load_target, with_proposer
+from agent.cli.target import load_target, with_proposer
 from agent.proposer.blocks import EditError, apply_blocks, parse, unified_diff
 from agent.proposer.checks import Failure, path_problem, validate
 from agent.proposer.prompt import data, repo_relative
@@ -158,7 +158,7 @@ def test_approval_of_a_model_patch_says_so(monkeypatch) -> None:
 
     from rich.console import Console
 
-    from agent import render
+    from agent.cli import render
     from state.proposer import ChatArgs
     from tools.llm.chat import api_key
     from tools.secrets import redact

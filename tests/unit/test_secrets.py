@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 
-from agent.checkpoint import open_checkpointer, serializer
+from agent.sessions.checkpoint import open_checkpointer, serializer
 from tools import secrets
 
 SECRET = "sk-unit-" + os.urandom(6).hex()

@@ -16,9 +16,9 @@ import pytest
 from typer.testing import CliRunner
 
 from agent.cli import app
-from tools.door.store import SessionStore
 from tools.errors import ConfigError
 from tools.paths import inside, session_id
+from tools.store.sessions import SessionStore
 
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "sessions" / "demo-session.json.gz"
 DEMO = json.loads(gzip.decompress(FIXTURE.read_bytes()))

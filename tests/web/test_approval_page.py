@@ -16,7 +16,7 @@ from playwright.sync_api import Browser, BrowserContext, Page
 from tests.e2e.conftest import git, last_json, make_repo, perfloop, write_target
 from tests.procs import processes_in
 from tests.web.conftest import Served, shot
-from tools.door.store import SessionStore
+from tools.store.sessions import SessionStore
 
 pytestmark = pytest.mark.e2e
 FINISH_S = 300

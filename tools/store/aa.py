@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from state.decision import AARecordArgs, AASamples
 from tools.door.registry import tool
-from tools.door.store import SessionStore, perfloop_home
+from tools.store.sessions import SessionStore, perfloop_home
 
 
 @tool("aa.record", where="local")

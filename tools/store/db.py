@@ -7,7 +7,7 @@ once with `?` placeholders and upserts as `INSERT ... ON CONFLICT`, which both e
 schema is perfloop's own, versioned in `perfloop_schema` and migrated forward on open, one step at
 a time inside a transaction (on Postgres under an advisory lock, so two machines opening a new
 database at once do not race). LangGraph's checkpoint tables are migrated by LangGraph itself
-(agent/checkpoint.py).
+(agent/sessions/checkpoint.py).
 """
 
 from __future__ import annotations

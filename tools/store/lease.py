@@ -19,8 +19,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tools.door.db import Db
 from tools.errors import ToolError
+from tools.store.db import Db
 
 LEASE_ENV = "PERFLOOP_LEASE_SECONDS"
 

@@ -1,8 +1,8 @@
 """The session store: sessions and their recordings, in SQLite under $PERFLOOP_HOME
-(`sessions.sqlite`) or in the PostgreSQL database of $PERFLOOP_STORE (tools/door/db.py).
+(`sessions.sqlite`) or in the PostgreSQL database of $PERFLOOP_STORE (tools/store/db.py).
 
 LangGraph's checkpoints live beside it (`checkpoints.sqlite`, or the same database; see
-agent/checkpoint.py); this store
+agent/sessions/checkpoint.py); this store
 holds what LangGraph does not: the session index, each session's initial state and approval answers,
 and the recording of every tool call. Everything written here passes through `secrets.redact`.
 Calls made by a node that was killed before it finished are kept but marked superseded: the node ran
@@ -20,9 +20,9 @@ from typing import Any
 from state.decision import AASample
 from state.records import ToolCallRecord
 from state.session import SessionInfo
-from tools.door.db import Db, store_url
 from tools.paths import session_id as checked_id
 from tools.secrets import redact
+from tools.store.db import Db, store_url
 
 
 def perfloop_home() -> Path:
@@ -66,7 +66,7 @@ class SessionStore:
         return [SessionInfo.model_validate_json(r[0]) for r in rows]
 
     def held(self) -> dict[str, str]:
-        """Sessions whose lease is live right now (tools/door/lease.py): id -> `HOST pid PID`."""
+        """Sessions whose lease is live right now (tools/store/lease.py): id -> `HOST pid PID`."""
         rows = self.db.rows(
             f"SELECT session_id, host, pid FROM session_leases WHERE expires_at > {self.db.now}"
         )
