@@ -3,11 +3,15 @@ inline, diffs highlighted by Pygments (CSS inline); no script, font or style is 
 
 from __future__ import annotations
 
+import hashlib
+import sys
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
 from jinja2 import ChoiceLoader, Environment, PackageLoader, select_autoescape
-from markupsafe import Markup
+from markupsafe import Markup, escape
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import DiffLexer
@@ -19,6 +23,9 @@ Linker = Callable[[Path], str | None]
 """Where a file of the session is linked from the page (None: not reachable from here)."""
 
 _FORMATTER = HtmlFormatter(cssclass="diff", wrapcode=True)
+_DRAWN: OrderedDict[str, list[tuple[str, str, str]]] = OrderedDict()
+_DRAWING = threading.Lock()
+KEPT = 32  # sessions' plots kept drawn
 
 
 def environment(*extra: str) -> Environment:
@@ -38,14 +45,7 @@ def diff_html(diff: str) -> Markup:
 
 def context(data: ReportData, link: Linker = file_link) -> dict:
     """What the report template renders (the web app adds its own keys)."""
-    figures = []
-    if data.arms:
-        figures.append(("plot-tpot", "TPOT per measured launch", plots.tpot_per_arm(data.arms)))
-        figures.append(("plot-dist", "TPOT and ITL distributions", plots.distributions(data.arms)))
-    for i, change in enumerate(data.ops):
-        figures.append((f"plot-ops-{i + 1}", f"Top ops, {change.label}", plots.top_ops(change)))
-    if data.spans:
-        figures.append(("plot-timeline", "Timeline of the session's steps", plots.timeline(data.spans)))
+    figures = drawn(data)
     traces = [
         {"profile": p, "href": link(p.trace_path), "summary_href": p.summary_path and link(p.summary_path)}
         for p in data.state.profiles
@@ -58,6 +58,45 @@ def context(data: ReportData, link: Linker = file_link) -> dict:
         "diff": diff_html,
         "pygments_css": Markup(_FORMATTER.get_style_defs(".diff")),
     }
+
+
+def drawn(data: ReportData) -> list[tuple[str, str, str]]:
+    """The plots of `data` as (id, title, SVG), drawn once per state of what they show (the web app
+    renders a session's page on every reload: its plots come from here until the session moves).
+    One draw at a time (matplotlib's font and text caches are shared); a plot that cannot be drawn
+    is a one-line note in its place, so the rest of the page, the approval forms too, still renders."""
+    key = hashlib.sha256(repr((data.arms, data.ops, data.spans)).encode()).hexdigest()
+    with _DRAWING:
+        if key in _DRAWN:
+            _DRAWN.move_to_end(key)
+            return _DRAWN[key]
+        figures: list[tuple[str, str, Callable[[], str]]] = []
+        if data.arms:
+            figures.append(("plot-tpot", "TPOT per measured launch", lambda: plots.tpot_per_arm(data.arms)))
+            figures.append(
+                ("plot-dist", "TPOT and ITL distributions", lambda: plots.distributions(data.arms))
+            )
+        for i, change in enumerate(data.ops):
+            figures.append(
+                (f"plot-ops-{i + 1}", f"Top ops, {change.label}", lambda c=change: plots.top_ops(c))  # type: ignore[misc]
+            )
+        if data.spans:
+            figures.append(
+                ("plot-timeline", "Timeline of the session's steps", lambda: plots.timeline(data.spans))
+            )
+        out = [(fid, title, _draw(fid, draw)) for fid, title, draw in figures]
+        _DRAWN[key] = out
+        while len(_DRAWN) > KEPT:
+            _DRAWN.popitem(last=False)
+        return out
+
+
+def _draw(fid: str, draw: Callable[[], str]) -> str:
+    try:
+        return draw()
+    except Exception as exc:  # a plot is not worth the page: say so in its place
+        print(f"perfloop: plot {fid} not drawn: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return f'<p class="plot-error">plot not drawn ({escape(type(exc).__name__)})</p>'
 
 
 def render_report(data: ReportData, link: Linker = file_link) -> str:

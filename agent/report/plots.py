@@ -1,4 +1,8 @@
-"""The report's plots, drawn by matplotlib as inline SVG (text kept as text: small and searchable)."""
+"""The report's plots, drawn by matplotlib as inline SVG (text kept as text: small and searchable).
+
+Math text is off (`text.parse_math`): labels are op names, playbook ids and paths, and a `$` in one
+(`kernel$x$`) would otherwise be read as TeX, and a bad one makes `savefig` raise. Figures are made
+without pyplot (no global figure registry), so pages of the web app may draw at once."""
 
 from __future__ import annotations
 
@@ -7,11 +11,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import matplotlib
-
-matplotlib.use("Agg")  # no display; set before pyplot is imported
-
-import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import LogFormatter
 
 from agent.report.data import Arm, OpsChange, Span
 from state.profile import ProfileSummary
@@ -27,22 +29,28 @@ COLORS = {
 }
 TOP_OPS = 8
 
-plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "svg.hashsalt": "perfloop"})
+matplotlib.rcParams.update(
+    {"svg.fonttype": "none", "font.size": 9, "svg.hashsalt": "perfloop", "text.parse_math": False}
+)
 
 
 @contextmanager
 def _figure(width: float, height: float) -> Iterator[tuple[Figure, list[str]]]:
-    fig = plt.figure(figsize=(width, height))
+    fig = Figure(figsize=(width, height))
     out: list[str] = []
-    try:
-        yield fig, out
-        fig.tight_layout()
-        buf = io.StringIO()
-        fig.savefig(buf, format="svg", metadata={"Date": None})
-        text = buf.getvalue()
-        out.append(text[text.index("<svg") :])
-    finally:
-        plt.close(fig)
+    yield fig, out
+    fig.tight_layout()
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", metadata={"Date": None})
+    text = buf.getvalue()
+    out.append(text[text.index("<svg") :])
+
+
+def _log_y(ax: Axes) -> None:
+    """A log y axis labelled in plain text (its default labels are math text: `10^2`)."""
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(LogFormatter(base=10))
+    ax.yaxis.set_minor_formatter(LogFormatter(base=10, labelOnlyBase=False))
 
 
 def tpot_per_arm(arms: list[Arm]) -> str:
@@ -56,7 +64,7 @@ def tpot_per_arm(arms: list[Arm]) -> str:
             ax.annotate(f"{a.median_ms:.1f} ms", (x, a.median_ms), textcoords="offset points", xytext=(8, 0))
         ax.set_xticks(xs, [f"{a.label}\n({a.verdict})" for a in arms])
         ax.set_xlim(-0.5, len(arms) - 0.5)
-        ax.set_yscale("log")
+        _log_y(ax)
         ax.set_ylabel("TPOT, ms (median, 95% CI)")
         ax.grid(axis="y", alpha=0.3)
     return out[0]
@@ -77,7 +85,7 @@ def distributions(arms: list[Arm]) -> str:
                 patch.set_facecolor(COLORS.get(a.verdict, "#cccccc"))
                 patch.set_alpha(0.6)
             ax.set_xticks(range(1, len(arms) + 1), [a.label for a in arms], rotation=10)
-            ax.set_yscale("log")
+            _log_y(ax)
             ax.set_ylabel("ms")
             ax.set_title(f"{title} (n = {', '.join(str(len(v)) for v in values)})")
             ax.grid(axis="y", alpha=0.3)

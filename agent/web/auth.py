@@ -1,9 +1,16 @@
-"""Who may use the approval page: a token on a non-loopback bind, and CSRF-safe POSTs.
+"""Who may use the approval page, on the model of Jupyter Server: a token even on loopback, the
+`Host` header checked against DNS rebinding, the allowed Origin fixed from the bind.
 
-With a token, every request must carry it: `?token=` (the first visit; it is then kept in an
-HttpOnly, SameSite=Strict cookie and the address is cleaned), the cookie, or `Authorization: Bearer`.
-Every POST carries the page's CSRF value (an HMAC of the server's secret: another site cannot read
-it) and, when the browser sends one, an Origin equal to the page's own."""
+- `Host` must be one the server is reached at: the bound address, `localhost`, `127.0.0.1` or
+  `[::1]`, with the port (a wildcard bind adds this machine's names; `--origin` adds an SSH tunnel's
+  or a TLS proxy's address). A page on another name that resolves here (DNS rebinding) is refused.
+- Every request carries the token: `?token=` (the address printed, opened once: the server then sets
+  a cookie named for its port, HttpOnly and SameSite=Strict, holding a value valid while this server
+  runs, not the token itself, and redirects to the clean address), the cookie, or `Authorization:
+  Bearer`. Compared as bytes in constant time (any header or query value: never an error).
+- A POST's Origin, when the browser sends one, is one of the fixed origins (never built from the
+  request; `null` is refused), and `Sec-Fetch-Site`, when sent, says same-origin. The CSRF value
+  (an HMAC of the server's secret) is checked by the route (agent/web/app.py)."""
 
 from __future__ import annotations
 
@@ -11,12 +18,17 @@ import hashlib
 import hmac
 import ipaddress
 import secrets
+import socket
+from collections.abc import Iterable
+from urllib.parse import urlsplit
 
-from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-COOKIE = "perfloop_token"
+from tools.errors import ConfigError
+
+MAX_SECRET = 1024  # a longer token, cookie or CSRF value is wrong without looking further
 
 
 def is_loopback(host: str) -> bool:
@@ -29,15 +41,75 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def is_wildcard(host: str) -> bool:
+    return host in ("", "0.0.0.0", "::")
+
+
 def new_token() -> str:
     return secrets.token_urlsafe(24)
 
 
-class Guard:
-    """The server's token (None: loopback, no token) and its CSRF secret."""
+def checked_token(token: str, source: str) -> str:
+    """`token` if it is a usable one (16+ printable characters, no spaces); else ConfigError."""
+    token = token.strip()
+    if len(token) < 16 or len(token) > MAX_SECRET or not token.isprintable() or " " in token:
+        raise ConfigError(f"{source}: a token is 16 to {MAX_SECRET} printable characters without spaces")
+    return token
 
-    def __init__(self, token: str | None) -> None:
-        self.token = token
+
+def netloc(host: str, port: int) -> str:
+    """`host:port` as a browser writes it in `Host` (IPv6 in brackets, the default port left out)."""
+    name = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    return name.lower() if port == 80 else f"{name.lower()}:{port}"
+
+
+def _machine_names() -> set[str]:
+    """This machine's names and addresses, for a wildcard bind (best effort: no network lookups
+    beyond the resolver's view of its own name)."""
+    names = {socket.gethostname(), socket.getfqdn()}
+    try:
+        names |= {str(a[4][0]) for a in socket.getaddrinfo(socket.gethostname(), None)}
+    except OSError:
+        pass
+    return {n for n in names if n}
+
+
+def allowed(bind: str, port: int, extra: Iterable[str] = ()) -> tuple[frozenset[str], frozenset[str]]:
+    """The `Host` values and the Origins accepted by a server bound to `bind:port`; `extra` are
+    further addresses it is opened at (`--origin URL`: an SSH tunnel's port, a TLS proxy)."""
+    names = {"localhost", "127.0.0.1", "::1", bind}
+    if is_wildcard(bind):
+        names |= _machine_names()
+    hosts = {netloc(n, port) for n in names if n}
+    origins = {f"http://{h}" for h in hosts}
+    for url in extra:
+        parts = urlsplit(url.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/"):
+            raise ConfigError(f"--origin: {url!r} is not an address like http://localhost:9000")
+        default = 80 if parts.scheme == "http" else 443
+        where = netloc(parts.hostname, parts.port or default)
+        if parts.scheme == "https" and (parts.port or 443) == 443:
+            where = where.removesuffix(":443")
+        hosts.add(where)
+        origins.add(f"{parts.scheme}://{where}")
+    return frozenset(hosts), frozenset(origins)
+
+
+def same(value: str | None, expected: bytes) -> bool:
+    """`value` equals `expected`, compared as bytes in constant time; any string is fine."""
+    if value is None or len(value) > MAX_SECRET:
+        return False
+    return hmac.compare_digest(value.encode("utf-8", "surrogatepass"), expected)
+
+
+class Guard:
+    """The server's token, the names it answers to, and its per-run secrets."""
+
+    def __init__(self, token: str, port: int, hosts: frozenset[str], origins: frozenset[str]) -> None:
+        self.port, self.hosts, self.origins = port, hosts, origins
+        self.cookie = f"perfloop_token_{port}"
+        self._token = token.encode()
+        self._session = secrets.token_urlsafe(32)  # the cookie's value: dies with this server
         self._secret = secrets.token_bytes(32)
 
     def csrf(self) -> str:
@@ -45,41 +117,61 @@ class Guard:
         return hmac.new(self._secret, b"perfloop-csrf", hashlib.sha256).hexdigest()
 
     def csrf_ok(self, value: str | None) -> bool:
-        return value is not None and hmac.compare_digest(value, self.csrf())
+        return same(value, self.csrf().encode())
 
     def token_ok(self, value: str | None) -> bool:
-        return self.token is None or (value is not None and hmac.compare_digest(value, self.token))
+        return same(value, self._token)
 
+    def signed_in(self, request: Request) -> bool:
+        auth = request.headers.get("authorization", "")
+        bearer = auth[7:].strip() if auth[:7].lower() == "bearer " else None
+        return same(request.cookies.get(self.cookie), self._session.encode()) or self.token_ok(bearer)
 
-class TokenMiddleware(BaseHTTPMiddleware):
-    """Refuses (401) any request without the token; POSTs from another origin are refused (403)."""
-
-    def __init__(self, app, guard: Guard) -> None:
-        super().__init__(app)
-        self.guard = guard
-
-    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
-        g = self.guard
+    def refusal(self, request: Request) -> Response | None:
+        """Why this request is refused (a plain-text response that echoes nothing), or None."""
+        if request.headers.get("host", "").lower() not in self.hosts:
+            return _plain(403, "this server answers only at the address `perfloop serve` printed")
         query = request.query_params.get("token")
-        if g.token is not None and query is not None and g.token_ok(query):
-            clean = request.url.remove_query_params("token")
-            resp = RedirectResponse(str(clean.path) + (f"?{clean.query}" if clean.query else ""), 303)
-            resp.set_cookie(COOKIE, query, httponly=True, samesite="strict")
+        if query is not None and self.token_ok(query) and request.method in ("GET", "HEAD"):
+            path = "/" + request.url.path.lstrip("/")  # never `//elsewhere`
+            clean = request.url.remove_query_params("token").query
+            resp = RedirectResponse(path + (f"?{clean}" if clean else ""), 303)
+            resp.set_cookie(self.cookie, self._session, httponly=True, samesite="strict", path="/")
             return resp
-        bearer = request.headers.get("authorization", "").removeprefix("Bearer ").strip() or None
-        if not (g.token_ok(request.cookies.get(COOKIE)) or g.token_ok(bearer)):
-            return PlainTextResponse(
-                "401: this perfloop server needs its token: open the address `perfloop serve` printed "
-                "(…/?token=…) or send `Authorization: Bearer TOKEN`",
-                status_code=401,
+        if not (self.signed_in(request) or self.token_ok(query)):
+            return _plain(
+                401,
+                "this perfloop server needs its token: open the address `perfloop serve` printed "
+                "(.../?token=...) or send `Authorization: Bearer TOKEN`",
             )
-        origin = request.headers.get("origin")
-        if request.method == "POST" and origin is not None and origin != _own_origin(request):
-            return PlainTextResponse(
-                f"403: a POST from another origin ({origin}) is refused", status_code=403
-            )
-        return await call_next(request)
+        if request.method not in ("GET", "HEAD"):
+            origin = request.headers.get("origin")
+            if origin is not None and origin.lower() not in self.origins:
+                return _plain(403, "a POST from another origin is refused")
+            if request.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
+                return _plain(403, "a POST from another site is refused")
+        return None
 
 
-def _own_origin(request: Request) -> str:
-    return f"{request.url.scheme}://{request.headers.get('host', '')}"
+def _plain(status: int, text: str) -> Response:
+    return PlainTextResponse(f"{status}: {text}\n", status_code=status)
+
+
+class GuardMiddleware:
+    """Runs `Guard.refusal` before any route (plain ASGI: nothing of the body is read)."""
+
+    def __init__(self, app: ASGIApp, guard: Guard) -> None:
+        self.app, self.guard = app, guard
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] != "http":  # no websockets here
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        refused = self.guard.refusal(Request(scope))
+        if refused is not None:
+            await refused(scope, receive, send)
+            return
+        await self.app(scope, receive, send)

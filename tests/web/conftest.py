@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
 
 from tests.e2e.conftest import PERFLOOP, ROOT
 
@@ -25,6 +25,9 @@ ARGS = [
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
+    # Two more names for this machine, as DNS rebinding makes them: an attacker's page at
+    # http://rebind.test:PORT resolves to the server it attacks (tests/web/test_attacks.py).
+    "--host-resolver-rules=MAP rebind.test 127.0.0.1, MAP attacker.test 127.0.0.1",
 ]
 ARTIFACTS = ROOT / "test-artifacts" / "web"
 DEMO_RECORDING = ROOT / "tests" / "data" / "sessions" / "demo-session.json.gz"
@@ -57,8 +60,12 @@ def shot(page, name: str) -> Path:
 class Served:
     """A running `perfloop serve` on a free port."""
 
-    def __init__(self, home: Path, *args: str) -> None:
+    def __init__(self, home: Path, *args: str, token: str | None = None) -> None:
+        """`token`: given as $PERFLOOP_SERVE_TOKEN (else the server makes one and prints it)."""
         env = {**os.environ, "PERFLOOP_HOME": str(home)}
+        env.pop("PERFLOOP_SERVE_TOKEN", None)
+        if token is not None:
+            env["PERFLOOP_SERVE_TOKEN"] = token
         self.proc = subprocess.Popen(
             [str(PERFLOOP), "serve", "--port", "0", *args],
             env=env,
@@ -72,7 +79,19 @@ class Served:
         line = self.proc.stdout.readline()
         m = re.search(r"(http://\S+?:\d+)/(\?token=(\S+))?", line)
         assert m, f"perfloop serve printed no address: {line!r}"
-        self.url, self.token = m.group(1), m.group(3)
+        self.url, self.token = m.group(1), m.group(3) or token
+        self.port = int(self.url.rsplit(":", 1)[1])
+
+    def open(self, context: BrowserContext, path: str) -> Page:
+        """A page at `path`, signed in as a person is: the printed address with its token, once
+        (the server sets its cookie and redirects to `path` without the token)."""
+        page = context.new_page()
+        page.goto(f"{self.url}{path}{'&' if '?' in path else '?'}token={self.token}")
+        assert page.url == self.url + path, page.url
+        return page
+
+    def bearer(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
 
     def stop(self) -> None:
         self.proc.terminate()

@@ -66,8 +66,7 @@ def slow_start(repo: Path, seconds: int = 6) -> None:
 
 
 def open_session(context: BrowserContext, p: Paused) -> Page:
-    page = context.new_page()
-    page.goto(p.page_url)
+    page = p.served.open(context, f"/sessions/{p.sid}")
     page.wait_for_selector("#approval")
     return page
 
@@ -151,8 +150,7 @@ def test_a_forked_session_is_rejected_with_its_reason(context: BrowserContext, p
     fork = perfloop(paused.home, "fork", paused.sid, "--at", "approve", "--approve", "manual", "--json")
     assert fork.returncode == 0, fork.stderr[-2000:]
     sid = last_json(fork)["session"]
-    page = context.new_page()
-    page.goto(f"{paused.served.url}/sessions/{sid}")
+    page = paused.served.open(context, f"/sessions/{sid}")
     page.fill("#reason", "not this week: needs a review of the pool layout")
     page.click("#reject")
     page.wait_for_selector("#status.status-done", timeout=FINISH_S * 1000)

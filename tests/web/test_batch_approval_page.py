@@ -58,8 +58,7 @@ def batch(tmp_path_factory) -> Iterator[Batch]:
 def test_a_batch_is_shown_per_candidate_and_approved_with_one_unticked(
     context: BrowserContext, batch: Batch
 ) -> None:
-    page = context.new_page()
-    page.goto(f"{batch.served.url}/sessions/{batch.sid}")
+    page = batch.served.open(context, f"/sessions/{batch.sid}")
     page.wait_for_selector("#candidates")
     boxes = page.locator("#candidates input[type=checkbox]")
     assert [boxes.nth(i).get_attribute("value") for i in range(boxes.count())] == [KV, "noop-comment"]

@@ -3,6 +3,8 @@ it renders offline, its plots are in the DOM, and the browser fetches nothing bu
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -10,7 +12,7 @@ from pathlib import Path
 from playwright.sync_api import BrowserContext
 
 from tests.e2e.conftest import PERFLOOP
-from tests.web.conftest import Served, shot
+from tests.web.conftest import DEMO_RECORDING, Served, shot
 
 PLOTS = ("plot-tpot", "plot-dist", "plot-ops-1", "plot-timeline")
 
@@ -85,8 +87,7 @@ def test_served_pages_list_the_session_and_fetch_nothing_outside(
     served = Served(home)
     try:
         seen = requests_of(context)
-        page = context.new_page()
-        page.goto(served.url + "/")
+        page = served.open(context, "/")
         assert page.locator(f"#sessions a[href='/sessions/{sid}']").count() == 1
         page.click(f"#sessions a[href='/sessions/{sid}']")
         page.wait_for_selector("#plot-tpot svg")
@@ -97,5 +98,39 @@ def test_served_pages_list_the_session_and_fetch_nothing_outside(
         outside = page.request.get(served.url + f"/sessions/{sid}/files/..%2F..%2Fsessions.sqlite")
         assert outside.status == 404
         shot(page, "serve-session-done")
+    finally:
+        served.stop()
+
+
+def test_a_label_with_dollar_signs_renders_in_the_report_and_on_the_page(
+    tmp_path: Path, context: BrowserContext
+) -> None:
+    """matplotlib would read `$...$` as TeX (and `\\nosuchcmd` makes it raise): an op renamed so in
+    the demo recording is drawn as written, in `perfloop report` and on the served page."""
+    label = "kernel$\\nosuchcmd$x"
+    text = gzip.decompress(DEMO_RECORDING.read_bytes()).decode()
+    assert text.count('"aten::mm"') > 2
+    recording = tmp_path / "dollar.json.gz"
+    recording.write_bytes(gzip.compress(text.replace('"aten::mm"', json.dumps(label)).encode()))
+    home = tmp_path / "home"
+    env = {**os.environ, "PERFLOOP_HOME": str(home)}
+    imported = subprocess.run(
+        [str(PERFLOOP), "import", str(recording)], env=env, capture_output=True, text=True, check=True
+    )
+    sid = imported.stdout.split("imported session ")[1].split(";")[0]
+    out = tmp_path / "report.html"
+    made = subprocess.run(
+        [str(PERFLOOP), "report", sid, "-o", str(out)], env=env, capture_output=True, text=True
+    )
+    assert made.returncode == 0, made.stderr
+    page = context.new_page()
+    page.goto(out.as_uri())
+    assert label in page.locator("#plot-ops-1 svg").text_content()
+    assert "mathdefault" not in page.content()  # no axis left in math text either
+    served = Served(home)
+    try:
+        page = served.open(context, f"/sessions/{sid}")
+        assert label in page.locator("#plot-ops-1 svg").text_content()
+        assert label in page.locator("#transitions").inner_text()  # escaped text, as written
     finally:
         served.stop()

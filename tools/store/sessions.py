@@ -65,6 +65,17 @@ class SessionStore:
         rows = self.db.rows("SELECT info FROM sessions ORDER BY created_at")
         return [SessionInfo.model_validate_json(r[0]) for r in rows]
 
+    def session_page(self, limit: int, offset: int = 0) -> list[SessionInfo]:
+        """The newest sessions first, `limit` of them from `offset` (the approval page's list)."""
+        rows = self.db.rows(
+            "SELECT info FROM sessions ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
+            (int(limit), int(offset)),
+        )
+        return [SessionInfo.model_validate_json(r[0]) for r in rows]
+
+    def count_sessions(self) -> int:
+        return int(self.db.rows("SELECT COUNT(*) FROM sessions")[0][0])
+
     def held(self) -> dict[str, str]:
         """Sessions whose lease is live right now (tools/store/lease.py): id -> `HOST pid PID`."""
         rows = self.db.rows(

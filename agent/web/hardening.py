@@ -1,0 +1,123 @@
+"""What every response of `perfloop serve` carries, and the limits of its HTTP server.
+
+Headers on every response (the app's own, its refusals and Starlette's 404/405/500 alike): a CSP
+that runs only the page's own nonce'd script, fetches only from this origin and cannot be framed
+(`frame-ancestors 'none'`: no clickjacking of the one-click Approve), `nosniff`, `no-store`,
+`no-referrer` (the `?token=` address never leaves in a Referer). Styles may be inline: the
+report's matplotlib SVGs style their elements with attributes, which a nonce cannot cover; with
+`default-src 'none'` no style can fetch anything, so an inline style leaks nothing.
+
+The server (uvicorn, HTTP/1.1 by h11): headers at most 16 KiB (`h11_max_incomplete_event_size`),
+at most `LIMIT_CONCURRENCY` connections and requests at once (`limit_concurrency`), idle
+keep-alive closed after 5 s (`timeout_keep_alive`), proxy headers ignored (no `X-Forwarded-*` may
+change who or where a request is). uvicorn has no timeout for a request still being sent (its
+keep-alive timer stops at the first byte: half-sent headers held a connection for good), so
+`TimedH11` adds one: a connection whose request is not fully received `REQUEST_S` seconds after it
+opened or after its last response is closed."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+
+import h11
+from starlette.datastructures import MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+REQUEST_S = 10.0
+LIMIT_CONCURRENCY = 64
+MAX_HEADER_BYTES = 16 * 1024
+
+
+def csp(nonce: str) -> str:
+    return (
+        f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; "
+        "img-src 'self' data:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; "
+        "base-uri 'none'"
+    )
+
+
+FILE_CSP = "default-src 'none'; sandbox; frame-ancestors 'none'"
+"""For the session's own files: shown, never run (an .html or .svg there stays inert)."""
+
+
+def nonce_of(scope: Scope) -> str:
+    return str(scope.get("state", {}).get("csp_nonce", ""))
+
+
+class Hardened:
+    """Adds the headers to every HTTP response of `app` (the outermost layer)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        nonce = secrets.token_urlsafe(18)
+        scope.setdefault("state", {})["csp_nonce"] = nonce
+
+        async def send_hardened(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                if "content-security-policy" not in headers:
+                    headers["Content-Security-Policy"] = csp(nonce)
+                headers["X-Content-Type-Options"] = "nosniff"
+                headers["Cache-Control"] = "no-store"
+                headers["Referrer-Policy"] = "no-referrer"
+                headers["X-Frame-Options"] = "DENY"
+                headers["Cross-Origin-Opener-Policy"] = "same-origin"
+                headers["Cross-Origin-Resource-Policy"] = "same-origin"
+                if "content-type" not in headers:
+                    headers["Content-Type"] = "text/plain; charset=utf-8"
+            await send(message)
+
+        await self.app(scope, receive, send_hardened)
+
+
+class TimedH11(H11Protocol):
+    """uvicorn's h11 protocol with a deadline for receiving each request in full."""
+
+    _deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+        self._deadline = self.loop.call_later(REQUEST_S, self._expire)
+
+    def _expire(self) -> None:
+        """Close the connection if a request is still being sent: partial headers, or a body not
+        all there (an idle keep-alive is closed sooner by uvicorn's own timer)."""
+        self._deadline = None
+        if self.conn.their_state in (h11.IDLE, h11.SEND_BODY) and not self.transport.is_closing():
+            self.transport.close()
+
+
+def server_options() -> dict:
+    """The uvicorn.Config options of `perfloop serve` besides the app."""
+    return {
+        "http": TimedH11,
+        "h11_max_incomplete_event_size": MAX_HEADER_BYTES,
+        "limit_concurrency": LIMIT_CONCURRENCY,
+        "timeout_keep_alive": 5,
+        "proxy_headers": False,
+        "server_header": False,
+        "access_log": False,
+        "log_level": "warning",
+        "lifespan": "off",
+    }
