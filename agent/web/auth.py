@@ -9,7 +9,7 @@
   runs, not the token itself, and redirects to the clean address), the cookie, or `Authorization:
   Bearer`. Compared as bytes in constant time (any header or query value: never an error).
 - A POST's Origin, when the browser sends one, is one of the fixed origins (never built from the
-  request; `null` is refused), and `Sec-Fetch-Site`, when sent, says same-origin. The CSRF value
+  request), and `Sec-Fetch-Site`, when sent, says same-origin (`Guard.own_post`). The CSRF value
   (an HMAC of the server's secret) is checked by the route (agent/web/app.py)."""
 
 from __future__ import annotations
@@ -144,13 +144,23 @@ class Guard:
                 "this perfloop server needs its token: open the address `perfloop serve` printed "
                 "(.../?token=...) or send `Authorization: Bearer TOKEN`",
             )
-        if request.method not in ("GET", "HEAD"):
-            origin = request.headers.get("origin")
-            if origin is not None and origin.lower() not in self.origins:
-                return _plain(403, "a POST from another origin is refused")
-            if request.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
-                return _plain(403, "a POST from another site is refused")
+        if request.method not in ("GET", "HEAD") and not self.own_post(request):
+            return _plain(403, "a POST from another origin is refused")
         return None
+
+    def own_post(self, request: Request) -> bool:
+        """Whether a POST comes from this server's own pages. The Origin, when sent, is one of the
+        fixed origins; `null` only with `Sec-Fetch-Site: same-origin`: our `Referrer-Policy:
+        no-referrer` makes browsers send `Origin: null` on our own forms, and a sandboxed or opaque
+        page elsewhere sends `null` too, but never with same-origin. A client sending neither
+        header (curl with the token) passes here; the CSRF value is checked next."""
+        site = request.headers.get("sec-fetch-site")
+        if site is not None and site != "same-origin":
+            return False
+        origin = request.headers.get("origin")
+        if origin == "null":
+            return site == "same-origin"
+        return origin is None or origin.lower() in self.origins
 
 
 def _plain(status: int, text: str) -> Response:

@@ -38,6 +38,14 @@ def csp(nonce: str) -> str:
     )
 
 
+HEADERS = {
+    "X-Content-Type-Options": "nosniff",
+    "Cache-Control": "no-store",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Cross-Origin-Opener-Policy": "same-origin",
+    "Cross-Origin-Resource-Policy": "same-origin",
+}
 FILE_CSP = "default-src 'none'; sandbox; frame-ancestors 'none'"
 """For the session's own files: shown, never run (an .html or .svg there stays inert)."""
 
@@ -62,14 +70,10 @@ class Hardened:
         async def send_hardened(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = MutableHeaders(scope=message)
+                for name, value in HEADERS.items():
+                    headers[name] = value
                 if "content-security-policy" not in headers:
                     headers["Content-Security-Policy"] = csp(nonce)
-                headers["X-Content-Type-Options"] = "nosniff"
-                headers["Cache-Control"] = "no-store"
-                headers["Referrer-Policy"] = "no-referrer"
-                headers["X-Frame-Options"] = "DENY"
-                headers["Cross-Origin-Opener-Policy"] = "same-origin"
-                headers["Cross-Origin-Resource-Policy"] = "same-origin"
                 if "content-type" not in headers:
                     headers["Content-Type"] = "text/plain; charset=utf-8"
             await send(message)
@@ -94,6 +98,19 @@ class TimedH11(H11Protocol):
         if self._deadline is not None:
             self._deadline.cancel()
         super().connection_lost(exc)
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's reply to a request h11 cannot read, with the headers every response has."""
+        headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close")]
+        headers += [(k.lower().encode(), v.encode()) for k, v in HEADERS.items()]
+        headers.append((b"content-security-policy", b"default-src 'none'; frame-ancestors 'none'"))
+        for event in (
+            h11.Response(status_code=400, headers=headers, reason=b"Bad Request"),
+            h11.Data(data=b"400: this is not an HTTP request this server can read\n"),
+            h11.EndOfMessage(),
+        ):
+            self.transport.write(self.conn.send(event) or b"")
+        self.transport.close()
 
     def _arm(self) -> None:
         if self._deadline is not None:

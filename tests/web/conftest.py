@@ -28,6 +28,10 @@ ARGS = [
     # Two more names for this machine, as DNS rebinding makes them: an attacker's page at
     # http://rebind.test:PORT resolves to the server it attacks (tests/web/test_attacks.py).
     "--host-resolver-rules=MAP rebind.test 127.0.0.1, MAP attacker.test 127.0.0.1",
+    # Chromium's own Local Network Access checks would stop such a page before it reaches the
+    # server; off, as in browsers without them, so the tests see what the server itself refuses.
+    "--disable-features=BlockInsecurePrivateNetworkRequests,PrivateNetworkAccessSendPreflights,"
+    "PrivateNetworkAccessRespectPreflightResults,LocalNetworkAccessChecks",
 ]
 ARTIFACTS = ROOT / "test-artifacts" / "web"
 DEMO_RECORDING = ROOT / "tests" / "data" / "sessions" / "demo-session.json.gz"

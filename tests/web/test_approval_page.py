@@ -104,6 +104,65 @@ def test_reject_needs_a_reason(context: BrowserContext, paused: Paused) -> None:
     assert paused.answers() == []
 
 
+ATTACK = """<!doctype html><html><body><script>
+window.result = (async () => {
+  const out = {};
+  try { const r = await fetch("/sessions/SID"); out.read = [r.status, (await r.text()).includes("csrf")]; }
+  catch (e) { out.read = String(e); }
+  try {
+    const body = new URLSearchParams({number: "0", csrf: "guessed", patch: "x"});
+    out.post = (await fetch("/sessions/SID/edit", {method: "POST", body})).status;
+  } catch (e) { out.post = String(e); }
+  return out;
+})();
+</script></body></html>"""
+
+
+def test_a_rebinding_page_can_neither_read_nor_answer_and_the_page_cannot_be_framed(
+    context: BrowserContext, paused: Paused
+) -> None:
+    """The victim is signed in (its cookie set). A page at http://rebind.test:PORT, a name that
+    resolves to this server (the browser's host rules, as DNS rebinding makes it), fetches the
+    session page and posts an answer same-origin: both refused on the Host. A page on another
+    port of 127.0.0.1 (same site: the cookie is sent) frames the approval page: not shown. A page
+    of another site auto-submits an Approve form: refused. Nothing is answered."""
+    served, sid = paused.served, paused.sid
+    open_session(context, paused).close()
+    rebind = f"http://rebind.test:{served.port}/attack"
+    context.route(
+        rebind, lambda route: route.fulfill(body=ATTACK.replace("SID", sid), content_type="text/html")
+    )
+    page = context.new_page()
+    page.goto(rebind)
+    result = page.evaluate("window.result")
+    assert result == {"read": [403, False], "post": 403}, result
+
+    framing = "http://127.0.0.1:9/frame"
+    frame_html = f'<iframe id="f" src="{served.url}/sessions/{sid}" width="800" height="600"></iframe>'
+    context.route(framing, lambda route: route.fulfill(body=frame_html, content_type="text/html"))
+    framed = context.new_page()
+    with framed.expect_response(f"{served.url}/sessions/{sid}") as answered:
+        framed.goto(framing)
+    assert answered.value.status == 200  # the server answered, cookie and all: the browser refused it
+    assert "frame-ancestors 'none'" in answered.value.headers["content-security-policy"]
+    framed.wait_for_timeout(1000)
+    assert all(f.locator("#approve").count() == 0 for f in framed.frames)
+    shot(framed, "serve-framing-refused")
+
+    other_site = "http://attacker.test:9/approve"
+    form = (
+        f'<form id="f" method="post" action="{served.url}/sessions/{sid}/approve">'
+        '<input name="number" value="0"></form><script>document.getElementById("f").submit()</script>'
+    )
+    context.route(other_site, lambda route: route.fulfill(body=form, content_type="text/html"))
+    forged = context.new_page()
+    with forged.expect_navigation(url=f"{served.url}/sessions/{sid}/approve") as landed:
+        forged.goto(other_site)
+    assert landed.value is not None and landed.value.status == 401  # SameSite=Strict: no cookie
+    assert paused.answers() == []
+    assert open_session(context, paused).locator("#approve").count() == 1  # still waiting
+
+
 def test_two_tabs_approve_at_once_one_wins_and_the_session_finishes_accepted(
     browser: Browser, paused: Paused
 ) -> None:
@@ -127,7 +186,8 @@ def test_two_tabs_approve_at_once_one_wins_and_the_session_finishes_accepted(
         winner = next(p for p in pages if p is not loser)
         # While the answer's process runs the session, the page shows the step and its progress line.
         winner.wait_for_function(
-            "(document.getElementById('progress-line') || {}).textContent?.includes('launch #2')",
+            # a function, not an expression: the page's CSP runs no eval
+            "() => (document.getElementById('progress-line') || {}).textContent?.includes('launch #2')",
             timeout=60_000,
         )
         shot(winner, "serve-running-progress")

@@ -7,6 +7,7 @@ form field gets a 5xx."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -144,10 +145,22 @@ def test_pages_and_errors_are_hardened_and_errors_echo_nothing(served: Served, s
         assert r.status == 404 and b"marker1" not in r.body, r.body
         assert r.headers["content-type"].startswith("text/plain")
         assert_hardened(r)
+    garbage = send(served.port, b"GARBAGE \x00\xff\r\n\r\n")  # not HTTP: uvicorn's own 400
+    assert garbage.status == 400
+    assert_hardened(garbage)
     files = request(served, f"/sessions/{sid}/files/{'a' * 5000}")
     assert files.status == 404 and files.headers["content-type"].startswith("text/plain")
     for nasty in ("%00", "a%00b", "..%2f..%2fsessions.sqlite", "%2fetc%2fpasswd", "%c0%af"):
         assert request(served, f"/sessions/{sid}/files/{nasty}").status == 404, nasty
+
+
+def test_the_list_is_paged_and_polled_as_json(served: Served, sid: str) -> None:
+    index = request(served, "/")
+    assert index.status == 200 and f'href="/sessions/{sid}"'.encode() in index.body
+    assert b'fetch("/api/sessions?page=1"' in index.body
+    polled = request(served, "/api/sessions?page=7")
+    assert polled.headers["content-type"] == "application/json"
+    assert json.loads(polled.body)["page"] == 1 and json.loads(polled.body)["pages"] == 1
 
 
 def test_the_cookie_is_named_for_the_port_strict_httponly_and_is_not_the_token(served: Served) -> None:
@@ -172,6 +185,13 @@ def test_a_post_is_refused_on_cheap_checks_before_its_body_is_read(served: Serve
         assert r.status == 403, origin
     site = request(served, f"/sessions/{sid}/approve", "POST", [*form, (b"Sec-Fetch-Site", b"cross-site")])
     assert site.status == 403
+    for site in (b"cross-site", b"same-site", b"none"):
+        null = [*form, (b"Origin", b"null"), (b"Sec-Fetch-Site", site)]
+        assert request(served, f"/sessions/{sid}/approve", "POST", null, b"number=0").status == 403
+    # Our own form (no-referrer makes the browser send Origin: null): past the guard, to the CSRF.
+    own = [*form, (b"Origin", b"null"), (b"Sec-Fetch-Site", b"same-origin")]
+    r = request(served, f"/sessions/{sid}/approve", "POST", own, b"number=0&csrf=guess")
+    assert r.status == 403 and b"CSRF" in r.body
     wrong = request(served, f"/sessions/{sid}/approve?csrf=nope", "POST", form, b"number=0")
     assert wrong.status == 403 and b"CSRF" in wrong.body
 
