@@ -136,7 +136,7 @@ def test_the_served_corpus_gives_its_expected_steps_bound_and_finding(doc: dict,
     assert (summary.step_bounds.bound if summary.step_bounds else None) == trace["bound"]
     ctx = DiagnosisContext(target_kind=doc["target_kind"], active_tokens=doc["active_tokens"])
     found = diagnose(summary, ctx, load_playbooks()).findings
-    assert found[0].playbook == trace["top_finding"]
+    assert "top_finding" not in trace or found[0].playbook == trace["top_finding"]
     b = summary.step_bounds
     effects = {f.playbook: f.effect for f in found}
     for f in found:  # every number has its basis; none beyond the physical bound
@@ -147,7 +147,7 @@ def test_the_served_corpus_gives_its_expected_steps_bound_and_finding(doc: dict,
             pair = [f.effect, effects[f.paired_with]]
             assert f.paired_speedup <= b.wall_us / floor_us(b, pair) * (1 + 1e-9)
     for name in ("max_cast_alone", "max_launch_alone"):
-        if name in trace:
+        if trace.get(name) is not None:
             playbook = CAST if "cast" in name else LAUNCH
             assert next(f for f in found if f.playbook == playbook).predicted_speedup <= trace[name]
 
