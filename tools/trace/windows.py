@@ -121,23 +121,28 @@ def repeats(
 
 
 def _steps_of_periods(waited: np.ndarray) -> tuple[int, int] | None:
-    """(first, m) when the periods starting every m-th one all waited far longer than the others (a
-    step of m identical layers, with no kernel of its own); None otherwise. The wait before the
-    first period is unknown (the trace starts there) and left out."""
+    """(first, m) when the periods starting every m-th one all waited far longer than the typical
+    period (a step of m identical layers, with no kernel of its own); None otherwise. The wait
+    before the first period is unknown (the trace starts there) and left out. The m tried are the
+    distances between nearby long waits, so the search stays linear in the periods."""
     w = np.where(np.isfinite(waited), waited, np.nan)
     if np.isfinite(w).sum() < 3:
         return None
-    typical = float(np.nanmedian(w))
+    threshold = LONG_WAIT * max(float(np.nanmedian(w)), 1.0)
+    long = np.flatnonzero(w > threshold)
+    if len(long) < 2 or len(long) * 2 > len(w):
+        return None
+    near = {int(b - a) for k in range(1, 5) for a, b in zip(long[:-k], long[k:], strict=True)}
     best: tuple[float, int, int] | None = None
-    for m in range(2, len(w) // 2 + 1):
-        for phase in range(m):
+    for m in sorted(d for d in near if d >= 2)[:32]:
+        for phase in sorted({int(i) % m for i in long}):
             at = w[phase::m]
             if np.isfinite(at).sum() < 2:
                 continue
             score = float(np.nanmin(at))
             if best is None or score > best[0]:
                 best = (score, phase, m)
-    if best is None or best[0] <= LONG_WAIT * max(typical, 1.0):
+    if best is None or best[0] <= threshold:
         return None
     return best[1], best[2]
 
