@@ -26,9 +26,9 @@ mkdir -p "$OUT/corpus"
 
 # 1. The corpus: eager and CUDA-graph decode, each by the hook, the API and no marker.
 small=(--preset glm5 --device cuda --layers 6)
-timeout 100 python3 tests/data/traces/make_served_traces.py "$OUT/corpus" h200-eager "${small[@]}" --disable-cuda-graph \
+timeout 150 python3 tests/data/traces/make_served_traces.py "$OUT/corpus" h200-eager "${small[@]}" --disable-cuda-graph \
   >"$OUT/corpus/eager.log" 2>&1; echo "corpus eager exit $? at $(($(date +%s) - t0)) s"
-timeout 100 python3 tests/data/traces/make_served_traces.py "$OUT/corpus" h200-graphs "${small[@]}" \
+timeout 150 python3 tests/data/traces/make_served_traces.py "$OUT/corpus" h200-graphs "${small[@]}" \
   >"$OUT/corpus/graphs.log" 2>&1; echo "corpus graphs exit $? at $(($(date +%s) - t0)) s"
 python3 - "$OUT/corpus" <<'PY'
 import json, sys
