@@ -64,13 +64,14 @@ def diagnose(profile: ProfileSummary, ctx: DiagnosisContext, playbooks: Sequence
     tpot_us = ctx.tpot_ms * 1000 if ctx.tpot_ms is not None else None
     bounds = calibrated(profile.step_bounds, tpot_us) if profile.step_bounds is not None else None
     step_us = profile.step_wall_us or profile.step_us or None
-    predicted = [with_prediction(f, bounds, step_us, ctx.tpot_ms) for f in found]
+    predicted = [with_prediction(f, bounds, step_us, ctx.tpot_ms, profile.time_basis) for f in found]
     findings = paired(predicted, bounds)
     findings.sort(key=_rank, reverse=True)
     return Diagnosis(
         findings=findings or [generic_finding(profile)],
         top_ops=profile.ops[:TOP_OPS],
         time_basis=profile.time_basis,
+        step_source=profile.step_source,
     )
 
 

@@ -5,7 +5,11 @@ A decode step is modelled from its trace (`state.profile.StepBounds`) as
 launching overlaps the kernels launched. A fix changes the terms (`StepEffect`): removing device
 work shrinks `device`, CUDA graphs turn `issue` into one launch (and add the small gaps a replay
 still has between kernels), fusion removes kernels. The prediction is the bound that remains, so
-removing device work from a launch-bound step predicts little. Pure functions.
+removing device work from a launch-bound step predicts little, and it is never below what physics
+allows (`floor_us`): the device's remaining busy time, the host's remaining issue time, and the
+step less everything the fix removes (Amdahl over the measured windows). Each finding states its
+basis; without step windows on a GPU trace the prediction is unknown (None), not a guess.
+Pure functions.
 """
 
 from state.diagnosis import Finding, StepEffect
@@ -35,10 +39,19 @@ def _terms(b: StepBounds, effects: list[StepEffect]) -> tuple[float, float]:
     return issue, max(device, 0.0)
 
 
-def predict_step_us(b: StepBounds, effects: list[StepEffect]) -> float:
-    """The step time after the effects, in us (never below a tenth of today's)."""
+def floor_us(b: StepBounds, effects: list[StepEffect]) -> float:
+    """The shortest step physics allows after the effects, in us: the device still runs its
+    remaining work, the host still issues what is left to launch, and the step shrinks by at most
+    the device time and issue time the fixes remove."""
     issue, device = _terms(b, effects)
-    return max(b.serial_host_us + max(issue, device) + b.residual_us, b.wall_us / 10)
+    removed = sum(e.device_removed_us for e in effects) + max(b.issue_us - issue, 0.0)
+    return max(issue, device, b.wall_us - removed, 0.0)
+
+
+def predict_step_us(b: StepBounds, effects: list[StepEffect]) -> float:
+    """The step time after the effects, in us: the model's, never below `floor_us` (nor 1 ns)."""
+    issue, device = _terms(b, effects)
+    return max(b.serial_host_us + max(issue, device) + b.residual_us, floor_us(b, effects), 1e-3)
 
 
 def bound_after(b: StepBounds, effects: list[StepEffect]) -> str:
@@ -81,12 +94,18 @@ def calibrated(b: StepBounds, tpot_us: float | None) -> StepBounds:
 
 
 def with_prediction(
-    f: Finding, b: StepBounds | None, step_us: float | None, tpot_ms: float | None = None
+    f: Finding,
+    b: StepBounds | None,
+    step_us: float | None,
+    tpot_ms: float | None = None,
+    time_basis: str = "device",
 ) -> Finding:
-    """The finding with step_ms, predicted_step_ms, predicted_speedup and the bounds filled in.
+    """The finding with step_ms, predicted_step_ms, predicted_speedup, the bounds and the basis.
 
-    With the trace's step bounds and an effect, the bound model predicts; otherwise the step shrinks
-    by the finding's expected gain share (CPU traces: every op is host time)."""
+    With the trace's step bounds and an effect, the bound model predicts; with bounds and no effect
+    the step shrinks by the finding's share, not below the bound that stays; a CPU trace without
+    bounds shrinks by the share (every op is on the step's path); a GPU trace without bounds gets
+    no number ("unknown")."""
     if b is not None and f.effect is not None:
         predicted = predict_step_us(b, [f.effect])
         share = min(max(1 - predicted / b.wall_us, 0.0), 1.0)
@@ -99,23 +118,63 @@ def with_prediction(
                 "expected_gain_ms": share * tpot_ms if tpot_ms is not None else None,
                 "bound": b.bound,
                 "bound_after": bound_after(b, [f.effect]),
+                "basis": _model_basis(b, [f.effect], tpot_ms),
+            }
+        )
+    if b is not None:
+        floor = max(b.issue_us, b.device_us)
+        predicted = max(b.wall_us * (1 - min(f.expected_gain_share, 1.0)), floor, 1e-3)
+        share = min(max(1 - predicted / b.wall_us, 0.0), 1.0)
+        return f.model_copy(
+            update={
+                "expected_gain_share": share,
+                "expected_gain_ms": share * tpot_ms if tpot_ms is not None else None,
+                "step_ms": b.wall_us / 1000,
+                "predicted_step_ms": predicted / 1000,
+                "predicted_speedup": b.wall_us / predicted,
+                "bound": b.bound,
+                "basis": (
+                    f"{_windows(b)}: the step less the finding's share ({f.expected_gain_share:.0%}), "
+                    f"not below max(issue, device) = {floor / 1000:.3f} ms (no step model for this fix)"
+                ),
+            }
+        )
+    if time_basis != "cpu":
+        return f.model_copy(
+            update={
+                "step_ms": step_us / 1000 if step_us else None,
+                "basis": "unknown: no step windows in this trace (no step marker and no repeating "
+                "kernel pattern), so host issue and device busy time per step are unknown; pass --steps N",
             }
         )
     if step_us is None or step_us <= 0 or f.expected_gain_share <= 0:
-        return f.model_copy(update={"step_ms": step_us / 1000 if step_us else None, "bound": _bound(b)})
+        return f.model_copy(update={"step_ms": step_us / 1000 if step_us else None})
     predicted = step_us * (1 - min(f.expected_gain_share, 0.99))
     return f.model_copy(
         update={
             "step_ms": step_us / 1000,
             "predicted_step_ms": predicted / 1000,
             "predicted_speedup": step_us / predicted,
-            "bound": _bound(b),
+            "basis": f"CPU trace: every operator runs on the step's path, so the step shrinks by the "
+            f"share removed ({f.expected_gain_share:.0%}, Amdahl)",
         }
     )
 
 
-def _bound(b: StepBounds | None) -> str | None:
-    return b.bound if b is not None else None
+def _windows(b: StepBounds) -> str:
+    return f"{b.bound} bound, medians over {b.steps} step windows ({b.windows})"
+
+
+def _model_basis(b: StepBounds, effects: list[StepEffect], tpot_ms: float | None) -> str:
+    """What a model prediction assumed, in one line."""
+    issue, device = _terms(b, effects)
+    scaled = ", host terms scaled to the TPOT" if tpot_ms is not None and b.wall_us == tpot_ms * 1000 else ""
+    return (
+        f"{_windows(b)}{scaled}: step = serial host {b.serial_host_us / 1000:.3f} + max(issue "
+        f"{b.issue_us / 1000:.3f} -> {issue / 1000:.3f}, device {b.device_us / 1000:.3f} -> "
+        f"{device / 1000:.3f}) + residual {b.residual_us / 1000:.3f} ms; not below "
+        f"{floor_us(b, effects) / 1000:.3f} ms (device left, issue left, step less what the fix removes)"
+    )
 
 
 def paired(findings: list[Finding], b: StepBounds | None) -> list[Finding]:
@@ -138,5 +197,9 @@ def paired(findings: list[Finding], b: StepBounds | None) -> list[Finding]:
                 and (best is None or both > best[0])
             ):
                 best = (both, g.playbook)
-        out.append(f.model_copy(update={"paired_with": best[1], "paired_speedup": best[0]}) if best else f)
+        if best is None:
+            out.append(f)
+            continue
+        basis = f"{f.basis}; with {best[1]}: both effects in the same model" if f.basis else None
+        out.append(f.model_copy(update={"paired_with": best[1], "paired_speedup": best[0], "basis": basis}))
     return out

@@ -84,10 +84,10 @@ class Finding(Model):
     remains (removing device work from a launch-bound step predicts little); else step_ms x
     (1 - expected_gain_share). None when unknown (generic)."""
     predicted_speedup: float | None = None
-    """step_ms / predicted_step_ms."""
+    """step_ms / predicted_step_ms; None when unknown."""
     bound: str | None = None
     """What bounds the profiled step: `host launch` (issuing kernels takes longer than running
-    them) or `device`; None for a trace without kernels or step markers."""
+    them) or `device`; None when unknown (a trace without kernels, or without step windows)."""
     bound_after: str | None = None
     """What would bound the step after this fix alone."""
     effect: StepEffect | None = None
@@ -97,6 +97,10 @@ class Finding(Model):
     alone (e.g. a cast fix and CUDA graphs on an eager, launch-bound step)."""
     paired_speedup: float | None = None
     """The predicted speedup of this fix and `paired_with` together."""
+    basis: str | None = None
+    """What the prediction assumed, in one line: the bound and the step windows it was measured
+    over (and how they were found), the model's terms before and after, the physical floor, the
+    paired fix; `unknown: ...` when the trace gives no step bounds (then no number is predicted)."""
 
 
 class Diagnosis(Model):
@@ -112,6 +116,8 @@ class Diagnosis(Model):
     """Profiled decode steps behind the times (None in older recordings)."""
     step_us: float | None = None
     """Measured time of one profiled step, in us (None in older recordings)."""
+    step_source: str | None = None
+    """How the profile's steps were found (ProfileSummary.step_source); None: unknown."""
 
 
 class DiagnosisContext(Model):

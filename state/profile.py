@@ -47,12 +47,13 @@ class KernelStat(Model):
 
 
 class StepStat(Model):
-    """One profiler step (`ProfilerStep#N`)."""
+    """One decode step's window (`ProfileSummary.step_source` says what marked it)."""
 
     name: str
-    """The step marker's name, e.g. `ProfilerStep#12`."""
+    """The step marker's name, e.g. `ProfilerStep#12`, `forward_decode #3`, or `step 2` (inferred)."""
     wall_us: float = Field(ge=0)
-    """Host duration of the step marker, in microseconds."""
+    """Host duration of the window, in microseconds: a ProfilerStep's own; for other markers and
+    inferred steps from its start to the next one's (the last marker: its own duration)."""
     device_us: float = Field(ge=0)
     """Kernel time that started inside the step's window (its start to the next step's), in us."""
     kernels: int = Field(ge=0)
@@ -86,15 +87,20 @@ class DeviceActivity(Model):
 class StepBounds(Model):
     """What bounds one decode step: the host issuing its work, or the device running it.
 
-    Medians over the ProfilerStep windows of the trace (first rank). The step is modelled as
+    Medians over the step windows of one trace (`windows` says what found them; a merged profile
+    keeps the critical rank's, `RankStat.step_bounds` each rank's). The step is modelled as
     `serial_host_us + max(issue_us, device_us) + residual_us`: host work before the first and after
     the last launch does not overlap the device, while launching overlaps the kernels it launches.
     """
 
     steps: int = Field(ge=1)
-    """ProfilerStep windows measured."""
+    """Step windows measured (steps, for the whole trace divided by a given count)."""
+    windows: str = "ProfilerStep"
+    """What marked the windows: `ProfilerStep`, `SGLang step[DECODE]`, `forward_decode`, `vLLM
+    gpu_model_runner: forward`, `kernel pattern` / `operator pattern` (inferred from the repeating
+    work), or `whole trace / N` (the user's step count over the whole trace)."""
     wall_us: float = Field(ge=0)
-    """Host duration of a step (its ProfilerStep marker), in microseconds."""
+    """Host duration of a step (its window), in microseconds."""
     host_us: float = Field(ge=0)
     """Host time not blocked in syncs: wall_us minus the time in synchronizing calls, in us."""
     issue_us: float = Field(ge=0)
@@ -146,6 +152,10 @@ class RankStat(Model):
     """Total self time of the file, on the summary's time basis, in microseconds."""
     step_us: float = Field(ge=0)
     """total_self_us per step, in microseconds."""
+    step_bounds: StepBounds | None = None
+    """This rank's host-against-device bounds over its own step windows; None without windows."""
+    step_source: str | None = None
+    """How this rank's steps were found (ProfileSummary.step_source)."""
 
 
 class ProfileSummary(Model):
@@ -156,8 +166,8 @@ class ProfileSummary(Model):
     time_basis: Literal["device", "cpu"]
     """"device" when kernel times were attributed to operators; "cpu" when only host times exist."""
     steps: int = Field(ge=1)
-    """Number of profiled decode steps: the number the caller gave, else the count of
-    ProfilerStep#N markers, else of outermost forward_decode calls, else 1."""
+    """Number of profiled decode steps: the number the caller gave, else the count of the step
+    markers or of the inferred steps (`step_source`), else 1."""
     total_self_us: float = Field(ge=0)
     """Sum of self time over every operator group, in microseconds (all ranks)."""
     step_us: float = Field(ge=0)
@@ -177,9 +187,14 @@ class ProfileSummary(Model):
     syncs: list[SyncStat] = []
     """Host-device synchronizations, most host time first."""
     step_wall_us: float | None = None
-    """Mean host duration of a ProfilerStep, in microseconds; None without step markers."""
+    """Mean host duration of a step window, in microseconds; None when no window is known."""
     step_bounds: StepBounds | None = None
-    """Host issue time against device time per step; None without step markers or kernels."""
+    """Host issue time against device time per step; None without step windows or kernels (then
+    every per-step bound is unknown)."""
+    step_source: str | None = None
+    """How the steps were found: the marker (`ProfilerStep`, `forward_decode`, ...), `inferred
+    from the kernel pattern: N repeats, ...`, or `whole trace / N`; None: no windows (the whole
+    trace counts as the given or one step)."""
 
 
 class OpDelta(Model):

@@ -89,6 +89,8 @@ def analysis_json(profile: ProfileSummary, by: str, top: int) -> dict:
         "device_activity": profile.device_activity.model_dump() if profile.device_activity else None,
         "syncs": [s.model_dump() for s in profile.syncs],
         "steps_detail": [s.model_dump() for s in profile.step_stats],
+        "step_source": profile.step_source,
+        "step_bounds": profile.step_bounds.model_dump() if profile.step_bounds else None,
         "ranks": [r.model_dump() for r in profile.ranks],
     }
 
@@ -139,7 +141,7 @@ def diagnose(
         playbooks = []
 
     def body():
-        profile = read_profiles(traces, steps, require_steps=True)
+        profile = read_profiles(traces, steps)
         source = "flag"
         bw = bandwidth_gbs
         if bw is None and profile.time_basis == "cpu":
@@ -203,6 +205,7 @@ def _print_analysis(console: Console, doc: dict, profile: ProfileSummary) -> Non
             f"device idle {act.idle_share:.0%} of its span over {act.gaps} gaps; median kernel "
             f"{act.median_kernel_us:.1f} us; launch-bound: {'yes' if act.launch_bound else 'no'}"
         )
+    console.print(_bounds_line(profile), highlight=False)
     for s in profile.syncs[:5]:
         console.print(
             f"sync {s.name} from {s.caller}: {s.calls} calls ({s.decode_calls} in decode), "
@@ -210,8 +213,26 @@ def _print_analysis(console: Console, doc: dict, profile: ProfileSummary) -> Non
         )
 
 
+def _bounds_line(profile: ProfileSummary) -> str:
+    """How the steps were found and what bounds them (each rank's when several)."""
+    out = f"steps: {profile.step_source or 'unknown (no marker, nothing repeats)'}"
+    rows = [(r.source, r.step_bounds) for r in profile.ranks] or [("", profile.step_bounds)]
+    for source, b in rows:
+        where = f"{source}: " if source else ""
+        if b is None:
+            out += f"\n{where}bound unknown (no step windows with kernels)"
+        else:
+            out += (
+                f"\n{where}bound {b.bound}: host issues a step's {b.kernels:.0f} kernels in "
+                f"{b.issue_us / 1000:.3f} ms, device busy {b.device_us / 1000:.3f} ms, step "
+                f"{b.wall_us / 1000:.3f} ms (medians over {b.steps} {b.windows} windows)"
+            )
+    return out
+
+
 def _print_diagnosis(console: Console, result: Diagnosis) -> None:
     """Each finding with its gain, evidence and roofline line."""
+    console.print(f"steps: {result.step_source or 'unknown (no marker, nothing repeats)'}", highlight=False)
     for n, f in enumerate(result.findings, 1):
         gain = (
             f"{f.expected_gain_ms:.1f} ms"
@@ -230,10 +251,14 @@ def _print_diagnosis(console: Console, result: Diagnosis) -> None:
                 f"({f.predicted_speedup:.2f}x){bound}",
                 highlight=False,
             )
+        elif f.basis and f.basis.startswith("unknown"):
+            console.print("   predicted step: unknown", highlight=False)
         if f.paired_with:
             console.print(
                 f"   with {f.paired_with}: {f.paired_speedup:.2f}x predicted together", highlight=False
             )
+        if f.basis:
+            console.print(f"   basis: {f.basis}", highlight=False, soft_wrap=True)
         for e in f.evidence:
             console.print(f"   - {e.note}", highlight=False, soft_wrap=True)
         if f.roofline is not None:

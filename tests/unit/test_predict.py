@@ -95,3 +95,33 @@ def test_calibrated_to_the_served_tpot_on_the_h200_numbers() -> None:
     assert graphs == pytest.approx(82200, rel=0.05)
     assert predict_step_us(b, [StepEffect(device_removed_us=66000)]) == pytest.approx(113285.0, rel=0.01)
     assert calibrated(eager, None) is eager
+
+
+def test_no_prediction_below_the_physical_floor_and_unknown_without_bounds() -> None:
+    """A residual the model cannot explain (negative) never takes a prediction below the device's
+    remaining work or below the step less what the fix removes; without bounds on a GPU trace the
+    prediction is unknown, not a share of the step."""
+    from playbooks.predict import floor_us, with_prediction
+    from state.diagnosis import Finding
+    from state.profile import StepBounds
+
+    b = StepBounds(
+        steps=5, wall_us=60000, host_us=60000, issue_us=55000, serial_host_us=0, device_us=28000,
+        residual_us=-10000, kernels=5818, launches=5818, graph_launches=0, bound="host launch",
+    )  # fmt: skip
+    graphs = [StepEffect(graphs=True)]
+    assert predict_step_us(b, graphs) >= 28000 + 5818 * 0.5  # the device's work and the replay's gaps stay
+    cast = [StepEffect(device_removed_us=20000)]
+    assert predict_step_us(b, cast) == pytest.approx(floor_us(b, cast)) == pytest.approx(55000)  # issue stays
+    f = Finding(
+        playbook=LAUNCH, title="t", confidence=0.5, expected_gain_share=0.99, expected_gain_ms=None,
+        explanation="-", evidence=[], effect=StepEffect(graphs=True),
+    )  # fmt: skip
+    unknown = with_prediction(f, None, 81100.0, None, "device")
+    assert unknown.predicted_speedup is None and unknown.bound is None and unknown.basis.startswith("unknown")
+    known = with_prediction(f, b, 60000.0)
+    assert known.predicted_speedup <= 60000 / (28000 + 5818 * 0.5) and "not below" in known.basis
+    cpu = with_prediction(
+        f.model_copy(update={"effect": None, "expected_gain_share": 0.5}), None, 100.0, None, "cpu"
+    )
+    assert cpu.predicted_speedup == pytest.approx(2.0) and "Amdahl" in cpu.basis

@@ -21,14 +21,15 @@ __all__ = ["read_chrome_trace", "read_key_averages_table", "read_profiles", "tra
 
 
 def read_chrome_trace(
-    path: str | Path, steps: int | None = None, *, require_steps: bool = False, jobs: int | None = None
+    path: str | Path, steps: int | None = None, *, jobs: int | None = None
 ) -> ProfileSummary:
     """Summarize a `.json` or `.json.gz` Chrome trace; `steps` overrides the counted decode steps;
     `jobs` processes (default: every core, `tools.trace.parallel.workers`) read a large plain file.
 
-    TraceError when the trace cannot describe decode: no events, a GPU trace without kernels, or
-    (with `require_steps` and no `steps`) no decode step marked in it (`tools.trace.checks`)."""
-    return read_trace(Path(path), steps, require_steps, jobs or workers())
+    Steps are the trace's markers, else inferred from its repeating work (`tools.trace.windows`).
+    TraceError when the trace cannot describe decode: no events, or a GPU trace without kernels
+    (`tools.trace.checks`)."""
+    return read_trace(Path(path), steps, jobs or workers())
 
 
 def trace_files(paths: Sequence[str | Path]) -> list[Path]:
@@ -53,15 +54,14 @@ def read_profiles(
     paths: Sequence[str | Path],
     steps: int | None = None,
     *,
-    require_steps: bool = False,
     jobs: int | None = None,
 ) -> ProfileSummary:
     """Read traces or key_averages tables (files or directories, e.g. one trace per TP rank) and
-    merge them into one summary; `require_steps`: each trace must mark its decode steps; `jobs`
-    processes read the traces (one per file, or byte ranges of one large file)."""
+    merge them into one summary (each rank's step bounds kept in `ranks`); `jobs` processes read
+    the traces (one per file, or byte ranges of one large file)."""
     files = trace_files(paths)
     traces = [p for p in files if not p.name.endswith((".txt", ".txt.gz"))]
-    read = iter(read_traces(traces, steps, require_steps, jobs or workers()))
+    read = iter(read_traces(traces, steps, jobs or workers()))
     return merge_summaries(
         [read_table_file(p) if p.name.endswith((".txt", ".txt.gz")) else next(read) for p in files]
     )

@@ -2,7 +2,8 @@
 the device runs them, and which of the two bounds the step.
 
 Pure functions over the collected host columns (launch, graph-launch and sync calls) and the
-kernel intervals of each ProfilerStep window (`tools.trace.device.windows_of`), on numpy arrays.
+kernel intervals of each step window (`tools.trace.windows`: marked or inferred;
+`tools.trace.device.windows_of`), on numpy arrays.
 """
 
 from bisect import bisect_left
@@ -13,6 +14,7 @@ import numpy as np
 from state.profile import StepBounds
 from tools.trace.collect import GRAPH_LAUNCH, LAUNCH, SYNC, Collected
 from tools.trace.device import Windows
+from tools.trace.windows import StepWindows
 
 
 def _host_calls(col: Collected) -> tuple[np.ndarray, np.ndarray, list[tuple[float, float]], np.ndarray]:
@@ -51,9 +53,10 @@ def _busy(start: np.ndarray, end: np.ndarray) -> float:
     return float(np.cumsum(np.maximum(end - np.maximum(start, reach), 0.0))[-1])
 
 
-def step_bounds(col: Collected, steps: list[tuple[str, float, float]], windows: Windows) -> StepBounds | None:
-    """Medians over the steps of host issue time, device busy time and what bounds the step; None
-    without step markers or without kernels."""
+def step_bounds(col: Collected, found: StepWindows, windows: Windows) -> StepBounds | None:
+    """Medians over the step windows of host issue time, device busy time and what bounds the step
+    (a window of several steps divided by their number); None without windows or kernels."""
+    steps = found.steps
     if not steps or not col.kernels.times:
         return None
     launch_start, launch_end, syncs, graphs = _host_calls(col)
@@ -82,10 +85,13 @@ def step_bounds(col: Collected, steps: list[tuple[str, float, float]], windows: 
                 g_hi - g_lo,
             )
         )
-    wall, host, issue, device, kernels, n_launch, n_graph = (median(col_) for col_ in zip(*rows, strict=True))
+    wall, host, issue, device, kernels, n_launch, n_graph = (
+        median(col_) / found.per for col_ in zip(*rows, strict=True)
+    )
     serial = max(host - issue, 0.0)
     return StepBounds(
-        steps=len(rows),
+        steps=len(rows) * found.per,
+        windows=found.source,
         wall_us=wall,
         host_us=host,
         issue_us=issue,

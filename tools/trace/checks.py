@@ -1,9 +1,9 @@
 """What a trace must hold to describe decode; each refusal is one TraceError line naming what is
-missing and how the trace was probably taken wrong."""
+missing and how the trace was probably taken wrong. A trace without step markers is not refused:
+its steps are inferred (`tools.trace.windows`)."""
 
 from tools.errors import TraceError
 from tools.trace.collect import Collected
-from tools.trace.walk import Walked
 
 
 def check_events(col: Collected, source: str) -> None:
@@ -21,13 +21,4 @@ def check_events(col: Collected, source: str) -> None:
         raise TraceError(
             f"{source}: a CUDA trace{where} with no GPU kernels; the profiler probably ran without "
             "ProfilerActivity.CUDA (or CUPTI could not record): profile with activities=[CPU, CUDA]"
-        )
-
-
-def check_steps(walked: Walked, source: str) -> None:
-    """The trace marks its decode steps: `ProfilerStep#N` (prof.step()) or forward_decode calls."""
-    if not walked.steps and not walked.decode_calls:
-        raise TraceError(
-            f"{source}: no decode steps found (no ProfilerStep#N and no forward_decode); the profiler "
-            "probably ran outside decode or without prof.step() per step; pass --steps N to count them yourself"
         )

@@ -2,13 +2,14 @@
 
 from collections.abc import Sequence
 
-from state.profile import DeviceActivity, KernelStat, OpStat, ProfileSummary, RankStat, SyncStat
+from state.profile import DeviceActivity, KernelStat, OpStat, ProfileSummary, RankStat, StepBounds, SyncStat
 from tools.errors import TraceError
 
 
 def merge_summaries(summaries: Sequence[ProfileSummary]) -> ProfileSummary:
     """One summary: ops, kernels and syncs summed across files, shares recomputed, the step count of
-    the first file and step_us averaged over ranks; `ranks` lists each file. One file is returned as is."""
+    the first file and step_us averaged over ranks, the critical rank's step bounds; `ranks` lists each
+    file with its own bounds. One file is returned as is."""
     if not summaries:
         raise TraceError("no profiler files to read; pass trace files or a directory holding them")
     if len(summaries) == 1:
@@ -31,7 +32,14 @@ def merge_summaries(summaries: Sequence[ProfileSummary]) -> ProfileSummary:
         step_us=total / first.steps / len(summaries),
         ops=ops,
         ranks=[
-            RankStat(source=s.source, total_self_us=s.total_self_us, step_us=s.step_us) for s in summaries
+            RankStat(
+                source=s.source,
+                total_self_us=s.total_self_us,
+                step_us=s.step_us,
+                step_bounds=s.step_bounds,
+                step_source=s.step_source,
+            )
+            for s in summaries
         ],
         device_name=first.device_name,
         kernels=_merge_kernels([k for s in summaries for k in s.kernels]),
@@ -39,8 +47,17 @@ def merge_summaries(summaries: Sequence[ProfileSummary]) -> ProfileSummary:
         device_activity=_merge_activity(activities) if activities else None,
         syncs=_merge_syncs([r for s in summaries for r in s.syncs]),
         step_wall_us=first.step_wall_us,
-        step_bounds=first.step_bounds,
+        step_bounds=critical_bounds(summaries),
+        step_source=first.step_source,
     )
+
+
+def critical_bounds(summaries: Sequence[ProfileSummary]) -> StepBounds | None:
+    """The bounds of the rank whose modelled step (`serial + max(issue, device)`) is longest: ranks
+    of one tensor-parallel step wait for each other, so the slowest sets the step; None when no
+    rank has bounds."""
+    known = [s.step_bounds for s in summaries if s.step_bounds is not None]
+    return max(known, key=lambda b: b.serial_host_us + max(b.issue_us, b.device_us), default=None)
 
 
 def _merge_ops(ops: list[OpStat]) -> list[OpStat]:

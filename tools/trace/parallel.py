@@ -57,16 +57,14 @@ def collect(path: Path, start: int = 0, end: int | None = None) -> Collected:
     return col
 
 
-def read_trace(
-    path: Path, steps: int | None = None, require_steps: bool = False, jobs: int = 1
-) -> ProfileSummary:
+def read_trace(path: Path, steps: int | None = None, jobs: int = 1) -> ProfileSummary:
     """One trace's summary; a plain file of SPLIT_MIN_BYTES or more is cut into `jobs` ranges
     collected in parallel (read again in one stream if a cut turns out to be inside a string)."""
     with kept_heap():
-        return _read_trace(path, steps, require_steps, jobs)
+        return _read_trace(path, steps, jobs)
 
 
-def _read_trace(path: Path, steps: int | None, require_steps: bool, jobs: int) -> ProfileSummary:
+def _read_trace(path: Path, steps: int | None, jobs: int) -> ProfileSummary:
     col = None
     if jobs > 1 and _plain(path) and _size(path) >= SPLIT_MIN_BYTES:
         ranges = byte_ranges(path, jobs)
@@ -75,19 +73,17 @@ def _read_trace(path: Path, steps: int | None, require_steps: bool, jobs: int) -
                 col = merge_collected(_map_first_here(_collect_range, [(path, s, e) for s, e in ranges]))
             except TraceError:
                 col = None
-    return summarize(col or collect(path), str(path), steps, require_steps=require_steps)
+    return summarize(col or collect(path), str(path), steps)
 
 
-def read_traces(
-    paths: Sequence[Path], steps: int | None, require_steps: bool, jobs: int
-) -> list[ProfileSummary]:
+def read_traces(paths: Sequence[Path], steps: int | None, jobs: int) -> list[ProfileSummary]:
     """The summaries of several traces (one per rank), one process per file, in the given order."""
     if jobs > 1 and len(paths) > 1 and sum(_size(p) for p in paths) >= PARALLEL_MIN_BYTES:
-        return _map(_read_one, [(p, steps, require_steps) for p in paths], jobs)
-    return [read_trace(p, steps, require_steps, jobs) for p in paths]
+        return _map(_read_one, [(p, steps) for p in paths], jobs)
+    return [read_trace(p, steps, jobs) for p in paths]
 
 
-def _read_one(args: tuple[Path, int | None, bool]) -> ProfileSummary:
+def _read_one(args: tuple[Path, int | None]) -> ProfileSummary:
     return read_trace(*args)
 
 

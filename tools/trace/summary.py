@@ -5,7 +5,7 @@ import numpy as np
 
 from state.profile import OpStat, ProfileSummary, SyncStat
 from tools.trace.bounds import step_bounds
-from tools.trace.checks import check_events, check_steps
+from tools.trace.checks import check_events
 from tools.trace.collect import Collected
 from tools.trace.device import (
     device_activity,
@@ -15,17 +15,16 @@ from tools.trace.device import (
     work_by_correlation,
 )
 from tools.trace.walk import Walked, walk
+from tools.trace.windows import StepWindows, inferred, marked, whole
 
 
-def summarize(
-    col: Collected, source: str, steps: int | None = None, *, require_steps: bool = False
-) -> ProfileSummary:
-    """Group host ops by (name, input dims), with device time when kernels were recorded."""
+def summarize(col: Collected, source: str, steps: int | None = None) -> ProfileSummary:
+    """Group host ops by (name, input dims), with device time when kernels were recorded; steps
+    and their bounds over the windows the trace's markers give, else its repeating work, else
+    (with `steps`) the whole trace."""
     check_events(col, source)
     corrs, work, first = work_by_correlation(col.kernels)
     walked, taken = walk(col, corrs, work)
-    if require_steps and not steps:
-        check_steps(walked, source)
     by_id = list(col.kernel_names)
     kernel_name = np.frombuffer(col.kernels.ints, dtype=np.int64)[2::3]
     left = np.flatnonzero(~taken)
@@ -34,9 +33,11 @@ def summarize(
         walked.add(col.intern((by_id[kernel_name[first[slot]]], (), ())), dur, dur, None)
     ops = _op_stats(walked, col)
     total_us = sum(op.self_us for op in ops)
-    step_count = steps or len(walked.steps) or walked.decode_calls or 1
-    walked.steps.sort(key=lambda s: s[1])
-    windows = windows_of(col.kernels, [start for _, start, _ in walked.steps])
+    found = _windows(col, walked, steps)
+    step_count = steps or (found.count if found else 0) or walked.decode_calls or 1
+    marks = found.steps if found else []
+    starts = [start for _, start, _ in marks] + ([found.tail] if found and found.tail is not None else [])
+    windows = windows_of(col.kernels, starts)
     on_device = bool(col.kernels.times)
     return ProfileSummary(
         source=source,
@@ -47,12 +48,29 @@ def summarize(
         ops=ops,
         device_name=col.device_names[0] if col.device_names else None,
         kernels=kernel_stats(col.kernels, col.kernel_names, col.graph_corrs),
-        step_stats=step_stats(walked.steps, windows),
+        step_stats=step_stats(marks, windows) if found and found.per == 1 else [],
         device_activity=device_activity(windows, col.launch_us) if on_device else None,
         syncs=_sync_stats(walked),
-        step_wall_us=sum(s[2] for s in walked.steps) / len(walked.steps) if walked.steps else None,
-        step_bounds=step_bounds(col, walked.steps, windows) if on_device else None,
+        step_wall_us=sum(s[2] for s in marks) / len(marks) / found.per if found else None,
+        step_bounds=step_bounds(col, found, windows) if on_device and found else None,
+        step_source=_source(found),
     )
+
+
+def _windows(col: Collected, walked: Walked, steps: int | None) -> StepWindows | None:
+    """The step windows: marked, else inferred from the repeating work, else the whole trace as
+    the given number of steps; None when none of them is known."""
+    return marked(walked.marks) or inferred(col, walked.top_ops) or (whole(col, steps) if steps else None)
+
+
+def _source(found: StepWindows | None) -> str | None:
+    """How the steps were found, in words."""
+    if found is None:
+        return None
+    if found.source in ("kernel pattern", "operator pattern"):
+        layers = f", {found.layers} repeats of a per-layer pattern each" if found.layers else ""
+        return f"inferred from the {found.source}: {found.count} repeats{layers}"
+    return found.source
 
 
 def _op_stats(walked: Walked, col: Collected) -> list[OpStat]:

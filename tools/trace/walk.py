@@ -17,6 +17,7 @@ import numpy as np
 
 from tools.trace.collect import ANNOTATION, GRAPH_LAUNCH, LAUNCH, OP, PYFUNC, SYNC, Collected
 from tools.trace.tree import Tree, parents, tree
+from tools.trace.windows import marker_kind
 
 STEP_MARKER = "ProfilerStep#"
 DECODE_CALL = "forward_decode"
@@ -29,13 +30,17 @@ _LIBRARY = ("torch/", "site-packages/", "dist-packages/", "/lib/python")
 
 @dataclass
 class Walked:
-    """Sums over all threads: per op key [calls, self, total, location]; syncs; steps; decode calls."""
+    """Sums over all threads: per op key [calls, self, total, location]; syncs; steps; decode calls;
+    the outermost step markers of each kind (`tools.trace.windows.MARKERS`); the outermost operators
+    of the busiest thread (key, start, end), for finding steps in a trace without markers."""
 
     groups: dict[int, list] = field(default_factory=dict)
     syncs: dict[tuple[str, str], list] = field(default_factory=dict)
     steps: list[tuple[str, float, float]] = field(default_factory=list)
     decode_calls: int = 0
     on_device: bool = False
+    marks: dict[int, list[tuple[str, float, float]]] = field(default_factory=dict)
+    top_ops: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def add(self, key: int, self_us: float, total_us: float, location: str | None) -> None:
         """Count one call into its group."""
@@ -71,6 +76,8 @@ class _Host:
     in_step: np.ndarray
     location: np.ndarray
     """Index into the locations list (-1: none)."""
+    thread: np.ndarray
+    """Index of the event's thread."""
 
 
 def walk(col: Collected, corrs: np.ndarray, work: np.ndarray) -> tuple[Walked, np.ndarray]:
@@ -132,6 +139,7 @@ class _KeyFlags:
         self.decode = np.array([DECODE_CALL in n for n in names] + [False], dtype=bool)
         self.step = np.array([n.startswith(STEP_MARKER) for n in names] + [False], dtype=bool)
         self.sync_op = np.array([n in SYNC_OPS for n in names] + [False], dtype=bool)
+        self.marker = np.array([marker_kind(n) for n in names] + [-1], dtype=np.int64)
         self.location = np.array([where.get(user_location(n) or "", -1) for n in names] + [-1])
 
 
@@ -163,7 +171,7 @@ def _host(col: Collected, flags: _KeyFlags) -> _Host:
         in_decode[level] |= in_decode[up]
         in_step[level] |= in_step[up]
         location[level] = np.where(location[level] >= 0, location[level], location[up])
-    return _Host(start, dur, kind, payload, nested, op, in_decode, in_step, location)
+    return _Host(start, dur, kind, payload, nested, op, in_decode, in_step, location, thread)
 
 
 def _totals(host: _Host, at: np.ndarray, owner: np.ndarray, dur: np.ndarray) -> np.ndarray:
@@ -230,6 +238,21 @@ def _marks(out: Walked, host: _Host, flags: _KeyFlags, names: list[str]) -> None
             host.payload[steps].tolist(), host.start[steps].tolist(), host.dur[steps].tolist(), strict=True
         )
     ]
+    kind = np.where(frames, flags.marker[keyed], -1)
+    for k in np.unique(kind[kind >= 0]).tolist():
+        at = np.flatnonzero(kind == k)
+        at = at[np.argsort(host.start[at], kind="stable")]
+        reach, kept = -np.inf, []
+        for i, s, d in zip(at.tolist(), host.start[at].tolist(), host.dur[at].tolist(), strict=True):
+            if s >= reach:  # not inside a marker of the same kind
+                kept.append((names[int(host.payload[i])], s, d))
+                reach = s + d
+        out.marks[k] = kept
+    top = (host.kind == OP) & ((parent < 0) | (host.op[np.maximum(parent, 0)] < 0))
+    if top.any():
+        busiest = np.bincount(host.thread[top]).argmax()
+        ops = np.flatnonzero(top & (host.thread == busiest))  # in start order: walk order is by start
+        out.top_ops = (host.payload[ops], host.start[ops], host.start[ops] + host.dur[ops])
 
 
 def _syncs(out: Walked, host: _Host, flags: _KeyFlags, names: list[str], locations: list[str]) -> None:
