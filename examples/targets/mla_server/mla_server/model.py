@@ -3,11 +3,13 @@
 Weights come from a fixed seed, so the same config always builds the same model.
 """
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
+from mla_server import tp
 from mla_server.config import ServerConfig
 from mla_server.kv_pool import KV_CACHE_DIM, KV_LORA_RANK, QK_ROPE_HEAD_DIM
 from mla_server.tokenizer import VOCAB_SIZE
@@ -41,7 +43,10 @@ class MLAModel:
     """Weights and per-layer math; attention itself is delegated to an attention callable."""
 
     def __init__(self, cfg: ServerConfig):
-        self.cfg = cfg
+        # Weights are drawn at full size (the same as at TP1), then this rank keeps its shard
+        # (mla_server/tp.py); the layer math sees this rank's heads and ffn.
+        self.full_cfg = cfg
+        self.cfg = dataclasses.replace(cfg, heads=cfg.heads // tp.world(), ffn=cfg.ffn // tp.world())
         self.device = torch.device(cfg.device)
         gen = torch.Generator(device=self.device).manual_seed(cfg.seed)
         self.embed = self._rand(gen, (VOCAB_SIZE, cfg.hidden), 1.0)
@@ -55,17 +60,17 @@ class MLAModel:
         return (t * scale).to(DTYPE)
 
     def _layer(self, gen) -> LayerWeights:
-        c, ones = self.cfg, (lambda n: torch.ones(n, dtype=DTYPE, device=self.device))
+        c, ones = self.full_cfg, (lambda n: torch.ones(n, dtype=DTYPE, device=self.device))
         return LayerWeights(
             attn_norm=ones(c.hidden),
-            q_proj=self._rand(gen, (c.heads * KV_CACHE_DIM, c.hidden), c.hidden**-0.5),
+            q_proj=tp.shard(self._rand(gen, (c.heads * KV_CACHE_DIM, c.hidden), c.hidden**-0.5), 0),
             kv_proj=self._rand(gen, (KV_CACHE_DIM, c.hidden), c.hidden**-0.5),
             kv_norm=ones(KV_LORA_RANK),
-            o_proj=self._rand(gen, (c.hidden, c.heads * KV_LORA_RANK), (c.heads * KV_LORA_RANK) ** -0.5),
+            o_proj=tp.shard(self._rand(gen, (c.hidden, c.heads * KV_LORA_RANK), (c.heads * KV_LORA_RANK) ** -0.5), 1),
             mlp_norm=ones(c.hidden),
             router=self._rand(gen, (c.experts, c.hidden), c.hidden**-0.5),
-            gate_up=self._rand(gen, (c.experts * 2 * c.ffn, c.hidden), c.hidden**-0.5),
-            down=self._rand(gen, (c.hidden, c.experts * c.ffn), c.ffn**-0.5),
+            gate_up=tp.shard(self._rand(gen, (c.experts * 2 * c.ffn, c.hidden), c.hidden**-0.5), 0, c.experts * 2),
+            down=tp.shard(self._rand(gen, (c.hidden, c.experts * c.ffn), c.ffn**-0.5), 1, c.experts),
         )
 
     def _rope_table(self, length: int):
@@ -95,7 +100,7 @@ class MLAModel:
         k = torch.cat([rms_norm(kv[:, :KV_LORA_RANK], w.kv_norm),
                        self._rope(kv[:, KV_LORA_RANK:], positions)], dim=-1)
         attn = attend(q, k, layer_id)
-        h = h + F.linear(attn.reshape(n, -1), w.o_proj)
+        h = h + tp.all_reduce(F.linear(attn.reshape(n, -1), w.o_proj))
         return h + self._moe(rms_norm(h, w.mlp_norm), w)
 
     def _moe(self, x: torch.Tensor, w: LayerWeights) -> torch.Tensor:
@@ -109,7 +114,7 @@ class MLAModel:
         gates = torch.zeros_like(scores).scatter_(-1, idx, top / top.sum(-1, keepdim=True))
         gate, up = F.linear(x, w.gate_up).view(n, c.experts, 2 * c.ffn).chunk(2, dim=-1)
         act = F.silu(gate) * up * gates.to(x.dtype).unsqueeze(-1)  # [tokens, experts, ffn]
-        return F.linear(act.reshape(n, -1), w.down)
+        return tp.all_reduce(F.linear(act.reshape(n, -1), w.down))
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         """Float32 logits `[tokens, vocab]`."""
