@@ -4,6 +4,7 @@ from collections.abc import Sequence
 
 from state.profile import DeviceActivity, KernelStat, OpStat, ProfileSummary, RankStat, SyncStat
 from tools.errors import TraceError
+from tools.trace.collectives import collective_stats, collective_us, idle_us
 
 
 def merge_summaries(summaries: Sequence[ProfileSummary]) -> ProfileSummary:
@@ -31,7 +32,14 @@ def merge_summaries(summaries: Sequence[ProfileSummary]) -> ProfileSummary:
         step_us=total / first.steps / len(summaries),
         ops=ops,
         ranks=[
-            RankStat(source=s.source, total_self_us=s.total_self_us, step_us=s.step_us) for s in summaries
+            RankStat(
+                source=s.source,
+                total_self_us=s.total_self_us,
+                step_us=s.step_us,
+                collective_us=collective_us(s),
+                idle_us=idle_us(s),
+            )
+            for s in summaries
         ],
         device_name=first.device_name,
         kernels=_merge_kernels([k for s in summaries for k in s.kernels]),
@@ -40,6 +48,7 @@ def merge_summaries(summaries: Sequence[ProfileSummary]) -> ProfileSummary:
         syncs=_merge_syncs([r for s in summaries for r in s.syncs]),
         step_wall_us=first.step_wall_us,
         step_bounds=first.step_bounds,
+        collectives=collective_stats(summaries),
     )
 
 
