@@ -94,7 +94,7 @@ def _profile_patch(args: ProfileArgs) -> ProfileFiles:
         trace, digest = _rank_folder(out, pid, args)
     return ProfileFiles(
         trace_path=trace,
-        summary_path=out / "summary.txt",
+        summary_path=(trace if args.tp_size > 1 else out) / "summary.txt",
         trace_sha256=digest,
         device=str(info.get("device", "cpu")),
         active_tokens=_active_tokens(usage, args.prompt, len(arrivals)),
@@ -103,7 +103,8 @@ def _profile_patch(args: ProfileArgs) -> ProfileFiles:
 
 def _rank_folder(out: Path, pid: str, args: ProfileArgs) -> tuple[Path, str]:
     """Patch method at TP > 1: wait for every other rank's `rank<R>/done.json`, then link each
-    rank's trace into `<id>/ranks/<id>-TP-<R>.trace.json.gz` (the folder that is read and merged)."""
+    rank's trace into `<id>/ranks/<id>-TP-<R>.trace.json.gz` (the folder that is read and merged,
+    and fetched from an SSH host), rank 0's summary.txt beside them."""
     others = [out / f"rank{r}" for r in range(1, args.tp_size)]
     _wait_for(
         f"the trace of every rank under {out}",
@@ -116,6 +117,8 @@ def _rank_folder(out: Path, pid: str, args: ProfileArgs) -> tuple[Path, str]:
         dest = folder / f"{pid}-TP-{rank}.trace.json.gz"
         if not dest.exists():
             dest.hardlink_to(src / "trace.json.gz")
+    if not (folder / "summary.txt").exists():
+        (folder / "summary.txt").hardlink_to(out / "summary.txt")
     files = sorted(folder.glob("*-TP-*.trace.json.gz"))
     return folder, hashlib.sha256("".join(sha256_file(p) for p in files).encode()).hexdigest()
 
