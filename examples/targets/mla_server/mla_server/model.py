@@ -7,9 +7,9 @@ import dataclasses
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from mla_server import tp
+from mla_server.tp import functional as F  # torch's, with `linear` summing partial outputs over ranks
 from mla_server.config import ServerConfig
 from mla_server.kv_pool import KV_CACHE_DIM, KV_LORA_RANK, QK_ROPE_HEAD_DIM
 from mla_server.tokenizer import VOCAB_SIZE
@@ -44,7 +44,8 @@ class MLAModel:
 
     def __init__(self, cfg: ServerConfig):
         # Weights are drawn at full size (the same as at TP1), then this rank keeps its shard
-        # (mla_server/tp.py); the layer math sees this rank's heads and ffn.
+        # (mla_server/tp.py); the layer math sees this rank's heads and ffn, and F.linear sums the
+        # partial outputs of o_proj and down (sharded along their input dim) over the ranks.
         self.full_cfg = cfg
         self.cfg = dataclasses.replace(cfg, heads=cfg.heads // tp.world(), ffn=cfg.ffn // tp.world())
         self.device = torch.device(cfg.device)
@@ -66,11 +67,12 @@ class MLAModel:
             q_proj=tp.shard(self._rand(gen, (c.heads * KV_CACHE_DIM, c.hidden), c.hidden**-0.5), 0),
             kv_proj=self._rand(gen, (KV_CACHE_DIM, c.hidden), c.hidden**-0.5),
             kv_norm=ones(KV_LORA_RANK),
-            o_proj=tp.shard(self._rand(gen, (c.hidden, c.heads * KV_LORA_RANK), (c.heads * KV_LORA_RANK) ** -0.5), 1),
+            o_proj=tp.shard(self._rand(gen, (c.hidden, c.heads * KV_LORA_RANK), (c.heads * KV_LORA_RANK) ** -0.5), 1,
+                            partial=True),
             mlp_norm=ones(c.hidden),
             router=self._rand(gen, (c.experts, c.hidden), c.hidden**-0.5),
             gate_up=tp.shard(self._rand(gen, (c.experts * 2 * c.ffn, c.hidden), c.hidden**-0.5), 0, c.experts * 2),
-            down=tp.shard(self._rand(gen, (c.hidden, c.experts * c.ffn), c.ffn**-0.5), 1, c.experts),
+            down=tp.shard(self._rand(gen, (c.hidden, c.experts * c.ffn), c.ffn**-0.5), 1, c.experts, partial=True),
         )
 
     def _rope_table(self, length: int):
@@ -100,7 +102,7 @@ class MLAModel:
         k = torch.cat([rms_norm(kv[:, :KV_LORA_RANK], w.kv_norm),
                        self._rope(kv[:, KV_LORA_RANK:], positions)], dim=-1)
         attn = attend(q, k, layer_id)
-        h = h + tp.all_reduce(F.linear(attn.reshape(n, -1), w.o_proj))
+        h = h + F.linear(attn.reshape(n, -1), w.o_proj)
         return h + self._moe(rms_norm(h, w.mlp_norm), w)
 
     def _moe(self, x: torch.Tensor, w: LayerWeights) -> torch.Tensor:
@@ -114,7 +116,7 @@ class MLAModel:
         gates = torch.zeros_like(scores).scatter_(-1, idx, top / top.sum(-1, keepdim=True))
         gate, up = F.linear(x, w.gate_up).view(n, c.experts, 2 * c.ffn).chunk(2, dim=-1)
         act = F.silu(gate) * up * gates.to(x.dtype).unsqueeze(-1)  # [tokens, experts, ffn]
-        return tp.all_reduce(F.linear(act.reshape(n, -1), w.down))
+        return F.linear(act.reshape(n, -1), w.down)
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         """Float32 logits `[tokens, vocab]`."""

@@ -10,7 +10,8 @@ carries rank 0's commands on both.
 Each rank holds 1/N of the attention heads (q_proj rows, o_proj columns) and of each expert's ffn
 (gate_up rows, down columns), and the whole latent KV pool (MLA's latent row is shared by every
 head; SGLang keeps it whole on each rank too). Two all-reduces per layer sum the partial outputs of
-o_proj and of the experts' down projection. Rank 0's scheduler sends every model call (prefill,
+o_proj and of the experts' down projection (in `functional.linear`, the model's F.linear, so the
+model's layer code is TP1's). Rank 0's scheduler sends every model call (prefill,
 scoring, decode step, profiler start and finish) to the other ranks before running it itself; they
 run the same call on their shard (`worker_loop`), so on cuda each rank replays its own CUDA graphs.
 """
@@ -50,9 +51,10 @@ def all_reduce(partial: torch.Tensor) -> torch.Tensor:
     return full.to(partial.dtype)
 
 
-def shard(full: torch.Tensor, dim: int, parts: int = 1) -> torch.Tensor:
+def shard(full: torch.Tensor, dim: int, parts: int = 1, partial: bool = False) -> torch.Tensor:
     """This rank's slice of `full` along `dim`; with `parts` > 1 the dim is first split into that
-    many blocks (e.g. experts) and each block is sliced."""
+    many blocks (e.g. experts) and each block is sliced. `partial`: a weight sliced along its input
+    dim, whose F.linear output is a partial sum (`functional.linear` all-reduces it)."""
     n, r = _state["world"], _state["rank"]
     if n == 1:
         return full
@@ -60,7 +62,25 @@ def shard(full: torch.Tensor, dim: int, parts: int = 1) -> torch.Tensor:
     blocks = full.view(*shape[:dim], parts, shape[dim] // parts, *shape[dim + 1:])
     size = shape[dim] // parts // n
     mine = blocks.narrow(dim + 1, r * size, size)
-    return mine.reshape(*shape[:dim], parts * size, *shape[dim + 1:]).contiguous()
+    out = mine.reshape(*shape[:dim], parts * size, *shape[dim + 1:]).contiguous()
+    out.tp_partial = partial
+    return out
+
+
+class _Functional:
+    """torch.nn.functional for the model (`F`): `linear` with a `partial` weight (shard) all-reduces
+    its output, every other name is torch's. At TP1 no weight is partial: torch's F.linear alone."""
+
+    def __getattr__(self, name):
+        return getattr(torch.nn.functional, name)
+
+    @staticmethod
+    def linear(x, weight, bias=None):
+        out = torch.nn.functional.linear(x, weight, bias)
+        return all_reduce(out) if getattr(weight, "tp_partial", False) else out
+
+
+functional = _Functional()
 
 
 def launch_ranks(cfg) -> list[subprocess.Popen]:
