@@ -4,7 +4,7 @@ import re
 
 from playbooks.roofline import ITEMSIZE, roofline
 from playbooks.schema import Playbook, Signature
-from playbooks.signals import signal_evidence, signal_gain, signals_hold
+from playbooks.signals import collective_fields, signal_evidence, signal_gain, signals_hold
 from state.diagnosis import DiagnosisContext, Evidence, Finding, StepEffect
 from state.profile import OpStat, ProfileSummary
 
@@ -100,6 +100,10 @@ def step_effect(
         return StepEffect(device_removed_us=gain.factor * sum(op.self_us for op in groups) / steps)
     if gain.kind == "device_idle":
         return StepEffect(graphs=True)
+    if gain.kind in ("collective_transfer", "collective_wait") and profile.collectives is not None:
+        c = profile.collectives
+        lost = c.transfer_us if gain.kind == "collective_transfer" else c.wait_us
+        return StepEffect(device_removed_us=gain.factor * lost)
     if gain.kind == "fusion":
         fusable = [k for k in profile.kernels if any(re.search(p, k.name) for p in gain.kernel_names)]
         return StepEffect(
@@ -142,6 +146,8 @@ def op_matches(op: OpStat, sig: Signature, active_tokens: int, steps: int = 1) -
     if sig.dims_tail is not None and dims[-len(sig.dims_tail) :] != sig.dims_tail:
         return False
     if sig.dtype_change is not None and dtype_change(op) != sig.dtype_change:
+        return False
+    if sig.input_type is not None and not re.search(sig.input_type, (op.input_types or [""])[0]):
         return False
     if sig.min_calls_per_step is not None and op.calls / steps < sig.min_calls_per_step:
         return False
@@ -195,6 +201,7 @@ def _evidence(op: OpStat, template: str, profile: ProfileSummary, active_tokens:
         caller="-",
         issue_ms_per_step=0.0,
         device_ms_per_step=0.0,
+        **collective_fields(profile.collectives),
     )
     return Evidence(
         op=op.name,

@@ -33,6 +33,12 @@ NOTE_FIELDS = {
     "caller": "aten::item",
     "issue_ms_per_step": 85.0,
     "device_ms_per_step": 81.0,
+    "ranks": 2,
+    "collective_pct": 10.0,
+    "spread_pct": 5.0,
+    "wait_ms_per_step": 1.0,
+    "transfer_ms_per_step": 1.0,
+    "straggler": "1",
 }
 """Names an evidence note template may use, with sample values used to check templates on load."""
 
@@ -54,6 +60,8 @@ class Signature(Model):
     dtype_change: Literal["widen", "narrow"] | None = None
     """For copy ops (inputs dst, src): the dst dtype must be wider ("widen", an upcast) or narrower
     than the src dtype."""
+    input_type: str | None = None
+    """Regular expression (re.search) the group's first input dtype must match, e.g. `^float$`."""
     min_calls_per_step: float | None = None
     """Least calls per profiled step of each matching group (work repeated every step)."""
     device_idle_share_min: float | None = None
@@ -66,6 +74,12 @@ class Signature(Model):
     """Least ratio of the host's time to issue a step's kernels to the device's time running them
     (StepBounds.issue_us / device_us): near or above 1 the host launches bound the step. On a trace
     without step markers, the default launch-bound verdict (DeviceActivity.launch_bound) stands in."""
+    collective_share_min: float | None = Field(default=None, ge=0, le=1)
+    """Least share of the ranks' busy time spent in collectives (CollectiveStats.share); only a
+    multi-rank profile can hold it."""
+    straggler_wait_min: float | None = Field(default=None, ge=0)
+    """Least time the ranks wait in collectives for the last one to arrive, as a fraction of the
+    median rank step (CollectiveStats.wait_us / median rank_step_us)."""
 
     @model_validator(mode="after")
     def _something_to_match(self) -> "Signature":
@@ -75,11 +89,13 @@ class Signature(Model):
             self.median_kernel_us_max,
             self.min_decode_syncs_per_step,
             self.issue_over_device_min,
+            self.collective_share_min,
+            self.straggler_wait_min,
         )
         if not self.op_names and all(v is None for v in signals):
             raise ValueError(
                 "give op_names or one of device_idle_share_min, median_kernel_us_max, "
-                "min_decode_syncs_per_step"
+                "min_decode_syncs_per_step, issue_over_device_min, collective_share_min, straggler_wait_min"
             )
         return self
 
@@ -146,8 +162,19 @@ class FusionGain(Model):
     matching share."""
 
 
+class CollectiveGain(Model):
+    """Collective time a fix removes, from the ranks' CollectiveStats."""
+
+    kind: Literal["collective_transfer", "collective_wait"]
+    """`collective_transfer`: factor x the collectives' own time (the least of any rank: it waits
+    for no one), e.g. half of it for a message half as large; waiting for a slower rank is not
+    removed. `collective_wait`: factor x the time ranks wait for the last one (a straggler)."""
+    factor: float = Field(default=0.5, ge=0, le=1)
+    """Fraction of that time the fix removes."""
+
+
 Gain = Annotated[
-    CastFractionGain | MatchedShareGain | DeviceIdleGain | SyncWaitGain | FusionGain,
+    CastFractionGain | MatchedShareGain | DeviceIdleGain | SyncWaitGain | FusionGain | CollectiveGain,
     Field(discriminator="kind"),
 ]
 

@@ -1,4 +1,5 @@
-"""Profile-level signals a signature can ask for: device idle between kernels, decode-path syncs.
+"""Profile-level signals a signature can ask for: device idle between kernels, decode-path syncs,
+collectives across ranks (their share, a straggler the others wait for).
 
 Pure functions: whether a signature's signal conditions hold, the evidence behind them, and the
 decode time they are measured against.
@@ -6,7 +7,7 @@ decode time they are measured against.
 
 from playbooks.schema import NOTE_FIELDS, Signature
 from state.diagnosis import Evidence
-from state.profile import ProfileSummary, SyncStat
+from state.profile import CollectiveStats, ProfileSummary, SyncStat
 
 
 def decode_time_us(profile: ProfileSummary) -> float:
@@ -32,10 +33,29 @@ def signals_hold(sig: Signature, profile: ProfileSummary) -> bool:
         return False
     if sig.issue_over_device_min is not None and not _host_bound(profile, sig.issue_over_device_min):
         return False
+    if not _collectives_hold(sig, profile.collectives):
+        return False
     if sig.min_decode_syncs_per_step is not None:
         per_step = sum(s.decode_calls for s in decode_syncs(profile)) / profile.steps
         return per_step >= sig.min_decode_syncs_per_step
     return True
+
+
+def _collectives_hold(sig: Signature, c: CollectiveStats | None) -> bool:
+    """The collective conditions (True when the signature sets none; False without ranks)."""
+    if sig.collective_share_min is None and sig.straggler_wait_min is None:
+        return True
+    if c is None:
+        return False
+    if sig.collective_share_min is not None and c.share < sig.collective_share_min:
+        return False
+    return sig.straggler_wait_min is None or wait_share(c) >= sig.straggler_wait_min
+
+
+def wait_share(c: CollectiveStats) -> float:
+    """Time waiting for the last rank over the median rank step."""
+    median = sorted(c.rank_step_us)[len(c.rank_step_us) // 2]
+    return c.wait_us / median if median > 0 else 0.0
 
 
 def _host_bound(profile: ProfileSummary, ratio_min: float) -> bool:
@@ -81,6 +101,9 @@ def signal_evidence(
                 note=template.format(**fields),
             )
         )
+    c = profile.collectives
+    if c is not None and (sig.collective_share_min is not None or sig.straggler_wait_min is not None):
+        out.append(_collective_evidence(c, profile, template, active_tokens))
     if sig.min_decode_syncs_per_step is not None:
         total = decode_time_us(profile)
         for s in decode_syncs(profile):
@@ -109,6 +132,50 @@ def signal_evidence(
     return out
 
 
+def _collective_evidence(
+    c: CollectiveStats, profile: ProfileSummary, template: str, active_tokens: int
+) -> Evidence:
+    """One line on the ranks: collective share, spread, wait and the straggler."""
+    fields = _fields(
+        op="collectives across ranks",
+        calls=c.ranks,
+        us=c.wait_us * profile.steps,
+        profile=profile,
+        active_tokens=active_tokens,
+        share_pct=100 * c.share,
+        **collective_fields(c),
+    )
+    return Evidence(
+        op=fields["op"],
+        dims=[],
+        self_us=c.wait_us * profile.steps,
+        share=c.share,
+        calls=c.ranks,
+        note=template.format(**fields),
+    )
+
+
+def collective_fields(c: CollectiveStats | None) -> dict:
+    """The template fields of the ranks' collectives (neutral without ranks)."""
+    if c is None:
+        return dict(
+            ranks=1,
+            collective_pct=0.0,
+            spread_pct=0.0,
+            wait_ms_per_step=0.0,
+            transfer_ms_per_step=0.0,
+            straggler="-",
+        )
+    return dict(
+        ranks=c.ranks,
+        collective_pct=100 * c.share,
+        spread_pct=100 * c.spread,
+        wait_ms_per_step=c.wait_us / 1000,
+        transfer_ms_per_step=c.transfer_us / 1000,
+        straggler="-" if c.straggler is None else str(c.straggler),
+    )
+
+
 def _fields(op: str, calls: int, us: float, profile: ProfileSummary, active_tokens: int, **extra) -> dict:
     """Template fields for a signal line: NOTE_FIELDS' names, neutral where they do not apply."""
     base: dict[str, object] = {
@@ -135,6 +202,18 @@ def signal_gain(kind: str, factor: float, profile: ProfileSummary) -> float:
     if kind == "device_idle":
         act = profile.device_activity
         lost = act.span_us - act.busy_us if act is not None else 0.0
+    elif kind in ("collective_transfer", "collective_wait"):
+        return collective_gain(kind, factor, profile.collectives)
     else:
         lost = sum(s.host_us * s.decode_calls / s.calls for s in decode_syncs(profile))
     return min(factor * lost / total, 1.0)
+
+
+def collective_gain(kind: str, factor: float, c: CollectiveStats | None) -> float:
+    """Expected gain share of a collective fix: factor x (the collectives' own time, or the time
+    waiting for the last rank) / the median rank step; 0 without ranks."""
+    if c is None:
+        return 0.0
+    median = sorted(c.rank_step_us)[len(c.rank_step_us) // 2]
+    lost = c.transfer_us if kind == "collective_transfer" else c.wait_us
+    return min(factor * lost / median, 1.0) if median > 0 else 0.0

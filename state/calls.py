@@ -139,7 +139,7 @@ class ProfileArgs(Model):
     timeout_s: float
     """Seconds to wait for the trace."""
     tp_size: int = 1
-    """Ranks that each write a trace (api method)."""
+    """Ranks that each write a trace (both methods; rank 0 alone when 1)."""
     sglang_version: str | None = None
     """SGLang release, to shape the /start_profile body (e.g. `start_step`); None for other kinds."""
 

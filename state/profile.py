@@ -156,6 +156,38 @@ class RankStat(Model):
     """This rank's host-against-device bounds over its own step windows; None without windows."""
     step_source: str | None = None
     """How this rank's steps were found (ProfileSummary.step_source)."""
+    collective_us: float = Field(0.0, ge=0)
+    """Time in collectives (all-reduce, all-gather, reduce-scatter, all-to-all) over the file, in
+    microseconds: device time of their kernels on a device trace, else the self time of their
+    operators (waiting for the other ranks included). 0 in traces read before it was counted."""
+    idle_us: float = Field(0.0, ge=0)
+    """Time a rank spent waiting for its next command (host broadcasts from rank 0:
+    `gloo:broadcast`), over the file, in microseconds; left out of its step time."""
+
+
+class CollectiveStats(Model):
+    """Collectives across the ranks of a multi-file profile (tools/trace/collectives.py)."""
+
+    ranks: int = Field(ge=2)
+    """Rank files read."""
+    share: float = Field(ge=0, le=1)
+    """Time in collectives over step time, summed over ranks."""
+    rank_step_us: list[float]
+    """Each rank's step time, in microseconds, in file order: its ProfilerStep wall time when the
+    trace marks steps, else its busy time (total self time minus idle_us) per step."""
+    rank_collective_us: list[float]
+    """Each rank's time in collectives per step, in microseconds, in file order."""
+    spread: float = Field(ge=0)
+    """(slowest - fastest) / median of rank_step_us: 0 when the ranks take the same time."""
+    wait_us: float = Field(ge=0)
+    """Most minus least of rank_collective_us: per step, how long the other ranks wait in
+    collectives for the rank that arrives last, in microseconds."""
+    transfer_us: float = Field(ge=0)
+    """Least of rank_collective_us: the collectives' own time per step with no waiting (the last
+    rank to arrive does not wait), in microseconds."""
+    straggler: int | None
+    """Index (file order) of the rank the others wait for: the least time in collectives, when
+    wait_us is at least 10% of the median step; else None."""
 
 
 class ProfileSummary(Model):
@@ -195,6 +227,8 @@ class ProfileSummary(Model):
     """How the steps were found: the marker (`ProfilerStep`, `forward_decode`, ...), `inferred
     from the kernel pattern: N repeats, ...`, or `whole trace / N`; None: no windows (the whole
     trace counts as the given or one step)."""
+    collectives: CollectiveStats | None = None
+    """Collective share, rank spread and straggler of a multi-file profile; None for one file."""
 
 
 class OpDelta(Model):

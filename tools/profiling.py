@@ -2,7 +2,8 @@
 
 `patch`: the server runs perfloop's dormant instrumentation (tools/workspace/instrumentation.py); writing
 `request.json` into its PERFLOOP_PROFILE_DIR arms torch.profiler for the next decode steps, and the
-instrumentation writes `<id>/trace.json.gz`, `<id>/summary.txt` and finally `<id>/done.json`.
+instrumentation writes `<id>/trace.json.gz`, `<id>/summary.txt` and finally `<id>/done.json` (at
+TP > 1 each other rank R the same under `<id>/rank<R>/`; the traces are then linked into `<id>/ranks/`).
 `api`: SGLang's `/start_profile` with `num_steps`; the server writes `<id>-TP-<rank>.trace.json.gz`.
 """
 
@@ -88,14 +89,38 @@ def _profile_patch(args: ProfileArgs) -> ProfileFiles:
         return json.loads((out / "done.json").read_text()) if (out / "done.json").exists() else None
 
     info = _wait_for(f"{out / 'done.json'}", done, args.timeout_s)
-    trace = out / "trace.json.gz"
+    trace, digest = out / "trace.json.gz", sha256_file(out / "trace.json.gz")
+    if args.tp_size > 1:
+        trace, digest = _rank_folder(out, pid, args)
     return ProfileFiles(
         trace_path=trace,
-        summary_path=out / "summary.txt",
-        trace_sha256=sha256_file(trace),
+        summary_path=(trace if args.tp_size > 1 else out) / "summary.txt",
+        trace_sha256=digest,
         device=str(info.get("device", "cpu")),
         active_tokens=_active_tokens(usage, args.prompt, len(arrivals)),
     )
+
+
+def _rank_folder(out: Path, pid: str, args: ProfileArgs) -> tuple[Path, str]:
+    """Patch method at TP > 1: wait for every other rank's `rank<R>/done.json`, then link each
+    rank's trace into `<id>/ranks/<id>-TP-<R>.trace.json.gz` (the folder that is read and merged,
+    and fetched from an SSH host), rank 0's summary.txt beside them."""
+    others = [out / f"rank{r}" for r in range(1, args.tp_size)]
+    _wait_for(
+        f"the trace of every rank under {out}",
+        lambda: all((d / "done.json").exists() for d in others),
+        args.timeout_s,
+    )
+    folder = out / "ranks"
+    folder.mkdir(exist_ok=True)
+    for rank, src in enumerate([out, *others]):
+        dest = folder / f"{pid}-TP-{rank}.trace.json.gz"
+        if not dest.exists():
+            dest.hardlink_to(src / "trace.json.gz")
+    if not (folder / "summary.txt").exists():
+        (folder / "summary.txt").hardlink_to(out / "summary.txt")
+    files = sorted(folder.glob("*-TP-*.trace.json.gz"))
+    return folder, hashlib.sha256("".join(sha256_file(p) for p in files).encode()).hexdigest()
 
 
 def _api_body(args: ProfileArgs, out_dir: Path, pid: str) -> dict:

@@ -128,13 +128,28 @@ def demo(
         argv += shlex.split(server_args)
         launch = target.launch.model_copy(update={"argv": argv})
         target = target.model_copy(
-            update={"launch": launch, "profile": target.profile.model_copy(update={"method": profile_method})}
+            update={
+                "launch": launch,
+                "profile": target.profile.model_copy(update={"method": profile_method}),
+                "tp_size": _tp_size(argv),
+            }
         )
         check_setup(target, opts, repo_exists=False)  # the demo makes its repo
         state = sessions.start(target, {**opts, "demo_source": DEMO_SOURCE}, sid, None)
         finish(sessions, state, as_json)
 
     run_command(body)
+
+
+def _tp_size(argv: list[str]) -> int:
+    """The demo server's `--tp-size N` (`--tp-size=N`) in its launch flags, else 1: one trace per rank."""
+    for i, arg in enumerate(argv):
+        value = argv[i + 1] if arg == "--tp-size" and i + 1 < len(argv) else arg.partition("=")[2]
+        if arg == "--tp-size" or arg.startswith("--tp-size="):
+            if not value.isdigit() or int(value) < 1:
+                raise ConfigError(f"--server-args: --tp-size needs a whole number >= 1, got {value!r}")
+            return int(value)
+    return 1
 
 
 def run(

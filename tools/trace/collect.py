@@ -17,6 +17,8 @@ DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver"})
 OP, ANNOTATION, PYFUNC, LAUNCH, GRAPH_LAUNCH, SYNC = range(6)
 HOST_KINDS = {"cpu_op": OP, "user_annotation": ANNOTATION, "python_function": PYFUNC}
+COLLECTIVES = ("gloo:", "nccl:")
+"""Name prefixes of the record functions torch.distributed wraps each collective in: kept as ops."""
 GRAPH_LAUNCH_CALLS = frozenset({"cudaGraphLaunch", "cudaGraphLaunch_v10000", "cuGraphLaunch"})
 SYNC_CALLS = frozenset(
     {
@@ -127,7 +129,11 @@ class Collected:
                     kernel_ints((args.device or 0, -1 if corr is None else corr, number))
                 kernel_times((e.ts, e.dur))
                 continue
-            if cat == "cpu_op" and args is not None:  # an operator, keyed with its dims and dtypes
+            # an operator, keyed with its dims and dtypes; a collective's record function (gloo:*,
+            # nccl:*) too: its span is the collective's time, waiting for the other ranks included
+            if (
+                cat == "cpu_op" or (cat == "user_annotation" and name.startswith(COLLECTIVES))
+            ) and args is not None:
                 raw = (name, bytes(args.input_dims), bytes(args.input_type))
                 kind, payload = OP, raw_keys.get(raw)
                 if payload is None:

@@ -4,6 +4,7 @@ from collections.abc import Sequence
 
 from state.profile import DeviceActivity, KernelStat, OpStat, ProfileSummary, RankStat, StepBounds, SyncStat
 from tools.errors import TraceError
+from tools.trace.collectives import collective_stats, collective_us, idle_us
 
 
 def merge_summaries(summaries: Sequence[ProfileSummary]) -> ProfileSummary:
@@ -38,6 +39,8 @@ def merge_summaries(summaries: Sequence[ProfileSummary]) -> ProfileSummary:
                 step_us=s.step_us,
                 step_bounds=s.step_bounds,
                 step_source=s.step_source,
+                collective_us=collective_us(s),
+                idle_us=idle_us(s),
             )
             for s in summaries
         ],
@@ -49,6 +52,7 @@ def merge_summaries(summaries: Sequence[ProfileSummary]) -> ProfileSummary:
         step_wall_us=first.step_wall_us,
         step_bounds=critical_bounds(summaries),
         step_source=first.step_source,
+        collectives=collective_stats(summaries),
     )
 
 

@@ -6,7 +6,9 @@ text) above the class and one decorator line above the method; every added line 
 is imported. Then a `request.json` (`{"id", "warmup_steps", "active_steps"}`, written atomically:
 temp file + rename) dropped in that directory is claimed by rank 0 (renamed to
 `request.<id>.claimed`) and starts one profiling run, which writes `<id>/trace.json.gz`,
-`<id>/summary.txt`, then `<id>/done.json`, each atomically. Profiling errors never break decode:
+`<id>/summary.txt`, then `<id>/done.json`, each atomically; in a torch.distributed group rank 0
+passes the request on as `request.rank<R>.json` to each other rank R, which writes the same three
+files under `<id>/rank<R>/` (one trace per rank). Profiling errors never break decode:
 they go to `<id>/error.txt` (`error.txt` when the request could not be read).
 
 Removal reverses exactly our hunks with `git apply -R` on the working tree. User edits elsewhere

@@ -13,7 +13,8 @@ and tested in tests/unit/test_profiler_hook.py.
 
 
 def _perfloop_profiled(fn):
-    # Profile fn with torch.profiler when $PERFLOOP_PROFILE_DIR/request.json appears.
+    # Profile fn with torch.profiler when $PERFLOOP_PROFILE_DIR/request.json appears (rank 0; it
+    # passes the request on to each other rank as request.rank<R>.json, profiled into <id>/rank<R>).
     import os
     root = os.environ.get("PERFLOOP_PROFILE_DIR")
     if not root:
@@ -29,9 +30,11 @@ def _perfloop_profiled(fn):
             f.write(text)
         os.replace(path + ".tmp", path)
 
-    def is_rank0():
+    def ranks():
         dist = torch.distributed
-        return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+        return 0, 1
 
     def finish(prof):
         out = run["out"]
@@ -48,8 +51,9 @@ def _perfloop_profiled(fn):
         write(os.path.join(out, "done.json"), json.dumps(done))
 
     def begin():
-        request = os.path.join(root, "request.json")
-        if not os.path.exists(request) or not is_rank0():
+        me, world = ranks()
+        request = os.path.join(root, "request.json" if me == 0 else "request.rank%d.json" % me)
+        if not os.path.exists(request):
             return
         claiming = "%s.%d.claiming" % (request, os.getpid())
         os.rename(request, claiming)
@@ -58,9 +62,12 @@ def _perfloop_profiled(fn):
         run_id, warmup, active = str(spec["id"]), int(spec["warmup_steps"]), int(spec["active_steps"])
         if not run_id.replace("-", "").replace("_", "").replace(".", "").isalnum() or active < 1:
             raise ValueError("bad request %r: id must be [A-Za-z0-9._-], active_steps >= 1" % (spec,))
-        os.rename(claiming, os.path.join(root, "request.%s.claimed" % run_id))
-        run.update(id=run_id, out=os.path.join(root, run_id), total=warmup + active, active=active, steps=0)
+        os.rename(claiming, os.path.join(root, "request.%s.claimed" % (run_id if me == 0 else "%s.rank%d" % (run_id, me))))
+        out = os.path.join(root, run_id) if me == 0 else os.path.join(root, run_id, "rank%d" % me)
+        run.update(id=run_id, out=out, total=warmup + active, active=active, steps=0)
         os.makedirs(run["out"], exist_ok=True)
+        for other in range(1, world if me == 0 else 1):
+            write(os.path.join(root, "request.rank%d.json" % other), json.dumps(spec))
         activities = [torch.profiler.ProfilerActivity.CPU]
         # CUDA only where this process uses it: a CPU server on a GPU machine never initializes it.
         run["device"] = "cuda" if torch.cuda.is_available() and torch.cuda.is_initialized() else "cpu"

@@ -39,6 +39,8 @@ class ServerConfig:
     disable_cuda_graph: bool = False
     cuda_graph_max_bs: int | None = None
     cuda_graph_bs: tuple[int, ...] | None = None
+    tp_size: int = 1
+    tp_rank: int = 0
 
     @property
     def static_decode(self) -> bool:
@@ -98,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="capture CUDA graphs for batch sizes up to this (default: --max-running)")
     p.add_argument("--cuda-graph-bs", type=_positive, nargs="+", default=None,
                    help="exactly these CUDA-graph batch sizes (instead of 1, 2, 4, 8, 16, 24, ...)")
+    p.add_argument("--tp-size", type=_positive, default=1,
+                   help="tensor-parallel ranks, one process each (rank 0 serves HTTP)")
+    p.add_argument("--tp-rank", type=int, default=0, help=argparse.SUPPRESS)  # set by rank 0 only
     return p
 
 
@@ -109,6 +114,9 @@ def parse_config(argv: list[str]) -> ServerConfig:
             args[name] = value
     if args["top_k"] > args["experts"]:
         build_parser().error(f"--top-k {args['top_k']} exceeds --experts {args['experts']}")
+    for name in ("heads", "ffn"):
+        if args[name] % args["tp_size"]:
+            build_parser().error(f"--tp-size {args['tp_size']} does not divide --{name} {args[name]}")
     if args["cuda_graph_bs"] is not None:
         args["cuda_graph_bs"] = tuple(args["cuda_graph_bs"])
     return ServerConfig(**args)

@@ -3,11 +3,13 @@
 Weights come from a fixed seed, so the same config always builds the same model.
 """
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
+from mla_server import tp
+from mla_server.tp import functional as F  # torch's, with `linear` summing partial outputs over ranks
 from mla_server.config import ServerConfig
 from mla_server.kv_pool import KV_CACHE_DIM, KV_LORA_RANK, QK_ROPE_HEAD_DIM
 from mla_server.tokenizer import VOCAB_SIZE
@@ -41,7 +43,11 @@ class MLAModel:
     """Weights and per-layer math; attention itself is delegated to an attention callable."""
 
     def __init__(self, cfg: ServerConfig):
-        self.cfg = cfg
+        # Weights are drawn at full size (the same as at TP1), then this rank keeps its shard
+        # (mla_server/tp.py); the layer math sees this rank's heads and ffn, and F.linear sums the
+        # partial outputs of o_proj and down (sharded along their input dim) over the ranks.
+        self.full_cfg = cfg
+        self.cfg = dataclasses.replace(cfg, heads=cfg.heads // tp.world(), ffn=cfg.ffn // tp.world())
         self.device = torch.device(cfg.device)
         gen = torch.Generator(device=self.device).manual_seed(cfg.seed)
         self.embed = self._rand(gen, (VOCAB_SIZE, cfg.hidden), 1.0)
@@ -55,17 +61,18 @@ class MLAModel:
         return (t * scale).to(DTYPE)
 
     def _layer(self, gen) -> LayerWeights:
-        c, ones = self.cfg, (lambda n: torch.ones(n, dtype=DTYPE, device=self.device))
+        c, ones = self.full_cfg, (lambda n: torch.ones(n, dtype=DTYPE, device=self.device))
         return LayerWeights(
             attn_norm=ones(c.hidden),
-            q_proj=self._rand(gen, (c.heads * KV_CACHE_DIM, c.hidden), c.hidden**-0.5),
+            q_proj=tp.shard(self._rand(gen, (c.heads * KV_CACHE_DIM, c.hidden), c.hidden**-0.5), 0),
             kv_proj=self._rand(gen, (KV_CACHE_DIM, c.hidden), c.hidden**-0.5),
             kv_norm=ones(KV_LORA_RANK),
-            o_proj=self._rand(gen, (c.hidden, c.heads * KV_LORA_RANK), (c.heads * KV_LORA_RANK) ** -0.5),
+            o_proj=tp.shard(self._rand(gen, (c.hidden, c.heads * KV_LORA_RANK), (c.heads * KV_LORA_RANK) ** -0.5), 1,
+                            partial=True),
             mlp_norm=ones(c.hidden),
             router=self._rand(gen, (c.experts, c.hidden), c.hidden**-0.5),
-            gate_up=self._rand(gen, (c.experts * 2 * c.ffn, c.hidden), c.hidden**-0.5),
-            down=self._rand(gen, (c.hidden, c.experts * c.ffn), c.ffn**-0.5),
+            gate_up=tp.shard(self._rand(gen, (c.experts * 2 * c.ffn, c.hidden), c.hidden**-0.5), 0, c.experts * 2),
+            down=tp.shard(self._rand(gen, (c.hidden, c.experts * c.ffn), c.ffn**-0.5), 1, c.experts, partial=True),
         )
 
     def _rope_table(self, length: int):

@@ -1,8 +1,9 @@
 """SGLang-compatible /start_profile and /stop_profile: torch.profiler over decode steps.
 
 The HTTP thread requests a start or stop; the scheduler thread (which runs the model) starts and
-stops torch.profiler between steps and writes `<output_dir>/<profile_id>-TP-0.trace.json.gz`
-atomically (temporary name, then rename).
+stops torch.profiler between steps and writes `<output_dir>/<profile_id>-TP-<rank>.trace.json.gz`
+atomically (temporary name, then rename). With --tp-size N, rank 0's controller sends its start and
+finish to the other ranks (`mirror`), which profile the same steps and write their own rank's file.
 """
 
 import logging
@@ -62,7 +63,9 @@ def parse_profile_options(body: dict) -> ProfileOptions:
 class ProfilerController:
     """Profiling state shared by the HTTP threads and the scheduler thread."""
 
-    def __init__(self):
+    def __init__(self, rank: int = 0, mirror=None):
+        self.rank = rank
+        self.mirror = mirror  # rank 0 at TP > 1: sends ("profile_start" | "profile_finish", opts)
         self._lock = threading.Lock()
         self._opts: ProfileOptions | None = None
         self._prof = None
@@ -120,6 +123,8 @@ class ProfilerController:
             self._finish(opts)
 
     def _start(self, opts: ProfileOptions) -> None:
+        if self.mirror is not None:
+            self.mirror(("profile_start", opts))
         activities = [torch.profiler.ProfilerActivity.CPU] if "CPU" in opts.activities else []
         if "GPU" in opts.activities and torch.cuda.is_available():
             activities.append(torch.profiler.ProfilerActivity.CUDA)
@@ -130,8 +135,10 @@ class ProfilerController:
         log.info("profiling started (%s)", opts.profile_id)
 
     def _finish(self, opts: ProfileOptions) -> None:
-        path = os.path.join(opts.output_dir, f"{opts.profile_id}-TP-0.trace.json.gz")
-        tmp = os.path.join(opts.output_dir, f".{opts.profile_id}-TP-0.partial.gz")
+        if self.mirror is not None:
+            self.mirror(("profile_finish", opts))
+        path = os.path.join(opts.output_dir, f"{opts.profile_id}-TP-{self.rank}.trace.json.gz")
+        tmp = os.path.join(opts.output_dir, f".{opts.profile_id}-TP-{self.rank}.partial.gz")
         try:
             self._prof.stop()
             self._prof.export_chrome_trace(tmp)

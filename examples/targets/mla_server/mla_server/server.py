@@ -17,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import torch
 
+from mla_server import tp
 from mla_server.config import ServerConfig, parse_config
 from mla_server.kv_pool import PoolExhausted
 from mla_server.model_runner import ModelRunner
@@ -27,6 +28,7 @@ from mla_server.protocol import (APIError, ChatRequest, CompletionRequest, Gener
                                  parse_generate_request, parse_json_object)
 from mla_server.scheduler import Request, Scheduler
 from mla_server.tokenizer import apply_chat_template, decode, encode
+from mla_server.tp_runner import TPModelRunner, worker_loop
 
 log = logging.getLogger("mla_server")
 EVENT_POLL_S = 0.5
@@ -37,8 +39,8 @@ class Engine:
 
     def __init__(self, cfg: ServerConfig):
         self.cfg = cfg
-        self.runner = ModelRunner(cfg)
-        self.profiler = ProfilerController()
+        self.runner = (TPModelRunner if cfg.tp_size > 1 else ModelRunner)(cfg)
+        self.profiler = ProfilerController(0, tp.send if cfg.tp_size > 1 else None)
         self.scheduler = Scheduler(self.runner, self.profiler, cfg.max_running)
 
     def new_request(self, ask: ChatRequest | GenerateRequest | CompletionRequest) -> Request:
@@ -267,6 +269,9 @@ def serve(cfg: ServerConfig) -> None:
         sys.stderr.write(f"mla_server: error: cannot listen on {cfg.host}:{cfg.port}: {exc.strerror}\n")
         sys.exit(1)
     httpd.daemon_threads = True
+    ranks = tp.launch_ranks(cfg) if cfg.tp_size > 1 else []
+    if ranks:
+        tp.init(cfg)
     engine = Engine(cfg)
     httpd.RequestHandlerClass = type("BoundHandler", (Handler,), {"engine": engine})
     stop = threading.Event()
@@ -283,6 +288,17 @@ def serve(cfg: ServerConfig) -> None:
     httpd.shutdown()
     httpd.server_close()
     engine.scheduler.stop()
+    if ranks:
+        tp.stop_ranks(ranks)
+
+
+def serve_rank(cfg: ServerConfig) -> None:
+    """Ranks > 0 of --tp-size: follow rank 0's model calls until it stops them (no HTTP)."""
+    tp.die_with_parent()
+    tp.init(cfg)
+    runner = ModelRunner(cfg)
+    worker_loop(runner, ProfilerController(cfg.tp_rank))
+    log.info("rank %d stopped", cfg.tp_rank)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -295,7 +311,14 @@ def main(argv: list[str] | None = None) -> None:
     if cfg.device == "cuda" and not torch.cuda.is_available():
         sys.stderr.write("mla_server: error: --device cuda but torch sees no CUDA device\n")
         sys.exit(1)
-    serve(cfg)
+    if cfg.device == "cuda" and cfg.tp_size > torch.cuda.device_count():
+        sys.stderr.write(f"mla_server: error: --tp-size {cfg.tp_size} but torch sees "
+                         f"{torch.cuda.device_count()} CUDA device(s)\n")
+        sys.exit(1)
+    if cfg.tp_rank > 0:
+        serve_rank(cfg)
+    else:
+        serve(cfg)
 
 
 if __name__ == "__main__":
