@@ -42,8 +42,10 @@ def _x(cat: str, name: str, ts: float, dur: float, **args) -> dict:
     }
 
 
-def glm5_events(cast: bool, graph: bool, steps: int = 3) -> list[dict]:
-    """Events of `steps` decode steps: eager (a launch per kernel) or one CUDA-graph launch each."""
+def glm5_events(cast: bool, graph: bool, steps: int = 3, blocking_graph_launch: bool = False) -> list[dict]:
+    """Events of `steps` decode steps: eager (a launch per kernel) or one CUDA-graph launch each
+    (`blocking_graph_launch`: the launch call lasts until the replay's last kernel ends, as CUPTI
+    made it on the H200 under /start_profile)."""
     events: list[dict] = []
     t, corr = 1000.0, 1
     for n in range(steps):
@@ -55,12 +57,14 @@ def glm5_events(cast: bool, graph: bool, steps: int = 3) -> list[dict]:
         ]
         device = host
         if graph:
-            events.append(_x("cuda_runtime", "cudaGraphLaunch", host, 20.0, correlation=corr))
             device = host + 25
+            launch_at = host
             for name, dur in kernels:
                 events.append(_x("kernel", name, device, dur, correlation=corr, device=0))
                 device += dur + 0.5
-            host += 20
+            call_us = device - launch_at if blocking_graph_launch else 20.0
+            events.append(_x("cuda_runtime", "cudaGraphLaunch", launch_at, call_us, correlation=corr))
+            host += call_us
             corr += 1
         else:
             for k, (name, dur) in enumerate(kernels):
@@ -85,9 +89,11 @@ def glm5_events(cast: bool, graph: bool, steps: int = 3) -> list[dict]:
     return events
 
 
-def glm5_profile(folder: Path, cast: bool, graph: bool) -> ProfileSummary:
+def glm5_profile(
+    folder: Path, cast: bool, graph: bool, blocking_graph_launch: bool = False
+) -> ProfileSummary:
     """The events written as a Chrome trace into `folder`, then read as the loop reads a trace."""
     path = folder / f"glm5-{'cast' if cast else 'gather'}-{'graph' if graph else 'eager'}.json.gz"
     with gzip.open(path, "wt") as out:
-        json.dump({"traceEvents": glm5_events(cast, graph)}, out)
+        json.dump({"traceEvents": glm5_events(cast, graph, blocking_graph_launch=blocking_graph_launch)}, out)
     return read_chrome_trace(path)

@@ -17,9 +17,11 @@ from tools.trace.device import Windows
 from tools.trace.windows import StepWindows
 
 
-def _host_calls(col: Collected) -> tuple[np.ndarray, np.ndarray, list[tuple[float, float]], np.ndarray]:
-    """Starts and ends of every kernel-launch call sorted by (start, end), every sync call's (start,
-    end) sorted, and the sorted starts of the graph launches."""
+def _host_calls(
+    col: Collected,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[float, float]], np.ndarray]:
+    """Starts and ends of every kernel-launch call sorted by (start, end), which of them launch a
+    CUDA graph, every sync call's (start, end) sorted, and the sorted starts of the graph launches."""
     times = [np.frombuffer(c.times, dtype=np.float64).reshape(-1, 2) for c in col.threads.values()]
     kinds = [np.frombuffer(c.ints, dtype=np.int64)[0::2] for c in col.threads.values()]
     t = np.concatenate(times) if times else np.zeros((0, 2))
@@ -29,7 +31,26 @@ def _host_calls(col: Collected) -> tuple[np.ndarray, np.ndarray, list[tuple[floa
     order = np.lexsort((end[launch], start[launch]))
     sync = kind == SYNC
     syncs = sorted(zip(start[sync].tolist(), end[sync].tolist(), strict=True))
-    return start[launch][order], end[launch][order], syncs, np.sort(start[kind == GRAPH_LAUNCH])
+    is_graph = (kind == GRAPH_LAUNCH)[launch][order]
+    graphs = np.sort(start[kind == GRAPH_LAUNCH])
+    return start[launch][order], end[launch][order], is_graph, syncs, graphs
+
+
+def _issue_ends(
+    starts: np.ndarray, ends: np.ndarray, is_graph: np.ndarray, kernels: np.ndarray
+) -> np.ndarray:
+    """When each launch call stopped holding the device back: its end, or for a CUDA-graph launch
+    the start of the first kernel at or after the call's start when that comes earlier. A graph
+    launch call can last as long as the whole graph runs (CUPTI serializes it under the profiler);
+    once its first kernel runs, the device is busy and the host is no longer what it waits for."""
+    if not is_graph.any() or not len(kernels):
+        return ends
+    ks = np.sort(kernels)
+    at = np.searchsorted(ks, starts[is_graph], side="left")
+    first = np.where(at < len(ks), ks[np.minimum(at, len(ks) - 1)], np.inf)
+    out = ends.copy()
+    out[is_graph] = np.minimum(ends[is_graph], np.maximum(first, starts[is_graph]))
+    return out
 
 
 def _covered(intervals: list[tuple[float, float]], start: float, end: float) -> float:
@@ -59,19 +80,20 @@ def step_bounds(col: Collected, found: StepWindows, windows: Windows) -> StepBou
     steps = found.steps
     if not steps or not col.kernels.times:
         return None
-    launch_start, launch_end, syncs, graphs = _host_calls(col)
+    launch_start, launch_end, is_graph, syncs, graphs = _host_calls(col)
     sync_starts = [a for a, _ in syncs]
     rows = []
     for index, (_, start, wall) in enumerate(steps):
         end = start + wall
         lo, hi = np.searchsorted(launch_start, [start, end], side="left").tolist()
         blocked = _covered(syncs[bisect_left(sync_starts, start) : bisect_left(sync_starts, end)], start, end)
+        kernel_start, kernel_end = windows.of_step(index)
         if hi > lo:
-            first, last = float(launch_start[lo]), float(launch_end[lo:hi].max())
+            ends = _issue_ends(launch_start[lo:hi], launch_end[lo:hi], is_graph[lo:hi], kernel_start)
+            first, last = float(launch_start[lo]), float(ends.max())
             issue = max(last - first - _covered(syncs[: bisect_left(sync_starts, last)], first, last), 0.0)
         else:
             issue = 0.0
-        kernel_start, kernel_end = windows.of_step(index)
         g_lo, g_hi = np.searchsorted(graphs, [start, end], side="left").tolist()
         host = max(wall - blocked, 0.0)
         rows.append(
