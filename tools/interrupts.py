@@ -36,6 +36,7 @@ class Interrupted(BaseException):
 
 
 class _State:
+    active = False
     armed = False
     deferred = 0
     pending: int | None = None
@@ -56,13 +57,13 @@ def catching() -> Iterator[None]:
         yield
         return
     old = {s: signal.getsignal(s) for s in SIGNALS}
-    _State.armed, _State.deferred, _State.pending = True, 0, None
+    _State.active, _State.armed, _State.deferred, _State.pending = True, True, 0, None
     for s in SIGNALS:
         signal.signal(s, _handler)
     try:
         yield
     finally:
-        _State.armed = False
+        _State.active, _State.armed, _State.pending = False, False, None
         for s, h in old.items():
             signal.signal(s, h)
 
@@ -78,3 +79,9 @@ def deferred() -> Iterator[None]:
         if not _State.deferred and _State.armed and _State.pending is not None:
             _State.armed = False
             raise Interrupted(_State.pending)
+
+
+def stopping() -> int | None:
+    """The signal that interrupted the session (None while none has): tools asked for after it,
+    e.g. by a parallel trial's thread, are refused (`tools/door/live.py`)."""
+    return _State.pending if _State.active and not _State.armed else None

@@ -43,14 +43,30 @@ def healthy(state: LoopState, executor: Executor | None) -> bool:
     return ServerStatus.model_validate(status.model_dump()).healthy
 
 
+def lineage(graph: Graph, config: RunnableConfig) -> list[StateSnapshot]:
+    """The thread's checkpoints from its first to its latest, following parents: a session that
+    went back to a launch has abandoned checkpoints in its history, which are left out."""
+    snaps = list(graph.get_state_history(config))
+    if not snaps:
+        return []
+    by_id = {s.config["configurable"]["checkpoint_id"]: s for s in snaps}
+    chain, snap = [], snaps[0]
+    while True:
+        chain.append(snap)
+        parent = snap.parent_config
+        found = by_id.get(parent["configurable"]["checkpoint_id"]) if parent else None
+        if found is None:
+            return chain[::-1]
+        snap = found
+
+
 def launch_point(graph: Graph, config: RunnableConfig) -> StateSnapshot | None:
     """The latest checkpoint before the recorded server was launched (its `next` is the step
     that launched it), or None when the server is not from this thread's history."""
-    history = iter(graph.get_state_history(config))
-    current = next(history, None)
-    if current is None or (pid := _pid(current.values)) is None:
+    history = lineage(graph, config)[::-1]
+    if not history or (pid := _pid(history[0].values)) is None:
         return None
-    for snap in history:
+    for snap in history[1:]:
         if _pid(snap.values) != pid:
             return snap
     return None

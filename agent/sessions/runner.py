@@ -20,7 +20,7 @@ from agent.graph import Graph, compile_graph
 from agent.sessions.checkpoint import open_checkpointer, serializer
 from agent.sessions.interrupts import running_line, stop_servers
 from agent.sessions.remote import close_hosts, executor_for, host_executors, remote_options
-from agent.sessions.revive import repo_missing_here, resume_point
+from agent.sessions.revive import lineage, repo_missing_here, resume_point
 from agent.sessions.summary import summarize
 from agent.steps.setup import FORK_STEPS
 from state.base import utcnow
@@ -203,12 +203,12 @@ class Sessions:
             raise ConfigError(f"cannot fork at {step!r}; fork at one of: {', '.join(FORK_STEPS)}")
         with self.lock(session_id):  # its checkpoints must not move while they are read
             info = self.info(session_id)
-            if info.status in ("running", "paused"):
+            if info.status in ("running", "paused", "interrupted"):
                 raise ConfigError(
                     f"session {session_id} is {info.status}; fork it once it has ended "
                     f"(approve/reject or resume it first)"
                 )
-            history = list(self.graph.get_state_history(self.config(session_id)))[::-1]
+            history = lineage(self.graph, self.config(session_id))
         hits = [snap for snap in history if snap.next == (step,)]
         n = int(nth or 1)
         if len(hits) < n:
@@ -246,7 +246,7 @@ class Sessions:
         graph, cfg = self.graph, self.config(checked_id(session_id))
         if not graph.get_state(cfg).values:
             graph, cfg, _ = self._replayed(session_id)
-        snaps = reversed(list(graph.get_state_history(cfg)))
+        snaps = lineage(graph, cfg)
         return [LoopState.model_validate(s.values) for s in snaps if "session_id" in s.values]
 
     def replay(self, session_id: str) -> tuple[LoopState, Summary]:
