@@ -7,7 +7,7 @@ from typing import Literal
 from state.base import Model
 from state.ids import SessionId
 
-SessionStatus = Literal["running", "paused", "done", "failed"]
+SessionStatus = Literal["running", "paused", "done", "failed", "interrupted"]
 
 
 class Summary(Model):

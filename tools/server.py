@@ -9,7 +9,7 @@ from pathlib import Path
 
 from state.calls import LaunchArgs, PidFileArgs, ServerArgs, ServerStatus
 from state.process import ServerHandle
-from tools import secrets
+from tools import interrupts, secrets
 from tools.door import tool
 from tools.door.faults import fault_point
 from tools.errors import ServerError
@@ -96,13 +96,14 @@ def launch(args: LaunchArgs) -> ServerHandle:
         env["PERFLOOP_PROFILE_DIR"] = str(args.profile_dir)
     argv = build_argv(args.launch.argv, port, args.python)
     stop_pid_file(args.pid_file, args.repo, args.launch.stop_grace_s)
-    proc = host.start_background(argv, args.repo, args.log_path, env, inherit=False)
-    if args.pid_file is not None:
-        args.pid_file.write_text(
-            json.dumps(
-                {"pid": proc.pid, "pgid": proc.pgid, "port": port, "launch_number": args.launch_number}
+    with interrupts.deferred():  # a signal here waits for the pid file: no server without a record
+        proc = host.start_background(argv, args.repo, args.log_path, env, inherit=False)
+        if args.pid_file is not None:
+            args.pid_file.write_text(
+                json.dumps(
+                    {"pid": proc.pid, "pgid": proc.pgid, "port": port, "launch_number": args.launch_number}
+                )
             )
-        )
     fault_point("server:spawned")
     base_url = build_argv([args.launch.base_url], port, args.python)[0]
     health_path = args.launch.health_path

@@ -9,7 +9,7 @@ client sends (tools/hosts/remote.py), so it needs no list of its own.
 
 from __future__ import annotations
 
-from tools import bench, profiling, server
+from tools import bench, limits, profiling, server
 from tools.door.registry import ToolSpec, spec_of
 from tools.gate import score
 from tools.hosts import info, transfer
@@ -38,6 +38,7 @@ TOOLS = (
     server.status,
     server.stop,
     server.stop_recorded,
+    limits.context_limit,
     bench.measure,
     bench.measure_pair,
     bench.outputs,

@@ -113,6 +113,8 @@ def sessions(console: Console, infos: list[SessionInfo], held: dict[str, str]) -
             status = f"{status} ({held[i.id]})"
         elif status == "running":
             status = "stopped (resume it)"
+        elif status == "interrupted":
+            status = "interrupted (resume it)"
         t.add_row(
             i.id,
             i.created_at.strftime("%Y-%m-%d %H:%M"),

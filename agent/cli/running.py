@@ -17,6 +17,7 @@ from rich.markup import escape
 
 from tools import progress
 from tools.errors import ToolError
+from tools.interrupts import Interrupted
 from tools.secrets import redact
 
 err = Console(stderr=True)
@@ -46,6 +47,9 @@ def run_command(body: Callable[[], T]) -> T:
         raise fail(str(exc)) from None
     except typer.BadParameter as exc:  # bad input too, whoever raised it
         raise fail(exc.format_message()) from None
+    except Interrupted as exc:  # the session stopped its servers; resume continues it
+        err.print(f"[yellow]{escape(redact(f'{exc}{exc.note}'))}[/yellow]", highlight=False, soft_wrap=True)
+        raise typer.Exit(exc.exit_code) from None
     except (typer.Exit, typer.Abort):
         raise
     except Exception as exc:  # a bug: one line, the traceback on request, the session resumable

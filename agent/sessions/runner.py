@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 import socket
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -17,17 +18,21 @@ from langgraph.types import Command
 from agent.context import LoopContext
 from agent.graph import Graph, compile_graph
 from agent.sessions.checkpoint import open_checkpointer, serializer
+from agent.sessions.interrupts import running_line, stop_servers
 from agent.sessions.remote import close_hosts, executor_for, host_executors, remote_options
+from agent.sessions.revive import lineage, repo_missing_here, resume_point
 from agent.sessions.summary import summarize
 from agent.steps.setup import FORK_STEPS
 from state.base import utcnow
 from state.loop import LoopOptions, LoopState
 from state.session import SessionInfo, Summary
 from state.target import TargetConfig
-from tools import progress
+from tools import interrupts, progress
 from tools.door.live import LiveDoor
 from tools.door.replay import ReplayDivergence, ReplayDoor
 from tools.errors import ConfigError
+from tools.hosts.client import RemoteExecutor
+from tools.interrupts import Interrupted
 from tools.paths import inside
 from tools.paths import session_id as checked_id
 from tools.store.db import describe
@@ -78,6 +83,8 @@ class Sessions:
     def start_from(self, inp: LoopState, target_path: Path | None, parent: str | None = None) -> LoopState:
         """Record a session whose initial state is `inp`, then run it."""
         sid = inp.session_id
+        if (line := running_line(self.home)) is not None:
+            print(line, file=sys.stderr)  # e.g. GPU memory another session's server still holds
         self.store.put_session(
             SessionInfo(
                 id=sid,
@@ -120,12 +127,10 @@ class Sessions:
             )
         return LoopState.model_validate(snap.values)
 
-    def finished_tasks(self, session_id: str) -> set[str]:
+    def finished_tasks(self, session_id: str, config: RunnableConfig | None = None) -> set[str]:
         """Tasks of the checkpoint's next step that already finished (a parallel batch killed
-        mid-way): LangGraph keeps their writes as the checkpoint's pending writes and runs only the
-        others on resume; a task is finished when it has an output write, and the snapshot then
-        gives it a `result`."""
-        snap = self.graph.get_state(self.config(checked_id(session_id)))
+        mid-way, whose writes LangGraph keeps and does not run again): those with a `result`."""
+        snap = self.graph.get_state(config or self.config(checked_id(session_id)))
         return {t.id for t in snap.tasks if t.result is not None}
 
     def pending_approval(self, session_id: str) -> dict | None:
@@ -143,7 +148,7 @@ class Sessions:
         with self.lock(session_id):
             known = inp if isinstance(inp, LoopState) else self.state(session_id)
             info = self.info(session_id)
-            if _repo_missing_here(inp, known):  # refused before anything is written
+            if repo_missing_here(inp, known):  # refused before anything is written
                 raise ConfigError(
                     f"session {session_id} works on {known.target.repo}, which is not on this machine "
                     f"(it last ran on {info.host or 'another machine'}); resume or approve it there"
@@ -151,19 +156,15 @@ class Sessions:
             self.store.put_session(
                 info.model_copy(update={"status": "running", "host": socket.gethostname()})
             )
-            if inp is None or isinstance(inp, Command):
-                self.store.supersede_after(session_id, known.calls_done, self.finished_tasks(session_id))
             if answer is not None:
                 self.store.add_input(session_id, "answer", answer)
             progress.keep_in(known.options.session_dir)  # for the approval page (perfloop serve)
             try:
-                with executor_for(known.target, known.options.session_dir) as executor:
-                    door = LiveDoor(
-                        session_id, self.store, executor, host_executors(known.options.session_dir)
-                    )
-                    self.graph.invoke(
-                        inp, self.config(session_id), context=LoopContext(door=door), durability="sync"
-                    )
+                with interrupts.catching(), executor_for(known.target, known.options.session_dir) as ex:
+                    self._run(session_id, inp, known, ex)
+            except Interrupted:
+                self.store.put_session(self.info(session_id).model_copy(update={"status": "interrupted"}))
+                raise
             finally:
                 progress.keep_in(None)
                 close_hosts()  # the [[hosts]] connections
@@ -175,6 +176,26 @@ class Sessions:
             self.store.put_session(info.model_copy(update=update))
             return state
 
+    def _run(self, session_id: str, inp: Any, known: LoopState, executor: RemoteExecutor | None) -> None:
+        """Invoke the graph: a resumed session first checks the server it would use
+        (`revive.py`); a signal stops every server the session started (`interrupts.py`)."""
+        config, executors = self.config(session_id), host_executors(known.options.session_dir)
+        try:
+            if inp is None or isinstance(inp, Command):
+                if inp is None:
+                    config, known, why = resume_point(self.graph, config, executor)
+                    if why is not None:
+                        print(why, file=sys.stderr)
+                done = self.finished_tasks(session_id, config)
+                self.store.supersede_after(session_id, known.calls_done, done)
+            door = LiveDoor(session_id, self.store, executor, executors)
+            self.graph.invoke(inp, config, context=LoopContext(door=door), durability="sync")
+        except Interrupted as exc:
+            problems = stop_servers(known, executor, executors)
+            left = f" (not all: {'; '.join(problems)})" if problems else ""
+            exc.note = f"; servers stopped{left}; continue with `perfloop resume {session_id}`"
+            raise
+
     def fork(self, session_id: str, at: str, new_id: str, approve: str | None) -> LoopState:
         """Start a new session from the parent's checkpoint before step `at` (`STEP` or `STEP#N`)."""
         step, _, nth = at.partition("#")
@@ -182,12 +203,12 @@ class Sessions:
             raise ConfigError(f"cannot fork at {step!r}; fork at one of: {', '.join(FORK_STEPS)}")
         with self.lock(session_id):  # its checkpoints must not move while they are read
             info = self.info(session_id)
-            if info.status in ("running", "paused"):
+            if info.status in ("running", "paused", "interrupted"):
                 raise ConfigError(
                     f"session {session_id} is {info.status}; fork it once it has ended "
                     f"(approve/reject or resume it first)"
                 )
-            history = list(self.graph.get_state_history(self.config(session_id)))[::-1]
+            history = lineage(self.graph, self.config(session_id))
         hits = [snap for snap in history if snap.next == (step,)]
         n = int(nth or 1)
         if len(hits) < n:
@@ -225,7 +246,7 @@ class Sessions:
         graph, cfg = self.graph, self.config(checked_id(session_id))
         if not graph.get_state(cfg).values:
             graph, cfg, _ = self._replayed(session_id)
-        snaps = reversed(list(graph.get_state_history(cfg)))
+        snaps = lineage(graph, cfg)
         return [LoopState.model_validate(s.values) for s in snaps if "session_id" in s.values]
 
     def replay(self, session_id: str) -> tuple[LoopState, Summary]:
@@ -260,13 +281,6 @@ class Sessions:
                 )
             graph.invoke(Command(resume=answer), cfg, context=ctx)
         return graph, cfg, door
-
-
-def _repo_missing_here(inp: Any, known: LoopState) -> bool:
-    """A resumed session on a local target whose repo is not on this machine (a new session, or
-    one stopped before `prepare` made the demo's repo, has none yet by design)."""
-    resumed = not isinstance(inp, LoopState) and known.transitions
-    return bool(resumed) and known.target.host.kind == "local" and not known.target.repo.is_dir()
 
 
 def thread(thread_id: str) -> RunnableConfig:

@@ -8,6 +8,10 @@ on the first line, that line is removed and the process kills itself with SIGKIL
 - `<area>:<what>`: inside a tool (`git:ref-moved`, `git:revert-ref-moved`, `server:spawned`,
   `profile:requested`).
 
+A line may name what happens instead of SIGKILL after the point: `server:spawned TERM` (or `INT`,
+`HUP`: that signal, which perfloop handles as an interrupt), or `server:spawned pass` (the line is
+only used up, to reach a later occurrence of the same point).
+
 PERFLOOP_FAULTS_TRACE, when set, names a file each point reached is appended to: a test runs a
 session once with it to learn the points in order, then arms them all.
 """
@@ -36,6 +40,8 @@ def fault_point(name: str) -> None:
         lines = file.read_text().splitlines()
     except OSError:
         return
-    if lines and lines[0].strip() == name:
+    point, _, then = lines[0].strip().partition(" ") if lines else ("", "", "")
+    if point == name:
         file.write_text("".join(f"{line}\n" for line in lines[1:]))
-        os.kill(os.getpid(), signal.SIGKILL)
+        if then != "pass":
+            os.kill(os.getpid(), signal.Signals[f"SIG{then or 'KILL'}"])

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from state.records import ToolCallRecord
+from tools import interrupts
 from tools.door.faults import fault_point
 from tools.door.registry import In, Out, ToolSpec, spec_of
 
@@ -80,6 +81,8 @@ class LiveDoor:
     def call(self, fn: Callable[[In], Out], args: In) -> Out:
         """Run tool `fn` with `args`; record it; return its output or re-raise its error."""
         spec = spec_of(fn)
+        if (signum := interrupts.stopping()) is not None:  # e.g. a parallel trial's thread
+            raise interrupts.Interrupted(signum)
         if not isinstance(args, spec.input_type):
             raise TypeError(f"tool {spec.name!r} takes {spec.input_type.__name__}, got {type(args).__name__}")
         started, t0 = datetime.now(UTC), time.perf_counter()

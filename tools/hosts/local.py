@@ -18,6 +18,7 @@ from pathlib import Path
 from state.base import utcnow
 from state.process import ProcessHandle, RunResult
 from tools.errors import ServerError
+from tools.interrupts import Interrupted
 
 # Popen objects of children started by this process, so their exit codes can be read and reaped.
 _CHILDREN: dict[int, subprocess.Popen] = {}
@@ -44,6 +45,10 @@ def run(
         _signal_group(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
         err += f"\n[perfloop] killed after {timeout_s:.0f}s timeout"
+    except Interrupted:  # perfloop stops: so does the command it was waiting on
+        _signal_group(proc.pid, signal.SIGTERM)
+        proc.wait()
+        raise
     return RunResult(
         argv=list(argv),
         returncode=proc.returncode,

@@ -96,9 +96,14 @@ def main(argv: list[str]) -> int:
     except (IndexError, OSError, ValueError) as exc:
         request, result = None, {"error": f"ToolError: bad remote request: {one_line(exc)}"}
     if request is not None:
+        from tools.interrupts import Interrupted, catching
+
         try:
-            with redirect_stdout(sys.stderr):  # stray prints never corrupt the result line
+            # TERM from the client (its perfloop was interrupted) waits for a pid file being written
+            with redirect_stdout(sys.stderr), catching():  # stray prints never corrupt the result
                 result = run_tool(request)
+        except Interrupted as exc:
+            result = {"error": f"ToolError: {exc}"}
         except ImportError as exc:
             result = {
                 "error": f"ToolError: {sys.executable} on this host cannot import perfloop's "

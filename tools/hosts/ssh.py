@@ -25,6 +25,7 @@ from state.process import RunResult
 from state.ssh import SSHHostConfig
 from tools.errors import ServerError
 from tools.hosts.connection import Connection, Prompt, SSHError
+from tools.interrupts import Interrupted
 
 PGID_MARK = "__perfloop_pgid__="
 LineCallback = Callable[[str, str], None]
@@ -148,6 +149,10 @@ class SSHHost:
             code = channel.recv_exit_status() if finished else -9
         except (paramiko.SSHException, EOFError, OSError) as exc:
             raise self._lost(f"running {argv[0]!r}", exc, err.pgid) from exc
+        except Interrupted:  # perfloop stops: so does the command it was waiting on
+            if err.pgid is not None:
+                self._shell(kill_script(err.pgid, "TERM"))
+            raise
         finally:
             channel.close()
         out.close()

@@ -1,0 +1,117 @@
+"""After SIGINT, SIGTERM or SIGHUP (`tools/interrupts.py`): stop every server the session started
+and remove its reference worktree, on the target's host and on its `[[hosts]]`; and, when a
+session starts, name the servers recorded in this store that still run.
+
+The clean-up runs the tools directly (locally or through the host's executor), not through the
+door: it is not a step of the loop, so a resumed session replays exactly as if it had been killed
+there. The checkout keeps what the session had put in it (commits, instrumentation): `perfloop
+resume` continues from the last checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from agent.context import host_dir
+from agent.decision.interleave import beside_files, reference_dir
+from state.calls import PathArgs, PidFileArgs
+from state.loop import LoopState
+from state.workspace import RemoveCopyArgs
+from tools import server
+from tools.door.live import Executor, ExecutorFor
+from tools.door.registry import spec_of
+from tools.hosts import info
+from tools.hosts import local as local_host
+from tools.workspace import reference
+
+
+def run_tool(executor: Executor | None, fn: Callable[[Any], BaseModel], args: BaseModel) -> BaseModel:
+    """A tool run here, or on the host of `executor` when it is a host tool; not recorded."""
+    spec = spec_of(fn)
+    return executor.call(spec, args) if executor is not None and spec.where == "host" else fn(args)
+
+
+def stop_servers(state: LoopState, executor: Executor | None, executors: ExecutorFor) -> list[str]:
+    """Stop every server the session's pid files name (the candidate, the reference and a
+    confirming pair on the target's host, each trial host's) and remove the reference copy;
+    returns what could not be done, one line each (the rest is still tried)."""
+    grace, problems = state.target.launch.stop_grace_s, []
+    files = host_dir(state)
+    jobs: list[tuple[str, Executor | None, Callable[[Any], BaseModel], BaseModel]] = [
+        (
+            "server",
+            executor,
+            server.stop_recorded,
+            PidFileArgs(pid_file=files / "server.pid", repo=state.target.repo, grace_s=grace),
+        ),
+    ]
+    for name, where in beside_files(state).items():
+        args = PidFileArgs(pid_file=files / name, repo=where, grace_s=grace)
+        jobs.append((name.removesuffix(".pid"), executor, server.stop_recorded, args))
+    if state.target.decide.arms == "interleaved":
+        copy = RemoveCopyArgs(repo=state.target.repo, dest=reference_dir(state))
+        jobs.append(("reference copy", executor, reference.remove_reference_copy, copy))
+    for h in state.target.hosts:
+        try:
+            ex = executors(h.host)
+            sub = Path("~/.perfloop/sessions") / state.session_id / "trials" / h.name
+            path = state.options.session_dir / "trials" / h.name
+            if ex is not None:
+                path = PathArgs.model_validate(
+                    run_tool(ex, info.expand_user, PathArgs(path=sub)).model_dump()
+                ).path
+        except Exception as exc:  # one host down does not keep the others' servers running
+            problems.append(f"trial host {h.name}: {exc}")
+            continue
+        pid_file = PidFileArgs(pid_file=path / "server.pid", repo=h.repo, grace_s=grace)
+        jobs.append((f"trial host {h.name}", ex, server.stop_recorded, pid_file))
+    for what, ex, fn, job in jobs:
+        try:
+            run_tool(ex, fn, job)
+        except Exception as exc:
+            problems.append(f"{what}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+    return problems
+
+
+def running_servers(home: Path) -> list[tuple[str, int]]:
+    """(session, pid) of each server a pid file under `home/sessions` names whose process group
+    still runs on this machine (pid files older than the boot are not looked at)."""
+    booted = _boot_time()
+    found = []
+    sessions = home / "sessions"
+    for pid_file in sorted([*sessions.glob("*/*.pid"), *sessions.glob("*/trials/*/*.pid")]):
+        try:
+            if pid_file.stat().st_mtime < booted:
+                continue
+            record = json.loads(pid_file.read_text())
+            pid, pgid = int(record["pid"]), int(record["pgid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if local_host.group_members(pgid):
+            found.append((pid_file.relative_to(sessions).parts[0], pid))
+    return found
+
+
+def running_line(home: Path) -> str | None:
+    """One line naming the servers recorded in this store that still run, or None."""
+    found = running_servers(home)
+    if not found:
+        return None
+    named = ", ".join(f"pid {pid} (session {sid})" for sid, pid in found)
+    return f"warning: servers started by earlier sessions still run: {named}"
+
+
+def _boot_time() -> float:
+    try:
+        for line in Path("/proc/stat").read_text().splitlines():
+            if line.startswith("btime "):
+                return float(line.split()[1])
+    except OSError:
+        pass
+    return time.time() - time.monotonic()

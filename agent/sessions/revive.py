@@ -1,0 +1,99 @@
+"""`resume` never trusts a server it did not just check.
+
+A session stopped by a signal (its servers stopped on the way out), by SIGKILL, a crash or a
+reboot may come back to a step that talks to the server the state records (`NEEDS_SERVER`) while
+that server is gone. Before such a session continues, the recorded server is checked (its process
+group and health endpoint, on its host, not through the door); when it is not healthy the session
+goes back to the checkpoint before the step that launched it (`launch`, `relaunch`, `reconcile`),
+which launches it again from the recorded tree. The calls made since that checkpoint are then
+superseded like a killed attempt's, so the recording still replays straight through.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.types import StateSnapshot
+
+from agent.graph import Graph
+from agent.sessions.interrupts import run_tool
+from state.calls import ServerArgs, ServerStatus
+from state.loop import LoopState
+from tools import server
+from tools.door.live import Executor
+
+NEEDS_SERVER = frozenset({"baseline", "profile", "measure", "decide"})
+"""Steps that talk to the recorded server (`decide` leads to `profile` with it)."""
+
+
+def _pid(values: dict[str, Any]) -> int | None:
+    handle = values.get("server")
+    if handle is None:
+        return None
+    process = handle["process"] if isinstance(handle, dict) else handle.process
+    return int(process["pid"] if isinstance(process, dict) else process.pid)
+
+
+def healthy(state: LoopState, executor: Executor | None) -> bool:
+    """Whether the state's server runs and answers its health endpoint, checked now."""
+    if state.server is None:
+        return True
+    status = run_tool(executor, server.status, ServerArgs(server=state.server))
+    return ServerStatus.model_validate(status.model_dump()).healthy
+
+
+def lineage(graph: Graph, config: RunnableConfig) -> list[StateSnapshot]:
+    """The thread's checkpoints from its first to its latest, following parents: a session that
+    went back to a launch has abandoned checkpoints in its history, which are left out."""
+    snaps = list(graph.get_state_history(config))
+    if not snaps:
+        return []
+    by_id = {s.config["configurable"]["checkpoint_id"]: s for s in snaps}
+    chain, snap = [], snaps[0]
+    while True:
+        chain.append(snap)
+        parent = snap.parent_config
+        found = by_id.get(parent["configurable"]["checkpoint_id"]) if parent else None
+        if found is None:
+            return chain[::-1]
+        snap = found
+
+
+def launch_point(graph: Graph, config: RunnableConfig) -> StateSnapshot | None:
+    """The latest checkpoint before the recorded server was launched (its `next` is the step
+    that launched it), or None when the server is not from this thread's history."""
+    history = lineage(graph, config)[::-1]
+    if not history or (pid := _pid(history[0].values)) is None:
+        return None
+    for snap in history[1:]:
+        if _pid(snap.values) != pid:
+            return snap
+    return None
+
+
+def resume_point(
+    graph: Graph, config: RunnableConfig, executor: Executor | None
+) -> tuple[RunnableConfig, LoopState, str | None]:
+    """Where a resumed session continues: (config, its state, why it went back or None)."""
+    snap = graph.get_state(config)
+    state = LoopState.model_validate(snap.values)
+    if not NEEDS_SERVER & set(snap.next) or healthy(state, executor):
+        return config, state, None
+    back = launch_point(graph, config)
+    if back is None:
+        return config, state, None
+    handle = state.server
+    assert handle is not None
+    why = (
+        f"server #{handle.launch_number} (pid {handle.process.pid}) is not running; "
+        f"going back to {', '.join(back.next)} to launch it again"
+    )
+    return back.config, LoopState.model_validate(back.values), why
+
+
+def repo_missing_here(inp: Any, known: LoopState) -> bool:
+    """A resumed session on a local target whose repo is not on this machine (a new session, or
+    one stopped before `prepare` made the demo's repo, has none yet by design)."""
+    resumed = not isinstance(inp, LoopState) and known.transitions
+    return bool(resumed) and known.target.host.kind == "local" and not known.target.repo.is_dir()

@@ -1,0 +1,132 @@
+"""Interrupted sessions leave nothing running and resume: SIGTERM at a launch, SIGINT in `measure`
+and SIGHUP at the reference's launch beside the candidate (interleaved arms); SIGKILL of perfloop
+and then of every server it left, while it was down (at `profile` and at `decide`). One session
+takes all of them in turn (CI time). Real CLI processes (forked from one pre-imported interpreter,
+tests/forkcli.py), real demo servers, real git repos, SQLite store."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import git, last_json, make_repo, write_target
+from tests.forkcli import ForkedCli
+from tests.procs import processes_in
+from tools.store.sessions import SessionStore
+
+pytestmark = pytest.mark.e2e
+CAST_FIX = "kv-cache-full-pool-cast"
+
+
+@pytest.fixture(scope="module")
+def cli(tmp_path_factory) -> Iterator[ForkedCli]:
+    """One pre-imported interpreter for the module's `perfloop` commands."""
+    with ForkedCli(tmp_path_factory.mktemp("cli"), dict(os.environ)) as z:
+        yield z
+
+
+def run(cli: ForkedCli, home: Path, faults: Path, *args: str) -> subprocess.CompletedProcess:
+    return cli(*args, env={**os.environ, "PERFLOOP_HOME": str(home), "PERFLOOP_FAULTS_FILE": str(faults)})
+
+
+def nothing_left(repo: Path, home: Path, session: str) -> None:
+    """No server process (so no port held), no reference worktree, no lease on the session."""
+    assert processes_in(repo) == [] and processes_in(home) == [], "a server was left running"
+    assert len(git(repo, "worktree", "list").splitlines()) == 1, "a reference worktree was left"
+    assert not (home / "sessions" / session / "reference").exists()
+    assert SessionStore.open(home).held() == {}, "the session's lease was left"
+
+
+def finished_like_uninterrupted(cli: ForkedCli, home: Path, faults: Path, session: str) -> str:
+    """Resume to the end: the cast fix is kept with identical outputs, the recording replays;
+    returns the resume's stderr."""
+    faults.write_text("")
+    done = run(cli, home, faults, "resume", session, "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    s = last_json(done)
+    assert (s["status"], s["accepted"], s["rejected"], s["outputs_identical"]) == (
+        "done",
+        [CAST_FIX],
+        [],
+        True,
+    )
+    replayed = run(cli, home, faults, "replay", session, "--json")
+    assert replayed.returncode == 0 and last_json(replayed)["matches_recording"] is True, replayed.stderr[
+        -2000:
+    ]
+    return done.stderr
+
+
+def kill_servers(*places: Path) -> list[int]:
+    """SIGKILL every process running in `places` (a reboot or the OOM killer); returns them."""
+    pids = [pid for place in places for pid in processes_in(place)]
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    return pids
+
+
+def leftovers_named(cli: ForkedCli, tmp_path: Path, home: Path, faults: Path) -> list[str]:
+    """The warning lines of a short session started now in the same home (its server cannot start)."""
+    broken = write_target(tmp_path / "b.toml", make_repo(tmp_path / "other"))
+    broken.write_text(
+        broken.read_text().replace('argv = ["bash", "launch.sh"', 'argv = ["false", "launch.sh"')
+    )
+    faults.write_text("")
+    started = run(cli, home, faults, "run", str(broken), "--json")
+    assert started.returncode != 0
+    return [ln for ln in started.stderr.splitlines() if "still run" in ln]
+
+
+@pytest.mark.timeout(1500)
+def test_interrupts_leave_nothing_running_and_resume_relaunches_dead_servers(
+    cli: ForkedCli, tmp_path: Path
+) -> None:
+    repo, home, faults = make_repo(tmp_path / "engine"), tmp_path / "home", tmp_path / "faults"
+    target = write_target(tmp_path / "t.toml", repo, looks=1, arms="interleaved")
+    faults.write_text("server:spawned TERM\n")  # the first launch, waiting for health
+    first = run(cli, home, faults, "run", str(target), "--json", "--max-iterations", "1")
+    assert first.returncode == 143, first.stderr[-2000:]
+    session = last_json(run(cli, home, faults, "sessions", "--json"))[0]["id"]
+    assert (
+        f"interrupted by SIGTERM; servers stopped; continue with `perfloop resume {session}`" in first.stderr
+    )
+    nothing_left(repo, home, session)
+    assert SessionStore.open(home).get_session(session).status == "interrupted"
+
+    faults.write_text("node:profile\n")  # SIGKILL: the baseline server is left running
+    killed = run(cli, home, faults, "resume", session, "--json")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    [left] = processes_in(repo)
+    assert leftovers_named(cli, tmp_path, home, faults) == [
+        f"warning: servers started by earlier sessions still run: pid {left} (session {session})"
+    ]
+    assert kill_servers(repo) == [left]  # while perfloop is down
+
+    faults.write_text("node:measure INT\n")  # the candidate server runs
+    second = run(cli, home, faults, "resume", session, "--json")
+    assert second.returncode == 130, second.stderr[-2000:]
+    assert f"server #1 (pid {left}) is not running; going back to launch" in second.stderr
+    nothing_left(repo, home, session)
+
+    # measure needs the candidate server, which the interrupt stopped: resume launches it again
+    # (first spawn), then the reference beside it (second spawn, from its worktree) gets SIGHUP
+    faults.write_text("server:spawned pass\nserver:spawned HUP\n")
+    third = run(cli, home, faults, "resume", session, "--json")
+    assert third.returncode == 129, third.stderr[-2000:]
+    assert "is not running; going back to relaunch to launch it again" in third.stderr
+    assert faults.read_text() == ""
+    assert (home / "sessions" / session / "logs" / "server-3-reference.log").exists()
+    nothing_left(repo, home, session)
+
+    faults.write_text("node:decide\n")  # SIGKILL after the candidate was measured
+    assert run(cli, home, faults, "resume", session, "--json").returncode == -signal.SIGKILL
+    assert kill_servers(repo, home)  # the candidate server, while perfloop is down
+
+    stderr = finished_like_uninterrupted(cli, home, faults, session)
+    assert "going back to relaunch" in stderr
+    nothing_left(repo, home, session)
