@@ -18,9 +18,10 @@ import tempfile
 import time
 from pathlib import Path, PurePosixPath
 
-from state.proposer import CodeArgs, CodeResult, DiffArgs, FilesArgs, FileTexts
+from state.proposer import CodeArgs, CodeResult, DiffArgs, FilesArgs, FileTexts, LogArgs
 from tools.door import tool
 from tools.errors import PatchError
+from tools.hosts.local import tail
 from tools.llm.redact import redact, secret_file
 from tools.workspace.commands import APPLY
 from tools.workspace.git import GitWorkspace
@@ -205,6 +206,14 @@ def grep_tool(args: CodeArgs) -> CodeResult:
 def list_dir_tool(args: CodeArgs) -> CodeResult:
     """list_dir(path?) for the model."""
     return _answer(list_dir, args.repo, args.path)
+
+
+@tool("code.log_tail")
+def log_tail(args: LogArgs) -> CodeResult:
+    """The last lines of a server log perfloop wrote (a crashed candidate's traceback), secrets
+    masked; not ok when the log is missing or empty."""
+    text = tail(args.path, args.lines)
+    return CodeResult(ok=bool(text.strip()), text=redact(text) if text.strip() else f"no log at {args.path}")
 
 
 @tool("code.read_texts")

@@ -1,0 +1,53 @@
+"""What the first message tells the model: output policy, per-step times, repo-relative call
+sites, evidence notes, skipped playbooks, a stored patch to port (pure, from a state)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agent.proposer.evidence import context, port_patch
+from playbooks.engine import load_playbooks
+from state.loop import Decision
+from state.target import CorrectnessConfig
+from tests.llm.conftest import BACKEND, loop_state
+
+BOOK = "kv-cache-full-pool-cast"
+
+
+def test_the_context_carries_the_evidence_a_performance_engineer_wants(tmp_path: Path, engine: Path) -> None:
+    state = loop_state(tmp_path, engine, "http://127.0.0.1:9/v1")
+    d = state.diagnosis
+    assert d is not None
+    diag = d.model_copy(update={"steps": 40, "step_us": 16_000.0})
+    state = state.model_copy(update={"diagnosis": diag})
+    text = context(state, {}, skipped=[f"{BOOK} (no sglang patch for 0.5.14)"])
+    assert "Output policy (exact): the server's greedy outputs must stay bit-identical" in text
+    assert "15.000 ms per step" in text and "One profiled decode step takes 16.00 ms" in text
+    assert f"called from {BACKEND}:26 (forward_decode)" in text and str(engine) not in text
+    assert "    evidence: n" in text  # the finding's evidence note
+    assert f"{BOOK} (no sglang patch for 0.5.14)" in text
+
+    gate = CorrectnessConfig(policy="tolerance", min_top1_agreement=0.95, max_logprob_diff=0.1)
+    tolerant = state.model_copy(update={"target": state.target.model_copy(update={"correctness": gate})})
+    assert "top-1 token must agree on at least 95.0% of positions" in context(tolerant, {})
+    assert "bit-identical" not in context(tolerant, {})
+
+
+def test_a_matching_playbook_whose_patch_failed_to_apply_is_given_to_port(
+    tmp_path: Path, engine: Path
+) -> None:
+    state = loop_state(tmp_path, engine, "http://127.0.0.1:9/v1")
+    d = state.diagnosis
+    assert d is not None
+    finding = d.findings[0].model_copy(update={"playbook": BOOK})
+    failed = Decision(iteration=1, playbook=BOOK, verdict="failed", reason="patch does not apply: hunk 1")
+    state = state.model_copy(
+        update={"diagnosis": d.model_copy(update={"findings": [finding]}), "decisions": [failed]}
+    )
+    port = port_patch(state, load_playbooks())
+    assert port is not None and port[0] == BOOK and port[1] == "patch does not apply: hunk 1"
+    assert port[2].startswith("diff --git") or "--- a/" in port[2]
+    text = context(state, {}, port=port)
+    assert f"Playbook {BOOK} matched this profile, but its stored patch does not fit" in text
+    assert '<data kind="patch-to-port">' in text
+    assert port_patch(state.model_copy(update={"decisions": []}), load_playbooks()) is None
