@@ -133,7 +133,7 @@ class Conversation:
             content = strip_reasoning(reply.content)
             said = None if reply.content is None else content  # a tool-only message has no text
             self.messages.append(ChatMessage(role="assistant", content=said, tool_calls=reply.tool_calls))
-            asked = [] if self.wire.tools else text_requests(content)
+            asked = [] if reply.tool_calls else text_requests(content)
             if asked:
                 results = [
                     f"{name} {json.dumps(a)}:\n{self._run_tool(name, json.dumps(a))}" for name, a in asked

@@ -6,7 +6,9 @@ a temperature; many put `<think>` sections before the answer. The first request 
 when the endpoint refuses it with HTTP 400 naming one of these, `adapt` gives the settings that
 avoid it and the conversation asks again (each request, the refused ones included, is a recorded
 door call, so a replay adapts the same way). Without function tools the model asks for files in
-plain text (`text_requests`), and the hot source lines are in the first message anyway.
+plain text (`text_requests`), and the hot source lines are in the first message anyway; a
+server without a tool-call parser (SGLang, vLLM) leaves `<tool_call>{...}</tool_call>` in the text,
+answered the same way.
 Reasoning text is removed before anything is parsed (`strip_reasoning`). The conversation is
 kept within a token budget per call by trimming the oldest tool outputs (`trim`); an endpoint's
 context-length refusal halves the budget and asks again (`too_long`).
@@ -14,6 +16,7 @@ context-length refusal halves the budget and asks again (`too_long`).
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from dataclasses import dataclass, replace
@@ -40,6 +43,8 @@ _TOO_LONG = re.compile(
     r"context.length|context window|maximum context|too many tokens|prompt is too long", re.I
 )
 _THINK = re.compile(r"<think>.*?(?:</think>|\Z)\s*", re.S)
+_TOOL_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.S)
+TEXT_TOOL_NAMES = ("read_file", "grep", "list_dir")
 _REQUEST = re.compile(r"^\s*(READ|GREP|LIST)\b(.*)$", re.M)
 
 
@@ -77,18 +82,30 @@ def strip_reasoning(text: str | None) -> str:
 
 
 def text_requests(content: str) -> list[tuple[str, dict]]:
-    """The `READ`/`GREP`/`LIST` lines of a text-protocol reply as (tool, arguments) (pure); none
-    when the reply holds edit blocks (it is an answer, not a request)."""
+    """The `READ`/`GREP`/`LIST` lines of a text-protocol reply, or the `<tool_call>{...}</tool_call>`
+    elements a server without a tool-call parser leaves in the text (SGLang, vLLM), as (tool,
+    arguments) (pure); none when the reply holds edit blocks (it is an answer, not a request)."""
     if "<<<<<<< SEARCH" in content:
         return []
     out: list[tuple[str, dict]] = []
+    for raw in _TOOL_CALL.findall(content):
+        try:
+            call = json.loads(raw)
+            given = call.get("arguments", call.get("parameters", {}))
+            given = json.loads(given) if isinstance(given, str) else given
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(given, dict) and call.get("name") in TEXT_TOOL_NAMES:
+            out.append((call["name"], given))
+    if out:
+        return out
     for verb, rest in _REQUEST.findall(content):
         try:
             words = shlex.split(rest)
         except ValueError:
             words = rest.split()
         if verb == "READ" and words:
-            args: dict = {"path": words[0]}
+            args: dict[str, object] = {"path": words[0]}
             if len(words) >= 3 and words[1].isdigit() and words[2].isdigit():
                 args |= {"start_line": int(words[1]), "end_line": int(words[2])}
             out.append(("read_file", args))

@@ -106,3 +106,14 @@ def test_a_context_length_refusal_is_answered_by_trimming_and_asking_again(
     assert "get_key_buffer" in before[0]  # the refused request had everything
     assert after[0].startswith("[output trimmed to fit the context") and "get_key_buffer" in after[-1]
     assert len(requests[4]["messages"]) == len(requests[3]["messages"])
+
+
+def test_tool_calls_left_in_the_text_by_a_server_without_a_parser_are_answered(
+    tmp_path: Path, engine: Path
+) -> None:
+    as_text = f'<tool_call>\n{{"name": "read_file", "arguments": {{"path": "{BACKEND}"}}}}\n</tool_call>'
+    cmd, requests = ask(tmp_path, engine, [reply(as_text), reply(fix_answer())])
+    assert cmd.goto == "approve" and len(requests) == 2
+    sent = requests[1]["messages"][-1]
+    assert sent["role"] == "user" and "get_key_buffer(layer_id).to(q.dtype)" in sent["content"]
+    assert text_requests('<tool_call>{"name": "rm", "arguments": {}}</tool_call>') == []
