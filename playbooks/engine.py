@@ -71,6 +71,7 @@ def diagnose(profile: ProfileSummary, ctx: DiagnosisContext, playbooks: Sequence
         findings=findings or [generic_finding(profile)],
         top_ops=profile.ops[:TOP_OPS],
         time_basis=profile.time_basis,
+        kernels=profile.kernels[:TOP_OPS] if any(k.graph_calls for k in profile.kernels) else [],
     )
 
 

@@ -5,7 +5,7 @@ from typing import Literal
 from pydantic import Field
 
 from state.base import Model
-from state.profile import OpStat
+from state.profile import KernelStat, OpStat
 
 
 class Evidence(Model):
@@ -112,6 +112,9 @@ class Diagnosis(Model):
     """Profiled decode steps behind the times (None in older recordings)."""
     step_us: float | None = None
     """Measured time of one profiled step, in us (None in older recordings)."""
+    kernels: list[KernelStat] = Field(default_factory=list)
+    """The heaviest kernels when decode ran in CUDA graphs (the operator table then shows one
+    `CUDA graph` row hiding what runs inside it); empty otherwise."""
 
 
 class DiagnosisContext(Model):

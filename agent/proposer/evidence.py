@@ -123,6 +123,19 @@ def ops_table(diagnosis: Diagnosis, repo: Path) -> str:
     )
 
 
+def kernel_table(diagnosis: Diagnosis) -> list[str]:
+    """The heaviest kernels, when decode ran in CUDA graphs (one `CUDA graph` row in the operator
+    table hides them), as a heading and a data element; none otherwise (pure)."""
+    if not diagnosis.kernels:
+        return []
+    rows = "\n".join(
+        f"{k}. {kern.name[:160]}: {kern.share:.1%} of kernel time, {kern.calls} calls "
+        f"({kern.graph_calls} inside CUDA graphs), {_per_step(kern.device_us, diagnosis.steps)}"
+        for k, kern in enumerate(diagnosis.kernels, 1)
+    )
+    return ["Decode runs in CUDA graphs; the heaviest kernels inside them:", data("kernels", redact(rows))]
+
+
 def context(
     state: LoopState,
     sources: dict[str, str],
@@ -140,6 +153,7 @@ def context(
         policy(state),
         "Top operators of the decode step by self time:",
         data("profile", redact(ops_table(diagnosis, repo)) or "(no operators)"),
+        *kernel_table(diagnosis),
         "Findings of the diagnosis (the first is the most promising):",
         data("findings", redact("\n".join(_finding(f, repo, diagnosis.steps) for f in diagnosis.findings))),
     ]

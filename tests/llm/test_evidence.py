@@ -51,3 +51,20 @@ def test_a_matching_playbook_whose_patch_failed_to_apply_is_given_to_port(
     assert f"Playbook {BOOK} matched this profile, but its stored patch does not fit" in text
     assert '<data kind="patch-to-port">' in text
     assert port_patch(state.model_copy(update={"decisions": []}), load_playbooks()) is None
+
+
+def test_under_cuda_graphs_the_kernels_are_listed(tmp_path: Path, engine: Path) -> None:
+    from state.profile import KernelStat
+
+    state = loop_state(tmp_path, engine, "http://127.0.0.1:9/v1")
+    d = state.diagnosis
+    assert d is not None
+    assert "CUDA graphs" not in context(state, {})
+    kern = KernelStat(name="fused_moe_kernel", calls=80, device_us=8000.0, share=0.6, graph_calls=80)
+    state = state.model_copy(update={"diagnosis": d.model_copy(update={"kernels": [kern], "steps": 40})})
+    text = context(state, {})
+    assert "Decode runs in CUDA graphs; the heaviest kernels inside them:" in text
+    assert (
+        "1. fused_moe_kernel: 60.0% of kernel time, 80 calls (80 inside CUDA graphs), 0.200 ms per step"
+        in text
+    )
