@@ -16,10 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from langgraph.runtime import Runtime
-from pydantic import BaseModel, ValidationError
 
 from agent.context import LoopContext, call, need
-from agent.proposer import evidence, prompt
+from agent.proposer import evidence, prompt, toolset
 from agent.proposer.checks import Candidate, Failure, validate
 from agent.proposer.feedback import same_diff
 from agent.proposer.protocol import (
@@ -49,25 +48,6 @@ from tools.errors import LlmError
 from tools.llm import chat, code
 
 MAX_SOURCES = 3
-
-
-class ReadFileIn(BaseModel):
-    path: str
-    start_line: int | None = None
-    end_line: int | None = None
-
-
-class GrepIn(BaseModel):
-    pattern: str
-    path: str = "."
-
-
-class ListDirIn(BaseModel):
-    path: str = "."
-
-
-TOOL_INPUTS: dict[str, type[BaseModel]] = {"read_file": ReadFileIn, "grep": GrepIn, "list_dir": ListDirIn}
-TOOL_FNS = {"read_file": code.read_file_tool, "grep": code.grep_tool, "list_dir": code.list_dir_tool}
 
 
 @dataclass
@@ -227,15 +207,7 @@ class Conversation:
 
     def _run_tool(self, name: str, arguments: str) -> str:
         """A read-only tool's answer for the model (errors as text the model can act on)."""
-        model = TOOL_INPUTS.get(name)
-        if model is None:
-            return f"error: no tool {name!r}; use one of {', '.join(TOOL_INPUTS)}"
-        try:
-            parsed = model.model_validate(json.loads(arguments or "{}"))
-        except (ValueError, ValidationError) as exc:
-            return f"error: bad arguments for {name}: {str(exc).splitlines()[0]}"
-        result = call(self.runtime, TOOL_FNS[name], CodeArgs(repo=self.repo, **parsed.model_dump()))
-        return prompt.data(name, result.text) if result.ok else f"error: {result.text}"
+        return toolset.run(self.runtime, self.repo, name, arguments)
 
     def _texts(self, paths: list[str]) -> dict[str, str | None]:
         return call(self.runtime, code.read_texts, FilesArgs(repo=self.repo, paths=paths)).texts
