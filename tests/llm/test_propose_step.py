@@ -68,6 +68,11 @@ def test_cli_refuses_llm_without_a_model_in_one_line(tmp_path: Path) -> None:
     assert proc.stderr.strip() == (
         "error: --proposer llm needs a model: pass --model NAME (or set model under [proposer])"
     )
+    bad = perfloop(tmp_path / "home", "demo", "--model", "m", "--llm-approve", "sometimes", "--json")
+    assert (
+        bad.returncode == 2
+        and bad.stderr.strip() == "error: --llm-approve must be manual or auto, not 'sometimes'"
+    )
 
 
 SLOWER = NEW.replace(
