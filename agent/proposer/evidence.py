@@ -171,6 +171,18 @@ def context(
             "Port it: make the same change in this tree's code.",
             data("patch-to-port", redact(clipped(diff, PORT_CHARS))),
         ]
+    kept = [
+        f"- {d.playbook} (iteration {d.iteration}): {d.reason}"
+        + "".join(
+            f"\n  mechanism check: {m.note}"
+            for m in state.mechanisms
+            if (m.iteration, m.playbook) == (d.iteration, d.playbook)
+        )
+        for d in state.decisions
+        if d.verdict == "accepted"
+    ]
+    if kept:
+        parts += ["Kept so far in this session (already in the tree):", data("kept", redact("\n".join(kept)))]
     tried = [d for d in state.decisions if d.verdict != "accepted"]
     if tried:
         earlier = "\n".join(f"- {d.playbook}: {d.verdict}: {d.reason}" for d in tried)

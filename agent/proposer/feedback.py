@@ -71,7 +71,11 @@ def trial_of(state: LoopState, log_tail: str = "") -> ModelTrial | None:
         lines.append(f"output gate: {state.gate_problem}")
     if state.tolerance is not None:
         lines.append(f"tolerance gate: {state.tolerance.line()}")
-    lines += [f"mechanism: {m.note}" for m in state.mechanisms if m.playbook == p.playbook]
+    lines += [
+        f"mechanism: {m.note}"
+        for m in state.mechanisms
+        if (m.iteration, m.playbook) == (p.iteration, p.playbook)
+    ]
     if log_tail:
         lines.append("server log tail:\n" + log_tail)
     return ModelTrial(

@@ -68,3 +68,27 @@ def test_under_cuda_graphs_the_kernels_are_listed(tmp_path: Path, engine: Path) 
         "1. fused_moe_kernel: 60.0% of kernel time, 80 calls (80 inside CUDA graphs), 0.200 ms per step"
         in text
     )
+
+
+def test_kept_patches_come_with_their_mechanism_check(tmp_path: Path, engine: Path) -> None:
+    from state.decision import MechanismCheck
+
+    state = loop_state(tmp_path, engine, "http://127.0.0.1:9/v1")
+    kept = Decision(iteration=1, playbook="llm", verdict="accepted", reason="TPOT 3.10x [2.9, 3.3]")
+    check = MechanismCheck(
+        iteration=1,
+        playbook="llm",
+        op="aten::copy_",
+        op_us_per_step_before=412.0,
+        op_us_per_step_after=0.0,
+        predicted_removed_us=380.1,
+        step_us_before=500.0,
+        step_us_after=90.0,
+        confirmed=True,
+        note="aten::copy_ 412.0 -> 0.0 us/step (predicted -380.1): mechanism confirmed",
+    )
+    text = context(state.model_copy(update={"decisions": [kept], "mechanisms": [check], "iteration": 2}), {})
+    assert (
+        "- llm (iteration 1): TPOT 3.10x [2.9, 3.3]\n  mechanism check: aten::copy_ 412.0 -> 0.0 us/step"
+        in text
+    )
