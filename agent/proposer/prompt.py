@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 from state.proposer import ModelTrial
+from tools.llm.redact import redact
 
 SIBLING_DIFF_CHARS = 4000
 """How much of each other candidate's diff the model is shown."""
@@ -126,8 +127,9 @@ def clipped(diff: str, limit: int = SIBLING_DIFF_CHARS) -> str:
 
 
 def repair(stage: str, reason: str, rounds_left: int) -> str:
-    """The message sending a failed answer back (pure)."""
+    """The message sending a failed answer back, secrets masked (the closest lines quoted come from
+    the files as they are)."""
     return (
-        f"Your edits were not applied ({stage} check failed):\n{data('check', reason)}\n\n"
+        f"Your edits were not applied ({stage} check failed):\n{data('check', redact(reason))}\n\n"
         f"Fix this and send the complete set of edit blocks again ({rounds_left} repair round(s) left)."
     )
