@@ -72,6 +72,7 @@ def diagnose(profile: ProfileSummary, ctx: DiagnosisContext, playbooks: Sequence
         top_ops=profile.ops[:TOP_OPS],
         time_basis=profile.time_basis,
         step_source=profile.step_source,
+        kernels=profile.kernels[:TOP_OPS] if any(k.graph_calls for k in profile.kernels) else [],
     )
 
 

@@ -5,7 +5,7 @@ from typing import Literal
 from pydantic import Field
 
 from state.base import Model
-from state.profile import OpStat
+from state.profile import KernelStat, OpStat
 
 
 class Evidence(Model):
@@ -118,6 +118,9 @@ class Diagnosis(Model):
     """Measured time of one profiled step, in us (None in older recordings)."""
     step_source: str | None = None
     """How the profile's steps were found (ProfileSummary.step_source); None: unknown."""
+    kernels: list[KernelStat] = Field(default_factory=list)
+    """The heaviest kernels when decode ran in CUDA graphs (the operator table then shows one
+    `CUDA graph` row hiding what runs inside it); empty otherwise."""
 
 
 class DiagnosisContext(Model):

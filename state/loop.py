@@ -13,7 +13,7 @@ from state.diagnosis import Diagnosis, Evidence
 from state.ids import SessionId
 from state.measure import Measurement
 from state.process import ServerHandle
-from state.proposer import LlmOrigin, LlmUsage
+from state.proposer import LlmOrigin, LlmUsage, ModelTrial
 from state.session import SessionStatus
 from state.sglang import SglangLayout
 from state.target import TargetConfig
@@ -267,6 +267,8 @@ class LoopState(Model):
     """Set in a forked session's initial state: the step to continue at after reconciling."""
     llm_usage: LlmUsage = Field(default_factory=LlmUsage)
     """Model calls and tokens spent in this session (the token budget counts against it)."""
+    model_trials: Annotated[list[ModelTrial], operator.add] = Field(default_factory=list)
+    """Model-written candidates tried and not kept, with their diffs and trial feedback (`rollback`)."""
     calls_done: int = 0
     """Door sequence number when the last completed node finished (later calls were superseded)."""
     status: SessionStatus = "running"
@@ -280,9 +282,7 @@ class LoopState(Model):
     @classmethod
     def _drop_legacy(cls, data: Any) -> Any:
         """States recorded before `tried` was derived carry it; it is implied by `decisions`."""
-        if isinstance(data, dict) and "tried" in data:
-            data = {k: v for k, v in data.items() if k != "tried"}
-        return data
+        return {k: v for k, v in data.items() if k != "tried"} if isinstance(data, dict) else data
 
     @property
     def argv(self) -> list[str]:

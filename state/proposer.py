@@ -42,6 +42,9 @@ class ProposerConfig(Model):
     """OpenAI-compatible endpoint (`http://127.0.0.1:8000/v1`); None: $OPENAI_BASE_URL, else OpenAI."""
     api_key_env: str = "OPENAI_API_KEY"
     """Name of the environment variable holding the API key (its value is never stored)."""
+    approve: Literal["manual", "auto"] = "manual"
+    """Model-written patches: `manual` pauses for `perfloop approve` even under `--approve auto`;
+    `auto` follows `--approve` (the target trusts the model to change its tree unasked)."""
     max_steps: int = Field(12, ge=1)
     """Model calls per proposal (tool rounds and repairs included)."""
     max_tokens: int = Field(200_000, ge=1)
@@ -51,10 +54,14 @@ class ProposerConfig(Model):
     replay stops where the run stopped)."""
     max_repairs: int = Field(3, ge=0)
     """Rounds in which a failed edit is sent back with the reason before the proposal is dropped."""
-    max_proposals: int = Field(1, ge=1)
-    """Model proposals per iteration (a rejected one is followed by another, told why)."""
-    reply_tokens: int = Field(4096, ge=16)
-    """`max_tokens` of each model reply."""
+    max_proposals: int = Field(3, ge=1)
+    """Model rounds per iteration: a rejected or dropped candidate is followed by another round,
+    told what happened to every earlier one (its diff, verdict, speedup, where outputs diverged)."""
+    reply_tokens: int = Field(8192, ge=16)
+    """`max_tokens` of each model reply (the real SGLang fix takes about 6k tokens as blocks)."""
+    context_tokens: int = Field(60_000, ge=1000)
+    """Estimated prompt tokens per call: older tool outputs are trimmed to fit; a context-length
+    refusal from the endpoint halves it and asks again."""
     temperature: float = Field(0.0, ge=0, le=2)
     """Sampling temperature."""
     timeout_s: float = Field(300.0, gt=0)
@@ -112,11 +119,14 @@ class ChatArgs(Model):
     messages: list[ChatMessage]
     """The conversation so far."""
     tools: list[dict]
-    """Function tool definitions (JSON schema), non-strict."""
+    """Function tool definitions (JSON schema), non-strict, sent with `tool_choice="auto"`; empty:
+    neither is sent (the text protocol, for a server that refuses them)."""
     max_tokens: int
     """Most completion tokens."""
-    temperature: float
-    """Sampling temperature."""
+    token_param: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
+    """The request field `max_tokens` is sent as (reasoning models take only the second)."""
+    temperature: float | None
+    """Sampling temperature; None: not sent (reasoning models refuse it)."""
     timeout_s: float
     """Per-request timeout."""
     retries: int
@@ -187,6 +197,15 @@ class DiffArgs(Model):
     """Unified diff with a/ b/ prefixes."""
 
 
+class LogArgs(Model):
+    """The end of a server log perfloop wrote (`code.log_tail`: a crashed candidate's traceback)."""
+
+    path: Path
+    """The log file on the session's host."""
+    lines: int = Field(30, ge=1, le=200)
+    """Last lines to return."""
+
+
 class FileTexts(Model):
     """Files' texts, as a patch will meet them."""
 
@@ -241,3 +260,20 @@ class LlmOrigin(Model):
     """What this proposal cost."""
     repairs: int = 0
     """Repair rounds it needed."""
+
+
+class ModelTrial(Model):
+    """A model-written candidate that was tried and not kept, and what the model is told of it in
+    its next rounds (written by `rollback`, read by the proposer's prompt and duplicate check)."""
+
+    iteration: int
+    """Loop iteration it was tried in."""
+    candidate: str
+    """Its id (`llm`, `llm-2`)."""
+    verdict: str
+    """The decision's verdict (`rejected`, `regression`, `inconclusive`, `failed`)."""
+    diff: str
+    """The patch that was tried (unified diff)."""
+    feedback: list[str] = Field(default_factory=list)
+    """What the trial showed, one line each: the reason, speedup and CI, the mechanism check,
+    where outputs diverged (prompt, position, expected vs got), a crash's log tail."""

@@ -80,6 +80,14 @@ LlmTokens = Annotated[
     int | None,
     typer.Option("--llm-max-tokens", min=1, help="Model tokens (prompt + completion) per session."),
 ]
+LlmApprove = Annotated[
+    str | None,
+    typer.Option(
+        "--llm-approve",
+        help="Model-written patches: manual (the default: pause for perfloop approve, even under "
+        "--approve auto) or auto (follow --approve); default: the target's [proposer] approve.",
+    ),
+]
 LlmSeconds = Annotated[
     float | None, typer.Option("--llm-max-seconds", min=1, help="Model time per proposal, in seconds.")
 ]

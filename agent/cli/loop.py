@@ -19,6 +19,7 @@ from agent.cli.common import (
     HostUrl,
     Iters,
     Json,
+    LlmApprove,
     LlmSeconds,
     LlmSteps,
     LlmTokens,
@@ -92,6 +93,7 @@ def demo(
     llm_max_steps: LlmSteps = None,
     llm_max_tokens: LlmTokens = None,
     llm_max_seconds: LlmSeconds = None,
+    llm_approve: LlmApprove = None,
     server_args: Annotated[
         str,
         typer.Option(
@@ -119,6 +121,7 @@ def demo(
             max_steps=llm_max_steps,
             max_tokens=llm_max_tokens,
             max_seconds=llm_max_seconds,
+            approve=llm_approve,
         )
         base = remote_base(target) if target.host.kind == "ssh" else sessions.home
         target = target.model_copy(update={"repo": base / "workspaces" / sid / "mla_server"})
@@ -173,6 +176,7 @@ def run(
     llm_max_steps: LlmSteps = None,
     llm_max_tokens: LlmTokens = None,
     llm_max_seconds: LlmSeconds = None,
+    llm_approve: LlmApprove = None,
     as_json: Json = False,
 ) -> None:
     """Run the loop on the target a TOML file describes."""
@@ -187,6 +191,7 @@ def run(
             max_steps=llm_max_steps,
             max_tokens=llm_max_tokens,
             max_seconds=llm_max_seconds,
+            approve=llm_approve,
         )
         method = profile_method or target.profile.method
         floor = (floor_ms, floor_factor)

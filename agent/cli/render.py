@@ -147,6 +147,7 @@ def show_json(info: SessionInfo, state: LoopState, calls: list[ToolCallRecord]) 
         "tool_calls": len(calls),
         "llm_tokens": state.llm_usage.tokens,
         "llm_usage": state.llm_usage.model_dump(mode="json"),
+        "model_trials": [t.model_dump(mode="json") for t in state.model_trials],
     }
 
 

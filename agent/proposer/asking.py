@@ -16,13 +16,15 @@ two conversations send the same request).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext
 from agent.proposer.conversation import Conversation
-from playbooks.schema import MODEL_ID
+from agent.proposer.evidence import port_patch
+from playbooks.schema import MODEL_ID, Playbook
 from state.diagnosis import Finding
 from state.loop import Decision, LoopState, Proposal
 from state.proposer import LlmUsage
@@ -34,6 +36,12 @@ def is_model(playbook: str) -> bool:
     """Whether a proposal or decision id names a model-written candidate (`llm`, `llm-2`); the
     playbook schema refuses these ids (pure)."""
     return MODEL_ID.fullmatch(playbook) is not None
+
+
+def needs_human(state: LoopState, proposals: Sequence[Proposal]) -> bool:
+    """Whether these proposals wait for `perfloop approve` whatever `--approve` says: model-written
+    ones, unless the target's `[proposer] approve = "auto"` (pure)."""
+    return state.target.proposer.approve == "manual" and any(p.origin is not None for p in proposals)
 
 
 def round_size(state: LoopState) -> int:
@@ -74,9 +82,17 @@ class Round:
     usage: LlmUsage = field(default_factory=LlmUsage)
 
 
-def ask_round(state: LoopState, runtime: Runtime[LoopContext], finding: Finding) -> Round:
+def ask_round(
+    state: LoopState,
+    runtime: Runtime[LoopContext],
+    finding: Finding,
+    skipped: Sequence[str] = (),
+    books: Sequence[Playbook] = (),
+) -> Round:
     """Ask the model for a round of candidates (see the module doc). Each conversation sees the
-    budgets as the earlier ones of the round left them."""
+    budgets as the earlier ones of the round left them, why matching playbooks were skipped
+    (`skipped`), and a stored patch of `books` to port when one matched but does not fit."""
+    port = port_patch(state, books)
     size = round_size(state)
     room = state.target.proposer.max_proposals * size - len(model_decisions(state))
     out = Round()
@@ -91,7 +107,7 @@ def ask_round(state: LoopState, runtime: Runtime[LoopContext], finding: Finding)
             )
             if no_model_reason(now) is not None:
                 break
-        outcome = Conversation(now, runtime, finding, siblings=out.proposals).run()
+        outcome = Conversation(now, runtime, finding, out.proposals, skipped, port).run()
         out.usage = out.usage.add(outcome.usage)
         if outcome.proposal is not None:
             name = f"{LLM}-{len(out.proposals) + 1}" if size > 1 else LLM

@@ -18,6 +18,8 @@ import difflib
 import re
 from dataclasses import dataclass
 
+from agent.proposer.matching import replace_once
+
 SEARCH, DIVIDER, REPLACE = "<<<<<<< SEARCH", "=======", ">>>>>>> REPLACE"
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _MARKERS = re.compile(r"^(<{5,9} SEARCH|={5,9}|>{5,9} REPLACE)\s*$")
@@ -42,6 +44,15 @@ class Block:
         return f"{self.path}\n{SEARCH}\n{self.search}{DIVIDER}\n{self.replace}{REPLACE}"
 
 
+def normal_path(path: str) -> str:
+    """A path as the model may write it, made repo-relative and POSIX: `./a/b.py`, `a\\b.py`,
+    `a//b.py` -> `a/b.py` (pure; absolute and `..` paths are left for the path check to refuse)."""
+    path = re.sub(r"/{2,}", "/", path.replace("\\", "/"))
+    while path.startswith("./"):
+        path = path[2:]
+    return path
+
+
 def _path_before(lines: list[str], i: int) -> tuple[str, int] | None:
     """The file path line above line i (fence lines and blank lines skipped), and its index."""
     for j in range(i - 1, max(i - 4, -1), -1):
@@ -49,7 +60,7 @@ def _path_before(lines: list[str], i: int) -> tuple[str, int] | None:
         if not line or _FENCE.match(line):
             continue
         path = line.strip("`*:# ").removeprefix("File").strip("`*: ")
-        return (path, j) if path and " " not in path and not _MARKERS.match(line) else None
+        return (normal_path(path), j) if path and " " not in path and not _MARKERS.match(line) else None
     return None
 
 
@@ -77,6 +88,14 @@ def parse(answer: str) -> tuple[list[Block], str]:
             mid = next(k for k in range(i + 1, len(lines)) if lines[k].rstrip("\r\n") == DIVIDER)
             end = next(k for k in range(mid + 1, len(lines)) if lines[k].strip() == REPLACE)
         except StopIteration:
+            bad = next((k for k in range(i + 1, len(lines)) if re.fullmatch(r"\s*={5,9}\s*", lines[k])), None)
+            if bad is not None and not any(
+                lines[k].rstrip("\r\n") == DIVIDER for k in range(i + 1, len(lines))
+            ):
+                raise EditError(
+                    f"edit block {n} ({path}): line {bad + 1} `{lines[bad].strip()}` is not a well-formed "
+                    f"divider; write exactly `{DIVIDER}` (seven `=`, nothing else on the line)"
+                ) from None
             raise EditError(
                 f"edit block {n} ({path}): `{SEARCH}` needs a `{DIVIDER}` line and then a `{REPLACE}` line"
             ) from None
@@ -123,9 +142,9 @@ def apply_blocks(blocks: list[Block], texts: dict[str, str | None]) -> dict[str,
             else:
                 new[b.path] = b.replace
             continue
-        count = current.count(b.search) if b.search else 0
-        if count == 1:
-            new[b.path] = current.replace(b.search, b.replace, 1)
+        done, count, how = replace_once(current, b.search, b.replace) if b.search else (None, 0, "exact")
+        if done is not None:
+            new[b.path] = done
         elif count == 0:
             why = "is empty, but the file exists" if not b.search else "does not match the file exactly"
             problems.append(
@@ -135,8 +154,9 @@ def apply_blocks(blocks: list[Block], texts: dict[str, str | None]) -> dict[str,
             )
         else:
             problems.append(
-                f"block {b.index}: the SEARCH part matches {count} places in {b.path}; "
-                "add surrounding lines so it matches exactly one"
+                f"block {b.index}: the SEARCH part matches {count} places in {b.path}"
+                + ("" if how == "exact" else f" ({how})")
+                + "; add surrounding lines so it matches exactly one"
             )
     if problems:
         raise EditError("\n\n".join(problems))

@@ -1,8 +1,9 @@
 """The proposer's validation chain: a model's answer becomes a patch only if every check passes.
 
-parse -> path allowlist -> each SEARCH matches exactly once -> apply in memory -> Python still
-parses -> `git apply --check` (through the door, where the repo lives). Each check is a function
-of the candidate that returns None or the reason, written for the model; `validate` runs them in
+parse -> path allowlist -> each SEARCH matches exactly once (whitespace-tolerant, `matching`) ->
+apply in memory -> Python still parses -> no new serious pyflakes finding (an undefined name) ->
+`git apply --check` (through the door, where the repo lives). Each check is a function of the
+candidate that returns None or the reason, written for the model; `validate` runs them in
 order and stops at the first failure. A shared patch gate can be added as one more check
 (`extra`), without changing the others.
 """
@@ -98,6 +99,47 @@ def check_python(c: Candidate) -> str | None:
     return None
 
 
+SERIOUS = (
+    "UndefinedName",
+    "UndefinedLocal",
+    "UndefinedExport",
+    "DuplicateArgument",
+    "ReturnOutsideFunction",
+    "YieldOutsideFunction",
+    "ContinueOutsideLoop",
+    "BreakOutsideLoop",
+)
+"""pyflakes findings that fail a candidate (they would crash the server); unused names do not."""
+
+
+def _flakes(text: str, path: str) -> list[tuple[str, int, str]]:
+    """(kind, line, message) of the serious pyflakes findings in a Python text (pure)."""
+    from pyflakes.checker import Checker
+
+    found = Checker(ast.parse(text, filename=path), filename=path).messages
+    return [
+        (type(m).__name__, m.lineno, m.message % m.message_args) for m in found if type(m).__name__ in SERIOUS
+    ]
+
+
+def check_static(c: Candidate) -> str | None:
+    """No edited .py file gains a serious pyflakes finding (an undefined name, ...): a server
+    relaunch is too dear a way to find it. Findings the file already had do not count."""
+    for path, text in sorted(c.new.items()):
+        if not path.endswith(".py"):
+            continue
+        old = c.old.get(path)
+        before = {(k, msg) for k, _, msg in _flakes(old, path)} if old else set()
+        new = [(n, msg) for k, n, msg in _flakes(text, path) if (k, msg) not in before]
+        if new:
+            lines = text.splitlines()
+            return f"after your edits {path} has problems a static check finds:\n" + "\n".join(
+                f"line {n}: {msg}: {lines[n - 1].strip() if 0 < n <= len(lines) else ''}"
+                for n, msg in new[:5]
+            )
+    return None
+
+
 def validate(
     answer: str,
     read_texts: Callable[[list[str]], dict[str, str | None]],
@@ -122,7 +164,7 @@ def validate(
     c.diff = unified_diff(c.old, c.new)
     if not c.diff:
         return Failure("apply", "the edits change nothing: REPLACE equals SEARCH")
-    for stage, check in (("python", check_python), *extra, ("git", git_check)):
+    for stage, check in (("python", check_python), ("static", check_static), *extra, ("git", git_check)):
         problem = check(c)
         if problem:
             return Failure(stage, problem)

@@ -16,11 +16,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from langgraph.runtime import Runtime
-from pydantic import BaseModel, ValidationError
 
 from agent.context import LoopContext, call, need
-from agent.proposer import prompt
+from agent.proposer import evidence, prompt, toolset
 from agent.proposer.checks import Candidate, Failure, validate
+from agent.proposer.feedback import same_diff
+from agent.proposer.protocol import (
+    MAX_ADAPTATIONS,
+    TEXT_TOOLS,
+    Wire,
+    adapt,
+    strip_reasoning,
+    text_requests,
+    too_long,
+    trim,
+)
 from state.diagnosis import Evidence, Finding
 from state.loop import LoopState, Proposal
 from state.profile import OpStat
@@ -38,25 +48,6 @@ from tools.errors import LlmError
 from tools.llm import chat, code
 
 MAX_SOURCES = 3
-
-
-class ReadFileIn(BaseModel):
-    path: str
-    start_line: int | None = None
-    end_line: int | None = None
-
-
-class GrepIn(BaseModel):
-    pattern: str
-    path: str = "."
-
-
-class ListDirIn(BaseModel):
-    path: str = "."
-
-
-TOOL_INPUTS: dict[str, type[BaseModel]] = {"read_file": ReadFileIn, "grep": GrepIn, "list_dir": ListDirIn}
-TOOL_FNS = {"read_file": code.read_file_tool, "grep": code.grep_tool, "list_dir": code.list_dir_tool}
 
 
 @dataclass
@@ -81,8 +72,12 @@ class Conversation:
         runtime: Runtime[LoopContext],
         finding: Finding,
         siblings: Sequence[Proposal] = (),
+        skipped: Sequence[str] = (),
+        port: tuple[str, str, str] | None = None,
     ) -> None:
         self.state, self.runtime, self.finding = state, runtime, finding
+        self.skipped, self.port = list(skipped), port
+        """Why matching playbooks were not proposed; a stored patch to port (id, why, diff)."""
         self.siblings = list(siblings)
         """Candidates of the same round (tried at the same time on other hosts): shown to the
         model, and a patch equal to one of them is sent back."""
@@ -91,6 +86,11 @@ class Conversation:
         self.usage = LlmUsage()
         self.repairs = 0
         self.messages: list[ChatMessage] = []
+        self.wire = Wire()
+        """How requests are sent (tools or text protocol, ...): adapted to what the server refuses."""
+        self.adapted: list[str] = []
+        self.budget = self.cfg.context_tokens
+        """Estimated prompt tokens a call may take (halved by a context-length refusal)."""
 
     def run(self) -> Outcome:
         try:
@@ -99,27 +99,27 @@ class Conversation:
             return Outcome(None, self.usage, str(exc))
 
     def _converse(self) -> Proposal:
-        tried = [d for d in self.state.decisions if d.verdict != "accepted"]
         self.messages = [
             ChatMessage(role="system", content=prompt.SYSTEM),
             ChatMessage(
                 role="user",
-                content=prompt.context(
-                    self.state.target.kind,
-                    need(self.state.diagnosis, "diagnosis"),
-                    self._hot_sources(),
-                    tried,
-                    self.state.reference.tpot_ms.median if self.state.reference else None,
-                    self.state.target.launch.argv,
-                    self.siblings,
+                content=evidence.context(
+                    self.state, self._hot_sources(), self.siblings, self.skipped, self.port
                 ),
             ),
         ]
         while True:
             reply = self._ask()
-            self.messages.append(
-                ChatMessage(role="assistant", content=reply.content, tool_calls=reply.tool_calls)
-            )
+            content = strip_reasoning(reply.content)
+            said = None if reply.content is None else content  # a tool-only message has no text
+            self.messages.append(ChatMessage(role="assistant", content=said, tool_calls=reply.tool_calls))
+            asked = [] if reply.tool_calls else text_requests(content)
+            if asked:
+                results = [
+                    f"{name} {json.dumps(a)}:\n{self._run_tool(name, json.dumps(a))}" for name, a in asked
+                ]
+                self.messages.append(ChatMessage(role="user", content="\n\n".join(results)))
+                continue
             if reply.tool_calls:
                 for tc in reply.tool_calls:
                     self.messages.append(
@@ -132,7 +132,7 @@ class Conversation:
                 self._repair("length", "your answer was cut off at the token limit; answer more briefly")
                 continue
             result = validate(
-                reply.content or "",
+                content,
                 self._texts,
                 self.cfg.protected,
                 self._git_check,
@@ -154,23 +154,45 @@ class Conversation:
             raise Dropped(
                 f"time budget exhausted: {self.usage.seconds:.0f} s of model time (max {cfg.max_seconds:.0f})"
             )
-        args = ChatArgs(
-            base_url=cfg.base_url,
-            api_key_env=cfg.api_key_env,
-            model=cfg.model or "",
-            messages=self.messages,
-            tools=prompt.TOOLS,
-            max_tokens=cfg.reply_tokens,
-            temperature=cfg.temperature,
-            timeout_s=cfg.timeout_s,
-            retries=cfg.retries,
-        )
-        try:
-            reply = call(self.runtime, chat.chat, args)
-        except LlmError as exc:
-            raise Dropped(str(exc)) from None
+        while True:
+            w = self.wire
+            self.messages, _ = trim(self.messages, self.budget)
+            args = ChatArgs(
+                base_url=cfg.base_url,
+                api_key_env=cfg.api_key_env,
+                model=cfg.model or "",
+                messages=self.messages,
+                tools=prompt.TOOLS if w.tools else [],
+                max_tokens=cfg.reply_tokens,
+                token_param=w.token_param,
+                temperature=cfg.temperature if w.temperature else None,
+                timeout_s=cfg.timeout_s,
+                retries=cfg.retries,
+            )
+            try:
+                reply = call(self.runtime, chat.chat, args)
+                break
+            except LlmError as exc:
+                self._adapt(str(exc))
         self.usage = self.usage.plus(reply)
         return reply
+
+    def _adapt(self, error: str) -> None:
+        """Ask again in the way the server takes (see `protocol`): without what it refused, or with
+        a conversation trimmed to half the budget when it was too long; else drop the proposal."""
+        if too_long(error) and len(self.adapted) < MAX_ADAPTATIONS:
+            smaller, trimmed = trim(self.messages, self.budget // 2)
+            if trimmed:
+                self.messages, self.budget = smaller, self.budget // 2
+                self.adapted.append(f"context too long: {trimmed} tool output(s) trimmed")
+                return
+        found = adapt(error, self.wire) if len(self.adapted) < MAX_ADAPTATIONS else None
+        if found is None:
+            raise Dropped(error + (f" (after: {'; '.join(self.adapted)})" if self.adapted else ""))
+        self.wire, note = found
+        self.adapted.append(note)
+        if not self.wire.tools and self.messages and self.messages[0].role == "system":
+            self.messages[0] = ChatMessage(role="system", content=prompt.SYSTEM + TEXT_TOOLS)
 
     def _repair(self, stage: str, reason: str) -> None:
         """Send a failed answer back with the reason, or drop the proposal after the last round."""
@@ -185,15 +207,7 @@ class Conversation:
 
     def _run_tool(self, name: str, arguments: str) -> str:
         """A read-only tool's answer for the model (errors as text the model can act on)."""
-        model = TOOL_INPUTS.get(name)
-        if model is None:
-            return f"error: no tool {name!r}; use one of {', '.join(TOOL_INPUTS)}"
-        try:
-            parsed = model.model_validate(json.loads(arguments or "{}"))
-        except (ValueError, ValidationError) as exc:
-            return f"error: bad arguments for {name}: {str(exc).splitlines()[0]}"
-        result = call(self.runtime, TOOL_FNS[name], CodeArgs(repo=self.repo, **parsed.model_dump()))
-        return prompt.data(name, result.text) if result.ok else f"error: {result.text}"
+        return toolset.run(self.runtime, self.repo, name, arguments)
 
     def _texts(self, paths: list[str]) -> dict[str, str | None]:
         return call(self.runtime, code.read_texts, FilesArgs(repo=self.repo, paths=paths)).texts
@@ -205,7 +219,16 @@ class Conversation:
         )
 
     def _distinct(self, c: Candidate) -> str | None:
-        same = next((p for p in self.siblings if p.diff == c.diff), None)
+        """Why the patch is refused as one already tried in this session or proposed in this
+        round (whitespace aside), before anything is launched; None when it is new."""
+        tried = next((t for t in self.state.model_trials if same_diff(t.diff, c.diff)), None)
+        if tried is not None:
+            return (
+                f"this patch is the same as your candidate {tried.candidate} of iteration "
+                f"{tried.iteration}, already tried ({tried.feedback[0] if tried.feedback else tried.verdict}): "
+                "it was not launched again; propose a different change"
+            )
+        same = next((p for p in self.siblings if same_diff(p.diff, c.diff)), None)
         if same is None:
             return None
         return (

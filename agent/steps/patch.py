@@ -8,6 +8,8 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 
 from agent.context import LoopContext, call, need, step, transition
+from agent.proposer.asking import needs_human
+from agent.proposer.feedback import model_trial
 from agent.steps.actions import instrument_if_needed, remove_instrumentation, start_server
 from agent.steps.fanout import fan_out
 from playbooks.launch import describe
@@ -95,7 +97,7 @@ def approve(
     of parallel candidates gets one answer for all before any is tried (`approve_batch`)."""
     if state.proposal is None and state.candidates:
         return approve_batch(state)
-    if state.options.approve == "auto":
+    if state.options.approve == "auto" and not needs_human(state, [need(state.proposal, "proposal")]):
         answer = Approval(approved=True, by="auto")
     else:
         answer = Approval.model_validate(interrupt(approval_request(state)))
@@ -282,6 +284,7 @@ def rollback(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal
             "pending_commit": None,
             "proposal": None,
             "candidate": None,
+            "model_trials": model_trial(state, runtime),
             "transitions": transition("rollback", note),
         },
         goto="propose",

@@ -21,7 +21,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from agent.context import LoopContext, need, step, transition
-from agent.proposer.asking import LLM, ask_round, no_model_reason
+from agent.proposer.asking import LLM, ask_round, needs_human, no_model_reason
 from agent.steps.actions import playbooks_of
 from agent.steps.fanout import fan_out
 from playbooks.engine import launch_conflict
@@ -143,7 +143,7 @@ def _at_once(state: LoopState, batch: list[Proposal], update: dict) -> Command[G
     """Candidates for the `[[hosts]]`: sent to their trials, or first to approval (one answer for
     the whole batch) under manual approval."""
     names = ", ".join(p.playbook for p in batch)
-    if state.options.approve == "manual":
+    if state.options.approve == "manual" or needs_human(state, batch):
         note = f"{len(batch)} candidates for [[hosts]], waiting for approval: {names}"
         update |= {"candidates": batch, "proposal": None, "approval": None}
         return Command(update={**update, "transitions": transition("propose", note)}, goto="approve")
@@ -174,7 +174,7 @@ def propose(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Goto]:
     why_not = no_model_reason(state)
     if why_not is not None:
         return _stop(f"{reason}; {why_not}" if why_not else reason)
-    asked = ask_round(state, runtime, findings[0])
+    asked = ask_round(state, runtime, findings[0], skipped, playbooks_of(state))
     update = {"llm_usage": state.llm_usage.add(asked.usage), "decisions": asked.failed}
     if len(asked.proposals) >= 2:
         return _at_once(state, asked.proposals, update)

@@ -14,8 +14,17 @@ from tests.llm.fake_openai import ScriptedModel, call, last_tool_text, reply
 pytestmark = pytest.mark.e2e
 
 KEY = "sk-perfloop-test-0123456789abcdef"
-MODEL_ONLY = ("--proposer", "llm", "--model", "scripted-coder", "--no-builtin-playbooks")
-"""Every patch from the scripted model; no playbook loaded."""
+MODEL_ONLY = (
+    "--proposer",
+    "llm",
+    "--model",
+    "scripted-coder",
+    "--no-builtin-playbooks",
+    "--llm-approve",
+    "auto",
+)
+"""Every patch from the scripted model, applied unasked (model patches wait for approval by
+default); no playbook loaded."""
 WRONG = OLD.replace("k_buffer[kv_indices], causal", "k_buffer[kv_indices[-4:]].to(q.dtype), causal").replace(
     "get_key_buffer(layer_id).to(q.dtype)", "get_key_buffer(layer_id)"
 )
@@ -44,27 +53,53 @@ def llm_env(model: ScriptedModel) -> dict[str, str]:
     return {"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": KEY}
 
 
-def test_demo_with_a_model_and_no_playbook_then_replay_offline(home: Path) -> None:
-    """The model reads the backend and writes gather-then-cast; accepted, >= 3x; replays offline."""
-    with ScriptedModel(reads_then_answers(fix_answer())) as model:
-        args = MODEL_ONLY
-        proc = perfloop(home, "demo", *args, "--max-iterations", "1", "--json", env=llm_env(model))
+def learns_from_its_first_trial():
+    """Round 1: reads the backend, answers WRONG (faster, outputs change). Round 2: its request
+    carries the WRONG diff and where outputs diverged; the model sends WRONG again (refused before
+    any launch), then the fix."""
+
+    def second_round(body: dict) -> dict:
+        context = body["messages"][1]["content"]
+        assert "Your earlier patches in this session were tried and not kept" in context, context[-3000:]
+        assert "kv_indices[-4:]" in context and "outputs diverge at character" in context, context[-3000:]
+        return {**reply(fix_answer(new=WRONG)), "prompt_tokens": 2000, "completion_tokens": 200}
+
+    def refused(body: dict) -> dict:
+        assert "not launched again" in body["messages"][-1]["content"]
+        return {**reply(fix_answer()), "prompt_tokens": 2500, "completion_tokens": 200}
+
+    return [*reads_then_answers(fix_answer(new=WRONG)), second_round, refused]
+
+
+@pytest.mark.timeout(900)
+def test_demo_model_learns_from_a_rejected_patch_then_replay_offline(
+    tmp_path: Path, home: Path, repo: Path
+) -> None:
+    """On the CPU demo server (the e2e workload, one look): the model's first patch changes outputs:
+    rejected, rolled back, told to the model with its diff and the divergence; the same patch again
+    costs no launch; the fix is kept, >= 3x; the session replays offline."""
+    target = write_target(tmp_path / "t.toml", repo, looks=1)
+    with ScriptedModel(learns_from_its_first_trial()) as model:
+        args = (*MODEL_ONLY, "--max-iterations", "1", "--json")
+        proc = perfloop(home, "run", str(target), *args, env=llm_env(model))
     assert proc.returncode == 0, proc.stderr[-3000:]
     s = last_json(proc)
-    assert s["status"] == "done" and s["accepted"] == ["llm"], s
+    assert s["status"] == "done" and s["accepted"] == ["llm"] and s["rejected"] == ["llm"], s
     assert s["speedup"] >= 3.0 and s["outputs_identical"] is True, s
-    assert s["llm_tokens"] == 2710 and s["llm_calls"] == 2
-    assert all(a == f"Bearer {KEY}" for a in model.auth) and len(model.requests) == 2
-    repo = Path(s["repo"])
+    assert s["llm_calls"] == 4 and len(model.requests) == 4
+    assert all(a == f"Bearer {KEY}" for a in model.auth)
     assert_clean(repo, s["branch"])
     log = git(repo, "log", "-1", "--format=%B")
     assert "Perfloop-Proposer: llm scripted-coder" in log and "Perfloop-Playbook: llm" in log
-    assert git(repo, "diff", "--name-only", "HEAD~1", "HEAD").split() == [BACKEND]
+    assert "kv = k_buffer[kv_indices].to(q.dtype)" in git(repo, "show", "HEAD", "--", BACKEND)
     for f in home.rglob("*"):  # the key is never written anywhere (store, checkpoints, logs)
         if f.is_file():
             assert KEY.encode() not in f.read_bytes(), f
     shown = last_json(perfloop(home, "show", s["session"], "--json"))
-    assert shown["llm_tokens"] == s["llm_tokens"] and shown["llm_usage"]["calls"] == 2
+    assert shown["llm_tokens"] == s["llm_tokens"] and shown["llm_usage"]["calls"] == 4
+    assert [t["node"] for t in shown["transitions"]].count("relaunch") == 2  # the resubmission: none
+    (tried,) = shown["model_trials"]
+    assert tried["verdict"] == "rejected" and "kv_indices[-4:]" in tried["diff"]
     # the endpoint is gone: replay answers the model from the recording
     rep = perfloop(home, "replay", s["session"], "--json", env={"OPENAI_BASE_URL": model.base_url})
     assert rep.returncode == 0, rep.stderr[-2000:]

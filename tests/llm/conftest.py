@@ -54,6 +54,7 @@ def engine(tmp_path: Path) -> Path:
 def loop_state(tmp_path: Path, repo: Path, base_url: str, **proposer) -> LoopState:
     """A state as `propose` sees it after a diagnosis with no playbook match (the generic finding)."""
     target = load_target(write_target(tmp_path / "t.toml", repo))
+    proposer = {"approve": "auto", **proposer}  # model patches tried unasked, unless a test says manual
     cfg = ProposerConfig(mode="llm", model="scripted-coder", base_url=base_url, **proposer)
     location = f"{repo}/{BACKEND}:26 (forward_decode)"
     op = OpStat(

@@ -3,7 +3,13 @@
 Tests point the real `openai` client at it (OPENAI_BASE_URL) over real sockets. Each request takes
 the next step of the script: a reply dict (`content`, `tool_calls` as (name, args) pairs,
 `finish_reason`, token counts), a callable of the request body that returns one, or
-`{"status": 500}` for an HTTP error. Requests (bodies and Authorization headers) are kept.
+`{"status": 500}` (and an optional `"message"`) for an HTTP error. Requests (bodies and Authorization headers) are kept: the
+endpoint's request log.
+
+`like` makes it behave as servers perfloop meets do: `"vllm"` refuses `tool_choice="auto"` with
+vLLM's HTTP 400 (started without `--enable-auto-tool-choice`), taking no script step;
+`"reasoning"` refuses `max_tokens` and `temperature` as OpenAI's reasoning models do, and puts a
+`<think>` section (holding an edit block that must not be applied) before every reply's text.
 """
 
 from __future__ import annotations
@@ -25,6 +31,27 @@ def call(name: str, **args: Any) -> tuple[str, dict]:
 def reply(content: str | None = None, *calls: tuple[str, dict], finish: str | None = None) -> dict[str, Any]:
     """A scripted reply: text, tool calls, finish reason."""
     return {"content": content, "tool_calls": list(calls), "finish_reason": finish}
+
+
+THINK = (
+    "<think>The user wants a patch. Maybe this:\nx.py\n<<<<<<< SEARCH\nimport os\n=======\n"
+    "import sys\n>>>>>>> REPLACE\nNo, better read more.</think>\n"
+)
+"""Reasoning text a `reasoning` server puts first: its edit block must never be applied."""
+
+
+def refusal(like: str, body: dict) -> str | None:
+    """The HTTP 400 message a server of kind `like` answers this request with, or None (pure)."""
+    if like == "vllm" and body.get("tool_choice") == "auto":
+        return '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
+    if like == "reasoning" and "max_tokens" in body:
+        return (
+            "Unsupported parameter: 'max_tokens' is not supported with this model. "
+            "Use 'max_completion_tokens' instead."
+        )
+    if like == "reasoning" and "temperature" in body:
+        return "Unsupported value: 'temperature' does not support 0.0 with this model."
+    return None
 
 
 def completion(step: dict[str, Any], body: dict, n: int) -> dict[str, Any]:
@@ -52,8 +79,9 @@ def completion(step: dict[str, Any], body: dict, n: int) -> dict[str, Any]:
 class ScriptedModel:
     """The server; `with ScriptedModel(script) as m:` gives `m.base_url` (ending in /v1)."""
 
-    def __init__(self, script: list[Step]) -> None:
+    def __init__(self, script: list[Step], like: str = "openai") -> None:
         self.script = list(script)
+        self.like = like
         self.requests: list[dict] = []
         self.auth: list[str] = []
         self.lock = threading.Lock()
@@ -84,13 +112,19 @@ class ScriptedModel:
             n = len(self.requests)
             if path.rstrip("/") != "/v1/chat/completions":
                 return 404, {"error": {"message": f"no route {path}", "type": "not_found"}}
+            refused = refusal(self.like, body)
+            if refused is not None:
+                return 400, {"error": {"message": refused, "type": "BadRequestError", "code": 400}}
             if not self.script:
                 return 500, {"error": {"message": "the test's script is exhausted", "type": "server_error"}}
             step = self.script.pop(0)
         if callable(step):
             step = step(body)
         if "status" in step:
-            return step["status"], {"error": {"message": "scripted failure", "type": "server_error"}}
+            message = step.get("message", "scripted failure")
+            return step["status"], {"error": {"message": message, "type": "server_error"}}
+        if self.like == "reasoning" and step.get("content"):
+            step = {**step, "content": THINK + step["content"]}
         return 200, completion(step, body, n)
 
     def __enter__(self) -> ScriptedModel:

@@ -57,7 +57,7 @@ def test_a_dropped_model_proposal_is_a_failed_decision_and_propose_runs_again(
     (decision,) = cmd.update["decisions"]
     assert decision.playbook == "llm" and decision.verdict == "failed"
     assert decision.reason.startswith("model proposal dropped: no valid patch after 3 repair round(s): parse")
-    assert ProposerConfig().max_proposals == 1
+    assert ProposerConfig().max_proposals == 3
 
 
 def test_cli_refuses_llm_without_a_model_in_one_line(tmp_path: Path) -> None:
@@ -67,6 +67,11 @@ def test_cli_refuses_llm_without_a_model_in_one_line(tmp_path: Path) -> None:
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip() == (
         "error: --proposer llm needs a model: pass --model NAME (or set model under [proposer])"
+    )
+    bad = perfloop(tmp_path / "home", "demo", "--model", "m", "--llm-approve", "sometimes", "--json")
+    assert (
+        bad.returncode == 2
+        and bad.stderr.strip() == "error: --llm-approve must be manual or auto, not 'sometimes'"
     )
 
 
@@ -172,3 +177,27 @@ def test_a_playbook_may_not_take_a_model_candidates_id() -> None:
         with pytest.raises(ValidationError, match="reserved for model-written candidates"):
             type(book).model_validate({**data, "id": bad})
     assert type(book).model_validate({**data, "id": "llm-ish-fusion"}).id == "llm-ish-fusion"
+
+
+def test_model_candidates_wait_for_a_human_by_default_even_under_approve_auto(
+    tmp_path: Path, engine: Path
+) -> None:
+    from agent.proposer.asking import needs_human
+
+    assert ProposerConfig().approve == "manual"
+    script = [reply(fix_answer()), reply(fix_answer(new=SLOWER))]
+    cmd, _ = propose_on_hosts(tmp_path, engine, script, approve="manual")
+    assert cmd.goto == "approve" and [p.playbook for p in cmd.update["candidates"]] == ["llm-1", "llm-2"]
+    assert "waiting for approval" in cmd.update["transitions"][0].note
+    state = loop_state(tmp_path, engine, "http://127.0.0.1:9/v1", approve="manual")
+    assert state.options.approve == "auto"
+    model_patch, playbook_patch = (
+        cmd.update["candidates"][0],
+        cmd.update["candidates"][0].model_copy(
+            update={"origin": None, "playbook": "kv-cache-full-pool-cast"}
+        ),
+    )
+    assert needs_human(state, [model_patch]) and not needs_human(state, [playbook_patch])
+    auto = state.target.proposer.model_copy(update={"approve": "auto"})
+    trusted = state.model_copy(update={"target": state.target.model_copy(update={"proposer": auto})})
+    assert not needs_human(trusted, [model_patch])

@@ -39,6 +39,17 @@ def wire_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
     return out
 
 
+def request_fields(args: ChatArgs) -> dict[str, Any]:
+    """The request's fields besides the model: the messages, tools only when there are any, the
+    reply-length field the endpoint takes, a temperature only when one is set (pure)."""
+    fields: dict[str, Any] = {"messages": wire_messages(args.messages), args.token_param: args.max_tokens}
+    if args.tools:
+        fields |= {"tools": args.tools, "tool_choice": "auto"}
+    if args.temperature is not None:
+        fields["temperature"] = args.temperature
+    return fields
+
+
 def api_key(args: ChatArgs) -> str:
     """The key from the environment, or a placeholder for a local endpoint; LlmError if none fits."""
     key = os.environ.get(args.api_key_env, "")
@@ -65,15 +76,8 @@ def chat(args: ChatArgs) -> ChatReply:
     t0 = time.perf_counter()
     report(f"model {args.model}: waiting for a reply ({len(args.messages)} messages in the conversation)")
     try:
-        resp = client.chat.completions.create(
-            model=args.model,
-            # plain JSON dicts: the SDK's TypedDicts describe the same wire format
-            messages=cast(Any, wire_messages(args.messages)),
-            tools=cast(Any, args.tools),
-            tool_choice="auto",
-            max_tokens=args.max_tokens,
-            temperature=args.temperature,
-        )
+        # plain JSON dicts: the SDK's TypedDicts describe the same wire format
+        resp = client.chat.completions.create(model=args.model, **cast(Any, request_fields(args)))
     except openai.APIStatusError as exc:
         raise LlmError(f"model endpoint answered HTTP {exc.status_code}: {_status_message(exc)}") from None
     except openai.APIConnectionError as exc:

@@ -1,7 +1,10 @@
 """The model's read-only look at the target repo: `read_file`, `grep`, `list_dir`.
 
 Run where the repo lives (`where="host"`). Paths are repo-relative; anything outside the repo (also
-through a symlink) or inside `.git` is refused with a reason the model reads. Lines perfloop's
+through a symlink, for every tool, `grep` included), inside `.git`, gitignored or secret-looking
+(`redact.secret_file`) is refused with a reason the model reads, or left out of listings and
+searches; what is sent back has secrets masked (`redact.redact`); `grep` stops after
+`GREP_SECONDS`. Lines perfloop's
 profiler instrumentation added (marked `# perfloop-instrumentation`) are left out: the model sees
 the tree as it will be when its patch is applied, after the instrumentation is removed.
 """
@@ -12,11 +15,14 @@ import os
 import re
 import subprocess
 import tempfile
+import time
 from pathlib import Path, PurePosixPath
 
-from state.proposer import CodeArgs, CodeResult, DiffArgs, FilesArgs, FileTexts
+from state.proposer import CodeArgs, CodeResult, DiffArgs, FilesArgs, FileTexts, LogArgs
 from tools.door import tool
 from tools.errors import PatchError
+from tools.hosts.local import tail
+from tools.llm.redact import redact, secret_file
 from tools.workspace.commands import APPLY
 from tools.workspace.git import GitWorkspace
 
@@ -25,6 +31,8 @@ MAX_LINES = 600
 MAX_CHARS = 60_000
 MAX_MATCHES = 200
 MAX_FILE_BYTES = 2_000_000
+GREP_SECONDS = 10.0
+"""Wall time one grep may take; past it, the matches so far and a note."""
 SKIP_DIRS = {".git", "__pycache__", ".venv", "node_modules", ".mypy_cache", ".pytest_cache"}
 
 
@@ -45,7 +53,37 @@ def resolve(repo: Path, path: str) -> Path:
         raise Refused(f"{path!r} leads outside the repository")
     if not full.exists():
         raise Refused(f"{path!r} does not exist")
+    if any(secret_file(p) for p in (*rel.parts, full.name)):
+        raise Refused(f"{path!r} looks like it holds secrets: not readable")
+    if full != root and ignored(root, [full]):
+        raise Refused(f"{path!r} is ignored by git: not readable")
     return full
+
+
+def inside(root: Path, p: Path) -> bool:
+    """Whether `p`, symlinks resolved, is `root` or under it."""
+    real = p.resolve()
+    return real == root or root in real.parents
+
+
+def ignored(root: Path, paths: list[Path]) -> set[Path]:
+    """The paths git ignores in the repo at `root` (untracked and matched by .gitignore & co.)."""
+    if not paths:
+        return set()
+    rels = [p.resolve().relative_to(root).as_posix() for p in paths]
+    proc = subprocess.run(
+        ["git", "-C", str(root), "check-ignore", "--stdin", "-z"],
+        input="\0".join(rels) + "\0",
+        capture_output=True,
+        text=True,
+    )
+    hit = {r for r in proc.stdout.split("\0") if r}
+    return {p for p, r in zip(paths, rels, strict=True) if r in hit}
+
+
+def _hidden(root: Path, p: Path) -> bool:
+    """Whether a listing or a search leaves `p` out: outside through a symlink, or secret-looking."""
+    return not inside(root, p) or secret_file(p.name) or p.name in SKIP_DIRS
 
 
 def visible_lines(text: str) -> list[str]:
@@ -89,14 +127,19 @@ def read_file(
 
 
 def _files(root: Path, full: Path) -> list[Path]:
+    """The files a search under `full` reads: inside the repo (symlinks resolved), not under a
+    skipped, secret-looking or gitignored path."""
     if full.is_file():
         return [full]
     found = []
     for p in sorted(full.rglob("*")):
         rel = p.relative_to(root).parts
-        if p.is_file() and not any(part in SKIP_DIRS for part in rel):
+        if any(part in SKIP_DIRS or secret_file(part) for part in rel) or not inside(root, p):
+            continue
+        if p.is_file():
             found.append(p)
-    return found
+    gone = ignored(root, found)
+    return [p for p in found if p not in gone]
 
 
 def grep(repo: Path, pattern: str, path: str) -> str:
@@ -106,8 +149,12 @@ def grep(repo: Path, pattern: str, path: str) -> str:
     except re.error as exc:
         raise Refused(f"bad regular expression {pattern!r}: {exc}") from None
     root = repo.resolve()
-    hits = []
+    hits: list[str] = []
+    deadline = time.monotonic() + GREP_SECONDS
     for f in _files(root, resolve(repo, path)):
+        if time.monotonic() > deadline:
+            hits.append(f"[stopped after {GREP_SECONDS:.0f} s: narrow the pattern or path]")
+            break
         try:
             lines = visible_lines(_text(f))
         except Refused:
@@ -129,15 +176,18 @@ def list_dir(repo: Path, path: str) -> str:
     full = resolve(repo, path)
     if not full.is_dir():
         raise Refused(f"{path!r} is a file: use read_file")
-    names = [p.name + ("/" if p.is_dir() else "") for p in sorted(full.iterdir()) if p.name not in SKIP_DIRS]
+    root = repo.resolve()
+    entries = [p for p in sorted(full.iterdir()) if not _hidden(root, p)]
+    gone = ignored(root, entries)
+    names = [p.name + ("/" if p.is_dir() else "") for p in entries if p not in gone]
     return "\n".join(names) or "(empty)"
 
 
 def _answer(fn, *args) -> CodeResult:
     try:
-        return CodeResult(ok=True, text=fn(*args))
+        return CodeResult(ok=True, text=redact(fn(*args)))
     except Refused as exc:
-        return CodeResult(ok=False, text=f"refused: {exc}")
+        return CodeResult(ok=False, text=redact(f"refused: {exc}"))
 
 
 @tool("code.read_file")
@@ -156,6 +206,14 @@ def grep_tool(args: CodeArgs) -> CodeResult:
 def list_dir_tool(args: CodeArgs) -> CodeResult:
     """list_dir(path?) for the model."""
     return _answer(list_dir, args.repo, args.path)
+
+
+@tool("code.log_tail")
+def log_tail(args: LogArgs) -> CodeResult:
+    """The last lines of a server log perfloop wrote (a crashed candidate's traceback), secrets
+    masked; not ok when the log is missing or empty."""
+    text = tail(args.path, args.lines)
+    return CodeResult(ok=bool(text.strip()), text=redact(text) if text.strip() else f"no log at {args.path}")
 
 
 @tool("code.read_texts")
