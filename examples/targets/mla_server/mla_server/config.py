@@ -86,6 +86,13 @@ def build_parser() -> argparse.ArgumentParser:
     for name in PRESETS["cpu"]:
         p.add_argument("--" + name.replace("_", "-"), type=_positive, default=None,
                        help="override the preset's value")
+    # SGLang's names for two of them, so that a launch written for SGLang (or a search over its
+    # options) works here: both change speed (a smaller pool is a smaller cast per decode step
+    # until the kv-cache patch; fewer running requests are smaller decode batches).
+    p.add_argument("--max-total-tokens", dest="pool_slots", type=_positive, default=None,
+                   help="KV pool size in tokens (SGLang's name for --pool-slots)")
+    p.add_argument("--max-running-requests", dest="max_running", type=_positive, default=None,
+                   help="most requests decoded together (SGLang's name for --max-running)")
     p.add_argument("--max-tokens-limit", type=_positive, default=1024,
                    help="largest max_tokens a request may ask for")
     p.add_argument("--default-max-tokens", type=_positive, default=128)
