@@ -19,15 +19,13 @@ is asked again with another seed, and when none new is found the search stops.
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
 from agent.proposer.knobs import config_of, describe_config, with_config
+from playbooks.schema import SEARCH_ID
 from state.loop import Decision, LoopState, Proposal
 from state.search import Knob, KnobValue, SearchConfig
 
-TRIAL_ID = re.compile(r"^search-[0-9]+$")
-"""How a search trial is named among proposals and decisions."""
 ASKS = 20
 """Seeds tried for a config not yet tried before the search counts as exhausted."""
 
@@ -38,7 +36,7 @@ if TYPE_CHECKING:  # optuna is imported when a trial is picked (it takes seconds
 
 def is_trial(playbook: str) -> bool:
     """Whether a proposal or decision id names a search trial (pure)."""
-    return TRIAL_ID.fullmatch(playbook) is not None
+    return SEARCH_ID.fullmatch(playbook) is not None
 
 
 def trials_of(state: LoopState) -> list[Decision]:

@@ -51,6 +51,8 @@ def test_search_keeps_a_config_within_its_budget_and_replays(tmp_path: Path, hom
     assert_clean(repo, s["branch"])
 
     replayed = perfloop(home, "replay", s["session"], "--json")
-    assert replayed.returncode == 0 and last_json(replayed)["matches_recording"] is True, replayed.stderr[-2000:]
+    assert replayed.returncode == 0 and last_json(replayed)["matches_recording"] is True, replayed.stderr[
+        -2000:
+    ]
     shown = last_json(perfloop(home, "show", s["session"], "--json"))
     assert shown["search_trials"] == s["search_trials"]
