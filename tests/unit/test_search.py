@@ -4,15 +4,21 @@ rebuilt from the session's decisions, the first trial from the diagnosis, the bu
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from agent.cli.target import ConfigError, load_target, with_proposer
+from agent.context import LoopContext
 from agent.proposer.knobs import config_of, describe_config, with_config
 from agent.proposer.search import next_config, search_proposal, trial_lines
+from agent.steps.propose import propose
 from state.diagnosis import Diagnosis, Finding
 from state.loop import Decision, LoopOptions, LoopState
+from state.proposer import ProposerConfig
 from state.search import Knob, SearchConfig
+from tests.recorders import MemoryRecorder
+from tools.door.live import LiveDoor
 
 SEARCH_TOML = Path(__file__).resolve().parents[2] / "examples" / "targets" / "mla_server_search.toml"
 ARGV = ["bash", "launch.sh", "--port", "{port}", "--threads", "1"]
@@ -159,3 +165,32 @@ def test_bad_search_config_is_one_clear_line(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="--proposer search needs a \\[search\\] section"):
         with_proposer(plain, mode="search")
     assert with_proposer(load_target(SEARCH_TOML), mode="search").proposer.mode == "search"
+
+
+def test_propose_mixes_the_search_after_the_playbooks(tmp_path: Path) -> None:
+    """`auto` (no model): the playbook's patch first, the search once it is tried; `search`: the
+    search only; the trial's launch command is what `apply` runs."""
+
+    def run(s: LoopState, mode: str):
+        s = s.model_copy(
+            update={"target": s.target.model_copy(update={"proposer": ProposerConfig(mode=mode)})}
+        )
+        door = LiveDoor("s", MemoryRecorder())
+        door.node = "propose"
+        return propose(s, SimpleNamespace(context=LoopContext(door=door)))
+
+    s = state(tmp_path, findings=("kv-cache-full-pool-cast",))
+    assert run(s, "auto").update["proposal"].playbook == "kv-cache-full-pool-cast"
+    searched = run(s, "search").update["proposal"]
+    assert searched.playbook == "search-1" and searched.launch_argv[-2:] == ["--max-total-tokens", "4096"]
+    tried = Decision(iteration=1, playbook="kv-cache-full-pool-cast", verdict="rejected", reason="r")
+    after = run(state(tmp_path, [tried], findings=("kv-cache-full-pool-cast",)), "auto")
+    assert after.goto == "approve" and after.update["proposal"].playbook == "search-1"
+    assert after.update["transitions"][0].note.startswith("search trial 1: --max-total-tokens 4096")
+    spent = run(
+        state(tmp_path, [tried], findings=("kv-cache-full-pool-cast",), max_trials=1).model_copy(
+            update={"decisions": [tried, decided(1, [*ARGV, "--max-total-tokens", "4096"], 5.0)]}
+        ),
+        "search",
+    )
+    assert spent.goto == "finish" and spent.update["stop_reason"] == "search budget spent: 1 of 1 trials"
