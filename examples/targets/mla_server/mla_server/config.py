@@ -39,6 +39,7 @@ class ServerConfig:
     disable_cuda_graph: bool = False
     cuda_graph_max_bs: int | None = None
     cuda_graph_bs: tuple[int, ...] | None = None
+    num_continuous_decode_steps: int = 1
 
     @property
     def static_decode(self) -> bool:
@@ -105,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="capture CUDA graphs for batch sizes up to this (default: --max-running)")
     p.add_argument("--cuda-graph-bs", type=_positive, nargs="+", default=None,
                    help="exactly these CUDA-graph batch sizes (instead of 1, 2, 4, 8, 16, 24, ...)")
+    p.add_argument("--num-continuous-decode-steps", type=_positive, default=1,
+                   help="decode steps run before new requests are admitted (as in SGLang): less "
+                        "scheduling per token, later admission")
     return p
 
 
