@@ -3,6 +3,7 @@ a config the decision rule keeps within its budget, and the recording replays wi
 
 from __future__ import annotations
 
+from html import escape
 from pathlib import Path
 
 import pytest
@@ -56,3 +57,7 @@ def test_search_keeps_a_config_within_its_budget_and_replays(tmp_path: Path, hom
     ]
     shown = last_json(perfloop(home, "show", s["session"], "--json"))
     assert shown["search_trials"] == s["search_trials"]
+    report = perfloop(home, "report", s["session"], "-o", str(tmp_path / "r.html"))
+    assert report.returncode == 0, report.stderr[-2000:]
+    html = (tmp_path / "r.html").read_text()
+    assert "<th>search trials</th>" in html and escape(line) in html
