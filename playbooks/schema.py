@@ -11,6 +11,9 @@ from state.base import Model
 MODEL_ID = re.compile(r"llm(-[0-9]+)?")
 """Ids of model-written candidates (`llm`, and `llm-1`, `llm-2`, ... in a round for several hosts);
 no playbook may take one."""
+SEARCH_ID = re.compile(r"search-[0-9]+")
+"""Ids of the launch-option search's trials (`search-1`, ...; agent/proposer/search.py); no
+playbook may take one."""
 
 NOTE_FIELDS = {
     "op": "aten::copy_",
@@ -269,6 +272,8 @@ class Playbook(Model):
         """`llm` and `llm-N` are the ids of model-written candidates."""
         if MODEL_ID.fullmatch(value):
             raise ValueError(f"{value!r} is reserved for model-written candidates: rename the playbook")
+        if SEARCH_ID.fullmatch(value):
+            raise ValueError(f"{value!r} is reserved for launch-option search trials: rename the playbook")
         return value
 
     @field_validator("evidence_note")

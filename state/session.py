@@ -76,6 +76,9 @@ class Summary(Model):
     """The launch command at the end: the target's, or as accepted launch-option fixes left it."""
     trials: list[str] = []
     """Candidates tried at once on the target's `[[hosts]]`: one line per host and attempt."""
+    search_trials: list[str] = []
+    """The launch-option search's trials (`[search]`): config, TPOT with the speedup CI against
+    the reference, verdict; one line each."""
 
 
 class SessionInfo(Model):

@@ -9,6 +9,7 @@ from pydantic import Field, field_validator, model_validator
 from state.base import SECRET_NAME, Model
 from state.decision import DecisionConfig
 from state.proposer import ProposerConfig
+from state.search import SearchConfig
 from state.ssh import SSHHostConfig
 
 
@@ -254,6 +255,18 @@ class TargetConfig(Model):
     hosts: list[TrialHost] = Field(default_factory=list)
     """Hosts on which several candidates of one iteration are tried at the same time, each against
     its own baseline (`[[hosts]]`); the best verified one is then applied here. Empty: one by one."""
+    search: SearchConfig | None = None
+    """Launch options to search (`[search]`, `--proposer search`); None: none searched."""
+
+    @model_validator(mode="after")
+    def _numerics_need_tolerance(self) -> "TargetConfig":
+        """A knob that changes numerics is searched only under the tolerance output policy."""
+        bad = [k.name for k in self.search.knobs if k.numerics] if self.search else []
+        if bad and self.correctness.policy != "tolerance":
+            raise ValueError(
+                f'[search] knob {bad[0]} changes numerics: it needs [correctness] policy = "tolerance"'
+            )
+        return self
 
     @field_validator("hosts")
     @classmethod

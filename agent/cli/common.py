@@ -67,7 +67,8 @@ ProposerOpt = Annotated[
     typer.Option(
         "--proposer",
         help="playbook: stored patches only; llm: a model writes every patch; auto: a playbook's "
-        "patch when one fits, else the model (default: the target's [proposer] mode, else auto).",
+        "patch when one fits, else the model; search: the launch options of the target's [search] "
+        "(default: the target's [proposer] mode, else auto).",
     ),
 ]
 ModelOpt = Annotated[str | None, typer.Option("--model", help="Model name for --proposer llm|auto.")]

@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.syntax import Syntax
 from rich.table import Table
 
+from agent.proposer.search import trial_lines
 from state.loop import LoopState
 from state.records import ToolCallRecord
 from state.session import SessionInfo, Summary
@@ -45,6 +46,8 @@ def summary(console: Console, s: Summary) -> None:
         rows.insert(-1, ("model calls / tokens", f"{s.llm_calls} / {s.llm_tokens}"))
     if s.trials:
         rows.insert(-1, ("parallel trials", "\n".join(s.trials)))
+    if s.search_trials:
+        rows.insert(-1, ("search trials", "\n".join(s.search_trials)))
     for k, v in rows:
         t.add_row(k, v)
     console.print(t)
@@ -142,6 +145,7 @@ def show_json(info: SessionInfo, state: LoopState, calls: list[ToolCallRecord]) 
         "launch_noise": state.launch_noise.model_dump(mode="json") if state.launch_noise else None,
         "mechanisms": [m.model_dump(mode="json") for m in state.mechanisms],
         "trials": [t.model_dump(mode="json") for t in state.trials],
+        "search_trials": trial_lines(state),
         "accepted_commits": [c.model_dump(mode="json") for c in state.accepted],
         "profiles": [p.model_dump(mode="json") for p in state.profiles],
         "tool_calls": len(calls),
@@ -179,6 +183,8 @@ def show(console: Console, info: SessionInfo, state: LoopState, calls: list[Tool
         console.print(f"predicted vs realized, {m.playbook}: {m.note}", highlight=False)
     for c in state.accepted:
         console.print(f"accepted commit {c.sha[:10]} on {c.branch}: {c.subject}")
+    for line in trial_lines(state):
+        console.print(f"search trial {line}", highlight=False)
     if state.launch_argv:
         console.print("session launch command (accepted launch options): " + " ".join(state.launch_argv))
     console.print(f"{len(calls)} tool calls recorded; status {info.status}")

@@ -107,8 +107,8 @@ def with_proposer(target: TargetConfig, **overrides) -> TargetConfig:
     the endpoint defaults to $OPENAI_BASE_URL, read now so that the session records it."""
     cfg = target.proposer
     given = {k: v for k, v in overrides.items() if v is not None}
-    if "mode" in given and given["mode"] not in ("playbook", "llm", "auto"):
-        raise ConfigError(f"--proposer must be one of playbook, llm, auto, not {given['mode']!r}")
+    if "mode" in given and given["mode"] not in ("playbook", "llm", "auto", "search"):
+        raise ConfigError(f"--proposer must be one of playbook, llm, auto, search, not {given['mode']!r}")
     if "approve" in given and given["approve"] not in ("manual", "auto"):
         raise ConfigError(f"--llm-approve must be manual or auto, not {given['approve']!r}")
     if cfg.base_url is None and "base_url" not in given and os.environ.get("OPENAI_BASE_URL"):
@@ -120,4 +120,6 @@ def with_proposer(target: TargetConfig, **overrides) -> TargetConfig:
         raise ConfigError(f"proposer {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
     if cfg.mode == "llm" and not cfg.model:
         raise ConfigError("--proposer llm needs a model: pass --model NAME (or set model under [proposer])")
+    if cfg.mode == "search" and target.search is None:
+        raise ConfigError("--proposer search needs a [search] section with knobs in the target file")
     return target.model_copy(update={"proposer": cfg})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from agent.proposer.search import trial_lines
 from state.loop import LoopState
 from state.session import Summary
 
@@ -49,4 +50,5 @@ def summarize(state: LoopState, status: str) -> Summary:
         unexplained_gains=[m.playbook for m in state.mechanisms if not m.confirmed],
         launch_argv=state.launch_argv or state.target.launch.argv,
         trials=[t.line() for t in state.trials],
+        search_trials=trial_lines(state),
     )

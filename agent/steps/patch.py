@@ -244,6 +244,7 @@ def relaunch(
             verdict="failed",
             reason=f"server failed after the patch: {exc}",
             edited=state.edited,
+            launch_argv=p.launch_argv,  # a search trial's config, so that it is not tried again
         )
         return Command(
             update={

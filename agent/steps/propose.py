@@ -22,6 +22,7 @@ from langgraph.types import Command
 
 from agent.context import LoopContext, need, step, transition
 from agent.proposer.asking import LLM, ask_round, needs_human, no_model_reason
+from agent.proposer.search import is_trial, search_proposal
 from agent.steps.actions import playbooks_of
 from agent.steps.fanout import fan_out
 from playbooks.engine import launch_conflict
@@ -105,7 +106,7 @@ def playbook_proposal(
 def parallel_candidates(state: LoopState) -> list[Proposal]:
     """Every playbook proposal for this iteration, best first, when they are to be tried at once
     on the target's `[[hosts]]` (playbook proposals); else none."""
-    if not state.target.hosts or state.target.proposer.mode == LLM:
+    if not state.target.hosts or state.target.proposer.mode in (LLM, "search"):
         return []
     found: list[Proposal] = []
     while (p := playbook_proposal(state, [], frozenset(q.playbook for q in found))) is not None:
@@ -127,6 +128,8 @@ def _proposed(p: Proposal, state: LoopState) -> Command[Goto]:
         else f"touches {', '.join(p.files)}"
     )
     note = f"{who}: expected gain {gain} per token, {what}"
+    if is_trial(p.playbook):
+        note = f"{p.title}; {what}"
     return Command(
         update={"proposal": p, "approval": None, "transitions": transition("propose", note)}, goto="approve"
     )
@@ -160,10 +163,18 @@ def propose(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Goto]:
     batch = parallel_candidates(state)
     if len(batch) >= 2:
         return _at_once(state, batch, {})
-    if state.target.proposer.mode != LLM:
+    mode = state.target.proposer.mode
+    if mode not in (LLM, "search"):
         proposal = playbook_proposal(state, skipped)
         if proposal is not None:
             return _proposed(proposal, state)
+    if mode != LLM and state.target.search is not None:  # the launch-option search (`[search]`)
+        trial, what = search_proposal(state)
+        if trial is not None:
+            return _proposed(trial, state)
+        if mode == "search":
+            return _stop(what)
+        skipped.append(f"search ({what})")
     findings = need(state.diagnosis, "diagnosis").findings
     reason = "no untried playbook matches the profile"
     generic = [f for f in findings if f.playbook == "generic"]

@@ -41,6 +41,7 @@ class ServerConfig:
     cuda_graph_bs: tuple[int, ...] | None = None
     tp_size: int = 1
     tp_rank: int = 0
+    num_continuous_decode_steps: int = 1
 
     @property
     def static_decode(self) -> bool:
@@ -88,6 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
     for name in PRESETS["cpu"]:
         p.add_argument("--" + name.replace("_", "-"), type=_positive, default=None,
                        help="override the preset's value")
+    # SGLang's names for two of them, so that a launch written for SGLang (or a search over its
+    # options) works here: both change speed (a smaller pool is a smaller cast per decode step
+    # until the kv-cache patch; fewer running requests are smaller decode batches).
+    p.add_argument("--max-total-tokens", dest="pool_slots", type=_positive, default=None,
+                   help="KV pool size in tokens (SGLang's name for --pool-slots)")
+    p.add_argument("--max-running-requests", dest="max_running", type=_positive, default=None,
+                   help="most requests decoded together (SGLang's name for --max-running)")
     p.add_argument("--max-tokens-limit", type=_positive, default=1024,
                    help="largest max_tokens a request may ask for")
     p.add_argument("--default-max-tokens", type=_positive, default=128)
@@ -103,6 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tp-size", type=_positive, default=1,
                    help="tensor-parallel ranks, one process each (rank 0 serves HTTP)")
     p.add_argument("--tp-rank", type=int, default=0, help=argparse.SUPPRESS)  # set by rank 0 only
+    p.add_argument("--num-continuous-decode-steps", type=_positive, default=1,
+                   help="decode steps run before new requests are admitted (as in SGLang): less "
+                        "scheduling per token, later admission")
     return p
 
 

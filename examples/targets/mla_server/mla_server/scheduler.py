@@ -77,10 +77,11 @@ class Scheduler:
     """A thread that admits requests, prefills them one by one and decodes all running ones
     together, one `forward_decode` per step."""
 
-    def __init__(self, runner, profiler, max_running: int):
+    def __init__(self, runner, profiler, max_running: int, decode_steps: int = 1):
         self.runner = runner
         self.profiler = profiler
         self.max_running = max_running
+        self.decode_steps = decode_steps  # --num-continuous-decode-steps
         self.allocator = runner.kv_pool.allocator
         self._waiting: deque = deque()
         self._running: list = []
@@ -126,6 +127,11 @@ class Scheduler:
                 self._prefill(req)
             self._running = [r for r in self._running if not self._reap(r)]
             if self._running:
+                self._decode()
+            for _ in range(self.decode_steps - 1):  # more steps before admitting anyone
+                self._running = [r for r in self._running if not self._reap(r)]
+                if not self._running or self._stopping:
+                    break
                 self._decode()
 
     def _take_waiting(self) -> list:

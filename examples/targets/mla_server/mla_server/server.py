@@ -41,7 +41,8 @@ class Engine:
         self.cfg = cfg
         self.runner = (TPModelRunner if cfg.tp_size > 1 else ModelRunner)(cfg)
         self.profiler = ProfilerController(0, tp.send if cfg.tp_size > 1 else None)
-        self.scheduler = Scheduler(self.runner, self.profiler, cfg.max_running)
+        self.scheduler = Scheduler(self.runner, self.profiler, cfg.max_running,
+                                   cfg.num_continuous_decode_steps)
 
     def new_request(self, ask: ChatRequest | GenerateRequest | CompletionRequest) -> Request:
         """Tokenize (chat: with the template), check the context length and submit (PoolExhausted → 429)."""

@@ -1,0 +1,190 @@
+"""The `search` proposer: the next launch config of `[search]`, picked by optuna's TPE (pure).
+
+A trial is a `Proposal` with `launch_argv` and no diff, named `search-N`: relaunched, its outputs
+checked and measured by the decision rule against the reference like any candidate; an accepted
+config becomes the new reference (so the best is confirmed against the one before it, and the
+first against the default, with the full rule).
+
+Nothing is kept outside the session: the study is rebuilt at every call from the session's
+decisions (each trial's config read back from its recorded launch command, its objective the
+candidate's median TPOT; a trial rejected for its outputs, or that failed, is a failed optuna
+trial), and the sampler is seeded from `[search] seed` and the number of trials so far. The same
+state therefore gives the same next trial, in a live run, on resume and in `perfloop replay`.
+
+The first trial starts from what the diagnosis implicates: the knobs a finding names (`Knob.
+implicated_by`, else `state.search.IMPLICATED`) are set to their `first` value, the rest left as
+launched. Later trials are TPE's, over every knob; a config already tried (or the one running)
+is asked again with another seed, and when none new is found the search stops.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from agent.proposer.knobs import config_of, describe_config, with_config
+from playbooks.schema import SEARCH_ID
+from state.loop import Decision, LoopState, Proposal
+from state.search import Knob, KnobValue, SearchConfig
+
+ASKS = 20
+"""Seeds tried for a config not yet tried before the search counts as exhausted."""
+
+if TYPE_CHECKING:  # optuna is imported when a trial is picked (it takes seconds to import)
+    import optuna
+    from optuna.distributions import BaseDistribution
+
+
+def is_trial(playbook: str) -> bool:
+    """Whether a proposal or decision id names a search trial (pure)."""
+    return SEARCH_ID.fullmatch(playbook) is not None
+
+
+def trials_of(state: LoopState) -> list[Decision]:
+    """The session's search trials, in order."""
+    return [d for d in state.decisions if is_trial(d.playbook)]
+
+
+def distribution(knob: Knob) -> BaseDistribution:
+    """The knob's optuna distribution."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    if knob.type == "int":
+        assert knob.low is not None and knob.high is not None  # the model's validator
+        step = 1 if knob.log else knob.step or 1
+        return IntDistribution(int(knob.low), int(knob.high), log=knob.log, step=step)
+    if knob.type == "float":
+        assert knob.low is not None and knob.high is not None
+        return FloatDistribution(knob.low, knob.high, log=knob.log)
+    if knob.type == "bool":
+        return CategoricalDistribution([False, True])
+    return CategoricalDistribution(list(knob.choices))
+
+
+def searched(state: LoopState, cfg: SearchConfig) -> list[Knob]:
+    """The knobs searched: all, less those that change numerics when outputs must be identical."""
+    exact = state.target.correctness.policy != "tolerance"
+    return [k for k in cfg.knobs if not (k.numerics and exact)]
+
+
+def _objective(d: Decision) -> float | None:
+    """The trial's objective (candidate median TPOT, ms; lower is better), None if it failed."""
+    if d.verdict == "failed" or d.outputs_identical is False or d.tpot_ms_after is None:
+        return None
+    return d.tpot_ms_after
+
+
+def _study(state: LoopState, knobs: list[Knob], cfg: SearchConfig, seed: int) -> optuna.Study:
+    import optuna
+    from optuna.trial import TrialState, create_trial
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    dists = {k.name: distribution(k) for k in knobs}
+    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=cfg.startup_trials)
+    study = optuna.create_study(direction="minimize", sampler=sampler)
+    for d in trials_of(state):
+        params = {n: v for n, v in config_of(d.launch_argv or [], knobs).items() if _fits(dists[n], v)}
+        value = _objective(d)
+        study.add_trial(
+            create_trial(
+                params=params,
+                distributions={n: dists[n] for n in params},
+                value=value,
+                state=TrialState.COMPLETE if value is not None else TrialState.FAIL,
+            )
+        )
+    return study
+
+
+def _fits(dist: BaseDistribution, value: KnobValue) -> bool:
+    try:
+        return dist._contains(dist.to_internal_repr(value))
+    except (ValueError, TypeError):
+        return False
+
+
+def first_config(state: LoopState, knobs: list[Knob]) -> dict[str, KnobValue]:
+    """The first trial's config: the implicated knobs at their `first` value (pure)."""
+    findings = [f.playbook for f in state.diagnosis.findings] if state.diagnosis else []
+    return {
+        k.name: k.first
+        for k in knobs
+        if k.first is not None and any(k.implicated(p) for p in findings) and _fits(distribution(k), k.first)
+    }
+
+
+def next_config(state: LoopState, cfg: SearchConfig) -> dict[str, KnobValue] | None:
+    """The next config to try, or None when every one asked for was tried already (pure)."""
+    knobs = searched(state, cfg)
+    seen = {tuple(d.launch_argv or []) for d in trials_of(state)} | {tuple(state.argv)}
+    done = len(trials_of(state))
+    if done == 0:
+        first = first_config(state, knobs)
+        if first and tuple(with_config(state.argv, knobs, first)) not in seen:
+            return first
+    dists = {k.name: distribution(k) for k in knobs}
+    for attempt in range(ASKS):
+        study = _study(state, knobs, cfg, cfg.seed + done + 1000 * attempt)
+        config = study.ask(dists).params
+        if tuple(with_config(state.argv, knobs, config)) not in seen:
+            return config
+    return None
+
+
+def budget_left(state: LoopState, cfg: SearchConfig) -> str | None:
+    """Why no further trial is started (the budget is spent), or None."""
+    done = len(trials_of(state))
+    if done >= cfg.max_trials:
+        return f"search budget spent: {done} of {cfg.max_trials} trials"
+    per_trial = 2 if state.target.decide.arms == "interleaved" else 1
+    if cfg.max_launches is not None and state.launches + per_trial > cfg.max_launches:
+        return (
+            f"search budget spent: {state.launches} launches, a trial needs {per_trial} more "
+            f"(max_launches {cfg.max_launches})"
+        )
+    return None
+
+
+def search_proposal(state: LoopState) -> tuple[Proposal | None, str]:
+    """(the next trial, what it tries) or (None, why the search stops) (pure)."""
+    cfg = state.target.search
+    if cfg is None:
+        return None, "no [search] in the target file"
+    spent = budget_left(state, cfg)
+    if spent is not None:
+        return None, spent
+    knobs = searched(state, cfg)
+    if not knobs:
+        return None, '[search]: every knob changes numerics; they need [correctness] policy = "tolerance"'
+    config = next_config(state, cfg)
+    if config is None:
+        return None, f"search space exhausted after {len(trials_of(state))} trials"
+    n = len(trials_of(state)) + 1
+    what = describe_config(config, knobs)
+    implicated = n == 1 and config == first_config(state, knobs) and bool(config)
+    why = "the knobs the diagnosis implicates" if implicated else "optuna TPE over the search's history"
+    return Proposal(
+        iteration=state.iteration,
+        playbook=f"search-{n}",
+        title=f"search trial {n}: {what}",
+        explanation=f"Launch-option search, trial {n} of at most {cfg.max_trials} ({why}): {what}.",
+        diff="",
+        files=[],
+        expected_gain_share=0.0,
+        expected_gain_ms=None,
+        evidence=[],
+        launch_argv=with_config(state.argv, knobs, config),
+    ), what
+
+
+def trial_lines(state: LoopState) -> list[str]:
+    """One line per search trial: config, objective with its CI, verdict (pure)."""
+    cfg = state.target.search
+    knobs = cfg.knobs if cfg else []
+    lines = []
+    for d in trials_of(state):
+        what = describe_config(config_of(d.launch_argv or [], knobs), knobs)
+        tpot = f"TPOT {d.tpot_ms_after:.1f} ms" if d.tpot_ms_after is not None else "not measured"
+        j = d.judgement
+        ci = f", {j.last.speedup:.2f}x [{j.last.ci_low:.2f}, {j.last.ci_high:.2f}] vs reference" if j else ""
+        lines.append(f"{d.playbook}: {what}: {tpot}{ci} -> {d.verdict}")
+    return lines

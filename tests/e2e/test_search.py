@@ -1,0 +1,63 @@
+"""The launch-option search on the CPU demo, through the real CLI: a search over three knobs finds
+a config the decision rule keeps within its budget, and the recording replays with the same trials."""
+
+from __future__ import annotations
+
+from html import escape
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import assert_clean, last_json, perfloop, write_target
+
+pytestmark = pytest.mark.e2e
+
+SEARCH = """
+[search]
+max_trials = 3
+max_launches = 4
+seed = 0
+
+[[search.knobs]]
+name = "--max-total-tokens"
+type = "choice"
+choices = [4096, 8192, 24576]
+first = 4096
+
+[[search.knobs]]
+name = "--max-running-requests"
+type = "int"
+low = 1
+high = 8
+
+[[search.knobs]]
+name = "--cuda-graph-max-bs"
+type = "choice"
+choices = [1, 2, 4, 8]
+"""
+
+
+def test_search_keeps_a_config_within_its_budget_and_replays(tmp_path: Path, home: Path, repo: Path) -> None:
+    target = write_target(tmp_path / "t.toml", repo, looks=1)
+    target.write_text(target.read_text() + SEARCH)
+    proc = perfloop(home, "run", str(target), "--proposer", "search", "--max-iterations", "1", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    s = last_json(proc)
+    assert s["status"] == "done" and s["accepted"] == ["search-1"], s
+    assert s["launch_argv"][-2:] == ["--max-total-tokens", "4096"]  # the knob the diagnosis implicates
+    assert s["speedup_ci"][0] > 1.02 and s["outputs_identical"] is True, s
+    assert s["server_launches"] <= 4 and s["commits"] == []
+    (line,) = s["search_trials"]
+    assert line.startswith("search-1: --max-total-tokens 4096: TPOT ") and line.endswith("-> accepted"), line
+    assert_clean(repo, s["branch"])
+
+    replayed = perfloop(home, "replay", s["session"], "--json")
+    assert replayed.returncode == 0 and last_json(replayed)["matches_recording"] is True, replayed.stderr[
+        -2000:
+    ]
+    shown = last_json(perfloop(home, "show", s["session"], "--json"))
+    assert shown["search_trials"] == s["search_trials"]
+    report = perfloop(home, "report", s["session"], "-o", str(tmp_path / "r.html"))
+    assert report.returncode == 0, report.stderr[-2000:]
+    html = (tmp_path / "r.html").read_text()
+    assert "<th>search trials</th>" in html and escape(line) in html

@@ -1,0 +1,196 @@
+"""The launch-option search, its pure parts: knobs in a launch command, the TPE's next trial
+rebuilt from the session's decisions, the first trial from the diagnosis, the budget."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from agent.cli.target import ConfigError, load_target, with_proposer
+from agent.context import LoopContext
+from agent.proposer.knobs import config_of, describe_config, with_config
+from agent.proposer.search import next_config, search_proposal, trial_lines
+from agent.steps.propose import propose
+from state.diagnosis import Diagnosis, Finding
+from state.loop import Decision, LoopOptions, LoopState
+from state.proposer import ProposerConfig
+from state.search import Knob, SearchConfig
+from tests.recorders import MemoryRecorder
+from tools.door.live import LiveDoor
+
+SEARCH_TOML = Path(__file__).resolve().parents[2] / "examples" / "targets" / "mla_server_search.toml"
+ARGV = ["bash", "launch.sh", "--port", "{port}", "--threads", "1"]
+
+
+def knobs() -> list[Knob]:
+    return [
+        Knob(name="--max-total-tokens", type="choice", choices=[4096, 8192, 24576], first=4096),
+        Knob(name="--max-running-requests", type="int", low=1, high=8),
+        Knob(name="--disable-cuda-graph", type="bool"),
+        Knob(name="MLA_CHUNK", env=True, type="float", low=0.5, high=2.0),
+    ]
+
+
+def test_knobs_round_trip_through_the_launch_command() -> None:
+    config = {
+        "--max-total-tokens": 8192,
+        "--max-running-requests": 3,
+        "--disable-cuda-graph": True,
+        "MLA_CHUNK": 1.5,
+    }
+    argv = with_config(ARGV, knobs(), config)
+    assert argv[:2] == ["env", "MLA_CHUNK=1.5"] and argv[2:8] == ARGV
+    assert config_of(argv, knobs()) == config
+    again = with_config(
+        argv, knobs(), {"--max-total-tokens": 4096, "--disable-cuda-graph": False, "MLA_CHUNK": 0.5}
+    )
+    assert again.count("--max-total-tokens") == 1 and "--disable-cuda-graph" not in again
+    assert again[:2] == ["env", "MLA_CHUNK=0.5"] and again.count("env") == 1
+    assert describe_config(config_of(again, knobs()), knobs()).startswith("--max-total-tokens 4096")
+
+
+def state(
+    tmp_path: Path, decisions: list[Decision] = (), findings: tuple[str, ...] = (), **search
+) -> LoopState:
+    target = load_target(SEARCH_TOML).model_copy(
+        update={
+            "search": SearchConfig(knobs=knobs(), seed=7, **search),
+            "launch": load_target(SEARCH_TOML).launch,
+        }
+    )
+    target = target.model_copy(update={"launch": target.launch.model_copy(update={"argv": ARGV})})
+    diagnosis = Diagnosis(
+        findings=[
+            Finding(
+                playbook=p,
+                title=p,
+                confidence=0.9,
+                expected_gain_share=0.5,
+                expected_gain_ms=None,
+                explanation="",
+                evidence=[],
+            )
+            for p in findings
+        ],
+        top_ops=[],
+        time_basis="cpu",
+    )
+    opts = LoopOptions(session_dir=tmp_path, python="python3")
+    return LoopState(
+        session_id="s1", target=target, options=opts, diagnosis=diagnosis, decisions=list(decisions)
+    )
+
+
+def decided(n: int, argv: list[str], tpot: float | None, verdict: str = "rejected") -> Decision:
+    return Decision(
+        iteration=1,
+        playbook=f"search-{n}",
+        verdict=verdict,
+        reason="r",
+        tpot_ms_after=tpot,
+        launch_argv=argv,
+        outputs_identical=tpot is not None,
+    )
+
+
+def test_first_trial_sets_the_knobs_the_diagnosis_implicates(tmp_path: Path) -> None:
+    s = state(tmp_path, findings=("kv-cache-full-pool-cast",))
+    p, what = search_proposal(s)
+    assert p is not None and p.playbook == "search-1" and p.diff == ""
+    assert p.launch_argv == [*ARGV, "--max-total-tokens", "4096"] and what == "--max-total-tokens 4096"
+    assert "implicates" in p.explanation
+    tpe = search_proposal(state(tmp_path))[0]  # nothing implicated: TPE over every knob
+    assert tpe is not None and set(config_of(tpe.launch_argv or [], knobs())) >= {"--max-running-requests"}
+
+
+def test_the_same_history_gives_the_same_trials_and_none_twice(tmp_path: Path) -> None:
+    history: list[Decision] = []
+    seen = {tuple(ARGV)}
+    for n in range(1, 9):
+        s = state(tmp_path, history, startup_trials=3)
+        config = next_config(s, s.target.search)
+        assert config is not None and config == next_config(
+            state(tmp_path, history, startup_trials=3), s.target.search
+        )
+        argv = with_config(ARGV, knobs(), config)
+        assert tuple(argv) not in seen
+        seen.add(tuple(argv))
+        # a made-up objective: smaller pools and more running requests are faster; n = 3 failed
+        tpot = None if n == 3 else config["--max-total-tokens"] / 1000 + 8 / config["--max-running-requests"]
+        history.append(decided(n, argv, tpot, "failed" if tpot is None else "rejected"))
+    other = state(tmp_path, history[:4]).model_copy(
+        update={
+            "target": state(tmp_path).target.model_copy(
+                update={"search": SearchConfig(knobs=knobs(), seed=8)}
+            )
+        }
+    )
+    assert next_config(other, other.target.search) != next_config(
+        state(tmp_path, history[:4]), state(tmp_path).target.search
+    )
+    lines = trial_lines(state(tmp_path, history))
+    assert len(lines) == 8 and lines[2].endswith("not measured -> failed") and "TPOT" in lines[0]
+
+
+def test_budget_and_exhaustion_stop_the_search(tmp_path: Path) -> None:
+    two = [
+        decided(1, [*ARGV, "--max-total-tokens", "4096"], 5.0),
+        decided(2, [*ARGV, "--max-total-tokens", "8192"], 6.0),
+    ]
+    p, why = search_proposal(state(tmp_path, two, max_trials=2))
+    assert p is None and why == "search budget spent: 2 of 2 trials"
+    s = state(tmp_path, max_launches=2).model_copy(update={"launches": 1})  # interleaved arms: 2 per trial
+    assert search_proposal(s) == (
+        None,
+        "search budget spent: 1 launches, a trial needs 2 more (max_launches 2)",
+    )
+    tiny = [Knob(name="--disable-cuda-graph", type="bool")]
+    s = state(tmp_path, [decided(1, [*ARGV, "--disable-cuda-graph"], 5.0)])
+    s = s.model_copy(update={"target": s.target.model_copy(update={"search": SearchConfig(knobs=tiny)})})
+    assert search_proposal(s) == (None, "search space exhausted after 1 trials")
+
+
+def test_bad_search_config_is_one_clear_line(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="type int needs low < high"):
+        Knob(name="--x", type="int", low=4, high=2)
+    with pytest.raises(ValueError, match='needs \\[correctness\\] policy = "tolerance"'):
+        data = load_target(SEARCH_TOML).model_dump()
+        data["search"]["knobs"].append(
+            {"name": "--attention-backend", "type": "choice", "choices": ["a", "b"], "numerics": True}
+        )
+        type(load_target(SEARCH_TOML)).model_validate(data)
+    plain = load_target(SEARCH_TOML.with_name("mla_server.toml"))
+    with pytest.raises(ConfigError, match="--proposer search needs a \\[search\\] section"):
+        with_proposer(plain, mode="search")
+    assert with_proposer(load_target(SEARCH_TOML), mode="search").proposer.mode == "search"
+
+
+def test_propose_mixes_the_search_after_the_playbooks(tmp_path: Path) -> None:
+    """`auto` (no model): the playbook's patch first, the search once it is tried; `search`: the
+    search only; the trial's launch command is what `apply` runs."""
+
+    def run(s: LoopState, mode: str):
+        s = s.model_copy(
+            update={"target": s.target.model_copy(update={"proposer": ProposerConfig(mode=mode)})}
+        )
+        door = LiveDoor("s", MemoryRecorder())
+        door.node = "propose"
+        return propose(s, SimpleNamespace(context=LoopContext(door=door)))
+
+    s = state(tmp_path, findings=("kv-cache-full-pool-cast",))
+    assert run(s, "auto").update["proposal"].playbook == "kv-cache-full-pool-cast"
+    searched = run(s, "search").update["proposal"]
+    assert searched.playbook == "search-1" and searched.launch_argv[-2:] == ["--max-total-tokens", "4096"]
+    tried = Decision(iteration=1, playbook="kv-cache-full-pool-cast", verdict="rejected", reason="r")
+    after = run(state(tmp_path, [tried], findings=("kv-cache-full-pool-cast",)), "auto")
+    assert after.goto == "approve" and after.update["proposal"].playbook == "search-1"
+    assert after.update["transitions"][0].note.startswith("search trial 1: --max-total-tokens 4096")
+    spent = run(
+        state(tmp_path, [tried], findings=("kv-cache-full-pool-cast",), max_trials=1).model_copy(
+            update={"decisions": [tried, decided(1, [*ARGV, "--max-total-tokens", "4096"], 5.0)]}
+        ),
+        "search",
+    )
+    assert spent.goto == "finish" and spent.update["stop_reason"] == "search budget spent: 1 of 1 trials"
