@@ -61,6 +61,7 @@ TOOLS = (
     code.list_dir_tool,
     code.read_texts,
     code.check_diff,
+    code.log_tail,
 )
 
 BY_NAME: dict[str, ToolSpec] = {spec_of(fn).name: spec_of(fn) for fn in TOOLS}
