@@ -35,6 +35,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy tests
 
 # Rewrites files: the formatter, then the linter's safe fixes.
 format: $(STAMP)

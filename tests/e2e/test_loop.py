@@ -289,12 +289,14 @@ def test_manual_approval_pauses_then_approve_and_reject_resume(
     assert "expected gain" in paused.stdout and BACKEND in paused.stdout
     store = SessionStore(home / "sessions.sqlite")
     (take,) = [c for c in store.tool_calls(sid) if c.name == "profile.take"]
+    assert take.output is not None
     folder = Path(take.output["trace_path"])  # both ranks: the folder, not rank 0's file
     ranks = sorted(folder.glob("*-TP-*.trace.json.gz"))
     assert [f.name.split("-TP-")[1] for f in ranks] == ["0.trace.json.gz", "1.trace.json.gz"]
     ended = take.started_at.timestamp() + take.duration_s
     assert ended >= ranks[1].stat().st_mtime  # it returned only once rank 1's trace was there
     (read,) = [c for c in store.tool_calls(sid) if c.name == "profile.read"]
+    assert read.output is not None
     assert read.input["path"] == str(folder) and len(read.output["ranks"]) == 2  # merged
     again = perfloop(home, "resume", sid)
     assert again.returncode == 2 and "waits for approval" in again.stderr
