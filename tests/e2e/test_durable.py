@@ -540,8 +540,8 @@ def test_secrets_never_reach_store_recordings_exports_or_logs(
         )
     )
     env = {**os.environ, "PERFLOOP_HOME": str(home), "PERFLOOP_TEST_API_KEY": secret}
-    proc = subprocess.run(
-        [str(PERFLOOP), "run", str(target), "--json", "--max-iterations", "1"],
+    proc = subprocess.run(  # stopped by the floor once the fix is in (else a second iteration)
+        [str(PERFLOOP), "run", str(target), "--json", "--max-iterations", "2", "--floor-ms", "1000"],
         env=env,
         capture_output=True,
         text=True,
@@ -552,7 +552,8 @@ def test_secrets_never_reach_store_recordings_exports_or_logs(
     import hashlib
 
     assert seen.read_text().split()[0] == hashlib.sha256(secret.encode()).hexdigest()  # it was passed
-    sid = last_json(proc)["session"]
+    sid, stop = last_json(proc)["session"], last_json(proc)["stop_reason"]
+    assert stop.startswith("TPOT ") and "is within 2x of the floor 1000 ms" in stop, stop
     export = tmp_path / "export.json"
     subprocess.run([str(PERFLOOP), "export", sid, "-o", str(export)], env=env, check=True)
     leaks = [p for p in [*home.rglob("*"), export] if p.is_file() and secret.encode() in p.read_bytes()]
