@@ -57,8 +57,8 @@ def shot(page, name: str) -> Path:
 class Served:
     """A running `perfloop serve` on a free port."""
 
-    def __init__(self, home: Path, *args: str) -> None:
-        env = {**os.environ, "PERFLOOP_HOME": str(home)}
+    def __init__(self, home: Path, *args: str, env: dict[str, str] | None = None) -> None:
+        env = {**os.environ, "PERFLOOP_HOME": str(home), **(env or {})}
         self.proc = subprocess.Popen(
             [str(PERFLOOP), "serve", "--port", "0", *args],
             env=env,

@@ -3,10 +3,14 @@ it renders offline, its plots are in the DOM, and the browser fetches nothing bu
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import urllib.error
+import urllib.request
 from pathlib import Path
 
+import pytest
 from playwright.sync_api import BrowserContext
 
 from agent.sessions.runner import Sessions
@@ -101,5 +105,24 @@ def test_served_pages_list_the_session_and_fetch_nothing_outside(
         outside = page.request.get(served.url + f"/sessions/{sid}/files/..%2F..%2Fsessions.sqlite")
         assert outside.status == 404
         shot(page, "serve-session-done")
+    finally:
+        served.stop()
+
+
+def test_serve_takes_its_token_from_perfloop_serve_token(recorded_home: tuple[Path, str]) -> None:
+    """`$PERFLOOP_SERVE_TOKEN` is the token (here on a loopback bind, which needs none otherwise):
+    printed with the address, and every request without it refused."""
+    home, sid = recorded_home
+    token = "t0ken-" + os.urandom(8).hex()
+    served = Served(home, env={"PERFLOOP_SERVE_TOKEN": token})
+    try:
+        assert served.token == token
+        api = f"{served.url}/api/sessions/{sid}"
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(api, timeout=30)
+        assert refused.value.code == 401
+        asked = urllib.request.Request(api, headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(asked, timeout=30) as ok:
+            assert ok.status == 200 and json.loads(ok.read())["status"] == "done"
     finally:
         served.stop()
