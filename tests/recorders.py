@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from state.records import ToolCallRecord
+
 
 class MemoryRecorder:
     """Implements tools.door.live.Recorder with a list."""
 
     def __init__(self) -> None:
-        self.calls = []
+        self.calls: list[ToolCallRecord] = []
 
     def next_seq(self, session_id: str) -> int:
         return len(self.calls)
 
-    def record(self, call) -> None:
+    def record(self, call: ToolCallRecord) -> None:
         self.calls.append(call)

@@ -101,6 +101,13 @@ def assert_clean(repo: Path, session_branch: str | None = None) -> None:
         assert git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == session_branch
 
 
+def confirming_launches(decisions: list[dict]) -> int:
+    """Launches of confirming pairs among `show --json` decisions: two for each interleaved
+    acceptance whose CI started below `[decide] confirm_below` (so a launch count reads it from the
+    decision instead of assuming none ran)."""
+    return sum(2 for d in decisions if d.get("judgement") and d["judgement"]["confirmation"])
+
+
 def playbook_variant(dest_dir: Path, pid: str, confidence: float, diff: str) -> None:
     """A playbook with the built-in signature but its own id, confidence and patch."""
     text = BUILTIN_PLAYBOOK.read_text()

@@ -4,7 +4,8 @@
   of the two prompts reaches: rejected on the output gate before any timing verdict;
 - slower: real extra work in decode (the full-pool cast done four times): a regression (or, where
   the host's speed changed between the arms, inconclusive: never kept);
-- no-op: a comment-only patch: never accepted (with the default launch noise it ends inconclusive).
+- no-op: a comment-only patch: never accepted (with the default launch noise it ends inconclusive),
+  with sequential arms in the session above and with interleaved arms in a session of its own.
 The A/A false-accept rate over many sessions is measured by `benchmarks/decisions.py`.
 """
 
@@ -85,17 +86,21 @@ def test_wrong_for_one_prompt_slower_and_no_op_are_never_kept(tmp_path: Path, ho
     noop = by["no-op"]
     assert noop["verdict"] in ("inconclusive", "rejected"), noop["reason"]
     assert len(noop["judgement"]["looks"]) >= 1 and "95% CI" in noop["reason"]
+    assert noop["judgement"]["arms"] == "sequential"
+    assert s["server_launches"] == 4  # the baseline and one launch per candidate: none is judged twice
     assert git(repo, "rev-list", "--count", "main..HEAD").strip() == "0"
     assert git(repo, "status", "--porcelain") == ""
     assert_clean(repo, s["branch"])
 
 
-@pytest.mark.parametrize("arms", ["sequential", "interleaved"])
-def test_no_op_is_never_accepted(tmp_path: Path, home: Path, repo: Path, arms: str) -> None:
-    """A comment-only patch, in fresh sessions, with either arms (benchmarks/noop_sessions.py runs
-    it 20 times)."""
+def test_no_op_is_never_accepted_with_interleaved_arms(tmp_path: Path, home: Path, repo: Path) -> None:
+    """A comment-only patch in a fresh session with the reference launched beside it (with
+    sequential arms, the test above; benchmarks/noop_sessions.py runs it 20 times)."""
     books = tmp_path / "books"
     playbook_variant(books, "no-op", 0.97, edited_diff(repo, tmp_path, {BACKEND: NO_OP}))
-    s, by = run_books(tmp_path, home, repo, books, arms)
-    assert s["accepted"] == [] and by["no-op"]["verdict"] != "accepted", by["no-op"]["reason"]
-    assert s["server_launches"] == (3 if arms == "interleaved" else 2)  # + the reference beside it
+    s, by = run_books(tmp_path, home, repo, books, "interleaved")
+    noop = by["no-op"]
+    assert s["accepted"] == [] and noop["verdict"] != "accepted", noop["reason"]
+    assert noop["judgement"]["arms"] == "interleaved" and "arms interleaved" in noop["reason"]
+    # the baseline, the candidate and the reference beside it (no confirming pair: not accepted)
+    assert s["server_launches"] == 3 and noop["judgement"]["confirmation"] == []

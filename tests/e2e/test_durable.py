@@ -1,6 +1,9 @@
 """Durable sessions: SIGKILL at every point then resume, replay, export/import, locks, edits, fork,
-secrets. Real CLI processes, real servers, real git repos; every test on both stores, SQLite under
-$PERFLOOP_HOME and a real PostgreSQL server (tests/pg.py), each test with a database of its own."""
+secrets. Real CLI processes, real servers, real git repos; on both stores, SQLite under
+$PERFLOOP_HOME and a real PostgreSQL server (tests/pg.py), each test with a database of its own,
+where the stores can differ: the kill-at-every-point sweep arms every point on SQLite and one point
+of each kind on PostgreSQL (`armed`), and the edited-patch validation, which never reads the store
+differently, runs on SQLite only (`ONE_STORE`)."""
 
 from __future__ import annotations
 
@@ -87,10 +90,29 @@ def perfloop(home: Path, *args: str, env: dict[str, str] | None = None) -> subpr
     return _ZYGOTE[0](*args, env={**os.environ, "PERFLOOP_HOME": str(home), **(env or {})})
 
 
-@pytest.fixture(scope="module", params=["sqlite", "postgres"], autouse=True)
-def engine(request) -> str:
-    """The store every test of this module runs on (each test runs on both)."""
-    return request.param
+ONE_STORE = {"test_edited_patches_are_validated_and_recorded"}
+"""Tests that prove nothing engine-specific: the patch checks run before any store write."""
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """`engine`: the store a test runs on; both, except for the tests in ONE_STORE (module-scoped,
+    so the recorded session is made once per store)."""
+    if "engine" in metafunc.fixturenames:
+        one = metafunc.function.__name__ in ONE_STORE
+        metafunc.parametrize("engine", ["sqlite"] if one else ["sqlite", "postgres"], scope="module")
+
+
+def armed(points: list[str], engine: str) -> list[str]:
+    """The fault points the sweep kills at: all of them on SQLite; on PostgreSQL the first point of
+    each kind (`node:` right after a checkpoint was written, `tool:` after a side effect before its
+    record, and each kind inside a tool) and the last one. The engines differ only in how the store
+    writes and reads a checkpoint, a call's record and the lease, which every kind of point crosses
+    in its own way; the other points of a kind repeat the same store operations between other
+    steps, which the SQLite sweep covers."""
+    if engine == "sqlite":
+        return points
+    firsts = {p.split(":", 1)[0]: i for i, p in reversed(list(enumerate(points)))}
+    return [points[i] for i in sorted({*firsts.values(), len(points) - 1})]
 
 
 def new_store(engine: str, pg_server: PgServer) -> str:
@@ -173,12 +195,13 @@ def test_uninterrupted_reference_run(recorded: dict) -> None:
 
 @pytest.mark.timeout(1800)  # a kill inside a measuring node re-measures: slow on a loaded machine
 def test_sigkill_at_every_point_then_resume_matches_uninterrupted(
-    tmp_path: Path, home: Path, recorded: dict
+    tmp_path: Path, home: Path, recorded: dict, engine: str
 ) -> None:
     repo = make_repo(tmp_path / "engine")
     books = with_bad_playbook(tmp_path, repo)
     user = dirty(repo)
-    points = recorded["points"]
+    points = armed(recorded["points"], engine)
+    assert {p.split(":", 1)[0] for p in points} == {"node", "tool", "git", "server", "profile"}
     faults = tmp_path / "faults.txt"
     faults.write_text("".join(p + "\n" for p in points))
 
@@ -517,8 +540,8 @@ def test_secrets_never_reach_store_recordings_exports_or_logs(
         )
     )
     env = {**os.environ, "PERFLOOP_HOME": str(home), "PERFLOOP_TEST_API_KEY": secret}
-    proc = subprocess.run(
-        [str(PERFLOOP), "run", str(target), "--json", "--max-iterations", "1"],
+    proc = subprocess.run(  # stopped by the floor once the fix is in (else a second iteration)
+        [str(PERFLOOP), "run", str(target), "--json", "--max-iterations", "2", "--floor-ms", "1000"],
         env=env,
         capture_output=True,
         text=True,
@@ -529,7 +552,8 @@ def test_secrets_never_reach_store_recordings_exports_or_logs(
     import hashlib
 
     assert seen.read_text().split()[0] == hashlib.sha256(secret.encode()).hexdigest()  # it was passed
-    sid = last_json(proc)["session"]
+    sid, stop = last_json(proc)["session"], last_json(proc)["stop_reason"]
+    assert stop.startswith("TPOT ") and "is within 2x of the floor 1000 ms" in stop, stop
     export = tmp_path / "export.json"
     subprocess.run([str(PERFLOOP), "export", sid, "-o", str(export)], env=env, check=True)
     leaks = [p for p in [*home.rglob("*"), export] if p.is_file() and secret.encode() in p.read_bytes()]

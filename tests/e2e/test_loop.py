@@ -15,6 +15,7 @@ import pytest
 from agent.sessions.runner import Sessions
 from tests.e2e.conftest import (
     assert_clean,
+    confirming_launches,
     edited_diff,
     git,
     last_json,
@@ -42,7 +43,6 @@ def test_demo_accepts_gather_then_cast(home: Path) -> None:
     assert s["accepted"] == ["kv-cache-full-pool-cast"]
     assert s["outputs_identical"] is True
     assert s["speedup"] >= 3.0, s
-    assert s["server_launches"] == 1 + 2 * len(s["accepted"])
     assert "95% CI" in s["decision"] and "arms interleaved" in s["decision"], s["decision"]
     assert s["speedup_ci"][0] > 1.02, s
     assert s["profile_method"] == "patch"
@@ -56,6 +56,8 @@ def test_demo_accepts_gather_then_cast(home: Path) -> None:
     assert git(repo, "diff", "--name-only", "HEAD~1", "HEAD").split() == [BACKEND]
 
     shown = last_json(perfloop(home, "show", s["session"], "--json"))
+    # the baseline, then per patch the candidate and its reference, and a confirming pair if any
+    assert s["server_launches"] == 1 + 2 * len(s["accepted"]) + confirming_launches(shown["decisions"])
     nodes = [t["node"] for t in shown["transitions"]]
     assert nodes[:13] == [
         "prepare",
@@ -289,14 +291,18 @@ def test_manual_approval_pauses_then_approve_and_reject_resume(
     assert "expected gain" in paused.stdout and BACKEND in paused.stdout
     store = SessionStore(home / "sessions.sqlite")
     (take,) = [c for c in store.tool_calls(sid) if c.name == "profile.take"]
+    assert take.output is not None
     folder = Path(take.output["trace_path"])  # both ranks: the folder, not rank 0's file
     ranks = sorted(folder.glob("*-TP-*.trace.json.gz"))
+    assert take.output is not None
     assert [f.name.split("-TP-")[1] for f in ranks] == ["0.trace.json.gz", "1.trace.json.gz"]
     ended = take.started_at.timestamp() + take.duration_s
     assert ended >= ranks[1].stat().st_mtime  # it returned only once rank 1's trace was there
     (read,) = [c for c in store.tool_calls(sid) if c.name == "profile.read"]
+    assert read.output is not None
     assert read.input["path"] == str(folder) and len(read.output["ranks"]) == 2  # merged
     again = perfloop(home, "resume", sid)
+    assert read.output is not None
     assert again.returncode == 2 and "waits for approval" in again.stderr
 
     with Sessions(home).lock(sid):  # another process holds the session

@@ -18,6 +18,7 @@ import pytest
 
 from tests.e2e.conftest import PERFLOOP, assert_clean, git, last_json, make_repo, perfloop, write_target
 from tests.pg import PgServer
+from tools.store.db import Db
 
 pytestmark = pytest.mark.e2e
 SAME = ("status", "accepted", "rejected", "outputs_identical", "server_launches", "iterations", "verdict")
@@ -84,23 +85,36 @@ def test_export_and_import_between_postgres_and_sqlite(runs: dict, tmp_path: Pat
         )
 
 
+KILLED_LEASE_S = 20
+"""The lease of a holder that gets killed: long enough that the other machine's next command, even
+started on a loaded machine, finds it live; the first holder's (4 s) lets the test move on quickly."""
+
+
+def lease_left(url: str, sid: str) -> float | None:
+    """Seconds left on the session's lease by the database's clock (None: no lease row)."""
+    db = Db(url, Path(os.devnull))
+    try:
+        rows = db.rows(f"SELECT expires_at - {db.now} FROM session_leases WHERE session_id = ?", (sid,))
+    finally:
+        db.close()
+    return float(rows[0][0]) if rows else None
+
+
 def resume_once_free(home: Path, sid: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     """`perfloop resume` from `home`'s machine, right after another machine's holder was killed:
-    refused while its lease is live (when we get there in time), then run."""
-    killed_at = time.monotonic()
+    refused while the killed holder's lease is live (always: it has KILLED_LEASE_S), then, once
+    the database's clock passes its expiry, run."""
+    left = lease_left(env["PERFLOOP_STORE"], sid)
+    assert left is not None and left > 0, left  # the killed holder's lease outlives it
     early = perfloop(home, "resume", sid, env=env)
-    if (
-        time.monotonic() - killed_at < 3 and early.returncode != -signal.SIGKILL
-    ):  # a loaded machine may be late
-        assert (
-            early.returncode == 2
-            and f"session {sid} is already being run by perfloop process" in early.stderr
-        )
-    deadline = time.monotonic() + 60
-    while (proc := perfloop(home, "resume", sid, "--json", env=env)).returncode == 2:
-        assert "already being run" in proc.stderr and time.monotonic() < deadline, proc.stderr
-        time.sleep(1)
-    return proc
+    assert early.returncode == 2, (early.returncode, early.stderr[-2000:])
+    assert f"session {sid} is already being run by perfloop process" in early.stderr, early.stderr
+    assert "its lease then expires within" in early.stderr, early.stderr  # another machine's lease
+    deadline = time.monotonic() + KILLED_LEASE_S + 30
+    while (left := lease_left(env["PERFLOOP_STORE"], sid)) is not None and left > 0:
+        assert time.monotonic() < deadline, left
+        time.sleep(min(left, 1.0) + 0.05)
+    return perfloop(home, "resume", sid, "--json", env=env)
 
 
 def test_machines_take_turns_on_a_session_each_resuming_once_the_killed_ones_lease_expires(
@@ -148,7 +162,7 @@ def test_machines_take_turns_on_a_session_each_resuming_once_the_killed_ones_lea
 
     faults = tmp_path / "faults.txt"  # each point fires once, in the first process that reaches it
     faults.write_text("git:ref-moved\nnode:measure\n")
-    armed = {**env, "PERFLOOP_FAULTS_FILE": str(faults)}
+    armed = {**env, "PERFLOOP_FAULTS_FILE": str(faults), "PERFLOOP_LEASE_SECONDS": str(KILLED_LEASE_S)}
     killed = perfloop(machine_b, "approve", sid, "--json", env=armed)  # killed as the patch commits
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     killed = resume_once_free(machine_a, sid, armed)  # then killed inside `measure`

@@ -45,6 +45,22 @@ def test_a_port_held_by_another_server_is_not_taken_for_ours(tmp_path: Path, for
     assert processes_in(tmp_path) == []  # ours was stopped
 
 
+def test_check_listener_false_takes_the_answer_on_the_port_as_the_servers(
+    tmp_path: Path, foreign: int
+) -> None:
+    """`launch.check_listener = false` (e.g. a container, whose listening socket the host cannot
+    see): the same foreign answer as above is taken as the server's, and the launch succeeds."""
+    args = launch_args(
+        tmp_path, ["{python}", "-c", "import time; time.sleep(60)"], port=foreign, check_listener=False
+    )
+    handle = server.launch(args)
+    try:
+        assert handle.port == foreign and owned_by(foreign, [handle.process.pid]) is False
+    finally:
+        server.stop(server.ServerArgs(server=handle, grace_s=5))
+    assert processes_in(tmp_path) == []
+
+
 def test_our_own_server_owns_its_port(tmp_path: Path) -> None:
     handle = server.launch(
         launch_args(tmp_path, ["{python}", "-m", "http.server", "{port}", "--bind", "127.0.0.1"])

@@ -21,7 +21,7 @@ from state.records import ToolCallRecord
 from state.session import SessionInfo
 from tests.pg import PgServer
 from tools.errors import ConfigError
-from tools.store.db import MIGRATIONS, SCHEMA_VERSION
+from tools.store.db import MIGRATIONS, SCHEMA_VERSION, Db
 from tools.store.sessions import SessionStore
 
 PERFLOOP = Path(sys.executable).parent / "perfloop"
@@ -151,6 +151,18 @@ def contend(home: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
                           text=True, timeout=60, cwd=home)  # fmt: skip
 
 
+def lease_clock(url: str, home: Path) -> tuple[float, float]:
+    """The session's lease expiry and the database's clock now (seconds since the epoch)."""
+    db = Db(url or None, home / "sessions.sqlite")
+    try:
+        ((expires_at, now),) = db.rows(
+            f"SELECT expires_at, {db.now} FROM session_leases WHERE session_id = ?", (SID,)
+        )
+    finally:
+        db.close()
+    return float(expires_at), float(now)
+
+
 @pytest.mark.parametrize("engine", ["sqlite", "postgres"])
 def test_two_machines_contend_for_one_session_and_a_killed_holders_lease_expires(
     engine: str, tmp_path: Path, request
@@ -167,7 +179,13 @@ def test_two_machines_contend_for_one_session_and_a_killed_holders_lease_expires
     try:
         if engine == "sqlite":  # the contender shares the home: give it another machine's identity
             (a / "machine-id").write_text("other-machine")
-        time.sleep(ttl * 0.7)  # the holder renews its lease: still refused past the first expiry
+        # The holder renews its lease: still refused once the database's clock is past the expiry
+        # its lease had when first read here (polled, with a deadline; a sleep of 0.7 ttl was not).
+        first_expiry, _ = lease_clock(url, a)
+        deadline = time.monotonic() + ttl + 10
+        while lease_clock(url, a)[1] <= first_expiry + 0.1:
+            assert time.monotonic() < deadline, "the database's clock did not pass the first expiry"
+            time.sleep(0.1)
         refused = contend(b, env)
         assert refused.returncode == 1
         last = refused.stderr.strip().splitlines()[-1]

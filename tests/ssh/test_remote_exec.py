@@ -76,12 +76,14 @@ def test_a_host_tool_runs_remotely_and_its_errors_keep_their_type(
     pkg = ensure_package(host)
     assert Path(str(pkg)).is_relative_to(sshd.home)  # never the real ~/.cache/perfloop of the user
     assert ensure_package(host) == pkg and host.exists(pkg / "tools" / "hosts" / "remote.py")
-    door = Door("s", MemoryRecorder(), RemoteExecutor(host, sys.executable, pkg))
+    rec = MemoryRecorder()
+    door = Door("s", rec, RemoteExecutor(host, sys.executable, pkg))
     repo = repo_at(tmp_path / "it's $(echo) repo")
     assert door.call(snapshot, RepoArgs(repo=repo)) == snapshot(RepoArgs(repo=repo))
     with pytest.raises(PatchError, match="is not a git checkout"):
         door.call(snapshot, RepoArgs(repo=tmp_path / "missing"))
-    assert door.recorder.calls[-1].error.startswith("PatchError: ")
+    error = rec.calls[-1].error
+    assert error is not None and error.startswith("PatchError: ")
 
 
 def test_a_long_request_travels_as_a_file(host: SSHHost, tmp_path: Path) -> None:

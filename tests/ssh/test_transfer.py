@@ -66,7 +66,8 @@ def test_a_trace_fetch_survives_a_dropped_connection(own: Sshd, tmp_path: Path) 
         return size >= 1 << 20
 
     cfg = own.config(tmp_path)
-    door = LiveDoor("s", MemoryRecorder())
+    rec = MemoryRecorder()
+    door = LiveDoor("s", rec)
     door.node = "profile"
     watcher, dropped = drop_when(own, mid_fetch)
     out = door.call(transfer.fetch, FetchArgs(host=cfg, remote=remote, local=local))
@@ -76,7 +77,7 @@ def test_a_trace_fetch_survives_a_dropped_connection(own: Sshd, tmp_path: Path) 
     assert out.path == local and (local / "trace.json.gz").read_bytes() == trace
     assert (local / "summary.txt").read_bytes() == summary
     assert sorted(p.name for p in local.iterdir()) == ["summary.txt", "trace.json.gz"]  # no .part left
-    (call,) = door.recorder.calls
+    (call,) = rec.calls
     assert call.name == "host.fetch" and call.error is None
 
 
@@ -94,7 +95,8 @@ def test_a_tree_push_survives_a_dropped_connection(own: Sshd, tmp_path: Path) ->
         return dest.is_dir() and sum(1 for p in dest.rglob("*.py")) >= 20
 
     cfg = own.config(tmp_path)
-    door = LiveDoor("s", MemoryRecorder())
+    rec = MemoryRecorder()
+    door = LiveDoor("s", rec)
     door.node = "prepare"
     watcher, dropped = drop_when(own, mid_push)
     done = door.call(transfer.push_tree, PushTreeArgs(host=cfg, src=src, dest=dest))
@@ -104,5 +106,5 @@ def test_a_tree_push_survives_a_dropped_connection(own: Sshd, tmp_path: Path) ->
     assert {str(p.relative_to(dest)): p.read_bytes() for p in dest.rglob("*.py")} == files
     assert (dest / "launch.sh").stat().st_mode & 0o777 == 0o755
     assert not [p for p in dest.rglob("*") if ".tmp" in p.name]  # atomic writes: no partial files
-    (call,) = door.recorder.calls
+    (call,) = rec.calls
     assert call.name == "host.push_tree" and call.error is None

@@ -70,8 +70,16 @@ def test_bootstrap_is_deterministic_and_stratified() -> None:
     rng = np.random.default_rng(1)
     ref, cand = requests(rng, 10), requests(rng, 10, 1.3)
     a, b = bootstrap_shifts(ref, cand, 500, seed=3), bootstrap_shifts(ref, cand, 500, seed=3)
-    assert np.array_equal(a, b)
+    assert np.array_equal(a, b) and not np.array_equal(a, bootstrap_shifts(ref, cand, 500, seed=4))
     assert abs(float(np.median(a)) - combined_shift(ref, cand)) < 0.05
+    # Stratified: a prompt's requests are resampled only among that prompt's. Three prompts ten
+    # times apart in TPOT, each with the same 1.3x and a 1% spread: every replicate stays within a
+    # few percent of 1.3x (resampling across prompts would mix the levels, replicates jumping by 10x).
+    levels = (math.log(10.0), math.log(100.0), math.log(1000.0))
+    ref3 = [lv + rng.normal(0.0, 0.01, 8) for lv in levels]
+    cand3 = [lv - math.log(1.3) + rng.normal(0.0, 0.01, 8) for lv in levels]
+    reps = bootstrap_shifts(ref3, cand3, 300, seed=5)
+    assert float(np.max(np.abs(reps - math.log(1.3)))) < 0.03
 
 
 @pytest.mark.parametrize(

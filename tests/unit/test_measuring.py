@@ -51,7 +51,7 @@ def test_content_fingerprint_ignores_the_commit_but_not_the_content() -> None:
 def test_the_summary_reports_the_decisive_candidate(tmp_path) -> None:
     from agent.cli.target import load_target
     from state.loop import Decision, LoopOptions, LoopState
-    from tests.unit.test_loop_parts import DEMO_TOML
+    from tests.unit.test_target import DEMO_TOML
 
     lk = Look(
         look=1, of=3, speedup=3.1, ci_low=2.2, ci_high=4.4, level=0.983, prompts=3,
@@ -77,6 +77,7 @@ def test_the_summary_reports_the_decisive_candidate(tmp_path) -> None:
     )
     s = summarize_session(state, "done")
     assert s.verdict == "accepted" and s.speedup_ci == [2.2, 4.4] and s.requests_per_arm == 3
+    assert s.decision is not None
     assert s.launch_noise == 0.15 and s.decision.startswith("TPOT 3.10x [2.20, 4.40] 95% CI")
     assert (
         "launch noise 15.0% (conservative default: 0 A/A launches so far), look 1/3 -> accepted" in s.decision

@@ -67,16 +67,19 @@ def test_graphs_after_the_cast_fix_predict_the_measured_step(tmp_path: Path) -> 
 
 def test_predict_is_the_bound_that_remains(tmp_path: Path) -> None:
     b = glm5_profile(tmp_path, cast=True, graph=False).step_bounds
+    assert b is not None
     assert predict_step_us(b, []) == pytest.approx(b.wall_us)
     small = predict_step_us(b, [StepEffect(device_removed_us=1000)])
     assert small == pytest.approx(b.wall_us)  # device work under a host bound: nothing
     fixed = glm5_profile(tmp_path, cast=False, graph=False).step_bounds
+    assert fixed is not None
     fused = predict_step_us(fixed, [StepEffect(kernels_removed=fixed.kernels / 2)])
     assert fused < 0.6 * fixed.wall_us  # half the kernels to issue: the host bound halves
 
 
 def test_committed_h200_traces_have_bounds() -> None:
     full = read_chrome_trace(TRACES / "full_pool_cast_cuda.json.gz").step_bounds
+    assert full is not None
     assert full.steps == 3 and full.launches == 24 and full.kernels == 24 and full.graph_launches == 0
     assert full.issue_us > full.device_us and full.bound == "host launch"
     assert full.wall_us == pytest.approx(full.serial_host_us + full.issue_us + full.residual_us)

@@ -25,6 +25,7 @@ FINISH_S = 300
 class Paused:
     def __init__(self, home: Path, repo: Path, sid: str, served: Served) -> None:
         self.home, self.repo, self.sid, self.served = home, repo, sid, served
+        self.hold = held_launches(repo)
 
     @property
     def page_url(self) -> str:
@@ -39,7 +40,7 @@ def paused(tmp_path_factory) -> Iterator[Paused]:
     """One CPU demo session that waits for approval, and `perfloop serve` on its home."""
     root = tmp_path_factory.mktemp("approval")
     home, repo = root / "home", make_repo(root / "engine")
-    slow_start(repo)
+    held_launches(repo)
     target = write_target(root / "t.toml", repo, looks=1)
     run = perfloop(home, "run", str(target), "--approve", "manual", "--json", "--max-iterations", "1")
     assert run.returncode == 0, run.stderr[-2000:]
@@ -54,15 +55,18 @@ def paused(tmp_path_factory) -> Iterator[Paused]:
             os.kill(pid, 9)
 
 
-def slow_start(repo: Path, seconds: int = 6) -> None:
-    """Make the engine load for `seconds` before it serves, as a real one loading weights does: the
-    demo server starts in about a second, shorter than the page's poll, so the relaunch's progress
-    line would come and go unseen."""
+def held_launches(repo: Path) -> Path:
+    """Make the engine's start wait while the returned file exists, as a real one loading weights
+    takes a while: the demo server starts in about a second, shorter than the page's poll, so the
+    relaunch's progress line would come and go unseen; a test holds it until the page showed it."""
+    hold = repo.parent / "hold-launch"
     launch = repo / "launch.sh"
-    text = launch.read_text().replace("exec ", f"sleep {seconds}\nexec ", 1)
-    assert text != launch.read_text()
-    launch.write_text(text)
-    git(repo, "-c", "user.name=u", "-c", "user.email=u@x", "commit", "-qam", "loads slowly")
+    if f'"{hold}"' not in launch.read_text():
+        text = launch.read_text().replace("exec ", f'while [ -e "{hold}" ]; do sleep 0.1; done\nexec ', 1)
+        assert text != launch.read_text()
+        launch.write_text(text)
+        git(repo, "-c", "user.name=u", "-c", "user.email=u@x", "commit", "-qam", "waits to load")
+    return hold
 
 
 def open_session(context: BrowserContext, p: Paused) -> Page:
@@ -170,6 +174,7 @@ def test_two_tabs_approve_at_once_one_wins_and_the_session_finishes_accepted(
     try:
         pages = [open_session(ctx, paused) for ctx in tabs]
         shot(pages[0], "serve-waiting-for-approval")
+        paused.hold.touch()  # the relaunch waits until the page has shown it
         # Both forms are submitted before either answer comes back.
         with pages[0].expect_navigation() as first, pages[1].expect_navigation() as second:
             for page in pages:
@@ -191,11 +196,13 @@ def test_two_tabs_approve_at_once_one_wins_and_the_session_finishes_accepted(
             timeout=60_000,
         )
         shot(winner, "serve-running-progress")
+        paused.hold.unlink()
         winner.wait_for_selector("#status.status-done", timeout=FINISH_S * 1000)  # the page follows it
         shot(winner, "serve-approved-done")
         assert "kv-cache-full-pool-cast: accepted" in winner.locator("#summary").inner_text()
         assert "approved by human" in winner.locator("#proposal-1 .answer").inner_text()
     finally:
+        paused.hold.unlink(missing_ok=True)
         for ctx in tabs:
             ctx.close()
     assert paused.answers() == [{"approved": True, "by": "human"}]  # the CLI's answer, recorded once

@@ -7,10 +7,14 @@ import gzip
 import json
 import os
 import subprocess
+import urllib.error
+import urllib.request
 from pathlib import Path
 
+import pytest
 from playwright.sync_api import BrowserContext
 
+from agent.sessions.runner import Sessions
 from tests.e2e.conftest import PERFLOOP
 from tests.web.conftest import DEMO_RECORDING, Served, shot
 
@@ -55,7 +59,9 @@ def test_report_of_an_imported_recording_renders_offline_with_its_plots(
         assert svg.bounding_box()["width"] > 300  # drawn, not empty
     assert "baseline" in page.locator("#plot-tpot svg").text_content()  # axis text kept as text
     assert "aten::copy_" in page.locator("#plot-ops-1 svg").text_content()
-    assert "52.93x" in page.locator("#summary").inner_text()
+    summary = Sessions(home).info(sid).summary  # the stored summary's speedup, not a copied number
+    assert summary is not None and summary.speedup is not None and summary.speedup > 3
+    assert f"{summary.speedup:.2f}x" in page.locator("#summary").inner_text()
     proposal = page.locator("#proposal-1")
     assert "kv-cache-full-pool-cast" in proposal.inner_text() and "accepted" in proposal.inner_text()
     assert proposal.locator(".diff .gi").count() >= 4  # added lines, highlighted by Pygments
@@ -92,9 +98,10 @@ def test_served_pages_list_the_session_and_fetch_nothing_outside(
         page.click(f"#sessions a[href='/sessions/{sid}']")
         page.wait_for_selector("#plot-tpot svg")
         assert page.locator("#status").inner_text() == "done"
-        page.wait_for_timeout(2000)  # let the page poll its state at least once
+        # the page follows the session: it polls its state (every 1.5 s; waited for, with a bound)
+        with page.expect_request(lambda r: r.url == f"{served.url}/api/sessions/{sid}", timeout=15_000):
+            pass
         assert all(u.startswith(served.url) for u in seen), seen
-        assert any(u.endswith(f"/api/sessions/{sid}") for u in seen), "the page does not follow the session"
         outside = page.request.get(served.url + f"/sessions/{sid}/files/..%2F..%2Fsessions.sqlite")
         assert outside.status == 404
         shot(page, "serve-session-done")
@@ -132,5 +139,24 @@ def test_a_label_with_dollar_signs_renders_in_the_report_and_on_the_page(
         page = served.open(context, f"/sessions/{sid}")
         assert label in page.locator("#plot-ops-1 svg").text_content()
         assert label in page.locator("#transitions").inner_text()  # escaped text, as written
+    finally:
+        served.stop()
+
+
+def test_serve_takes_its_token_from_perfloop_serve_token(recorded_home: tuple[Path, str]) -> None:
+    """`$PERFLOOP_SERVE_TOKEN` is the token: printed with the address, every request without it
+    refused."""
+    home, sid = recorded_home
+    token = "t0ken-" + os.urandom(8).hex()
+    served = Served(home, token=token)
+    try:
+        assert served.token == token
+        api = f"{served.url}/api/sessions/{sid}"
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(api, timeout=30)
+        assert refused.value.code == 401
+        asked = urllib.request.Request(api, headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(asked, timeout=30) as ok:
+            assert ok.status == 200 and json.loads(ok.read())["status"] == "done"
     finally:
         served.stop()

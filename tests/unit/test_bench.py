@@ -1,0 +1,40 @@
+"""tools/bench.py: timing statistics, one request's record, a measurement's summary, SSE parsing."""
+
+from __future__ import annotations
+
+import pytest
+
+from state.measure import RequestRecord
+from tools.bench import sse_data, stat, summarize, to_record
+from tools.errors import ToolError
+
+
+def test_stat_and_record() -> None:
+    s = stat([1.0, 2.0, 3.0, 4.0, 100.0])
+    assert (s.median, s.min, s.max, s.n) == (3.0, 1.0, 100.0, 5)
+    assert s.p25 == 2.0 and s.p75 == 4.0 and s.iqr == 2.0
+    r = to_record(0, [0.1, 0.15, 0.25], "abc")
+    assert r.ttft_ms == pytest.approx(100) and r.itl_ms == pytest.approx([50, 100])
+    assert r.tpot_ms == pytest.approx(75)
+    with pytest.raises(ToolError, match="streamed no tokens"):
+        to_record(3, [], "")
+
+
+def test_summarize_flags_unstable_outputs() -> None:
+    records = [
+        RequestRecord(prompt_index=0, ttft_ms=1, itl_ms=[1], text=t, completion_tokens=2)
+        for t in ("ab", "ac")
+    ]
+    m = summarize("x", "t", records, 1, 1.0)
+    assert m.outputs == ["ab"] and not m.outputs_stable
+
+
+def test_sse_parsing_stops_at_done() -> None:
+    lines = [
+        b": keep-alive\n",
+        b'data: {"choices": [{"delta": {"content": "h"}}]}\n',
+        b"\n",
+        b"data: [DONE]\n",
+        b'data: {"never": 1}\n',
+    ]
+    assert list(sse_data(iter(lines))) == [{"choices": [{"delta": {"content": "h"}}]}]
