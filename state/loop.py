@@ -55,7 +55,7 @@ class LoopOptions(Model):
     decision_rule: Literal["iqr-v0", "ci-v1"] = "iqr-v0"
     """How candidates are judged. New sessions use `ci-v1` (agent/decision: CI of the speedup with
     A/A launch noise, sequential looks). Sessions recorded before it carry none and replay with
-    the rule they were decided by, `iqr-v0` (median gain beyond the larger IQR, agent/decision/judge.py)."""
+    the rule they were decided by, `iqr-v0` (median gain beyond the larger IQR, agent/decision/legacy.py)."""
 
 
 class ProfileResult(Model):

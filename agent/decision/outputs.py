@@ -19,6 +19,7 @@ from agent.decision.correctness import correctness_prompts, differences, take_ou
 from state.loop import LoopState
 from state.target import CorrectnessConfig
 from state.tolerance import ScoreArgs, ScoreResult, ToleranceResult
+from state.updates import LoopUpdate
 from tools.gate import score
 
 
@@ -77,7 +78,7 @@ def scores(state: LoopState, runtime: Runtime[LoopContext], continuations: list[
     )
 
 
-def reference_outputs(state: LoopState, runtime: Runtime[LoopContext]) -> dict[str, object]:
+def reference_outputs(state: LoopState, runtime: Runtime[LoopContext]) -> LoopUpdate:
     """The baseline's part of the gate, as a state update: its outputs (exact) or its scores
     of its own greedy continuations (tolerance)."""
     if tolerant(state):

@@ -8,12 +8,15 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 
 from agent.context import LoopContext, call, need, step, transition
-from agent.steps.actions import instrument_if_needed, remove_instrumentation, start_server
+from agent.decision.rules import rule_for
+from agent.serving import start_server
+from agent.steps.actions import instrument_if_needed, remove_instrumentation
 from agent.steps.fanout import fan_out
 from playbooks.launch import describe
 from state.calls import ApplyArgs, CommitArgs
 from state.fanout import BatchApproval
 from state.loop import Approval, Decision, LoopState, Proposal
+from state.updates import LoopUpdate
 from state.workspace import PatchPolicy
 from tools.errors import PatchError, ServerError
 from tools.sglang.patches import does_not_fit
@@ -227,9 +230,11 @@ def relaunch(
     so the candidate is measured alike, and a next profile needs no extra launch. (Sessions on the
     old IQR rule put it back only when another iteration may follow, as they were recorded.)
     """
-    update: dict = {}
-    more = state.iteration < state.options.max_iterations or state.options.decision_rule != "iqr-v0"
-    if more and state.target.profile.method == "patch":
+    update: LoopUpdate = {}
+    if (
+        rule_for(state.options.decision_rule).instruments_candidate(state)
+        and state.target.profile.method == "patch"
+    ):
         update["instrumentation"] = instrument_if_needed(state, runtime)
         state = state.model_copy(update=update)
     try:

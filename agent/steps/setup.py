@@ -8,12 +8,12 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from agent.context import LoopContext, call, host_dir, need, step, transition
-from agent.decision.correctness import describe
-from agent.decision.measuring import budget, measure_arm, record_aa
-from agent.decision.outputs import reference_outputs
-from agent.steps.actions import instrument_if_needed, measure_server, session_branch, start_server
+from agent.decision.rules import rule_for
+from agent.serving import start_server
+from agent.steps.actions import instrument_if_needed, session_branch
 from state.calls import BranchArgs, CopyTreeArgs, PushTreeArgs, RepoArgs
 from state.loop import ForkStep, LoopState
+from state.updates import LoopUpdate
 from tools.hosts import transfer
 from tools.workspace import repo
 
@@ -88,26 +88,17 @@ def launch(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["
 
 @step
 def baseline(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["profile", "abort"]]:
-    """Measure TTFT/TPOT and record the outputs every candidate must reproduce."""
-    update: dict = {}
-    if state.options.decision_rule == "iqr-v0":
-        m = measure_server(state, runtime, "baseline")
-    else:  # the reference arm's full budget now: its server is gone when a candidate runs
-        m = measure_arm(state, runtime, "baseline", budget(state), warm_up=True)
-        update["launch_noise"] = record_aa(state, runtime, m)
-        update |= reference_outputs(state, runtime)
+    """Measure TTFT/TPOT and record the outputs every candidate must reproduce (by the session's rule)."""
+    measured = rule_for(state.options.decision_rule).baseline(state, runtime)
+    m = measured.measurement
     note = (
         f"baseline TPOT {m.tpot_ms.median:.1f} ms (IQR {m.tpot_ms.iqr:.1f}), "
         f"TTFT {m.ttft_ms.median:.1f} ms, measured by {m.client}"
-    )
-    if "launch_noise" in update:
-        note += (
-            f"; {len(m.outputs)} prompts x {budget(state)} requests, {m.warmups_discarded} warm-up(s) "
-            f"discarded; {update['launch_noise'].describe()}; {describe(state, update)}"
-        )
+    ) + measured.note
     if not m.outputs_stable:
         note += "; WARNING: repeats of a prompt differ, outputs are not deterministic"
-    update |= {"baseline": m, "reference": m, "transitions": transition("baseline", note)}
+    update: LoopUpdate = {**measured.update, "baseline": m, "reference": m}
+    update["transitions"] = transition("baseline", note)
     return Command(update=update, goto="profile")
 
 

@@ -23,15 +23,13 @@ from langgraph.types import Command
 from agent.context import LoopContext, door_of, step, transition
 from agent.decision.measuring import machine_drift, outputs_problem, unlike
 from agent.decision.rule import by_prompt, look
-from agent.steps.actions import bench_serving_use
+from agent.serving import launch_args, measure_args
 from agent.steps.fanout import settle
 from state.calls import (
     ApplyArgs,
     BranchArgs,
     CommitArgs,
-    LaunchArgs,
     LeaveBranchArgs,
-    MeasureArgs,
     PathArgs,
     RepoArgs,
     ServerArgs,
@@ -86,35 +84,20 @@ class TrialRun:
         fingerprint = repo.tree_fingerprint(self.door.call(repo.snapshot, RepoArgs(repo=self.repo)))
         self.launches += 1
         name = f"iteration-{t.iteration}-{t.proposal.playbook}-{label}"
-        self.server = self.door.call(
-            server.launch,
-            LaunchArgs(
-                repo=self.repo,
-                launch=t.target.launch.model_copy(
-                    update={"argv": argv, "env": {**t.target.launch.env, **t.host.env}}
-                ),
-                python=self.python,
-                log_path=self.dir / "logs" / f"{name}.log",
-                tree_sha256=fingerprint,
-                instrumented=False,
-                profile_dir=None,
-                launch_number=self.launches,
-                pid_file=self.dir / "server.pid",
-            ),
+        args = launch_args(
+            t.target,
+            self.repo,
+            argv,
+            self.python,
+            self.dir / "logs" / f"{name}.log",
+            fingerprint,
+            self.launches,
+            self.dir / "server.pid",
+            env=t.host.env,
         )
-        m = self.door.call(
-            bench.measure,
-            MeasureArgs(
-                base_url=self.server.base_url,
-                model=t.target.model,
-                config=t.target.measure,
-                label=f"trial-{name}",
-                tree_sha256=fingerprint,
-                bench_serving=bench_serving_use(t.target),
-                python=self.python,
-                repo=str(self.repo),
-            ),
-        ).measurement
+        self.server = self.door.call(server.launch, args)
+        measure = measure_args(t.target, self.server, f"trial-{name}", self.python, self.repo)
+        m = self.door.call(bench.measure, measure).measurement
         self.stop()
         return m
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext
-from agent.steps.actions import start_server
+from agent.serving import start_server
 from state.calls import ServerArgs
 from state.loop import LoopOptions, LoopState
 from state.target import LaunchConfig, MeasureConfig, TargetConfig

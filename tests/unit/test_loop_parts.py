@@ -9,7 +9,7 @@ import pytest
 from pydantic import BaseModel
 
 from agent.cli.target import load_target, with_flag, without_flag
-from agent.decision.judge import judge
+from agent.decision.legacy import judge
 from agent.sessions.checkpoint import serializer, state_types
 from agent.steps.propose import files_of
 from state.loop import LoopOptions, LoopState
