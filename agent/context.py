@@ -13,6 +13,7 @@ from langgraph.types import Command
 
 from state.base import utcnow
 from state.loop import LoopState, Transition
+from state.updates import LoopUpdate
 from tools.door import Door
 from tools.door.faults import fault_point
 from tools.door.registry import In, Out
@@ -76,13 +77,13 @@ def step(fn: Node | None = None, *, guarded: bool = True) -> Any:
                     raise
                 message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 cmd = Command(
-                    update={
-                        "error": f"{node}: {message}",
-                        "transitions": transition(node, f"error: {message}"),
-                    },
+                    update=LoopUpdate(
+                        error=f"{node}: {message}", transitions=transition(node, f"error: {message}")
+                    ),
                     goto="abort",
                 )
-            return Command(update={**(cmd.update or {}), "calls_done": door.next_seq()}, goto=cmd.goto)
+            update: LoopUpdate = {**(cmd.update or {}), "calls_done": door.next_seq()}
+            return Command(update=update, goto=cmd.goto)
 
         return run
 

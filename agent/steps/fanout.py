@@ -17,6 +17,7 @@ from langgraph.types import Send
 from state.fanout import TrialTask
 from state.loop import Decision, LoopState, Proposal
 from state.trials import Trial
+from state.updates import LoopUpdate
 
 MAX_ATTEMPTS = 2
 """A candidate whose host failed is retried once elsewhere, then dropped."""
@@ -71,7 +72,7 @@ def batch(state: LoopState, pending: list[tuple[str, int]]) -> tuple[list[Send],
     return sends, [pb for pb in state.trial_queue if pb not in sent]
 
 
-def fan_out(state: LoopState, proposals: list[Proposal]) -> tuple[list[Send], dict]:
+def fan_out(state: LoopState, proposals: list[Proposal]) -> tuple[list[Send], LoopUpdate]:
     """The first batch of trials and the state update that queues the rest (pure)."""
     ids = [p.playbook for p in proposals]
     queued = state.model_copy(update={"candidates": proposals, "trial_queue": ids})

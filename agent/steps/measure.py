@@ -91,10 +91,14 @@ def decide(
         launch_argv=p.launch_argv,
         predicted_speedup=p.predicted_speedup,
     )
-    update = {"decisions": [decision], "transitions": transition("decide", f"{decision.verdict}: {reason}")}
+    update: LoopUpdate = {
+        "decisions": [decision],
+        "transitions": transition("decide", f"{decision.verdict}: {reason}"),
+    }
     if not ok:
         return Command(update=update, goto="rollback")
-    diff = state.approval.diff if state.edited and state.approval is not None else p.diff
+    edit = state.approval.diff if state.approval is not None else None  # not None: `state.edited`
+    diff = p.diff if edit is None else edit
     update |= {
         "accepted": [*state.accepted, commit] if commit else state.accepted,
         "kept_diffs": [*state.kept_diffs, diff] if commit else state.kept_diffs,

@@ -83,7 +83,11 @@ def approve_batch(state: LoopState) -> Command:
     ]
     what = f"approved for trial ({answer.by}): {', '.join(p.playbook for p in chosen) or 'none'}"
     approval = Approval.model_validate(answer.model_dump(exclude={"playbooks"}))
-    update = {"approval": approval, "decisions": decisions, "transitions": transition("approve", what)}
+    update: LoopUpdate = {
+        "approval": approval,
+        "decisions": decisions,
+        "transitions": transition("approve", what),
+    }
     if not chosen:
         return Command(update=update | {"candidates": []}, goto="propose")
     sends, fanned = fan_out(state, chosen)
@@ -110,10 +114,7 @@ def approve(
             else f"{p.playbook} approved ({answer.by})"
         )
         return Command(
-            update={
-                "approval": answer,
-                "transitions": transition("approve", what),
-            },
+            update=LoopUpdate(approval=answer, transitions=transition("approve", what)),
             goto="cleanup",
         )
     reason = answer.reason or "rejected"
@@ -124,12 +125,12 @@ def approve(
         reason=f"rejected by {answer.by}: {reason}",
     )
     return Command(
-        update={
-            "approval": answer,
-            "decisions": [decision],
-            "proposal": None,
-            "transitions": transition("approve", decision.reason),
-        },
+        update=LoopUpdate(
+            approval=answer,
+            decisions=[decision],
+            proposal=None,
+            transitions=transition("approve", decision.reason),
+        ),
         goto="propose",
     )
 
@@ -163,7 +164,7 @@ def apply(
         if state.edited:
             note += " (the edited patch is ignored: this fix changes launch options, not code)"
         return Command(
-            update={"pending_launch": p.launch_argv, "transitions": transition("apply", note)},
+            update=LoopUpdate(pending_launch=p.launch_argv, transitions=transition("apply", note)),
             goto="relaunch",
         )
     subject, trailers = commit_identity(state)
@@ -191,16 +192,14 @@ def apply(
             edited=state.edited,
         )
         return Command(
-            update={
-                "decisions": [decision],
-                "proposal": None,
-                "transitions": transition("apply", decision.reason),
-            },
+            update=LoopUpdate(
+                decisions=[decision], proposal=None, transitions=transition("apply", decision.reason)
+            ),
             goto="propose",
         )
     note = f"committed {commit.sha[:10]} on {commit.branch}"
     return Command(
-        update={"pending_commit": commit, "transitions": transition("apply", note)}, goto="relaunch"
+        update=LoopUpdate(pending_commit=commit, transitions=transition("apply", note)), goto="relaunch"
     )
 
 
@@ -217,7 +216,9 @@ def cleanup(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
         if state.instrumentation
         else "no instrumentation in the tree"
     )
-    return Command(update={"instrumentation": None, "transitions": transition("cleanup", note)}, goto="apply")
+    return Command(
+        update=LoopUpdate(instrumentation=None, transitions=transition("cleanup", note)), goto="apply"
+    )
 
 
 @step
@@ -249,23 +250,20 @@ def relaunch(
             edited=state.edited,
         )
         return Command(
-            update={
+            update=LoopUpdate(
                 **update,
-                "server": None,
-                "launches": state.launches + 1,
-                "decisions": [decision],
-                "transitions": transition("relaunch", decision.reason),
-            },
+                server=None,
+                launches=state.launches + 1,
+                decisions=[decision],
+                transitions=transition("relaunch", decision.reason),
+            ),
             goto="rollback",
         )
     note = f"server #{handle.launch_number} healthy in {handle.startup_s:.1f}s"
     return Command(
-        update={
-            **update,
-            "server": handle,
-            "launches": handle.launch_number,
-            "transitions": transition("relaunch", note),
-        },
+        update=LoopUpdate(
+            **update, server=handle, launches=handle.launch_number, transitions=transition("relaunch", note)
+        ),
         goto="measure",
     )
 
@@ -282,12 +280,12 @@ def rollback(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal
     if state.pending_launch is not None:
         note += f"; launch options back to {' '.join(state.launch_argv or state.target.launch.argv)}"
     return Command(
-        update={
-            "pending_launch": None,
-            "pending_commit": None,
-            "proposal": None,
-            "candidate": None,
-            "transitions": transition("rollback", note),
-        },
+        update=LoopUpdate(
+            pending_launch=None,
+            pending_commit=None,
+            proposal=None,
+            candidate=None,
+            transitions=transition("rollback", note),
+        ),
         goto="propose",
     )

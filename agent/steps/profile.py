@@ -50,7 +50,9 @@ def profile(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
         files = fetched(state, runtime, files, state.options.session_dir / "profiles" / pid)
     result = ProfileResult(iteration=state.iteration, method=cfg.method, **files.model_dump())
     note = f"{cfg.method} profile: {result.trace_path.name} ({result.active_tokens} active tokens)"
-    return Command(update={"profiles": [result], "transitions": transition("profile", note)}, goto="diagnose")
+    return Command(
+        update=LoopUpdate(profiles=[result], transitions=transition("profile", note)), goto="diagnose"
+    )
 
 
 def fetched(

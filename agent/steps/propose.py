@@ -28,6 +28,7 @@ from playbooks.engine import launch_conflict
 from playbooks.launch import change_conflict, describe, edited_argv
 from playbooks.patches import NoPatch, choose_patch
 from state.loop import LoopState, Proposal
+from state.updates import LoopUpdate
 
 Goto = Literal["approve", "propose", "trial", "finish", "abort"]
 
@@ -128,29 +129,29 @@ def _proposed(p: Proposal, state: LoopState) -> Command[Goto]:
     )
     note = f"{who}: expected gain {gain} per token, {what}"
     return Command(
-        update={"proposal": p, "approval": None, "transitions": transition("propose", note)}, goto="approve"
+        update=LoopUpdate(proposal=p, approval=None, transitions=transition("propose", note)), goto="approve"
     )
 
 
 def _stop(reason: str) -> Command[Goto]:
     return Command(
-        update={"proposal": None, "stop_reason": reason, "transitions": transition("propose", reason)},
+        update=LoopUpdate(proposal=None, stop_reason=reason, transitions=transition("propose", reason)),
         goto="finish",
     )
 
 
-def _at_once(state: LoopState, batch: list[Proposal], update: dict) -> Command[Goto]:
+def _at_once(state: LoopState, batch: list[Proposal], update: LoopUpdate) -> Command[Goto]:
     """Candidates for the `[[hosts]]`: sent to their trials, or first to approval (one answer for
     the whole batch) under manual approval."""
     names = ", ".join(p.playbook for p in batch)
     if state.options.approve == "manual":
         note = f"{len(batch)} candidates for [[hosts]], waiting for approval: {names}"
         update |= {"candidates": batch, "proposal": None, "approval": None}
-        return Command(update={**update, "transitions": transition("propose", note)}, goto="approve")
+        return Command(update=LoopUpdate(**update, transitions=transition("propose", note)), goto="approve")
     sends, fanned = fan_out(state, batch)
     names = ", ".join(f"{s.arg.proposal.playbook} on {s.arg.host.name}" for s in sends)
     note = f"{len(batch)} candidates, tried at once on [[hosts]]: {names}"
-    return Command(update={**update, **fanned, "transitions": transition("propose", note)}, goto=sends)
+    return Command(update=LoopUpdate(**update, **fanned, transitions=transition("propose", note)), goto=sends)
 
 
 @step
@@ -175,12 +176,12 @@ def propose(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Goto]:
     if why_not is not None:
         return _stop(f"{reason}; {why_not}" if why_not else reason)
     asked = ask_round(state, runtime, findings[0])
-    update = {"llm_usage": state.llm_usage.add(asked.usage), "decisions": asked.failed}
+    update: LoopUpdate = {"llm_usage": state.llm_usage.add(asked.usage), "decisions": asked.failed}
     if len(asked.proposals) >= 2:
         return _at_once(state, asked.proposals, update)
     if asked.proposals:
         cmd = _proposed(asked.proposals[0], state)
-        return Command(update={**(cmd.update or {}), **update}, goto=cmd.goto)
+        return Command(update=LoopUpdate(**(cmd.update or {}), **update), goto=cmd.goto)
     why = "; ".join(d.reason for d in asked.failed)
     note = f"{why} ({asked.usage.calls} model calls, {asked.usage.tokens} tokens)"
-    return Command(update={**update, "transitions": transition("propose", note)}, goto="propose")
+    return Command(update=LoopUpdate(**update, transitions=transition("propose", note)), goto="propose")

@@ -39,7 +39,7 @@ def prepare(
     call(runtime, repo.ensure_branch, BranchArgs(repo=checkout, name=branch))
     dirty = len(start.dirty_sha256)
     note = f"repo {checkout} at {start.head_sha[:10]}, {dirty} uncommitted file(s) kept; branch {branch}"
-    update = {"start": start, "branch": branch}
+    update: LoopUpdate = {"start": start, "branch": branch}
     if state.target.kind == "sglang":
         site = call(runtime, repo.sglang_site, RepoArgs(repo=checkout))
         hook = site.hook
@@ -55,7 +55,7 @@ def prepare(
     nxt: Literal["instrument", "launch"] = (
         "instrument" if state.target.profile.method == "patch" else "launch"
     )
-    return Command(update={**update, "transitions": transition("prepare", note)}, goto=nxt)
+    return Command(update=LoopUpdate(**update, transitions=transition("prepare", note)), goto=nxt)
 
 
 @step
@@ -63,10 +63,10 @@ def instrument(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Liter
     """Put the dormant torch.profiler into ModelRunner.forward_decode before the first launch."""
     record = instrument_if_needed(state, runtime)
     return Command(
-        update={
-            "instrumentation": record,
-            "transitions": transition("instrument", f"dormant profiler inserted in {record.relpath}"),
-        },
+        update=LoopUpdate(
+            instrumentation=record,
+            transitions=transition("instrument", f"dormant profiler inserted in {record.relpath}"),
+        ),
         goto="launch",
     )
 
@@ -77,11 +77,9 @@ def launch(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["
     handle = start_server(state, runtime, instrumented=state.instrumentation is not None)
     note = f"server #{handle.launch_number} healthy at {handle.base_url} in {handle.startup_s:.1f}s"
     return Command(
-        update={
-            "server": handle,
-            "launches": handle.launch_number,
-            "transitions": transition("launch", note),
-        },
+        update=LoopUpdate(
+            server=handle, launches=handle.launch_number, transitions=transition("launch", note)
+        ),
         goto="baseline",
     )
 
@@ -119,7 +117,7 @@ def reconcile(
     head = state.accepted[-1].sha if state.accepted else need(state.start, "start snapshot").head_sha
     branch = session_branch(state.session_id)
     call(runtime, repo.ensure_branch, BranchArgs(repo=state.target.repo, name=branch, start_point=head))
-    update: dict = {"branch": branch, "fork_at": None}
+    update: LoopUpdate = {"branch": branch, "fork_at": None}
     if fork_at == "profile":
         if state.target.profile.method == "patch":
             update["instrumentation"] = instrument_if_needed(state, runtime)
@@ -127,4 +125,4 @@ def reconcile(
         handle = start_server(state, runtime, instrumented=state.instrumentation is not None)
         update |= {"server": handle, "launches": handle.launch_number}
     note = f"forked: branch {branch} at {head[:10]}; continuing at {fork_at}"
-    return Command(update={**update, "transitions": transition("reconcile", note)}, goto=fork_at)
+    return Command(update=LoopUpdate(**update, transitions=transition("reconcile", note)), goto=fork_at)

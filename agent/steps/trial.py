@@ -40,6 +40,7 @@ from state.loop import Approval, LoopState
 from state.measure import Measurement
 from state.process import ServerHandle
 from state.trials import Trial
+from state.updates import LoopUpdate
 from state.workspace import CommitInfo, WorkspaceSnapshot
 from tools import bench, server
 from tools.door import Door
@@ -166,7 +167,7 @@ def verdict(task: TrialTask, ref: Measurement, cand: Measurement) -> dict:
     return arms | {"verdict": v, "reason": reason, "speedup": lk.speedup, "ci": [lk.ci_low, lk.ci_high]}
 
 
-def trial(state: TrialTask, *, runtime: Runtime[LoopContext]) -> dict:
+def trial(state: TrialTask, *, runtime: Runtime[LoopContext]) -> LoopUpdate:
     """Try one candidate on one host (a `Send` target; its state is the task); its outcome goes to
     `trials`."""
     task = state
@@ -207,7 +208,7 @@ def join(
     """After a batch of trials: send the next one, or keep the best verified candidate (applied
     and measured again here, through the usual steps), or none (back to propose)."""
     plan = settle(state)
-    update: dict = {"trial_queue": plan.queue, "transitions": transition("join", plan.note)}
+    update: LoopUpdate = {"trial_queue": plan.queue, "transitions": transition("join", plan.note)}
     if plan.sends:
         return Command(update=update, goto=plan.sends)
     update |= {"decisions": plan.decisions, "candidates": []}
