@@ -82,8 +82,8 @@ class Proposal(Model):
 
     iteration: int
     """Loop iteration."""
-    playbook: str
-    """Playbook id."""
+    source: str = Field(alias="playbook")
+    """Where the patch comes from: the matched playbook's id, or `llm` / `llm-N` for a model's."""
     title: str
     """One-line title."""
     explanation: str
@@ -134,8 +134,8 @@ class Decision(Model):
 
     iteration: int
     """Loop iteration."""
-    playbook: str
-    """Playbook id."""
+    source: str = Field(alias="playbook")
+    """The proposal's `source`: a playbook id, or `llm` / `llm-N` for a model's patch."""
     verdict: Literal["accepted", "rejected", "regression", "inconclusive", "failed"]
     """accepted: kept; rejected: by a human, or by measurement (outputs changed, or no gain worth
     keeping); regression: measurably slower; inconclusive: the budget of looks was spent without
@@ -169,8 +169,8 @@ class Decision(Model):
 
     @property
     def label(self) -> str:
-        """What was judged: the playbook id, or the edited patch that replaced its proposal."""
-        return edited_label(self.playbook) if self.edited else self.playbook
+        """What was judged: the proposal's source, or the edited patch that replaced it."""
+        return edited_label(self.source) if self.edited else self.source
 
 
 def edited_label(playbook: str) -> str:
@@ -216,8 +216,8 @@ class LoopState(Model):
     """First measurement of the session."""
     reference: Measurement | None = None
     """Measurement of the best accepted state so far (starts as the baseline)."""
-    candidate: Measurement | None = None
-    """Measurement of the current candidate patch."""
+    candidate_measurement: Measurement | None = Field(default=None, alias="candidate")
+    """Measurement of the current candidate (not to be confused with `candidates`, the proposals)."""
     correctness: OutputsResult | None = None
     """The reference's outputs on the session's correctness set (CI-rule sessions, exact gate)."""
     tolerance_reference: ScoreResult | None = None
@@ -296,5 +296,5 @@ class LoopState(Model):
 
     @property
     def tried(self) -> set[str]:
-        """Playbooks already proposed in this session (each has a decision; never proposed twice)."""
-        return {d.playbook for d in self.decisions}
+        """Sources already proposed in this session (each has a decision; never proposed twice)."""
+        return {d.source for d in self.decisions}

@@ -37,7 +37,7 @@ class LoopUpdate(TypedDict, total=False):
     launches: int
     baseline: Measurement | None
     reference: Measurement | None
-    candidate: Measurement | None
+    candidate_measurement: Measurement | None
     correctness: OutputsResult | None
     tolerance_reference: ScoreResult | None
     tolerance: ToleranceResult | None

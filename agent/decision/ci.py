@@ -49,7 +49,11 @@ class CiRule:
     def verdict(self, state: LoopState, enables: str | None) -> RuleVerdict:
         """The judgement's verdict, with both arms' numbers; a candidate the gate (or unlike arms)
         stopped before any timing verdict is rejected."""
-        ref, cand, j = need(state.reference, "reference"), need(state.candidate, "candidate"), state.judgement
+        ref, cand, j = (
+            need(state.reference, "reference"),
+            need(state.candidate_measurement, "candidate measurement"),
+            state.judgement,
+        )
         if j is None:
             problem = state.gate_problem or outputs_problem(ref, cand) or unlike(ref, cand) or "not judged"
             return RuleVerdict("rejected", problem)

@@ -35,7 +35,7 @@ class IqrRule:
 
     def verdict(self, state: LoopState, enables: str | None) -> RuleVerdict:
         reference = need(state.reference, "reference")
-        candidate = need(state.candidate, "candidate")
+        candidate = need(state.candidate_measurement, "candidate measurement")
         ok, reason, noise = judge(reference, candidate, enables)
         return RuleVerdict("accepted" if ok else "rejected", reason, noise)
 

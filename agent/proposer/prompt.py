@@ -151,10 +151,10 @@ def context(
     for where, text in sources.items():
         parts += [f"Source around the hot call site {where}:", data("source", text)]
     if tried:
-        earlier = "\n".join(f"- {d.playbook}: {d.verdict}: {d.reason}" for d in tried)
+        earlier = "\n".join(f"- {d.source}: {d.verdict}: {d.reason}" for d in tried)
         parts += ["Already tried in this session (do not repeat these):", data("attempts", earlier)]
     if siblings:
-        others = "\n\n".join(f"- {p.playbook}: {p.title}\n{clipped(p.diff)}" for p in siblings)
+        others = "\n\n".join(f"- {p.source}: {p.title}\n{clipped(p.diff)}" for p in siblings)
         parts += [
             "These candidates are already proposed for this round and will be tried at the same "
             "time on other hosts. Propose a different change (another place, another approach), "

@@ -159,7 +159,7 @@ def proposals(history: list[LoopState]) -> list[ProposalView]:
     decisions = history[-1].decisions if history else []
     for v in views:
         for i, d in enumerate(decisions):
-            if i not in used and d.iteration == v.proposal.iteration and d.playbook == v.proposal.playbook:
+            if i not in used and d.iteration == v.proposal.iteration and d.source == v.proposal.source:
                 v.decision = d
                 used.add(i)
                 break

@@ -40,7 +40,7 @@ def measure(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
     if judged.tolerance is not None and judged.tolerance.passed:
         note += f"; {judged.tolerance.line()}"
     update: LoopUpdate = {
-        "candidate": m,
+        "candidate_measurement": m,
         "judgement": judgement,
         "gate_problem": judged.problem,
         "tolerance": judged.tolerance,
@@ -60,7 +60,10 @@ def decide(
 
     A fix the gain model predicts gains little alone and much together with another not yet tried
     is kept as an enabling step when outputs are identical and the rule finds no regression."""
-    reference, candidate = need(state.reference, "reference"), need(state.candidate, "candidate")
+    reference, candidate = (
+        need(state.reference, "reference"),
+        need(state.candidate_measurement, "candidate measurement"),
+    )
     p, commit = need(state.proposal, "proposal"), state.pending_commit
     if p.launch_argv is None:
         need(commit, "pending commit")
@@ -76,7 +79,7 @@ def decide(
     j = state.judgement  # None by the IQR rule
     decision = Decision(
         iteration=state.iteration,
-        playbook=p.playbook,
+        source=p.source,
         verdict=judged.verdict,
         reason=reason,
         tpot_ms_before=reference.tpot_ms.median,

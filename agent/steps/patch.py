@@ -29,7 +29,7 @@ def approval_request(state: LoopState, proposal: Proposal | None = None) -> dict
     checks = {"mechanisms": [f"{m.playbook}: {m.note}" for m in state.mechanisms]} if state.mechanisms else {}
     return checks | {
         "session": state.session_id,
-        "playbook": p.playbook,
+        "playbook": p.source,
         "title": p.title,
         "explanation": p.explanation,
         "expected_gain_ms": p.expected_gain_ms,
@@ -68,20 +68,20 @@ def approve_batch(state: LoopState) -> Command:
     """One answer for a batch of parallel candidates before any is tried: all of them, the ones it
     names (`playbooks`), or none; the others become rejected decisions."""
     answer = BatchApproval.model_validate(interrupt(batch_request(state)))
-    named = set(answer.playbooks or [p.playbook for p in state.candidates]) if answer.approved else set()
-    chosen = [p for p in state.candidates if p.playbook in named]
+    named = set(answer.playbooks or [p.source for p in state.candidates]) if answer.approved else set()
+    chosen = [p for p in state.candidates if p.source in named]
     why = answer.reason or ("rejected" if not answer.approved else "not chosen for trial")
     decisions = [
         Decision(
             iteration=state.iteration,
-            playbook=p.playbook,
+            source=p.source,
             verdict="rejected",
             reason=f"rejected by {answer.by}: {why}",
         )
         for p in state.candidates
         if p not in chosen
     ]
-    what = f"approved for trial ({answer.by}): {', '.join(p.playbook for p in chosen) or 'none'}"
+    what = f"approved for trial ({answer.by}): {', '.join(p.source for p in chosen) or 'none'}"
     approval = Approval.model_validate(answer.model_dump(exclude={"playbooks"}))
     update: LoopUpdate = {
         "approval": approval,
@@ -109,9 +109,9 @@ def approve(
     p = need(state.proposal, "proposal")
     if answer.approved:
         what = (
-            f"a human-edited patch replacing {p.playbook} approved ({answer.by})"
+            f"a human-edited patch replacing {p.source} approved ({answer.by})"
             if answer.diff is not None
-            else f"{p.playbook} approved ({answer.by})"
+            else f"{p.source} approved ({answer.by})"
         )
         return Command(
             update=LoopUpdate(approval=answer, transitions=transition("approve", what)),
@@ -120,7 +120,7 @@ def approve(
     reason = answer.reason or "rejected"
     decision = Decision(
         iteration=state.iteration,
-        playbook=p.playbook,
+        source=p.source,
         verdict="rejected",
         reason=f"rejected by {answer.by}: {reason}",
     )
@@ -143,10 +143,10 @@ def commit_identity(state: LoopState) -> tuple[str, dict[str, str]]:
     if state.edited:
         by = state.approval.by if state.approval is not None else "human"
         subject = f"perfloop: human-edited patch (iteration {state.iteration})"
-        trailers |= {"Perfloop-Edited": by, "Perfloop-Replaces": p.playbook}
+        trailers |= {"Perfloop-Edited": by, "Perfloop-Replaces": p.source}
     else:
         subject = f"perfloop: {p.title}"
-        trailers["Perfloop-Playbook"] = p.playbook
+        trailers["Perfloop-Playbook"] = p.source
     if p.origin is not None:
         trailers["Perfloop-Proposer"] = f"llm {p.origin.model}"
     return subject, {**trailers, "Perfloop-Iteration": str(state.iteration)}
@@ -186,7 +186,7 @@ def apply(
             reason = f"patch does not apply: {exc}"
         decision = Decision(
             iteration=state.iteration,
-            playbook=p.playbook,
+            source=p.source,
             verdict="failed",
             reason=reason,
             edited=state.edited,
@@ -244,7 +244,7 @@ def relaunch(
         p = need(state.proposal, "proposal")
         decision = Decision(
             iteration=state.iteration,
-            playbook=p.playbook,
+            source=p.source,
             verdict="failed",
             reason=f"server failed after the patch: {exc}",
             edited=state.edited,
@@ -276,7 +276,7 @@ def rollback(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal
     if commit is not None:
         call(runtime, repo.revert_commit, CommitArgs(repo=state.target.repo, commit=commit))
     p = need(state.proposal, "proposal")
-    note = f"rolled back {p.playbook}" + (f" ({commit.sha[:10]})" if commit else "")
+    note = f"rolled back {p.source}" + (f" ({commit.sha[:10]})" if commit else "")
     if state.pending_launch is not None:
         note += f"; launch options back to {' '.join(state.launch_argv or state.target.launch.argv)}"
     return Command(
@@ -284,7 +284,7 @@ def rollback(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal
             pending_launch=None,
             pending_commit=None,
             proposal=None,
-            candidate=None,
+            candidate_measurement=None,
             transitions=transition("rollback", note),
         ),
         goto="propose",

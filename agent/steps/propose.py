@@ -49,7 +49,7 @@ def launch_fix(state: LoopState, book, books: dict) -> tuple[list[str] | None, s
     after = edited_argv(before, edits)
     if after == before:
         return None, f"{book.id} (launch options already as its fix sets them)"
-    relevant = {d.playbook for d in state.decisions if d.verdict == "accepted"}
+    relevant = {d.source for d in state.decisions if d.verdict == "accepted"}
     findings = need(state.diagnosis, "diagnosis").findings
     relevant |= {f.playbook for f in findings if f.playbook not in state.tried}
     conflict = change_conflict(state.target.kind, before, after, [books[i] for i in relevant if i in books])
@@ -86,7 +86,7 @@ def playbook_proposal(
             diff = ""
         return Proposal(
             iteration=state.iteration,
-            playbook=book.id,
+            source=book.id,
             title=finding.title,
             explanation=finding.explanation,
             diff=diff,
@@ -109,7 +109,7 @@ def parallel_candidates(state: LoopState) -> list[Proposal]:
     if not state.target.hosts or state.target.proposer.mode == LLM:
         return []
     found: list[Proposal] = []
-    while (p := playbook_proposal(state, [], frozenset(q.playbook for q in found))) is not None:
+    while (p := playbook_proposal(state, [], frozenset(q.source for q in found))) is not None:
         found.append(p)
     return found
 
@@ -121,7 +121,7 @@ def _proposed(p: Proposal, state: LoopState) -> Command[Goto]:
     if p.predicted_speedup is not None:
         gain += f" ({p.predicted_speedup:.2f}x predicted"
         gain += f"; {p.paired_speedup:.2f}x with {p.paired_with})" if p.paired_with else ")"
-    who = f"model {p.origin.model} ({p.origin.usage.tokens} tokens)" if p.origin else p.playbook
+    who = f"model {p.origin.model} ({p.origin.usage.tokens} tokens)" if p.origin else p.source
     what = (
         f"launch options: {describe(state.argv, p.launch_argv)}"
         if p.launch_argv is not None
@@ -143,13 +143,13 @@ def _stop(reason: str) -> Command[Goto]:
 def _at_once(state: LoopState, batch: list[Proposal], update: LoopUpdate) -> Command[Goto]:
     """Candidates for the `[[hosts]]`: sent to their trials, or first to approval (one answer for
     the whole batch) under manual approval."""
-    names = ", ".join(p.playbook for p in batch)
+    names = ", ".join(p.source for p in batch)
     if state.options.approve == "manual":
         note = f"{len(batch)} candidates for [[hosts]], waiting for approval: {names}"
         update |= {"candidates": batch, "proposal": None, "approval": None}
         return Command(update=LoopUpdate(**update, transitions=transition("propose", note)), goto="approve")
     sends, fanned = fan_out(state, batch)
-    names = ", ".join(f"{s.arg.proposal.playbook} on {s.arg.host.name}" for s in sends)
+    names = ", ".join(f"{s.arg.proposal.source} on {s.arg.host.name}" for s in sends)
     note = f"{len(batch)} candidates, tried at once on [[hosts]]: {names}"
     return Command(update=LoopUpdate(**update, **fanned, transitions=transition("propose", note)), goto=sends)
 

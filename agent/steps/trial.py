@@ -84,7 +84,7 @@ class TrialRun:
         t = self.task
         fingerprint = repo.tree_fingerprint(self.door.call(repo.snapshot, RepoArgs(repo=self.repo)))
         self.launches += 1
-        name = f"iteration-{t.iteration}-{t.proposal.playbook}-{label}"
+        name = f"iteration-{t.iteration}-{t.proposal.source}-{label}"
         args = launch_args(
             t.target,
             self.repo,
@@ -122,7 +122,7 @@ class TrialRun:
         self.phase = "candidate"
         p = t.proposal
         if p.launch_argv is None:
-            self.commit(p.diff, f"perfloop: {p.title}", f"candidate {p.playbook}")
+            self.commit(p.diff, f"perfloop: {p.title}", f"candidate {p.source}")
         return reference, self.measured("candidate", p.launch_argv or t.argv)
 
     def tidy(self) -> str | None:
@@ -174,7 +174,7 @@ def trial(state: TrialTask, *, runtime: Runtime[LoopContext]) -> LoopUpdate:
     t0 = time.monotonic()
     base = {
         "iteration": task.iteration,
-        "playbook": task.proposal.playbook,
+        "playbook": task.proposal.source,
         "host": task.host.name,
         "attempt": task.attempt,
     }
