@@ -17,8 +17,8 @@ from state.target import TargetConfig
 from state.workspace import PatchPolicy
 from tools.errors import ConfigError, PatchError
 from tools.hosts.listeners import port_in_use
-from tools.workspace.gate import scan_patch
 from tools.workspace.git import GitWorkspace
+from tools.workspace.patch_check import scan_patch
 
 _INTERPRETERS = ("bash", "sh", "dash", "zsh", "python", "python3", "{python}")
 

@@ -24,10 +24,10 @@ from state.workspace import InstrumentationRecord, PatchPolicy
 from tools.errors import ConfigError
 from tools.sglang.layout import hook_site, locate
 from tools.sglang.patches import apply_sglang_patch
-from tools.workspace.gate import gate_workspace
 from tools.workspace.git import GitWorkspace
 from tools.workspace.instrumentation import instrument as insert_hook
 from tools.workspace.instrumentation import remove_instrumentation
+from tools.workspace.patch_check import gate_workspace
 
 RECORDS_FILE = "perfloop-instrumentation.json"
 """File in the repo's git dir: repo-relative path -> InstrumentationRecord of what we inserted."""

@@ -4,7 +4,7 @@
   reference's (agent/decision/correctness.py).
 - `tolerance` (opt-in): the baseline's greedy continuation of each prompt of the set, generated
   and scored on the baseline server, is scored by the candidate on the same contexts (teacher
-  forcing, tools/gate/score.py: logprobs from one prefill, greedy agreement on the decode path);
+  forcing, tools/tolerance/score.py: logprobs from one prefill, greedy agreement on the decode path);
   `compare` gives the top-1 agreement and the largest logprob difference, which must meet the
   target's thresholds. Every candidate of the session is compared with the session's baseline,
   so accepted changes cannot drift step by step past the thresholds.
@@ -20,7 +20,7 @@ from state.loop import LoopState
 from state.target import CorrectnessConfig
 from state.tolerance import ScoreArgs, ScoreResult, ToleranceResult
 from state.updates import LoopUpdate
-from tools.gate import score
+from tools.tolerance import score
 
 
 def compare(reference: ScoreResult, candidate: ScoreResult, cfg: CorrectnessConfig) -> ToleranceResult:

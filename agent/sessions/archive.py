@@ -23,7 +23,7 @@ from state.session import SessionInfo
 from tools.errors import ConfigError
 from tools.paths import session_id as checked_id
 from tools.secrets import redact
-from tools.store.db import describe
+from tools.store.db import describe as describe_store
 from tools.store.sessions import SessionStore
 
 FORMAT = "perfloop-session/1"
@@ -131,7 +131,7 @@ def import_session(store: SessionStore, path: Path) -> str:
         raise ConfigError(f"{path}: {exc}" if str(path) not in str(exc) else str(exc)) from None
     if store.get_session(info.id) is not None:
         other = "another PERFLOOP_HOME" if store.url is None else "another database (--store)"
-        where = describe(store.url, store.path.parent)
+        where = describe_store(store.url, store.path.parent)
         raise ConfigError(f"session {info.id} already exists in {where}; import into {other}")
     store.put_session(info)
     for value in initial:

@@ -12,7 +12,7 @@ from agent.decision.rules import rule_for
 from agent.serving import start_server
 from agent.steps.actions import instrument_if_needed, remove_instrumentation
 from agent.steps.fanout import fan_out
-from playbooks.launch import describe
+from playbooks import launch
 from state.calls import ApplyArgs, CommitArgs
 from state.fanout import BatchApproval
 from state.loop import Approval, Decision, LoopState, Proposal
@@ -160,7 +160,7 @@ def apply(
     fix becomes the candidate's launch command instead (kept in the session, no commit)."""
     p = need(state.proposal, "proposal")
     if p.launch_argv is not None:
-        note = f"launch options for the candidate: {describe(state.argv, p.launch_argv)}"
+        note = f"launch options for the candidate: {launch.describe(state.argv, p.launch_argv)}"
         if state.edited:
             note += " (the edited patch is ignored: this fix changes launch options, not code)"
         return Command(

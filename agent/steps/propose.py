@@ -24,8 +24,8 @@ from agent.context import LoopContext, need, step, transition
 from agent.proposer.asking import LLM, ask_round, no_model_reason
 from agent.steps.actions import playbooks_of
 from agent.steps.fanout import fan_out
+from playbooks import launch
 from playbooks.engine import launch_conflict
-from playbooks.launch import change_conflict, describe, edited_argv
 from playbooks.patches import NoPatch, choose_patch
 from state.loop import LoopState, Proposal
 from state.updates import LoopUpdate
@@ -46,13 +46,15 @@ def launch_fix(state: LoopState, book, books: dict) -> tuple[list[str] | None, s
     if not edits:
         return None, None
     before = state.argv
-    after = edited_argv(before, edits)
+    after = launch.edited_argv(before, edits)
     if after == before:
         return None, f"{book.id} (launch options already as its fix sets them)"
     relevant = {d.source for d in state.decisions if d.verdict == "accepted"}
     findings = need(state.diagnosis, "diagnosis").findings
     relevant |= {f.playbook for f in findings if f.playbook not in state.tried}
-    conflict = change_conflict(state.target.kind, before, after, [books[i] for i in relevant if i in books])
+    conflict = launch.change_conflict(
+        state.target.kind, before, after, [books[i] for i in relevant if i in books]
+    )
     if conflict is not None:
         return None, f"{book.id} (not proposed: {conflict})"
     return after, None
@@ -123,7 +125,7 @@ def _proposed(p: Proposal, state: LoopState) -> Command[Goto]:
         gain += f"; {p.paired_speedup:.2f}x with {p.paired_with})" if p.paired_with else ")"
     who = f"model {p.origin.model} ({p.origin.usage.tokens} tokens)" if p.origin else p.source
     what = (
-        f"launch options: {describe(state.argv, p.launch_argv)}"
+        f"launch options: {launch.describe(state.argv, p.launch_argv)}"
         if p.launch_argv is not None
         else f"touches {', '.join(p.files)}"
     )

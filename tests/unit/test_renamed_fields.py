@@ -12,7 +12,7 @@ from agent.graph import compile_graph
 from agent.sessions.checkpoint import open_checkpointer, serializer
 from state.loop import Decision, LoopOptions, LoopState, Proposal
 from state.measure import RequestRecord
-from tools.bench import summarize
+from tools import bench
 
 DEMO_TOML = Path(__file__).resolve().parents[2] / "examples" / "targets" / "mla_server.toml"
 RECORDED = {"iteration": 1, "playbook": "llm-1", "verdict": "rejected", "reason": "r"}
@@ -30,7 +30,7 @@ def test_a_decision_recorded_with_its_old_field_name_reads_and_writes_it() -> No
 
 
 def test_the_candidate_measurement_reads_and_writes_its_recorded_name(tmp_path: Path) -> None:
-    m = summarize(
+    m = bench.summarize(
         "c",
         "tree",
         [RequestRecord(prompt_index=0, ttft_ms=1.0, itl_ms=[2.0], text="a", completion_tokens=2)],
@@ -60,7 +60,7 @@ def test_a_proposal_recorded_with_its_old_field_name_reads_and_writes_it() -> No
 
 
 def test_a_checkpoint_written_before_the_rename_reads_under_the_new_channel(tmp_path: Path) -> None:
-    m = summarize(
+    m = bench.summarize(
         "c",
         "tree",
         [RequestRecord(prompt_index=0, ttft_ms=1.0, itl_ms=[2.0], text="a", completion_tokens=2)],

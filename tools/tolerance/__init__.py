@@ -1,1 +1,2 @@
-"""The output gate's tools beyond greedy texts: scoring texts for the tolerance policy."""
+"""Scoring texts for the output gate's tolerance policy (`[correctness] policy = "tolerance"`):
+`score` (the `bench.score` tool, teacher forcing through text completions)."""
