@@ -17,7 +17,7 @@ from state.updates import LoopUpdate
 from tools.door import Door
 from tools.door.faults import fault_point
 from tools.door.registry import In, Out
-from tools.errors import ToolError
+from tools.errors import ToolError, first_line
 
 Node = Callable[[LoopState, "Runtime[LoopContext]"], Command]
 T = TypeVar("T")
@@ -75,7 +75,7 @@ def step(fn: Node | None = None, *, guarded: bool = True) -> Any:
             except ToolError as exc:
                 if not guarded:
                     raise
-                message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                message = first_line(exc)
                 cmd = Command(
                     update=LoopUpdate(
                         error=f"{node}: {message}", transitions=transition(node, f"error: {message}")

@@ -53,9 +53,8 @@ class LoopOptions(Model):
     parallel: int | None = Field(default=None, ge=1)
     """Most candidates tried at once on the target's `[[hosts]]` (`--parallel`); None: one per host."""
     decision_rule: Literal["iqr-v0", "ci-v1"] = "iqr-v0"
-    """How candidates are judged. New sessions use `ci-v1` (agent/decision: CI of the speedup with
-    A/A launch noise, sequential looks). Sessions recorded before it carry none and replay with
-    the rule they were decided by, `iqr-v0` (median gain beyond the larger IQR, agent/decision/legacy.py)."""
+    """How candidates are judged (agent/decision/rules.py): `ci-v1` for new sessions; sessions recorded
+    before it carry none and replay with the rule they were decided by, `iqr-v0`."""
 
 
 class ProfileResult(Model):
@@ -157,9 +156,7 @@ class Decision(Model):
     predicted_speedup: float | None = None
     """The speedup the diagnosis predicted for this fix, against the measured before / after."""
     edited: bool = False
-    """Whether the patch judged was a human's edit sent with `perfloop approve --patch`, not the
-    playbook's: it is its own proposal, reported as edited, never under the playbook's name."""
-
+    """Whether it judged a human's edit (`perfloop approve --patch`), reported as such, not as `source`."""
     judgement: Judgement | None = None
     """The CI rule's evidence: every look, launch noise, both arms (None for the IQR rule)."""
     prediction: Prediction | None = None
@@ -280,14 +277,17 @@ class LoopState(Model):
     @classmethod
     def _drop_legacy(cls, data: Any) -> Any:
         """States recorded before `tried` was derived carry it; it is implied by `decisions`."""
-        if isinstance(data, dict) and "tried" in data:
-            data = {k: v for k, v in data.items() if k != "tried"}
-        return data
+        return {k: v for k, v in data.items() if k != "tried"} if isinstance(data, dict) else data
 
     @property
     def argv(self) -> list[str]:
-        """The launch command the server runs with now: the candidate's, the session's, the target's."""
-        return self.pending_launch or self.launch_argv or self.target.launch.argv
+        """The launch command the server runs with now: the candidate's, else `kept_argv`."""
+        return self.pending_launch or self.kept_argv
+
+    @property
+    def kept_argv(self) -> list[str]:
+        """The launch command kept so far: the session's (accepted launch-option fixes), the target's."""
+        return self.launch_argv or self.target.launch.argv
 
     @property
     def edited(self) -> bool:

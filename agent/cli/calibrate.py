@@ -11,7 +11,8 @@ import typer
 from rich.console import Console
 
 from agent.cli.common import HostPython, HostUrl, Json, TrustNew, run_command
-from agent.cli.target import check_repo, load_target, with_host
+from agent.cli.preflight import check_repo
+from agent.cli.target import load_target, with_host
 from agent.decision.calibrate import calibrate as run_calibration
 from agent.sessions.remote import executor_for, remote_options
 from agent.sessions.runner import Sessions, new_session_id

@@ -33,19 +33,11 @@ from agent.cli.common import (
     run_command,
 )
 from agent.cli.preflight import check_setup
-from agent.cli.target import (
-    DEMO_CONFIG,
-    DEMO_SOURCE,
-    check_repo,
-    load_target,
-    with_flag,
-    with_host,
-    with_proposer,
-    without_flag,
-)
+from agent.cli.target import DEMO_CONFIG, DEMO_SOURCE, load_target, with_host, with_proposer
 from agent.sessions.approving import answer_session, edited_patch
 from agent.sessions.remote import remote_base
 from agent.sessions.runner import Sessions, new_session_id
+from playbooks.launch import with_flag, without_flag
 from tools.errors import ConfigError, ToolError
 
 
@@ -182,7 +174,6 @@ def run(
             )
         opts["parallel"] = parallel
         target = target.model_copy(update={"profile": target.profile.model_copy(update={"method": method})})
-        check_repo(target)
         check_setup(target, opts)
         sessions = Sessions()
         state = sessions.start(target, opts, new_session_id(), target_toml.resolve())

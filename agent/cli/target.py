@@ -45,37 +45,6 @@ def load_target(path: Path, **overrides) -> TargetConfig:
     return target.model_copy(update={"repo": repo})
 
 
-def with_flag(argv: list[str], flag: str, value: str) -> list[str]:
-    """Set `flag value` in a launch command, replacing an existing value (pure)."""
-    if flag in argv:
-        i = argv.index(flag)
-        return [*argv[: i + 1], value, *argv[i + 2 :]]
-    return [*argv, flag, value]
-
-
-def without_flag(argv: list[str], flag: str) -> list[str]:
-    """A launch command without `flag` and its value (pure)."""
-    if flag not in argv:
-        return argv
-    i = argv.index(flag)
-    return [*argv[:i], *argv[i + 2 :]]
-
-
-def check_repo(target: TargetConfig) -> None:
-    """The repo must exist and be the top level of a git checkout (never a subfolder of another).
-    A repo on an SSH host is not checked here: the first tool run there names what is missing."""
-    if target.host.kind == "ssh":
-        return
-    repo = target.repo
-    if not repo.is_dir():
-        raise ConfigError(f"target repo {repo} does not exist; set `repo` in the target config")
-    if not (repo / ".git").exists():
-        raise ConfigError(
-            f"target repo {repo} is not the top level of a git checkout; "
-            f"run `git init` there and commit the engine source first"
-        )
-
-
 def with_host(
     target: TargetConfig, url: str | None, trust_new_host: bool = False, python: str | None = None
 ) -> TargetConfig:

@@ -42,7 +42,7 @@ def reference_dir(state: LoopState) -> Path:
 
 def reference_tree(state: LoopState, runtime: Runtime[LoopContext]) -> tuple[Path, list[str]]:
     """(checkout, launch command) the reference server runs from."""
-    argv = state.launch_argv or state.target.launch.argv
+    argv = state.kept_argv
     commit = state.pending_commit
     if commit is None:  # a launch-option fix: the same tree, the options kept so far
         return state.target.repo, argv

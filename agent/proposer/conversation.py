@@ -34,7 +34,7 @@ from state.proposer import (
     LlmOrigin,
     LlmUsage,
 )
-from tools.errors import LlmError
+from tools.errors import LlmError, first_line
 from tools.llm import chat, code
 
 MAX_SOURCES = 3
@@ -191,7 +191,7 @@ class Conversation:
         try:
             parsed = model.model_validate(json.loads(arguments or "{}"))
         except (ValueError, ValidationError) as exc:
-            return f"error: bad arguments for {name}: {str(exc).splitlines()[0]}"
+            return f"error: bad arguments for {name}: {first_line(exc)}"
         result = call(self.runtime, TOOL_FNS[name], CodeArgs(repo=self.repo, **parsed.model_dump()))
         return prompt.data(name, result.text) if result.ok else f"error: {result.text}"
 

@@ -20,7 +20,7 @@ from state.fanout import BatchApproval
 from state.loop import LoopState
 from state.records import ToolCallRecord
 from state.session import SessionInfo
-from tools.errors import ConfigError
+from tools.errors import ConfigError, first_line
 from tools.paths import session_id as checked_id
 from tools.secrets import redact
 from tools.store.db import describe as describe_store
@@ -68,7 +68,7 @@ def _read(path: Path) -> Any:
             raise ConfigError(f"{path} is not a perfloop session export (bad gzip: {exc})") from exc
         raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
     except (ValueError, EOFError, RecursionError) as exc:
-        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc).splitlines()[0]
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else first_line(exc)
         raise ConfigError(f"{path} is not a perfloop session export ({reason})") from exc
 
 

@@ -43,7 +43,7 @@ def task(state: LoopState, proposal: Proposal, host_index: int, attempt: int) ->
         attempt=attempt,
         proposal=proposal,
         target=state.target,
-        argv=state.launch_argv or state.target.launch.argv,
+        argv=state.kept_argv,
         kept_diffs=state.kept_diffs,
         python=state.options.python,
         local_dir=state.options.session_dir,

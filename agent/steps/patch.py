@@ -278,7 +278,7 @@ def rollback(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal
     p = need(state.proposal, "proposal")
     note = f"rolled back {p.source}" + (f" ({commit.sha[:10]})" if commit else "")
     if state.pending_launch is not None:
-        note += f"; launch options back to {' '.join(state.launch_argv or state.target.launch.argv)}"
+        note += f"; launch options back to {' '.join(state.kept_argv)}"
     return Command(
         update=LoopUpdate(
             pending_launch=None,

@@ -44,7 +44,7 @@ from state.updates import LoopUpdate
 from state.workspace import CommitInfo, WorkspaceSnapshot
 from tools import bench, server
 from tools.door import Door
-from tools.errors import ToolError
+from tools.errors import ToolError, first_line
 from tools.hosts import info
 from tools.hosts.ssh_config import SSHError
 from tools.workspace import repo
@@ -137,9 +137,7 @@ class TrialRun:
                 )
                 self.door.call(repo.leave_branch, back)
         except ToolError as exc:
-            return (
-                f"left as it was on the host: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
-            )
+            return f"left as it was on the host: {first_line(exc)}"
         return None
 
 
@@ -186,7 +184,7 @@ def trial(state: TrialTask, *, runtime: Runtime[LoopContext]) -> LoopUpdate:
         ref, cand = run.run()
         outcome = {"status": "measured", **verdict(task, ref, cand)}
     except ToolError as exc:
-        line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        line = first_line(exc)
         host_failed = run is None or run.phase == "host" or isinstance(exc, SSHError)
         status = "host-failed" if host_failed else "failed"
         outcome = {

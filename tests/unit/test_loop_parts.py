@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from agent.cli.target import load_target, with_flag, without_flag
+from agent.cli.target import load_target
 from agent.decision.legacy import judge
 from agent.sessions.checkpoint import serializer, state_types
 from agent.steps.propose import files_of
+from playbooks.launch import with_flag, without_flag
 from state.loop import LoopOptions, LoopState
 from state.measure import RequestRecord
 from state.sglang import SglangLayout

@@ -11,11 +11,16 @@ from agent.cli.target import load_target
 from agent.graph import compile_graph
 from agent.sessions.checkpoint import open_checkpointer, serializer
 from state.loop import Decision, LoopOptions, LoopState, Proposal
-from state.measure import RequestRecord
+from state.measure import Measurement, RequestRecord
 from tools import bench
 
 DEMO_TOML = Path(__file__).resolve().parents[2] / "examples" / "targets" / "mla_server.toml"
 RECORDED = {"iteration": 1, "playbook": "llm-1", "verdict": "rejected", "reason": "r"}
+
+
+def candidate_measurement() -> Measurement:
+    request = RequestRecord(prompt_index=0, ttft_ms=1.0, itl_ms=[2.0], text="a", completion_tokens=2)
+    return bench.summarize("c", "tree", [request], 1, 1.0)
 
 
 def test_a_decision_recorded_with_its_old_field_name_reads_and_writes_it() -> None:
@@ -30,13 +35,7 @@ def test_a_decision_recorded_with_its_old_field_name_reads_and_writes_it() -> No
 
 
 def test_the_candidate_measurement_reads_and_writes_its_recorded_name(tmp_path: Path) -> None:
-    m = bench.summarize(
-        "c",
-        "tree",
-        [RequestRecord(prompt_index=0, ttft_ms=1.0, itl_ms=[2.0], text="a", completion_tokens=2)],
-        1,
-        1.0,
-    )
+    m = candidate_measurement()
     recorded = {
         "session_id": "s1",
         "target": load_target(DEMO_TOML).model_dump(mode="json"),
@@ -60,13 +59,7 @@ def test_a_proposal_recorded_with_its_old_field_name_reads_and_writes_it() -> No
 
 
 def test_a_checkpoint_written_before_the_rename_reads_under_the_new_channel(tmp_path: Path) -> None:
-    m = bench.summarize(
-        "c",
-        "tree",
-        [RequestRecord(prompt_index=0, ttft_ms=1.0, itl_ms=[2.0], text="a", completion_tokens=2)],
-        1,
-        1.0,
-    )
+    m = candidate_measurement()
     saver = open_checkpointer(tmp_path)
     cp = empty_checkpoint()
     cp["channel_values"] = {"session_id": "s1", "candidate": m}
