@@ -102,7 +102,7 @@ def analyze(
 ) -> None:
     """Time per operator (or kernel), device idle, syncs and steps of profiler traces."""
 
-    def body():
+    def body() -> None:
         if by not in ("op", "kernel"):
             raise ToolError(f"--by must be op or kernel, not {by!r}")
         profile = read_profiles(traces, steps)
@@ -138,7 +138,7 @@ def diagnose(
     if playbooks is None:
         playbooks = []
 
-    def body():
+    def body() -> None:
         profile = read_profiles(traces, steps, require_steps=True)
         source = "flag"
         bw = bandwidth_gbs
@@ -168,7 +168,7 @@ def diff(
 ) -> None:
     """Which operator groups grew, shrank, appeared or vanished between two profiles (per step)."""
 
-    def body():
+    def body() -> None:
         result = diff_profiles(read_profiles([before]), read_profiles([after]))
         result = result.model_copy(update={"ops": result.ops[:top]})
         if as_json:

@@ -31,7 +31,7 @@ def calibrate(
 ) -> None:
     """Launch the target's current tree N times (N pairs with interleaved arms), each an A/A sample."""
 
-    def body():
+    def body() -> None:
         target = with_host(load_target(target_toml), host, trust_new_host, host_python)
         check_repo(target)
         sessions = Sessions()

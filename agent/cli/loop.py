@@ -95,7 +95,7 @@ def demo(
 ) -> None:
     """Copy the embedded MLA demo server into a workspace (on --host if given) and run the loop on it."""
 
-    def body():
+    def body() -> None:
         choice("device", device, ("cpu", "cuda"))
         choice("preset", preset, ("cpu", "glm5"))
         floor = (floor_ms, floor_factor)
@@ -154,7 +154,7 @@ def run(
 ) -> None:
     """Run the loop on the target a TOML file describes."""
 
-    def body():
+    def body() -> None:
         target = with_host(load_target(target_toml), host, trust_new_host, host_python)
         target = with_proposer(
             target,
@@ -185,7 +185,7 @@ def run(
 def resume(session: str, as_json: Json = False) -> None:
     """Continue a session from its last checkpoint."""
 
-    def body():
+    def body() -> None:
         sessions = Sessions()
         if sessions.pending_approval(session) is not None:
             raise ToolError(
@@ -219,7 +219,7 @@ def approve(
     """Approve the patch a paused session proposes (or your edit of it), or the batch of candidates
     it would try at once on the target's [[hosts]], and continue the loop."""
 
-    def body():
+    def body() -> None:
         answer: dict = {"approved": True, "by": "human"}
         if only:
             answer["playbooks"] = only

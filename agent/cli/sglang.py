@@ -89,7 +89,7 @@ def instrument_cmd(
 ) -> None:
     """Insert perfloop's dormant profiler hook into the target's eager decode step (or remove it)."""
 
-    def body():
+    def body() -> None:
         site = _site(repo, _kind(kind))
         with GitWorkspace(repo) as ws:
             records = _load_records(ws)
@@ -125,7 +125,7 @@ def apply_cmd(
 ) -> None:
     """Apply a playbook's patch to the target's working tree (all hunks or none)."""
 
-    def body():
+    def body() -> None:
         books = {b.id: b for b in load_playbooks()}
         if playbook_id not in books:
             raise ConfigError(f"no playbook {playbook_id!r}; known: {', '.join(books)}")

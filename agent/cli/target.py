@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -18,7 +19,7 @@ DEMO_SOURCE = PROJECT_ROOT / "examples" / "targets" / "mla_server"
 DEMO_CONFIG = PROJECT_ROOT / "examples" / "targets" / "mla_server.toml"
 
 
-def load_target(path: Path, **overrides) -> TargetConfig:
+def load_target(path: Path, **overrides: Any) -> TargetConfig:
     """Parse and validate a target TOML; `repo` is resolved relative to the file."""
     try:
         data = tomllib.loads(path.read_text())
@@ -71,7 +72,7 @@ def with_host(
     return target.model_copy(update={"host": host})
 
 
-def with_proposer(target: TargetConfig, **overrides) -> TargetConfig:
+def with_proposer(target: TargetConfig, **overrides: Any) -> TargetConfig:
     """Apply the command line's proposer options (None: keep the target's `[proposer]` value);
     the endpoint defaults to $OPENAI_BASE_URL, read now so that the session records it."""
     cfg = target.proposer

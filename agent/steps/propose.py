@@ -27,6 +27,7 @@ from agent.steps.fanout import fan_out
 from playbooks import launch
 from playbooks.engine import launch_conflict
 from playbooks.patches import NoPatch, choose_patch
+from playbooks.schema import Playbook
 from state.loop import LoopState, Proposal
 from state.updates import LoopUpdate
 
@@ -38,7 +39,9 @@ def files_of(diff: str) -> list[str]:
     return sorted(set(re.findall(r"^\+\+\+ b/(\S+)", diff, flags=re.M)))
 
 
-def launch_fix(state: LoopState, book, books: dict) -> tuple[list[str] | None, str | None]:
+def launch_fix(
+    state: LoopState, book: Playbook, books: dict[str, Playbook]
+) -> tuple[list[str] | None, str | None]:
     """(the launch command the playbook's launch change gives, None) or (None, why it is not
     proposed): no change for this kind, options already so, or a conflict with a patch in the tree
     or still to be tried."""

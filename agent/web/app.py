@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -40,7 +41,7 @@ class Web:
         self.lock = threading.Lock()
         self.env = environment("agent.web")
 
-    def page(self, name: str, status: int = 200, **values) -> HTMLResponse:
+    def page(self, name: str, status: int = 200, **values: Any) -> HTMLResponse:
         html = self.env.get_template(name).render(csrf=self.guard.csrf(), **values)
         return HTMLResponse(html, status_code=status)
 

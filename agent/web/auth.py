@@ -15,6 +15,7 @@ import secrets
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.types import ASGIApp
 
 COOKIE = "perfloop_token"
 
@@ -54,7 +55,7 @@ class Guard:
 class TokenMiddleware(BaseHTTPMiddleware):
     """Refuses (401) any request without the token; POSTs from another origin are refused (403)."""
 
-    def __init__(self, app, guard: Guard) -> None:
+    def __init__(self, app: ASGIApp, guard: Guard) -> None:
         super().__init__(app)
         self.guard = guard
 

@@ -12,7 +12,9 @@ import os
 import re
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from state.proposer import CodeArgs, CodeResult, DiffArgs, FilesArgs, FileTexts
 from tools.door import tool
@@ -133,7 +135,7 @@ def list_dir(repo: Path, path: str) -> str:
     return "\n".join(names) or "(empty)"
 
 
-def _answer(fn, *args) -> CodeResult:
+def _answer(fn: Callable[..., str], *args: Any) -> CodeResult:
     try:
         return CodeResult(ok=True, text=fn(*args))
     except Refused as exc:
