@@ -1,4 +1,4 @@
-"""Steps that find the bottleneck: profile the running server, diagnose it (propose: steps_propose.py)."""
+"""Steps that find the bottleneck: profile the running server, diagnose it (propose: propose.py)."""
 
 from __future__ import annotations
 
