@@ -56,7 +56,7 @@ class MeasuredBaseline:
 
     measurement: Measurement
     """The baseline (it becomes the first reference)."""
-    update: LoopUpdate = field(default_factory=lambda: LoopUpdate())
+    update: LoopUpdate = field(default_factory=LoopUpdate)
     """State the rule sets besides (the launch noise, the gate's reference outputs)."""
     note: str = ""
     """What the rule adds to the step's note (starting with `; `), or nothing."""

@@ -1,4 +1,4 @@
-"""The loop's shared actions (agent/steps/actions.py) against a real git repo and real server processes."""
+"""Starting the loop's server (agent/serving.py) against a real git repo and real server processes."""
 
 from __future__ import annotations
 
