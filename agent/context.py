@@ -13,10 +13,11 @@ from langgraph.types import Command
 
 from state.base import utcnow
 from state.loop import LoopState, Transition
+from state.updates import LoopUpdate
 from tools.door import Door
 from tools.door.faults import fault_point
 from tools.door.registry import In, Out
-from tools.errors import ToolError
+from tools.errors import ToolError, first_line
 
 Node = Callable[[LoopState, "Runtime[LoopContext]"], Command]
 T = TypeVar("T")
@@ -74,15 +75,15 @@ def step(fn: Node | None = None, *, guarded: bool = True) -> Any:
             except ToolError as exc:
                 if not guarded:
                     raise
-                message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                message = first_line(exc)
                 cmd = Command(
-                    update={
-                        "error": f"{node}: {message}",
-                        "transitions": transition(node, f"error: {message}"),
-                    },
+                    update=LoopUpdate(
+                        error=f"{node}: {message}", transitions=transition(node, f"error: {message}")
+                    ),
                     goto="abort",
                 )
-            return Command(update={**(cmd.update or {}), "calls_done": door.next_seq()}, goto=cmd.goto)
+            update: LoopUpdate = {**(cmd.update or {}), "calls_done": door.next_seq()}
+            return Command(update=update, goto=cmd.goto)
 
         return run
 

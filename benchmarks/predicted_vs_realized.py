@@ -30,7 +30,7 @@ def main(exports: list[str]) -> None:
             predicted = d.predicted_speedup
             ratio = f"{realized / predicted:.2f}" if realized and predicted else "-"
             print(
-                f"| {sid} | {d.iteration} | {d.playbook} | {d.verdict} | {d.tpot_ms_before:.1f} -> "
+                f"| {sid} | {d.iteration} | {d.source} | {d.verdict} | {d.tpot_ms_before:.1f} -> "
                 f"{d.tpot_ms_after:.1f} | {realized:.2f}x | "
                 f"{'-' if predicted is None else f'{predicted:.2f}x'} | {ratio} |"
             )

@@ -31,7 +31,7 @@ from state.decision import OutputsArgs  # noqa: E402
 from state.target import CorrectnessConfig, LaunchConfig  # noqa: E402
 from state.tolerance import ScoreArgs  # noqa: E402
 from tools import bench, server  # noqa: E402
-from tools.gate.score import score  # noqa: E402
+from tools.tolerance.score import score  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from decisions import copy_demo  # noqa: E402

@@ -1,9 +1,39 @@
-"""Fixes that change the server's launch command instead of its code (pure functions)."""
+"""Editing a server's launch command (pure functions): the one editor of flags, for the fixes that
+change the launch command instead of the code and for `perfloop demo`'s device and preset."""
 
 from collections.abc import Iterable
 
 from playbooks.engine import flag_value, launch_conflict
 from playbooks.schema import LaunchEdit, Playbook
+
+
+def _flag_at(argv: list[str], flag: str) -> tuple[int, int] | None:
+    """Where `flag` stands in argv and how many items it takes: 2 for `--flag V`, 1 for `--flag=V`
+    or a bare flag; None if absent (pure)."""
+    value = flag_value(argv, flag)
+    if value is None:
+        return None
+    i = next(i for i, a in enumerate(argv) if a == flag or a.startswith(flag + "="))
+    return i, 2 if argv[i] == flag and value != "" else 1
+
+
+def with_flag(argv: list[str], flag: str, value: str) -> list[str]:
+    """The launch command with `flag value` in place of the flag's own (`--flag V` or `--flag=V`),
+    or added at the end (pure)."""
+    at = _flag_at(argv, flag)
+    if at is None:
+        return [*argv, flag, value]
+    i, width = at
+    return [*argv[:i], flag, value, *argv[i + width :]]
+
+
+def without_flag(argv: list[str], flag: str) -> list[str]:
+    """The launch command without `flag` and its value, if it has one (pure)."""
+    at = _flag_at(argv, flag)
+    if at is None:
+        return list(argv)
+    i, width = at
+    return [*argv[:i], *argv[i + width :]]
 
 
 def edited_argv(argv: list[str], edits: list[LaunchEdit]) -> list[str]:
@@ -13,17 +43,15 @@ def edited_argv(argv: list[str], edits: list[LaunchEdit]) -> list[str]:
         value = flag_value(out, edit.flag)
         if value is None:
             continue
-        i = next(i for i, a in enumerate(out) if a == edit.flag or a.startswith(edit.flag + "="))
-        width = 2 if out[i] == edit.flag and value != "" else 1
         if edit.action == "remove":
-            del out[i : i + width]
+            out = without_flag(out, edit.flag)
         elif edit.action == "raise":
             try:
                 low = float(value) < edit.value
             except ValueError:
                 low = False
             if low:
-                out[i : i + width] = [edit.flag, _number(edit.value)]
+                out = with_flag(out, edit.flag, _number(edit.value))
     return out
 
 

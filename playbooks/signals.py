@@ -176,7 +176,9 @@ def collective_fields(c: CollectiveStats | None) -> dict:
     )
 
 
-def _fields(op: str, calls: int, us: float, profile: ProfileSummary, active_tokens: int, **extra) -> dict:
+def _fields(
+    op: str, calls: int, us: float, profile: ProfileSummary, active_tokens: int, **extra: object
+) -> dict:
     """Template fields for a signal line: NOTE_FIELDS' names, neutral where they do not apply."""
     base: dict[str, object] = {
         key: "-" if isinstance(value, str) else 0 for key, value in NOTE_FIELDS.items()

@@ -12,9 +12,15 @@ every config model: `perfloop analyze` imports it and starts faster without them
 
 
 class Model(BaseModel):
-    """A pydantic model that rejects unknown fields (typos in configs fail loudly)."""
+    """A pydantic model that rejects unknown fields (typos in configs fail loudly).
 
-    model_config = ConfigDict(extra="forbid")
+    A field renamed since sessions were first recorded keeps its old name as its alias
+    (`Field(alias="old")`): it is read by either name and written by the old one, so every
+    recording, export and checkpoint reads as before, and is written as before."""
+
+    model_config = ConfigDict(
+        extra="forbid", validate_by_name=True, validate_by_alias=True, serialize_by_alias=True
+    )
 
 
 def utcnow() -> datetime:

@@ -1,7 +1,7 @@
 """Identifiers that come from outside (command lines, exports, recordings): one strict pattern each."""
 
 import re
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator
 
@@ -31,3 +31,7 @@ def _checked(value: str) -> str:
 
 SessionId = Annotated[str, AfterValidator(_checked)]
 """A str field that holds a session id."""
+
+
+ForkStep = Literal["profile", "diagnose", "propose", "approve"]
+"""Steps a session can be forked at: decision points before the tree changes in an iteration."""

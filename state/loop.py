@@ -10,7 +10,7 @@ from pydantic import Field, model_validator
 from state.base import Model
 from state.decision import Judgement, LaunchNoise, MechanismCheck, OutputsResult, Prediction
 from state.diagnosis import Diagnosis, Evidence
-from state.ids import SessionId
+from state.ids import ForkStep, SessionId
 from state.measure import Measurement
 from state.process import ServerHandle
 from state.proposer import LlmOrigin, LlmUsage, ModelTrial
@@ -20,9 +20,6 @@ from state.target import TargetConfig
 from state.tolerance import ScoreResult, ToleranceResult
 from state.trials import Trial
 from state.workspace import CommitInfo, InstrumentationRecord, WorkspaceSnapshot
-
-ForkStep = Literal["profile", "diagnose", "propose", "approve"]
-"""Steps a session can be forked at: decision points before the tree changes in an iteration."""
 
 
 class LoopOptions(Model):
@@ -53,9 +50,8 @@ class LoopOptions(Model):
     parallel: int | None = Field(default=None, ge=1)
     """Most candidates tried at once on the target's `[[hosts]]` (`--parallel`); None: one per host."""
     decision_rule: Literal["iqr-v0", "ci-v1"] = "iqr-v0"
-    """How candidates are judged. New sessions use `ci-v1` (agent/decision: CI of the speedup with
-    A/A launch noise, sequential looks). Sessions recorded before it carry none and replay with
-    the rule they were decided by, `iqr-v0` (median gain beyond the larger IQR, agent/decision/judge.py)."""
+    """How candidates are judged (agent/decision/rules.py): `ci-v1` for new sessions; sessions recorded
+    before it carry none and replay with the rule they were decided by, `iqr-v0`."""
 
 
 class ProfileResult(Model):
@@ -82,8 +78,8 @@ class Proposal(Model):
 
     iteration: int
     """Loop iteration."""
-    playbook: str
-    """Playbook id."""
+    source: str = Field(alias="playbook")
+    """Where the patch comes from: the matched playbook's id, or `llm` / `llm-N` for a model's."""
     title: str
     """One-line title."""
     explanation: str
@@ -134,8 +130,8 @@ class Decision(Model):
 
     iteration: int
     """Loop iteration."""
-    playbook: str
-    """Playbook id."""
+    source: str = Field(alias="playbook")
+    """The proposal's `source`: a playbook id, or `llm` / `llm-N` for a model's patch."""
     verdict: Literal["accepted", "rejected", "regression", "inconclusive", "failed"]
     """accepted: kept; rejected: by a human, or by measurement (outputs changed, or no gain worth
     keeping); regression: measurably slower; inconclusive: the budget of looks was spent without
@@ -157,9 +153,7 @@ class Decision(Model):
     predicted_speedup: float | None = None
     """The speedup the diagnosis predicted for this fix, against the measured before / after."""
     edited: bool = False
-    """Whether the patch judged was a human's edit sent with `perfloop approve --patch`, not the
-    playbook's: it is its own proposal, reported as edited, never under the playbook's name."""
-
+    """Whether it judged a human's edit (`perfloop approve --patch`), reported as such, not as `source`."""
     judgement: Judgement | None = None
     """The CI rule's evidence: every look, launch noise, both arms (None for the IQR rule)."""
     prediction: Prediction | None = None
@@ -169,8 +163,8 @@ class Decision(Model):
 
     @property
     def label(self) -> str:
-        """What was judged: the playbook id, or the edited patch that replaced its proposal."""
-        return edited_label(self.playbook) if self.edited else self.playbook
+        """What was judged: the proposal's source, or the edited patch that replaced it."""
+        return edited_label(self.source) if self.edited else self.source
 
 
 def edited_label(playbook: str) -> str:
@@ -216,8 +210,8 @@ class LoopState(Model):
     """First measurement of the session."""
     reference: Measurement | None = None
     """Measurement of the best accepted state so far (starts as the baseline)."""
-    candidate: Measurement | None = None
-    """Measurement of the current candidate patch."""
+    candidate_measurement: Measurement | None = Field(default=None, alias="candidate")
+    """Measurement of the current candidate (not to be confused with `candidates`, the proposals)."""
     correctness: OutputsResult | None = None
     """The reference's outputs on the session's correctness set (CI-rule sessions, exact gate)."""
     tolerance_reference: ScoreResult | None = None
@@ -286,8 +280,13 @@ class LoopState(Model):
 
     @property
     def argv(self) -> list[str]:
-        """The launch command the server runs with now: the candidate's, the session's, the target's."""
-        return self.pending_launch or self.launch_argv or self.target.launch.argv
+        """The launch command the server runs with now: the candidate's, else `kept_argv`."""
+        return self.pending_launch or self.kept_argv
+
+    @property
+    def kept_argv(self) -> list[str]:
+        """The launch command kept so far: the session's (accepted launch-option fixes), the target's."""
+        return self.launch_argv or self.target.launch.argv
 
     @property
     def edited(self) -> bool:
@@ -296,5 +295,5 @@ class LoopState(Model):
 
     @property
     def tried(self) -> set[str]:
-        """Playbooks already proposed in this session (each has a decision; never proposed twice)."""
-        return {d.playbook for d in self.decisions}
+        """Sources already proposed in this session (each has a decision; never proposed twice)."""
+        return {d.source for d in self.decisions}

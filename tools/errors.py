@@ -29,6 +29,17 @@ class LlmError(ToolError):
     """A model endpoint could not be reached, refused the request, or answered unusably."""
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message, or its type's name when it has none."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def one_line(exc: BaseException) -> str:
+    """`Type: first line of the message`, as the door records errors."""
+    return f"{type(exc).__name__}: {exc}".splitlines()[0]
+
+
 def error_from(text: str) -> Exception:
     """The exception a one-line `Type: message` names (a recorded or remote error): the same
     `tools.errors` class when it is one, or the same imported ToolError subclass, else a ToolError

@@ -13,7 +13,9 @@ import hashlib
 import json
 import secrets
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from state.calls import PathArgs, ProfileArgs, ProfileFiles
 from state.profile import ProfileSummary
@@ -26,6 +28,8 @@ from tools.http import post_json
 from tools.progress import report
 from tools.sglang.layout import parse_version
 from tools.sglang.server import rank_traces, start_profile_body
+
+T = TypeVar("T")
 
 _POLL_S = 0.2
 
@@ -44,7 +48,7 @@ def attempt_id(profile_id: str) -> str:
     return f"{profile_id}-{secrets.token_hex(3)}"
 
 
-def _wait_for(describe: str, find, timeout_s: float):
+def _wait_for(describe: str, find: Callable[[], T | None], timeout_s: float) -> T:
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout_s:
         found = find()

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from tools import bench, limits, profiling, server
 from tools.door.registry import ToolSpec, spec_of
-from tools.gate import score
 from tools.hosts import info, transfer
 from tools.llm import chat, code
 from tools.store import aa
+from tools.tolerance import score
 from tools.workspace import reference, repo
 
 TOOLS = (
@@ -42,7 +42,7 @@ TOOLS = (
     bench.measure,
     bench.measure_pair,
     bench.outputs,
-    # the tolerance output gate's teacher-forced scores (tools/gate/score.py)
+    # the tolerance output gate's teacher-forced scores (tools/tolerance/score.py)
     score.score,
     # launch noise: the A/A store beside the session store
     aa.record,

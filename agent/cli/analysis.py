@@ -104,7 +104,7 @@ def analyze(
 ) -> None:
     """Time per operator (or kernel), device idle, syncs and steps of profiler traces."""
 
-    def body():
+    def body() -> None:
         if by not in ("op", "kernel"):
             raise ToolError(f"--by must be op or kernel, not {by!r}")
         profile = read_profiles(traces, steps)
@@ -140,7 +140,7 @@ def diagnose(
     if playbooks is None:
         playbooks = []
 
-    def body():
+    def body() -> None:
         profile = read_profiles(traces, steps)
         source = "flag"
         bw = bandwidth_gbs
@@ -170,7 +170,7 @@ def diff(
 ) -> None:
     """Which operator groups grew, shrank, appeared or vanished between two profiles (per step)."""
 
-    def body():
+    def body() -> None:
         result = diff_profiles(read_profiles([before]), read_profiles([after]))
         result = result.model_copy(update={"ops": result.ops[:top]})
         if as_json:

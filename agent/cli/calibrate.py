@@ -11,7 +11,8 @@ import typer
 from rich.console import Console
 
 from agent.cli.common import HostPython, HostUrl, Json, TrustNew, run_command
-from agent.cli.target import check_repo, load_target, with_host
+from agent.cli.preflight import check_repo
+from agent.cli.target import load_target, with_host
 from agent.decision.calibrate import calibrate as run_calibration
 from agent.sessions.remote import executor_for, remote_options
 from agent.sessions.runner import Sessions, new_session_id
@@ -30,7 +31,7 @@ def calibrate(
 ) -> None:
     """Launch the target's current tree N times (N pairs with interleaved arms), each an A/A sample."""
 
-    def body():
+    def body() -> None:
         target = with_host(load_target(target_toml), host, trust_new_host, host_python)
         check_repo(target)
         sessions = Sessions()

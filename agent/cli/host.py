@@ -37,7 +37,7 @@ def setup(
     fetched here for its version and platform, uploaded over SFTP, unpacked into
     ~/.cache/perfloop/env-cp<XY> there, used by perfloop's tools only (the engine's Python is untouched)."""
 
-    def body():
+    def body() -> None:
         if wheels is not None and not wheels.is_dir():
             raise ConfigError(f"--wheels {wheels} is not a folder")
         try:

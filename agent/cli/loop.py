@@ -34,19 +34,11 @@ from agent.cli.common import (
     run_command,
 )
 from agent.cli.preflight import check_setup
-from agent.cli.target import (
-    DEMO_CONFIG,
-    DEMO_SOURCE,
-    check_repo,
-    load_target,
-    with_flag,
-    with_host,
-    with_proposer,
-    without_flag,
-)
+from agent.cli.target import DEMO_CONFIG, DEMO_SOURCE, load_target, with_host, with_proposer
 from agent.sessions.approving import answer_session, edited_patch
 from agent.sessions.remote import remote_base
 from agent.sessions.runner import Sessions, new_session_id
+from playbooks.launch import with_flag, without_flag
 from tools.errors import ConfigError, ToolError
 
 
@@ -105,7 +97,7 @@ def demo(
 ) -> None:
     """Copy the embedded MLA demo server into a workspace (on --host if given) and run the loop on it."""
 
-    def body():
+    def body() -> None:
         choice("device", device, ("cpu", "cuda"))
         choice("preset", preset, ("cpu", "glm5"))
         floor = (floor_ms, floor_factor)
@@ -181,7 +173,7 @@ def run(
 ) -> None:
     """Run the loop on the target a TOML file describes."""
 
-    def body():
+    def body() -> None:
         target = with_host(load_target(target_toml), host, trust_new_host, host_python)
         target = with_proposer(
             target,
@@ -202,7 +194,6 @@ def run(
             )
         opts["parallel"] = parallel
         target = target.model_copy(update={"profile": target.profile.model_copy(update={"method": method})})
-        check_repo(target)
         check_setup(target, opts)
         sessions = Sessions()
         state = sessions.start(target, opts, new_session_id(), target_toml.resolve())
@@ -214,7 +205,7 @@ def run(
 def resume(session: str, as_json: Json = False) -> None:
     """Continue a session from its last checkpoint."""
 
-    def body():
+    def body() -> None:
         sessions = Sessions()
         if sessions.pending_approval(session) is not None:
             raise ToolError(
@@ -248,7 +239,7 @@ def approve(
     """Approve the patch a paused session proposes (or your edit of it), or the batch of candidates
     it would try at once on the target's [[hosts]], and continue the loop."""
 
-    def body():
+    def body() -> None:
         answer: dict = {"approved": True, "by": "human"}
         if only:
             answer["playbooks"] = only

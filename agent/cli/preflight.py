@@ -17,8 +17,8 @@ from state.target import TargetConfig
 from state.workspace import PatchPolicy
 from tools.errors import ConfigError, PatchError
 from tools.hosts.listeners import port_in_use
-from tools.workspace.gate import scan_patch
 from tools.workspace.git import GitWorkspace
+from tools.workspace.patch_check import scan_patch
 
 _INTERPRETERS = ("bash", "sh", "dash", "zsh", "python", "python3", "{python}")
 
@@ -46,8 +46,12 @@ def check_playbooks(dirs: list[Path], builtin: bool = True, kind: str | None = N
                 raise ConfigError(f"--playbooks: playbook {book.id}: patch {path}: {exc}") from None
 
 
-def check_repo_state(target: TargetConfig) -> None:
-    """The repository exists, is a git checkout's top level and has a commit to branch from."""
+def check_repo(target: TargetConfig) -> None:
+    """The repository exists, is a git checkout's top level (never a subfolder of another) and has a
+    commit to branch from. A repo on an SSH host is not checked here: the first tool run there names
+    what is missing."""
+    if target.host.kind != "local":
+        return
     repo = target.repo
     if not repo.is_dir():
         raise ConfigError(f"target repo {repo} does not exist; set `repo` in the target config")
@@ -99,10 +103,11 @@ def check_port(target: TargetConfig) -> None:
 
 def check_setup(target: TargetConfig, options: dict, *, repo_exists: bool = True) -> None:
     """Every set-up check that can run before the session starts (see the module docstring)."""
+    if repo_exists:
+        check_repo(target)
     check_playbooks(options.get("playbook_dirs", []), options.get("builtin_playbooks", True), target.kind)
     if target.host.kind != "local":
         return
     if repo_exists:
-        check_repo_state(target)
         check_launch(target, options["python"])
     check_port(target)

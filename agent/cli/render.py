@@ -138,7 +138,7 @@ def show_json(info: SessionInfo, state: LoopState, calls: list[ToolCallRecord]) 
         "transitions": [t.model_dump(mode="json") for t in state.transitions],
         "measurements": [
             m.model_dump(mode="json", exclude={"requests"})
-            for m in (state.baseline, state.reference, state.candidate)
+            for m in (state.baseline, state.reference, state.candidate_measurement)
             if m
         ],
         "decisions": [{**d.model_dump(mode="json"), "label": d.label} for d in state.decisions],

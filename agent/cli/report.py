@@ -25,7 +25,7 @@ def report(
     """Write a session's report: summary, plots, each proposal's diff and decision, as one HTML
     file that works offline (also for an imported recording)."""
 
-    def body():
+    def body() -> None:
         from agent.report.data import gather
         from agent.report.html import render_report
 

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from tools import progress
-from tools.errors import ToolError
+from tools.errors import ToolError, one_line
 from tools.interrupts import Interrupted
 from tools.secrets import redact
 
@@ -55,9 +55,8 @@ def run_command(body: Callable[[], T]) -> T:
     except Exception as exc:  # a bug: one line, the traceback on request, the session resumable
         if os.environ.get("PERFLOOP_DEBUG"):
             raise
-        first = redact(str(exc)).splitlines()[0] if str(exc) else ""
         err.print(
-            f"[red]internal error:[/red] {type(exc).__name__}: {first} (PERFLOOP_DEBUG=1 shows "
+            f"[red]internal error:[/red] {redact(one_line(exc))} (PERFLOOP_DEBUG=1 shows "
             "the traceback; a session it stopped continues with `perfloop resume SESSION`)",
             highlight=False,
             soft_wrap=True,

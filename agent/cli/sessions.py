@@ -19,7 +19,7 @@ from tools.door.replay import ReplayDivergence
 def replay(session: str, as_json: Json = False) -> None:
     """Run a recorded session again with every tool call answered from its recording (no host)."""
 
-    def body():
+    def body() -> None:
         s = Sessions()
         info = s.info(session)
         try:
@@ -48,7 +48,7 @@ def export_cmd(
 ) -> None:
     """Write a recorded session to one file, to import and replay it on another machine."""
 
-    def body():
+    def body() -> None:
         n = export_session(Sessions().store, session, output)
         Console().print(f"exported session {session} ({n} tool calls) to {output}")
 
@@ -58,7 +58,7 @@ def export_cmd(
 def import_cmd(file: Path) -> None:
     """Import a session exported with `perfloop export`; then `perfloop replay` it."""
 
-    def body():
+    def body() -> None:
         sid = import_session(Sessions().store, file)
         Console().print(f"imported session {sid}; replay it with `perfloop replay {sid}`")
 
@@ -79,7 +79,7 @@ def fork(
 ) -> None:
     """Start a new session from a checkpoint of an ended one, and run it live."""
 
-    def body():
+    def body() -> None:
         if approve is not None:
             choice("approve", approve, ("auto", "manual"))
         s = Sessions()
@@ -92,7 +92,7 @@ def fork(
 def sessions(as_json: Json = False) -> None:
     """List the store's sessions (of every machine using it), with the host and status."""
 
-    def body():
+    def body() -> None:
         store = Sessions().store
         infos, held = store.list_sessions(), store.held()
         if as_json:
@@ -106,7 +106,7 @@ def sessions(as_json: Json = False) -> None:
 def show(session: str, as_json: Json = False) -> None:
     """Show a session: transitions in order, measurements, patches, decisions."""
 
-    def body():
+    def body() -> None:
         s = Sessions()
         info, state = s.info(session), s.state(session)
         calls = s.store.tool_calls(session)

@@ -24,10 +24,10 @@ from state.workspace import InstrumentationRecord, PatchPolicy
 from tools.errors import ConfigError
 from tools.sglang.layout import hook_site, locate
 from tools.sglang.patches import apply_sglang_patch
-from tools.workspace.gate import gate_workspace
 from tools.workspace.git import GitWorkspace
 from tools.workspace.instrumentation import instrument as insert_hook
 from tools.workspace.instrumentation import remove_instrumentation
+from tools.workspace.patch_check import gate_workspace
 
 RECORDS_FILE = "perfloop-instrumentation.json"
 """File in the repo's git dir: repo-relative path -> InstrumentationRecord of what we inserted."""
@@ -89,7 +89,7 @@ def instrument_cmd(
 ) -> None:
     """Insert perfloop's dormant profiler hook into the target's eager decode step (or remove it)."""
 
-    def body():
+    def body() -> None:
         site = _site(repo, _kind(kind))
         with GitWorkspace(repo) as ws:
             records = _load_records(ws)
@@ -125,7 +125,7 @@ def apply_cmd(
 ) -> None:
     """Apply a playbook's patch to the target's working tree (all hunks or none)."""
 
-    def body():
+    def body() -> None:
         books = {b.id: b for b in load_playbooks()}
         if playbook_id not in books:
             raise ConfigError(f"no playbook {playbook_id!r}; known: {', '.join(books)}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -18,7 +19,7 @@ DEMO_SOURCE = PROJECT_ROOT / "examples" / "targets" / "mla_server"
 DEMO_CONFIG = PROJECT_ROOT / "examples" / "targets" / "mla_server.toml"
 
 
-def load_target(path: Path, **overrides) -> TargetConfig:
+def load_target(path: Path, **overrides: Any) -> TargetConfig:
     """Parse and validate a target TOML; `repo` is resolved relative to the file."""
     try:
         data = tomllib.loads(path.read_text())
@@ -43,37 +44,6 @@ def load_target(path: Path, **overrides) -> TargetConfig:
     if not repo.is_absolute():
         repo = (path.parent / repo).resolve()
     return target.model_copy(update={"repo": repo})
-
-
-def with_flag(argv: list[str], flag: str, value: str) -> list[str]:
-    """Set `flag value` in a launch command, replacing an existing value (pure)."""
-    if flag in argv:
-        i = argv.index(flag)
-        return [*argv[: i + 1], value, *argv[i + 2 :]]
-    return [*argv, flag, value]
-
-
-def without_flag(argv: list[str], flag: str) -> list[str]:
-    """A launch command without `flag` and its value (pure)."""
-    if flag not in argv:
-        return argv
-    i = argv.index(flag)
-    return [*argv[:i], *argv[i + 2 :]]
-
-
-def check_repo(target: TargetConfig) -> None:
-    """The repo must exist and be the top level of a git checkout (never a subfolder of another).
-    A repo on an SSH host is not checked here: the first tool run there names what is missing."""
-    if target.host.kind == "ssh":
-        return
-    repo = target.repo
-    if not repo.is_dir():
-        raise ConfigError(f"target repo {repo} does not exist; set `repo` in the target config")
-    if not (repo / ".git").exists():
-        raise ConfigError(
-            f"target repo {repo} is not the top level of a git checkout; "
-            f"run `git init` there and commit the engine source first"
-        )
 
 
 def with_host(
@@ -102,7 +72,7 @@ def with_host(
     return target.model_copy(update={"host": host})
 
 
-def with_proposer(target: TargetConfig, **overrides) -> TargetConfig:
+def with_proposer(target: TargetConfig, **overrides: Any) -> TargetConfig:
     """Apply the command line's proposer options (None: keep the target's `[proposer]` value);
     the endpoint defaults to $OPENAI_BASE_URL, read now so that the session records it."""
     cfg = target.proposer

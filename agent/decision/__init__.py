@@ -1,12 +1,17 @@
 """Judging a candidate: is it faster than the reference, by how much, how sure, and are its outputs
 still right?
 
+The seam the steps call: `rules.rule_for(name)` gives the session's `Rule` (`judging`: baseline,
+judge, verdict; results as `JudgedCandidate` / `RuleVerdict`): `ci` (`ci-v1`, every new session) or
+`legacy` (`iqr-v0`, the only module that names it, for sessions recorded before `ci-v1`).
+
 Pure statistics: `rule` (per-request log TPOT, Hodges-Lehmann shift per prompt, a bootstrap stratified
 by prompt plus launch-to-launch noise, verdicts over sequential looks), `noise` (launch noise pooled
-from A/A launches), `mechanism` (did the predicted op shrink?), `judge` (the verdict). Measuring the
-arms: `measuring` (one arm's launches and requests, drift, A/A records), `interleave` (both arms live
-at once, requests alternated), `calibrate` (A/A launches on demand). Outputs: `correctness` (the
-prompt set), `outputs` (identical or within tolerance).
+from A/A launches), `mechanism` (did the predicted op shrink?). Measuring the arms: `measuring` (a
+candidate look by look on its own launch, drift, A/A records), `interleave` (both arms live at once,
+requests alternated), `calibrate` (A/A launches on demand). Outputs: `correctness` (the prompt set),
+`outputs` (the output gate: identical, or within tolerance).
 
-May import: `agent.context`, `agent.steps.actions` (to measure a server), `tools`, `state`.
+May import: `agent.context`, `agent.serving` (to start and measure a server), `tools`, `state`;
+never `agent.steps` (which sits above it).
 """

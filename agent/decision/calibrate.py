@@ -18,7 +18,7 @@ from agent.decision.interleave import launch_beside, pair_args, stop_reference
 from agent.decision.measuring import budget, measure_arm, record_aa
 from agent.decision.noise import pair_noise, sample_group, target_key
 from agent.decision.rule import arm_location, by_prompt, combined_shift
-from agent.steps.actions import start_server
+from agent.serving import start_server
 from state.calls import PairArgs, ServerArgs
 from state.decision import AARecordArgs, AASample, LaunchNoise
 from state.loop import LoopOptions, LoopState

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import random
-from typing import Any
 
 from langgraph.runtime import Runtime
 
@@ -19,6 +18,7 @@ from agent.context import LoopContext, call, need
 from state.decision import OutputsArgs, OutputsResult
 from state.loop import LoopState
 from state.target import CorrectnessConfig
+from state.updates import LoopUpdate
 from tools import bench
 
 WORDS = [
@@ -109,7 +109,7 @@ def take_outputs(state: LoopState, runtime: Runtime[LoopContext]) -> OutputsResu
     )
 
 
-def describe(state: LoopState, update: dict[str, Any]) -> str:
+def describe(state: LoopState, update: LoopUpdate) -> str:
     """The baseline's gate reference in `update`, e.g. `correctness set: 5 prompts (2 random, up to
     600 chars), 40 tokens each, 3 at once: 12.1 s` or `... scored for the tolerance gate: 3.2 s`."""
     cfg = state.target.correctness
@@ -119,7 +119,7 @@ def describe(state: LoopState, update: dict[str, Any]) -> str:
             f"correctness set: {len(scored.texts)} prompts {head}, greedy continuations scored for "
             f"the tolerance gate: {scored.duration_s:.1f} s"
         )
-    result: OutputsResult = update["correctness"]
+    result = need(update.get("correctness"), "correctness outputs")
     return (
         f"correctness set: {len(result.sequential)} prompts {head}, {len(result.concurrent)} at "
         f"once: {result.duration_s:.1f} s"

@@ -19,16 +19,17 @@ from pathlib import Path
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, call, host_dir, need
+from agent.decision import outputs
+from agent.decision.judging import JudgedCandidate
 from agent.decision.measuring import annotate, judgement_of, measure_arm, merge, outputs_problem
 from agent.decision.noise import pair_noise
-from agent.decision.outputs import check, tolerant
 from agent.decision.rule import by_prompt, look, needs_confirmation, replicated
-from state.calls import LaunchArgs, MeasureArgs, PairArgs, PidFileArgs, RepoArgs, ServerArgs
-from state.decision import Judgement, LaunchNoise, Look
+from agent.serving import launch_args, measure_args
+from state.calls import MeasureArgs, PairArgs, PidFileArgs, RepoArgs, ServerArgs
+from state.decision import LaunchNoise, Look
 from state.loop import LoopState
 from state.measure import Measurement
 from state.process import ServerHandle
-from state.tolerance import ToleranceResult
 from state.workspace import ReferenceCopyArgs, RemoveCopyArgs
 from tools import bench, progress, server
 from tools.workspace import reference, repo
@@ -41,7 +42,7 @@ def reference_dir(state: LoopState) -> Path:
 
 def reference_tree(state: LoopState, runtime: Runtime[LoopContext]) -> tuple[Path, list[str]]:
     """(checkout, launch command) the reference server runs from."""
-    argv = state.launch_argv or state.target.launch.argv
+    argv = state.kept_argv
     commit = state.pending_commit
     if commit is None:  # a launch-option fix: the same tree, the options kept so far
         return state.target.repo, argv
@@ -74,21 +75,18 @@ def launch_beside(
     files = host_dir(state)
     snap = call(runtime, repo.snapshot, RepoArgs(repo=where))
     instrumented = bool(state.server and state.server.instrumented)
-    return call(
-        runtime,
-        server.launch,
-        LaunchArgs(
-            repo=where,
-            launch=state.target.launch.model_copy(update={"argv": argv}),
-            python=state.options.python,
-            log_path=files / "logs" / f"server-{number}-{role}.log",
-            tree_sha256=repo.tree_fingerprint(snap),
-            instrumented=instrumented,
-            profile_dir=files / f"profiler-{role}" if instrumented else None,
-            launch_number=number,
-            pid_file=files / f"{role}.pid",
-        ),
+    args = launch_args(
+        state.target,
+        where,
+        argv,
+        state.options.python,
+        files / "logs" / f"server-{number}-{role}.log",
+        repo.tree_fingerprint(snap),
+        number,
+        files / f"{role}.pid",
+        profile_dir=files / f"profiler-{role}" if instrumented else None,
     )
+    return call(runtime, server.launch, args)
 
 
 def stop_reference(state: LoopState, runtime: Runtime[LoopContext]) -> None:
@@ -108,15 +106,8 @@ def stop_reference(state: LoopState, runtime: Runtime[LoopContext]) -> None:
 def pair_args(state: LoopState, handle: ServerHandle, label: str, repeats: int, warmups: int) -> MeasureArgs:
     """One arm's workload: the target's prompts, `repeats` per prompt after `warmups` warm-ups."""
     cfg = state.target.measure.model_copy(update={"repeats": repeats, "warmup_requests": warmups})
-    return MeasureArgs(
-        base_url=handle.base_url,
-        model=state.target.model,
-        config=cfg,
-        label=label,
-        tree_sha256=handle.tree_sha256,
-        python=state.options.python,
-        repo=str(state.target.repo),
-    )
+    target, python = state.target, state.options.python
+    return measure_args(target, handle, label, python, target.repo, config=cfg, bench_serving=False)
 
 
 Arms = tuple[Measurement, Measurement, list[Look], str | None]
@@ -152,7 +143,7 @@ def judge_pair(
         r = annotate(pair.reference, snaps[0], state, servers[0].instrumented, warm)
         c = annotate(pair.candidate, snaps[1], state, servers[1].instrumented, warm)
         ref_m, cand_m = (r, c) if ref_m is None or cand_m is None else (merge(ref_m, r), merge(cand_m, c))
-        problem = outputs_problem(ref0, cand_m, exact=not tolerant(state))
+        problem = outputs_problem(ref0, cand_m, exact=not outputs.tolerant(state))
         if problem is None and ref_m.outputs != ref0.outputs:
             problem = "the reference server's outputs differ from the reference measurement's: not judged"
         if problem is not None:
@@ -163,20 +154,16 @@ def judge_pair(
     return need(ref_m, "reference arm"), need(cand_m, "candidate arm"), looks, None
 
 
-def judge_interleaved(
-    state: LoopState, runtime: Runtime[LoopContext], label: str
-) -> tuple[Measurement, Judgement | None, str | None, int, ToleranceResult | None]:
+def judge_interleaved(state: LoopState, runtime: Runtime[LoopContext], label: str) -> JudgedCandidate:
     """Launch the reference beside the running candidate, measure both look by look, judge; an
-    acceptance below `confirm_below` is judged again on a fresh pair of launches. Returns the
-    candidate's measurement, the judgement, the gate's problem, the launches it made and the
-    tolerance gate's result (if any)."""
+    acceptance below `confirm_below` is judged again on a fresh pair of launches."""
     cfg, candidate = state.target.decide, need(state.server, "candidate server")
     n = len(need(state.reference, "reference measurement").outputs)
     noise = state.launch_noise if state.launch_noise and state.launch_noise.paired else pair_noise([], cfg)
-    problem, tolerance = check(state, runtime, n)  # a candidate failing it costs no reference launch
+    problem, tolerance = outputs.check(state, runtime, n)  # a candidate failing it costs no reference launch
     if problem is not None:
         m = measure_arm(state, runtime, label, state.target.measure.repeats, warm_up=True)
-        return m, None, problem, 0, tolerance
+        return JudgedCandidate(m, problem=problem, tolerance=tolerance, launches_beside=0)
     where, argv = reference_tree(state, runtime)
     launches = 0
     try:
@@ -184,7 +171,7 @@ def judge_interleaved(
         launches += 1
         ref_m, cand_m, looks, problem = judge_pair(state, runtime, label, (ref, candidate), where, noise)
         if problem is not None:
-            return cand_m, None, problem, launches, tolerance
+            return JudgedCandidate(cand_m, problem=problem, tolerance=tolerance, launches_beside=launches)
         verdict, confirmation = looks[-1].verdict, list[Look]()
         if needs_confirmation(looks[-1], cfg):
             call(runtime, server.stop, ServerArgs(server=ref, grace_s=state.target.launch.stop_grace_s))
@@ -197,11 +184,12 @@ def judge_interleaved(
                 state, runtime, f"{label}-confirm", (ref2, cand2), where, noise
             )
             if problem is not None:
-                return cand_m, None, f"on the confirming pair of launches: {problem}", launches, tolerance
+                problem = f"on the confirming pair of launches: {problem}"
+                return JudgedCandidate(cand_m, problem=problem, tolerance=tolerance, launches_beside=launches)
             verdict = replicated(verdict, confirmation[-1].verdict)
     finally:
         stop_reference(state, runtime)
     judgement = judgement_of(
         verdict, looks, noise, cfg, (ref_m, cand_m), n, arms="interleaved", confirmation=confirmation
     )
-    return cand_m, judgement, None, launches, tolerance
+    return JudgedCandidate(cand_m, judgement, tolerance=tolerance, launches_beside=launches)

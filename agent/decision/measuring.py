@@ -21,18 +21,17 @@ from typing import Any
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, call, need
+from agent.decision import outputs
+from agent.decision.judging import JudgedCandidate
 from agent.decision.noise import launch_noise, noise_for, sample_group, target_key
-from agent.decision.outputs import check, tolerant
 from agent.decision.rule import arm_location, arm_stats, by_prompt, look
-from agent.steps.actions import measure_server
+from agent.serving import measure_server
 from state.calls import RepoArgs
 from state.decision import AARecordArgs, AASample, DecisionConfig, Judgement, LaunchNoise, Look, Verdict
 from state.loop import LoopState
 from state.measure import Measurement
-from state.tolerance import ToleranceResult
 from state.workspace import WorkspaceSnapshot
-from tools import progress
-from tools.bench import summarize
+from tools import bench, progress
 from tools.store import aa
 from tools.workspace import repo
 
@@ -82,7 +81,7 @@ def merge(first: Measurement, more: Measurement) -> Measurement:
         for m in (first, more)
         if m.output_tok_per_s
     )
-    merged = summarize(
+    merged = bench.summarize(
         first.label, first.tree_sha256, first.requests + more.requests, len(first.outputs), wall or 1.0
     )
     keep = ("client", "warmups_discarded", "instrumented", "content_sha256", "tree_note")
@@ -168,20 +167,18 @@ def judgement_of(
     )
 
 
-def judge_candidate(
-    state: LoopState, runtime: Runtime[LoopContext], label: str
-) -> tuple[Measurement, Judgement | None, str | None, ToleranceResult | None]:
-    """Measure the candidate look by look; (measurement, judgement, gate failure, tolerance result)."""
+def judge_candidate(state: LoopState, runtime: Runtime[LoopContext], label: str) -> JudgedCandidate:
+    """Measure the candidate look by look on its own launch, and judge it."""
     ref, cfg = need(state.reference, "reference measurement"), state.target.decide
     noise = state.launch_noise or launch_noise([], cfg)
-    reps, exact = state.target.measure.repeats, not tolerant(state)
+    reps, exact = state.target.measure.repeats, not outputs.tolerant(state)
     with progress.within(f"look 1/{cfg.looks}"):
         m = measure_arm(state, runtime, label, reps, warm_up=True)
     problem, tolerance = outputs_problem(ref, m, exact) or unlike(ref, m), None
     if problem is None:  # the correctness set, before any timing verdict
-        problem, tolerance = check(state, runtime, len(ref.outputs))
+        problem, tolerance = outputs.check(state, runtime, len(ref.outputs))
     if problem is not None:
-        return m, None, problem, tolerance
+        return JudgedCandidate(m, problem=problem, tolerance=tolerance)
     n = len(ref.outputs)
     ref_arm = by_prompt(ref.requests, n)
     looks = [look(ref_arm, by_prompt(m.requests, n), noise, cfg, 1, machine_drift(ref, m))]
@@ -190,11 +187,11 @@ def judge_candidate(
         with progress.within(f"look {k}/{cfg.looks}"):
             m = merge(m, measure_arm(state, runtime, label, reps, warm_up=False))
         if (problem := outputs_problem(ref, m, exact)) is not None:
-            return m, None, problem, tolerance
+            return JudgedCandidate(m, problem=problem, tolerance=tolerance)
         looks.append(look(ref_arm, by_prompt(m.requests, n), noise, cfg, k, machine_drift(ref, m)))
     judgement = judgement_of(looks[-1].verdict, looks, noise, cfg, (ref, m), n)
     more = state.iteration < state.options.max_iterations
     missing = budget(state) - len(m.requests) // max(n, 1)
     if judgement.verdict == "accepted" and more and missing > 0:  # it becomes the next reference
         m = merge(m, measure_arm(state, runtime, label, missing, warm_up=False))
-    return m, judgement, None, tolerance
+    return JudgedCandidate(m, judgement, tolerance=tolerance)

@@ -4,7 +4,7 @@
   reference's (agent/decision/correctness.py).
 - `tolerance` (opt-in): the baseline's greedy continuation of each prompt of the set, generated
   and scored on the baseline server, is scored by the candidate on the same contexts (teacher
-  forcing, tools/gate/score.py: logprobs from one prefill, greedy agreement on the decode path);
+  forcing, tools/tolerance/score.py: logprobs from one prefill, greedy agreement on the decode path);
   `compare` gives the top-1 agreement and the largest logprob difference, which must meet the
   target's thresholds. Every candidate of the session is compared with the session's baseline,
   so accepted changes cannot drift step by step past the thresholds.
@@ -19,7 +19,8 @@ from agent.decision.correctness import correctness_prompts, differences, take_ou
 from state.loop import LoopState
 from state.target import CorrectnessConfig
 from state.tolerance import ScoreArgs, ScoreResult, ToleranceResult
-from tools.gate import score
+from state.updates import LoopUpdate
+from tools.tolerance import score
 
 
 def compare(reference: ScoreResult, candidate: ScoreResult, cfg: CorrectnessConfig) -> ToleranceResult:
@@ -77,7 +78,7 @@ def scores(state: LoopState, runtime: Runtime[LoopContext], continuations: list[
     )
 
 
-def reference_outputs(state: LoopState, runtime: Runtime[LoopContext]) -> dict[str, object]:
+def reference_outputs(state: LoopState, runtime: Runtime[LoopContext]) -> LoopUpdate:
     """The baseline's part of the gate, as a state update: its outputs (exact) or its scores
     of its own greedy continuations (tolerance)."""
     if tolerant(state):

@@ -54,7 +54,7 @@ def round_size(state: LoopState) -> int:
 def model_decisions(state: LoopState) -> list[Decision]:
     """One decision per model conversation of this iteration so far, whether it gave a patch or
     not (pure)."""
-    return [d for d in state.decisions if is_model(d.playbook) and d.iteration == state.iteration]
+    return [d for d in state.decisions if is_model(d.source) and d.iteration == state.iteration]
 
 
 def no_model_reason(state: LoopState) -> str | None:
@@ -111,12 +111,12 @@ def ask_round(
         out.usage = out.usage.add(outcome.usage)
         if outcome.proposal is not None:
             name = f"{LLM}-{len(out.proposals) + 1}" if size > 1 else LLM
-            out.proposals.append(outcome.proposal.model_copy(update={"playbook": name}))
+            out.proposals.append(outcome.proposal.model_copy(update={"source": name}))
         else:
             out.failed.append(
                 Decision(
                     iteration=state.iteration,
-                    playbook=LLM,
+                    source=LLM,
                     verdict="failed",
                     reason=f"model proposal dropped: {outcome.reason}",
                 )

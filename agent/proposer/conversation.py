@@ -232,7 +232,7 @@ class Conversation:
         if same is None:
             return None
         return (
-            f"this patch is the same as candidate {same.playbook}, which another host is already "
+            f"this patch is the same as candidate {same.source}, which another host is already "
             "trying: propose a different change"
         )
 
@@ -259,7 +259,7 @@ class Conversation:
         first = next((line.strip("# ").strip() for line in c.rationale.splitlines() if line.strip()), "")
         return Proposal(
             iteration=self.state.iteration,
-            playbook="llm",
+            source="llm",
             title=(first[:100] or f"model-written patch for: {f.title}"),
             explanation=c.rationale or "(the model gave no rationale)",
             diff=c.diff,

@@ -82,7 +82,7 @@ def port_patch(state: LoopState, books: Sequence[Playbook]) -> tuple[str, str, s
     """(playbook, why it did not fit, its stored patch) for the first finding whose playbook has a
     patch for this kind that does not fit the target (no release key, or it failed to apply);
     None when there is none."""
-    kind, failed = state.target.kind, {d.playbook for d in state.decisions if d.verdict == "failed"}
+    kind, failed = state.target.kind, {d.source for d in state.decisions if d.verdict == "failed"}
     by_id = {b.id: b for b in books}
     for f in need_findings(state):
         book = by_id.get(f.playbook)
@@ -95,7 +95,7 @@ def port_patch(state: LoopState, books: Sequence[Playbook]) -> tuple[str, str, s
         if state.sglang is not None:
             diff = rebase_diff(diff, state.sglang.package_dir)
         if book.id in failed:
-            why = next(d.reason for d in reversed(state.decisions) if d.playbook == book.id)
+            why = next(d.reason for d in reversed(state.decisions) if d.source == book.id)
             return book.id, why, diff
         try:
             choose_patch(book, kind, state.sglang)
@@ -172,11 +172,11 @@ def context(
             data("patch-to-port", redact(clipped(diff, PORT_CHARS))),
         ]
     kept = [
-        f"- {d.playbook} (iteration {d.iteration}): {d.reason}"
+        f"- {d.source} (iteration {d.iteration}): {d.reason}"
         + "".join(
             f"\n  mechanism check: {m.note}"
             for m in state.mechanisms
-            if (m.iteration, m.playbook) == (d.iteration, d.playbook)
+            if (m.iteration, m.playbook) == (d.iteration, d.source)
         )
         for d in state.decisions
         if d.verdict == "accepted"
@@ -185,7 +185,7 @@ def context(
         parts += ["Kept so far in this session (already in the tree):", data("kept", redact("\n".join(kept)))]
     tried = [d for d in state.decisions if d.verdict != "accepted"]
     if tried:
-        earlier = "\n".join(f"- {d.playbook}: {d.verdict}: {d.reason}" for d in tried)
+        earlier = "\n".join(f"- {d.source}: {d.verdict}: {d.reason}" for d in tried)
         parts += ["Already tried in this session (do not repeat these):", data("attempts", redact(earlier))]
     if state.model_trials:
         parts += [
@@ -194,7 +194,7 @@ def context(
             data("your-attempts", redact("\n\n".join(attempt(t) for t in state.model_trials))),
         ]
     if siblings:
-        others = "\n\n".join(f"- {p.playbook}: {p.title}\n{clipped(p.diff)}" for p in siblings)
+        others = "\n\n".join(f"- {p.source}: {p.title}\n{clipped(p.diff)}" for p in siblings)
         parts += [
             "These candidates are already proposed for this round and will be tried at the same "
             "time on other hosts. Propose a different change (another place, another approach), "

@@ -54,11 +54,11 @@ def trial_of(state: LoopState, log_tail: str = "") -> ModelTrial | None:
     p = state.proposal
     if p is None or p.origin is None:
         return None
-    decision = next((d for d in reversed(state.decisions) if d.playbook == p.playbook), None)
+    decision = next((d for d in reversed(state.decisions) if d.source == p.source), None)
     if decision is None or decision.verdict == "accepted":
         return None
     lines = [f"{decision.verdict}: {decision.reason.splitlines()[0] if decision.reason else ''}"]
-    ref, cand = state.reference, state.candidate
+    ref, cand = state.reference, state.candidate_measurement
     if ref is not None and cand is not None:
         speed = ref.tpot_ms.median / cand.tpot_ms.median if cand.tpot_ms.median > 0 else 0.0
         lines.append(
@@ -74,12 +74,12 @@ def trial_of(state: LoopState, log_tail: str = "") -> ModelTrial | None:
     lines += [
         f"mechanism: {m.note}"
         for m in state.mechanisms
-        if (m.iteration, m.playbook) == (p.iteration, p.playbook)
+        if (m.iteration, m.playbook) == (p.iteration, p.source)
     ]
     if log_tail:
         lines.append("server log tail:\n" + log_tail)
     return ModelTrial(
-        iteration=state.iteration, candidate=p.playbook, verdict=decision.verdict, diff=p.diff, feedback=lines
+        iteration=state.iteration, candidate=p.source, verdict=decision.verdict, diff=p.diff, feedback=lines
     )
 
 
@@ -89,7 +89,7 @@ def model_trial(state: LoopState, runtime: Runtime[LoopContext]) -> list[ModelTr
     p = state.proposal
     if p is None or p.origin is None:
         return []
-    last = next((d for d in reversed(state.decisions) if d.playbook == p.playbook), None)
+    last = next((d for d in reversed(state.decisions) if d.source == p.source), None)
     found = re.search(r"\(log (\S+)\)", last.reason) if last and last.verdict == "failed" else None
     tail = ""
     if found is not None:

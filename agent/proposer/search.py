@@ -41,7 +41,7 @@ def is_trial(playbook: str) -> bool:
 
 def trials_of(state: LoopState) -> list[Decision]:
     """The session's search trials, in order."""
-    return [d for d in state.decisions if is_trial(d.playbook)]
+    return [d for d in state.decisions if is_trial(d.source)]
 
 
 def distribution(knob: Knob) -> BaseDistribution:
@@ -164,7 +164,7 @@ def search_proposal(state: LoopState) -> tuple[Proposal | None, str]:
     why = "the knobs the diagnosis implicates" if implicated else "optuna TPE over the search's history"
     return Proposal(
         iteration=state.iteration,
-        playbook=f"search-{n}",
+        source=f"search-{n}",
         title=f"search trial {n}: {what}",
         explanation=f"Launch-option search, trial {n} of at most {cfg.max_trials} ({why}): {what}.",
         diff="",
@@ -186,5 +186,5 @@ def trial_lines(state: LoopState) -> list[str]:
         tpot = f"TPOT {d.tpot_ms_after:.1f} ms" if d.tpot_ms_after is not None else "not measured"
         j = d.judgement
         ci = f", {j.last.speedup:.2f}x [{j.last.ci_low:.2f}, {j.last.ci_high:.2f}] vs reference" if j else ""
-        lines.append(f"{d.playbook}: {what}: {tpot}{ci} -> {d.verdict}")
+        lines.append(f"{d.source}: {what}: {tpot}{ci} -> {d.verdict}")
     return lines

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 import numpy as np
 
 from agent.sessions.runner import Sessions
-from agent.sessions.summary import summarize
+from agent.sessions.summary import summarize as summarize_session
 from state.loop import Approval, Decision, LoopState, Proposal
 from state.measure import Measurement
 from state.profile import ProfileSummary
@@ -95,7 +95,7 @@ def gather(sessions: Sessions, session_id: str) -> ReportData:
     return ReportData(
         info=info,
         state=state,
-        summary=info.summary or summarize(state, info.status),
+        summary=info.summary or summarize_session(state, info.status),
         arms=arms(calls, state.decisions),
         proposals=proposals(history),
         ops=ops_changes(calls, state.decisions),
@@ -159,7 +159,7 @@ def proposals(history: list[LoopState]) -> list[ProposalView]:
     decisions = history[-1].decisions if history else []
     for v in views:
         for i, d in enumerate(decisions):
-            if i not in used and d.iteration == v.proposal.iteration and d.playbook == v.proposal.playbook:
+            if i not in used and d.iteration == v.proposal.iteration and d.source == v.proposal.source:
                 v.decision = d
                 used.add(i)
                 break

@@ -17,7 +17,7 @@ from tools.workspace.repo import check_patch
 
 def edited_patch(session: str, path: Path) -> str:
     """Read a human-edited patch and pass it through the patch gate against the paused session's
-    repo (tools/workspace/gate.py; changes nothing). Refused: bad input, the session stays paused."""
+    repo (tools/workspace/patch_check.py; changes nothing). Refused: bad input, the session stays paused."""
     state = Sessions().state(session)
     cap = state.target.max_patch_bytes
     try:

@@ -20,10 +20,10 @@ from state.fanout import BatchApproval
 from state.loop import LoopState
 from state.records import ToolCallRecord
 from state.session import SessionInfo
-from tools.errors import ConfigError
+from tools.errors import ConfigError, first_line
 from tools.paths import session_id as checked_id
 from tools.secrets import redact
-from tools.store.db import describe
+from tools.store.db import describe as describe_store
 from tools.store.sessions import SessionStore
 
 FORMAT = "perfloop-session/1"
@@ -68,7 +68,7 @@ def _read(path: Path) -> Any:
             raise ConfigError(f"{path} is not a perfloop session export (bad gzip: {exc})") from exc
         raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
     except (ValueError, EOFError, RecursionError) as exc:
-        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc).splitlines()[0]
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else first_line(exc)
         raise ConfigError(f"{path} is not a perfloop session export ({reason})") from exc
 
 
@@ -131,7 +131,7 @@ def import_session(store: SessionStore, path: Path) -> str:
         raise ConfigError(f"{path}: {exc}" if str(path) not in str(exc) else str(exc)) from None
     if store.get_session(info.id) is not None:
         other = "another PERFLOOP_HOME" if store.url is None else "another database (--store)"
-        where = describe(store.url, store.path.parent)
+        where = describe_store(store.url, store.path.parent)
         raise ConfigError(f"session {info.id} already exists in {where}; import into {other}")
     store.put_session(info)
     for value in initial:

@@ -7,11 +7,18 @@ import importlib
 import inspect
 import pkgutil
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import BaseCheckpointSaver, ChannelVersions, Checkpoint, CheckpointMetadata
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+)
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -53,12 +60,55 @@ def serializer() -> JsonPlusSerializer:
     return RedactingSerializer(allowed_msgpack_modules=state_types())
 
 
+RENAMED_CHANNELS = {"candidate": "candidate_measurement"}
+"""LoopState fields renamed since checkpoints were first written (old name: new). A field is a
+LangGraph channel of its own name, so a checkpoint written before the rename holds the old one."""
+
+
+def renamed(found: CheckpointTuple | None) -> CheckpointTuple | None:
+    """A checkpoint read back with its renamed channels under their names of today (pure)."""
+    if found is None:
+        return None
+    cp = found.checkpoint
+    if not RENAMED_CHANNELS.keys() & cp["channel_versions"].keys():
+        return found
+
+    def names(channels: dict[str, Any]) -> dict[str, Any]:
+        return {RENAMED_CHANNELS.get(k, k): v for k, v in channels.items()}
+
+    checkpoint: Checkpoint = {
+        **cp,
+        "channel_values": names(cp["channel_values"]),
+        "channel_versions": names(cp["channel_versions"]),
+        "versions_seen": {node: names(seen) for node, seen in cp["versions_seen"].items()},
+    }
+    if cp.get("updated_channels"):
+        checkpoint["updated_channels"] = [RENAMED_CHANNELS.get(c, c) for c in cp["updated_channels"] or []]
+    writes = [(t, RENAMED_CHANNELS.get(c, c), v) for t, c, v in found.pending_writes or []]
+    return found._replace(checkpoint=checkpoint, pending_writes=writes)
+
+
+class Renaming(BaseCheckpointSaver):
+    """Reads checkpoints with `renamed` (a mixin before the saver it reads for)."""
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return renamed(super().get_tuple(config))
+
+    def list(self, config: RunnableConfig | None, **kwargs: Any) -> Iterator[CheckpointTuple]:
+        for found in super().list(config, **kwargs):
+            yield renamed(found) or found
+
+
+class RenamingSqliteSaver(Renaming, SqliteSaver):
+    """SqliteSaver reading old checkpoints' renamed channels under today's names."""
+
+
 def open_checkpointer(home: Path, url: str | None = None) -> BaseCheckpointSaver:
     """The checkpointer for all sessions: PostgresSaver on `url`, else SQLite in
     `home/checkpoints.sqlite`. Each runs LangGraph's own migrations of its tables (`setup`)."""
     saver: BaseCheckpointSaver
     if url is None:
-        saver = SqliteSaver(
+        saver = RenamingSqliteSaver(
             sqlite3.connect(home / "checkpoints.sqlite", check_same_thread=False), serde=serializer()
         )
     else:
@@ -80,8 +130,8 @@ def _redact_json(value: Any) -> Any:
     return value
 
 
-class RedactingPostgresSaver(PostgresSaver):
-    """PostgresSaver keeps primitive channel values (our state's plain strings) and the metadata as
+class RedactingPostgresSaver(Renaming, PostgresSaver):
+    """PostgresSaver (reading old checkpoints' renamed channels under today's names) keeps primitive channel values (our state's plain strings) and the metadata as
     JSONB, outside the serializer: mask secrets in those too before they are written."""
 
     def put(

@@ -21,7 +21,7 @@ from agent.sessions.checkpoint import open_checkpointer, serializer
 from agent.sessions.interrupts import running_line, stop_servers
 from agent.sessions.remote import close_hosts, executor_for, host_executors, remote_options
 from agent.sessions.revive import lineage, repo_missing_here, resume_point
-from agent.sessions.summary import summarize
+from agent.sessions.summary import summarize as summarize_session
 from agent.steps.setup import FORK_STEPS
 from state.base import utcnow
 from state.loop import LoopOptions, LoopState
@@ -35,7 +35,7 @@ from tools.hosts.client import RemoteExecutor
 from tools.interrupts import Interrupted
 from tools.paths import inside
 from tools.paths import session_id as checked_id
-from tools.store.db import describe
+from tools.store.db import describe as describe_store
 from tools.store.lease import SessionBusy, hold
 from tools.store.sessions import SessionStore, perfloop_home
 
@@ -45,7 +45,7 @@ def new_session_id() -> str:
     return datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
 
 
-__all__ = ["SessionBusy", "Sessions", "new_session_id", "summarize", "thread"]
+__all__ = ["SessionBusy", "Sessions", "new_session_id", "thread"]
 
 
 class Sessions:
@@ -59,7 +59,7 @@ class Sessions:
 
     def where(self) -> str:
         """The store, for messages (no password)."""
-        return describe(self.store.url, self.home)
+        return describe_store(self.store.url, self.home)
 
     def session_dir(self, session_id: str) -> Path:
         """The session's folder under $PERFLOOP_HOME (its id checked, the result inside home)."""
@@ -171,7 +171,7 @@ class Sessions:
             state = self.state(session_id)
             status = "paused" if self.pending_approval(session_id) is not None else state.status
             info = self.info(session_id)
-            summary = summarize(state, status) if status != "running" else None
+            summary = summarize_session(state, status) if status != "running" else None
             update = {"status": status, "summary": summary, "host": socket.gethostname()}
             self.store.put_session(info.model_copy(update=update))
             return state
@@ -260,7 +260,7 @@ class Sessions:
             )
         state = LoopState.model_validate(graph.get_state(cfg).values)
         status = "paused" if _pending(graph, cfg) is not None else state.status
-        return state, summarize(state, status)
+        return state, summarize_session(state, status)
 
     def _replayed(self, session_id: str) -> tuple[Graph, RunnableConfig, ReplayDoor]:
         """The graph run in memory with every tool call answered from the recording."""

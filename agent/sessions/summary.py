@@ -48,7 +48,7 @@ def summarize(state: LoopState, status: str) -> Summary:
         output_gate=gate,
         mechanisms=[f"{m.playbook}: {m.note}" for m in state.mechanisms],
         unexplained_gains=[m.playbook for m in state.mechanisms if not m.confirmed],
-        launch_argv=state.launch_argv or state.target.launch.argv,
+        launch_argv=state.kept_argv,
         trials=[t.line() for t in state.trials],
         search_trials=trial_lines(state),
     )

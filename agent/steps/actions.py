@@ -1,33 +1,22 @@
-"""Actions several steps share: the session branch, instrumenting, (re)starting and measuring the server.
+"""Actions several steps share: the session branch, instrumenting the tree, the session's playbooks.
 
 Each is a plain function of the state and runtime that calls tools through the door; steps import
-them from here and never from each other.
+them from here and never from each other. Starting and measuring a server is `agent/serving.py`
+(the judging in `agent/decision` does it too).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
 from langgraph.runtime import Runtime
 
-from agent.context import LoopContext, call, host_dir
+from agent.context import LoopContext, call
 from playbooks.engine import load_playbooks
 from playbooks.schema import Playbook
-from state.calls import (
-    InstrumentArgs,
-    LaunchArgs,
-    MeasureArgs,
-    RemoveInstrumentationArgs,
-    RepoArgs,
-    ServerArgs,
-)
+from state.calls import InstrumentArgs, RemoveInstrumentationArgs
 from state.loop import LoopState
-from state.measure import Measurement
-from state.process import ServerHandle
-from state.target import TargetConfig
 from state.workspace import InstrumentationRecord
-from tools import bench, server
 from tools.workspace import repo
 from tools.workspace.commands import SESSION_BRANCH_PREFIX
 
@@ -60,65 +49,6 @@ def remove_instrumentation(state: LoopState, runtime: Runtime[LoopContext]) -> N
             repo.remove_instrumentation,
             RemoveInstrumentationArgs(repo=state.target.repo, record=state.instrumentation),
         )
-
-
-def start_server(state: LoopState, runtime: Runtime[LoopContext], instrumented: bool) -> ServerHandle:
-    """Launch the server on the current tree with the session's launch command (the candidate's
-    while a launch-option fix is measured), reusing a healthy one already running both."""
-    snap = call(runtime, repo.snapshot, RepoArgs(repo=state.target.repo))
-    fingerprint = repo.tree_fingerprint(snap)
-    argv = state.argv
-    if state.server is not None:
-        if (
-            state.server.tree_sha256 == fingerprint
-            and state.server.launch_argv in ([], argv)  # [] = recorded before it was kept
-            and call(runtime, server.status, ServerArgs(server=state.server)).healthy
-        ):
-            return state.server
-        call(runtime, server.stop, ServerArgs(server=state.server, grace_s=state.target.launch.stop_grace_s))
-    number = state.launches + 1
-    files = host_dir(state)
-    return call(
-        runtime,
-        server.launch,
-        LaunchArgs(
-            repo=state.target.repo,
-            launch=state.target.launch.model_copy(update={"argv": argv}),
-            python=state.options.python,
-            log_path=files / "logs" / f"server-{number}.log",
-            tree_sha256=fingerprint,
-            instrumented=instrumented,
-            profile_dir=files / "profiler" if instrumented else None,
-            launch_number=number,
-            pid_file=files / "server.pid",
-        ),
-    )
-
-
-def bench_serving_use(target: TargetConfig) -> Literal["auto", "always", "never"]:
-    """The config's `measure.bench_serving.use`, where `auto` applies to SGLang targets only (pure)."""
-    use = target.measure.bench_serving.use
-    return "never" if use == "auto" and target.kind != "sglang" else use
-
-
-def measure_server(state: LoopState, runtime: Runtime[LoopContext], label: str) -> Measurement:
-    """Run the measurement workload against the running server."""
-    handle, target = state.server, state.target
-    assert handle is not None, "measure_server needs a running server"
-    return call(
-        runtime,
-        bench.measure,
-        MeasureArgs(
-            base_url=handle.base_url,
-            model=target.model,
-            config=target.measure,
-            label=label,
-            tree_sha256=handle.tree_sha256,
-            bench_serving=bench_serving_use(target),
-            python=state.options.python,
-            repo=str(target.repo),
-        ),
-    ).measurement
 
 
 def playbooks_of(state: LoopState) -> list[Playbook]:

@@ -12,6 +12,8 @@ from agent.decision.interleave import stop_reference
 from agent.steps.actions import remove_instrumentation
 from state.calls import CommitArgs, LeaveBranchArgs, PidFileArgs, ServerArgs
 from state.loop import LoopState
+from state.session import SessionStatus
+from state.updates import LoopUpdate
 from tools import server
 from tools.errors import ToolError
 from tools.workspace import repo
@@ -73,18 +75,18 @@ def finish(state: LoopState, runtime: Runtime[LoopContext]) -> Command:
     """Stop the server and take the instrumentation out: the repo keeps only accepted commits."""
     problems = _teardown(state, runtime)
     reason = state.stop_reason or "done"
-    status = "failed" if problems else "done"
+    status: SessionStatus = "failed" if problems else "done"
     note = f"{status}: {reason}" + (f"; cleanup problems: {'; '.join(problems)}" if problems else "")
     return Command(
-        update={
-            "server": None,
-            "instrumentation": None,
-            "pending_commit": None,
-            "status": status,
-            "stop_reason": reason,
-            "error": "; ".join(problems) or None,
-            "transitions": transition("finish", note),
-        }
+        update=LoopUpdate(
+            server=None,
+            instrumentation=None,
+            pending_commit=None,
+            status=status,
+            stop_reason=reason,
+            error="; ".join(problems) or None,
+            transitions=transition("finish", note),
+        )
     )
 
 
@@ -113,14 +115,14 @@ def abort(state: LoopState, runtime: Runtime[LoopContext]) -> Command:
             problems.append(f"leave the session branch: {exc}")
     error = "; ".join([state.error or "aborted", *problems])
     return Command(
-        update={
-            "branch": branch,
-            "server": None,
-            "instrumentation": None,
-            "pending_commit": None,
-            "status": "failed",
-            "stop_reason": f"aborted: {error}",
-            "error": error,
-            "transitions": transition("abort", error),
-        }
+        update=LoopUpdate(
+            branch=branch,
+            server=None,
+            instrumentation=None,
+            pending_commit=None,
+            status="failed",
+            stop_reason=f"aborted: {error}",
+            error=error,
+            transitions=transition("abort", error),
+        )
     )

@@ -17,6 +17,7 @@ from langgraph.types import Send
 from state.fanout import TrialTask
 from state.loop import Decision, LoopState, Proposal
 from state.trials import Trial
+from state.updates import LoopUpdate
 
 MAX_ATTEMPTS = 2
 """A candidate whose host failed is retried once elsewhere, then dropped."""
@@ -42,7 +43,7 @@ def task(state: LoopState, proposal: Proposal, host_index: int, attempt: int) ->
         attempt=attempt,
         proposal=proposal,
         target=state.target,
-        argv=state.launch_argv or state.target.launch.argv,
+        argv=state.kept_argv,
         kept_diffs=state.kept_diffs,
         python=state.options.python,
         local_dir=state.options.session_dir,
@@ -61,7 +62,7 @@ def batch(state: LoopState, pending: list[tuple[str, int]]) -> tuple[list[Send],
     failed = {t.host for t in this_round(state) if t.status == "host-failed"}
     hosts = [i for i, h in enumerate(state.target.hosts) if h.name not in failed]
     cap = min(state.options.parallel or len(hosts), len(hosts))
-    by_id = {p.playbook: p for p in state.candidates}
+    by_id = {p.source: p for p in state.candidates}
     chosen = pending[:cap]
     sends = [
         Send("trial", task(state, by_id[pb], host, attempt))
@@ -71,9 +72,9 @@ def batch(state: LoopState, pending: list[tuple[str, int]]) -> tuple[list[Send],
     return sends, [pb for pb in state.trial_queue if pb not in sent]
 
 
-def fan_out(state: LoopState, proposals: list[Proposal]) -> tuple[list[Send], dict]:
+def fan_out(state: LoopState, proposals: list[Proposal]) -> tuple[list[Send], LoopUpdate]:
     """The first batch of trials and the state update that queues the rest (pure)."""
-    ids = [p.playbook for p in proposals]
+    ids = [p.source for p in proposals]
     queued = state.model_copy(update={"candidates": proposals, "trial_queue": ids})
     sends, rest = batch(queued, [(pb, 1) for pb in ids])
     return sends, {"candidates": proposals, "trial_queue": rest, "proposal": None}
@@ -95,14 +96,14 @@ def settle(state: LoopState) -> Plan:
     pending = retry + [(pb, 1) for pb in state.trial_queue]
     if pending and healthy:
         sends, queue = batch(state, pending)
-        names = ", ".join(f"{s.arg.proposal.playbook} on {s.arg.host.name}" for s in sends)
+        names = ", ".join(f"{s.arg.proposal.source} on {s.arg.host.name}" for s in sends)
         return Plan(sends=sends, queue=queue, note=f"next trials: {names}")
     accepted = [t for t in trials if t.verdict == "accepted" and t.speedup is not None]
     best = max(accepted, key=lambda t: t.speedup or 0.0) if accepted else None
-    plan = Plan(winner=next((p for p in state.candidates if best and p.playbook == best.playbook), None))
+    plan = Plan(winner=next((p for p in state.candidates if best and p.source == best.playbook), None))
     for p in state.candidates:
-        ts = by_pb.get(p.playbook, [])
-        if best is not None and p.playbook == best.playbook:
+        ts = by_pb.get(p.source, [])
+        if best is not None and p.source == best.playbook:
             continue
         if any(t.verdict == "accepted" for t in ts):
             continue  # also good: left untried, the next iteration tries it on top of the winner
@@ -114,7 +115,7 @@ def settle(state: LoopState) -> Plan:
             if ts[-1].status == "host-failed":
                 why = f"dropped after its host(s) failed: {why}"
         plan.decisions.append(
-            Decision(iteration=state.iteration, playbook=p.playbook, verdict=verdict, reason=f"trial {why}")
+            Decision(iteration=state.iteration, source=p.source, verdict=verdict, reason=f"trial {why}")
         )
     keep = (
         f"keep {best.playbook} ({best.speedup:.2f}x on {best.host}), verify it here" if best else "none kept"

@@ -8,14 +8,17 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 
 from agent.context import LoopContext, call, need, step, transition
+from agent.decision.rules import rule_for
 from agent.proposer.asking import needs_human
 from agent.proposer.feedback import model_trial
-from agent.steps.actions import instrument_if_needed, remove_instrumentation, start_server
+from agent.serving import start_server
+from agent.steps.actions import instrument_if_needed, remove_instrumentation
 from agent.steps.fanout import fan_out
-from playbooks.launch import describe
+from playbooks import launch
 from state.calls import ApplyArgs, CommitArgs
 from state.fanout import BatchApproval
 from state.loop import Approval, Decision, LoopState, Proposal
+from state.updates import LoopUpdate
 from state.workspace import PatchPolicy
 from tools.errors import PatchError, ServerError
 from tools.sglang.patches import does_not_fit
@@ -28,7 +31,7 @@ def approval_request(state: LoopState, proposal: Proposal | None = None) -> dict
     checks = {"mechanisms": [f"{m.playbook}: {m.note}" for m in state.mechanisms]} if state.mechanisms else {}
     return checks | {
         "session": state.session_id,
-        "playbook": p.playbook,
+        "playbook": p.source,
         "title": p.title,
         "explanation": p.explanation,
         "expected_gain_ms": p.expected_gain_ms,
@@ -67,22 +70,26 @@ def approve_batch(state: LoopState) -> Command:
     """One answer for a batch of parallel candidates before any is tried: all of them, the ones it
     names (`playbooks`), or none; the others become rejected decisions."""
     answer = BatchApproval.model_validate(interrupt(batch_request(state)))
-    named = set(answer.playbooks or [p.playbook for p in state.candidates]) if answer.approved else set()
-    chosen = [p for p in state.candidates if p.playbook in named]
+    named = set(answer.playbooks or [p.source for p in state.candidates]) if answer.approved else set()
+    chosen = [p for p in state.candidates if p.source in named]
     why = answer.reason or ("rejected" if not answer.approved else "not chosen for trial")
     decisions = [
         Decision(
             iteration=state.iteration,
-            playbook=p.playbook,
+            source=p.source,
             verdict="rejected",
             reason=f"rejected by {answer.by}: {why}",
         )
         for p in state.candidates
         if p not in chosen
     ]
-    what = f"approved for trial ({answer.by}): {', '.join(p.playbook for p in chosen) or 'none'}"
+    what = f"approved for trial ({answer.by}): {', '.join(p.source for p in chosen) or 'none'}"
     approval = Approval.model_validate(answer.model_dump(exclude={"playbooks"}))
-    update = {"approval": approval, "decisions": decisions, "transitions": transition("approve", what)}
+    update: LoopUpdate = {
+        "approval": approval,
+        "decisions": decisions,
+        "transitions": transition("approve", what),
+    }
     if not chosen:
         return Command(update=update | {"candidates": []}, goto="propose")
     sends, fanned = fan_out(state, chosen)
@@ -104,31 +111,28 @@ def approve(
     p = need(state.proposal, "proposal")
     if answer.approved:
         what = (
-            f"a human-edited patch replacing {p.playbook} approved ({answer.by})"
+            f"a human-edited patch replacing {p.source} approved ({answer.by})"
             if answer.diff is not None
-            else f"{p.playbook} approved ({answer.by})"
+            else f"{p.source} approved ({answer.by})"
         )
         return Command(
-            update={
-                "approval": answer,
-                "transitions": transition("approve", what),
-            },
+            update=LoopUpdate(approval=answer, transitions=transition("approve", what)),
             goto="cleanup",
         )
     reason = answer.reason or "rejected"
     decision = Decision(
         iteration=state.iteration,
-        playbook=p.playbook,
+        source=p.source,
         verdict="rejected",
         reason=f"rejected by {answer.by}: {reason}",
     )
     return Command(
-        update={
-            "approval": answer,
-            "decisions": [decision],
-            "proposal": None,
-            "transitions": transition("approve", decision.reason),
-        },
+        update=LoopUpdate(
+            approval=answer,
+            decisions=[decision],
+            proposal=None,
+            transitions=transition("approve", decision.reason),
+        ),
         goto="propose",
     )
 
@@ -141,10 +145,10 @@ def commit_identity(state: LoopState) -> tuple[str, dict[str, str]]:
     if state.edited:
         by = state.approval.by if state.approval is not None else "human"
         subject = f"perfloop: human-edited patch (iteration {state.iteration})"
-        trailers |= {"Perfloop-Edited": by, "Perfloop-Replaces": p.playbook}
+        trailers |= {"Perfloop-Edited": by, "Perfloop-Replaces": p.source}
     else:
         subject = f"perfloop: {p.title}"
-        trailers["Perfloop-Playbook"] = p.playbook
+        trailers["Perfloop-Playbook"] = p.source
     if p.origin is not None:
         trailers["Perfloop-Proposer"] = f"llm {p.origin.model}"
     return subject, {**trailers, "Perfloop-Iteration": str(state.iteration)}
@@ -158,11 +162,11 @@ def apply(
     fix becomes the candidate's launch command instead (kept in the session, no commit)."""
     p = need(state.proposal, "proposal")
     if p.launch_argv is not None:
-        note = f"launch options for the candidate: {describe(state.argv, p.launch_argv)}"
+        note = f"launch options for the candidate: {launch.describe(state.argv, p.launch_argv)}"
         if state.edited:
             note += " (the edited patch is ignored: this fix changes launch options, not code)"
         return Command(
-            update={"pending_launch": p.launch_argv, "transitions": transition("apply", note)},
+            update=LoopUpdate(pending_launch=p.launch_argv, transitions=transition("apply", note)),
             goto="relaunch",
         )
     subject, trailers = commit_identity(state)
@@ -184,22 +188,20 @@ def apply(
             reason = f"patch does not apply: {exc}"
         decision = Decision(
             iteration=state.iteration,
-            playbook=p.playbook,
+            source=p.source,
             verdict="failed",
             reason=reason,
             edited=state.edited,
         )
         return Command(
-            update={
-                "decisions": [decision],
-                "proposal": None,
-                "transitions": transition("apply", decision.reason),
-            },
+            update=LoopUpdate(
+                decisions=[decision], proposal=None, transitions=transition("apply", decision.reason)
+            ),
             goto="propose",
         )
     note = f"committed {commit.sha[:10]} on {commit.branch}"
     return Command(
-        update={"pending_commit": commit, "transitions": transition("apply", note)}, goto="relaunch"
+        update=LoopUpdate(pending_commit=commit, transitions=transition("apply", note)), goto="relaunch"
     )
 
 
@@ -216,7 +218,9 @@ def cleanup(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
         if state.instrumentation
         else "no instrumentation in the tree"
     )
-    return Command(update={"instrumentation": None, "transitions": transition("cleanup", note)}, goto="apply")
+    return Command(
+        update=LoopUpdate(instrumentation=None, transitions=transition("cleanup", note)), goto="apply"
+    )
 
 
 @step
@@ -229,9 +233,11 @@ def relaunch(
     so the candidate is measured alike, and a next profile needs no extra launch. (Sessions on the
     old IQR rule put it back only when another iteration may follow, as they were recorded.)
     """
-    update: dict = {}
-    more = state.iteration < state.options.max_iterations or state.options.decision_rule != "iqr-v0"
-    if more and state.target.profile.method == "patch":
+    update: LoopUpdate = {}
+    if (
+        rule_for(state.options.decision_rule).instruments_candidate(state)
+        and state.target.profile.method == "patch"
+    ):
         update["instrumentation"] = instrument_if_needed(state, runtime)
         state = state.model_copy(update=update)
     try:
@@ -240,30 +246,27 @@ def relaunch(
         p = need(state.proposal, "proposal")
         decision = Decision(
             iteration=state.iteration,
-            playbook=p.playbook,
+            source=p.source,
             verdict="failed",
             reason=f"server failed after the patch: {exc}",
             edited=state.edited,
             launch_argv=p.launch_argv,  # a search trial's config, so that it is not tried again
         )
         return Command(
-            update={
+            update=LoopUpdate(
                 **update,
-                "server": None,
-                "launches": state.launches + 1,
-                "decisions": [decision],
-                "transitions": transition("relaunch", decision.reason),
-            },
+                server=None,
+                launches=state.launches + 1,
+                decisions=[decision],
+                transitions=transition("relaunch", decision.reason),
+            ),
             goto="rollback",
         )
     note = f"server #{handle.launch_number} healthy in {handle.startup_s:.1f}s"
     return Command(
-        update={
-            **update,
-            "server": handle,
-            "launches": handle.launch_number,
-            "transitions": transition("relaunch", note),
-        },
+        update=LoopUpdate(
+            **update, server=handle, launches=handle.launch_number, transitions=transition("relaunch", note)
+        ),
         goto="measure",
     )
 
@@ -276,17 +279,17 @@ def rollback(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal
     if commit is not None:
         call(runtime, repo.revert_commit, CommitArgs(repo=state.target.repo, commit=commit))
     p = need(state.proposal, "proposal")
-    note = f"rolled back {p.playbook}" + (f" ({commit.sha[:10]})" if commit else "")
+    note = f"rolled back {p.source}" + (f" ({commit.sha[:10]})" if commit else "")
     if state.pending_launch is not None:
-        note += f"; launch options back to {' '.join(state.launch_argv or state.target.launch.argv)}"
+        note += f"; launch options back to {' '.join(state.kept_argv)}"
     return Command(
-        update={
-            "pending_launch": None,
-            "pending_commit": None,
-            "proposal": None,
-            "candidate": None,
-            "model_trials": model_trial(state, runtime),
-            "transitions": transition("rollback", note),
-        },
+        update=LoopUpdate(
+            pending_launch=None,
+            pending_commit=None,
+            proposal=None,
+            candidate_measurement=None,
+            model_trials=model_trial(state, runtime),
+            transitions=transition("rollback", note),
+        ),
         goto="propose",
     )

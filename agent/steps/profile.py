@@ -1,4 +1,4 @@
-"""Steps that find the bottleneck: profile the running server, diagnose it (propose: steps_propose.py)."""
+"""Steps that find the bottleneck: profile the running server, diagnose it (propose: propose.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from agent.context import LoopContext, call, host_dir, need, step, transition
-from agent.decision.mechanism import check
+from agent.decision import mechanism
+from agent.decision.rules import rule_for
 from agent.steps.actions import playbooks_of
 from playbooks.engine import diagnose as run_diagnosis
 from state.calls import FetchArgs, PathArgs, ProfileArgs, ProfileFiles
@@ -17,6 +18,7 @@ from state.decision import MechanismCheck
 from state.diagnosis import DiagnosisContext
 from state.loop import LoopState, ProfileResult
 from state.profile import ProfileSummary
+from state.updates import LoopUpdate
 from tools import profiling
 from tools.hosts import transfer
 
@@ -48,7 +50,9 @@ def profile(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
         files = fetched(state, runtime, files, state.options.session_dir / "profiles" / pid)
     result = ProfileResult(iteration=state.iteration, method=cfg.method, **files.model_dump())
     note = f"{cfg.method} profile: {result.trace_path.name} ({result.active_tokens} active tokens)"
-    return Command(update={"profiles": [result], "transitions": transition("profile", note)}, goto="diagnose")
+    return Command(
+        update=LoopUpdate(profiles=[result], transitions=transition("profile", note)), goto="diagnose"
+    )
 
 
 def fetched(
@@ -81,8 +85,8 @@ def diagnose(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal
         tpot_ms=need(state.reference, "reference measurement").tpot_ms.median,
     )
     result = run_diagnosis(summary, ctx, playbooks_of(state))
-    update: dict = {}
-    if state.options.decision_rule != "iqr-v0":
+    update: LoopUpdate = {}
+    if rule_for(state.options.decision_rule).checks_mechanisms:
         result = result.model_copy(update={"steps": summary.steps, "step_us": summary.step_us})
         update["mechanisms"] = mechanism_checks(state, summary)
     top = result.top_ops[0] if result.top_ops else None
@@ -102,7 +106,7 @@ def mechanism_checks(state: LoopState, summary: ProfileSummary) -> list[Mechanis
     """Predicted vs realized for accepted patches not yet checked against a later profile (pure)."""
     done = {m.iteration for m in state.mechanisms}
     return [
-        check(d.iteration, d.playbook, d.prediction, summary)
+        mechanism.check(d.iteration, d.source, d.prediction, summary)
         for d in state.decisions
         if d.verdict == "accepted" and d.prediction is not None and d.iteration not in done
     ]

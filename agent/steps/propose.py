@@ -25,10 +25,12 @@ from agent.proposer.asking import LLM, ask_round, needs_human, no_model_reason
 from agent.proposer.search import is_trial, search_proposal
 from agent.steps.actions import playbooks_of
 from agent.steps.fanout import fan_out
+from playbooks import launch
 from playbooks.engine import launch_conflict
-from playbooks.launch import change_conflict, describe, edited_argv
 from playbooks.patches import NoPatch, choose_patch
+from playbooks.schema import Playbook
 from state.loop import LoopState, Proposal
+from state.updates import LoopUpdate
 
 Goto = Literal["approve", "propose", "trial", "finish", "abort"]
 
@@ -38,7 +40,9 @@ def files_of(diff: str) -> list[str]:
     return sorted(set(re.findall(r"^\+\+\+ b/(\S+)", diff, flags=re.M)))
 
 
-def launch_fix(state: LoopState, book, books: dict) -> tuple[list[str] | None, str | None]:
+def launch_fix(
+    state: LoopState, book: Playbook, books: dict[str, Playbook]
+) -> tuple[list[str] | None, str | None]:
     """(the launch command the playbook's launch change gives, None) or (None, why it is not
     proposed): no change for this kind, options already so, or a conflict with a patch in the tree
     or still to be tried."""
@@ -46,13 +50,15 @@ def launch_fix(state: LoopState, book, books: dict) -> tuple[list[str] | None, s
     if not edits:
         return None, None
     before = state.argv
-    after = edited_argv(before, edits)
+    after = launch.edited_argv(before, edits)
     if after == before:
         return None, f"{book.id} (launch options already as its fix sets them)"
-    relevant = {d.playbook for d in state.decisions if d.verdict == "accepted"}
+    relevant = {d.source for d in state.decisions if d.verdict == "accepted"}
     findings = need(state.diagnosis, "diagnosis").findings
     relevant |= {f.playbook for f in findings if f.playbook not in state.tried}
-    conflict = change_conflict(state.target.kind, before, after, [books[i] for i in relevant if i in books])
+    conflict = launch.change_conflict(
+        state.target.kind, before, after, [books[i] for i in relevant if i in books]
+    )
     if conflict is not None:
         return None, f"{book.id} (not proposed: {conflict})"
     return after, None
@@ -86,7 +92,7 @@ def playbook_proposal(
             diff = ""
         return Proposal(
             iteration=state.iteration,
-            playbook=book.id,
+            source=book.id,
             title=finding.title,
             explanation=finding.explanation,
             diff=diff,
@@ -109,7 +115,7 @@ def parallel_candidates(state: LoopState) -> list[Proposal]:
     if not state.target.hosts or state.target.proposer.mode in (LLM, "search"):
         return []
     found: list[Proposal] = []
-    while (p := playbook_proposal(state, [], frozenset(q.playbook for q in found))) is not None:
+    while (p := playbook_proposal(state, [], frozenset(q.source for q in found))) is not None:
         found.append(p)
     return found
 
@@ -121,39 +127,39 @@ def _proposed(p: Proposal, state: LoopState) -> Command[Goto]:
     if p.predicted_speedup is not None:
         gain += f" ({p.predicted_speedup:.2f}x predicted"
         gain += f"; {p.paired_speedup:.2f}x with {p.paired_with})" if p.paired_with else ")"
-    who = f"model {p.origin.model} ({p.origin.usage.tokens} tokens)" if p.origin else p.playbook
+    who = f"model {p.origin.model} ({p.origin.usage.tokens} tokens)" if p.origin else p.source
     what = (
-        f"launch options: {describe(state.argv, p.launch_argv)}"
+        f"launch options: {launch.describe(state.argv, p.launch_argv)}"
         if p.launch_argv is not None
         else f"touches {', '.join(p.files)}"
     )
     note = f"{who}: expected gain {gain} per token, {what}"
-    if is_trial(p.playbook):
+    if is_trial(p.source):
         note = f"{p.title}; {what}"
     return Command(
-        update={"proposal": p, "approval": None, "transitions": transition("propose", note)}, goto="approve"
+        update=LoopUpdate(proposal=p, approval=None, transitions=transition("propose", note)), goto="approve"
     )
 
 
 def _stop(reason: str) -> Command[Goto]:
     return Command(
-        update={"proposal": None, "stop_reason": reason, "transitions": transition("propose", reason)},
+        update=LoopUpdate(proposal=None, stop_reason=reason, transitions=transition("propose", reason)),
         goto="finish",
     )
 
 
-def _at_once(state: LoopState, batch: list[Proposal], update: dict) -> Command[Goto]:
+def _at_once(state: LoopState, batch: list[Proposal], update: LoopUpdate) -> Command[Goto]:
     """Candidates for the `[[hosts]]`: sent to their trials, or first to approval (one answer for
     the whole batch) under manual approval."""
-    names = ", ".join(p.playbook for p in batch)
+    names = ", ".join(p.source for p in batch)
     if state.options.approve == "manual" or needs_human(state, batch):
         note = f"{len(batch)} candidates for [[hosts]], waiting for approval: {names}"
         update |= {"candidates": batch, "proposal": None, "approval": None}
-        return Command(update={**update, "transitions": transition("propose", note)}, goto="approve")
+        return Command(update=LoopUpdate(**update, transitions=transition("propose", note)), goto="approve")
     sends, fanned = fan_out(state, batch)
-    names = ", ".join(f"{s.arg.proposal.playbook} on {s.arg.host.name}" for s in sends)
+    names = ", ".join(f"{s.arg.proposal.source} on {s.arg.host.name}" for s in sends)
     note = f"{len(batch)} candidates, tried at once on [[hosts]]: {names}"
-    return Command(update={**update, **fanned, "transitions": transition("propose", note)}, goto=sends)
+    return Command(update=LoopUpdate(**update, **fanned, transitions=transition("propose", note)), goto=sends)
 
 
 @step
@@ -186,12 +192,12 @@ def propose(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Goto]:
     if why_not is not None:
         return _stop(f"{reason}; {why_not}" if why_not else reason)
     asked = ask_round(state, runtime, findings[0], skipped, playbooks_of(state))
-    update = {"llm_usage": state.llm_usage.add(asked.usage), "decisions": asked.failed}
+    update: LoopUpdate = {"llm_usage": state.llm_usage.add(asked.usage), "decisions": asked.failed}
     if len(asked.proposals) >= 2:
         return _at_once(state, asked.proposals, update)
     if asked.proposals:
         cmd = _proposed(asked.proposals[0], state)
-        return Command(update={**(cmd.update or {}), **update}, goto=cmd.goto)
+        return Command(update=LoopUpdate(**(cmd.update or {}), **update), goto=cmd.goto)
     why = "; ".join(d.reason for d in asked.failed)
     note = f"{why} ({asked.usage.calls} model calls, {asked.usage.tokens} tokens)"
-    return Command(update={**update, "transitions": transition("propose", note)}, goto="propose")
+    return Command(update=LoopUpdate(**update, transitions=transition("propose", note)), goto="propose")

@@ -8,12 +8,12 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from agent.context import LoopContext, call, host_dir, need, step, transition
-from agent.decision.correctness import describe
-from agent.decision.measuring import budget, measure_arm, record_aa
-from agent.decision.outputs import reference_outputs
-from agent.steps.actions import instrument_if_needed, measure_server, session_branch, start_server
+from agent.decision.rules import rule_for
+from agent.serving import start_server
+from agent.steps.actions import instrument_if_needed, session_branch
 from state.calls import BranchArgs, CopyTreeArgs, PushTreeArgs, RepoArgs
 from state.loop import ForkStep, LoopState
+from state.updates import LoopUpdate
 from tools.hosts import transfer
 from tools.workspace import repo
 
@@ -39,7 +39,7 @@ def prepare(
     call(runtime, repo.ensure_branch, BranchArgs(repo=checkout, name=branch))
     dirty = len(start.dirty_sha256)
     note = f"repo {checkout} at {start.head_sha[:10]}, {dirty} uncommitted file(s) kept; branch {branch}"
-    update = {"start": start, "branch": branch}
+    update: LoopUpdate = {"start": start, "branch": branch}
     if state.target.kind == "sglang":
         site = call(runtime, repo.sglang_site, RepoArgs(repo=checkout))
         hook = site.hook
@@ -55,7 +55,7 @@ def prepare(
     nxt: Literal["instrument", "launch"] = (
         "instrument" if state.target.profile.method == "patch" else "launch"
     )
-    return Command(update={**update, "transitions": transition("prepare", note)}, goto=nxt)
+    return Command(update=LoopUpdate(**update, transitions=transition("prepare", note)), goto=nxt)
 
 
 @step
@@ -63,10 +63,10 @@ def instrument(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Liter
     """Put the dormant torch.profiler into ModelRunner.forward_decode before the first launch."""
     record = instrument_if_needed(state, runtime)
     return Command(
-        update={
-            "instrumentation": record,
-            "transitions": transition("instrument", f"dormant profiler inserted in {record.relpath}"),
-        },
+        update=LoopUpdate(
+            instrumentation=record,
+            transitions=transition("instrument", f"dormant profiler inserted in {record.relpath}"),
+        ),
         goto="launch",
     )
 
@@ -77,37 +77,26 @@ def launch(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["
     handle = start_server(state, runtime, instrumented=state.instrumentation is not None)
     note = f"server #{handle.launch_number} healthy at {handle.base_url} in {handle.startup_s:.1f}s"
     return Command(
-        update={
-            "server": handle,
-            "launches": handle.launch_number,
-            "transitions": transition("launch", note),
-        },
+        update=LoopUpdate(
+            server=handle, launches=handle.launch_number, transitions=transition("launch", note)
+        ),
         goto="baseline",
     )
 
 
 @step
 def baseline(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["profile", "abort"]]:
-    """Measure TTFT/TPOT and record the outputs every candidate must reproduce."""
-    update: dict = {}
-    if state.options.decision_rule == "iqr-v0":
-        m = measure_server(state, runtime, "baseline")
-    else:  # the reference arm's full budget now: its server is gone when a candidate runs
-        m = measure_arm(state, runtime, "baseline", budget(state), warm_up=True)
-        update["launch_noise"] = record_aa(state, runtime, m)
-        update |= reference_outputs(state, runtime)
+    """Measure TTFT/TPOT and record the outputs every candidate must reproduce (by the session's rule)."""
+    measured = rule_for(state.options.decision_rule).baseline(state, runtime)
+    m = measured.measurement
     note = (
         f"baseline TPOT {m.tpot_ms.median:.1f} ms (IQR {m.tpot_ms.iqr:.1f}), "
         f"TTFT {m.ttft_ms.median:.1f} ms, measured by {m.client}"
-    )
-    if "launch_noise" in update:
-        note += (
-            f"; {len(m.outputs)} prompts x {budget(state)} requests, {m.warmups_discarded} warm-up(s) "
-            f"discarded; {update['launch_noise'].describe()}; {describe(state, update)}"
-        )
+    ) + measured.note
     if not m.outputs_stable:
         note += "; WARNING: repeats of a prompt differ, outputs are not deterministic"
-    update |= {"baseline": m, "reference": m, "transitions": transition("baseline", note)}
+    update: LoopUpdate = {**measured.update, "baseline": m, "reference": m}
+    update["transitions"] = transition("baseline", note)
     return Command(update=update, goto="profile")
 
 
@@ -128,7 +117,7 @@ def reconcile(
     head = state.accepted[-1].sha if state.accepted else need(state.start, "start snapshot").head_sha
     branch = session_branch(state.session_id)
     call(runtime, repo.ensure_branch, BranchArgs(repo=state.target.repo, name=branch, start_point=head))
-    update: dict = {"branch": branch, "fork_at": None}
+    update: LoopUpdate = {"branch": branch, "fork_at": None}
     if fork_at == "profile":
         if state.target.profile.method == "patch":
             update["instrumentation"] = instrument_if_needed(state, runtime)
@@ -136,4 +125,4 @@ def reconcile(
         handle = start_server(state, runtime, instrumented=state.instrumentation is not None)
         update |= {"server": handle, "launches": handle.launch_number}
     note = f"forked: branch {branch} at {head[:10]}; continuing at {fork_at}"
-    return Command(update={**update, "transitions": transition("reconcile", note)}, goto=fork_at)
+    return Command(update=LoopUpdate(**update, transitions=transition("reconcile", note)), goto=fork_at)

@@ -23,15 +23,13 @@ from langgraph.types import Command
 from agent.context import LoopContext, door_of, step, transition
 from agent.decision.measuring import machine_drift, outputs_problem, unlike
 from agent.decision.rule import by_prompt, look
-from agent.steps.actions import bench_serving_use
+from agent.serving import launch_args, measure_args
 from agent.steps.fanout import settle
 from state.calls import (
     ApplyArgs,
     BranchArgs,
     CommitArgs,
-    LaunchArgs,
     LeaveBranchArgs,
-    MeasureArgs,
     PathArgs,
     RepoArgs,
     ServerArgs,
@@ -42,10 +40,11 @@ from state.loop import Approval, LoopState
 from state.measure import Measurement
 from state.process import ServerHandle
 from state.trials import Trial
+from state.updates import LoopUpdate
 from state.workspace import CommitInfo, WorkspaceSnapshot
 from tools import bench, server
 from tools.door import Door
-from tools.errors import ToolError
+from tools.errors import ToolError, first_line
 from tools.hosts import info
 from tools.hosts.ssh_config import SSHError
 from tools.workspace import repo
@@ -85,36 +84,21 @@ class TrialRun:
         t = self.task
         fingerprint = repo.tree_fingerprint(self.door.call(repo.snapshot, RepoArgs(repo=self.repo)))
         self.launches += 1
-        name = f"iteration-{t.iteration}-{t.proposal.playbook}-{label}"
-        self.server = self.door.call(
-            server.launch,
-            LaunchArgs(
-                repo=self.repo,
-                launch=t.target.launch.model_copy(
-                    update={"argv": argv, "env": {**t.target.launch.env, **t.host.env}}
-                ),
-                python=self.python,
-                log_path=self.dir / "logs" / f"{name}.log",
-                tree_sha256=fingerprint,
-                instrumented=False,
-                profile_dir=None,
-                launch_number=self.launches,
-                pid_file=self.dir / "server.pid",
-            ),
+        name = f"iteration-{t.iteration}-{t.proposal.source}-{label}"
+        args = launch_args(
+            t.target,
+            self.repo,
+            argv,
+            self.python,
+            self.dir / "logs" / f"{name}.log",
+            fingerprint,
+            self.launches,
+            self.dir / "server.pid",
+            env=t.host.env,
         )
-        m = self.door.call(
-            bench.measure,
-            MeasureArgs(
-                base_url=self.server.base_url,
-                model=t.target.model,
-                config=t.target.measure,
-                label=f"trial-{name}",
-                tree_sha256=fingerprint,
-                bench_serving=bench_serving_use(t.target),
-                python=self.python,
-                repo=str(self.repo),
-            ),
-        ).measurement
+        self.server = self.door.call(server.launch, args)
+        measure = measure_args(t.target, self.server, f"trial-{name}", self.python, self.repo)
+        m = self.door.call(bench.measure, measure).measurement
         self.stop()
         return m
 
@@ -138,7 +122,7 @@ class TrialRun:
         self.phase = "candidate"
         p = t.proposal
         if p.launch_argv is None:
-            self.commit(p.diff, f"perfloop: {p.title}", f"candidate {p.playbook}")
+            self.commit(p.diff, f"perfloop: {p.title}", f"candidate {p.source}")
         return reference, self.measured("candidate", p.launch_argv or t.argv)
 
     def tidy(self) -> str | None:
@@ -153,9 +137,7 @@ class TrialRun:
                 )
                 self.door.call(repo.leave_branch, back)
         except ToolError as exc:
-            return (
-                f"left as it was on the host: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
-            )
+            return f"left as it was on the host: {first_line(exc)}"
         return None
 
 
@@ -183,14 +165,14 @@ def verdict(task: TrialTask, ref: Measurement, cand: Measurement) -> dict:
     return arms | {"verdict": v, "reason": reason, "speedup": lk.speedup, "ci": [lk.ci_low, lk.ci_high]}
 
 
-def trial(state: TrialTask, *, runtime: Runtime[LoopContext]) -> dict:
+def trial(state: TrialTask, *, runtime: Runtime[LoopContext]) -> LoopUpdate:
     """Try one candidate on one host (a `Send` target; its state is the task); its outcome goes to
     `trials`."""
     task = state
     t0 = time.monotonic()
     base = {
         "iteration": task.iteration,
-        "playbook": task.proposal.playbook,
+        "playbook": task.proposal.source,
         "host": task.host.name,
         "attempt": task.attempt,
     }
@@ -202,7 +184,7 @@ def trial(state: TrialTask, *, runtime: Runtime[LoopContext]) -> dict:
         ref, cand = run.run()
         outcome = {"status": "measured", **verdict(task, ref, cand)}
     except ToolError as exc:
-        line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        line = first_line(exc)
         host_failed = run is None or run.phase == "host" or isinstance(exc, SSHError)
         status = "host-failed" if host_failed else "failed"
         outcome = {
@@ -224,7 +206,7 @@ def join(
     """After a batch of trials: send the next one, or keep the best verified candidate (applied
     and measured again here, through the usual steps), or none (back to propose)."""
     plan = settle(state)
-    update: dict = {"trial_queue": plan.queue, "transitions": transition("join", plan.note)}
+    update: LoopUpdate = {"trial_queue": plan.queue, "transitions": transition("join", plan.note)}
     if plan.sends:
         return Command(update=update, goto=plan.sends)
     update |= {"decisions": plan.decisions, "candidates": []}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from pathlib import Path
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -66,7 +67,7 @@ class Web:
                 self._imported[sid] = (seq, data)
             return data, seq
 
-    def page(self, request: Request, name: str, status: int = 200, **values) -> HTMLResponse:
+    def page(self, request: Request, name: str, status: int = 200, **values: Any) -> HTMLResponse:
         template = self.env.get_template(name)
         html = template.render(csrf=self.guard.csrf(), nonce=nonce_of(request.scope), **values)
         return HTMLResponse(html, status_code=status)

@@ -1,4 +1,4 @@
-"""The loop's shared actions (agent/steps/actions.py) against a real git repo and real server processes."""
+"""Starting the loop's server (agent/serving.py) against a real git repo and real server processes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext
-from agent.steps.actions import start_server
+from agent.serving import start_server
 from state.calls import ServerArgs
 from state.loop import LoopOptions, LoopState
 from state.target import LaunchConfig, MeasureConfig, TargetConfig

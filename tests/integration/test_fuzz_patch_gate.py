@@ -17,8 +17,8 @@ from state.workspace import PatchPolicy
 from tests.integration.test_git_workspace import ORIGINAL, PATCH
 from tools.errors import ToolError
 from tools.workspace import repo as repo_tools
-from tools.workspace.gate import gate_patch
 from tools.workspace.git import GitWorkspace
+from tools.workspace.patch_check import gate_patch
 
 PATHS = st.sampled_from(
     [

@@ -12,8 +12,8 @@ from state.workspace import PatchPolicy
 from tests.integration.test_git_workspace import PATCH, TRAILERS, binary_diff, make_diff, world
 from tools.errors import PatchError
 from tools.workspace import repo as repo_tools
-from tools.workspace.gate import gate_patch, scan_patch
 from tools.workspace.git import GitWorkspace
+from tools.workspace.patch_check import gate_patch, scan_patch
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "examples" / "targets" / "mla_server"

@@ -15,7 +15,7 @@ from agent.decision.outputs import compare
 from state.target import CorrectnessConfig
 from state.tolerance import ScoreArgs, ScoreResult
 from tests.target.conftest import SMALL, TARGET, Server, free_port, launch, wait_healthy
-from tools.gate.score import score
+from tools.tolerance.score import score
 
 PROMPTS = ["Explain the KV cache.", "Write a haiku about GPUs, please."]
 CFG = CorrectnessConfig(policy="tolerance", min_top1_agreement=0.95, max_logprob_diff=0.01)

@@ -46,7 +46,7 @@ def test_reads_the_backend_and_proposes_gather_then_cast(tmp_path: Path, engine:
     outcome, model, store, _ = converse(tmp_path, engine, script)
     p = outcome.proposal
     assert p is not None, outcome.reason
-    assert p.proposer == "llm" and p.playbook == "llm" and p.files == [BACKEND]
+    assert p.proposer == "llm" and p.source == "llm" and p.files == [BACKEND]
     assert p.origin.model == "scripted-coder" and p.origin.repairs == 0
     assert p.title.startswith("Gather-then-cast") and "Cast only the rows" in p.explanation
     assert outcome.usage.calls == 2 and outcome.usage.tokens > 0

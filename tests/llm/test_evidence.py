@@ -40,7 +40,7 @@ def test_a_matching_playbook_whose_patch_failed_to_apply_is_given_to_port(
     d = state.diagnosis
     assert d is not None
     finding = d.findings[0].model_copy(update={"playbook": BOOK})
-    failed = Decision(iteration=1, playbook=BOOK, verdict="failed", reason="patch does not apply: hunk 1")
+    failed = Decision(iteration=1, source=BOOK, verdict="failed", reason="patch does not apply: hunk 1")
     state = state.model_copy(
         update={"diagnosis": d.model_copy(update={"findings": [finding]}), "decisions": [failed]}
     )
@@ -74,7 +74,7 @@ def test_kept_patches_come_with_their_mechanism_check(tmp_path: Path, engine: Pa
     from state.decision import MechanismCheck
 
     state = loop_state(tmp_path, engine, "http://127.0.0.1:9/v1")
-    kept = Decision(iteration=1, playbook="llm", verdict="accepted", reason="TPOT 3.10x [2.9, 3.3]")
+    kept = Decision(iteration=1, source="llm", verdict="accepted", reason="TPOT 3.10x [2.9, 3.3]")
     check = MechanismCheck(
         iteration=1,
         playbook="llm",

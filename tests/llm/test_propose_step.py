@@ -55,7 +55,7 @@ def test_a_dropped_model_proposal_is_a_failed_decision_and_propose_runs_again(
     cmd, _ = run_propose(tmp_path, engine, [reply("no edits, sorry")] * 4, mode="llm")
     assert cmd.goto == "propose"
     (decision,) = cmd.update["decisions"]
-    assert decision.playbook == "llm" and decision.verdict == "failed"
+    assert decision.source == "llm" and decision.verdict == "failed"
     assert decision.reason.startswith("model proposal dropped: no valid patch after 3 repair round(s): parse")
     assert ProposerConfig().max_proposals == 3
 
@@ -107,7 +107,7 @@ def test_two_hosts_ask_the_model_for_two_different_candidates_and_fan_them_out(
     assert "already proposed for this round" in second and "llm-1: Gather-then-cast" in second
     assert "+            kv = k_buffer[kv_indices].to(q.dtype)  # gather" in second  # its diff, as data
     sends = cmd.goto
-    assert [(s.arg.proposal.playbook, s.arg.host.name) for s in sends] == [("llm-1", "h0"), ("llm-2", "h1")]
+    assert [(s.arg.proposal.source, s.arg.host.name) for s in sends] == [("llm-1", "h0"), ("llm-2", "h1")]
     assert [p.proposer for p in cmd.update["candidates"]] == ["llm", "llm"]
     assert sends[0].arg.proposal.diff != sends[1].arg.proposal.diff
     assert cmd.update["llm_usage"].calls == 2 and cmd.update["decisions"] == []
@@ -123,7 +123,7 @@ def test_a_second_candidate_equal_to_the_first_is_sent_back_for_repair(tmp_path:
     assert len(model.requests) == 3
     repair = model.requests[2]["messages"][-1]["content"]
     assert "distinct check failed" in repair and "same as candidate llm-1" in repair, repair
-    assert [s.arg.proposal.playbook for s in cmd.goto] == ["llm-1", "llm-2"]
+    assert [s.arg.proposal.source for s in cmd.goto] == ["llm-1", "llm-2"]
     assert cmd.goto[1].arg.proposal.origin.repairs == 1
 
 
@@ -136,14 +136,14 @@ def test_a_round_has_a_candidate_per_host_and_parallel_caps_how_many_are_tried_a
     assert len(model.requests) == 3
     assert "llm-1:" in model.requests[2]["messages"][1]["content"]
     assert "llm-2:" in model.requests[2]["messages"][1]["content"]
-    assert [(s.arg.proposal.playbook, s.arg.host.name) for s in cmd.goto] == [("llm-1", "h0")]
+    assert [(s.arg.proposal.source, s.arg.host.name) for s in cmd.goto] == [("llm-1", "h0")]
     assert cmd.update["trial_queue"] == ["llm-2", "llm-3"]
 
 
 def test_one_host_keeps_a_round_of_one_named_as_without_hosts(tmp_path: Path, engine: Path) -> None:
     cmd, model = propose_on_hosts(tmp_path, engine, [reply(fix_answer())], n=1)
     assert len(model.requests) == 1 and cmd.goto == "approve"
-    assert cmd.update["proposal"].playbook == "llm"
+    assert cmd.update["proposal"].source == "llm"
 
 
 def test_a_failed_conversation_in_a_round_is_recorded_and_the_other_candidate_goes_alone(
@@ -153,9 +153,9 @@ def test_a_failed_conversation_in_a_round_is_recorded_and_the_other_candidate_go
     cmd, model = propose_on_hosts(tmp_path, engine, script)
     assert len(model.requests) == 5 and cmd.goto == "approve"
     (failed,) = cmd.update["decisions"]
-    assert failed.playbook == "llm" and failed.verdict == "failed"
+    assert failed.source == "llm" and failed.verdict == "failed"
     assert "Already tried in this session" in model.requests[4]["messages"][1]["content"]
-    assert cmd.update["proposal"].playbook == "llm-1"
+    assert cmd.update["proposal"].source == "llm-1"
     assert cmd.update["llm_usage"].calls == 5
 
 
@@ -187,7 +187,7 @@ def test_model_candidates_wait_for_a_human_by_default_even_under_approve_auto(
     assert ProposerConfig().approve == "manual"
     script = [reply(fix_answer()), reply(fix_answer(new=SLOWER))]
     cmd, _ = propose_on_hosts(tmp_path, engine, script, approve="manual")
-    assert cmd.goto == "approve" and [p.playbook for p in cmd.update["candidates"]] == ["llm-1", "llm-2"]
+    assert cmd.goto == "approve" and [p.source for p in cmd.update["candidates"]] == ["llm-1", "llm-2"]
     assert "waiting for approval" in cmd.update["transitions"][0].note
     state = loop_state(tmp_path, engine, "http://127.0.0.1:9/v1", approve="manual")
     assert state.options.approve == "auto"

@@ -134,7 +134,7 @@ def test_propose_refuses_the_cast_patch_where_it_keeps_the_cast(extra, refused, 
     door = Door("s1", SessionStore(tmp_path / "store.sqlite"))
     cmd = propose(state, Runtime(context=LoopContext(door=door)))
     if refused is None:
-        assert cmd.goto == "approve" and cmd.update["proposal"].playbook == book.id
+        assert cmd.goto == "approve" and cmd.update["proposal"].source == book.id
     else:
         assert cmd.goto == "finish" and cmd.update["proposal"] is None
         assert f"skipped {book.id} (not proposed: " in cmd.update["stop_reason"]

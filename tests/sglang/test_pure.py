@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from agent.cli.target import load_target
-from agent.steps.actions import bench_serving_use
+from agent.serving import bench_serving_use
 from playbooks.patches import NoPatch, choose_patch, rebase_diff, release_key
 from playbooks.schema import Playbook
 from state.sglang import SglangLayout

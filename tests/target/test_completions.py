@@ -1,5 +1,5 @@
 """`/v1/completions` on the real server: greedy text, and `echo` + `logprobs` + `max_tokens: 0`
-scoring a prompt, as perfloop's tolerance gate (tools/gate/score.py) and the openai client send it."""
+scoring a prompt, as perfloop's tolerance gate (tools/tolerance/score.py) and the openai client send it."""
 
 import math
 

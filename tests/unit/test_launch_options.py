@@ -3,9 +3,9 @@
 import pytest
 from pydantic import ValidationError
 
-from agent.decision.judge import judge
+from agent.decision.legacy import judge
 from playbooks.engine import load_playbooks
-from playbooks.launch import change_conflict, describe, edited_argv
+from playbooks.launch import change_conflict, describe, edited_argv, with_flag, without_flag
 from playbooks.schema import LaunchEdit, Playbook
 from state.measure import RequestRecord
 from tools.bench import summarize
@@ -80,3 +80,12 @@ def test_the_loop_stops_near_the_stated_floor() -> None:
     assert near_floor(17.4, 3.2, 2.0) is None  # 5.4x the floor: go on
     assert near_floor(6.0, 3.2, 2.0) == "TPOT 6.0 ms is within 2x of the floor 3.2 ms (1.9x)"
     assert near_floor(17.4, 3.2, 6.0).startswith("TPOT 17.4 ms is within 6x")
+
+
+def test_one_flag_editor_handles_both_spellings_of_a_value() -> None:
+    assert with_flag(["a", "--device=cpu", "b"], "--device", "cuda") == ["a", "--device", "cuda", "b"]
+    assert with_flag(["a", "--device", "cpu", "b"], "--device", "cuda") == ["a", "--device", "cuda", "b"]
+    assert with_flag(["a", "--bare", "--x"], "--bare", "1") == ["a", "--bare", "1", "--x"]
+    assert without_flag(["a", "--threads=1", "b"], "--threads") == ["a", "b"]
+    assert without_flag(["a", "--threads", "1", "b"], "--threads") == ["a", "b"]
+    assert without_flag(["a", "--bare", "--x"], "--bare") == ["a", "--x"]

@@ -71,8 +71,8 @@ def test_the_summary_reports_the_decisive_candidate(tmp_path) -> None:
         baseline=m(["a"], 30.0),
         reference=m(["a"], 10.0),
         decisions=[
-            Decision(iteration=1, playbook="p", verdict="accepted", reason="r", judgement=j),
-            Decision(iteration=2, playbook="q", verdict="failed", reason="crashed"),
+            Decision(iteration=1, source="p", verdict="accepted", reason="r", judgement=j),
+            Decision(iteration=2, source="q", verdict="failed", reason="crashed"),
         ],
     )
     s = summarize_session(state, "done")

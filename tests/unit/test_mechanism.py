@@ -27,7 +27,7 @@ def profile(cast_us: float, other_us: float = 100.0, steps: int = 5) -> ProfileS
 def proposal() -> Proposal:
     ev = Evidence(op="aten::copy_", dims=DIMS, self_us=900.0, share=0.9, calls=20, note="n")
     return Proposal(
-        iteration=1, playbook="kv", title="t", explanation="e", diff="", files=[],
+        iteration=1, source="kv", title="t", explanation="e", diff="", files=[],
         expected_gain_share=0.85, expected_gain_ms=None, evidence=[ev],
     )  # fmt: skip
 

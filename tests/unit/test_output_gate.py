@@ -12,7 +12,7 @@ from agent.decision.outputs import compare
 from state.target import CorrectnessConfig
 from state.tolerance import ScoreArgs, ScoredText, ScoreResult
 from tools.errors import ServerError
-from tools.gate.score import continuation_scores, follow, score
+from tools.tolerance.score import continuation_scores, follow, score
 
 CFG = CorrectnessConfig(policy="tolerance", min_top1_agreement=0.75, max_logprob_diff=0.2)
 

@@ -25,7 +25,7 @@ DEMO_TOML = Path(__file__).resolve().parents[2] / "examples" / "targets" / "mla_
 def proposal(pid: str) -> Proposal:
     return Proposal(
         iteration=1,
-        playbook=pid,
+        source=pid,
         title=pid,
         explanation="",
         diff="",
@@ -61,10 +61,10 @@ def trial(pid: str, host: str, status: str = "measured", verdict: str = "rejecte
 def test_fan_out_sends_one_candidate_per_host_up_to_parallel(tmp_path: Path) -> None:
     props = [proposal(p) for p in ("p1", "p2", "p3")]
     sends, update = fan_out(state(tmp_path), props)
-    assert [(s.arg.proposal.playbook, s.arg.host.name) for s in sends] == [("p1", "a"), ("p2", "b")]
+    assert [(s.arg.proposal.source, s.arg.host.name) for s in sends] == [("p1", "a"), ("p2", "b")]
     assert update["trial_queue"] == ["p3"]
     sends, update = fan_out(state(tmp_path, parallel=1), props)
-    assert [(s.arg.proposal.playbook, s.arg.host.name) for s in sends] == [("p1", "a")]
+    assert [(s.arg.proposal.source, s.arg.host.name) for s in sends] == [("p1", "a")]
     assert update["trial_queue"] == ["p2", "p3"]
 
 
@@ -77,7 +77,7 @@ def test_a_failed_host_gets_no_more_work_and_its_candidate_is_retried_elsewhere(
         trials=[trial("p1", "a", verdict="accepted", speedup=3.0), trial("p2", "b", status="host-failed")],
     )
     plan = settle(s)
-    assert [(x.arg.proposal.playbook, x.arg.host.name, x.arg.attempt) for x in plan.sends] == [("p2", "a", 2)]
+    assert [(x.arg.proposal.source, x.arg.host.name, x.arg.attempt) for x in plan.sends] == [("p2", "a", 2)]
     assert plan.queue == ["p3"] and plan.winner is None
 
 
@@ -91,8 +91,8 @@ def test_join_keeps_the_fastest_accepted_and_decides_the_rest(tmp_path: Path) ->
         trial("p4", "c", verdict="regression", speedup=0.5),
     ]
     plan = settle(state(tmp_path, hosts=3, candidates=props, trials=trials))
-    assert plan.sends == [] and plan.winner is not None and plan.winner.playbook == "p2"
-    decided = {d.playbook: d for d in plan.decisions}
+    assert plan.sends == [] and plan.winner is not None and plan.winner.source == "p2"
+    decided = {d.source: d for d in plan.decisions}
     assert set(decided) == {"p3", "p4"}  # p1 was good too: left for the next iteration
     assert decided["p3"].verdict == "failed" and decided["p3"].reason.startswith("trial dropped after")
     assert decided["p4"].verdict == "regression"

@@ -98,7 +98,7 @@ def decided(n: int, argv: list[str], tpot: float | None, verdict: str = "rejecte
 def test_first_trial_sets_the_knobs_the_diagnosis_implicates(tmp_path: Path) -> None:
     s = state(tmp_path, findings=("kv-cache-full-pool-cast",))
     p, what = search_proposal(s)
-    assert p is not None and p.playbook == "search-1" and p.diff == ""
+    assert p is not None and p.source == "search-1" and p.diff == ""
     assert p.launch_argv == [*ARGV, "--max-total-tokens", "4096"] and what == "--max-total-tokens 4096"
     assert "implicates" in p.explanation
     tpe = search_proposal(state(tmp_path))[0]  # nothing implicated: TPE over every knob
@@ -180,12 +180,12 @@ def test_propose_mixes_the_search_after_the_playbooks(tmp_path: Path) -> None:
         return propose(s, SimpleNamespace(context=LoopContext(door=door)))
 
     s = state(tmp_path, findings=("kv-cache-full-pool-cast",))
-    assert run(s, "auto").update["proposal"].playbook == "kv-cache-full-pool-cast"
+    assert run(s, "auto").update["proposal"].source == "kv-cache-full-pool-cast"
     searched = run(s, "search").update["proposal"]
-    assert searched.playbook == "search-1" and searched.launch_argv[-2:] == ["--max-total-tokens", "4096"]
+    assert searched.source == "search-1" and searched.launch_argv[-2:] == ["--max-total-tokens", "4096"]
     tried = Decision(iteration=1, playbook="kv-cache-full-pool-cast", verdict="rejected", reason="r")
     after = run(state(tmp_path, [tried], findings=("kv-cache-full-pool-cast",)), "auto")
-    assert after.goto == "approve" and after.update["proposal"].playbook == "search-1"
+    assert after.goto == "approve" and after.update["proposal"].source == "search-1"
     assert after.update["transitions"][0].note.startswith("search trial 1: --max-total-tokens 4096")
     spent = run(
         state(tmp_path, [tried], findings=("kv-cache-full-pool-cast",), max_trials=1).model_copy(

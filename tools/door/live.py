@@ -20,6 +20,7 @@ from state.records import ToolCallRecord
 from tools import interrupts
 from tools.door.faults import fault_point
 from tools.door.registry import In, Out, ToolSpec, spec_of
+from tools.errors import one_line
 
 
 class Recorder(Protocol):
@@ -99,7 +100,7 @@ class LiveDoor:
             fault_point(f"tool:{spec.name}")
             return output  # type: ignore[return-value]  # validated as the tool's own output type
         except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            error = one_line(exc)
             raise
         finally:
             with self.lock:  # parallel branches share the sequence

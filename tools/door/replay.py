@@ -15,7 +15,7 @@ from typing import Any
 
 from state.records import ToolCallRecord
 from tools.door.registry import In, Out, spec_of
-from tools.errors import error_from
+from tools.errors import error_from, first_line
 
 
 class ReplayDivergence(Exception):
@@ -133,8 +133,7 @@ def play(rec: ToolCallRecord | None, k: int, node: str, fn: Callable[[In], Out],
         recorded = spec.input_type.model_validate(rec.input).model_dump(mode="json")
     except ValueError as exc:
         raise ReplayDivergence(
-            f"{where}: the recorded input no longer fits {spec.input_type.__name__}: "
-            f"{str(exc).splitlines()[0]}"
+            f"{where}: the recorded input no longer fits {spec.input_type.__name__}: {first_line(exc)}"
         ) from None
     diff = first_difference(recorded, args.model_dump(mode="json"))
     if diff:
@@ -145,6 +144,5 @@ def play(rec: ToolCallRecord | None, k: int, node: str, fn: Callable[[In], Out],
         return spec.output_type.model_validate(rec.output)  # type: ignore[return-value]
     except ValueError as exc:  # a recording edited by hand, or from an incompatible version
         raise ReplayDivergence(
-            f"{where}: the recorded output does not fit {spec.output_type.__name__}: "
-            f"{str(exc).splitlines()[0]}"
+            f"{where}: the recorded output does not fit {spec.output_type.__name__}: {first_line(exc)}"
         ) from None

@@ -20,6 +20,7 @@ from paramiko.auth_strategy import AuthStrategy, InMemoryPrivateKey, OnDiskPriva
 
 from state.ssh import SSHHostConfig
 from tools import secrets
+from tools.errors import first_line
 from tools.hosts.ssh_config import (
     Endpoint,
     HostKeyError,
@@ -241,6 +242,6 @@ def _translate(exc: BaseException, hop: Endpoint, known_hosts: Path) -> BaseExce
     if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
         return SSHError(f"cannot connect to {hop}: connection refused or host unreachable")
     if isinstance(exc, (paramiko.SSHException, EOFError, OSError)):
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        reason = first_line(exc)
         return SSHError(f"cannot connect to {hop}: {reason}")
     return exc

@@ -18,6 +18,8 @@ from contextlib import redirect_stdout
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tools.errors import one_line
+
 if TYPE_CHECKING:  # at run time imported in find_tool, so a host without pydantic gets one clear line
     from tools.door.registry import ToolSpec
 
@@ -43,11 +45,6 @@ def decode_request(arg: str) -> dict:
         path.unlink(missing_ok=True)
         return json.loads(text)
     return json.loads(base64.b64decode(arg))
-
-
-def one_line(exc: BaseException) -> str:
-    """`Type: first line of the message`, as the door records errors."""
-    return f"{type(exc).__name__}: {exc}".splitlines()[0]
 
 
 def find_tool(location: str) -> ToolSpec | None:

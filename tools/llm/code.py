@@ -16,7 +16,9 @@ import re
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from state.proposer import CodeArgs, CodeResult, DiffArgs, FilesArgs, FileTexts, LogArgs
 from tools.door import tool
@@ -183,7 +185,7 @@ def list_dir(repo: Path, path: str) -> str:
     return "\n".join(names) or "(empty)"
 
 
-def _answer(fn, *args) -> CodeResult:
+def _answer(fn: Callable[..., str], *args: Any) -> CodeResult:
     try:
         return CodeResult(ok=True, text=redact(fn(*args)))
     except Refused as exc:

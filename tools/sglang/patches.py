@@ -12,8 +12,8 @@ import re
 from state.sglang import SglangLayout
 from state.workspace import PatchPolicy
 from tools.errors import PatchError
-from tools.workspace.gate import gate_workspace
 from tools.workspace.git import GitWorkspace
+from tools.workspace.patch_check import gate_workspace
 
 _HUNK = re.compile(r"^@@ -(\d+)(?:,\d+)? \+\d+(?:,\d+)? @@", re.M)
 _FAILED = re.compile(r"patch does not apply: (\S+):(\d+)")

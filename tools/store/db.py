@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from tools.errors import ConfigError
+from tools.errors import ConfigError, first_line
 from tools.secrets import register
 
 STORE_ENV = "PERFLOOP_STORE"
@@ -168,7 +168,7 @@ def pg_connect(url: str, **kwargs: Any) -> Any:
     try:
         return psycopg.connect(url, autocommit=True, connect_timeout=10, **kwargs)
     except psycopg.Error as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         raise ConfigError(
             f"cannot connect to the session store {describe(url, Path())}: {first}; check "
             f"{STORE_ENV} / --store (and that the server is up)"

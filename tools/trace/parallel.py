@@ -25,7 +25,7 @@ from tools.trace.collect import GRAPH_LAUNCH, LAUNCH, Collected
 from tools.trace.heap import kept_heap
 from tools.trace.split import byte_ranges
 from tools.trace.stream import TraceStream
-from tools.trace.summary import summarize
+from tools.trace.summary import summarize as summarize_trace
 
 SPLIT_MIN_BYTES = 64 << 20
 """A plain file smaller than this is read in one stream (a worker's start-up would cost more)."""
@@ -73,7 +73,7 @@ def _read_trace(path: Path, steps: int | None, jobs: int) -> ProfileSummary:
                 col = merge_collected(_map_first_here(_collect_range, [(path, s, e) for s, e in ranges]))
             except TraceError:
                 col = None
-    return summarize(col or collect(path), str(path), steps)
+    return summarize_trace(col or collect(path), str(path), steps)
 
 
 def read_traces(paths: Sequence[Path], steps: int | None, jobs: int) -> list[ProfileSummary]:

@@ -19,8 +19,8 @@ from tools.door import tool
 from tools.sglang import layout as sglang_layout
 from tools.workspace import instrumentation
 from tools.workspace.commands import sha256_hex
-from tools.workspace.gate import gate_workspace
 from tools.workspace.git import GitWorkspace
+from tools.workspace.patch_check import gate_workspace
 
 
 def tree_fingerprint(snap: WorkspaceSnapshot) -> str:
@@ -107,7 +107,7 @@ def sglang_site(args: RepoArgs) -> SglangSite:
 
 @tool("repo.check_patch")
 def check_patch(args: ApplyArgs) -> Done:
-    """The patch gate (tools/workspace/gate.py) on a patch: it is safe and applies; changes nothing."""
+    """The patch gate (tools/workspace/patch_check.py) on a patch: it is safe and applies; changes nothing."""
     with GitWorkspace(args.repo) as ws:
         files = gate_workspace(ws, args.diff, args.policy)
     return Done(note=f"applies: {', '.join(files)}")

@@ -1,8 +1,43 @@
-"""The acceptance rule, as a pure function: faster by more than the noise, and identical outputs."""
+"""The legacy decision rule `iqr-v0`: faster by more than the noise, and identical outputs.
+
+Sessions recorded before the CI rule carry no `decision_rule` and replay with this one, as they
+were decided: one measurement of each arm (`measure_server`), the median TPOT must beat the
+reference's by more than the larger interquartile range, every prompt's greedy output must
+match. The only module that names the rule; the steps reach it through `agent/decision/rules.py`.
+"""
 
 from __future__ import annotations
 
+from langgraph.runtime import Runtime
+
+from agent.context import LoopContext, need
+from agent.decision.judging import JudgedCandidate, MeasuredBaseline, RuleVerdict
+from agent.serving import measure_server
+from state.loop import LoopState
 from state.measure import Measurement
+
+
+class IqrRule:
+    """`iqr-v0` (see the module's docstring)."""
+
+    name = "iqr-v0"
+    checks_mechanisms = False
+
+    def instruments_candidate(self, state: LoopState) -> bool:
+        """Only when another iteration may follow (as these sessions were recorded)."""
+        return state.iteration < state.options.max_iterations
+
+    def baseline(self, state: LoopState, runtime: Runtime[LoopContext]) -> MeasuredBaseline:
+        return MeasuredBaseline(measure_server(state, runtime, "baseline"))
+
+    def judge(self, state: LoopState, runtime: Runtime[LoopContext], label: str) -> JudgedCandidate:
+        return JudgedCandidate(measure_server(state, runtime, label))
+
+    def verdict(self, state: LoopState, enables: str | None) -> RuleVerdict:
+        reference = need(state.reference, "reference")
+        candidate = need(state.candidate_measurement, "candidate measurement")
+        ok, reason, noise = judge(reference, candidate, enables)
+        return RuleVerdict("accepted" if ok else "rejected", reason, noise)
 
 
 def judge(

@@ -1,0 +1,72 @@
+"""The decision rule `ci-v1` (every new session): the CI of the speedup, from per-request timings
+(agent/decision/rule.py) and the launch noise of A/A launches (agent/decision/noise.py), over
+sequential looks, after the output gate (agent/decision/outputs.py).
+
+The baseline is measured with the reference arm's full budget, kept as an A/A sample, and takes
+the gate's reference outputs; a candidate is measured look by look on its own launch
+(agent/decision/measuring.py) or with the reference launched beside it
+(agent/decision/interleave.py, `[decide] arms = "interleaved"`).
+"""
+
+from __future__ import annotations
+
+from langgraph.runtime import Runtime
+
+from agent.context import LoopContext, need
+from agent.decision import correctness, outputs
+from agent.decision.interleave import judge_interleaved
+from agent.decision.judging import JudgedCandidate, MeasuredBaseline, RuleVerdict
+from agent.decision.measuring import budget, judge_candidate, measure_arm, outputs_problem, record_aa, unlike
+from state.loop import LoopState
+
+
+class CiRule:
+    """`ci-v1` (see the module's docstring)."""
+
+    name = "ci-v1"
+    checks_mechanisms = True
+
+    def instruments_candidate(self, state: LoopState) -> bool:
+        """Always: the reference ran with the dormant profiler, so every candidate does too."""
+        return True
+
+    def baseline(self, state: LoopState, runtime: Runtime[LoopContext]) -> MeasuredBaseline:
+        """The reference arm's full budget now: its server is gone when a candidate runs."""
+        m = measure_arm(state, runtime, "baseline", budget(state), warm_up=True)
+        noise = record_aa(state, runtime, m)
+        update = outputs.reference_outputs(state, runtime)
+        note = (
+            f"; {len(m.outputs)} prompts x {budget(state)} requests, {m.warmups_discarded} warm-up(s) "
+            f"discarded; {noise.describe()}; {correctness.describe(state, update)}"
+        )
+        return MeasuredBaseline(m, {**update, "launch_noise": noise}, note)
+
+    def judge(self, state: LoopState, runtime: Runtime[LoopContext], label: str) -> JudgedCandidate:
+        if state.target.decide.arms == "interleaved":
+            return judge_interleaved(state, runtime, label)
+        return judge_candidate(state, runtime, label)
+
+    def verdict(self, state: LoopState, enables: str | None) -> RuleVerdict:
+        """The judgement's verdict, with both arms' numbers; a candidate the gate (or unlike arms)
+        stopped before any timing verdict is rejected."""
+        ref, cand, j = (
+            need(state.reference, "reference"),
+            need(state.candidate_measurement, "candidate measurement"),
+            state.judgement,
+        )
+        if j is None:
+            problem = state.gate_problem or outputs_problem(ref, cand) or unlike(ref, cand) or "not judged"
+            return RuleVerdict("rejected", problem)
+        a, b = need(j.reference, "reference arm"), need(j.candidate, "candidate arm")
+        reason = (
+            f"{j.line()}; median TPOT {a.tpot_ms_median:.1f} -> {b.tpot_ms_median:.1f} ms, "
+            f"ITL p50/p99 {a.itl_ms_p50:.1f}/{a.itl_ms_p99:.1f} -> {b.itl_ms_p50:.1f}/{b.itl_ms_p99:.1f} ms, "
+            f"TTFT {a.ttft_ms_median:.1f} -> {b.ttft_ms_median:.1f} ms, warm-ups discarded "
+            f"{a.warmups_discarded}+{b.warmups_discarded}"
+        )
+        if a.outliers or b.outliers:
+            reason += f", outliers flagged {a.outliers}+{b.outliers}"
+        reason += f", {state.tolerance.line()}" if state.tolerance is not None else ", outputs identical"
+        if enables is not None and j.verdict in ("rejected", "inconclusive"):
+            return RuleVerdict("accepted", f"{reason}; no gain alone, kept as an enabling step ({enables})")
+        return RuleVerdict(j.verdict, reason)
