@@ -65,7 +65,7 @@ def rejected_state(tmp_path: Path, engine: Path, base_url: str):
             "proposal": proposal,
             "decisions": [decision],
             "reference": measured("is Paris. It is", 30.0),
-            "candidate": measured("is Paris, it was", 10.0),
+            "candidate_measurement": measured("is Paris, it was", 10.0),
         }
     )
 
@@ -108,7 +108,7 @@ def test_the_next_round_is_told_and_a_resubmission_costs_no_launch(tmp_path: Pat
         state.model_copy(update={"proposal": state.proposal.model_copy(update={"diff": fix.diff})})
     )
     assert rejected is not None
-    state = state.model_copy(update={"model_trials": [rejected], "proposal": None, "candidate": None})
+    state = state.model_copy(update={"model_trials": [rejected], "proposal": None, "candidate_measurement": None})
     other = NEW.replace("# gather the request's rows", "# gather rows")
     script = [reply(fix_answer(new=NEW.replace("  # gather", "    # gather"))), reply(fix_answer(new=other))]
     with ScriptedModel(script) as m:
@@ -141,7 +141,7 @@ def test_a_crash_goes_back_with_the_traceback_tail_read_through_the_door(
         verdict="failed",
         reason=f"server failed after the patch: server exited with code 1 during start-up (log {log}): NameError",
     )
-    state = state.model_copy(update={"decisions": [crash], "candidate": None})
+    state = state.model_copy(update={"decisions": [crash], "candidate_measurement": None})
     recorder = MemoryRecorder()
     (trial,) = model_trial(state, runtime(LiveDoor("s", recorder)))
     assert trial.verdict == "failed" and trial.feedback[0].startswith("failed: server failed after the patch")
