@@ -82,7 +82,7 @@ for n, p in enumerate(state.profiles):
     profiles.append({"iteration": p.iteration, "tpot_ms": before, "step_source": prof.step_source,
                      "bounds": prof.step_bounds.model_dump() if prof.step_bounds else None,
                      "findings": [f.model_dump(include=set(keep)) for f in d.findings]})
-decisions = [{"iteration": d.iteration, "playbook": d.playbook, "verdict": d.verdict, "predicted": d.predicted_speedup,
+decisions = [{"iteration": d.iteration, "playbook": d.source, "verdict": d.verdict, "predicted": d.predicted_speedup,
               "tpot_before": d.tpot_ms_before, "tpot_after": d.tpot_ms_after,
               "realized": d.tpot_ms_before / d.tpot_ms_after if d.tpot_ms_before and d.tpot_ms_after else None}
              for d in state.decisions]

@@ -66,6 +66,11 @@ def glm5_events(cast: bool, graph: bool, steps: int = 3, blocking_graph_launch: 
             events.append(_x("cuda_runtime", "cudaGraphLaunch", launch_at, call_us, correlation=corr))
             host += call_us
             corr += 1
+            if blocking_graph_launch:  # the sampling kernel, launched once the call returned
+                events.append(_x("cuda_runtime", "cudaLaunchKernel", host, 4.0, correlation=corr))
+                events.append(_x("kernel", OTHER_KERNEL, host + 6, 5.0, correlation=corr, device=0))
+                host, device = host + 5, host + 11
+            corr += 1
         else:
             for k, (name, dur) in enumerate(kernels):
                 dims = [POOL, POOL, []] if k % KERNELS_PER_LAYER == 0 else [[8, 2048], [2048, 2048]]

@@ -89,9 +89,16 @@ def step_bounds(col: Collected, found: StepWindows, windows: Windows) -> StepBou
         blocked = _covered(syncs[bisect_left(sync_starts, start) : bisect_left(sync_starts, end)], start, end)
         kernel_start, kernel_end = windows.of_step(index)
         if hi > lo:
-            ends = _issue_ends(launch_start[lo:hi], launch_end[lo:hi], is_graph[lo:hi], kernel_start)
-            first, last = float(launch_start[lo]), float(ends.max())
-            issue = max(last - first - _covered(syncs[: bisect_left(sync_starts, last)], first, last), 0.0)
+            starts, ends, graph = launch_start[lo:hi], launch_end[lo:hi], is_graph[lo:hi]
+            issued = _issue_ends(starts, ends, graph, kernel_start)
+            # A graph launch call still running once its replay started is the host waiting on the
+            # device, like a sync: left out of the issue time, as syncs are.
+            waits = [
+                (a, b) for a, b in zip(issued[graph].tolist(), ends[graph].tolist(), strict=True) if b > a
+            ]
+            first, last = float(starts[0]), float(ends.max())
+            waited = syncs[: bisect_left(sync_starts, last)] + waits
+            issue = max(last - first - _covered(waited, first, last), 0.0)
         else:
             issue = 0.0
         g_lo, g_hi = np.searchsorted(graphs, [start, end], side="left").tolist()

@@ -26,12 +26,16 @@ SYNC_CALLS = frozenset(
         "cudaDeviceSynchronize",
         "cudaEventSynchronize",
         "cudaMemcpy",
+        "cudaMemcpyAsync",
         "cuStreamSynchronize",
         "cuCtxSynchronize",
         "cuEventSynchronize",
     }
 )
-"""Runtime/driver calls that block the host until the device has finished queued work."""
+"""Runtime/driver calls that block the host until the device has finished queued work
+(`cudaMemcpyAsync` too: to pageable host memory, as `.item()`/`.tolist()`/`.cpu()` copy, it returns
+only once the copy, queued after the step's kernels, is done; on the H200's API-method trace under
+CUDA graphs one such copy held the host 6.5 ms of an 8.7 ms step)."""
 
 _DECODE = msgspec.json.decode
 DimsKey = tuple[tuple[int, ...], ...]
