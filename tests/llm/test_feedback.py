@@ -108,7 +108,9 @@ def test_the_next_round_is_told_and_a_resubmission_costs_no_launch(tmp_path: Pat
         state.model_copy(update={"proposal": state.proposal.model_copy(update={"diff": fix.diff})})
     )
     assert rejected is not None
-    state = state.model_copy(update={"model_trials": [rejected], "proposal": None, "candidate_measurement": None})
+    state = state.model_copy(
+        update={"model_trials": [rejected], "proposal": None, "candidate_measurement": None}
+    )
     other = NEW.replace("# gather the request's rows", "# gather rows")
     script = [reply(fix_answer(new=NEW.replace("  # gather", "    # gather"))), reply(fix_answer(new=other))]
     with ScriptedModel(script) as m:
