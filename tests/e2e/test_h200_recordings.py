@@ -20,6 +20,7 @@ EXPECTED = {  # folder/run: (accepted, rejected)
     "h200-2026-11-30-ci-rule/c-eager-ci": (["launch-bound-decode", "kv-cache-full-pool-cast"], []),
     # profiled by the API method (/start_profile, forward_decode windows), eager at the start
     "h200-2026-12-01-api-method/d-api-eager": (["launch-bound-decode", "kv-cache-full-pool-cast"], []),
+    "h200-2026-12-01-api-method/e-api-eager": (["launch-bound-decode", "kv-cache-full-pool-cast"], []),
 }
 
 
