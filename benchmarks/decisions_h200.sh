@@ -4,12 +4,7 @@
 # as wheels (.whl/) and git as a Debian package (.gitdeb/) like gpu_loop_h200.sh. Writes logs and
 # JSON to $OUT.   Usage: bash benchmarks/decisions_h200.sh [decisions|sessions|all]  (each part < 10 min)
 set -uo pipefail
-if ! command -v git >/dev/null; then
-  for f in .gitdeb/*.deb; do dpkg -x "$f" /tmp/gitroot; done
-  export PATH=/tmp/gitroot/usr/bin:$PATH GIT_EXEC_PATH=/tmp/gitroot/usr/lib/git-core
-fi
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+source benchmarks/h200_env.sh
 nproc; uptime
 common=(--threads 1 --repeats 5 --looks 3 --max-tokens 12)
 part=${1:-all}

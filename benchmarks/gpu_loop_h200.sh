@@ -7,13 +7,8 @@
 set -uo pipefail
 name=$1 limit=$2
 shift 2
-if ! command -v git >/dev/null; then
-  for f in .gitdeb/*.deb; do dpkg -x "$f" /tmp/gitroot; done
-  export PATH=/tmp/gitroot/usr/bin:$PATH GIT_EXEC_PATH=/tmp/gitroot/usr/lib/git-core
-fi
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PERFLOOP_HOME=/tmp/plh PYTHONUNBUFFERED=1
-perfloop() { python3 -c "import sys; from agent.cli import app; sys.argv[0] = 'perfloop'; app()" "$@"; }
+source benchmarks/h200_env.sh
+export PERFLOOP_HOME=/tmp/plh
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 timeout "$limit" python3 -c "import sys; from agent.cli import app; sys.argv[0] = 'perfloop'; app()" \
   demo --device cuda --preset glm5 "$@" --json >"$OUT/$name.log" 2>&1

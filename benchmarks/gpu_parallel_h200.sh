@@ -10,13 +10,7 @@
 set -uo pipefail
 name=$1
 shift
-if ! command -v git >/dev/null; then
-  for f in .gitdeb/*.deb; do dpkg -x "$f" /tmp/gitroot; done
-  export PATH=/tmp/gitroot/usr/bin:$PATH GIT_EXEC_PATH=/tmp/gitroot/usr/lib/git-core
-fi
-# installed on every call: a warm machine may hold a /tmp/site from an older .whl/
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+source benchmarks/h200_env.sh
 nvidia-smi --query-gpu=index,name,memory.used --format=csv,noheader
 python3 benchmarks/parallel_hosts.py --device cuda --preset glm5 --gpus --out "$OUT/$name.json" "$@"
 echo "benchmark exit $?"

@@ -14,13 +14,8 @@
 # Usage: bash benchmarks/gpu_trace_kinds_h200.sh
 set -uo pipefail
 t0=$(date +%s)
-if ! command -v git >/dev/null; then
-  for f in .gitdeb/*.deb; do dpkg -x "$f" /tmp/gitroot; done
-  export PATH=/tmp/gitroot/usr/bin:$PATH GIT_EXEC_PATH=/tmp/gitroot/usr/lib/git-core
-fi
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PERFLOOP_HOME=/tmp/plh PYTHONUNBUFFERED=1
-perfloop() { python3 -c "import sys; from agent.cli import app; sys.argv[0] = 'perfloop'; app()" "$@"; }
+source benchmarks/h200_env.sh
+export PERFLOOP_HOME=/tmp/plh
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 mkdir -p "$OUT/corpus"
 
