@@ -49,7 +49,7 @@ kind = "mla_server"
 repo = "{repo}"
 model = "mla-demo"
 [launch]
-argv = ["bash", "launch.sh", "--port", "{{port}}", "--preset", "cpu", "--threads", "1", "--seed", "1", "--pool-slots", "49152"]
+argv = ["bash", "launch.sh", "--port", "{{port}}", "--preset", "cpu", "--threads", "1", "--layers", "1", "--seed", "1", "--pool-slots", "49152"]
 env = {{ PYTHON = "{{python}}" }}
 startup_timeout_s = 120
 [measure]
