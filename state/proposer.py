@@ -30,6 +30,20 @@ DEFAULT_PROTECTED = [
 """Paths a model may not edit: the target's tests and benchmarks (it must not edit its judges)."""
 
 
+class ProbeConfig(Model):
+    """`[proposer.probe]`: a quick check the model may run on its candidate patch before it answers
+    (a unit test, an equivalence harness), in a scratch git worktree of the target repo."""
+
+    argv: list[str] = Field(min_length=1)
+    """The command, run in the worktree's root (`{python}`: perfloop's interpreter on the target's
+    host), e.g. `["{python}", "-m", "pytest", "-q", "tests/test_backend.py"]`; exit code 0 means
+    the check passed."""
+    timeout_s: float = Field(120.0, gt=0, le=3600)
+    """Wall time of one run; past it the command's process group is killed."""
+    max_runs: int = Field(3, ge=1, le=20)
+    """Runs per proposal (a conversation): the model is told when they are used up."""
+
+
 class ProposerConfig(Model):
     """`[proposer]` in a target file; the command line overrides each field."""
 
@@ -73,6 +87,8 @@ class ProposerConfig(Model):
     protected: list[str] = Field(default_factory=lambda: list(DEFAULT_PROTECTED))
     """Glob patterns (repo-relative) of files a model may not edit, besides `.git` and the profiler
     instrumentation."""
+    probe: ProbeConfig | None = None
+    """A check command the model may run on its candidate (`run_probe`); None: no such tool."""
 
     @field_validator("base_url")
     @classmethod
@@ -206,6 +222,37 @@ class LogArgs(Model):
     """The log file on the session's host."""
     lines: int = Field(30, ge=1, le=200)
     """Last lines to return."""
+
+
+class ProbeArgs(Model):
+    """One run of the target's probe on a candidate patch (`code.probe`)."""
+
+    repo: Path
+    """The target repo on its host (its HEAD is checked out in a scratch worktree)."""
+    diff: str
+    """The candidate patch (unified diff, a/ b/ prefixes), applied in the worktree."""
+    argv: list[str]
+    """The command, `{python}` already substituted."""
+    timeout_s: float
+    """Wall time of the run."""
+    drop_env: list[str] = Field(default_factory=list)
+    """Environment variables the command does not get (the model endpoint's key)."""
+
+
+class ProbeResult(Model):
+    """What a probe run showed."""
+
+    applied: bool
+    """Whether the patch applied in the worktree (False: the command did not run)."""
+    exit_code: int | None
+    """The command's exit status; None when it did not run or was killed at the time limit."""
+    timed_out: bool = False
+    """Killed at `timeout_s`."""
+    seconds: float = Field(0.0, ge=0)
+    """Wall time of the command."""
+    output: str = ""
+    """The end of its output (stdout and stderr together), bounded, secrets masked; or why it did
+    not run."""
 
 
 class FileTexts(Model):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from tools import bench, limits, profiling, server
 from tools.door.registry import ToolSpec, spec_of
 from tools.hosts import info, transfer
-from tools.llm import chat, code
+from tools.llm import chat, code, probe
 from tools.store import aa
 from tools.tolerance import score
 from tools.workspace import reference, repo
@@ -62,6 +62,8 @@ TOOLS = (
     code.read_texts,
     code.check_diff,
     code.log_tail,
+    # the target's probe on a model's candidate, in a scratch worktree (tools/llm/probe.py)
+    probe.probe,
 )
 
 BY_NAME: dict[str, ToolSpec] = {spec_of(fn).name: spec_of(fn) for fn in TOOLS}

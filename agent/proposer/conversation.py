@@ -6,7 +6,10 @@ conversation is a pure function of the state and the recorded replies, so when t
 after a crash it asks the same questions again, and the door answers the model calls the killed
 attempt already paid for from their records (`llm.chat` is a `reuse` tool).
 Budgets: model calls per proposal, tokens per session, model time per proposal (the recorded
-duration of each call, so a replay stops where the run stopped), repair rounds.
+duration of each call, so a replay stops where the run stopped), repair rounds, probe runs.
+When the target declares a probe (`[proposer.probe]`), the model may run it on candidate edits
+(`run_probe`, or a `PROBE` message in the text protocol): the edits pass the same validation chain
+as an answer, then `code.probe` runs the command on them in a scratch worktree (tools/llm/probe.py).
 """
 
 from __future__ import annotations
@@ -43,9 +46,11 @@ from state.proposer import (
     FilesArgs,
     LlmOrigin,
     LlmUsage,
+    ProbeArgs,
 )
 from tools.errors import LlmError
-from tools.llm import chat, code
+from tools.llm import chat, code, probe
+from tools.llm.redact import redact
 
 MAX_SOURCES = 3
 
@@ -91,6 +96,8 @@ class Conversation:
         self.adapted: list[str] = []
         self.budget = self.cfg.context_tokens
         """Estimated prompt tokens a call may take (halved by a context-length refusal)."""
+        self.probes = 0
+        """Probe runs so far."""
 
     def run(self) -> Outcome:
         try:
@@ -100,7 +107,7 @@ class Conversation:
 
     def _converse(self) -> Proposal:
         self.messages = [
-            ChatMessage(role="system", content=prompt.SYSTEM),
+            ChatMessage(role="system", content=self._system()),
             ChatMessage(
                 role="user",
                 content=evidence.context(
@@ -116,7 +123,9 @@ class Conversation:
             asked = [] if reply.tool_calls else text_requests(content)
             if asked:
                 results = [
-                    f"{name} {json.dumps(a)}:\n{self._run_tool(name, json.dumps(a))}" for name, a in asked
+                    f"{name} {'{your edits}' if name == 'run_probe' else json.dumps(a)}:\n"
+                    f"{self._run_tool(name, json.dumps(a))}"
+                    for name, a in asked
                 ]
                 self.messages.append(ChatMessage(role="user", content="\n\n".join(results)))
                 continue
@@ -162,7 +171,7 @@ class Conversation:
                 api_key_env=cfg.api_key_env,
                 model=cfg.model or "",
                 messages=self.messages,
-                tools=prompt.TOOLS if w.tools else [],
+                tools=self._tools() if w.tools else [],
                 max_tokens=cfg.reply_tokens,
                 token_param=w.token_param,
                 temperature=cfg.temperature if w.temperature else None,
@@ -192,7 +201,18 @@ class Conversation:
         self.wire, note = found
         self.adapted.append(note)
         if not self.wire.tools and self.messages and self.messages[0].role == "system":
-            self.messages[0] = ChatMessage(role="system", content=prompt.SYSTEM + TEXT_TOOLS)
+            self.messages[0] = ChatMessage(role="system", content=self._system())
+
+    def _system(self) -> str:
+        """The system prompt for the way requests are sent now (tools or the text protocol), with
+        the probe's note when the target declares one."""
+        text = prompt.SYSTEM + ("" if self.wire.tools else TEXT_TOOLS)
+        probe_cfg = self.cfg.probe
+        return text if probe_cfg is None else text + prompt.probe_note(probe_cfg, self.wire.tools)
+
+    def _tools(self) -> list[dict]:
+        probe_cfg = self.cfg.probe
+        return prompt.TOOLS if probe_cfg is None else [*prompt.TOOLS, prompt.probe_tool(probe_cfg)]
 
     def _repair(self, stage: str, reason: str) -> None:
         """Send a failed answer back with the reason, or drop the proposal after the last round."""
@@ -206,8 +226,41 @@ class Conversation:
         self.messages.append(ChatMessage(role="user", content=prompt.repair(stage, reason, left)))
 
     def _run_tool(self, name: str, arguments: str) -> str:
-        """A read-only tool's answer for the model (errors as text the model can act on)."""
+        """A tool's answer for the model (errors as text the model can act on)."""
+        if name == "run_probe":
+            return self._probe(arguments)
         return toolset.run(self.runtime, self.repo, name, arguments)
+
+    def _probe(self, arguments: str) -> str:
+        """The target's probe run on the edits of a `run_probe` call, in a scratch worktree,
+        after the validation chain an answer goes through; or why it was not run."""
+        cfg = self.cfg.probe
+        if cfg is None:
+            return "error: this target declares no probe; answer with your edit blocks"
+        try:
+            edits = json.loads(arguments or "{}").get("edits")
+        except (ValueError, AttributeError):
+            edits = None
+        if not isinstance(edits, str) or not edits.strip():
+            return 'error: run_probe takes {"edits": "<your edit blocks>"}'
+        if self.probes >= cfg.max_runs:
+            return f"error: the probe already ran {self.probes} time(s), its limit per proposal: answer now"
+        result = validate(edits, self._texts, self.cfg.protected, self._git_check)
+        if isinstance(result, Failure):
+            return (
+                f"error: the probe did not run: your edits failed the {result.stage} check:\n"
+                + prompt.data("check", redact(result.reason))
+            )
+        self.probes += 1
+        python = self.state.options.python
+        args = ProbeArgs(
+            repo=self.repo,
+            diff=result.diff,
+            argv=[a.replace("{python}", python) for a in cfg.argv],
+            timeout_s=cfg.timeout_s,
+            drop_env=[self.cfg.api_key_env],
+        )
+        return prompt.probe_answer(call(self.runtime, probe.probe, args), cfg.max_runs - self.probes)
 
     def _texts(self, paths: list[str]) -> dict[str, str | None]:
         return call(self.runtime, code.read_texts, FilesArgs(repo=self.repo, paths=paths)).texts

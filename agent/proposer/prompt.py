@@ -10,10 +10,11 @@ never instructions.
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 
-from state.proposer import ModelTrial
-from tools.llm.redact import redact
+from state.proposer import ModelTrial, ProbeConfig, ProbeResult
+from tools.llm.redact import redact, redact_argv
 
 SIBLING_DIFF_CHARS = 4000
 """How much of each other candidate's diff the model is shown."""
@@ -92,6 +93,58 @@ replacement lines
 - SEARCH must match exactly one place in the file; include enough lines to make it unique.
 - Keep each block small. Several blocks may edit the same file, applied in order.
 """
+
+
+def probe_tool(cfg: ProbeConfig) -> dict:
+    """The `run_probe` function tool, offered when the target declares a probe (pure)."""
+    return {
+        "type": "function",
+        "function": {
+            "name": "run_probe",
+            "description": "Run the target's check command on a candidate patch before you answer: "
+            "your edits are applied to a scratch copy of the repository (never the real tree) and "
+            f"`{shlex.join(redact_argv(cfg.argv))}` runs there (at most {cfg.timeout_s:g} s); you get its exit "
+            "code and the end of its output. Exit code 0 means the check passed.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "edits": {
+                        "type": "string",
+                        "description": "Edit blocks (path, SEARCH, divider, REPLACE) exactly as in your "
+                        "final answer.",
+                    }
+                },
+                "required": ["edits"],
+            },
+        },
+    }
+
+
+def probe_note(cfg: ProbeConfig, tools: bool) -> str:
+    """What the system prompt says of the probe: the function tool, or the text protocol's PROBE
+    request (pure)."""
+    how = (
+        "call run_probe with your edit blocks as `edits`"
+        if tools
+        else "answer with a message whose first line is PROBE, followed by your edit blocks and nothing else"
+    )
+    return (
+        f"\nThis target has a quick check, `{shlex.join(redact_argv(cfg.argv))}` (at most {cfg.timeout_s:g} s, "
+        f"{cfg.max_runs} run(s) per proposal). To run it on a candidate before you answer, {how}: "
+        "the edits are applied to a scratch copy of the repository and you get the exit code and "
+        "the end of the output. It is optional; your final answer is still the edit blocks.\n"
+    )
+
+
+def probe_answer(result: ProbeResult, runs_left: int) -> str:
+    """A probe run as the model sees it (pure)."""
+    if not result.applied:
+        head = "the probe did not run"
+    elif result.timed_out:
+        head = f"the probe was killed at its time limit after {result.seconds:.1f} s"
+    else:
+        head = f"exit code {result.exit_code} after {result.seconds:.1f} s"
+    return f"{head} ({runs_left} probe run(s) left)\n{data('probe', result.output)}"
 
 
 def data(kind: str, text: str) -> str:

@@ -45,6 +45,8 @@ _TOO_LONG = re.compile(
 _THINK = re.compile(r"<think>.*?(?:</think>|\Z)\s*", re.S)
 _TOOL_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.S)
 TEXT_TOOL_NAMES = ("read_file", "grep", "list_dir")
+PROBE = "PROBE"
+"""The text protocol's first line asking for the probe on the edit blocks that follow."""
 _REQUEST = re.compile(r"^\s*(READ|GREP|LIST)\b(.*)$", re.M)
 
 
@@ -84,9 +86,11 @@ def strip_reasoning(text: str | None) -> str:
 def text_requests(content: str) -> list[tuple[str, dict]]:
     """The `READ`/`GREP`/`LIST` lines of a text-protocol reply, or the `<tool_call>{...}</tool_call>`
     elements a server without a tool-call parser leaves in the text (SGLang, vLLM), as (tool,
-    arguments) (pure); none when the reply holds edit blocks (it is an answer, not a request)."""
-    if "<<<<<<< SEARCH" in content:
-        return []
+    arguments) (pure); none when the reply holds edit blocks (it is an answer, not a request),
+    unless it asks for the probe on them: a first line `PROBE`, or a `run_probe` tool call."""
+    first, _, rest = content.lstrip().partition("\n")
+    if first.strip() == PROBE:
+        return [("run_probe", {"edits": rest})]
     out: list[tuple[str, dict]] = []
     for raw in _TOOL_CALL.findall(content):
         try:
@@ -95,8 +99,10 @@ def text_requests(content: str) -> list[tuple[str, dict]]:
             given = json.loads(given) if isinstance(given, str) else given
         except (ValueError, AttributeError):
             continue
-        if isinstance(given, dict) and call.get("name") in TEXT_TOOL_NAMES:
+        if isinstance(given, dict) and call.get("name") in (*TEXT_TOOL_NAMES, "run_probe"):
             out.append((call["name"], given))
+    if "<<<<<<< SEARCH" in content:
+        return [c for c in out if c[0] == "run_probe"]
     if out:
         return out
     for verb, rest in _REQUEST.findall(content):
@@ -150,5 +156,6 @@ def trim(messages: list[ChatMessage], budget: int) -> tuple[list[ChatMessage], i
 
 def _is_result(m: ChatMessage) -> bool:
     return m.role == "tool" or (
-        m.role == "user" and (m.content or "").startswith(("read_file {", "grep {", "list_dir {"))
+        m.role == "user"
+        and (m.content or "").startswith(("read_file {", "grep {", "list_dir {", "run_probe {"))
     )

@@ -1,0 +1,105 @@
+"""The target's probe, run on a model's candidate patch: `code.probe`.
+
+A target may declare a quick check (`[proposer.probe]`: a unit test, an equivalence harness); the
+model may run it on its candidate before it answers. The run never touches the session's tree:
+the repo's HEAD is checked out in a scratch `git worktree` in a temporary folder outside the repo,
+the candidate applied there, the command run in its root in its own process group with a time
+limit (past it the whole group is killed), and the worktree removed again (`git worktree remove`,
+then `prune`), whatever happened. What comes back is the end of the output, bounded and with
+secrets masked; the model endpoint's key is not in the command's environment. Run where the repo
+lives (`where="host"`); recorded like every door call, so a replay answers it without running.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from state.proposer import ProbeArgs, ProbeResult
+from tools.door import tool
+from tools.llm.redact import redact
+from tools.workspace.commands import APPLY
+
+MAX_OUTPUT = 6000
+"""Characters of the output's end sent back."""
+
+
+def _git(repo: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", "-C", str(repo), *args], input=stdin, text=True, capture_output=True)
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _tail(path: Path, tree: Path) -> str:
+    data = path.read_bytes() if path.exists() else b""
+    text = data[-4 * MAX_OUTPUT :].decode(errors="replace").replace(str(tree) + os.sep, "")
+    if len(text) > MAX_OUTPUT or len(data) > 4 * MAX_OUTPUT:
+        text = f"[... {len(data)} bytes in all; the end:]\n" + text[-MAX_OUTPUT:]
+    return redact(text)
+
+
+def run(args: ProbeArgs) -> ProbeResult:
+    """Check out HEAD in a scratch worktree, apply `args.diff`, run `args.argv` there (see the
+    module doc); the worktree is gone when this returns."""
+    scratch = Path(tempfile.mkdtemp(prefix="perfloop-probe-"))
+    tree, log = scratch / "tree", scratch / "output.txt"
+    try:
+        added = _git(args.repo, "worktree", "add", "--detach", "--quiet", str(tree), "HEAD")
+        if added.returncode != 0:
+            return ProbeResult(applied=False, exit_code=None, output=redact(f"no worktree: {added.stderr}"))
+        applied = _git(tree, *APPLY, "-", stdin=args.diff)
+        if applied.returncode != 0:
+            why = applied.stderr.strip() or "git apply failed"
+            return ProbeResult(
+                applied=False, exit_code=None, output=redact(f"the patch did not apply: {why}")
+            )
+        env = {k: v for k, v in os.environ.items() if k not in set(args.drop_env)}
+        t0 = time.perf_counter()
+        with open(log, "wb") as out:
+            try:
+                proc = subprocess.Popen(
+                    args.argv,
+                    cwd=tree,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                return ProbeResult(
+                    applied=True, exit_code=None, output=redact(f"cannot run {args.argv[0]}: {exc}")
+                )
+            timed_out = False
+            try:
+                code: int | None = proc.wait(timeout=args.timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out, code = True, None
+                _kill_group(proc.pid)
+                proc.wait()
+            _kill_group(proc.pid)  # whatever it left running in the background
+        seconds = time.perf_counter() - t0
+        output = _tail(log, tree)
+        if timed_out:
+            output += f"\n[killed after {args.timeout_s:g} s: the probe's time limit]"
+        return ProbeResult(applied=True, exit_code=code, timed_out=timed_out, seconds=seconds, output=output)
+    finally:
+        _git(args.repo, "worktree", "remove", "--force", str(tree))
+        shutil.rmtree(scratch, ignore_errors=True)
+        _git(args.repo, "worktree", "prune")
+
+
+@tool("code.probe")
+def probe(args: ProbeArgs) -> ProbeResult:
+    """The target's probe on a candidate patch, in a scratch worktree (see the module doc)."""
+    return run(args)
