@@ -53,7 +53,7 @@ def build(*, analysis_only: bool = False) -> typer.Typer:
     if analysis_only:
         groups: tuple[Any, ...] = (analysis,)
     else:
-        from agent.cli import calibrate, host, loop, report, sessions, sglang
+        from agent.cli import calibrate, evaluate, host, loop, report, sessions, sglang
         from tools.store.db import STORE_ENV
 
         groups = (loop, calibrate, sessions, report, analysis, sglang)
@@ -67,6 +67,7 @@ def build(*, analysis_only: bool = False) -> typer.Typer:
     if not analysis_only:
         cli.add_typer(sglang.playbook_app, name="playbook")
         cli.add_typer(host.host_app, name="host")
+        cli.add_typer(evaluate.eval_app, name="eval")
     return cli
 
 

@@ -1,0 +1,171 @@
+"""`perfloop eval proposer`: the LLM proposer's suite of tasks with known answers, scored.
+
+Each task (agent/proposer/evaluation.py) runs as a real session on the embedded demo, with the
+model as its only proposer; its row is scored from the finished session. `--record DIR` exports
+each session there with the scores (`scores.json`); `--replay DIR` imports those recordings,
+replays them offline (no server, no model) and checks that they score the same.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from agent.cli.common import BaseUrl, Json, err, run_command
+from agent.cli.loop import _options
+from agent.cli.preflight import check_setup
+from agent.cli.target import DEMO_CONFIG, DEMO_SOURCE, load_target, with_proposer
+from agent.proposer.evaluation import HEADER, Score, Task, row, score, task_named
+from agent.sessions.archive import export_session, import_session
+from agent.sessions.runner import Sessions, new_session_id
+from playbooks.launch import with_flag
+from state.session import Summary
+from tools.errors import ConfigError
+
+eval_app = typer.Typer(no_args_is_help=True, help="Evaluate parts of perfloop on tasks with known answers.")
+
+SCORES = "scores.json"
+
+
+def _session(sessions: Sessions, task: Task, model: str, base_url: str | None) -> str:
+    """Run `task` as a session on the demo with `model` as its only proposer; its id."""
+    sid = new_session_id()
+    target = with_proposer(
+        load_target(DEMO_CONFIG), mode="llm", model=model, base_url=base_url, approve="auto"
+    )
+    argv = with_flag(with_flag(target.launch.argv, "--device", "cpu"), "--preset", task.preset)
+    target = target.model_copy(
+        update={
+            "name": f"eval {task.name}",
+            "repo": sessions.home / "workspaces" / sid / "mla_server",
+            "launch": target.launch.model_copy(update={"argv": [*argv, *task.server_args]}),
+        }
+    )
+    opts = _options("auto", target.profile.method, 1, [], True)
+    check_setup(target, opts, repo_exists=False)
+    sessions.start(target, {**opts, "demo_source": DEMO_SOURCE}, sid, None)
+    return sid
+
+
+def _summary(sessions: Sessions, sid: str, task: Task) -> Summary:
+    info = sessions.info(sid)
+    if info.summary is None:
+        raise ConfigError(
+            f"task {task.name}: session {sid} ended {info.status} without a summary; see `perfloop show {sid}`"
+        )
+    return info.summary
+
+
+def _table(scores: list[Score]) -> Table:
+    table = Table(*HEADER)
+    for s in scores:
+        table.add_row(*row(s))
+    return table
+
+
+def _prices(price_in: float | None, price_out: float | None) -> tuple[float, float] | None:
+    if (price_in is None) != (price_out is None):
+        raise ConfigError(
+            "--price-in and --price-out go together: give both (US$ per million tokens), or neither"
+        )
+    return None if price_in is None or price_out is None else (price_in, price_out)
+
+
+def _tasks(names: list[str]) -> list[Task]:
+    try:
+        return task_named(names)
+    except ValueError as exc:
+        raise ConfigError(f"--task: {exc}") from None
+
+
+def _replay(sessions: Sessions, folder: Path) -> tuple[list[Score], list[Score]]:
+    """The recorded scores of `folder` and the same tasks scored again from their replays."""
+    try:
+        recorded = json.loads((folder / SCORES).read_text())
+    except OSError as exc:
+        raise ConfigError(
+            f"--replay {folder}: cannot read {SCORES} ({exc.strerror}): record it with --record"
+        ) from None
+    given = recorded.get("prices")
+    prices = (float(given[0]), float(given[1])) if given else None
+    before = [Score.model_validate(s) for s in recorded["scores"]]
+    after = []
+    for old in before:
+        (task,) = _tasks([old.task])
+        if sessions.store.get_session(old.session) is None:
+            import_session(sessions.store, folder / f"{old.task}.json.gz")
+        state, summary = sessions.replay(old.session)
+        after.append(score(task, old.model, state, summary, prices))
+    return before, after
+
+
+@eval_app.command("proposer")
+def proposer(
+    model: Annotated[str | None, typer.Option("--model", help="Model name sent to the endpoint.")] = None,
+    base_url: BaseUrl = None,
+    task: Annotated[
+        list[str] | None, typer.Option("--task", help="Run only this task (repeatable; default: all).")
+    ] = None,
+    record: Annotated[
+        Path | None,
+        typer.Option("--record", help="Folder to export each task's session to, with scores.json."),
+    ] = None,
+    replay: Annotated[
+        Path | None,
+        typer.Option("--replay", help="Score a --record folder again from its recordings, offline."),
+    ] = None,
+    price_in: Annotated[
+        float | None, typer.Option("--price-in", min=0, help="US$ per million prompt tokens (for the cost).")
+    ] = None,
+    price_out: Annotated[
+        float | None, typer.Option("--price-out", min=0, help="US$ per million completion tokens.")
+    ] = None,
+    as_json: Json = False,
+) -> None:
+    """Run the LLM proposer's tasks with known answers (the demo's full-pool cast, ...) as real
+    sessions with --model as the only proposer, and print each one's score."""
+
+    def body() -> None:
+        sessions = Sessions()
+        if replay is not None:
+            if model is not None or record is not None:
+                raise ConfigError("--replay scores recorded sessions again: leave out --model and --record")
+            before, scores = _replay(sessions, replay)
+            same = [s.model_dump() for s in before] == [s.model_dump() for s in scores]
+            Console().print(_table(scores))
+            err.print(
+                f"replayed {len(scores)} task(s): {'same scores as recorded' if same else 'DIFFERENT scores than recorded'}"
+            )
+        else:
+            if not model:
+                raise ConfigError("--model is required: the model to evaluate, e.g. --model gpt-4.1")
+            prices = _prices(price_in, price_out)
+            tasks = _tasks(task or [])
+            scores = []
+            for t in tasks:
+                err.print(f"eval {t.name}: {t.about}")
+                sid = _session(sessions, t, model, base_url)
+                scores.append(score(t, model, sessions.state(sid), _summary(sessions, sid, t), prices))
+            Console().print(_table(scores))
+            if record is not None:
+                record.mkdir(parents=True, exist_ok=True)
+                for s in scores:
+                    export_session(sessions.store, s.session, record / f"{s.task}.json.gz")
+                data = {
+                    "prices": list(prices) if prices else None,
+                    "scores": [s.model_dump() for s in scores],
+                }
+                (record / SCORES).write_text(json.dumps(data, indent=1) + "\n")
+                err.print(f"recorded {len(scores)} session(s) and {SCORES} in {record}")
+            same = True
+        if as_json:
+            print(json.dumps([s.model_dump() for s in scores]))
+        if not same:
+            raise typer.Exit(1)
+
+    run_command(body)

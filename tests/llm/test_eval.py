@@ -1,0 +1,72 @@
+"""`perfloop eval proposer`: the scripted models' recorded eval (benchmarks/eval_scripted.py ran
+them on the real CPU demo) scores the same when replayed offline through the real CLI, with no
+model endpoint and no server; a score that does not match its recording fails the command."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import perfloop
+
+pytestmark = pytest.mark.timeout(300)
+
+RECORDED = Path(__file__).resolve().parents[1] / "data" / "eval"
+EXPECTED = {  # model: (passed, applied, outputs identical, rounds, verdicts)
+    "scripted-fix": (True, True, True, 1, ["accepted"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_recorded_eval_replays_offline_with_the_same_scores(name: str, tmp_path: Path) -> None:
+    proc = perfloop(tmp_path / "home", "eval", "proposer", "--replay", str(RECORDED / name), "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "same scores as recorded" in proc.stderr
+    (s,) = last_json_list(proc)
+    passed, applied, identical, rounds, verdicts = EXPECTED[name]
+    assert (s["task"], s["model"]) == ("demo-cast", name)
+    assert (s["passed"], s["applied"], s["outputs_identical"]) == (passed, applied, identical), s
+    assert s["rounds"] == rounds and s["verdicts"] == verdicts, s
+    assert s["tokens"] > 0 and s["calls"] >= rounds
+    if passed:
+        assert s["speedup"] >= 3.0, s
+    else:
+        assert s["speedup"] == 1.0, s
+    assert "demo-cast" in proc.stdout and name in proc.stdout  # the table
+
+
+def last_json_list(proc: subprocess.CompletedProcess) -> list[dict]:
+    value = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert isinstance(value, list), value
+    return value
+
+
+def test_a_score_that_differs_from_its_recording_fails(tmp_path: Path) -> None:
+    """The recorded scores say the fixing model failed: the replay scores it as passing, says so
+    and exits 1."""
+    folder = tmp_path / "tampered"
+    shutil.copytree(RECORDED / "scripted-fix", folder)
+    data = json.loads((folder / "scores.json").read_text())
+    data["scores"][0]["passed"] = False
+    (folder / "scores.json").write_text(json.dumps(data))
+    proc = perfloop(tmp_path / "home", "eval", "proposer", "--replay", str(folder), "--json")
+    assert proc.returncode == 1 and "DIFFERENT scores than recorded" in proc.stderr, proc.stderr[-2000:]
+    assert last_json_list(proc)[0]["passed"] is True
+
+
+def test_bad_eval_input_is_one_clear_line(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    cases = [
+        (("--model", "m", "--task", "nope"), "error: --task: no eval task 'nope'; the tasks are demo-cast"),
+        ((), "error: --model is required"),
+        (("--replay", str(tmp_path / "none")), "cannot read scores.json"),
+        (("--model", "m", "--price-in", "1"), "--price-in and --price-out go together"),
+    ]
+    for args, line in cases:
+        proc = perfloop(home, "eval", "proposer", *args)
+        assert proc.returncode == 2 and line in proc.stderr, (args, proc.stderr)
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
