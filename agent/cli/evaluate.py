@@ -24,7 +24,6 @@ from agent.proposer.evaluation import HEADER, Score, Task, row, score, task_name
 from agent.sessions.archive import export_session, import_session
 from agent.sessions.runner import Sessions, new_session_id
 from playbooks.launch import with_flag
-from state.session import Summary
 from tools.errors import ConfigError
 
 eval_app = typer.Typer(no_args_is_help=True, help="Evaluate parts of perfloop on tasks with known answers.")
@@ -52,13 +51,13 @@ def _session(sessions: Sessions, task: Task, model: str, base_url: str | None) -
     return sid
 
 
-def _summary(sessions: Sessions, sid: str, task: Task) -> Summary:
+def _ended(sessions: Sessions, sid: str, task: Task) -> None:
+    """ConfigError unless the session ran to its end (a summary recorded)."""
     info = sessions.info(sid)
     if info.summary is None:
         raise ConfigError(
             f"task {task.name}: session {sid} ended {info.status} without a summary; see `perfloop show {sid}`"
         )
-    return info.summary
 
 
 def _table(scores: list[Score]) -> Table:
@@ -99,8 +98,8 @@ def _replay(sessions: Sessions, folder: Path) -> tuple[list[Score], list[Score]]
         (task,) = _tasks([old.task])
         if sessions.store.get_session(old.session) is None:
             import_session(sessions.store, folder / f"{old.task}.json.gz")
-        state, summary = sessions.replay(old.session)
-        after.append(score(task, old.model, state, summary, prices))
+        state, _ = sessions.replay(old.session)
+        after.append(score(task, old.model, state, prices))
     return before, after
 
 
@@ -150,7 +149,8 @@ def proposer(
             for t in tasks:
                 err.print(f"eval {t.name}: {t.about}")
                 sid = _session(sessions, t, model, base_url)
-                scores.append(score(t, model, sessions.state(sid), _summary(sessions, sid, t), prices))
+                _ended(sessions, sid, t)
+                scores.append(score(t, model, sessions.state(sid), prices))
             Console().print(_table(scores))
             if record is not None:
                 record.mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,7 @@ A task is a target the loop runs with the model as its only proposer (`--propose
 playbook loaded, model patches applied unasked, one iteration), so its patch goes through every
 gate a session has: the validation chain, the launch, the CI rule and the output gate. The known
 answer is what a good patch achieves there (the demo's gather-then-cast fix is >= 3x on the CPU
-preset with identical outputs). A task's score comes from the finished session alone
+preset with identical outputs). A task's score comes from the finished session's state alone
 (`score`), so a replay of its recording (`perfloop eval proposer --replay DIR`) scores it again
 offline, and must score it the same. The command (agent/cli/evaluate.py) runs the sessions,
 exports each one, and writes the scores beside them.
@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from agent.proposer.asking import is_model
 from state.base import Model
 from state.loop import LoopState
-from state.session import Summary
 
 
 @dataclass(frozen=True)
@@ -72,7 +71,11 @@ class Score(Model):
     """The kept patch's outputs against the baseline's, else the last measured one's; None when
     nothing was measured."""
     speedup: float | None
-    """TPOT before / after at the end of the session (1.0 when nothing was kept)."""
+    """The decisive candidate's TPOT speedup by the CI rule (reference arm / candidate arm, measured
+    side by side): the kept patch's, else the last measured one's; None when nothing was measured
+    (or the session used the IQR rule)."""
+    speedup_ci: list[float] | None = None
+    """[low, high] of that speedup's CI."""
     rounds: int
     """Model conversations (rounds) in the session, dropped ones included."""
     calls: int
@@ -87,9 +90,7 @@ class Score(Model):
     """Each model candidate's verdict in order (`rejected`, `failed`, `accepted`, ...)."""
 
 
-def score(
-    task: Task, model: str, state: LoopState, summary: Summary, prices: tuple[float, float] | None
-) -> Score:
+def score(task: Task, model: str, state: LoopState, prices: tuple[float, float] | None) -> Score:
     """The row for a finished session of `task` (pure)."""
     decisions = [d for d in state.decisions if is_model(d.source)]
     measured = [d for d in decisions if d.verdict != "failed"]
@@ -100,7 +101,8 @@ def score(
     if prices is not None:
         cost = (usage.prompt_tokens * prices[0] + usage.completion_tokens * prices[1]) / 1e6
     identical = None if last is None else last.outputs_identical
-    speedup = summary.speedup
+    judged = None if last is None or last.judgement is None else last.judgement.last
+    speedup = None if judged is None else judged.speedup
     return Score(
         task=task.name,
         model=model,
@@ -108,6 +110,7 @@ def score(
         applied=bool(measured),
         outputs_identical=identical,
         speedup=None if speedup is None else round(speedup, 2),
+        speedup_ci=None if judged is None else [round(judged.ci_low, 2), round(judged.ci_high, 2)],
         rounds=len(decisions),
         calls=usage.calls,
         tokens=usage.tokens,
@@ -122,7 +125,7 @@ HEADER = (
     "model",
     "applied",
     "outputs identical",
-    "speedup",
+    "speedup [CI]",
     "rounds",
     "calls",
     "tokens",
@@ -142,7 +145,10 @@ def row(s: Score) -> tuple[str, ...]:
         s.model,
         yes(s.applied),
         yes(s.outputs_identical),
-        "-" if s.speedup is None else f"{s.speedup:.2f}x",
+        "-"
+        if s.speedup is None
+        else f"{s.speedup:.2f}x"
+        + (f" [{s.speedup_ci[0]:.2f}, {s.speedup_ci[1]:.2f}]" if s.speedup_ci else ""),
         str(s.rounds),
         str(s.calls),
         str(s.tokens),
