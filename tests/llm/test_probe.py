@@ -37,6 +37,8 @@ with open(sys.argv[1], "a") as ran:  # outside the tree: one line per run
 pathlib.Path("probe-was-here.txt").write_text("x")  # inside the tree it runs in
 print("endpoint key:", os.environ.get("OPENAI_API_KEY"))
 print(f'token = "{sys.argv[2]}"')
+print("user's change:", "# the user's own change" in pathlib.Path("mla_server/config.py").read_text())
+print("instrumentation:", "perfloop-instrumentation" in src)
 fixed = "kv = k_buffer[kv_indices].to(q.dtype)" in src
 print("gather-then-cast" if fixed else "not the fix")
 sys.exit(0 if fixed else 1)
@@ -78,10 +80,15 @@ def test_probe_runs_each_candidate_in_a_scratch_worktree_never_the_session_tree(
     tmp_path: Path, engine: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two probe runs: the wrong patch fails the check, the fix passes; each ran in a worktree
-    that is gone afterwards; the session tree, its status and its worktree list are untouched; the
-    endpoint key is not in the command's environment and a key it prints is masked."""
+    that is gone afterwards, holding the tree's uncommitted change and not its instrumentation
+    line; the session tree, its status and its worktree list are untouched; the endpoint key is
+    not in the command's environment and a key it prints is masked."""
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
-    before = (engine / BACKEND).read_text()
+    with open(engine / "mla_server/config.py", "a") as f:  # uncommitted, the patch will meet it
+        f.write("# the user's own change\n")
+    with open(engine / BACKEND, "a") as f:  # the profiler's, removed before a patch is applied
+        f.write("_probe_seen = 1  # perfloop-instrumentation\n")
+    before, status = (engine / BACKEND).read_text(), git(engine, "status", "--porcelain")
     store, seen = SessionStore(tmp_path / "sessions.sqlite"), list[str]()
     with ScriptedModel(probes_then_fixes(seen)) as model:
         state = loop_state(tmp_path, engine, model.base_url, probe=probe_cfg(tmp_path))
@@ -100,6 +107,7 @@ def test_probe_runs_each_candidate_in_a_scratch_worktree_never_the_session_tree(
         and "gather-then-cast" in fixed
         and "(1 probe run(s) left)" in fixed
     )
+    assert "user's change: True" in fixed and "instrumentation: False" in fixed
     assert "endpoint key: None" in fixed and LEAK not in fixed and 'token = "***"' in fixed
     tools = model.requests[0]["tools"]
     assert [t["function"]["name"] for t in tools] == ["read_file", "grep", "list_dir", "run_probe"]
@@ -110,7 +118,7 @@ def test_probe_runs_each_candidate_in_a_scratch_worktree_never_the_session_tree(
     ]
     runs = (tmp_path / "ran.txt").read_text().splitlines()
     assert len(runs) == 2 and all(Path(r) != engine.resolve() and not Path(r).exists() for r in runs), runs
-    assert (engine / BACKEND).read_text() == before and git(engine, "status", "--porcelain") == ""
+    assert (engine / BACKEND).read_text() == before and git(engine, "status", "--porcelain") == status
     assert not (engine / "probe-was-here.txt").exists()
     assert git(engine, "worktree", "list", "--porcelain").count("worktree ") == 1
     probes = [c for c in store.tool_calls("s-llm") if c.name == "code.probe"]

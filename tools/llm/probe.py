@@ -3,7 +3,9 @@
 A target may declare a quick check (`[proposer.probe]`: a unit test, an equivalence harness); the
 model may run it on its candidate before it answers. The run never touches the session's tree:
 the repo's HEAD is checked out in a scratch `git worktree` in a temporary folder outside the repo,
-the candidate applied there, the command run in its root in its own process group with a time
+the tree's uncommitted changes copied over as the patch will meet them (tracked changes and
+untracked files git does not ignore, perfloop's instrumentation lines left out, deleted files
+deleted), the candidate applied there, the command run in its root in its own process group with a time
 limit (past it the whole group is killed), and the worktree removed again (`git worktree remove`,
 then `prune`), whatever happened. What comes back is the end of the output, bounded and with
 secrets masked; the model endpoint's key is not in the command's environment. Run where the repo
@@ -22,6 +24,7 @@ from pathlib import Path
 
 from state.proposer import ProbeArgs, ProbeResult
 from tools.door import tool
+from tools.llm.code import MARKER, inside
 from tools.llm.redact import redact
 from tools.workspace.commands import APPLY
 
@@ -48,6 +51,26 @@ def _tail(path: Path, tree: Path) -> str:
     return redact(text)
 
 
+def _copy_changes(repo: Path, tree: Path) -> None:
+    """The working tree's uncommitted changes into the worktree of its HEAD, instrumentation lines
+    left out: the tree a patch meets once perfloop's instrumentation is removed."""
+    listed = _git(repo, "diff", "--name-only", "-z", "HEAD").stdout.split("\0")
+    listed += _git(repo, "ls-files", "--others", "--exclude-standard", "-z").stdout.split("\0")
+    root = repo.resolve()
+    for rel in filter(None, listed):
+        src, dst = repo / rel, tree / rel
+        if src.exists() and not inside(root, src):  # a symlink leading out: not carried over
+            continue
+        if not src.is_file():
+            dst.unlink(missing_ok=True)
+            continue
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        data = src.read_bytes()
+        if MARKER.encode() in data:
+            data = b"".join(line for line in data.splitlines(keepends=True) if MARKER.encode() not in line)
+        dst.write_bytes(data)
+
+
 def run(args: ProbeArgs) -> ProbeResult:
     """Check out HEAD in a scratch worktree, apply `args.diff`, run `args.argv` there (see the
     module doc); the worktree is gone when this returns."""
@@ -57,6 +80,7 @@ def run(args: ProbeArgs) -> ProbeResult:
         added = _git(args.repo, "worktree", "add", "--detach", "--quiet", str(tree), "HEAD")
         if added.returncode != 0:
             return ProbeResult(applied=False, exit_code=None, output=redact(f"no worktree: {added.stderr}"))
+        _copy_changes(args.repo, tree)
         applied = _git(tree, *APPLY, "-", stdin=args.diff)
         if applied.returncode != 0:
             why = applied.stderr.strip() or "git apply failed"
