@@ -32,7 +32,9 @@ DEFAULT_PROTECTED = [
 
 class ProbeConfig(Model):
     """`[proposer.probe]`: a quick check the model may run on its candidate patch before it answers
-    (a unit test, an equivalence harness), in a scratch git worktree of the target repo."""
+    (a unit test, an equivalence harness), in a scratch git worktree of the target repo. The
+    worktree keeps the session's tree untouched; it is no security sandbox: the command runs the
+    model's code on the target's host before any approval."""
 
     argv: list[str] = Field(min_length=1)
     """The command, run in the worktree's root (`{python}`: perfloop's interpreter on the target's
