@@ -41,8 +41,9 @@ def write_target(
     looks: int = 3,
     arms: str = "sequential",
 ) -> Path:
-    """A target TOML with a smaller workload than the demo's, to keep CI quick (a third of its KV
-    pool, so the unpatched server casts a third as much per step; `looks = 1`: the
+    """A target TOML with a smaller workload than the demo's, to keep CI quick (one layer of the
+    demo's four: the unpatched server casts a quarter as much per step, the fix gains as much;
+    `looks = 1`: the
     reference arm and the candidate get `repeats` requests per prompt, one look; `arms`: see
     `[decide] arms` in examples/targets/mla_server.toml)."""
     path.write_text(f"""
@@ -52,7 +53,7 @@ repo = "{repo}"
 model = "mla-demo"
 tp_size = {tp_size}
 [launch]
-argv = ["bash", "launch.sh", "--port", "{{port}}", "--preset", "cpu", "--threads", "1", "--pool-slots", "8192"]
+argv = ["bash", "launch.sh", "--port", "{{port}}", "--preset", "cpu", "--threads", "1", "--layers", "1"]
 env = {{ PYTHON = "{{python}}" }}
 startup_timeout_s = {startup_timeout_s}
 [measure]

@@ -69,7 +69,10 @@ def test_two_concurrent_resumes_one_runs_one_is_refused(
             p.kill()
     assert winner.returncode == 0, werr[-2000:]
     s = last_json(subprocess.CompletedProcess([], 0, wout, werr))
-    assert s["status"] == "done" and s["accepted"] == ["kv-cache-full-pool-cast"]
+    assert s["status"] == "done" and s["accepted"] == ["kv-cache-full-pool-cast"], (
+        s["decision"],
+        s["stop_reason"],
+    )
     assert s["server_launches"] == 2  # the killed run's server was reused, never a second one at once
     assert processes_in(repo) == []
     assert_clean(repo, s["branch"])

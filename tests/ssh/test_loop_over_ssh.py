@@ -61,7 +61,7 @@ config_file = {q(str(ssh_config))}
 python = {q(sys.executable)}
 keepalive_s = 2
 [launch]
-argv = ["bash", "launch.sh", "--port", "{{port}}", "--preset", "cpu", "--threads", "1", "--pool-slots", "8192"]
+argv = ["bash", "launch.sh", "--port", "{{port}}", "--preset", "cpu", "--threads", "1", "--layers", "1"]
 # The local e2e runs inherit PYTHONDONTWRITEBYTECODE from the test environment; an SSH session
 # starts from sshd's environment, so the target says it (else __pycache__ shows as untracked).
 env = {{ PYTHON = "{{python}}", PYTHONDONTWRITEBYTECODE = "1" }}

@@ -56,7 +56,7 @@ kind = "mla_server"
 repo = {json.dumps(str(repo))}
 model = "mla-demo"
 [launch]
-argv = ["bash", "launch.sh", "--port", "{{port}}", "--preset", "cpu", "--threads", "1", "--pool-slots", "8192"]
+argv = ["bash", "launch.sh", "--port", "{{port}}", "--preset", "cpu", "--threads", "1", "--layers", "1"]
 env = {{ PYTHON = "{{python}}", PYTHONDONTWRITEBYTECODE = "1" }}
 startup_timeout_s = 120
 [measure]
