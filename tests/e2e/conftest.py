@@ -40,6 +40,7 @@ def write_target(
     startup_timeout_s: float = 120,
     looks: int = 3,
     arms: str = "sequential",
+    prompts: tuple[str, ...] = ("Explain the KV cache.", "Write a haiku about GPUs."),
 ) -> Path:
     """A target TOML with a smaller workload than the demo's, to keep CI quick (one layer of the
     demo's four: the unpatched server casts a quarter as much per step, the fix gains as much;
@@ -57,7 +58,7 @@ argv = ["bash", "launch.sh", "--port", "{{port}}", "--preset", "cpu", "--threads
 env = {{ PYTHON = "{{python}}" }}
 startup_timeout_s = {startup_timeout_s}
 [measure]
-prompts = ["Explain the KV cache.", "Write a haiku about GPUs."]
+prompts = {json.dumps(list(prompts))}
 max_tokens = 12
 repeats = 3
 [correctness]

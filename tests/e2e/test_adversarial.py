@@ -1,7 +1,8 @@
 """Candidates built to fool the decision, on the CPU demo target (each a playbook with its own patch).
 
-- one-prompt-wrong: the real fix (fast) plus a bug past 56 tokens of context, which only the longer
-  of the two prompts reaches: rejected on the output gate before any timing verdict;
+- one-prompt-wrong: the real fix (fast) plus a bug past 120 positions of context, which only the
+  longer of the two timing prompts reaches: rejected on the output gate before any timing verdict,
+  the shorter prompt not named (the session's random prompt may reach it or not);
 - slower: real extra work in decode (the full-pool cast done four times): a regression (or, where
   the host's speed changed between the arms, inconclusive: never kept);
 - no-op: a comment-only patch: never accepted (with the default launch noise it ends inconclusive),
@@ -38,23 +39,34 @@ SLOWER = [
         CAST + "\n        for _ in range(3):\n            self.kv_pool.get_key_buffer(layer_id).to(q.dtype)",
     )
 ]
-ONE_PROMPT = [  # wrong only past 56 tokens of context: the 49-token prompt gets there, the 45-token one not
+# Wrong only past 120 positions of context: the long timing prompt (some 190 tokens with the chat
+# template) is there from its first step; the short one (some 30, plus at most 16 generated) never.
+PROMPTS = (
+    "Hi.",
+    "Summarize: " + "the KV cache holds the keys and values of every token a request has seen; " * 2,
+)
+ONE_PROMPT = [
     (
         "k_buffer[kv_indices].to(q.dtype), causal=False)[0]\n",
         "k_buffer[kv_indices].to(q.dtype), causal=False)[0]\n"
-        "            if len(kv_indices) > 56:\n"
+        "            if len(kv_indices) > 120:\n"
         "                out[i] = 0\n",
     )
 ]
 
 
 def run_books(
-    tmp_path: Path, home: Path, repo: Path, books: Path, arms: str = "sequential"
+    tmp_path: Path,
+    home: Path,
+    repo: Path,
+    books: Path,
+    arms: str = "sequential",
+    prompts: tuple[str, ...] = PROMPTS,
 ) -> tuple[dict, dict]:
     proc = perfloop(
         home,
         "run",
-        str(write_target(tmp_path / "t.toml", repo, arms=arms)),
+        str(write_target(tmp_path / "t.toml", repo, arms=arms, prompts=prompts)),
         "--json",
         "--playbooks",
         str(books),
@@ -78,7 +90,12 @@ def test_wrong_for_one_prompt_slower_and_no_op_are_never_kept(tmp_path: Path, ho
     s, by = run_books(tmp_path, home, repo, books)
     assert s["accepted"] == [] and sorted(s["rejected"]) == ["no-op", "one-prompt-wrong", "slower"], s
     wrong = by["one-prompt-wrong"]
-    assert wrong["verdict"] == "rejected" and wrong["reason"] == "outputs changed for 1/2 prompt(s)", wrong
+    # Caught by the correctness set (which decodes further than the timing requests) or, if not
+    # there, by the timing requests' outputs: either way the long prompt only.
+    assert wrong["verdict"] == "rejected" and wrong["reason"].startswith("outputs changed "), wrong
+    assert ("timing prompt 2" in wrong["reason"] and "timing prompt 1" not in wrong["reason"]) or wrong[
+        "reason"
+    ] == "outputs changed for 1/2 prompt(s)", wrong["reason"]
     assert wrong["judgement"] is None  # never timed past the gate
     slower = by["slower"]  # a regression on a steady host; a host whose load changes widens the CI
     assert slower["verdict"] in ("regression", "inconclusive"), slower["reason"]
