@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -156,6 +157,20 @@ def test_budgets_end_the_conversation_with_the_reason(tmp_path: Path, engine: Pa
     assert outcome.reason == "step budget exhausted: 2 model calls without a valid patch"
     outcome, _, _, _ = converse(tmp_path / "b", engine, browse, max_tokens=50)
     assert outcome.proposal is None and outcome.reason.startswith("token budget exhausted")
+
+
+def test_the_time_budget_ends_the_conversation_after_the_call_that_spent_it(
+    tmp_path: Path, engine: Path
+) -> None:
+    """README: the model's time budget (`max_seconds`, `--llm-max-seconds`) is the summed duration
+    of its calls per proposal; a budget of a microsecond is spent by the first call, so the second
+    is never sent (the step and token budgets would allow five)."""
+    browse = [reply(None, call("list_dir")) for _ in range(5)]
+    outcome, model, store, _ = converse(tmp_path, engine, browse, max_seconds=1e-6)
+    assert outcome.proposal is None and len(model.requests) == 1, outcome.reason
+    assert outcome.usage.calls == 1 and outcome.usage.seconds > 1e-6
+    assert re.fullmatch(r"time budget exhausted: \d+ s of model time \(max 0\)", outcome.reason or "")
+    assert [c.name for c in store.tool_calls("s-llm")].count("llm.chat") == 1
 
 
 def test_endpoint_errors_drop_the_proposal(tmp_path: Path, engine: Path) -> None:

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -56,6 +60,36 @@ def sshd_descendants(pid: int) -> list[int]:
         found += kids
         todo += kids
     return found
+
+
+def remote_calls() -> list[dict]:
+    """The tool calls (`name`, `input`) that `python -m tools.hosts.remote` processes on this
+    machine run now (the call is argv[3], base64 JSON; one in a request file, `@PATH`, is skipped)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().split(b"\0")
+            if b"tools.hosts.remote" not in argv or len(argv) < 4 or argv[3].startswith(b"@"):
+                continue
+            found.append(json.loads(base64.b64decode(argv[3])))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def answered_requests(logs: Iterable[Path], base_url: str) -> bool:
+    """Whether the demo server at `base_url`, logging to one of `logs`, has answered a POST since it
+    said it was ready (its access-log line): a measurement's requests are under way on it."""
+    ready = re.compile(rf"mla_server ready on http://\S+:{urlsplit(base_url).port}\n")
+    for log in logs:
+        try:
+            text = log.read_text(errors="replace")
+        except OSError:
+            continue
+        started = ready.search(text)
+        if started and '"POST /' in text[started.end() :]:
+            return True
+    return False
 
 
 @dataclass

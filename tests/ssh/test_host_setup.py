@@ -3,6 +3,9 @@ wheels fetched here (real `pip download`, real sshd, real SFTP), its own site-pa
 
 from __future__ import annotations
 
+import json
+import os
+import pty
 import shutil
 import subprocess
 import sys
@@ -11,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from state.calls import RepoArgs
-from tests.e2e.conftest import git, last_json, make_repo, perfloop
+from tests.e2e.conftest import PERFLOOP, git, last_json, make_repo, perfloop
 from tests.ssh.conftest import Sshd, free_port
 from tools.door.registry import spec_of
 from tools.errors import ToolError
@@ -88,3 +91,75 @@ def test_setup_refuses_a_url_that_is_not_ssh(tmp_path: Path) -> None:
     proc = perfloop(tmp_path / "home", "host", "setup", "http://example.com")
     assert proc.returncode == 2
     assert "is not an SSH URL" in proc.stderr.strip().splitlines()[-1]
+
+
+def test_a_run_from_a_terminal_offers_setup_on_first_use(sshd: Sshd, tmp_path: Path) -> None:
+    """README: "A run from a terminal offers it on first use". `perfloop run` of a target whose
+    host Python lacks perfloop's dependencies: without a terminal it is not asked (the first tool
+    call says what to run); with one (stdin a pty) it is asked before any tool runs there, and a
+    "no" uploads nothing."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True)
+    bare = str(tmp_path / "bare" / "bin" / "python")
+    repo = make_repo(tmp_path / "engine")
+    client = tmp_path / "client"
+    client.mkdir()
+    (client / "known_hosts").write_text(sshd.known_hosts_line())
+    (client / "ssh_config").write_text(f"Host 127.0.0.1\n  IdentityFile {sshd.client_key}\n")
+    q = json.dumps
+    target = tmp_path / "t.toml"
+    target.write_text(f"""
+name = "bare host"
+kind = "mla_server"
+repo = {q(str(repo))}
+model = "mla-demo"
+[host]
+kind = "ssh"
+url = "ssh://root@127.0.0.1:{sshd.port}"
+known_hosts = {q(str(client / "known_hosts"))}
+config_file = {q(str(client / "ssh_config"))}
+python = {q(bare)}
+[launch]
+argv = ["bash", "launch.sh", "--port", "{{port}}"]
+[measure]
+prompts = ["Explain the KV cache."]
+""")
+    envs = list((sshd.home / ".cache" / "perfloop").glob("env-*"))
+    home = tmp_path / "home"
+    question = f"{bare} on root@127.0.0.1:{sshd.port} lacks perfloop's dependencies"
+    told = "cannot import perfloop's tools"
+
+    unasked = perfloop(home, "run", str(target), "--json")  # stdin: /dev/null
+    assert unasked.returncode == 1, (unasked.returncode, unasked.stderr[-2000:])
+    assert "lacks perfloop's dependencies" not in unasked.stderr
+    failed = last_json(unasked)
+    assert failed["status"] == "failed" and told in failed["stop_reason"], failed
+    assert "run `perfloop host setup ssh://HOST --python" in failed["stop_reason"], failed
+
+    primary, secondary = pty.openpty()
+    proc = subprocess.Popen(
+        [str(PERFLOOP), "run", str(target), "--json"],
+        env={**os.environ, "PERFLOOP_HOME": str(home)},
+        stdin=secondary,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    os.close(secondary)
+    try:
+        assert proc.stderr is not None
+        seen = []
+        for line in proc.stderr:  # up to the question (or the end, if it is never asked)
+            seen.append(line)
+            if "lacks perfloop's dependencies" in line:
+                break
+        assert seen and seen[-1].startswith(question), "".join(seen)[-2000:]
+        os.write(primary, b"n\n")
+        out, rest = proc.communicate(timeout=300)
+    finally:
+        os.close(primary)
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, (proc.returncode, rest[-2000:])
+    declined = json.loads(out.strip().splitlines()[-1])
+    assert declined["status"] == "failed" and told in declined["stop_reason"], declined
+    assert list((sshd.home / ".cache" / "perfloop").glob("env-*")) == envs  # declined: nothing uploaded

@@ -10,7 +10,6 @@ is tried again on host a, the best verified candidate is applied and measured ag
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import signal
@@ -24,7 +23,7 @@ import pytest
 
 from tests.e2e.conftest import edited_diff, git, last_json, make_repo, perfloop, playbook_variant
 from tests.procs import processes_in
-from tests.ssh.conftest import Sshd, free_port
+from tests.ssh.conftest import Sshd, answered_requests, free_port, remote_calls
 from tools.store.sessions import SessionStore
 
 pytestmark = pytest.mark.e2e
@@ -71,25 +70,18 @@ looks = 1
     return path
 
 
-def measuring_candidate_on(repo: Path) -> bool:
-    """Whether a `tools.hosts.remote` process measures a trial's candidate in `repo` right now."""
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            argv = cmdline.read_bytes().split(b"\0")
-            if b"tools.hosts.remote" not in argv or len(argv) < 4 or argv[3].startswith(b"@"):
-                continue
-            body = json.loads(base64.b64decode(argv[3]))
-        except (OSError, ValueError):
-            continue
-        inp = body.get("input", {})
-        label = str(inp.get("label", ""))
+def candidate_measured_on(repo: Path) -> str | None:
+    """The server a `tools.hosts.remote` process measures a trial's candidate on in `repo` right
+    now (its base URL), if one does."""
+    for call in remote_calls():
+        inp = call.get("input", {})
         if (
-            body.get("name") == "bench.measure"
+            call.get("name") == "bench.measure"
             and inp.get("repo") == str(repo)
-            and label.endswith("-candidate")
+            and str(inp.get("label", "")).endswith("-candidate")
         ):
-            return True
-    return False
+            return str(inp["base_url"])
+    return None
 
 
 def spans(calls: list, node: str, name: str) -> list[tuple[float, float]]:
@@ -118,13 +110,16 @@ def test_two_candidates_on_two_hosts_one_dropped(sshd: Sshd, tmp_path: Path) -> 
     dropped = threading.Event()
 
     def drop_b() -> None:
+        """Once b's candidate server has answered a request (its trial log on the host says so)."""
+        logs = other.home / ".perfloop" / "sessions"
         deadline = time.monotonic() + 500
-        while time.monotonic() < deadline and not measuring_candidate_on(repo_b):
+        while time.monotonic() < deadline:
+            url = candidate_measured_on(repo_b)
+            if url is not None and answered_requests(logs.glob("*/trials/b/logs/*-candidate.log"), url):
+                other.stop()
+                dropped.set()
+                return
             time.sleep(0.05)
-        if time.monotonic() < deadline:
-            time.sleep(0.5)  # requests under way
-            other.stop()
-            dropped.set()
 
     watcher = threading.Thread(target=drop_b, daemon=True)
     watcher.start()
