@@ -61,6 +61,7 @@ def _options(
         "builtin_playbooks": not no_builtin,
         "python": sys.executable,
         "decision_rule": "ci-v1",
+        "long_prompts": True,
     }
 
 

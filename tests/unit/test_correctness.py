@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import random
+
+import pytest
+
 from agent.decision.correctness import correctness_prompts, differences
 from state.decision import OutputsResult
+from state.limits import FittedPrompts, LongPrompts
 from state.target import CorrectnessConfig
+from tools.limits import stratified_lengths
 
 
 def test_random_prompts_are_per_session_and_sized_by_the_target() -> None:
@@ -19,9 +25,47 @@ def test_random_prompts_are_per_session_and_sized_by_the_target() -> None:
 def test_differences_name_the_prompts_alone_and_in_the_batch() -> None:
     ref = OutputsResult(sequential=["a", "b", "c"], concurrent=["a", "b"], duration_s=1.0)
     same = OutputsResult(sequential=["a", "b", "c"], concurrent=["a", "b"], duration_s=2.0)
-    assert differences(ref, same, 2) is None
+    named = ["timing prompt 1", "timing prompt 2", "random prompt 1"]
+    assert differences(ref, same, named) is None
     bad = OutputsResult(sequential=["a", "b", "X"], concurrent=["a", "Y"], duration_s=2.0)
-    assert differences(ref, bad, 2) == (
+    assert differences(ref, bad, named) == (
         "outputs changed on the correctness set: 1/3 alone (random prompt 1); "
         "1/2 in the concurrent batch (timing prompt 2)"
+    )
+
+
+def test_a_long_prompt_that_differs_is_named_with_its_length_in_the_batch_too() -> None:
+    ref = OutputsResult(sequential=["a", "b", "c", "d"], concurrent=["a", "c", "d"], duration_s=1.0)
+    bad = OutputsResult(sequential=["a", "b", "c", "D"], concurrent=["a", "c", "D"], duration_s=1.0)
+    named = ["timing prompt 1", "random prompt 1", "long prompt 1: 60 + 16 tokens of 256",
+             "long prompt 2: 240 + 16 tokens of 256"]  # fmt: skip
+    assert differences(ref, bad, named, [0, 2, 3]) == (
+        "outputs changed on the correctness set: 1/4 alone (long prompt 2: 240 + 16 tokens of 256); "
+        "1/3 in the concurrent batch (long prompt 2: 240 + 16 tokens of 256)"
+    )
+
+
+def test_long_prompt_lengths_are_stratified_per_session_and_end_at_the_limit() -> None:
+    draws = {tuple(stratified_lengths(256, 16, 3, random.Random(s))) for s in range(40)}
+    assert len(draws) > 10  # drawn afresh per seed
+    for lengths in draws:
+        assert len(lengths) == 3 and lengths[-1] == 240  # the last decode reaches the limit
+        assert 1 <= lengths[0] <= 80 < lengths[1] <= 160
+    assert stratified_lengths(256, 16, 1, random.Random(0)) == [240]
+    with pytest.raises(ValueError, match="leaves no room for a prompt under the context limit 16"):
+        stratified_lengths(16, 16, 3, random.Random(0))
+
+
+def test_the_long_prompts_line_says_how_far_the_set_reached_or_why_not() -> None:
+    fit = FittedPrompts(prompts=["x", "y"], tokens=[70, 240], requests=4, duration_s=0.25)
+    lp = LongPrompts(
+        limit=256, source="/v1/models max_model_len", prompts=["x", "y"], tokens=[70, 240], fit=fit
+    )
+    assert lp.line(16) == (
+        "2 long prompts of 70/240 + 16 tokens to the context limit 256 (/v1/models max_model_len), "
+        "fitted in 4 requests, 0.2 s"
+    )
+    unknown = LongPrompts(limit=None, source="none of /v1/models states a context limit")
+    assert unknown.line(16) == (
+        "the context limit is unknown (none of /v1/models states a context limit); no long prompts"
     )
