@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
-from agent.decision.correctness import correctness_prompts, differences
+from agent.cli.target import load_target
+from agent.decision.correctness import correctness_prompts, differences, refusal
+from agent.sessions.summary import summarize as summarize_session
 from state.decision import OutputsResult
 from state.limits import FittedPrompts, LongPrompts
+from state.loop import LoopOptions, LoopState
 from state.target import CorrectnessConfig
 from tools.limits import stratified_lengths
+
+DEMO_TOML = Path(__file__).resolve().parents[2] / "examples" / "targets" / "mla_server.toml"
 
 
 def test_random_prompts_are_per_session_and_sized_by_the_target() -> None:
@@ -69,3 +75,40 @@ def test_the_long_prompts_line_says_how_far_the_set_reached_or_why_not() -> None
     assert unknown.line(16) == (
         "the context limit is unknown (none of /v1/models states a context limit); no long prompts"
     )
+
+
+def _state(tmp_path: Path, long: LongPrompts | None, **correctness: int) -> LoopState:
+    target = load_target(DEMO_TOML)
+    cfg = target.correctness.model_copy(update=correctness)
+    return LoopState(
+        session_id="s",
+        target=target.model_copy(update={"correctness": cfg}),
+        options=LoopOptions(session_dir=tmp_path, python="python3", decision_rule="ci-v1", long_prompts=True),
+        long_prompts=long,
+    )
+
+
+def test_an_unknown_limit_refuses_auto_approval_and_the_summary_says_so(tmp_path: Path) -> None:
+    unknown = LongPrompts(limit=None, source="none of /get_model_info, /v1/models states a context limit")
+    why = refusal(_state(tmp_path, unknown))
+    assert why == (
+        "auto approval refused: the context limit is unknown (none of /get_model_info, /v1/models "
+        "states a context limit), so the correctness set cannot reach it; state it in the target "
+        "file ([correctness] context_tokens = N)"
+    )
+    assert summarize_session(_state(tmp_path, unknown), "done").correctness_set == (
+        "the context limit is unknown (none of /get_model_info, /v1/models states a context limit); "
+        f"no long prompts; {why}"
+    )
+    stated = LongPrompts(limit=4096, source="[correctness] context_tokens", stated_in_target=True)
+    assert refusal(_state(tmp_path, stated)) is None
+    assert refusal(_state(tmp_path, unknown, long_prompts=0)) is None  # long prompts turned off
+    assert refusal(_state(tmp_path, None)) is None  # a session recorded before them
+    assert summarize_session(_state(tmp_path, None), "done").correctness_set is None
+
+
+def test_a_limit_leaving_no_room_for_a_prompt_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(
+        ValueError, match="^max_tokens 40 leaves no room for a prompt under the context limit 40$"
+    ):
+        stratified_lengths(40, 40, 3, random.Random(0))
