@@ -40,11 +40,14 @@ def write_target(
     startup_timeout_s: float = 120,
     looks: int = 3,
     arms: str = "sequential",
+    long_prompts: int = 0,
 ) -> Path:
     """A target TOML with a smaller workload than the demo's, to keep CI quick (a third of its KV
     pool, so the unpatched server casts a third as much per step; `looks = 1`: the
     reference arm and the candidate get `repeats` requests per prompt, one look; `arms`: see
-    `[decide] arms` in examples/targets/mla_server.toml)."""
+    `[decide] arms` in examples/targets/mla_server.toml; `long_prompts`: the correctness set's
+    prompts up to the context limit, none by default, since the CPU demo's prefills near its
+    1024-token limit take tens of seconds on a loaded 2-core machine)."""
     path.write_text(f"""
 name = "e2e mla_server"
 kind = "mla_server"
@@ -64,6 +67,7 @@ random_prompts = 1
 max_prompt_chars = 300
 max_tokens = 16
 concurrent = 2
+long_prompts = {long_prompts}
 [profile]
 method = "{method}"
 [decide]
