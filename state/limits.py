@@ -73,8 +73,6 @@ class LongPrompts(Model):
         (/get_server_info context_len), fitted in 5 requests, 0.3 s`, or why there are none."""
         if self.limit is None:
             return f"the context limit is unknown ({self.source}); no long prompts"
-        if not self.prompts:
-            return f"context limit {self.limit} ({self.source}); no long prompts (long_prompts = 0)"
         lengths = "/".join(str(t) for t in self.tokens)
         cost = f", fitted in {self.fit.requests} requests, {self.fit.duration_s:.1f} s" if self.fit else ""
         return (

@@ -55,9 +55,10 @@ def all_prompts(state: LoopState) -> list[str]:
 
 def learn_long_prompts(state: LoopState, runtime: Runtime[LoopContext]) -> LongPrompts | None:
     """On the baseline server: the context limit (the target file's, else the server's) and the
-    long prompts fitted to its tokenizer; None where the session predates them."""
+    long prompts fitted to its tokenizer; None where the session predates them or the target
+    turns them off (`long_prompts = 0`: then nothing is asked of the server)."""
     cfg = state.target.correctness
-    if not state.options.long_prompts:
+    if not state.options.long_prompts or cfg.long_prompts == 0:
         return None
     limit: int | None = cfg.context_tokens
     source = "[correctness] context_tokens"
@@ -68,7 +69,7 @@ def learn_long_prompts(state: LoopState, runtime: Runtime[LoopContext]) -> LongP
         )
         limit, source = learned.tokens, learned.source
     found = LongPrompts(limit=limit, source=source, stated_in_target=cfg.context_tokens is not None)
-    if limit is None or cfg.long_prompts == 0:
+    if limit is None:
         return found
     try:
         lengths = limits.stratified_lengths(
@@ -94,7 +95,7 @@ def refusal(state: LoopState) -> str | None:
     """Why `--approve auto` waits for a human: the correctness set could not reach the context
     limit, which neither the server nor the target file states (pure)."""
     lp = state.long_prompts
-    if lp is None or lp.limit is not None or state.target.correctness.long_prompts == 0:
+    if lp is None or lp.limit is not None:
         return None
     return (
         f"auto approval refused: the context limit is unknown ({lp.source}), so the correctness set "

@@ -21,6 +21,8 @@ def summarize(state: LoopState, status: str) -> Summary:
     if state.target.correctness.policy == "tolerance":
         gate = "tolerance" + (f": {gated.tolerance.line()}" if gated and gated.tolerance else "")
     reach = None
+    if state.options.long_prompts and state.target.correctness.long_prompts == 0:
+        reach = "no long prompts (long_prompts = 0): checked only up to max_prompt_chars"
     if (lp := state.long_prompts) is not None:
         reach = lp.line(state.target.correctness.max_tokens)
         reach += f"; {why}" if (why := refusal(state)) is not None else ""

@@ -79,7 +79,7 @@ def test_the_long_prompts_line_says_how_far_the_set_reached_or_why_not() -> None
 
 def _state(tmp_path: Path, long: LongPrompts | None, **correctness: int) -> LoopState:
     target = load_target(DEMO_TOML)
-    cfg = target.correctness.model_copy(update=correctness)
+    cfg = target.correctness.model_copy(update={"long_prompts": 3, **correctness})  # the demo's: 0
     return LoopState(
         session_id="s",
         target=target.model_copy(update={"correctness": cfg}),
@@ -102,7 +102,10 @@ def test_an_unknown_limit_refuses_auto_approval_and_the_summary_says_so(tmp_path
     )
     stated = LongPrompts(limit=4096, source="[correctness] context_tokens", stated_in_target=True)
     assert refusal(_state(tmp_path, stated)) is None
-    assert refusal(_state(tmp_path, unknown, long_prompts=0)) is None  # long prompts turned off
+    off = _state(tmp_path, None, long_prompts=0)  # turned off: nothing learned, nothing refused
+    assert refusal(off) is None and summarize_session(off, "done").correctness_set == (
+        "no long prompts (long_prompts = 0): checked only up to max_prompt_chars"
+    )
     assert refusal(_state(tmp_path, None)) is None  # a session recorded before them
     assert summarize_session(_state(tmp_path, None), "done").correctness_set is None
 
