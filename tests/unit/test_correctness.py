@@ -6,14 +6,20 @@ import random
 from pathlib import Path
 
 import pytest
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, StateGraph
 
 from agent.cli.target import load_target
+from agent.context import LoopContext
 from agent.decision.correctness import correctness_prompts, differences, refusal
 from agent.sessions.summary import summarize as summarize_session
+from agent.steps.patch import approve
 from state.decision import OutputsResult
 from state.limits import FittedPrompts, LongPrompts
-from state.loop import LoopOptions, LoopState
+from state.loop import Approval, LoopOptions, LoopState, Proposal
 from state.target import CorrectnessConfig
+from tools.door.replay import ReplayDoor
 from tools.limits import stratified_lengths
 
 DEMO_TOML = Path(__file__).resolve().parents[2] / "examples" / "targets" / "mla_server.toml"
@@ -115,3 +121,32 @@ def test_a_limit_leaving_no_room_for_a_prompt_is_one_line(tmp_path: Path) -> Non
         ValueError, match="^max_tokens 40 leaves no room for a prompt under the context limit 40$"
     ):
         stratified_lengths(40, 40, 3, random.Random(0))
+
+
+def _approve_once(state: LoopState) -> tuple[dict | None, Approval | None]:
+    """Run the real `approve` step in a graph of its own: what it asked a human, or its answer."""
+    g = StateGraph(LoopState, context_schema=LoopContext)
+    g.add_node("approve", approve)
+    for name in ("cleanup", "propose", "trial", "abort"):
+        g.add_node(name, lambda s: {})
+    g.add_edge(START, "approve")
+    graph = g.compile(checkpointer=InMemorySaver())
+    cfg: RunnableConfig = {"configurable": {"thread_id": "t"}}
+    graph.invoke(state, cfg, context=LoopContext(door=ReplayDoor("s", [])))
+    snapshot = graph.get_state(cfg)
+    asked = [i.value for t in snapshot.tasks for i in t.interrupts]
+    return (asked[0] if asked else None), LoopState.model_validate(snapshot.values).approval
+
+
+def test_approve_auto_waits_for_a_human_where_the_limit_is_unknown(tmp_path: Path) -> None:
+    patch = Proposal(
+        iteration=1, source="p", title="t", explanation="", diff="", files=[], expected_gain_share=0.5,
+        expected_gain_ms=None, evidence=[],
+    )  # fmt: skip
+    unknown = LongPrompts(limit=None, source="none of /v1/models states a context limit")
+    asked, answer = _approve_once(_state(tmp_path, unknown).model_copy(update={"proposal": patch}))
+    assert answer is None and asked is not None
+    assert asked["auto_approval"].startswith("auto approval refused: the context limit is unknown")
+    known = LongPrompts(limit=256, source="/get_server_info context_len")
+    asked, answer = _approve_once(_state(tmp_path, known).model_copy(update={"proposal": patch}))
+    assert asked is None and answer is not None and answer.by == "auto"
