@@ -74,6 +74,7 @@ max_tokens = 12
 repeats = 3
 [correctness]
 random_prompts = 1
+long_prompts = 0
 [decide]
 looks = 1
 {tables}""")

@@ -105,7 +105,8 @@ def main() -> None:
         finally:
             server.stop(ServerArgs(server=h, grace_s=5))
         refused = sum(
-            differences(r, o, len(PROMPTS)) is not None for r, o in zip(ref_outs, outs, strict=True)
+            differences(r, o, [f"prompt {k + 1}" for k in range(len(r.sequential))]) is not None
+            for r, o in zip(ref_outs, outs, strict=True)
         )
         results = [compare(r, c, cfg) for r, c in zip(ref_scores, scores, strict=True)]
         agree = sorted(r.top1_agreement for r in results)

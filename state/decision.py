@@ -272,6 +272,8 @@ class OutputsArgs(Model):
     """Tokens generated per request."""
     concurrent: int = 0
     """How many of the prompts are also sent together."""
+    together: list[int] | None = None
+    """Which prompts are sent together (their indices, `concurrent` of them); None: the first."""
     timeout_s: float = 300.0
     """Per-request timeout."""
 
@@ -282,6 +284,6 @@ class OutputsResult(Model):
     sequential: list[str]
     """One per prompt, sent one at a time."""
     concurrent: list[str]
-    """One per prompt of the concurrent batch, sent at once."""
+    """One per prompt of the concurrent batch (in `OutputsArgs.together`'s order), sent at once."""
     duration_s: float
     """Wall time of the whole check."""

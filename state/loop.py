@@ -11,6 +11,7 @@ from state.base import Model
 from state.decision import Judgement, LaunchNoise, MechanismCheck, OutputsResult, Prediction
 from state.diagnosis import Diagnosis, Evidence
 from state.ids import ForkStep, SessionId
+from state.limits import LongPrompts
 from state.measure import Measurement
 from state.process import ServerHandle
 from state.proposer import LlmOrigin, LlmUsage, ModelTrial
@@ -52,6 +53,10 @@ class LoopOptions(Model):
     decision_rule: Literal["iqr-v0", "ci-v1"] = "iqr-v0"
     """How candidates are judged (agent/decision/rules.py): `ci-v1` for new sessions; sessions recorded
     before it carry none and replay with the rule they were decided by, `iqr-v0`."""
+    long_prompts: bool = False
+    """Whether the correctness set reaches the context limit (`[correctness] long_prompts`,
+    agent/decision/correctness.py): True for new sessions; sessions recorded before it carry none
+    and replay with the set they were checked on."""
 
 
 class ProfileResult(Model):
@@ -214,6 +219,9 @@ class LoopState(Model):
     """Measurement of the current candidate (not to be confused with `candidates`, the proposals)."""
     correctness: OutputsResult | None = None
     """The reference's outputs on the session's correctness set (CI-rule sessions, exact gate)."""
+    long_prompts: LongPrompts | None = None
+    """The correctness set's prompts up to the context limit and the limit they reach, fixed on the
+    baseline (None: sessions before them, or a rule without the correctness set)."""
     tolerance_reference: ScoreResult | None = None
     """Tolerance gate: the baseline's greedy continuations of the correctness set, scored by it."""
     tolerance: ToleranceResult | None = None

@@ -60,6 +60,10 @@ class Summary(Model):
     """The output gate's policy and, under `tolerance`, the result on the decisive candidate (the
     last accepted one it scored, else the last it scored), e.g. `tolerance: tolerance gate: top-1
     agreement 96.9% (>= 90.0%), ...`; None under the default `exact` policy."""
+    correctness_set: str | None = None
+    """How far the correctness set reached, e.g. `3 long prompts of 41/139/216 + 40 tokens to the
+    context limit 256 (/get_server_info context_len), ...`, or that the limit is unknown and auto
+    approval was refused; None for sessions before the long prompts."""
     mechanisms: list[str] = []
     """Predicted vs realized for each accepted patch a later profile checked, one line each."""
     unexplained_gains: list[str] = []

@@ -168,7 +168,19 @@ class CorrectnessConfig(Model):
     max_tokens: int = Field(40, ge=2)
     """Tokens generated per correctness request."""
     concurrent: int = Field(3, ge=0)
-    """Requests sent at once in the concurrent batch (0: none), the first prompts of the set."""
+    """Requests sent at once in the concurrent batch (0: none), the first prompts of the set; the
+    long prompts join that batch, so requests of every length are in flight together."""
+    long_prompts: int = Field(3, ge=0)
+    """Prompts at lengths up to the context limit: the range from one token to the limit less
+    `max_tokens` cut into this many strata, one length drawn in each per session (seeded by the
+    session id), the last exactly at the top, so its decode crosses the limit's last positions.
+    Fitted to the server's tokenizer on the baseline (one-token requests), then sent alone and
+    together like the rest of the set. 0: none (the set stays within `max_prompt_chars`)."""
+    context_tokens: int | None = Field(None, ge=2)
+    """The context limit (prompt + generated tokens of one request), where the server states none
+    or states it wrongly; unset: learned from the running server (SGLang `/get_model_info`,
+    `/get_server_info`, OpenAI `/v1/models` `max_model_len`). A session whose limit is neither
+    stated here nor learned says so and waits for a human to approve each candidate."""
     request_timeout_s: float = Field(300.0, gt=0)
     """Per-request timeout."""
     policy: Literal["exact", "tolerance"] = "exact"

@@ -10,6 +10,7 @@ from typing import TypedDict
 from state.decision import Judgement, LaunchNoise, MechanismCheck, OutputsResult
 from state.diagnosis import Diagnosis
 from state.ids import SessionId
+from state.limits import LongPrompts
 from state.loop import Approval, Decision, ForkStep, LoopOptions, ProfileResult, Proposal, Transition
 from state.measure import Measurement
 from state.process import ServerHandle
@@ -39,6 +40,7 @@ class LoopUpdate(TypedDict, total=False):
     reference: Measurement | None
     candidate_measurement: Measurement | None
     correctness: OutputsResult | None
+    long_prompts: LongPrompts | None
     tolerance_reference: ScoreResult | None
     tolerance: ToleranceResult | None
     launch_noise: LaunchNoise | None

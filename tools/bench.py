@@ -245,7 +245,8 @@ def measure_with_bench_serving(args: MeasureArgs, python: str, module: str, vers
 
 @tool("bench.outputs")
 def outputs(args: OutputsArgs) -> OutputsResult:
-    """Greedy texts of every prompt one at a time, then of the first `concurrent` sent together."""
+    """Greedy texts of every prompt one at a time, then of the first `concurrent` (or those
+    `together` names) sent together."""
     t0 = time.perf_counter()
 
     def text(prompt: str) -> str:
@@ -257,7 +258,8 @@ def outputs(args: OutputsArgs) -> OutputsResult:
     for i, prompt in enumerate(args.prompts):
         report(f"correctness set: request {i + 1}/{len(args.prompts)}")
         sequential.append(text(prompt))
-    batch = args.prompts[: args.concurrent]
+    chosen = range(args.concurrent) if args.together is None else args.together
+    batch = [args.prompts[i] for i in chosen]
     concurrent = []
     if batch:
         report(f"correctness set: {len(batch)} requests at once")

@@ -8,12 +8,19 @@ the limit; a server that states none gives `tokens = None` and says so.
 from __future__ import annotations
 
 import json
+import math
+import random
+import time
 import urllib.error
 import urllib.request
 from typing import Any
 
-from state.limits import ContextLimit, ContextLimitArgs
+from state.limits import ContextLimit, ContextLimitArgs, FitArgs, FittedPrompts
+from tools.bench import chat_body, stream_completion
 from tools.door import tool
+from tools.errors import ServerError
+from tools.progress import report
+from tools.words import text_of
 
 FIELDS = {
     "/get_model_info": ("context_length",),
@@ -76,3 +83,87 @@ def prompt_lengths(limit_tokens: int, max_tokens: int, per_stratum: int = 1) -> 
         for i in range(per_stratum)
     }
     return sorted(lengths | {top})
+
+
+def stratified_lengths(limit_tokens: int, max_tokens: int, n: int, rng: random.Random) -> list[int]:
+    """`n` prompt lengths over the whole range a request may use (pure given `rng`): the range from
+    one token to `limit_tokens - max_tokens` cut into `n` equal strata, one length drawn in each,
+    the last exactly at the top (its decode then crosses the limit's last positions)."""
+    top = limit_tokens - max_tokens
+    if top < 1:
+        raise ValueError(
+            f"max_tokens {max_tokens} leaves no room for a prompt under the context limit {limit_tokens}"
+        )
+    edges = [round(top * i / n) for i in range(n + 1)]
+    drawn = [rng.randint(edges[i] + 1, max(edges[i] + 1, edges[i + 1])) for i in range(n - 1)]
+    return sorted({*drawn, top})
+
+
+@tool("server.fit_prompts")
+def fit_prompts(args: FitArgs) -> FittedPrompts:
+    """Word texts the server counts at `args.lengths` prompt tokens (chat template included), or
+    as close below as its tokenizer allows: two probes give tokens per character and the
+    template's share, then each text is cut and tried (one generated token per request)."""
+    t0, sent = time.perf_counter(), 0
+    rng = random.Random(args.seed)
+    longest = max(args.lengths)
+    texts = [text_of(rng, 8 * longest) for _ in args.lengths]  # ample: >= 1 token per 8 characters
+    seen: dict[tuple[int, int], int] = {}
+
+    def tokens(i: int, chars: int) -> int:
+        """Prompt tokens of text i cut at `chars`; one more than the longest length where the
+        server refuses it as too long (HTTP 400)."""
+        nonlocal sent
+        if (i, chars) in seen:
+            return seen[i, chars]
+        sent += 1
+        try:
+            usage = stream_completion(
+                args.base_url, chat_body(args.model, texts[i][:chars], 1), args.timeout_s
+            )[2]
+        except ServerError as exc:
+            if "HTTP 400" not in str(exc):
+                raise
+            seen[i, chars] = longest + 1
+            return longest + 1
+        count = usage.get("prompt_tokens")
+        if not isinstance(count, int):
+            raise ServerError(
+                "the server reports no usage.prompt_tokens on a streamed chat request "
+                "(stream_options.include_usage); long prompts cannot be fitted to its tokenizer"
+            )
+        seen[i, chars] = count
+        return count
+
+    last, c0 = len(texts) - 1, 16
+    p0 = tokens(last, c0)
+    # where one character is one token (byte-level) this is the longest length's own text
+    c1 = max(c0 + 1, longest - p0 + c0)
+    p1 = tokens(last, c1)
+    if p1 > longest:  # more than a token per character of the probe's: at most one per character
+        c1 = max(c0 + 1, longest - p0)
+        p1 = tokens(last, c1)
+    per_char = max((p1 - p0) / (c1 - c0), 1e-3)
+    prompts, counted = [], []
+    for i, want in enumerate(args.lengths):
+        report(f"fitting long prompt {i + 1}/{len(args.lengths)} to {want} tokens")
+        chars, near = max(1, math.floor(c0 + (want - p0) / per_char)), max(1, want // 200)
+        best: tuple[int, int] | None = None  # (tokens, characters) of the longest text within `want`
+        over = len(texts[i]) + 1  # the fewest characters found over `want`
+        for _ in range(8):
+            got = tokens(i, chars)
+            if got > want:
+                over = min(over, chars)
+            elif best is None or got > best[0]:
+                best = (got, chars)
+            if want - near <= got <= want or (got > want and chars == 1):
+                break
+            step = max(1, math.floor(abs(want - got) / per_char))
+            chars = min(chars - step if got > want else chars + step, over - 1)
+            if chars < 1 or (best is not None and chars <= best[1]):
+                break
+        if best is None:  # the chat template alone is longer: the shortest text there is
+            best = (tokens(i, 1), 1)
+        prompts.append(texts[i][: best[1]])
+        counted.append(best[0])
+    return FittedPrompts(prompts=prompts, tokens=counted, requests=sent, duration_s=time.perf_counter() - t0)

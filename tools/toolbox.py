@@ -39,6 +39,7 @@ TOOLS = (
     server.stop,
     server.stop_recorded,
     limits.context_limit,
+    limits.fit_prompts,
     bench.measure,
     bench.measure_pair,
     bench.outputs,

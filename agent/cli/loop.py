@@ -39,6 +39,7 @@ from agent.sessions.approving import answer_session, edited_patch
 from agent.sessions.remote import remote_base
 from agent.sessions.runner import Sessions, new_session_id
 from playbooks.launch import with_flag, without_flag
+from state.target import CorrectnessConfig
 from tools.errors import ConfigError, ToolError
 
 
@@ -61,6 +62,7 @@ def _options(
         "builtin_playbooks": not no_builtin,
         "python": sys.executable,
         "decision_rule": "ci-v1",
+        "long_prompts": True,
     }
 
 
@@ -122,11 +124,16 @@ def demo(
             argv = without_flag(argv, "--threads")
         argv += shlex.split(server_args)
         launch = target.launch.model_copy(update={"argv": argv})
+        correctness = target.correctness
+        if device == "cuda":  # the demo target file turns them off for the CPU's slow prefills
+            default = CorrectnessConfig.model_fields["long_prompts"].default
+            correctness = correctness.model_copy(update={"long_prompts": default})
         target = target.model_copy(
             update={
                 "launch": launch,
                 "profile": target.profile.model_copy(update={"method": profile_method}),
                 "tp_size": _tp_size(argv),
+                "correctness": correctness,
             }
         )
         check_setup(target, opts, repo_exists=False)  # the demo makes its repo

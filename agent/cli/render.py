@@ -31,6 +31,7 @@ def summary(console: Console, s: Summary) -> None:
         ("measured by", s.measured_by or "-"),
         ("outputs identical", str(s.outputs_identical)),
         ("output gate", s.output_gate or "exact"),
+        ("correctness set", s.correctness_set or "-"),
         ("accepted", ", ".join(s.accepted) or "none"),
         ("rejected / failed", ", ".join(s.rejected) or "none"),
         ("commits", ", ".join(c[:10] for c in s.commits) or "none"),
@@ -56,6 +57,8 @@ def summary(console: Console, s: Summary) -> None:
 def approval(console: Console, req: dict) -> None:
     """What a paused session asks a human to approve."""
     console.print(f"[bold]Session {req['session']} waits for approval[/bold]: {escape(req['title'])}")
+    if req.get("auto_approval"):
+        console.print(f"[bold yellow]{escape(req['auto_approval'])}[/bold yellow]")
     if req.get("proposer") == "llm":
         console.print(
             f"[bold yellow]written by a model, not a playbook[/bold yellow]: {req['model']}, "

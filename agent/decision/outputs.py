@@ -15,7 +15,14 @@ from __future__ import annotations
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, call, need
-from agent.decision.correctness import correctness_prompts, differences, take_outputs
+from agent.decision.correctness import (
+    all_prompts,
+    batch_indices,
+    differences,
+    learn_long_prompts,
+    names,
+    take_outputs,
+)
 from state.loop import LoopState
 from state.target import CorrectnessConfig
 from state.tolerance import ScoreArgs, ScoreResult, ToleranceResult
@@ -70,7 +77,7 @@ def scores(state: LoopState, runtime: Runtime[LoopContext], continuations: list[
         ScoreArgs(
             base_url=need(state.server, "running server").base_url,
             model=state.target.model,
-            prompts=correctness_prompts(state.session_id, state.target.measure.prompts, cfg),
+            prompts=all_prompts(state),
             continuations=continuations,
             max_tokens=cfg.max_tokens,
             timeout_s=cfg.request_timeout_s,
@@ -80,10 +87,13 @@ def scores(state: LoopState, runtime: Runtime[LoopContext], continuations: list[
 
 def reference_outputs(state: LoopState, runtime: Runtime[LoopContext]) -> LoopUpdate:
     """The baseline's part of the gate, as a state update: its outputs (exact) or its scores
-    of its own greedy continuations (tolerance)."""
+    of its own greedy continuations (tolerance), after the context limit and the long prompts
+    fitted to it."""
+    long = learn_long_prompts(state, runtime)
+    state = state.model_copy(update={"long_prompts": long})
     if tolerant(state):
-        return {"tolerance_reference": scores(state, runtime, None)}
-    return {"correctness": take_outputs(state, runtime)}
+        return {"tolerance_reference": scores(state, runtime, None), "long_prompts": long}
+    return {"correctness": take_outputs(state, runtime), "long_prompts": long}
 
 
 def check(
@@ -101,5 +111,7 @@ def check(
             return f"tolerance gate: {exc}", None
         return (None if result.passed else result.line()), result
     if state.correctness is not None:
-        return differences(state.correctness, take_outputs(state, runtime), n_timing), None
+        taken = state.correctness
+        named, batch = names(state, n_timing), batch_indices(state, taken)
+        return differences(taken, take_outputs(state, runtime), named, batch), None
     return None, None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from agent.decision.correctness import refusal
 from agent.proposer.search import trial_lines
 from state.loop import LoopState
 from state.session import Summary
@@ -19,6 +20,12 @@ def summarize(state: LoopState, status: str) -> Summary:
     gate = None  # the default exact policy, as in sessions recorded before the tolerance policy
     if state.target.correctness.policy == "tolerance":
         gate = "tolerance" + (f": {gated.tolerance.line()}" if gated and gated.tolerance else "")
+    reach = None
+    if state.options.long_prompts and state.target.correctness.long_prompts == 0:
+        reach = "no long prompts (long_prompts = 0): checked only up to max_prompt_chars"
+    if (lp := state.long_prompts) is not None:
+        reach = lp.line(state.target.correctness.max_tokens)
+        reach += f"; {why}" if (why := refusal(state)) is not None else ""
     return Summary(
         session=state.session_id,
         status=status,
@@ -46,6 +53,7 @@ def summarize(state: LoopState, status: str) -> Summary:
         launch_noise=j.launch_noise.sigma_log if j else None,
         decision=j.line() if j else None,
         output_gate=gate,
+        correctness_set=reach,
         mechanisms=[f"{m.playbook}: {m.note}" for m in state.mechanisms],
         unexplained_gains=[m.playbook for m in state.mechanisms if not m.confirmed],
         launch_argv=state.kept_argv,

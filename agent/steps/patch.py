@@ -8,6 +8,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 
 from agent.context import LoopContext, call, need, step, transition
+from agent.decision.correctness import refusal
 from agent.decision.rules import rule_for
 from agent.proposer.asking import needs_human
 from agent.proposer.feedback import model_trial
@@ -28,7 +29,11 @@ from tools.workspace import repo
 def approval_request(state: LoopState, proposal: Proposal | None = None) -> dict:
     """What a human sees when asked to approve `proposal` (default: the state's; JSON-compatible)."""
     p = proposal or need(state.proposal, "proposal")
-    checks = {"mechanisms": [f"{m.playbook}: {m.note}" for m in state.mechanisms]} if state.mechanisms else {}
+    checks: dict = (
+        {"mechanisms": [f"{m.playbook}: {m.note}" for m in state.mechanisms]} if state.mechanisms else {}
+    )
+    if (why := refusal(state)) is not None and state.options.approve == "auto":
+        checks["auto_approval"] = why
     return checks | {
         "session": state.session_id,
         "playbook": p.source,
@@ -104,7 +109,8 @@ def approve(
     of parallel candidates gets one answer for all before any is tried (`approve_batch`)."""
     if state.proposal is None and state.candidates:
         return approve_batch(state)
-    if state.options.approve == "auto" and not needs_human(state, [need(state.proposal, "proposal")]):
+    auto = state.options.approve == "auto" and refusal(state) is None
+    if auto and not needs_human(state, [need(state.proposal, "proposal")]):
         answer = Approval(approved=True, by="auto")
     else:
         answer = Approval.model_validate(interrupt(approval_request(state)))

@@ -21,6 +21,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from agent.context import LoopContext, need, step, transition
+from agent.decision.correctness import refusal
 from agent.proposer.asking import LLM, ask_round, needs_human, no_model_reason
 from agent.proposer.search import is_trial, search_proposal
 from agent.steps.actions import playbooks_of
@@ -152,7 +153,7 @@ def _at_once(state: LoopState, batch: list[Proposal], update: LoopUpdate) -> Com
     """Candidates for the `[[hosts]]`: sent to their trials, or first to approval (one answer for
     the whole batch) under manual approval."""
     names = ", ".join(p.source for p in batch)
-    if state.options.approve == "manual" or needs_human(state, batch):
+    if state.options.approve == "manual" or needs_human(state, batch) or refusal(state) is not None:
         note = f"{len(batch)} candidates for [[hosts]], waiting for approval: {names}"
         update |= {"candidates": batch, "proposal": None, "approval": None}
         return Command(update=LoopUpdate(**update, transitions=transition("propose", note)), goto="approve")

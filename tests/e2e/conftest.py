@@ -41,12 +41,14 @@ def write_target(
     looks: int = 3,
     arms: str = "sequential",
     prompts: tuple[str, ...] = ("Explain the KV cache.", "Write a haiku about GPUs."),
+    long_prompts: int = 0,
 ) -> Path:
     """A target TOML with a smaller workload than the demo's, to keep CI quick (one layer of the
     demo's four: the unpatched server casts a quarter as much per step, the fix gains as much;
-    `looks = 1`: the
-    reference arm and the candidate get `repeats` requests per prompt, one look; `arms`: see
-    `[decide] arms` in examples/targets/mla_server.toml)."""
+    `looks = 1`: the reference arm and the candidate get `repeats` requests per prompt, one look;
+    `arms`: see `[decide] arms` in examples/targets/mla_server.toml; `long_prompts`: the
+    correctness set's prompts up to the context limit, none by default, since the CPU demo's
+    prefills near its 1024-token limit take tens of seconds on a loaded 2-core machine)."""
     path.write_text(f"""
 name = "e2e mla_server"
 kind = "mla_server"
@@ -66,6 +68,7 @@ random_prompts = 1
 max_prompt_chars = 300
 max_tokens = 16
 concurrent = 2
+long_prompts = {long_prompts}
 [profile]
 method = "{method}"
 [decide]

@@ -56,6 +56,8 @@ startup_timeout_s = 120
 prompts = ["Explain the KV cache.", "Write a haiku about GPUs."]
 max_tokens = 8
 repeats = 3
+[correctness]
+long_prompts = 0  # CI: the demo's CPU prefills near its 1024-token limit cost tens of seconds (tests/e2e/test_long_context.py runs them at 256)
 [profile]
 method = "patch"
 [decide]

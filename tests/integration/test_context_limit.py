@@ -1,4 +1,5 @@
-"""The context limit learned from a real demo server, and the prompt lengths drawn from it."""
+"""The context limit learned from a real demo server, and the prompt lengths drawn from it and
+fitted to its tokenizer."""
 
 from __future__ import annotations
 
@@ -10,12 +11,13 @@ from pathlib import Path
 import pytest
 
 from state.calls import LaunchArgs, ServerArgs
-from state.limits import ContextLimitArgs
+from state.limits import ContextLimitArgs, FitArgs
 from state.target import LaunchConfig
 from tests.e2e.conftest import DEMO
 from tools import server
+from tools.bench import chat_body, stream_completion
 from tools.http import post_json
-from tools.limits import context_limit, prompt_lengths, stated
+from tools.limits import context_limit, fit_prompts, prompt_lengths, stated
 
 
 def test_the_demo_server_states_its_context_limit_and_a_near_limit_prompt_is_served(tmp_path: Path) -> None:
@@ -56,6 +58,15 @@ def test_the_demo_server_states_its_context_limit_and_a_near_limit_prompt_is_ser
         print(f"near-limit request ({longest} + 8 tokens): {time.monotonic() - t0:.1f} s")
         over = {**body, "prompt": "a" * (longest + 1)}
         assert post_json(handle.base_url + "/v1/completions", over, timeout_s=60)[0] == 400
+        # the long prompts of the correctness set, fitted to the server's tokenizer and chat
+        # template (24 characters around the message: the shortest text there is takes 25)
+        t0 = time.monotonic()
+        fit = fit_prompts(FitArgs(base_url=handle.base_url, model="mla-demo", lengths=[5, 100, 248], seed=7))
+        assert fit.tokens == [25, 100, 248] and fit.requests == 4, fit  # the top one is the probe
+        assert [len(p) for p in fit.prompts] == [1, 76, 224]
+        print(f"fit: {fit.requests} requests, {time.monotonic() - t0:.1f} s")
+        _, text, usage = stream_completion(handle.base_url, chat_body("mla-demo", fit.prompts[-1], 8), 300)
+        assert usage["prompt_tokens"] + usage["completion_tokens"] == 256 and len(text) == 8
     finally:
         server.stop(ServerArgs(server=handle, grace_s=5))
 
