@@ -97,6 +97,18 @@ class ArmStats(Model):
     """Warm-up requests sent on this launch and not counted."""
     outliers: int = 0
     """Requests whose log TPOT lies over 3 IQRs from their prompt's median (flagged, kept)."""
+    windows: int | None = None
+    """`[workload]`: windows measured (the rule's units of evidence); None: requests were."""
+    concurrency: int | None = None
+    """`[workload]`: requests in flight in each window."""
+    output_tok_per_s: float | None = None
+    """`[workload]`: output tokens per second over the windows' wall time."""
+    requests_per_s: float | None = None
+    """`[workload]`: requests completed per second over the windows' wall time."""
+    tpot_ms_p99: float | None = None
+    """`[workload]`: 99th percentile of per-request TPOT."""
+    ttft_ms_p99: float | None = None
+    """`[workload]`: 99th percentile of TTFT."""
 
 
 class Look(Model):

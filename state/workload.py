@@ -1,0 +1,81 @@
+"""`[workload]` in a target file: the measurement as a server sees it in use, requests at concurrency.
+
+Without it perfloop sends the `[measure]` prompts one at a time and the unit of evidence is a
+request. With it each measurement is a run of windows: in a window `concurrency` requests are kept
+in flight (closed loop: one ends, the next starts) until `requests` have been sent or `duration_s`
+has passed. Requests of one window share decode batches, so their timings are not independent:
+the window, not the request, is the unit of evidence, and the rule compares the arms' windows on
+the chosen `objective` (agent/decision/rule.py). Each of `[measure] repeats` is one window.
+"""
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from state.base import Model
+
+Objective = Literal["output_throughput", "request_throughput", "tpot_p50", "tpot_p99", "ttft_p50", "ttft_p99"]
+"""What a window is judged on."""
+
+OBJECTIVES: dict[str, tuple[str, str, bool]] = {
+    "output_throughput": ("output throughput", "tok/s", True),
+    "request_throughput": ("request throughput", "req/s", True),
+    "tpot_p50": ("TPOT p50", "ms", False),
+    "tpot_p99": ("TPOT p99", "ms", False),
+    "ttft_p50": ("TTFT p50", "ms", False),
+    "ttft_p99": ("TTFT p99", "ms", False),
+}
+"""Each objective's (name, unit, higher is better)."""
+
+
+class WorkloadConfig(Model):
+    """`[workload]`: requests at concurrency, measured in windows (see the module's docstring)."""
+
+    concurrency: int = Field(ge=1, le=1024)
+    """Requests in flight at once within a window."""
+    requests: int | None = Field(None, ge=1)
+    """Requests per window (set this or `duration_s`)."""
+    duration_s: float | None = Field(None, gt=0)
+    """Seconds per window: requests keep starting until then (at least `prompts` of them), and
+    the window ends when the last one finishes (set this or `requests`)."""
+    prompts: int = Field(8, ge=1)
+    """Distinct prompts, drawn once from `seed` and sent in turn (request i of a window sends
+    prompt i mod `prompts`), so both arms and every window send the same ones."""
+    input_len: list[int] = Field(default_factory=lambda: [32, 128])
+    """[shortest, longest] prompt, drawn uniformly per prompt: words of random text for perfloop's
+    client (about a token each on BPE tokenizers; the demo's byte tokenizer counts characters),
+    tokens for sglang.bench_serving."""
+    output_len: list[int] = Field(default_factory=lambda: [16, 64])
+    """[fewest, most] tokens generated per request (`max_tokens`), drawn uniformly per prompt."""
+    seed: int = 0
+    """Seed of the prompts and their lengths."""
+    warmup_windows: int = Field(1, ge=0)
+    """Windows sent and discarded on each launch before measuring."""
+    objective: Objective = "output_throughput"
+    """What the rule judges a window on: output tokens/s or requests/s of the window (wall time),
+    or the p50/p99 over its requests of TPOT or TTFT."""
+
+    @model_validator(mode="after")
+    def _shape(self) -> "WorkloadConfig":
+        """One window size, and length ranges [low, high]."""
+        if (self.requests is None) == (self.duration_s is None):
+            raise ValueError(
+                "[workload] needs requests (per window) or duration_s (seconds per window), one of them"
+            )
+        if self.requests is not None and self.requests < self.prompts:
+            raise ValueError(
+                f"[workload] requests = {self.requests} is fewer than prompts = {self.prompts}: every "
+                "prompt is sent in every window; raise requests or lower prompts"
+            )
+        for name in ("input_len", "output_len"):
+            r = getattr(self, name)
+            if len(r) != 2 or not 1 <= r[0] <= r[1]:
+                raise ValueError(f"[workload] {name} = {r} is not [low, high] with 1 <= low <= high")
+        if self.output_len[0] < 2:
+            raise ValueError("[workload] output_len must start at 2 or more (TPOT needs two tokens)")
+        return self
+
+    def describe(self) -> str:
+        """e.g. `concurrency 8, 16 requests per window, output throughput`."""
+        size = f"{self.requests} requests" if self.requests is not None else f"{self.duration_s:g} s"
+        return f"concurrency {self.concurrency}, {size} per window, judged on {OBJECTIVES[self.objective][0]}"
