@@ -170,6 +170,17 @@ class PathArgs(Model):
     """The file."""
 
 
+class ClockArgs(Model):
+    """Ask the time (no input)."""
+
+
+class ClockResult(Model):
+    """The time on the machine perfloop runs on."""
+
+    epoch_s: float
+    """Seconds since the epoch."""
+
+
 class RepoArgs(Model):
     """A target repo."""
 

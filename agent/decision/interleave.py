@@ -204,6 +204,14 @@ def judge_interleaved(state: LoopState, runtime: Runtime[LoopContext], label: st
     finally:
         stop_reference(state, runtime)
     judgement = judgement_of(
-        verdict, looks, noise, cfg, (ref_m, cand_m), n, arms="interleaved", confirmation=confirmation
+        verdict,
+        looks,
+        noise,
+        cfg,
+        (ref_m, cand_m),
+        n,
+        arms="interleaved",
+        confirmation=confirmation,
+        workload=state.target.workload,
     )
     return JudgedCandidate(cand_m, judgement, tolerance=tolerance, launches_beside=launches)

@@ -24,7 +24,7 @@ from agent.context import LoopContext, call, need
 from agent.decision import outputs
 from agent.decision.judging import JudgedCandidate
 from agent.decision.noise import launch_noise, noise_for, sample_group, target_key
-from agent.decision.rule import arm_location, arm_of, arm_stats, look
+from agent.decision.rule import arm_location, arm_of, arm_stats, look, serving_stats
 from agent.serving import measure_server
 from state.calls import RepoArgs
 from state.decision import AARecordArgs, AASample, DecisionConfig, Judgement, LaunchNoise, Look, Verdict
@@ -129,6 +129,19 @@ def record_aa(state: LoopState, runtime: Runtime[LoopContext], m: Measurement) -
     return noise_for(samples, state.target.decide)
 
 
+def serving_note(m: Measurement) -> str:
+    """`; at concurrency 8: 512.0 tok/s, 3.20 req/s, TPOT p50/p99 ..., 3 windows` for a `[workload]`
+    measurement, "" for a sequential one (pure)."""
+    if not m.windows:
+        return ""
+    s = serving_stats(m.requests, m.windows)
+    return (
+        f"; at concurrency {s['concurrency']}: {s['output_tok_per_s']:.1f} tok/s, "
+        f"{s['requests_per_s']:.2f} req/s, TPOT p50/p99 {m.tpot_ms.median:.1f}/{s['tpot_ms_p99']:.1f} ms, "
+        f"TTFT p50/p99 {m.ttft_ms.median:.1f}/{s['ttft_ms_p99']:.1f} ms over {s['windows']} windows"
+    )
+
+
 def machine_drift(reference: Measurement, candidate: Measurement) -> float:
     """How much faster or slower the host ran for one arm than for the other (>= 1; 1 when not
     recorded): the ratio of their median CPU-probe times (pure)."""
@@ -170,9 +183,11 @@ def judgement_of(
     **more: Any,
 ) -> Judgement:
     """The rule's answer with what it rests on: the looks, the noise, both arms' stats (pure);
-    `more` sets the interleaved fields (`arms`, `confirmation`)."""
+    `more` sets the interleaved fields (`arms`, `confirmation`) and `workload` its objective."""
     ref, cand = both
+    w = more.pop("workload", None)
     return Judgement(
+        objective=w.objective if w is not None else None,
         verdict=verdict,
         looks=looks,
         launch_noise=noise,
@@ -206,9 +221,10 @@ def judge_candidate(state: LoopState, runtime: Runtime[LoopContext], label: str)
         if (problem := outputs_problem(ref, m, exact)) is not None:
             return JudgedCandidate(m, problem=problem, tolerance=tolerance)
         looks.append(look(ref_arm, arm_of(m, n, w), noise, cfg, k, machine_drift(ref, m)))
-    judgement = judgement_of(looks[-1].verdict, looks, noise, cfg, (ref, m), n)
+    judgement = judgement_of(looks[-1].verdict, looks, noise, cfg, (ref, m), n, workload=w)
     more = state.iteration < state.options.max_iterations
-    missing = budget(state) - len(m.requests) // max(n, 1)
+    measured = len(m.windows) if w is not None else len(m.requests) // max(n, 1)  # windows, or per prompt
+    missing = budget(state) - measured
     if judgement.verdict == "accepted" and more and missing > 0:  # it becomes the next reference
         m = merge(m, measure_arm(state, runtime, label, missing, warm_up=False))
     return JudgedCandidate(m, judgement, tolerance=tolerance)
