@@ -106,6 +106,9 @@ class ArmStats(Model):
     """`[workload]`: output tokens per second over the windows' wall time."""
     requests_per_s: float | None = None
     """`[workload]`: requests completed per second over the windows' wall time."""
+    goodput_tok_per_s: float | None = None
+    """`[workload]` with `objective = "goodput"`: output tokens per second of the requests within
+    its SLOs."""
     tpot_ms_p99: float | None = None
     """`[workload]`: 99th percentile of per-request TPOT."""
     ttft_ms_p99: float | None = None

@@ -14,12 +14,15 @@ from pydantic import Field, model_validator
 
 from state.base import Model
 
-Objective = Literal["output_throughput", "request_throughput", "tpot_p50", "tpot_p99", "ttft_p50", "ttft_p99"]
+Objective = Literal[
+    "output_throughput", "request_throughput", "goodput", "tpot_p50", "tpot_p99", "ttft_p50", "ttft_p99"
+]
 """What a window is judged on."""
 
 OBJECTIVES: dict[str, tuple[str, str, bool]] = {
     "output_throughput": ("output throughput", "tok/s", True),
     "request_throughput": ("request throughput", "req/s", True),
+    "goodput": ("goodput", "tok/s", True),
     "tpot_p50": ("TPOT p50", "ms", False),
     "tpot_p99": ("TPOT p99", "ms", False),
     "ttft_p50": ("TTFT p50", "ms", False),
@@ -53,7 +56,12 @@ class WorkloadConfig(Model):
     """Windows sent and discarded on each launch before measuring."""
     objective: Objective = "output_throughput"
     """What the rule judges a window on: output tokens/s or requests/s of the window (wall time),
-    or the p50/p99 over its requests of TPOT or TTFT."""
+    `goodput` (output tokens/s of the requests that meet `slo_tpot_ms` and `slo_ttft_ms`), or the
+    p50/p99 over its requests of TPOT or TTFT."""
+    slo_tpot_ms: float | None = Field(None, gt=0)
+    """`goodput`: a request counts only with its TPOT at most this (None: no TPOT bound)."""
+    slo_ttft_ms: float | None = Field(None, gt=0)
+    """`goodput`: a request counts only with its TTFT at most this (None: no TTFT bound)."""
 
     @model_validator(mode="after")
     def _shape(self) -> "WorkloadConfig":
@@ -71,11 +79,25 @@ class WorkloadConfig(Model):
             r = getattr(self, name)
             if len(r) != 2 or not 1 <= r[0] <= r[1]:
                 raise ValueError(f"[workload] {name} = {r} is not [low, high] with 1 <= low <= high")
+        slo = self.slo_tpot_ms is not None or self.slo_ttft_ms is not None
+        if self.objective == "goodput" and not slo:
+            raise ValueError('[workload] objective = "goodput" needs slo_tpot_ms or slo_ttft_ms (or both)')
+        if slo and self.objective != "goodput":
+            raise ValueError('[workload] slo_tpot_ms and slo_ttft_ms apply to objective = "goodput" only')
         if self.output_len[0] < 2:
             raise ValueError("[workload] output_len must start at 2 or more (TPOT needs two tokens)")
         return self
 
+    def meets_slo(self, tpot_ms: float, ttft_ms: float) -> bool:
+        """Whether a request with these timings counts towards goodput."""
+        return (self.slo_tpot_ms is None or tpot_ms <= self.slo_tpot_ms) and (
+            self.slo_ttft_ms is None or ttft_ms <= self.slo_ttft_ms
+        )
+
     def describe(self) -> str:
         """e.g. `concurrency 8, 16 requests per window, output throughput`."""
         size = f"{self.requests} requests" if self.requests is not None else f"{self.duration_s:g} s"
-        return f"concurrency {self.concurrency}, {size} per window, judged on {OBJECTIVES[self.objective][0]}"
+        slo = [f"TPOT <= {self.slo_tpot_ms:g} ms"] if self.slo_tpot_ms is not None else []
+        slo += [f"TTFT <= {self.slo_ttft_ms:g} ms"] if self.slo_ttft_ms is not None else []
+        under = f" under {' and '.join(slo)}" if slo else ""
+        return f"concurrency {self.concurrency}, {size} per window, judged on {OBJECTIVES[self.objective][0]}{under}"

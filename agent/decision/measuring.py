@@ -186,6 +186,7 @@ def judgement_of(
     `more` sets the interleaved fields (`arms`, `confirmation`) and `workload` its objective."""
     ref, cand = both
     w = more.pop("workload", None)
+    arm = {"n_prompts": n_prompts, "workload": w}
     return Judgement(
         objective=w.objective if w is not None else None,
         verdict=verdict,
@@ -193,8 +194,8 @@ def judgement_of(
         launch_noise=noise,
         min_gain=cfg.min_gain,
         confidence=cfg.confidence,
-        reference=arm_stats(ref.requests, n_prompts, ref.warmups_discarded, ref.windows),
-        candidate=arm_stats(cand.requests, n_prompts, cand.warmups_discarded, cand.windows),
+        reference=arm_stats(ref.requests, warmups=ref.warmups_discarded, windows=ref.windows, **arm),
+        candidate=arm_stats(cand.requests, warmups=cand.warmups_discarded, windows=cand.windows, **arm),
         **more,
     )
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from state.decision import ArmStats, DecisionConfig, LaunchNoise, Look, Verdict
 from state.measure import Measurement, RequestRecord, Window
-from state.workload import Objective, WorkloadConfig
+from state.workload import OBJECTIVES, WorkloadConfig
 
 Arm = list[np.ndarray]
 """One arm: log TPOT of each request, one array per prompt (in prompt order)."""
@@ -52,29 +52,38 @@ def percentile(values: Sequence[float], q: float) -> float:
     return float(np.quantile(np.asarray(values, dtype=float), q)) if values else 0.0
 
 
-def window_metric(window: Window, requests: Sequence[RequestRecord], objective: Objective) -> float:
-    """The window's value of `objective` in its own unit (tok/s, req/s or ms) (pure)."""
+def goodput_tokens(requests: Sequence[RequestRecord], workload: WorkloadConfig) -> int:
+    """Tokens of the requests that meet the workload's SLOs (pure)."""
+    return sum(r.completion_tokens for r in requests if workload.meets_slo(r.tpot_ms, r.ttft_ms))
+
+
+def window_metric(window: Window, requests: Sequence[RequestRecord], workload: WorkloadConfig) -> float:
+    """The window's value of the workload's objective in its own unit (tok/s, req/s or ms) (pure)."""
+    objective = workload.objective
     if objective == "output_throughput":
         return window.output_tokens / window.wall_s
     if objective == "request_throughput":
         return window.requests / window.wall_s
+    if objective == "goodput":
+        return goodput_tokens(requests, workload) / window.wall_s
     kind, q = objective.split("_")
     values = [r.tpot_ms for r in requests if r.itl_ms] if kind == "tpot" else [r.ttft_ms for r in requests]
     return percentile(values, int(q[1:]) / 100)
 
 
-def window_cost(window: Window, requests: Sequence[RequestRecord], objective: Objective) -> float:
+def window_cost(window: Window, requests: Sequence[RequestRecord], workload: WorkloadConfig) -> float:
     """log of the window's cost (lower is better): minus the log of a throughput, the log of a
-    latency (pure); so a speedup is a throughput ratio or a latency ratio alike."""
-    value = max(window_metric(window, requests, objective), 1e-9)
-    return -math.log(value) if objective.endswith("throughput") else math.log(value)
+    latency (pure); so a speedup is a throughput ratio or a latency ratio alike. A window with no
+    request within the SLOs counts as 1e-9 tok/s of goodput."""
+    value = max(window_metric(window, requests, workload), 1e-9)
+    return -math.log(value) if OBJECTIVES[workload.objective][2] else math.log(value)
 
 
-def by_window(m: Measurement, objective: Objective) -> Arm:
+def by_window(m: Measurement, workload: WorkloadConfig) -> Arm:
     """The measurement's windows' costs, as one stratum."""
     return [
         np.asarray(
-            [window_cost(w, [r for r in m.requests if r.window == w.index], objective) for w in m.windows],
+            [window_cost(w, [r for r in m.requests if r.window == w.index], workload) for w in m.windows],
             dtype=float,
         )
     ]
@@ -83,7 +92,7 @@ def by_window(m: Measurement, objective: Objective) -> Arm:
 def arm_of(m: Measurement, n_prompts: int, workload: WorkloadConfig | None) -> Arm:
     """The rule's view of one arm: its windows under `[workload]`, else its requests by prompt."""
     if workload is not None and m.windows:
-        return by_window(m, workload.objective)
+        return by_window(m, workload)
     return by_prompt(m.requests, n_prompts)
 
 
@@ -189,7 +198,11 @@ def arm_location(arm: Arm) -> float:
 
 
 def arm_stats(
-    requests: Sequence[RequestRecord], n_prompts: int, warmups: int, windows: Sequence[Window] = ()
+    requests: Sequence[RequestRecord],
+    n_prompts: int,
+    warmups: int,
+    windows: Sequence[Window] = (),
+    workload: WorkloadConfig | None = None,
 ) -> ArmStats:
     """Per-arm medians and tails for the report; outliers are flagged (counted), never dropped;
     with `windows` (`[workload]`) also throughputs and p99s over them."""
@@ -207,14 +220,18 @@ def arm_stats(
         requests=len(requests),
         warmups_discarded=warmups,
         outliers=outliers,
-        **(serving_stats(requests, windows) if windows else {}),
+        **(serving_stats(requests, windows, workload) if windows else {}),
     )
 
 
-def serving_stats(requests: Sequence[RequestRecord], windows: Sequence[Window]) -> dict[str, float | int]:
-    """An arm's serving figures over its windows: throughputs (total over wall time) and p99s."""
+def serving_stats(
+    requests: Sequence[RequestRecord], windows: Sequence[Window], workload: WorkloadConfig | None = None
+) -> dict[str, float | int]:
+    """An arm's serving figures over its windows: throughputs (total over wall time) and p99s;
+    goodput where the workload is judged on it."""
     wall = sum(w.wall_s for w in windows) or 1.0
-    return {
+    good = workload is not None and workload.objective == "goodput"
+    return ({"goodput_tok_per_s": goodput_tokens(requests, workload) / wall} if good and workload else {}) | {
         "windows": len(windows),
         "concurrency": windows[0].concurrency,
         "output_tok_per_s": sum(w.output_tokens for w in windows) / wall,

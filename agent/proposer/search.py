@@ -75,6 +75,7 @@ def arm_metric(stats: ArmStats, objective: Objective) -> float | None:
     return {
         "output_throughput": stats.output_tok_per_s,
         "request_throughput": stats.requests_per_s,
+        "goodput": stats.goodput_tok_per_s,
         "tpot_p50": stats.tpot_ms_median,
         "tpot_p99": stats.tpot_ms_p99,
         "ttft_p50": stats.ttft_ms_median,

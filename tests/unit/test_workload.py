@@ -11,7 +11,7 @@ import pytest
 
 from agent.cli.target import load_target
 from agent.decision.measuring import merge, serving_note
-from agent.decision.rule import arm_of, look, window_cost
+from agent.decision.rule import arm_of, arm_stats, look, window_cost
 from agent.proposer.search import _objective
 from state.decision import ArmStats, DecisionConfig, Judgement, LaunchNoise
 from state.loop import Decision
@@ -35,8 +35,10 @@ def test_bad_workload_is_one_clear_line(tmp_path: Path) -> None:
         ),
         ("concurrency = 4\nrequests = 8\ninput_len = [64, 32]", "input_len = [64, 32] is not [low, high]"),
         ("concurrency = 4\nrequests = 8\noutput_len = [1, 8]", "output_len must start at 2"),
+        ("concurrency = 4\nrequests = 8\nobjective = 'goodput'", "needs slo_tpot_ms or slo_ttft_ms"),
+        ("concurrency = 4\nrequests = 8\nslo_tpot_ms = 50", 'apply to objective = "goodput" only'),
         (
-            "concurrency = 4\nrequests = 8\nobjective = 'goodput'",
+            "concurrency = 4\nrequests = 8\nobjective = 'latency'",
             "field `workload.objective`: Input should be",
         ),
     ]
@@ -94,14 +96,34 @@ def test_the_window_is_the_unit_and_the_objective_sets_the_direction() -> None:
     # TPOT p99: the latency's log (lower is better); throughput: minus the log (higher is better)
     window = ref.windows[0]
     reqs = [r for r in ref.requests if r.window == 0]
-    assert window_cost(window, reqs, "tpot_p99") == pytest.approx(math.log(50.0))
-    assert window_cost(window, reqs, "output_throughput") == pytest.approx(-math.log(100.0))
-    assert window_cost(window, reqs, "request_throughput") == pytest.approx(-math.log(10.0))
+    on = {
+        o: w.model_copy(update={"objective": o})
+        for o in ("tpot_p99", "output_throughput", "request_throughput")
+    }
+    assert window_cost(window, reqs, on["tpot_p99"]) == pytest.approx(math.log(50.0))
+    assert window_cost(window, reqs, on["output_throughput"]) == pytest.approx(-math.log(100.0))
+    assert window_cost(window, reqs, on["request_throughput"]) == pytest.approx(-math.log(10.0))
     tpot = w.model_copy(update={"objective": "tpot_p50"})
     assert (
         look(arm_of(ref, 4, tpot), arm_of(fast, 4, tpot), LaunchNoise(sigma_log=0.01), cfg, 1).speedup > 1.2
     )
     assert arm_of(ref, 4, None)[0].size == 6 and len(arm_of(ref, 4, None)) == 4  # sequential: by prompt
+
+
+def test_goodput_counts_only_the_requests_within_the_slos() -> None:
+    """Window k's requests have TPOT 50 + k ms, TTFT 100-103 ms: under TPOT <= 50.5 ms only window
+    0's tokens count; adding TTFT <= 101.5 ms leaves its first two requests."""
+    m = windowed([100, 100])
+    w = WorkloadConfig(concurrency=4, requests=4, prompts=4, objective="goodput", slo_tpot_ms=50.5)
+    assert w.describe().endswith("judged on goodput under TPOT <= 50.5 ms")
+    (costs,) = arm_of(m, 4, w)
+    assert costs == pytest.approx([-math.log(100.0), -math.log(1e-9)])  # all of window 0, none of 1
+    both = w.model_copy(update={"slo_ttft_ms": 101.5})
+    assert arm_of(m, 4, both)[0][0] == pytest.approx(-math.log(50.0))
+    stats = arm_stats(m.requests, 4, 0, m.windows, both)
+    assert stats.goodput_tok_per_s == pytest.approx(20 / 0.8) and stats.output_tok_per_s == pytest.approx(
+        100.0
+    )
 
 
 def test_looks_on_one_launch_number_their_windows_on() -> None:
