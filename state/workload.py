@@ -35,7 +35,11 @@ class WorkloadConfig(Model):
     """`[workload]`: requests at concurrency, measured in windows (see the module's docstring)."""
 
     concurrency: int = Field(ge=1, le=1024)
-    """Requests in flight at once within a window."""
+    """Requests in flight at once within a window (with `request_rate`: at most)."""
+    request_rate: float | None = Field(None, gt=0)
+    """Requests per second arriving in a window (open loop: Poisson arrivals drawn from `seed` and
+    the window's number, the same for both arms), at most `concurrency` in flight; None: closed
+    loop, each request starts when one ends."""
     requests: int | None = Field(None, ge=1)
     """Requests per window (set this or `duration_s`)."""
     duration_s: float | None = Field(None, gt=0)
@@ -97,6 +101,8 @@ class WorkloadConfig(Model):
     def describe(self) -> str:
         """e.g. `concurrency 8, 16 requests per window, output throughput`."""
         size = f"{self.requests} requests" if self.requests is not None else f"{self.duration_s:g} s"
+        if self.request_rate is not None:
+            size += f" arriving at {self.request_rate:g}/s"
         slo = [f"TPOT <= {self.slo_tpot_ms:g} ms"] if self.slo_tpot_ms is not None else []
         slo += [f"TTFT <= {self.slo_ttft_ms:g} ms"] if self.slo_ttft_ms is not None else []
         under = f" under {' and '.join(slo)}" if slo else ""

@@ -197,11 +197,23 @@ def workload_prompts(w: WorkloadConfig) -> list[tuple[str, int]]:
     return out
 
 
+def arrivals(w: WorkloadConfig, index: int) -> Iterator[float]:
+    """Seconds from a window's start at which its requests arrive under `request_rate`: Poisson
+    (exponential gaps) drawn from the workload's seed and the window's number (pure)."""
+    assert w.request_rate is not None
+    rng, t = random.Random(f"{w.seed}/{index}"), 0.0
+    while True:
+        t += rng.expovariate(w.request_rate)
+        yield t
+
+
 def run_window(args: MeasureArgs, w: WorkloadConfig, index: int) -> tuple[list[RequestRecord], Window]:
     """One window: `concurrency` requests in flight (each worker starts the next request as its
-    last one ends) until `requests` were sent or `duration_s` passed (and every prompt was sent)."""
+    last one ends; under `request_rate` not before the request's arrival) until `requests` were
+    sent or `duration_s` passed (and every prompt was sent)."""
     items = workload_prompts(w)
     counter, lock = itertools.count(), threading.Lock()
+    due = arrivals(w, index) if w.request_rate is not None else itertools.repeat(0.0)
     t0 = time.perf_counter()
     deadline = t0 + w.duration_s if w.duration_s is not None else None
 
@@ -209,11 +221,12 @@ def run_window(args: MeasureArgs, w: WorkloadConfig, index: int) -> tuple[list[R
         done: list[RequestRecord] = []
         while True:
             with lock:
-                i = next(counter)
+                i, at = next(counter), t0 + next(due)
             if w.requests is not None and i >= w.requests:
                 return done
-            if deadline is not None and i >= len(items) and time.perf_counter() >= deadline:
+            if deadline is not None and i >= len(items) and max(at, time.perf_counter()) >= deadline:
                 return done
+            time.sleep(max(0.0, at - time.perf_counter()))
             prompt, max_tokens = items[i % len(items)]
             start = time.perf_counter() - t0
             arrivals, text, _ = stream_completion(

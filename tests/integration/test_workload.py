@@ -4,11 +4,13 @@ arms interleaved by window."""
 
 from __future__ import annotations
 
+import itertools
 import sys
 from collections.abc import Iterator
 
 import pytest
 
+from agent.decision.measuring import merge
 from agent.decision.rule import arm_of, look
 from state.calls import LaunchArgs, MeasureArgs, PairArgs, ServerArgs
 from state.decision import DecisionConfig, LaunchNoise
@@ -18,6 +20,7 @@ from state.target import LaunchConfig, MeasureConfig
 from state.workload import WorkloadConfig
 from tests.e2e.conftest import DEMO
 from tools import bench, server
+from tools.bench import arrivals
 
 ARGV = ["bash", "launch.sh", "--port", "{port}", "--preset", "cpu", "--threads", "1", "--pool-slots", "8192"]
 WORKLOAD = WorkloadConfig(
@@ -61,7 +64,8 @@ def test_windows_keep_the_concurrency_in_flight_and_outputs_do_not_depend_on_it(
     """Each window starts all 4 requests before any of them ends (closed loop at concurrency 4);
     its tokens and requests are counted; the greedy texts equal those sent one at a time, so the
     output gate holds at concurrency; 4 in flight on the demo's batched decode give more tokens/s
-    than 1 (the rule's point estimate over windows, judged on output throughput)."""
+    than 1 (the rule's point estimate over windows, judged on output throughput; 1.6-2.0x seen at
+    load average 4-5 on the shared 2-core machine)."""
     m = measured(demo, WORKLOAD, windows=2)
     assert [(w.index, w.requests, w.concurrency) for w in m.windows] == [(0, 4, 4), (1, 4, 4)]
     for w in m.windows:
@@ -72,11 +76,16 @@ def test_windows_keep_the_concurrency_in_flight_and_outputs_do_not_depend_on_it(
         assert sorted(r.prompt_index for r in reqs) == [0, 1, 2, 3]
         assert all(4 <= r.completion_tokens <= 6 for r in reqs)
     assert m.outputs_stable and len(m.outputs) == 4
-    one = measured(demo, WORKLOAD.model_copy(update={"concurrency": 1, "warmup_windows": 0}), windows=2)
+    one = measured(demo, WORKLOAD.model_copy(update={"concurrency": 1, "warmup_windows": 0}), windows=1)
     assert one.outputs == m.outputs
-    lk = look(
-        arm_of(one, 4, WORKLOAD), arm_of(m, 4, WORKLOAD), LaunchNoise(sigma_log=0.05), DecisionConfig(), 1
-    )
+    # throughput on 10-token generations, where decode (which batches) outweighs prefill; the two
+    # arms' windows alternate so that a change of the shared machine's load hits both
+    ten = WORKLOAD.model_copy(update={"output_len": [10, 10], "warmup_windows": 0})
+    arms: dict[int, list[Measurement]] = {1: [], 4: []}
+    for c in (1, 4, 4, 1):
+        arms[c].append(measured(demo, ten.model_copy(update={"concurrency": c}), windows=1))
+    one, four = (merge(*arms[c]) for c in (1, 4))
+    lk = look(arm_of(one, 4, ten), arm_of(four, 4, ten), LaunchNoise(sigma_log=0.05), DecisionConfig(), 1)
     print(f"concurrency 4 vs 1: output throughput {lk.speedup:.2f}x [{lk.ci_low:.2f}, {lk.ci_high:.2f}]")
     assert lk.requests_candidate == 2 and lk.prompts == 1 and lk.speedup > 1.2
 
@@ -97,3 +106,15 @@ def test_interleaved_arms_alternate_whole_windows(demo: ServerHandle) -> None:
     assert [w.requests for w in ref.windows] == [4, 4] and [w.requests for w in cand.windows] == [4, 4]
     assert ref.outputs == cand.outputs and ref.outputs_stable and cand.outputs_stable
     assert {r.window for r in cand.requests} == {0, 1} and len(ref.probe_ms) == 2
+
+
+def test_at_a_request_rate_no_request_starts_before_it_arrives(demo: ServerHandle) -> None:
+    """Open loop: 4 requests arriving at 4/s (seeded Poisson), at most 4 in flight: each starts no
+    earlier than its arrival, so the window spans the arrivals rather than starting all at once."""
+    w = WORKLOAD.model_copy(update={"request_rate": 4.0, "warmup_windows": 0})
+    m = measured(demo, w, windows=1)
+    due = list(itertools.islice(arrivals(w, 0), 4))
+    starts = {r.prompt_index: r.start_ms or 0.0 for r in m.requests}
+    assert sorted(starts) == [0, 1, 2, 3] and m.windows[0].requests == 4
+    assert all(starts[i] >= due[i] * 1000 for i in range(4)), (starts, due)
+    assert m.windows[0].wall_s > due[3]

@@ -194,6 +194,10 @@ def test_bench_command_under_a_workload_is_one_window_at_its_concurrency():
         "64",
         "0.25",
     )
+    assert opts["--request-rate"] == "inf"  # closed loop: bench_serving's semaphore alone
+    at_rate = bench_serving_argv("py", "m", BenchServingConfig(), "u", "m", 16, 2, 0, "o", "r",
+                                 w.model_copy(update={"request_rate": 2.5}))  # fmt: skip
+    assert at_rate[at_rate.index("--request-rate") + 1] == "2.5"
 
 
 def test_glm5_example_config_loads():

@@ -4,6 +4,7 @@ range ratio, and the search's objective under a workload."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from state.decision import ArmStats, DecisionConfig, Judgement, LaunchNoise
 from state.loop import Decision
 from state.measure import Measurement, RequestRecord, Stat, Window
 from state.workload import WorkloadConfig
-from tools.bench import summarize, workload_prompts
+from tools.bench import arrivals, summarize, workload_prompts
 from tools.errors import ConfigError
 from tools.sglang.bench import bench_range_ratio
 
@@ -81,6 +82,15 @@ def windowed(tokens_per_s: list[float], tpot_ms: float = 50.0, label: str = "a")
             for i in range(4)
         ]
     return summarize(label, "t", records, 4, sum(w.wall_s for w in windows), windows)
+
+
+def test_arrivals_at_a_rate_follow_the_seed_and_the_window() -> None:
+    w = WorkloadConfig(concurrency=4, requests=8, request_rate=5.0, seed=3)
+    first = list(itertools.islice(arrivals(w, 0), 2000))
+    assert first[:5] == list(itertools.islice(arrivals(w, 0), 5))  # the same for both arms
+    assert first[:5] != list(itertools.islice(arrivals(w, 1), 5))  # another window, other gaps
+    assert first == sorted(first) and 0.18 < first[-1] / 2000 < 0.22  # mean gap 1/rate
+    assert w.describe().startswith("concurrency 4, 8 requests arriving at 5/s per window")
 
 
 def test_the_window_is_the_unit_and_the_objective_sets_the_direction() -> None:

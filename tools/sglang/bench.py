@@ -128,7 +128,7 @@ def bench_serving_argv(
         "--max-concurrency",
         str(concurrency),
         "--request-rate",
-        "inf",
+        f"{workload.request_rate:g}" if workload is not None and workload.request_rate is not None else "inf",
         "--seed",
         str(cfg.seed),
         "--warmup-requests",
