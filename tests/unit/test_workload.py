@@ -175,3 +175,15 @@ def test_the_search_judges_a_trial_on_the_workload_objective() -> None:
 def test_stat_of_windowed_measurement_is_per_request() -> None:
     m = windowed([100, 100])
     assert m.tpot_ms == Stat(median=50.5, p25=50.0, p75=51.0, min=50.0, max=51.0, n=8)
+
+
+def test_the_shipped_serving_target_loads_at_concurrency_8() -> None:
+    """examples/targets/mla_server_glm5_serving.toml (benchmarks/search_serving_h200.sh runs it)."""
+    t = load_target(TARGET.with_name("mla_server_glm5_serving.toml"))
+    assert t.workload is not None and t.search is not None
+    assert (t.workload.concurrency, t.workload.objective, t.decide.arms) == (
+        8,
+        "output_throughput",
+        "sequential",
+    )
+    assert t.search.max_minutes == 6 and len(t.search.knobs) == 4 and "glm5" in t.launch.argv
