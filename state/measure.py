@@ -61,7 +61,8 @@ class Window(Model):
     output_tokens: int
     """Tokens its requests generated."""
     wall_s: float
-    """Seconds from its first request's start to its last one's end."""
+    """Seconds from its start (the first request's, or under a request rate the first arrival's
+    clock) to its last request's end."""
 
 
 class Measurement(Model):

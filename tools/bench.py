@@ -229,10 +229,10 @@ def run_window(args: MeasureArgs, w: WorkloadConfig, index: int) -> tuple[list[R
             time.sleep(max(0.0, at - time.perf_counter()))
             prompt, max_tokens = items[i % len(items)]
             start = time.perf_counter() - t0
-            arrivals, text, _ = stream_completion(
+            times, text, _ = stream_completion(
                 args.base_url, chat_body(args.model, prompt, max_tokens), args.config.request_timeout_s
             )
-            rec = to_record(i % len(items), arrivals, text)
+            rec = to_record(i % len(items), times, text)
             done.append(rec.model_copy(update={"window": index, "start_ms": start * 1000}))
 
     with ThreadPoolExecutor(w.concurrency) as pool:
