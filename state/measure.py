@@ -61,8 +61,8 @@ class Window(Model):
     output_tokens: int
     """Tokens its requests generated."""
     wall_s: float
-    """Seconds from its start (the first request's, or under a request rate the first arrival's
-    clock) to its last request's end."""
+    """Seconds from its start (when its first requests are sent; under a request rate, the
+    clock its arrival times count from) to its last request's end."""
 
 
 class Measurement(Model):
