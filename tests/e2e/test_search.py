@@ -103,3 +103,7 @@ def test_search_at_concurrency_judges_windows_within_minutes_and_replays(
     assert replayed.returncode == 0 and last_json(replayed)["matches_recording"] is True, replayed.stderr[
         -2000:
     ]
+    report = perfloop(home, "report", s["session"], "-o", str(tmp_path / "r.html"))
+    assert report.returncode == 0, report.stderr[-2000:]
+    html = (tmp_path / "r.html").read_text()
+    assert f"<th>workload</th><td>{escape(s['workload'])}<br>baseline {escape(s['serving_before'])}" in html
