@@ -118,3 +118,17 @@ def test_at_a_request_rate_no_request_starts_before_it_arrives(demo: ServerHandl
     assert sorted(starts) == [0, 1, 2, 3] and m.windows[0].requests == 4
     assert all(starts[i] >= due[i] * 1000 for i in range(4)), (starts, due)
     assert m.windows[0].wall_s > due[3]
+
+
+def test_a_window_of_a_duration_starts_no_request_after_it(demo: ServerHandle) -> None:
+    """`duration_s`: requests keep starting (2 in flight) until 1.5 s have passed, every prompt at
+    least once; none starts later, and the window lasts until the last one ends."""
+    w = WorkloadConfig(
+        concurrency=2, duration_s=1.5, prompts=2, input_len=[2, 4], output_len=[3, 3], warmup_windows=0
+    )
+    m = measured(demo, w, windows=1)
+    (window,) = m.windows
+    starts = sorted(r.start_ms or 0.0 for r in m.requests)
+    assert window.requests == len(m.requests) >= 2 and {r.prompt_index for r in m.requests} == {0, 1}
+    assert all(s < 1500 for s in starts[2:]), starts  # beyond the first of each prompt: before 1.5 s
+    assert window.wall_s >= max(starts) / 1000 and m.outputs_stable
