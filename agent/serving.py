@@ -18,6 +18,7 @@ from state.loop import LoopState
 from state.measure import Measurement
 from state.process import ServerHandle
 from state.target import MeasureConfig, TargetConfig
+from state.workload import WorkloadConfig
 from tools import bench, server
 from tools.workspace import repo
 
@@ -65,9 +66,11 @@ def measure_args(
     checkout: Path,
     config: MeasureConfig | None = None,
     bench_serving: bool = True,
+    workload: WorkloadConfig | None = None,
 ) -> MeasureArgs:
-    """Measure the server `handle` with the target's workload (or `config`); with
-    `bench_serving=False` never through sglang.bench_serving (one arm of an interleaved pair) (pure)."""
+    """Measure the server `handle` with the target's workload (or `config`, and `workload` for its
+    `[workload]`); with `bench_serving=False` never through sglang.bench_serving (one arm of an
+    interleaved pair) (pure)."""
     return MeasureArgs(
         base_url=handle.base_url,
         model=target.model,
@@ -77,6 +80,7 @@ def measure_args(
         bench_serving=bench_serving_use(target) if bench_serving else "never",
         python=python,
         repo=str(checkout),
+        workload=workload or target.workload,
     )
 
 

@@ -11,6 +11,7 @@ from state.process import ServerHandle
 from state.sglang import HookSite, SglangLayout
 from state.ssh import SSHHostConfig
 from state.target import LaunchConfig, MeasureConfig
+from state.workload import WorkloadConfig
 from state.workspace import CommitInfo, InstrumentationRecord, PatchPolicy
 
 
@@ -88,6 +89,9 @@ class MeasureArgs(Model):
     """Interpreter on the host that the target runs with (`{python}` in the benchmark's python)."""
     repo: str = ""
     """The target repo on the host, substituted for `{repo}` in the benchmark's tokenizer path."""
+    workload: WorkloadConfig | None = None
+    """`[workload]`: measure `config.repeats` windows at its concurrency instead of the prompts
+    one at a time."""
 
 
 class MeasureResult(Model):
@@ -164,6 +168,17 @@ class PathArgs(Model):
 
     path: Path
     """The file."""
+
+
+class ClockArgs(Model):
+    """Ask the time (no input)."""
+
+
+class ClockResult(Model):
+    """The time on the machine perfloop runs on."""
+
+    epoch_s: float
+    """Seconds since the epoch."""
 
 
 class RepoArgs(Model):

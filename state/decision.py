@@ -5,6 +5,7 @@ from typing import Literal
 from pydantic import Field
 
 from state.base import Model
+from state.workload import OBJECTIVES
 
 Verdict = Literal["accepted", "rejected", "regression", "inconclusive", "undecided"]
 """accepted: the whole CI lies above 1 + min gain; regression: the whole CI lies below 1;
@@ -97,6 +98,21 @@ class ArmStats(Model):
     """Warm-up requests sent on this launch and not counted."""
     outliers: int = 0
     """Requests whose log TPOT lies over 3 IQRs from their prompt's median (flagged, kept)."""
+    windows: int | None = None
+    """`[workload]`: windows measured (the rule's units of evidence); None: requests were."""
+    concurrency: int | None = None
+    """`[workload]`: requests in flight in each window."""
+    output_tok_per_s: float | None = None
+    """`[workload]`: output tokens per second over the windows' wall time."""
+    requests_per_s: float | None = None
+    """`[workload]`: requests completed per second over the windows' wall time."""
+    goodput_tok_per_s: float | None = None
+    """`[workload]` with `objective = "goodput"`: output tokens per second of the requests within
+    its SLOs."""
+    tpot_ms_p99: float | None = None
+    """`[workload]`: 99th percentile of per-request TPOT."""
+    ttft_ms_p99: float | None = None
+    """`[workload]`: 99th percentile of TTFT."""
 
 
 class Look(Model):
@@ -149,6 +165,9 @@ class Judgement(Model):
     confirmation: list[Look] = []
     """Looks on the fresh pair of launches that confirmed (or not) an acceptance below
     `confirm_below`; empty when none was needed."""
+    objective: str | None = None
+    """`[workload]`: what the windows were judged on (e.g. `output_throughput`; the speedup is
+    then that ratio, candidate over reference for a throughput); None: per-request TPOT."""
 
     @property
     def last(self) -> Look:
@@ -163,9 +182,14 @@ class Judgement(Model):
             if lk.requests_candidate == lk.requests_reference
             else f"{lk.requests_reference}/{lk.requests_candidate}"
         )
+        what, units = "TPOT", f"{lk.prompts} prompts x {n} requests"
+        if self.objective is not None:
+            what = OBJECTIVES[self.objective][0] if self.objective in OBJECTIVES else self.objective
+            at = self.candidate.concurrency if self.candidate and self.candidate.concurrency else "?"
+            units = f"{n} windows at concurrency {at}"
         return (
-            f"TPOT {lk.speedup:.2f}x [{lk.ci_low:.2f}, {lk.ci_high:.2f}] {self.confidence:.0%} CI, "
-            f"n = {lk.prompts} prompts x {n} requests per arm, {self.launch_noise.describe()}, "
+            f"{what} {lk.speedup:.2f}x [{lk.ci_low:.2f}, {lk.ci_high:.2f}] {self.confidence:.0%} CI, "
+            f"n = {units} per arm, {self.launch_noise.describe()}, "
             f"{'arms interleaved, ' if self.arms == 'interleaved' else ''}"
             f"look {lk.look}/{lk.of} -> {self.verdict}"
             + (

@@ -271,6 +271,9 @@ class LoopState(Model):
     """Model calls and tokens spent in this session (the token budget counts against it)."""
     model_trials: Annotated[list[ModelTrial], operator.add] = Field(default_factory=list)
     """Model-written candidates tried and not kept, with their diffs and trial feedback (`rollback`)."""
+    search_clock: list[float] = Field(default_factory=list)
+    """`[search] max_minutes`: when each search trial was proposed (seconds since the epoch, read
+    through the door's `host.clock`, so a replay sees the recorded times)."""
     calls_done: int = 0
     """Door sequence number when the last completed node finished (later calls were superseded)."""
     status: SessionStatus = "running"

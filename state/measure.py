@@ -16,6 +16,10 @@ class RequestRecord(Model):
     """Generated text (temperature 0), for the output-equality gate."""
     completion_tokens: int
     """Tokens generated, as counted by the client (one per content delta)."""
+    window: int | None = None
+    """`[workload]`: the window it was sent in (None: the sequential workload)."""
+    start_ms: float | None = None
+    """`[workload]`: when it was sent, in ms from its window's start."""
 
     @property
     def tpot_ms(self) -> float:
@@ -43,6 +47,22 @@ class Stat(Model):
     def iqr(self) -> float:
         """Interquartile range: the spread used as measured noise."""
         return self.p75 - self.p25
+
+
+class Window(Model):
+    """One window of a `[workload]` measurement: requests kept in flight at a concurrency."""
+
+    index: int
+    """Its number within the measurement (0-based; its requests carry it as `window`)."""
+    concurrency: int
+    """Requests in flight at once."""
+    requests: int
+    """Requests completed in it."""
+    output_tokens: int
+    """Tokens its requests generated."""
+    wall_s: float
+    """Seconds from its start (when its first requests are sent; under a request rate, the
+    clock its arrival times count from) to its last request's end."""
 
 
 class Measurement(Model):
@@ -79,3 +99,6 @@ class Measurement(Model):
     3 each): how fast the machine ran for this arm, to compare the machine state of two arms."""
     tree_note: str | None = None
     """What the tree held, in words: e.g. `HEAD 1a2b3c4d5e + dormant profiler in mla_server/...`."""
+    windows: list[Window] = []
+    """`[workload]`: the measured windows (warm-ups excluded), each the rule's unit of evidence;
+    empty for the sequential workload."""

@@ -85,6 +85,9 @@ class SearchConfig(Model):
     max_launches: int | None = Field(None, ge=1)
     """Most server launches in the session (the baseline's included); a trial that would need more
     is not started. None: only `max_trials` bounds the search."""
+    max_minutes: float | None = Field(None, gt=0)
+    """Most minutes the search may take, from its first trial's proposal: no trial is started
+    when the longest one so far would end past it (the first always starts). None: unbounded."""
     seed: int = 0
     """Seed of the TPE sampler: the same history gives the same next trial (replay, resume)."""
     startup_trials: int = Field(3, ge=1)

@@ -43,6 +43,12 @@ class Summary(Model):
     """`patch` or `api`: how the profiles were taken."""
     measured_by: str | None = None
     """The client that measured TPOT: `perfloop`, or sglang's bench_serving with its release."""
+    workload: str | None = None
+    """`[workload]` in words (concurrency, window, objective); None: requests one at a time."""
+    serving_before: str | None = None
+    """`[workload]`: the baseline's throughputs and TPOT/TTFT p50/p99 at that concurrency."""
+    serving_after: str | None = None
+    """`[workload]`: the same of the final reference."""
     iterations: int
     """Profile/diagnose iterations run."""
     verdict: str | None = None

@@ -11,6 +11,7 @@ from state.decision import DecisionConfig
 from state.proposer import ProposerConfig
 from state.search import SearchConfig
 from state.ssh import SSHHostConfig
+from state.workload import WorkloadConfig
 
 
 def refuse_secrets(env: dict[str, str], advice: str) -> dict[str, str]:
@@ -269,6 +270,9 @@ class TargetConfig(Model):
     its own baseline (`[[hosts]]`); the best verified one is then applied here. Empty: one by one."""
     search: SearchConfig | None = None
     """Launch options to search (`[search]`, `--proposer search`); None: none searched."""
+    workload: WorkloadConfig | None = None
+    """Requests at concurrency, measured in windows (`[workload]`); None: the `[measure]` prompts
+    one at a time, each request a unit of evidence."""
 
     @model_validator(mode="after")
     def _numerics_need_tolerance(self) -> "TargetConfig":

@@ -64,6 +64,7 @@ class LoopUpdate(TypedDict, total=False):
     fork_at: ForkStep | None
     llm_usage: LlmUsage
     model_trials: list[ModelTrial]
+    search_clock: list[float]
     calls_done: int
     status: SessionStatus
     stop_reason: str | None

@@ -9,7 +9,9 @@ from __future__ import annotations
 import http.client
 import itertools
 import json
+import random
 import statistics
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -17,11 +19,12 @@ from urllib.parse import urlsplit
 
 from state.calls import MeasureArgs, MeasureResult, PairArgs, PairResult
 from state.decision import OutputsArgs, OutputsResult
-from state.measure import Measurement, RequestRecord, Stat
+from state.measure import Measurement, RequestRecord, Stat, Window
+from state.workload import WorkloadConfig
 from tools.door import tool
 from tools.errors import ConfigError, ServerError
 from tools.progress import report
-from tools.sglang.bench import find_bench, run_bench
+from tools.sglang.bench import bench_range_ratio, find_bench, run_bench
 
 
 def chat_body(model: str, prompt: str, max_tokens: int) -> dict:
@@ -119,7 +122,12 @@ def stat(values: list[float]) -> Stat:
 
 
 def summarize(
-    label: str, tree_sha256: str, records: list[RequestRecord], n_prompts: int, wall_s: float
+    label: str,
+    tree_sha256: str,
+    records: list[RequestRecord],
+    n_prompts: int,
+    wall_s: float,
+    windows: list[Window] | None = None,
 ) -> Measurement:
     """Statistics and the output-equality data of one workload run (pure)."""
     by_prompt: dict[int, list[str]] = {}
@@ -134,6 +142,7 @@ def summarize(
         outputs=[by_prompt[i][0] for i in range(n_prompts)],
         outputs_stable=all(len(set(texts)) == 1 for texts in by_prompt.values()),
         requests=records,
+        windows=windows or [],
     )
 
 
@@ -148,7 +157,12 @@ def measure(args: MeasureArgs) -> MeasureResult:
             "bench_serving; install sglang there, or set measure.bench_serving.python"
         )
     before = machine_probe_ms()
-    m = measure_with_bench_serving(args, python, *found) if found else measure_with_client(args)
+    if found:
+        m = measure_with_bench_serving(args, python, *found)
+    elif args.workload is not None:
+        m = measure_windows(args, args.workload)
+    else:
+        m = measure_with_client(args)
     return MeasureResult(measurement=m.model_copy(update={"probe_ms": [before, machine_probe_ms()]}))
 
 
@@ -167,6 +181,85 @@ def measure_with_client(args: MeasureArgs) -> Measurement:
             )
             records.append(to_record(i, arrivals, text))
     return summarize(args.label, args.tree_sha256, records, len(cfg.prompts), time.perf_counter() - t0)
+
+
+def workload_prompts(w: WorkloadConfig) -> list[tuple[str, int]]:
+    """The workload's (prompt, max_tokens), drawn from its seed: `input_len` words of random
+    lowercase letters, `output_len` tokens (pure)."""
+    rng = random.Random(w.seed)
+    out = []
+    for _ in range(w.prompts):
+        words = rng.randint(*w.input_len)
+        text = " ".join(
+            "".join(rng.choices("abcdefghijklmnopqrstuvwxyz", k=rng.randint(2, 8))) for _ in range(words)
+        )
+        out.append((text, rng.randint(*w.output_len)))
+    return out
+
+
+def arrivals(w: WorkloadConfig, index: int) -> Iterator[float]:
+    """Seconds from a window's start at which its requests arrive under `request_rate`: Poisson
+    (exponential gaps) drawn from the workload's seed and the window's number (pure)."""
+    assert w.request_rate is not None
+    rng, t = random.Random(f"{w.seed}/{index}"), 0.0
+    while True:
+        t += rng.expovariate(w.request_rate)
+        yield t
+
+
+def run_window(args: MeasureArgs, w: WorkloadConfig, index: int) -> tuple[list[RequestRecord], Window]:
+    """One window: `concurrency` requests in flight (each worker starts the next request as its
+    last one ends; under `request_rate` not before the request's arrival) until `requests` were
+    sent or `duration_s` passed (and every prompt was sent)."""
+    items = workload_prompts(w)
+    counter, lock = itertools.count(), threading.Lock()
+    due = arrivals(w, index) if w.request_rate is not None else itertools.repeat(0.0)
+    t0 = time.perf_counter()
+    deadline = t0 + w.duration_s if w.duration_s is not None else None
+
+    def worker() -> list[RequestRecord]:
+        done: list[RequestRecord] = []
+        while True:
+            with lock:
+                i, at = next(counter), t0 + next(due)
+            if w.requests is not None and i >= w.requests:
+                return done
+            if deadline is not None and i >= len(items) and max(at, time.perf_counter()) >= deadline:
+                return done
+            time.sleep(max(0.0, at - time.perf_counter()))
+            prompt, max_tokens = items[i % len(items)]
+            start = time.perf_counter() - t0
+            times, text, _ = stream_completion(
+                args.base_url, chat_body(args.model, prompt, max_tokens), args.config.request_timeout_s
+            )
+            rec = to_record(i % len(items), times, text)
+            done.append(rec.model_copy(update={"window": index, "start_ms": start * 1000}))
+
+    with ThreadPoolExecutor(w.concurrency) as pool:
+        futures = [pool.submit(worker) for _ in range(w.concurrency)]
+        records = sorted((r for f in futures for r in f.result()), key=lambda r: r.start_ms or 0.0)
+    wall = time.perf_counter() - t0
+    tokens = sum(r.completion_tokens for r in records)
+    return records, Window(
+        index=index, concurrency=w.concurrency, requests=len(records), output_tokens=tokens, wall_s=wall
+    )
+
+
+def measure_windows(args: MeasureArgs, w: WorkloadConfig) -> Measurement:
+    """`warmup_windows` discarded, then `repeats` windows of the workload on one server."""
+    n = w.warmup_windows
+    for k in range(n):
+        report(f"measuring {args.label}: warm-up window {k + 1}/{n} at concurrency {w.concurrency}")
+        run_window(args, w, -1)
+    records: list[RequestRecord] = []
+    windows: list[Window] = []
+    for k in range(args.config.repeats):
+        report(f"measuring {args.label}: window {k + 1}/{args.config.repeats} at concurrency {w.concurrency}")
+        recs, window = run_window(args, w, k)
+        records += recs
+        windows.append(window)
+    wall = sum(x.wall_s for x in windows)
+    return summarize(args.label, args.tree_sha256, records, w.prompts, wall, windows)
 
 
 def warm_up(args: MeasureArgs) -> None:
@@ -193,8 +286,10 @@ def measure_pair(args: PairArgs) -> PairResult:
     the same machine state. Each server gets its warm-ups first. Always perfloop's client."""
     arms = (args.reference, args.candidate)
     cfg = args.reference.config
-    if args.candidate.config != cfg:
+    if args.candidate.config != cfg or args.candidate.workload != args.reference.workload:
         raise ConfigError("measure_pair: the two arms must run the same workload")
+    if args.reference.workload is not None:
+        return measure_pair_windows(arms, args.reference.workload)
     for a in arms:
         warm_up(a)
     before = machine_probe_ms()
@@ -221,11 +316,40 @@ def measure_pair(args: PairArgs) -> PairResult:
     return PairResult(reference=ref, candidate=cand)
 
 
+def measure_pair_windows(arms: tuple[MeasureArgs, MeasureArgs], w: WorkloadConfig) -> PairResult:
+    """`[workload]` arms interleaved by window: each arm's warm-up windows, then `repeats` rounds
+    of one window on each server, which goes first alternating (ABBA)."""
+    for a in arms:
+        for _ in range(w.warmup_windows):
+            run_window(a, w, -1)
+    before = machine_probe_ms()
+    records: tuple[list[RequestRecord], list[RequestRecord]] = ([], [])
+    windows: tuple[list[Window], list[Window]] = ([], [])
+    reps = arms[0].config.repeats
+    for k in range(reps):
+        report(f"measuring both arms, interleaved: window pair {k + 1}/{reps} at concurrency {w.concurrency}")
+        for which in pair_order(k, 0):
+            recs, window = run_window(arms[which], w, k)
+            records[which].extend(recs)
+            windows[which].append(window)
+    probes = [before, machine_probe_ms()]
+    ref, cand = (
+        summarize(a.label, a.tree_sha256, recs, w.prompts, sum(x.wall_s for x in ws), ws).model_copy(
+            update={"probe_ms": probes}
+        )
+        for a, recs, ws in zip(arms, records, windows, strict=True)
+    )
+    return PairResult(reference=ref, candidate=cand)
+
+
 def measure_with_bench_serving(args: MeasureArgs, python: str, module: str, version: str) -> Measurement:
-    """`repeats` runs of bench_serving over `len(prompts)` seeded prompts, summarized like the client's."""
-    cfg = args.config
-    n = len(cfg.prompts)
-    records, duration = run_bench(
+    """`repeats` runs of bench_serving over `len(prompts)` seeded prompts, summarized like the
+    client's; under `[workload]` each run is one window of `requests` prompts at its concurrency
+    (the warm-up windows' requests sent as bench_serving's warm-up)."""
+    cfg, w = args.config, args.workload
+    n = len(cfg.prompts) if w is None else need_requests(w)
+    warmups = cfg.warmup_requests if w is None else w.warmup_windows * n
+    runs = run_bench(
         python,
         module,
         cfg.bench_serving,
@@ -234,13 +358,39 @@ def measure_with_bench_serving(args: MeasureArgs, python: str, module: str, vers
         n,
         cfg.max_tokens,
         cfg.repeats,
-        cfg.warmup_requests,
+        warmups,
         cfg.request_timeout_s,
         args.repo,
         args.label,
+        w,
     )
-    m = summarize(args.label, args.tree_sha256, records, n, duration)
+    records = [r for run, _ in runs for r in run]
+    duration = sum(seconds for _, seconds in runs)
+    windows = None
+    if w is not None:
+        records = []
+        windows = []
+        for k, (run, seconds) in enumerate(runs):
+            records += [r.model_copy(update={"window": k}) for r in run]
+            tokens = sum(r.completion_tokens for r in run)
+            windows.append(
+                Window(
+                    index=k,
+                    concurrency=w.concurrency,
+                    requests=len(run),
+                    output_tokens=tokens,
+                    wall_s=seconds,
+                )
+            )
+    m = summarize(args.label, args.tree_sha256, records, n, duration, windows)
     return m.model_copy(update={"client": f"{module} (sglang {version})"})
+
+
+def need_requests(w: WorkloadConfig) -> int:
+    """A bench_serving window's request count (its runs are counted, not timed) (pure)."""
+    bench_range_ratio(w)  # one clear line for what bench_serving cannot draw
+    assert w.requests is not None  # bench_range_ratio refused a duration
+    return w.requests
 
 
 @tool("bench.outputs")

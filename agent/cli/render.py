@@ -43,6 +43,9 @@ def summary(console: Console, s: Summary) -> None:
         ("profiles taken", str(s.iterations)),
         ("stopped because", s.stop_reason),
     ]
+    if s.workload:
+        serving = f"{s.serving_before or '-'}\n-> {s.serving_after or '-'}"
+        rows.insert(2, ("workload", f"{s.workload}\n{serving}"))
     if s.llm_calls:
         rows.insert(-1, ("model calls / tokens", f"{s.llm_calls} / {s.llm_tokens}"))
     if s.trials:

@@ -15,9 +15,9 @@ from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, call
 from agent.decision.interleave import launch_beside, pair_args, stop_reference
-from agent.decision.measuring import budget, measure_arm, record_aa
+from agent.decision.measuring import budget, measure_arm, record_aa, warmup_requests
 from agent.decision.noise import pair_noise, sample_group, target_key
-from agent.decision.rule import arm_location, by_prompt, combined_shift
+from agent.decision.rule import arm_location, arm_of, combined_shift
 from agent.serving import start_server
 from state.calls import PairArgs, ServerArgs
 from state.decision import AARecordArgs, AASample, LaunchNoise
@@ -78,6 +78,8 @@ def calibrate_pairs(
             )
             state = state.model_copy(update={"launches": second.launch_number})
             warm = target.measure.warmup_requests
+            if target.workload is not None:  # its warm-up windows, counted in requests
+                warm = warmup_requests(target.workload)
             pair = call(
                 runtime,
                 bench.measure_pair,
@@ -86,7 +88,7 @@ def calibrate_pairs(
                     candidate=pair_args(state, second, f"aa-{i}-b", reps, warm),
                 ),
             )
-            a, b = by_prompt(pair.reference.requests, n), by_prompt(pair.candidate.requests, n)
+            a, b = arm_of(pair.reference, n, target.workload), arm_of(pair.candidate, n, target.workload)
             sample = AASample(
                 target_key=target_key(target),
                 group=sample_group(first.tree_sha256, target, pair.reference.client),

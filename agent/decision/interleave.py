@@ -21,9 +21,16 @@ from langgraph.runtime import Runtime
 from agent.context import LoopContext, call, host_dir, need
 from agent.decision import outputs
 from agent.decision.judging import JudgedCandidate
-from agent.decision.measuring import annotate, judgement_of, measure_arm, merge, outputs_problem
+from agent.decision.measuring import (
+    annotate,
+    judgement_of,
+    measure_arm,
+    merge,
+    outputs_problem,
+    warmup_requests,
+)
 from agent.decision.noise import pair_noise
-from agent.decision.rule import by_prompt, look, needs_confirmation, replicated
+from agent.decision.rule import arm_of, look, needs_confirmation, replicated
 from agent.serving import launch_args, measure_args
 from state.calls import MeasureArgs, PairArgs, PidFileArgs, RepoArgs, ServerArgs
 from state.decision import LaunchNoise, Look
@@ -106,8 +113,12 @@ def stop_reference(state: LoopState, runtime: Runtime[LoopContext]) -> None:
 def pair_args(state: LoopState, handle: ServerHandle, label: str, repeats: int, warmups: int) -> MeasureArgs:
     """One arm's workload: the target's prompts, `repeats` per prompt after `warmups` warm-ups."""
     cfg = state.target.measure.model_copy(update={"repeats": repeats, "warmup_requests": warmups})
-    target, python = state.target, state.options.python
-    return measure_args(target, handle, label, python, target.repo, config=cfg, bench_serving=False)
+    target, python, w = state.target, state.options.python, state.target.workload
+    if w is not None:  # warm-up windows with the warm-up requests (a fresh pair of launches)
+        w = w.model_copy(update={"warmup_windows": w.warmup_windows if warmups else 0})
+    return measure_args(
+        target, handle, label, python, target.repo, config=cfg, bench_serving=False, workload=w
+    )
 
 
 Arms = tuple[Measurement, Measurement, list[Look], str | None]
@@ -130,6 +141,8 @@ def judge_pair(
     looks: list[Look] = []
     for k in range(1, cfg.looks + 1):
         warm = state.target.measure.warmup_requests if k == 1 else 0
+        if k == 1 and state.target.workload is not None:
+            warm = warmup_requests(state.target.workload)
         with progress.within(f"look {k}/{cfg.looks}"):
             pair = call(
                 runtime,
@@ -148,7 +161,8 @@ def judge_pair(
             problem = "the reference server's outputs differ from the reference measurement's: not judged"
         if problem is not None:
             return ref_m, cand_m, looks, problem
-        looks.append(look(by_prompt(ref_m.requests, n), by_prompt(cand_m.requests, n), noise, cfg, k))
+        w = state.target.workload
+        looks.append(look(arm_of(ref_m, n, w), arm_of(cand_m, n, w), noise, cfg, k))
         if looks[-1].verdict != "undecided":
             break
     return need(ref_m, "reference arm"), need(cand_m, "candidate arm"), looks, None
@@ -190,6 +204,14 @@ def judge_interleaved(state: LoopState, runtime: Runtime[LoopContext], label: st
     finally:
         stop_reference(state, runtime)
     judgement = judgement_of(
-        verdict, looks, noise, cfg, (ref_m, cand_m), n, arms="interleaved", confirmation=confirmation
+        verdict,
+        looks,
+        noise,
+        cfg,
+        (ref_m, cand_m),
+        n,
+        arms="interleaved",
+        confirmation=confirmation,
+        workload=state.target.workload,
     )
     return JudgedCandidate(cand_m, judgement, tolerance=tolerance, launches_beside=launches)

@@ -24,12 +24,14 @@ from agent.context import LoopContext, call, need
 from agent.decision import outputs
 from agent.decision.judging import JudgedCandidate
 from agent.decision.noise import launch_noise, noise_for, sample_group, target_key
-from agent.decision.rule import arm_location, arm_stats, by_prompt, look
+from agent.decision.rule import arm_location, arm_of, arm_stats, look, serving_stats
 from agent.serving import measure_server
 from state.calls import RepoArgs
 from state.decision import AARecordArgs, AASample, DecisionConfig, Judgement, LaunchNoise, Look, Verdict
 from state.loop import LoopState
 from state.measure import Measurement
+from state.target import MeasureConfig
+from state.workload import WorkloadConfig
 from state.workspace import WorkspaceSnapshot
 from tools import bench, progress
 from tools.store import aa
@@ -64,25 +66,40 @@ def measure_arm(
 ) -> Measurement:
     """`repeats` requests per prompt on the running server (after the warm-ups if `warm_up`),
     annotated with the tree it ran."""
-    cfg = state.target.measure
+    cfg, w = state.target.measure, state.target.workload
     warmups = cfg.warmup_requests if warm_up else 0
-    target = state.target.model_copy(
-        update={"measure": cfg.model_copy(update={"repeats": repeats, "warmup_requests": warmups})}
-    )
+    update: dict[str, MeasureConfig | WorkloadConfig] = {
+        "measure": cfg.model_copy(update={"repeats": repeats, "warmup_requests": warmups})
+    }
+    if w is not None:  # warm-up windows on a fresh launch only; counted as requests discarded
+        update["workload"] = w.model_copy(update={"warmup_windows": w.warmup_windows if warm_up else 0})
+        warmups = warmup_requests(w) if warm_up else 0
+    target = state.target.model_copy(update=update)
     m = measure_server(state.model_copy(update={"target": target}), runtime, label)
     snap = call(runtime, repo.snapshot, RepoArgs(repo=state.target.repo))
     return annotate(m, snap, state, bool(state.server and state.server.instrumented), warmups)
 
 
+def warmup_requests(w: WorkloadConfig) -> int:
+    """Requests a launch's warm-up windows send (the duration's: at least one per prompt) (pure)."""
+    return w.warmup_windows * (w.requests if w.requests is not None else w.prompts)
+
+
 def merge(first: Measurement, more: Measurement) -> Measurement:
-    """Two batches measured on one launch as one measurement (pure)."""
+    """Two batches measured on one launch as one measurement, windows numbered on (pure)."""
     wall = sum(
         sum(r.completion_tokens for r in m.requests) / m.output_tok_per_s
         for m in (first, more)
         if m.output_tok_per_s
     )
+    shift = len(first.windows)
+    later = [
+        r.model_copy(update={"window": r.window + shift}) if r.window is not None else r
+        for r in more.requests
+    ]
+    windows = first.windows + [w.model_copy(update={"index": w.index + shift}) for w in more.windows]
     merged = bench.summarize(
-        first.label, first.tree_sha256, first.requests + more.requests, len(first.outputs), wall or 1.0
+        first.label, first.tree_sha256, first.requests + later, len(first.outputs), wall or 1.0, windows
     )
     keep = ("client", "warmups_discarded", "instrumented", "content_sha256", "tree_note")
     update = {k: getattr(first, k) for k in keep} | {"probe_ms": first.probe_ms + more.probe_ms}
@@ -105,11 +122,24 @@ def record_aa(state: LoopState, runtime: Runtime[LoopContext], m: Measurement) -
         group=sample_group(m.content_sha256 or m.tree_sha256, state.target, m.client),
         session_id=state.session_id,
         launch_number=state.server.launch_number if state.server else state.launches,
-        location_log=arm_location(by_prompt(m.requests, len(m.outputs))),
+        location_log=arm_location(arm_of(m, len(m.outputs), state.target.workload)),
         requests=len(m.requests),
     )
     samples = call(runtime, aa.record, AARecordArgs(target_key=key, sample=sample)).samples
     return noise_for(samples, state.target.decide)
+
+
+def serving_note(m: Measurement) -> str:
+    """`; at concurrency 8: 512.0 tok/s, 3.20 req/s, TPOT p50/p99 ..., 3 windows` for a `[workload]`
+    measurement, "" for a sequential one (pure)."""
+    if not m.windows:
+        return ""
+    s = serving_stats(m.requests, m.windows)
+    return (
+        f"; at concurrency {s['concurrency']}: {s['output_tok_per_s']:.1f} tok/s, "
+        f"{s['requests_per_s']:.2f} req/s, TPOT p50/p99 {m.tpot_ms.median:.1f}/{s['tpot_ms_p99']:.1f} ms, "
+        f"TTFT p50/p99 {m.ttft_ms.median:.1f}/{s['ttft_ms_p99']:.1f} ms over {s['windows']} windows"
+    )
 
 
 def machine_drift(reference: Measurement, candidate: Measurement) -> float:
@@ -153,16 +183,19 @@ def judgement_of(
     **more: Any,
 ) -> Judgement:
     """The rule's answer with what it rests on: the looks, the noise, both arms' stats (pure);
-    `more` sets the interleaved fields (`arms`, `confirmation`)."""
+    `more` sets the interleaved fields (`arms`, `confirmation`) and `workload` its objective."""
     ref, cand = both
+    w = more.pop("workload", None)
+    arm = {"n_prompts": n_prompts, "workload": w}
     return Judgement(
+        objective=w.objective if w is not None else None,
         verdict=verdict,
         looks=looks,
         launch_noise=noise,
         min_gain=cfg.min_gain,
         confidence=cfg.confidence,
-        reference=arm_stats(ref.requests, n_prompts, ref.warmups_discarded),
-        candidate=arm_stats(cand.requests, n_prompts, cand.warmups_discarded),
+        reference=arm_stats(ref.requests, warmups=ref.warmups_discarded, windows=ref.windows, **arm),
+        candidate=arm_stats(cand.requests, warmups=cand.warmups_discarded, windows=cand.windows, **arm),
         **more,
     )
 
@@ -179,19 +212,20 @@ def judge_candidate(state: LoopState, runtime: Runtime[LoopContext], label: str)
         problem, tolerance = outputs.check(state, runtime, len(ref.outputs))
     if problem is not None:
         return JudgedCandidate(m, problem=problem, tolerance=tolerance)
-    n = len(ref.outputs)
-    ref_arm = by_prompt(ref.requests, n)
-    looks = [look(ref_arm, by_prompt(m.requests, n), noise, cfg, 1, machine_drift(ref, m))]
+    n, w = len(ref.outputs), state.target.workload
+    ref_arm = arm_of(ref, n, w)
+    looks = [look(ref_arm, arm_of(m, n, w), noise, cfg, 1, machine_drift(ref, m))]
     while looks[-1].verdict == "undecided":
         k = len(looks) + 1
         with progress.within(f"look {k}/{cfg.looks}"):
             m = merge(m, measure_arm(state, runtime, label, reps, warm_up=False))
         if (problem := outputs_problem(ref, m, exact)) is not None:
             return JudgedCandidate(m, problem=problem, tolerance=tolerance)
-        looks.append(look(ref_arm, by_prompt(m.requests, n), noise, cfg, k, machine_drift(ref, m)))
-    judgement = judgement_of(looks[-1].verdict, looks, noise, cfg, (ref, m), n)
+        looks.append(look(ref_arm, arm_of(m, n, w), noise, cfg, k, machine_drift(ref, m)))
+    judgement = judgement_of(looks[-1].verdict, looks, noise, cfg, (ref, m), n, workload=w)
     more = state.iteration < state.options.max_iterations
-    missing = budget(state) - len(m.requests) // max(n, 1)
+    measured = len(m.windows) if w is not None else len(m.requests) // max(n, 1)  # windows, or per prompt
+    missing = budget(state) - measured
     if judgement.verdict == "accepted" and more and missing > 0:  # it becomes the next reference
         m = merge(m, measure_arm(state, runtime, label, missing, warm_up=False))
     return JudgedCandidate(m, judgement, tolerance=tolerance)

@@ -30,10 +30,13 @@ def _digest(value: object) -> str:
 
 def target_key(target: TargetConfig) -> str:
     """Which target on which host: name, host and launch command (not the repo path, which a demo
-    session makes anew), e.g. `mla_server demo (CPU preset)@local#1a2b...`."""
+    session makes anew) and the `[workload]` if any, e.g. `mla_server demo (CPU preset)@local#1a2b...`."""
     host = target.host.url if target.host.kind == "ssh" else "local"
     launch = {"argv": target.launch.argv, "env": target.launch.env}
-    return f"{target.name}@{host}#{_digest([host, launch])}"
+    parts: list = [host, launch]
+    if target.workload is not None:  # its windows' noise is another quantity's than a request's
+        parts.append(target.workload.model_dump(mode="json"))
+    return f"{target.name}@{host}#{_digest(parts)}"
 
 
 def sample_group(content_sha256: str, target: TargetConfig, client: str) -> str:

@@ -1,7 +1,10 @@
 """The decision rule, as pure functions of per-request timings.
 
 - The unit of evidence is one request (its tokens are autocorrelated): per request, TPOT =
-  (t_last - t_first) / (n - 1), the mean inter-token latency, taken on the log scale.
+  (t_last - t_first) / (n - 1), the mean inter-token latency, taken on the log scale. Under
+  `[workload]` (requests at concurrency share decode batches, so they are not independent) it is
+  one window instead: its objective as a cost on the log scale (log of the time per output token
+  or per request for a throughput, log of the TPOT/TTFT percentile), all windows one stratum.
 - Estimator: per prompt, the Hodges-Lehmann shift between the arms (median of every pairwise
   difference of log TPOT, reference minus candidate); the mean over prompts; speedup = exp(shift).
 - Uncertainty: a bootstrap stratified by prompt that resamples whole requests of each arm, plus a
@@ -21,7 +24,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from state.decision import ArmStats, DecisionConfig, LaunchNoise, Look, Verdict
-from state.measure import RequestRecord
+from state.measure import Measurement, RequestRecord, Window
+from state.workload import OBJECTIVES, WorkloadConfig
 
 Arm = list[np.ndarray]
 """One arm: log TPOT of each request, one array per prompt (in prompt order)."""
@@ -41,6 +45,55 @@ def by_prompt(requests: Sequence[RequestRecord], n_prompts: int) -> Arm:
         if r.itl_ms and 0 <= r.prompt_index < n_prompts:
             groups[r.prompt_index].append(log_tpot(r.itl_ms))
     return [np.asarray(g, dtype=float) for g in groups]
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-quantile (0..1) of `values`, linear between order statistics (pure)."""
+    return float(np.quantile(np.asarray(values, dtype=float), q)) if values else 0.0
+
+
+def goodput_tokens(requests: Sequence[RequestRecord], workload: WorkloadConfig) -> int:
+    """Tokens of the requests that meet the workload's SLOs (pure)."""
+    return sum(r.completion_tokens for r in requests if workload.meets_slo(r.tpot_ms, r.ttft_ms))
+
+
+def window_metric(window: Window, requests: Sequence[RequestRecord], workload: WorkloadConfig) -> float:
+    """The window's value of the workload's objective in its own unit (tok/s, req/s or ms) (pure)."""
+    objective = workload.objective
+    if objective == "output_throughput":
+        return window.output_tokens / window.wall_s
+    if objective == "request_throughput":
+        return window.requests / window.wall_s
+    if objective == "goodput":
+        return goodput_tokens(requests, workload) / window.wall_s
+    kind, q = objective.split("_")
+    values = [r.tpot_ms for r in requests if r.itl_ms] if kind == "tpot" else [r.ttft_ms for r in requests]
+    return percentile(values, int(q[1:]) / 100)
+
+
+def window_cost(window: Window, requests: Sequence[RequestRecord], workload: WorkloadConfig) -> float:
+    """log of the window's cost (lower is better): minus the log of a throughput, the log of a
+    latency (pure); so a speedup is a throughput ratio or a latency ratio alike. A window with no
+    request within the SLOs counts as 1e-9 tok/s of goodput."""
+    value = max(window_metric(window, requests, workload), 1e-9)
+    return -math.log(value) if OBJECTIVES[workload.objective][2] else math.log(value)
+
+
+def by_window(m: Measurement, workload: WorkloadConfig) -> Arm:
+    """The measurement's windows' costs, as one stratum."""
+    return [
+        np.asarray(
+            [window_cost(w, [r for r in m.requests if r.window == w.index], workload) for w in m.windows],
+            dtype=float,
+        )
+    ]
+
+
+def arm_of(m: Measurement, n_prompts: int, workload: WorkloadConfig | None) -> Arm:
+    """The rule's view of one arm: its windows under `[workload]`, else its requests by prompt."""
+    if workload is not None and m.windows:
+        return by_window(m, workload)
+    return by_prompt(m.requests, n_prompts)
 
 
 def hodges_lehmann(reference: np.ndarray, candidate: np.ndarray) -> float:
@@ -144,8 +197,15 @@ def arm_location(arm: Arm) -> float:
     return float(np.mean([np.median(a) for a in arm if len(a)]))
 
 
-def arm_stats(requests: Sequence[RequestRecord], n_prompts: int, warmups: int) -> ArmStats:
-    """Per-arm medians and tails for the report; outliers are flagged (counted), never dropped."""
+def arm_stats(
+    requests: Sequence[RequestRecord],
+    n_prompts: int,
+    warmups: int,
+    windows: Sequence[Window] = (),
+    workload: WorkloadConfig | None = None,
+) -> ArmStats:
+    """Per-arm medians and tails for the report; outliers are flagged (counted), never dropped;
+    with `windows` (`[workload]`) also throughputs and p99s over them."""
     itl = np.concatenate([np.asarray(r.itl_ms, dtype=float) for r in requests if r.itl_ms] or [np.zeros(1)])
     outliers = 0
     for a in by_prompt(requests, n_prompts):
@@ -160,4 +220,22 @@ def arm_stats(requests: Sequence[RequestRecord], n_prompts: int, warmups: int) -
         requests=len(requests),
         warmups_discarded=warmups,
         outliers=outliers,
+        **(serving_stats(requests, windows, workload) if windows else {}),
     )
+
+
+def serving_stats(
+    requests: Sequence[RequestRecord], windows: Sequence[Window], workload: WorkloadConfig | None = None
+) -> dict[str, float | int]:
+    """An arm's serving figures over its windows: throughputs (total over wall time) and p99s;
+    goodput where the workload is judged on it."""
+    wall = sum(w.wall_s for w in windows) or 1.0
+    good = workload is not None and workload.objective == "goodput"
+    return ({"goodput_tok_per_s": goodput_tokens(requests, workload) / wall} if good and workload else {}) | {
+        "windows": len(windows),
+        "concurrency": windows[0].concurrency,
+        "output_tok_per_s": sum(w.output_tokens for w in windows) / wall,
+        "requests_per_s": sum(w.requests for w in windows) / wall,
+        "tpot_ms_p99": percentile([r.tpot_ms for r in requests if r.itl_ms], 0.99),
+        "ttft_ms_p99": percentile([r.ttft_ms for r in requests], 0.99),
+    }

@@ -19,12 +19,16 @@ is asked again with another seed, and when none new is found the search stops.
 
 from __future__ import annotations
 
+import itertools
+import math
 from typing import TYPE_CHECKING
 
 from agent.proposer.knobs import config_of, describe_config, with_config
 from playbooks.schema import SEARCH_ID
+from state.decision import ArmStats
 from state.loop import Decision, LoopState, Proposal
 from state.search import Knob, KnobValue, SearchConfig
+from state.workload import OBJECTIVES, Objective, WorkloadConfig
 
 ASKS = 20
 """Seeds tried for a config not yet tried before the search counts as exhausted."""
@@ -66,11 +70,31 @@ def searched(state: LoopState, cfg: SearchConfig) -> list[Knob]:
     return [k for k in cfg.knobs if not (k.numerics and exact)]
 
 
-def _objective(d: Decision) -> float | None:
-    """The trial's objective (candidate median TPOT, ms; lower is better), None if it failed."""
+def arm_metric(stats: ArmStats, objective: Objective) -> float | None:
+    """An arm's value of a `[workload]` objective, in its unit (None where not recorded) (pure)."""
+    return {
+        "output_throughput": stats.output_tok_per_s,
+        "request_throughput": stats.requests_per_s,
+        "goodput": stats.goodput_tok_per_s,
+        "tpot_p50": stats.tpot_ms_median,
+        "tpot_p99": stats.tpot_ms_p99,
+        "ttft_p50": stats.ttft_ms_median,
+        "ttft_p99": stats.ttft_ms_p99,
+    }[objective]
+
+
+def _objective(d: Decision, workload: WorkloadConfig | None = None) -> float | None:
+    """The trial's objective, lower is better, None if it failed: the candidate's median TPOT
+    (ms), or under `[workload]` the log of its objective's cost (minus the log of a throughput)."""
     if d.verdict == "failed" or d.outputs_identical is False or d.tpot_ms_after is None:
         return None
-    return d.tpot_ms_after
+    cand = d.judgement.candidate if d.judgement else None
+    if workload is None or cand is None:
+        return d.tpot_ms_after
+    value = arm_metric(cand, workload.objective)
+    if value is None or value <= 0:
+        return None
+    return -math.log(value) if OBJECTIVES[workload.objective][2] else math.log(value)
 
 
 def _study(state: LoopState, knobs: list[Knob], cfg: SearchConfig, seed: int) -> optuna.Study:
@@ -83,7 +107,7 @@ def _study(state: LoopState, knobs: list[Knob], cfg: SearchConfig, seed: int) ->
     study = optuna.create_study(direction="minimize", sampler=sampler)
     for d in trials_of(state):
         params = {n: v for n, v in config_of(d.launch_argv or [], knobs).items() if _fits(dists[n], v)}
-        value = _objective(d)
+        value = _objective(d, state.target.workload)
         study.add_trial(
             create_trial(
                 params=params,
@@ -130,8 +154,10 @@ def next_config(state: LoopState, cfg: SearchConfig) -> dict[str, KnobValue] | N
     return None
 
 
-def budget_left(state: LoopState, cfg: SearchConfig) -> str | None:
-    """Why no further trial is started (the budget is spent), or None."""
+def budget_left(state: LoopState, cfg: SearchConfig, now: float | None = None) -> str | None:
+    """Why no further trial is started (the budget is spent), or None; `now` (seconds since the
+    epoch, from the door's clock) for `max_minutes`: the next trial is not started when the
+    longest one so far (the time between two trials' proposals) would end past the budget."""
     done = len(trials_of(state))
     if done >= cfg.max_trials:
         return f"search budget spent: {done} of {cfg.max_trials} trials"
@@ -141,15 +167,24 @@ def budget_left(state: LoopState, cfg: SearchConfig) -> str | None:
             f"search budget spent: {state.launches} launches, a trial needs {per_trial} more "
             f"(max_launches {cfg.max_launches})"
         )
+    if cfg.max_minutes is not None and now is not None and state.search_clock:
+        starts = [*state.search_clock, now]
+        elapsed, longest = now - starts[0], max(b - a for a, b in itertools.pairwise(starts))
+        if elapsed + longest > cfg.max_minutes * 60:
+            return (
+                f"search budget spent: {elapsed / 60:.1f} of {cfg.max_minutes:g} minutes, and a "
+                f"trial took up to {longest / 60:.1f}"
+            )
     return None
 
 
-def search_proposal(state: LoopState) -> tuple[Proposal | None, str]:
-    """(the next trial, what it tries) or (None, why the search stops) (pure)."""
+def search_proposal(state: LoopState, now: float | None = None) -> tuple[Proposal | None, str]:
+    """(the next trial, what it tries) or (None, why the search stops) (pure); `now` as in
+    `budget_left`."""
     cfg = state.target.search
     if cfg is None:
         return None, "no [search] in the target file"
-    spent = budget_left(state, cfg)
+    spent = budget_left(state, cfg, now)
     if spent is not None:
         return None, spent
     knobs = searched(state, cfg)
@@ -184,7 +219,11 @@ def trial_lines(state: LoopState) -> list[str]:
     for d in trials_of(state):
         what = describe_config(config_of(d.launch_argv or [], knobs), knobs)
         tpot = f"TPOT {d.tpot_ms_after:.1f} ms" if d.tpot_ms_after is not None else "not measured"
-        j = d.judgement
+        j, w = d.judgement, state.target.workload
+        value = arm_metric(j.candidate, w.objective) if w and j and j.candidate else None
+        if w is not None and value is not None:
+            name, unit, _ = OBJECTIVES[w.objective]
+            tpot = f"{name} {value:.1f} {unit}"
         ci = f", {j.last.speedup:.2f}x [{j.last.ci_low:.2f}, {j.last.ci_high:.2f}] vs reference" if j else ""
         lines.append(f"{d.source}: {what}: {tpot}{ci} -> {d.verdict}")
     return lines

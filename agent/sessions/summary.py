@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from agent.decision.correctness import refusal
+from agent.decision.measuring import serving_note
 from agent.proposer.search import trial_lines
 from state.loop import LoopState
 from state.session import Summary
@@ -42,6 +43,9 @@ def summarize(state: LoopState, status: str) -> Summary:
         server_launches=state.launches,
         profile_method=state.target.profile.method,
         measured_by=before.client if before else None,
+        workload=state.target.workload.describe() if state.target.workload else None,
+        serving_before=serving_note(before).removeprefix("; ") or None if before else None,
+        serving_after=serving_note(after).removeprefix("; ") or None if after else None,
         iterations=len(state.profiles),
         stop_reason=state.stop_reason or state.error or "",
         llm_tokens=state.llm_usage.tokens,

@@ -8,6 +8,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from agent.context import LoopContext, need, step, transition
+from agent.decision.measuring import serving_note
 from agent.decision.mechanism import predict
 from agent.decision.rules import rule_for
 from state.loop import Decision, LoopState
@@ -29,7 +30,7 @@ def measure(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
     note = (
         f"candidate TPOT {m.tpot_ms.median:.1f} ms (IQR {m.tpot_ms.iqr:.1f}), "
         f"TTFT {m.ttft_ms.median:.1f} ms, measured by {m.client}"
-    )
+    ) + serving_note(m)
     if judgement is not None:
         note += "; looks: " + ", ".join(
             f"{lk.look}/{lk.of} {lk.speedup:.2f}x [{lk.ci_low:.2f}, {lk.ci_high:.2f}] {lk.verdict}"

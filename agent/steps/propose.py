@@ -20,7 +20,7 @@ from typing import Literal
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from agent.context import LoopContext, need, step, transition
+from agent.context import LoopContext, call, need, step, transition
 from agent.decision.correctness import refusal
 from agent.proposer.asking import LLM, ask_round, needs_human, no_model_reason
 from agent.proposer.search import is_trial, search_proposal
@@ -30,8 +30,10 @@ from playbooks import launch
 from playbooks.engine import launch_conflict
 from playbooks.patches import NoPatch, choose_patch
 from playbooks.schema import Playbook
+from state.calls import ClockArgs
 from state.loop import LoopState, Proposal
 from state.updates import LoopUpdate
+from tools.hosts import info
 
 Goto = Literal["approve", "propose", "trial", "finish", "abort"]
 
@@ -176,9 +178,15 @@ def propose(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Goto]:
         if proposal is not None:
             return _proposed(proposal, state)
     if mode != LLM and state.target.search is not None:  # the launch-option search (`[search]`)
-        trial, what = search_proposal(state)
+        cfg = state.target.search
+        now = call(runtime, info.clock, ClockArgs()).epoch_s if cfg.max_minutes is not None else None
+        trial, what = search_proposal(state, now)
         if trial is not None:
-            return _proposed(trial, state)
+            cmd = _proposed(trial, state)
+            if now is None:
+                return cmd
+            clock = LoopUpdate(search_clock=[*state.search_clock, now])
+            return Command(update=LoopUpdate(**(cmd.update or {}), **clock), goto=cmd.goto)
         if mode == "search":
             return _stop(what)
         skipped.append(f"search ({what})")

@@ -8,6 +8,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from agent.context import LoopContext, call, host_dir, need, step, transition
+from agent.decision.measuring import serving_note
 from agent.decision.rules import rule_for
 from agent.serving import start_server
 from agent.steps.actions import instrument_if_needed, session_branch
@@ -90,9 +91,13 @@ def baseline(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal
     measured = rule_for(state.options.decision_rule).baseline(state, runtime)
     m = measured.measurement
     note = (
-        f"baseline TPOT {m.tpot_ms.median:.1f} ms (IQR {m.tpot_ms.iqr:.1f}), "
-        f"TTFT {m.ttft_ms.median:.1f} ms, measured by {m.client}"
-    ) + measured.note
+        (
+            f"baseline TPOT {m.tpot_ms.median:.1f} ms (IQR {m.tpot_ms.iqr:.1f}), "
+            f"TTFT {m.ttft_ms.median:.1f} ms, measured by {m.client}"
+        )
+        + serving_note(m)
+        + measured.note
+    )
     if not m.outputs_stable:
         note += "; WARNING: repeats of a prompt differ, outputs are not deterministic"
     update: LoopUpdate = {**measured.update, "baseline": m, "reference": m}

@@ -22,7 +22,7 @@ from langgraph.types import Command
 
 from agent.context import LoopContext, door_of, step, transition
 from agent.decision.measuring import machine_drift, outputs_problem, unlike
-from agent.decision.rule import by_prompt, look
+from agent.decision.rule import arm_of, look
 from agent.serving import launch_args, measure_args
 from agent.steps.fanout import settle
 from state.calls import (
@@ -153,8 +153,8 @@ def verdict(task: TrialTask, ref: Measurement, cand: Measurement) -> dict:
     cfg, n = task.target.decide, len(task.target.measure.prompts)
     noise = task.noise or LaunchNoise(sigma_log=cfg.default_launch_noise)
     lk = look(
-        by_prompt(ref.requests, n),
-        by_prompt(cand.requests, n),
+        arm_of(ref, n, task.target.workload),
+        arm_of(cand, n, task.target.workload),
         noise,
         cfg,
         cfg.looks,

@@ -61,3 +61,49 @@ def test_search_keeps_a_config_within_its_budget_and_replays(tmp_path: Path, hom
     assert report.returncode == 0, report.stderr[-2000:]
     html = (tmp_path / "r.html").read_text()
     assert "<th>search trials</th>" in html and escape(line) in html
+
+
+WORKLOAD = """
+[workload]
+concurrency = 4
+requests = 4
+prompts = 4
+input_len = [4, 12]
+output_len = [4, 6]
+objective = "output_throughput"
+"""
+
+
+def test_search_at_concurrency_judges_windows_within_minutes_and_replays(
+    tmp_path: Path, home: Path, repo: Path
+) -> None:
+    """One trial under `[workload]` (4 requests in flight, judged on output throughput over
+    windows) and a budget in minutes: the trial is judged on windows, the summary carries the
+    serving figures, and the replay reads the recorded clock (`host.clock`, read at each search
+    proposal) and makes the same trial. Its verdict is not asserted: on one shared CPU thread the
+    smaller pool's gain at concurrency 4 is within the launch noise (0.89x [0.57, 1.14] once)."""
+    target = write_target(tmp_path / "t.toml", repo, looks=1)
+    search = SEARCH.replace("max_trials = 3", "max_trials = 1\nmax_minutes = 30")
+    text = target.read_text().replace("repeats = 3", "repeats = 2")  # 2 windows per arm
+    target.write_text(text + WORKLOAD + search)
+    proc = perfloop(home, "run", str(target), "--proposer", "search", "--max-iterations", "1", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    s = last_json(proc)
+    assert s["status"] == "done" and s["workload"].startswith("concurrency 4, 4 requests per window"), s
+    assert s["serving_before"].startswith("at concurrency 4: ") and "over 2 windows" in s["serving_before"]
+    assert (
+        s["decision"].startswith("output throughput ")
+        and "2 windows at concurrency 4 per arm" in s["decision"]
+    )
+    (line,) = s["search_trials"]
+    assert line.startswith("search-1: --max-total-tokens 4096: output throughput "), line
+    assert " tok/s, " in line and s["stop_reason"] == "search budget spent: 1 of 1 trials"
+    print(s["decision"], s["serving_before"], s["serving_after"], sep="\n")
+    replayed = perfloop(home, "replay", s["session"], "--json")
+    assert replayed.returncode == 0 and last_json(replayed)["matches_recording"] is True, replayed.stderr[
+        -2000:
+    ]
+    report = perfloop(home, "report", s["session"], "-o", str(tmp_path / "r.html"))
+    assert report.returncode == 0, report.stderr[-2000:]
+    html = (tmp_path / "r.html").read_text()
+    assert f"<th>workload</th><td>{escape(s['workload'])}<br>baseline {escape(s['serving_before'])}" in html

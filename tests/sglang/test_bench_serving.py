@@ -15,6 +15,7 @@ import pytest
 
 from state.calls import MeasureArgs
 from state.target import BenchServingConfig, MeasureConfig
+from state.workload import WorkloadConfig
 from tests.e2e.conftest import git, last_json, make_repo, perfloop, write_target
 from tests.procs import processes_in
 from tests.sglang.conftest import bench_python
@@ -92,6 +93,25 @@ def test_real_bench_serving_measures_the_server(
     assert all(r.completion_tokens == 6 and len(r.itl_ms) == 5 and r.ttft_ms > 0 for r in m.requests)
     assert m.outputs_stable and all(len(text) == 6 for text in m.outputs)  # byte tokens: one char each
     assert m.tpot_ms.n == 6 and m.tpot_ms.median > 0 and m.output_tok_per_s > 0
+
+
+def test_real_bench_serving_measures_workload_windows(bench_py: Path, server: Server) -> None:
+    """`[workload]` through sglang.bench_serving 0.5.9: one run per window, 4 requests at
+    concurrency 4 (their latencies add up to more than the window's wall time: they overlapped),
+    lengths drawn in the workload's ranges, the same greedy outputs in each window."""
+    w = WorkloadConfig(
+        concurrency=4, requests=4, prompts=4, input_len=[12, 24], output_len=[3, 6], warmup_windows=1
+    )
+    args = measure_args(server, bench_config(str(bench_py))).model_copy(update={"workload": w})
+    m = measure(args).measurement
+    assert m.client == CLIENT and [x.requests for x in m.windows] == [4, 4]
+    for window in m.windows:
+        reqs = [r for r in m.requests if r.window == window.index]
+        assert [r.prompt_index for r in reqs] == [0, 1, 2, 3] and window.concurrency == 4
+        assert all(3 <= r.completion_tokens <= 6 for r in reqs)
+        assert window.output_tokens == sum(r.completion_tokens for r in reqs)
+        assert sum(r.ttft_ms + sum(r.itl_ms) for r in reqs) > window.wall_s * 1000  # in flight together
+    assert m.outputs_stable and len(m.outputs) == 4
 
 
 def test_auto_without_sglang_uses_perfloop_client(server: Server) -> None:

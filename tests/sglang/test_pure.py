@@ -12,6 +12,7 @@ from playbooks.patches import NoPatch, choose_patch, rebase_diff, release_key
 from playbooks.schema import Playbook
 from state.sglang import SglangLayout
 from state.target import BenchServingConfig
+from state.workload import WorkloadConfig
 from tools.bench import summarize
 from tools.errors import ConfigError, PatchError, TraceError
 from tools.sglang.bench import BenchOutputError, bench_module, bench_serving_argv, records_from_jsonl
@@ -181,6 +182,22 @@ def test_bench_command_is_sequential_seeded_and_detailed():
         "py", "m", BenchServingConfig(), "u", "m", 1, 2, 0, "o", "r"
     )
     assert bench_module(False) == "sglang.bench_serving"
+
+
+def test_bench_command_under_a_workload_is_one_window_at_its_concurrency():
+    w = WorkloadConfig(concurrency=8, requests=16, input_len=[32, 128], output_len=[16, 64])
+    argv = bench_serving_argv("py", "m", BenchServingConfig(), "u", "m", 16, 2, 0, "o", "r", w)
+    opts = {flag: argv[i + 1] for i, flag in enumerate(argv[:-1]) if flag.startswith("--")}
+    assert (opts["--max-concurrency"], opts["--num-prompts"]) == ("8", "16")
+    assert (opts["--random-input-len"], opts["--random-output-len"], opts["--random-range-ratio"]) == (
+        "128",
+        "64",
+        "0.25",
+    )
+    assert opts["--request-rate"] == "inf"  # closed loop: bench_serving's semaphore alone
+    at_rate = bench_serving_argv("py", "m", BenchServingConfig(), "u", "m", 16, 2, 0, "o", "r",
+                                 w.model_copy(update={"request_rate": 2.5}))  # fmt: skip
+    assert at_rate[at_rate.index("--request-rate") + 1] == "2.5"
 
 
 def test_glm5_example_config_loads():

@@ -3,6 +3,7 @@ rebuilt from the session's decisions, the first trial from the diagnosis, the bu
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -11,7 +12,7 @@ import pytest
 from agent.cli.target import ConfigError, load_target, with_proposer
 from agent.context import LoopContext
 from agent.proposer.knobs import config_of, describe_config, with_config
-from agent.proposer.search import next_config, search_proposal, trial_lines
+from agent.proposer.search import budget_left, next_config, search_proposal, trial_lines
 from agent.steps.propose import propose
 from state.diagnosis import Diagnosis, Finding
 from state.loop import Decision, LoopOptions, LoopState
@@ -194,3 +195,38 @@ def test_propose_mixes_the_search_after_the_playbooks(tmp_path: Path) -> None:
         "search",
     )
     assert spent.goto == "finish" and spent.update["stop_reason"] == "search budget spent: 1 of 1 trials"
+
+
+def test_a_budget_in_minutes_starts_no_trial_that_would_end_past_it(tmp_path: Path) -> None:
+    """`max_minutes`: the time is read through the door (`host.clock`, so a replay reads the
+    recorded one) at each search proposal; the next trial is not started when the elapsed time
+    plus the longest trial so far passes the budget; without it no clock is read."""
+    two = [
+        decided(1, [*ARGV, "--max-total-tokens", "4096"], 5.0),
+        decided(2, [*ARGV, "--max-total-tokens", "8192"], 6.0),
+    ]
+
+    def run(s: LoopState) -> tuple[object, list[str]]:
+        s = s.model_copy(
+            update={"target": s.target.model_copy(update={"proposer": ProposerConfig(mode="search")})}
+        )
+        recorder = MemoryRecorder()
+        door = LiveDoor("s", recorder)
+        door.node = "propose"
+        cmd = propose(s, SimpleNamespace(context=LoopContext(door=door)))
+        return cmd, [c.name for c in recorder.calls]
+
+    now = time.time()
+    # two trials began 100 and 50 s ago: 100 s spent, 50 s the longest, 10 minutes allowed
+    going = state(tmp_path, two, max_minutes=10).model_copy(update={"search_clock": [now - 100, now - 50]})
+    cmd, calls = run(going)
+    assert calls == ["host.clock"] and cmd.update["proposal"].source == "search-3"
+    clock = cmd.update["search_clock"]
+    assert clock[:2] == [now - 100, now - 50] and now <= clock[2] <= time.time()
+    # 500 s spent, and the second trial took 300 s: 800 s would pass 600
+    late = going.model_copy(update={"search_clock": [now - 500, now - 300]})
+    cmd, _ = run(late)
+    assert cmd.goto == "finish"
+    assert cmd.update["stop_reason"] == "search budget spent: 8.3 of 10 minutes, and a trial took up to 5.0"
+    assert budget_left(late, late.target.search, now - 300) is None  # the same at the second trial's start
+    assert run(state(tmp_path, two))[1] == []  # no max_minutes: no clock read, the records as before

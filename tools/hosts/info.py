@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from state.calls import PathArgs
+import time
+
+from state.calls import ClockArgs, ClockResult, PathArgs
 from tools.door.registry import tool
 
 
@@ -10,3 +12,10 @@ from tools.door.registry import tool
 def expand_user(args: PathArgs) -> PathArgs:
     """The path with `~` expanded on the host where it runs (its user's home)."""
     return PathArgs(path=args.path.expanduser())
+
+
+@tool("host.clock", where="local")
+def clock(args: ClockArgs) -> ClockResult:
+    """The time here, through the door so that a replay reads the recorded time (the search's
+    budget in minutes is judged on it)."""
+    return ClockResult(epoch_s=time.time())

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from state.measure import RequestRecord
 from state.sglang import BenchServingRecord
 from state.target import BenchServingConfig
+from state.workload import WorkloadConfig
 from tools.errors import ConfigError, ToolError
 from tools.progress import report
 
@@ -87,11 +88,23 @@ def bench_serving_argv(
     warmup: int,
     output_file: str,
     repo: str,
+    workload: WorkloadConfig | None = None,
 ) -> list[str]:
-    """One sequential, streamed run of the seeded `random-ids` prompts with per-request details (pure).
+    """One streamed run of the seeded `random-ids` prompts with per-request details (pure):
+    sequential, or under `[workload]` one window at its concurrency.
 
     `random-ids` needs no dataset download (`random` fetches ShareGPT); a range ratio of 1 gives
-    every prompt exactly `input_len` tokens and every request `output_len` (EOS ignored)."""
+    every prompt exactly `input_len` tokens and every request `output_len` (EOS ignored). Under
+    `[workload]` its lengths are drawn in [ratio x high, high], one ratio for both (bench_serving's
+    `--random-range-ratio`)."""
+    concurrency, input_len, ratio = 1, cfg.input_len, 1.0
+    if workload is not None:
+        concurrency, input_len, output_len = (
+            workload.concurrency,
+            workload.input_len[1],
+            workload.output_len[1],
+        )
+        ratio = bench_range_ratio(workload)
     argv = [
         python,
         "-m",
@@ -107,15 +120,15 @@ def bench_serving_argv(
         "--num-prompts",
         str(num_prompts),
         "--random-input-len",
-        str(cfg.input_len),
+        str(input_len),
         "--random-output-len",
         str(output_len),
         "--random-range-ratio",
-        "1",
+        f"{ratio:g}",
         "--max-concurrency",
-        "1",
+        str(concurrency),
         "--request-rate",
-        "inf",
+        f"{workload.request_rate:g}" if workload is not None and workload.request_rate is not None else "inf",
         "--seed",
         str(cfg.seed),
         "--warmup-requests",
@@ -125,6 +138,25 @@ def bench_serving_argv(
     if cfg.tokenizer:
         argv += ["--tokenizer", cfg.tokenizer.replace("{repo}", repo)]
     return [*argv, "--output-file", output_file, "--output-details"]
+
+
+def bench_range_ratio(w: WorkloadConfig) -> float:
+    """bench_serving's one `--random-range-ratio` for the workload's input and output lengths
+    (pure); ConfigError where they need two, or where a window is a duration."""
+    if w.duration_s is not None:
+        raise ConfigError(
+            "sglang.bench_serving measures windows of a request count: set [workload] requests "
+            'instead of duration_s, or measure.bench_serving.use = "never"'
+        )
+    ratio = w.input_len[0] / w.input_len[1]
+    if max(int(w.output_len[1] * ratio), 1) != w.output_len[0]:
+        raise ConfigError(
+            f"sglang.bench_serving draws input and output lengths with one range ratio: [workload] "
+            f"input_len {w.input_len} has {ratio:g}, so output_len must be "
+            f"[{max(int(w.output_len[1] * ratio), 1)}, {w.output_len[1]}] "
+            '(or set measure.bench_serving.use = "never")'
+        )
+    return ratio
 
 
 def parse_bench_line(line: str) -> BenchServingRecord:
@@ -171,20 +203,20 @@ def _records(line: str) -> tuple[list[RequestRecord], float]:
     ], record.duration
 
 
-def records_from_jsonl(text: str) -> tuple[list[RequestRecord], float]:
-    """Every run in a bench_serving `--output-file`: all requests, and the runs' total duration (pure).
+def runs_from_jsonl(text: str) -> list[tuple[list[RequestRecord], float]]:
+    """Each run in a bench_serving `--output-file`: its requests and its duration (pure).
 
     Runs of the same seeded dataset send the same prompts, so request i of each run is prompt i."""
     lines = [line for line in text.splitlines() if line.strip()]
     if not lines:
         raise BenchOutputError("bench_serving wrote no result line; check its output for errors")
-    records: list[RequestRecord] = []
-    duration = 0.0
-    for line in lines:
-        run, seconds = _records(line)
-        records += run
-        duration += seconds
-    return records, duration
+    return [_records(line) for line in lines]
+
+
+def records_from_jsonl(text: str) -> tuple[list[RequestRecord], float]:
+    """Every run in a bench_serving `--output-file`: all requests, and the runs' total duration (pure)."""
+    runs = runs_from_jsonl(text)
+    return [r for run, _ in runs for r in run], sum(seconds for _, seconds in runs)
 
 
 def run_bench(
@@ -200,8 +232,10 @@ def run_bench(
     request_timeout_s: float,
     repo: str,
     label: str,
-) -> tuple[list[RequestRecord], float]:
-    """Run bench_serving `repeats` times (warm-up before the first) into one JSONL file; read it."""
+    workload: WorkloadConfig | None = None,
+) -> list[tuple[list[RequestRecord], float]]:
+    """Run bench_serving `repeats` times (warm-up before the first) into one JSONL file; read each
+    run (under `[workload]` a window) back."""
     env = os.environ | cfg.env
     timeout_s = request_timeout_s * (num_prompts + warmup) + IMPORT_TIMEOUT_S
     with tempfile.TemporaryDirectory(prefix="perfloop-bench-") as tmp:
@@ -219,6 +253,7 @@ def run_bench(
                 warmup if run == 0 else 0,
                 str(out),
                 repo,
+                workload,
             )
             try:
                 proc = subprocess.run(
@@ -244,4 +279,4 @@ def run_bench(
                     f"{module} exited with status {proc.returncode}: {last[:300]} "
                     f"(its whole output: {kept} on the host)"
                 )
-        return records_from_jsonl(out.read_text(encoding="utf-8") if out.exists() else "")
+        return runs_from_jsonl(out.read_text(encoding="utf-8") if out.exists() else "")
