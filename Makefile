@@ -43,7 +43,7 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 
 test: lint system-deps
-	$(PY) -m pytest -q -ra --durations=30 -n 2 tests
+	$(PY) -m pytest -q -ra --durations=30 -n 2 --dist loadfile tests
 
 test-fast: lint system-deps
 	$(PY) -m pytest -q tests -m "not e2e"
