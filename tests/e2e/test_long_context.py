@@ -49,7 +49,7 @@ def test_a_patch_wrong_past_position_160_of_256_is_rejected_naming_the_length(
     playbook_variant(books, "cast-fix-past-160", 0.99, diff)
     playbook_variant(books, "cast-fix", 0.98, edited_diff(repo, tmp_path, {BACKEND: FIX}))
     target = write_target(tmp_path / "t.toml", repo, looks=1, long_prompts=3).read_text()
-    target = target.replace('"--pool-slots", "8192"]', '"--pool-slots", "8192", "--context-len", "256"]')
+    target = target.replace('"--layers", "1"]', '"--layers", "1", "--context-len", "256"]')
     target = target.replace("max_prompt_chars = 300", "max_prompt_chars = 80")
     assert "--context-len" in target and "long_prompts = 3" in target and "max_prompt_chars = 80" in target
     (tmp_path / "t.toml").write_text(target)
