@@ -36,7 +36,7 @@ from state.calls import LaunchArgs, ServerArgs
 from state.search import Knob, KnobValue
 from state.target import LaunchConfig
 from tools import server
-from tools.bench import chat_body, stream_completion
+from tools.client.stream import chat_body, stream_completion
 
 KNOBS = [
     Knob(name="--max-total-tokens", type="choice", choices=[16384, 65536, 495552], first=16384),

@@ -207,26 +207,6 @@ class Judgement(Model):
         )
 
 
-class AASample(Model):
-    """One A/A launch: a baseline launch of a target on a host, kept in the session store."""
-
-    target_key: str
-    """Target and host identity (name, host, launch command): samples are pooled per key."""
-    group: str
-    """Tree content and workload: only launches of the same group are compared with each other."""
-    session_id: str
-    """Session that launched it."""
-    launch_number: int
-    """Its launch number in that session."""
-    location_log: float
-    """Mean over prompts of the median log TPOT (ms) of the launch."""
-    requests: int
-    """Requests behind the location."""
-    shift_log: float | None = None
-    """Interleaved A/A pair: the combined log-TPOT shift between two launches of the same tree
-    measured together (requests alternating); None for a single launch."""
-
-
 class Prediction(Model):
     """What a diagnosis predicted a patch changes, recorded when the patch is accepted."""
 
@@ -265,22 +245,6 @@ class MechanismCheck(Model):
     """Whether the operator shrank by at least half of what was predicted."""
     note: str
     """One line, e.g. `aten::copy_ 412.0 -> 0.0 us/step (predicted -380.1): mechanism confirmed`."""
-
-
-class AARecordArgs(Model):
-    """Keep one A/A launch in the session store and read back its target's launches."""
-
-    target_key: str
-    """Target and host (see agent/decision/noise.py `target_key`)."""
-    sample: AASample | None = None
-    """The launch to keep; `None` only reads."""
-
-
-class AASamples(Model):
-    """A/A launches of one target on one host."""
-
-    samples: list[AASample]
-    """Oldest first."""
 
 
 class OutputsArgs(Model):

@@ -13,6 +13,7 @@ from state.diagnosis import Diagnosis, Evidence
 from state.ids import ForkStep, SessionId
 from state.limits import LongPrompts
 from state.measure import Measurement
+from state.options import LoopOptions
 from state.process import ServerHandle
 from state.proposer import LlmOrigin, LlmUsage, ModelTrial
 from state.session import SessionStatus
@@ -21,42 +22,6 @@ from state.target import TargetConfig
 from state.tolerance import ScoreResult, ToleranceResult
 from state.trials import Trial
 from state.workspace import CommitInfo, InstrumentationRecord, WorkspaceSnapshot
-
-
-class LoopOptions(Model):
-    """Choices made when the session was started."""
-
-    approve: Literal["auto", "manual"] = "auto"
-    """`auto` applies proposals at once; `manual` pauses for `perfloop approve|reject`."""
-    max_iterations: int = Field(3, ge=1)
-    """Upper bound on profile/diagnose rounds."""
-    floor_ms: float | None = Field(default=None, gt=0)
-    """The step's roofline floor in ms, as the user states it (e.g. the weights read once at the
-    device's bandwidth); None: no floor-based stop."""
-    floor_factor: float = Field(default=2.0, ge=1)
-    """Stop once the accepted TPOT is within this factor of `floor_ms`."""
-    playbook_dirs: list[Path] = Field(default_factory=list)
-    """Extra playbook directories, searched after the built-in catalog."""
-    session_dir: Path
-    """Where this session keeps logs, traces and measurements."""
-    host_dir: Path | None = None
-    """On a remote target host: where the server's logs, pid file and profiler files live
-    (`~/.perfloop/sessions/<id>` there); None for the local host (then `session_dir`)."""
-    demo_source: Path | None = None
-    """For `perfloop demo`: the embedded target tree copied into a new repo at `target.repo`."""
-    python: str
-    """Interpreter substituted for `{python}` in launch commands (recorded, so replay matches)."""
-    builtin_playbooks: bool = True
-    """Whether the built-in playbook catalog is searched (tests turn it off to isolate theirs)."""
-    parallel: int | None = Field(default=None, ge=1)
-    """Most candidates tried at once on the target's `[[hosts]]` (`--parallel`); None: one per host."""
-    decision_rule: Literal["iqr-v0", "ci-v1"] = "iqr-v0"
-    """How candidates are judged (agent/decision/rules.py): `ci-v1` for new sessions; sessions recorded
-    before it carry none and replay with the rule they were decided by, `iqr-v0`."""
-    long_prompts: bool = False
-    """Whether the correctness set reaches the context limit (`[correctness] long_prompts`,
-    agent/decision/correctness.py): True for new sessions; sessions recorded before it carry none
-    and replay with the set they were checked on."""
 
 
 class ProfileResult(Model):

@@ -11,8 +11,9 @@ from state.decision import Judgement, LaunchNoise, MechanismCheck, OutputsResult
 from state.diagnosis import Diagnosis
 from state.ids import SessionId
 from state.limits import LongPrompts
-from state.loop import Approval, Decision, ForkStep, LoopOptions, ProfileResult, Proposal, Transition
+from state.loop import Approval, Decision, ForkStep, ProfileResult, Proposal, Transition
 from state.measure import Measurement
+from state.options import LoopOptions
 from state.process import ServerHandle
 from state.proposer import LlmUsage, ModelTrial
 from state.session import SessionStatus

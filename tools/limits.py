@@ -16,7 +16,7 @@ import urllib.request
 from typing import Any
 
 from state.limits import ContextLimit, ContextLimitArgs, FitArgs, FittedPrompts
-from tools.bench import chat_body, stream_completion
+from tools.client.stream import chat_body, stream_completion
 from tools.door import tool
 from tools.errors import ServerError
 from tools.progress import report

@@ -19,7 +19,7 @@ from typing import TypeVar
 
 from state.calls import PathArgs, ProfileArgs, ProfileFiles
 from state.profile import ProfileSummary
-from tools.bench import chat_body, stream_completion
+from tools.client.stream import chat_body, stream_completion
 from tools.door import tool
 from tools.door.faults import fault_point
 from tools.errors import TraceError

@@ -19,9 +19,11 @@ from agent.decision.measuring import budget, measure_arm, record_aa, warmup_requ
 from agent.decision.noise import pair_noise, sample_group, target_key
 from agent.decision.rule import arm_location, arm_of, combined_shift
 from agent.serving import start_server
+from state.aa import AARecordArgs, AASample
 from state.calls import PairArgs, ServerArgs
-from state.decision import AARecordArgs, AASample, LaunchNoise
-from state.loop import LoopOptions, LoopState
+from state.decision import LaunchNoise
+from state.loop import LoopState
+from state.options import LoopOptions
 from state.target import TargetConfig
 from tools import bench, server
 from tools.door import Door

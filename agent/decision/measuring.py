@@ -26,14 +26,16 @@ from agent.decision.judging import JudgedCandidate
 from agent.decision.noise import launch_noise, noise_for, sample_group, target_key
 from agent.decision.rule import arm_location, arm_of, arm_stats, look, serving_stats
 from agent.serving import measure_server
+from state.aa import AARecordArgs, AASample
 from state.calls import RepoArgs
-from state.decision import AARecordArgs, AASample, DecisionConfig, Judgement, LaunchNoise, Look, Verdict
+from state.decision import DecisionConfig, Judgement, LaunchNoise, Look, Verdict
 from state.loop import LoopState
 from state.measure import Measurement
 from state.target import MeasureConfig
 from state.workload import WorkloadConfig
 from state.workspace import WorkspaceSnapshot
-from tools import bench, progress
+from tools import progress
+from tools.client.stats import summarize
 from tools.store import aa
 from tools.workspace import repo
 
@@ -98,7 +100,7 @@ def merge(first: Measurement, more: Measurement) -> Measurement:
         for r in more.requests
     ]
     windows = first.windows + [w.model_copy(update={"index": w.index + shift}) for w in more.windows]
-    merged = bench.summarize(
+    merged = summarize(
         first.label, first.tree_sha256, first.requests + later, len(first.outputs), wall or 1.0, windows
     )
     keep = ("client", "warmups_discarded", "instrumented", "content_sha256", "tree_note")

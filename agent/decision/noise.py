@@ -17,7 +17,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from statistics import NormalDist
 
-from state.decision import AASample, DecisionConfig, LaunchNoise
+from state.aa import AASample
+from state.decision import DecisionConfig, LaunchNoise
 from state.target import TargetConfig
 
 UPPER_BOUND = 0.90

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, call, need
-from agent.proposer import evidence, prompt, toolset
+from agent.proposer import evidence, probing, prompt, toolset
 from agent.proposer.checks import Candidate, Failure, validate
 from agent.proposer.feedback import same_diff
 from agent.proposer.protocol import (
@@ -35,22 +35,12 @@ from agent.proposer.protocol import (
     trim,
 )
 from state.diagnosis import Evidence, Finding
+from state.llm_tools import ChatArgs, ChatMessage, ChatReply, CodeArgs, DiffArgs, FilesArgs
 from state.loop import LoopState, Proposal
 from state.profile import OpStat
-from state.proposer import (
-    ChatArgs,
-    ChatMessage,
-    ChatReply,
-    CodeArgs,
-    DiffArgs,
-    FilesArgs,
-    LlmOrigin,
-    LlmUsage,
-    ProbeArgs,
-)
+from state.proposer import LlmOrigin, LlmUsage
 from tools.errors import LlmError
-from tools.llm import chat, code, probe
-from tools.llm.redact import redact
+from tools.llm import chat, code
 
 MAX_SOURCES = 3
 
@@ -142,9 +132,9 @@ class Conversation:
                 continue
             result = validate(
                 content,
-                self._texts,
+                self.texts,
                 self.cfg.protected,
-                self._git_check,
+                self.git_check,
                 extra=[("distinct", self._distinct)],
             )
             if isinstance(result, Failure):
@@ -228,44 +218,13 @@ class Conversation:
     def _run_tool(self, name: str, arguments: str) -> str:
         """A tool's answer for the model (errors as text the model can act on)."""
         if name == "run_probe":
-            return self._probe(arguments)
+            return probing.answer(self, arguments)
         return toolset.run(self.runtime, self.repo, name, arguments)
 
-    def _probe(self, arguments: str) -> str:
-        """The target's probe run on the edits of a `run_probe` call, in a scratch worktree,
-        after the validation chain an answer goes through; or why it was not run."""
-        cfg = self.cfg.probe
-        if cfg is None:
-            return "error: this target declares no probe; answer with your edit blocks"
-        try:
-            edits = json.loads(arguments or "{}").get("edits")
-        except (ValueError, AttributeError):
-            edits = None
-        if not isinstance(edits, str) or not edits.strip():
-            return 'error: run_probe takes {"edits": "<your edit blocks>"}'
-        if self.probes >= cfg.max_runs:
-            return f"error: the probe already ran {self.probes} time(s), its limit per proposal: answer now"
-        result = validate(edits, self._texts, self.cfg.protected, self._git_check)
-        if isinstance(result, Failure):
-            return (
-                f"error: the probe did not run: your edits failed the {result.stage} check:\n"
-                + prompt.data("check", redact(result.reason))
-            )
-        self.probes += 1
-        python = self.state.options.python
-        args = ProbeArgs(
-            repo=self.repo,
-            diff=result.diff,
-            argv=[a.replace("{python}", python) for a in cfg.argv],
-            timeout_s=cfg.timeout_s,
-            drop_env=[self.cfg.api_key_env],
-        )
-        return prompt.probe_answer(call(self.runtime, probe.probe, args), cfg.max_runs - self.probes)
-
-    def _texts(self, paths: list[str]) -> dict[str, str | None]:
+    def texts(self, paths: list[str]) -> dict[str, str | None]:
         return call(self.runtime, code.read_texts, FilesArgs(repo=self.repo, paths=paths)).texts
 
-    def _git_check(self, c: Candidate) -> str | None:
+    def git_check(self, c: Candidate) -> str | None:
         result = call(self.runtime, code.check_diff, DiffArgs(repo=self.repo, diff=c.diff))
         return (
             None if result.ok else f"git apply --check refused the patch built from your edits: {result.text}"

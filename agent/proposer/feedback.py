@@ -15,8 +15,9 @@ from pathlib import Path
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, call
+from state.llm_tools import LogArgs
 from state.loop import LoopState
-from state.proposer import LogArgs, ModelTrial
+from state.proposer import ModelTrial
 from tools.llm import code
 
 CONTEXT_CHARS = 40

@@ -22,7 +22,7 @@ import shlex
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from state.proposer import ChatMessage
+from state.llm_tools import ChatMessage
 
 MAX_ADAPTATIONS = 3
 """Refused requests a conversation adapts to before it gives up."""

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from agent.context import LoopContext, call
 from agent.proposer import prompt
-from state.proposer import CodeArgs
+from state.llm_tools import CodeArgs
 from tools.llm import code
 
 

@@ -54,10 +54,24 @@ class RedactingSerializer(JsonPlusSerializer):
         return kind, redact_bytes(data)
 
 
+def moved_types() -> list[tuple[str, str]]:
+    """(module, name) of every state model a state module imports from another one: a checkpoint
+    written before a model moved names it where it was (e.g. `state.loop.LoopOptions`, now in
+    `state.options` and still imported there), and must load."""
+    return [
+        (mod.__name__, name)
+        for mod in _state_modules()
+        for name, obj in inspect.getmembers(mod, inspect.isclass)
+        if issubclass(obj, BaseModel)
+        and obj.__module__ != mod.__name__
+        and obj.__module__.startswith("state.")
+    ]
+
+
 def serializer() -> JsonPlusSerializer:
     """A serializer that revives exactly our state types (no 'unregistered type' warnings) and
     scrubs secrets from what it writes."""
-    return RedactingSerializer(allowed_msgpack_modules=state_types())
+    return RedactingSerializer(allowed_msgpack_modules=[*state_types(), *moved_types()])
 
 
 RENAMED_CHANNELS = {"candidate": "candidate_measurement"}

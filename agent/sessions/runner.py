@@ -24,7 +24,8 @@ from agent.sessions.revive import lineage, repo_missing_here, resume_point
 from agent.sessions.summary import summarize as summarize_session
 from agent.steps.setup import FORK_STEPS
 from state.base import utcnow
-from state.loop import LoopOptions, LoopState
+from state.loop import LoopState
+from state.options import LoopOptions
 from state.session import SessionInfo, Summary
 from state.target import TargetConfig
 from tools import interrupts, progress

@@ -14,61 +14,17 @@ from agent.proposer.asking import needs_human
 from agent.proposer.feedback import model_trial
 from agent.serving import start_server
 from agent.steps.actions import instrument_if_needed, remove_instrumentation
+from agent.steps.approval import approval_request, batch_request
 from agent.steps.fanout import fan_out
 from playbooks import launch
 from state.calls import ApplyArgs, CommitArgs
 from state.fanout import BatchApproval
-from state.loop import Approval, Decision, LoopState, Proposal
+from state.loop import Approval, Decision, LoopState
 from state.updates import LoopUpdate
 from state.workspace import PatchPolicy
 from tools.errors import PatchError, ServerError
 from tools.sglang.patches import does_not_fit
 from tools.workspace import repo
-
-
-def approval_request(state: LoopState, proposal: Proposal | None = None) -> dict:
-    """What a human sees when asked to approve `proposal` (default: the state's; JSON-compatible)."""
-    p = proposal or need(state.proposal, "proposal")
-    checks: dict = (
-        {"mechanisms": [f"{m.playbook}: {m.note}" for m in state.mechanisms]} if state.mechanisms else {}
-    )
-    if (why := refusal(state)) is not None and state.options.approve == "auto":
-        checks["auto_approval"] = why
-    return checks | {
-        "session": state.session_id,
-        "playbook": p.source,
-        "title": p.title,
-        "explanation": p.explanation,
-        "expected_gain_ms": p.expected_gain_ms,
-        "expected_gain_share": p.expected_gain_share,
-        "files": p.files,
-        "diff": p.diff,
-        "launch_argv": p.launch_argv,
-        "launch_argv_before": state.argv if p.launch_argv is not None else None,
-        "predicted_speedup": p.predicted_speedup,
-        "paired_with": p.paired_with,
-        "paired_speedup": p.paired_speedup,
-        "evidence": [e.model_dump(mode="json") for e in p.evidence],
-        "proposer": p.proposer,
-        "model": p.origin.model if p.origin else None,
-        "rationale": p.origin.rationale if p.origin else None,
-        "llm_tokens": p.origin.usage.tokens if p.origin else 0,
-        "repairs": p.origin.repairs if p.origin else 0,
-    }
-
-
-def batch_request(state: LoopState) -> dict:
-    """The approval asked for a batch of parallel candidates: the first candidate's view with the
-    batch's title, files and diffs, and each candidate's own view under `candidates`."""
-    views = [approval_request(state, p) for p in state.candidates]
-    ids = [v["playbook"] for v in views]
-    return views[0] | {
-        "playbook": ", ".join(ids),
-        "title": f"{len(ids)} candidates to try at once on the target's [[hosts]]: {', '.join(ids)}",
-        "files": sorted({f for v in views for f in v["files"]}),
-        "diff": "".join(v["diff"] for v in views),
-        "candidates": views,
-    }
 
 
 def approve_batch(state: LoopState) -> Command:

@@ -11,7 +11,8 @@ from langgraph.runtime import Runtime
 from agent.context import LoopContext
 from agent.serving import start_server
 from state.calls import ServerArgs
-from state.loop import LoopOptions, LoopState
+from state.loop import LoopState
+from state.options import LoopOptions
 from state.target import LaunchConfig, MeasureConfig, TargetConfig
 from tests.recorders import MemoryRecorder
 from tools import server

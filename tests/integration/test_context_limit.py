@@ -15,7 +15,7 @@ from state.limits import ContextLimitArgs, FitArgs
 from state.target import LaunchConfig
 from tests.e2e.conftest import DEMO
 from tools import server
-from tools.bench import chat_body, stream_completion
+from tools.client.stream import chat_body, stream_completion
 from tools.http import post_json
 from tools.limits import context_limit, fit_prompts, prompt_lengths, stated
 

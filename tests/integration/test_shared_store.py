@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from state.decision import AASample
+from state.aa import AASample
 from state.records import ToolCallRecord
 from state.session import SessionInfo
 from tests.pg import PgServer

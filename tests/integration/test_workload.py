@@ -20,7 +20,7 @@ from state.target import LaunchConfig, MeasureConfig
 from state.workload import WorkloadConfig
 from tests.e2e.conftest import DEMO
 from tools import bench, server
-from tools.bench import arrivals
+from tools.client.windows import arrivals
 
 ARGV = ["bash", "launch.sh", "--port", "{port}", "--preset", "cpu", "--threads", "1", "--pool-slots", "8192"]
 WORKLOAD = WorkloadConfig(

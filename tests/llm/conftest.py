@@ -10,12 +10,13 @@ import pytest
 from agent.cli.target import load_target
 from agent.context import LoopContext
 from state.diagnosis import Diagnosis, Evidence, Finding
-from state.loop import LoopOptions, LoopState
+from state.loop import LoopState
 from state.measure import RequestRecord
+from state.options import LoopOptions
 from state.profile import OpStat
 from state.proposer import ProposerConfig
 from tests.e2e.conftest import make_repo, write_target
-from tools.bench import summarize
+from tools.client.stats import summarize
 
 BACKEND = "mla_server/attention/mla_backend.py"
 OLD = """\

@@ -15,7 +15,7 @@ from state.proposer import LlmOrigin, LlmUsage
 from tests.llm.conftest import NEW, fix_answer, loop_state, runtime
 from tests.llm.fake_openai import ScriptedModel, reply
 from tests.recorders import MemoryRecorder
-from tools.bench import summarize
+from tools.client.stats import summarize
 from tools.door.live import LiveDoor
 
 pytestmark = pytest.mark.timeout(60)

@@ -19,7 +19,8 @@ from playbooks.engine import load_playbooks
 from playbooks.patches import choose_patch
 from state.calls import ApplyArgs
 from state.diagnosis import Diagnosis, Finding
-from state.loop import LoopOptions, LoopState
+from state.loop import LoopState
+from state.options import LoopOptions
 from state.target import LaunchConfig, MeasureConfig, TargetConfig
 from tests.sglang.conftest import unpack
 from tools.door.live import LiveDoor as Door

@@ -13,7 +13,7 @@ from playbooks.schema import Playbook
 from state.sglang import SglangLayout
 from state.target import BenchServingConfig
 from state.workload import WorkloadConfig
-from tools.bench import summarize
+from tools.client.stats import summarize
 from tools.errors import ConfigError, PatchError, TraceError
 from tools.sglang.bench import BenchOutputError, bench_module, bench_serving_argv, records_from_jsonl
 from tools.sglang.layout import parse_version

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from state.measure import RequestRecord
-from tools.bench import sse_data, stat, summarize, to_record
+from tools.client.stats import stat, summarize
+from tools.client.stream import sse_data, to_record
 from tools.errors import ToolError
 
 

@@ -7,10 +7,11 @@ from pathlib import Path
 
 from agent.cli.target import load_target
 from agent.sessions.checkpoint import serializer, state_types
-from state.loop import LoopOptions, LoopState
+from state.loop import LoopState
 from state.measure import RequestRecord
+from state.options import LoopOptions
 from state.sglang import SglangLayout
-from tools.bench import summarize
+from tools.client.stats import summarize
 
 DEMO_TOML = Path(__file__).resolve().parents[2] / "examples" / "targets" / "mla_server.toml"
 
@@ -38,3 +39,23 @@ def test_state_types_round_trip_without_unregistered_warnings(tmp_path: Path, ca
         back = serde.loads_typed(serde.dumps_typed(state))
     assert back == state
     assert not [r for r in caplog.records if "unregistered" in r.getMessage().lower()]
+
+
+def test_a_checkpoint_naming_a_models_old_module_loads(tmp_path: Path, monkeypatch, caplog) -> None:
+    """`LoopOptions` moved from state/loop.py to state/options.py: a channel value written before
+    names `state.loop.LoopOptions` and still loads as the same model (without `moved_types` in the
+    allow-list the serializer refuses it, which this test saw fail: back is not a LoopOptions)."""
+    options = LoopOptions(session_dir=tmp_path, python="python3", approve="manual")
+    serde = serializer()
+    monkeypatch.setattr(LoopOptions, "__module__", "state.loop")  # written by the old layout
+    written = serde.dumps_typed(options)
+    monkeypatch.undo()
+    assert b"state.loop" in written[1] and b"state.options" not in written[1]
+    with caplog.at_level(logging.WARNING):
+        back = serde.loads_typed(written)
+    assert isinstance(back, LoopOptions) and back == options
+    assert not [
+        r
+        for r in caplog.records
+        if "unregistered" in r.getMessage().lower() or "block" in r.getMessage().lower()
+    ]

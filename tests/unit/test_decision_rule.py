@@ -18,7 +18,8 @@ from agent.decision.rule import (
     look,
     verdict_of,
 )
-from state.decision import AASample, DecisionConfig, Judgement, LaunchNoise
+from state.aa import AASample
+from state.decision import DecisionConfig, Judgement, LaunchNoise
 from state.measure import RequestRecord
 
 CFG = DecisionConfig(bootstrap=1000)

@@ -11,9 +11,10 @@ import pytest
 
 from agent.decision.noise import noise_for, pair_noise
 from agent.decision.rule import needs_confirmation, replicated
-from state.decision import AASample, DecisionConfig, Look
+from state.aa import AASample
+from state.decision import DecisionConfig, Look
 from state.workspace import ReferenceCopyArgs, RemoveCopyArgs
-from tools.bench import pair_order
+from tools.client.stats import pair_order
 from tools.errors import PatchError
 from tools.workspace.reference import reference_copy, remove_reference_copy
 

@@ -8,7 +8,7 @@ from playbooks.engine import load_playbooks
 from playbooks.launch import change_conflict, describe, edited_argv, with_flag, without_flag
 from playbooks.schema import LaunchEdit, Playbook
 from state.measure import RequestRecord
-from tools.bench import summarize
+from tools.client.stats import summarize
 
 BOOKS = {b.id: b for b in load_playbooks()}
 GRAPHS = BOOKS["launch-bound-decode"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from agent.decision.legacy import judge
 from state.measure import Measurement, RequestRecord
-from tools.bench import summarize
+from tools.client.stats import summarize
 
 
 def measurement(tpots: list[float], texts: list[str], label: str = "m") -> Measurement:

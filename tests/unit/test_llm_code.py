@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from state.proposer import FilesArgs
+from state.llm_tools import FilesArgs
 from tools.llm.code import grep, read_file, read_texts
 
 

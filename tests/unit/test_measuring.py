@@ -6,7 +6,7 @@ from agent.decision.measuring import content_fingerprint, merge, outputs_problem
 from agent.sessions.summary import summarize as summarize_session
 from state.decision import Judgement, LaunchNoise, Look
 from state.measure import RequestRecord
-from tools.bench import summarize
+from tools.client.stats import summarize
 
 
 def m(texts: list[str], tpot: float = 10.0, reps: int = 2, **extra):

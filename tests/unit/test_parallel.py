@@ -10,7 +10,8 @@ from pydantic import BaseModel
 
 from agent.cli.target import load_target
 from agent.steps.fanout import fan_out, settle
-from state.loop import LoopOptions, LoopState, Proposal
+from state.loop import LoopState, Proposal
+from state.options import LoopOptions
 from state.target import TargetConfig, TrialHost
 from state.trials import Trial
 from tests.e2e.conftest import make_repo, perfloop, write_target

@@ -10,9 +10,10 @@ from langgraph.checkpoint.base import empty_checkpoint
 from agent.cli.target import load_target
 from agent.graph import compile_graph
 from agent.sessions.checkpoint import open_checkpointer, serializer
-from state.loop import Decision, LoopOptions, LoopState, Proposal
+from state.loop import Decision, LoopState, Proposal
 from state.measure import Measurement, RequestRecord
-from tools import bench
+from state.options import LoopOptions
+from tools.client.stats import summarize
 
 DEMO_TOML = Path(__file__).resolve().parents[2] / "examples" / "targets" / "mla_server.toml"
 RECORDED = {"iteration": 1, "playbook": "llm-1", "verdict": "rejected", "reason": "r"}
@@ -20,7 +21,7 @@ RECORDED = {"iteration": 1, "playbook": "llm-1", "verdict": "rejected", "reason"
 
 def candidate_measurement() -> Measurement:
     request = RequestRecord(prompt_index=0, ttft_ms=1.0, itl_ms=[2.0], text="a", completion_tokens=2)
-    return bench.summarize("c", "tree", [request], 1, 1.0)
+    return summarize("c", "tree", [request], 1, 1.0)
 
 
 def test_a_decision_recorded_with_its_old_field_name_reads_and_writes_it() -> None:

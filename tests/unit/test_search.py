@@ -15,7 +15,8 @@ from agent.proposer.knobs import config_of, describe_config, with_config
 from agent.proposer.search import budget_left, next_config, search_proposal, trial_lines
 from agent.steps.propose import propose
 from state.diagnosis import Diagnosis, Finding
-from state.loop import Decision, LoopOptions, LoopState
+from state.loop import Decision, LoopState
+from state.options import LoopOptions
 from state.proposer import ProposerConfig
 from state.search import Knob, SearchConfig
 from tests.recorders import MemoryRecorder

@@ -17,10 +17,11 @@ from agent.cli import render
 from agent.cli.target import load_target
 from agent.decision.mechanism import predict
 from agent.sessions.summary import summarize
-from agent.steps.patch import approval_request
+from agent.steps.approval import approval_request
 from agent.steps.profile import mechanism_checks
 from state.diagnosis import Diagnosis
-from state.loop import Decision, LoopOptions, LoopState
+from state.loop import Decision, LoopState
+from state.options import LoopOptions
 from state.session import SessionInfo
 from tests.unit.test_mechanism import profile, proposal
 from tests.unit.test_target import DEMO_TOML

@@ -18,7 +18,8 @@ from state.decision import ArmStats, DecisionConfig, Judgement, LaunchNoise
 from state.loop import Decision
 from state.measure import Measurement, RequestRecord, Stat, Window
 from state.workload import WorkloadConfig
-from tools.bench import arrivals, summarize, workload_prompts
+from tools.client.stats import summarize
+from tools.client.windows import arrivals, workload_prompts
 from tools.errors import ConfigError
 from tools.sglang.bench import bench_range_ratio
 

@@ -13,7 +13,7 @@ import re
 import time
 from typing import Any, cast
 
-from state.proposer import ChatArgs, ChatMessage, ChatReply, ChatToolCall
+from state.llm_tools import ChatArgs, ChatMessage, ChatReply, ChatToolCall
 from tools import secrets
 from tools.door import tool
 from tools.errors import LlmError

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from state.proposer import CodeArgs, CodeResult, DiffArgs, FilesArgs, FileTexts, LogArgs
+from state.llm_tools import CodeArgs, CodeResult, DiffArgs, FilesArgs, FileTexts, LogArgs
 from tools.door import tool
 from tools.errors import PatchError
 from tools.hosts.local import tail

@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from state.proposer import ProbeArgs, ProbeResult
+from state.llm_tools import ProbeArgs, ProbeResult
 from tools.door import tool
 from tools.llm.code import MARKER, inside
 from tools.llm.redact import redact

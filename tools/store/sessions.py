@@ -17,7 +17,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from state.decision import AASample
+from state.aa import AASample
 from state.records import ToolCallRecord
 from state.session import SessionInfo
 from tools.paths import session_id as checked_id

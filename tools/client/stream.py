@@ -1,0 +1,84 @@
+"""Streamed chat completions at temperature 0 over HTTP, timed per token (TTFT, inter-token gaps),
+as sglang's bench_serving does."""
+
+from __future__ import annotations
+
+import http.client
+import itertools
+import json
+import time
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+from state.measure import RequestRecord
+from tools.errors import ConfigError, ServerError
+
+
+def chat_body(model: str, prompt: str, max_tokens: int) -> dict:
+    """A streamed, greedy chat completion request (pure)."""
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+
+
+def sse_data(lines: Iterator[bytes]) -> Iterator[dict]:
+    """Parse `data: {...}` lines of a server-sent event stream until `data: [DONE]` (pure)."""
+    for raw in lines:
+        line = raw.strip()
+        if not line.startswith(b"data:"):
+            continue
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            return
+        yield json.loads(data)
+
+
+def stream_completion(base_url: str, body: dict, timeout_s: float) -> tuple[list[float], str, dict]:
+    """Send one streamed request; return (arrival time of each content delta, text, usage)."""
+    url = urlsplit(base_url)
+    if not url.hostname:
+        raise ConfigError(f"server URL {base_url!r} names no host; use http://HOST:PORT")
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=timeout_s)
+    try:
+        t0 = time.perf_counter()
+        conn.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        if resp.status != 200:
+            raise ServerError(
+                f"completion request failed with HTTP {resp.status}: "
+                f"{resp.read().decode(errors='replace')[:200]}"
+            )
+        arrivals: list[float] = []
+        parts: list[str] = []
+        usage: dict = {}
+        for event in sse_data(iter(resp.readline, b"")):
+            for choice in event.get("choices") or []:
+                content = (choice.get("delta") or {}).get("content")
+                if content:
+                    arrivals.append(time.perf_counter() - t0)
+                    parts.append(content)
+            usage = event.get("usage") or usage
+        return arrivals, "".join(parts), usage
+    except (OSError, http.client.HTTPException) as exc:
+        raise ServerError(f"completion request to {base_url} failed: {exc}") from exc
+    finally:
+        conn.close()
+
+
+def to_record(prompt_index: int, arrivals: list[float], text: str) -> RequestRecord:
+    """Per-request timing record from delta arrival times in seconds (pure)."""
+    if not arrivals:
+        raise ServerError(f"prompt {prompt_index}: the server streamed no tokens")
+    itl = [(b - a) * 1000 for a, b in itertools.pairwise(arrivals)]
+    return RequestRecord(
+        prompt_index=prompt_index,
+        ttft_ms=arrivals[0] * 1000,
+        itl_ms=itl,
+        text=text,
+        completion_tokens=len(arrivals),
+    )
