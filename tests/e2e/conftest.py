@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.launching import DEMO
 from tests.procs import processes_in
 
 ROOT = Path(__file__).resolve().parents[2]
-DEMO = ROOT / "examples" / "targets" / "mla_server"
+
 PERFLOOP = Path(sys.executable).parent / "perfloop"
 BUILTIN_PLAYBOOK = ROOT / "playbooks" / "catalog" / "kv-cache-full-pool-cast" / "playbook.toml"
 
@@ -91,6 +92,18 @@ def perfloop(
         timeout=timeout,
         stdin=subprocess.DEVNULL,
     )
+
+
+def run_playbooks(home: Path, target: Path, books: Path) -> tuple[dict, dict]:
+    """One iteration of `perfloop run` with only the playbooks in `books`: its summary and what
+    `perfloop show --json` says of the session."""
+    proc = perfloop(
+        home, "run", str(target), "--json", "--playbooks", str(books), "--no-builtin-playbooks",
+        "--max-iterations", "1",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    s = last_json(proc)
+    return s, last_json(perfloop(home, "show", s["session"], "--json"))
 
 
 def last_json(proc: subprocess.CompletedProcess) -> dict:

@@ -20,9 +20,8 @@ from tests.e2e.conftest import (
     assert_clean,
     edited_diff,
     git,
-    last_json,
-    perfloop,
     playbook_variant,
+    run_playbooks,
     write_target,
 )
 
@@ -63,20 +62,8 @@ def run_books(
     arms: str = "sequential",
     prompts: tuple[str, ...] = PROMPTS,
 ) -> tuple[dict, dict]:
-    proc = perfloop(
-        home,
-        "run",
-        str(write_target(tmp_path / "t.toml", repo, arms=arms, prompts=prompts)),
-        "--json",
-        "--playbooks",
-        str(books),
-        "--no-builtin-playbooks",
-        "--max-iterations",
-        "1",
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    s = last_json(proc)
-    shown = last_json(perfloop(home, "show", s["session"], "--json"))
+    target = write_target(tmp_path / "t.toml", repo, arms=arms, prompts=prompts)
+    s, shown = run_playbooks(home, target, books)
     return s, {d["playbook"]: d for d in shown["decisions"]}
 
 

@@ -19,9 +19,8 @@ import pytest
 from tests.e2e.conftest import (
     assert_clean,
     edited_diff,
-    last_json,
-    perfloop,
     playbook_variant,
+    run_playbooks,
     write_target,
 )
 
@@ -53,20 +52,7 @@ def test_a_patch_wrong_past_position_160_of_256_is_rejected_naming_the_length(
     target = target.replace("max_prompt_chars = 300", "max_prompt_chars = 80")
     assert "--context-len" in target and "long_prompts = 3" in target and "max_prompt_chars = 80" in target
     (tmp_path / "t.toml").write_text(target)
-    proc = perfloop(
-        home,
-        "run",
-        str(tmp_path / "t.toml"),
-        "--json",
-        "--playbooks",
-        str(books),
-        "--no-builtin-playbooks",
-        "--max-iterations",
-        "1",
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    s = last_json(proc)
-    shown = last_json(perfloop(home, "show", s["session"], "--json"))
+    s, shown = run_playbooks(home, tmp_path / "t.toml", books)
     baseline = next(t["note"] for t in shown["transitions"] if t["node"] == "baseline")
     d, fix = shown["decisions"]
     assert d["playbook"] == "cast-fix-past-160" and "cast-fix-past-160" in s["rejected"], (

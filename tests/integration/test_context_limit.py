@@ -4,16 +4,14 @@ fitted to its tokenizer."""
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from state.calls import LaunchArgs, ServerArgs
+from state.calls import ServerArgs
 from state.limits import ContextLimitArgs, FitArgs
-from state.target import LaunchConfig
-from tests.e2e.conftest import DEMO
+from tests.launching import launch_demo
 from tools import server
 from tools.client.stream import chat_body, stream_completion
 from tools.http import post_json
@@ -33,19 +31,7 @@ def test_the_demo_server_states_its_context_limit_and_a_near_limit_prompt_is_ser
         "--context-len",
         "256",
     ]
-    launch = LaunchConfig(argv=argv, env={"PYTHON": "{python}"}, startup_timeout_s=120, stop_grace_s=5)
-    handle = server.launch(
-        LaunchArgs(
-            repo=DEMO,
-            launch=launch,
-            python=sys.executable,
-            log_path=tmp_path / "server.log",
-            tree_sha256="t",
-            instrumented=False,
-            profile_dir=None,
-            launch_number=1,
-        )
-    )
+    handle = launch_demo(argv, tmp_path / "server.log")
     try:
         limit = context_limit(ContextLimitArgs(base_url=handle.base_url, model="mla-demo"))
         assert (limit.tokens, limit.source) == (256, "/get_server_info context_len")

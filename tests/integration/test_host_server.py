@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
@@ -10,6 +9,7 @@ import pytest
 
 from state.calls import LaunchArgs, ServerArgs
 from state.target import LaunchConfig
+from tests.launching import launch_args as shared_launch_args
 from tests.procs import processes_in
 from tools import server
 from tools.errors import ServerError
@@ -19,17 +19,12 @@ from tools.hosts import local as host
 def launch_args(
     tmp_path: Path, argv: list[str], timeout_s: float = 20.0, health_path: str = "/", **launch
 ) -> LaunchArgs:
-    return LaunchArgs(
-        repo=tmp_path,
-        launch=LaunchConfig(
+    return shared_launch_args(
+        tmp_path,
+        LaunchConfig(
             argv=argv, health_path=health_path, **launch, startup_timeout_s=timeout_s, stop_grace_s=2
         ),
-        python=sys.executable,
-        log_path=tmp_path / "logs" / "server.log",
-        tree_sha256="t",
-        instrumented=False,
-        profile_dir=None,
-        launch_number=1,
+        tmp_path / "logs" / "server.log",
     )
 
 

@@ -5,20 +5,19 @@ arms interleaved by window."""
 from __future__ import annotations
 
 import itertools
-import sys
 from collections.abc import Iterator
 
 import pytest
 
 from agent.decision.measuring import merge
 from agent.decision.rule import arm_of, look
-from state.calls import LaunchArgs, MeasureArgs, PairArgs, ServerArgs
+from state.calls import MeasureArgs, PairArgs, ServerArgs
 from state.decision import DecisionConfig, LaunchNoise
 from state.measure import Measurement
 from state.process import ServerHandle
-from state.target import LaunchConfig, MeasureConfig
+from state.target import MeasureConfig
 from state.workload import WorkloadConfig
-from tests.e2e.conftest import DEMO
+from tests.launching import launch_demo
 from tools import bench, server
 from tools.client.windows import arrivals
 
@@ -31,19 +30,7 @@ WORKLOAD = WorkloadConfig(
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
     logs = tmp_path_factory.mktemp("workload-server")
-    launch = LaunchConfig(argv=ARGV, env={"PYTHON": "{python}"}, startup_timeout_s=120, stop_grace_s=5)
-    handle = server.launch(
-        LaunchArgs(
-            repo=DEMO,
-            launch=launch,
-            python=sys.executable,
-            log_path=logs / "server.log",
-            tree_sha256="t",
-            instrumented=False,
-            profile_dir=None,
-            launch_number=1,
-        )
-    )
+    handle = launch_demo(ARGV, logs / "server.log")
     yield handle
     server.stop(ServerArgs(server=handle, grace_s=5))
 

@@ -170,14 +170,20 @@ class Sshd:
         key = (self.dir / "host_key.pub").read_text().split()
         return f"[127.0.0.1]:{self.port} {key[0]} {key[1]}\n"
 
-    def config(self, tmp: Path, **fields: object) -> SSHHostConfig:
-        """A host config for this sshd with the good client key (via a temp SSH config file)."""
-        known = tmp / "known_hosts"
+    def client_files(self, tmp: Path) -> tuple[Path, Path]:
+        """A client's `known_hosts` (this sshd's key) and SSH config (the good client key) in
+        `tmp`, made unless there."""
+        tmp.mkdir(parents=True, exist_ok=True)
+        known, ssh_config = tmp / "known_hosts", tmp / "ssh_config"
         if not known.exists():
             known.write_text(self.known_hosts_line())
-        ssh_config = tmp / "ssh_config"
         if not ssh_config.exists():
             ssh_config.write_text(f"Host 127.0.0.1\n  IdentityFile {self.client_key}\n")
+        return known, ssh_config
+
+    def config(self, tmp: Path, **fields: object) -> SSHHostConfig:
+        """A host config for this sshd with the good client key (via a temp SSH config file)."""
+        known, ssh_config = self.client_files(tmp)
         values = dict(
             url=f"ssh://root@127.0.0.1:{self.port}",
             known_hosts=known,

@@ -101,10 +101,7 @@ def test_a_run_from_a_terminal_offers_setup_on_first_use(sshd: Sshd, tmp_path: P
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True)
     bare = str(tmp_path / "bare" / "bin" / "python")
     repo = make_repo(tmp_path / "engine")
-    client = tmp_path / "client"
-    client.mkdir()
-    (client / "known_hosts").write_text(sshd.known_hosts_line())
-    (client / "ssh_config").write_text(f"Host 127.0.0.1\n  IdentityFile {sshd.client_key}\n")
+    known, ssh_config = sshd.client_files(tmp_path / "client")
     q = json.dumps
     target = tmp_path / "t.toml"
     target.write_text(f"""
@@ -115,8 +112,8 @@ model = "mla-demo"
 [host]
 kind = "ssh"
 url = "ssh://root@127.0.0.1:{sshd.port}"
-known_hosts = {q(str(client / "known_hosts"))}
-config_file = {q(str(client / "ssh_config"))}
+known_hosts = {q(str(known))}
+config_file = {q(str(ssh_config))}
 python = {q(bare)}
 [launch]
 argv = ["bash", "launch.sh", "--port", "{{port}}"]

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from agent.sessions.interrupts import run_tool
-from state.calls import LaunchArgs, PidFileArgs
+from state.calls import PidFileArgs
 from state.target import LaunchConfig
+from tests.launching import launch_args
 from tests.procs import processes_in
 from tools import interrupts, server
 from tools.door.registry import spec_of
@@ -42,17 +43,7 @@ def test_a_signal_stops_the_remote_launch_and_its_server_is_stopped_from_the_pid
     never_healthy = LaunchConfig(
         argv=["bash", "-c", "sleep 300"], health_path="/", startup_timeout_s=240, stop_grace_s=2
     )
-    args = LaunchArgs(
-        repo=work,
-        launch=never_healthy,
-        python=sys.executable,
-        log_path=tmp_path / "server.log",
-        tree_sha256="t",
-        instrumented=False,
-        profile_dir=None,
-        launch_number=1,
-        pid_file=pid_file,
-    )
+    args = launch_args(work, never_healthy, tmp_path / "server.log", pid_file=pid_file)
     me = os.getpid()
 
     def term_once_spawned() -> None:

@@ -43,10 +43,7 @@ LOCAL_NODES = [
 def ssh_target(path: Path, repo: Path, sshd: Sshd, client: Path, *, arms: str) -> Path:
     """A target TOML whose host is the test sshd (known_hosts and an SSH config with the key), its
     arms pinned (`[decide] arms`, see examples/targets/mla_server.toml)."""
-    known, ssh_config = client / "known_hosts", client / "ssh_config"
-    client.mkdir(exist_ok=True)
-    known.write_text(sshd.known_hosts_line())
-    ssh_config.write_text(f"Host 127.0.0.1\n  IdentityFile {sshd.client_key}\n")
+    known, ssh_config = sshd.client_files(client)
     q = json.dumps  # a JSON string is a valid TOML basic string, quotes and all
     path.write_text(f"""
 name = "mla_server over ssh"

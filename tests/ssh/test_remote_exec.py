@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from state.calls import ApplyArgs, RepoArgs
+from tests.launching import launch_args
 from tests.recorders import MemoryRecorder
 from tests.ssh.conftest import Sshd
 from tools import server
@@ -110,7 +111,7 @@ def test_pass_env_reaches_the_remote_server_but_no_file_or_command_line(
     import hashlib
     import json as _json
 
-    from state.calls import LaunchArgs, ServerArgs
+    from state.calls import ServerArgs
     from state.target import LaunchConfig
 
     secret = "sk-remote-" + hashlib.sha256(str(tmp_path).encode()).hexdigest()[:16]
@@ -133,16 +134,7 @@ def test_pass_env_reaches_the_remote_server_but_no_file_or_command_line(
     )
     handle = door.call(
         server.launch,
-        LaunchArgs(
-            repo=tmp_path,
-            launch=launch,
-            python=sys.executable,
-            log_path=tmp_path / "server.log",
-            tree_sha256="t",
-            instrumented=False,
-            profile_dir=None,
-            launch_number=1,
-        ),
+        launch_args(tmp_path, launch, tmp_path / "server.log"),
     )
     try:
         assert seen.read_text().split()[0] == hashlib.sha256(secret.encode()).hexdigest()
