@@ -98,6 +98,13 @@ class WorkloadConfig(Model):
             self.slo_ttft_ms is None or ttft_ms <= self.slo_ttft_ms
         )
 
+    def gain(self, before: float, after: float) -> float | None:
+        """How many times better `after` is than `before` on the objective: after / before for a
+        throughput, before / after for a latency; None where either is not positive (pure)."""
+        if before <= 0 or after <= 0:
+            return None
+        return after / before if OBJECTIVES[self.objective][2] else before / after
+
     def describe(self) -> str:
         """e.g. `concurrency 8, 16 requests per window, output throughput`."""
         size = f"{self.requests} requests" if self.requests is not None else f"{self.duration_s:g} s"

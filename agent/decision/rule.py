@@ -71,6 +71,21 @@ def window_metric(window: Window, requests: Sequence[RequestRecord], workload: W
     return percentile(values, int(q[1:]) / 100)
 
 
+def pooled_metric(m: Measurement, workload: WorkloadConfig) -> float | None:
+    """The objective over all of a measurement's windows as one (tokens or requests over their
+    summed wall time, a percentile over all their requests); None without windows (pure)."""
+    if not m.windows:
+        return None
+    pooled = Window(
+        index=0,
+        concurrency=m.windows[0].concurrency,
+        requests=sum(w.requests for w in m.windows),
+        output_tokens=sum(w.output_tokens for w in m.windows),
+        wall_s=sum(w.wall_s for w in m.windows) or 1.0,
+    )
+    return window_metric(pooled, m.requests, workload)
+
+
 def window_cost(window: Window, requests: Sequence[RequestRecord], workload: WorkloadConfig) -> float:
     """log of the window's cost (lower is better): minus the log of a throughput, the log of a
     latency (pure); so a speedup is a throughput ratio or a latency ratio alike. A window with no

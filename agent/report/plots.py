@@ -54,7 +54,8 @@ def _log_y(ax: Axes) -> None:
 
 
 def tpot_per_arm(arms: list[Arm]) -> str:
-    """Median TPOT of each arm with its bootstrap CI as error bars, coloured by verdict."""
+    """Median TPOT of each arm with its bootstrap CI as error bars, coloured by verdict; under
+    `[workload]` its p99 at the concurrency too (a hollow marker)."""
     with _figure(7, 3.2) as (fig, out):
         ax = fig.add_subplot()
         xs = list(range(len(arms)))
@@ -62,10 +63,42 @@ def tpot_per_arm(arms: list[Arm]) -> str:
             err = [[a.median_ms - a.ci_ms[0]], [a.ci_ms[1] - a.median_ms]]
             ax.errorbar([x], [a.median_ms], yerr=err, fmt="o", capsize=6, color=COLORS.get(a.verdict, "k"))
             ax.annotate(f"{a.median_ms:.1f} ms", (x, a.median_ms), textcoords="offset points", xytext=(8, 0))
+            if a.tpot_p99_ms is not None:
+                ax.plot([x], [a.tpot_p99_ms], "^", mfc="none", color=COLORS.get(a.verdict, "k"))
+                ax.annotate(
+                    f"p99 {a.tpot_p99_ms:.1f} ms",
+                    (x, a.tpot_p99_ms),
+                    textcoords="offset points",
+                    xytext=(8, 0),
+                )
         ax.set_xticks(xs, [f"{a.label}\n({a.verdict})" for a in arms])
         ax.set_xlim(-0.5, len(arms) - 0.5)
         _log_y(ax)
-        ax.set_ylabel("TPOT, ms (median, 95% CI)")
+        p99 = any(a.tpot_p99_ms is not None for a in arms)
+        ax.set_ylabel("TPOT, ms (p50 with 95% CI" + (", p99 ^)" if p99 else ")"))
+        ax.grid(axis="y", alpha=0.3)
+    return out[0]
+
+
+def objective_per_arm(arms: list[Arm], name: str, unit: str) -> str:
+    """`[workload]`: each arm's windows' objective (dots: the rule's units of evidence) and their
+    median with its bootstrap CI as error bars, coloured by verdict."""
+    with _figure(7, 3.2) as (fig, out):
+        ax = fig.add_subplot()
+        xs = list(range(len(arms)))
+        for x, a in zip(xs, arms, strict=True):
+            if not a.objective:
+                continue
+            color = COLORS.get(a.verdict, "k")
+            ax.plot([x - 0.15] * len(a.objective), a.objective, ".", color=color, alpha=0.5)
+            lo, hi = a.objective_ci
+            err = [[a.objective_median - lo], [hi - a.objective_median]]
+            ax.errorbar([x], [a.objective_median], yerr=err, fmt="o", capsize=6, color=color)
+            label = f"{a.objective_median:.1f} {unit}"
+            ax.annotate(label, (x, a.objective_median), textcoords="offset points", xytext=(8, 0))
+        ax.set_xticks(xs, [f"{a.label}\n({a.verdict})" for a in arms])
+        ax.set_xlim(-0.5, len(arms) - 0.5)
+        ax.set_ylabel(f"{name}, {unit}\n(windows; median, 95% CI)")
         ax.grid(axis="y", alpha=0.3)
     return out[0]
 
