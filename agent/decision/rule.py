@@ -95,17 +95,21 @@ def window_cost(window: Window, requests: Sequence[RequestRecord], workload: Wor
 
 
 def by_window(m: Measurement, workload: WorkloadConfig) -> Arm:
-    """The measurement's windows' costs, as one stratum."""
+    """The costs of the measurement's windows as one stratum; with several concurrency levels
+    those at the primary level only."""
+    several = len(workload.levels) > 1
+    windows = [w for w in m.windows if not several or w.concurrency == workload.primary]
     return [
         np.asarray(
-            [window_cost(w, [r for r in m.requests if r.window == w.index], workload) for w in m.windows],
+            [window_cost(w, [r for r in m.requests if r.window == w.index], workload) for w in windows],
             dtype=float,
         )
     ]
 
 
 def arm_of(m: Measurement, n_prompts: int, workload: WorkloadConfig | None) -> Arm:
-    """The rule's view of one arm: its windows under `[workload]`, else its requests by prompt."""
+    """The rule's view of one arm: its windows under `[workload]` (at the primary level), else its
+    requests by prompt."""
     if workload is not None and m.windows:
         return by_window(m, workload)
     return by_prompt(m.requests, n_prompts)

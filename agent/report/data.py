@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 
 import numpy as np
 
+from agent.decision.levels import at_level
 from agent.decision.rule import percentile, window_metric
 from agent.sessions.runner import Sessions
 from agent.sessions.summary import summarize as summarize_session
@@ -38,7 +39,8 @@ class Arm:
     ci_ms: tuple[float, float] = (0.0, 0.0)
     """95% percentile-bootstrap CI of the median per-request TPOT."""
     tpot_p99_ms: float | None = None
-    """`[workload]`: TPOT p99 over its requests, at the concurrency (`median_ms` is the p50)."""
+    """`[workload]`: TPOT p99 over its requests (`median_ms` is the p50); with several concurrency
+    levels an arm holds the primary's requests and windows only."""
     objective: list[float] = field(default_factory=list)
     """`[workload]`: each window's value of the objective, in its unit (what the rule judged)."""
     objective_median: float = 0.0
@@ -149,6 +151,8 @@ def median_ci(values: list[float]) -> tuple[float, tuple[float, float]]:
 
 
 def _arm(label: str, verdict: str, ms: list[Measurement], workload: WorkloadConfig | None) -> Arm:
+    if workload is not None:  # several concurrency levels: the primary's, which is judged
+        ms = [at_level(m, workload.primary) for m in ms]
     reqs = [r for m in ms for r in m.requests]
     tpot = [r.tpot_ms for r in reqs]
     arm = Arm(label, verdict, tpot, [x for r in reqs for x in r.itl_ms])

@@ -75,12 +75,10 @@ def drawn(data: ReportData) -> list[tuple[str, str, str]]:
         w = data.state.target.workload
         if w is not None and any(a.objective for a in data.arms):
             name, unit, _ = OBJECTIVES[w.objective]
-            title = (
-                f"{name} per measured launch, windows at concurrency {w.concurrency} (what the rule judged)"
-            )
+            title = f"{name} per measured launch, windows at concurrency {w.primary} (what the rule judged)"
             figures.append(("plot-objective", title, lambda: plots.objective_per_arm(data.arms, name, unit)))
         if data.arms:
-            at = f" (p50 and p99 at concurrency {w.concurrency})" if w is not None else ""
+            at = f" (p50 and p99 at concurrency {w.primary})" if w is not None else ""
             figures.append(
                 ("plot-tpot", f"TPOT per measured launch{at}", lambda: plots.tpot_per_arm(data.arms))
             )

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from agent.decision.correctness import refusal
+from agent.decision.levels import at_level
 from agent.decision.measuring import serving_note
-from agent.decision.rule import pooled_metric, serving_stats
+from agent.decision.rule import percentile, pooled_metric
 from agent.proposer.search import trial_lines
 from state.loop import LoopState
 from state.measure import Measurement
@@ -30,15 +31,15 @@ def summarize(state: LoopState, status: str) -> Summary:
     if (lp := state.long_prompts) is not None:
         reach = lp.line(state.target.correctness.max_tokens)
         reach += f"; {why}" if (why := refusal(state)) is not None else ""
-    serving = serving_figures(state, before, after)
-    tpot_ratio = before.tpot_ms.median / after.tpot_ms.median if before and after else None
+    timing = {
+        "tpot_ms_before": before.tpot_ms.median if before else None,
+        "tpot_ms_after": after.tpot_ms.median if after else None,
+        "speedup": before.tpot_ms.median / after.tpot_ms.median if before and after else None,
+    }
     return Summary(
         session=state.session_id,
         status=status,
-        tpot_ms_before=before.tpot_ms.median if before else None,
-        tpot_ms_after=after.tpot_ms.median if after else None,
-        speedup=serving.pop("speedup") if serving else tpot_ratio,
-        **serving,
+        **(timing | serving_figures(state, before, after)),
         ttft_ms_before=before.ttft_ms.median if before else None,
         ttft_ms_after=after.ttft_ms.median if after else None,
         outputs_identical=after.outputs == before.outputs if before and after else None,
@@ -73,22 +74,21 @@ def summarize(state: LoopState, status: str) -> Summary:
 
 
 def serving_figures(state: LoopState, before: Measurement | None, after: Measurement | None) -> dict:
-    """Under `[workload]`: the objective before and after (over all windows of each arm), the
-    speedup as its ratio (after / before for a throughput, before / after for a latency) in place
-    of the per-request TPOT's, and TPOT p99 at the concurrency; {} without one (pure)."""
+    """Under `[workload]`, at its primary concurrency level: the objective before and after (over
+    all of each arm's windows at that level), the speedup as its ratio (after / before for a
+    throughput, before / after for a latency) in place of the per-request TPOT's, and TPOT p50 and
+    p99; {} without a workload (pure)."""
     w = state.target.workload
     if w is None:
         return {}
     name, unit, _ = OBJECTIVES[w.objective]
-    value = {k: pooled_metric(m, w) if m else None for k, m in (("before", before), ("after", after))}
-    p99 = {k: serving_stats(m.requests, m.windows)["tpot_ms_p99"] if m and m.windows else None
-           for k, m in (("before", before), ("after", after))}  # fmt: skip
-    a, b = value["before"], value["after"]
-    return {
-        "objective": f"{name} ({unit})",
-        "objective_before": a,
-        "objective_after": b,
-        "speedup": w.gain(a, b) if a is not None and b is not None else None,
-        "tpot_ms_p99_before": p99["before"],
-        "tpot_ms_p99_after": p99["after"],
-    }
+    out: dict = {"objective": f"{name} ({unit})"}
+    for k, m in (("before", before), ("after", after)):
+        at = at_level(m, w.primary) if m and m.windows else None
+        tpot = [r.tpot_ms for r in at.requests if r.itl_ms] if at else []
+        out[f"objective_{k}"] = pooled_metric(at, w) if at else None
+        out[f"tpot_ms_{k}"] = percentile(tpot, 0.5) if tpot else None
+        out[f"tpot_ms_p99_{k}"] = percentile(tpot, 0.99) if tpot else None
+    a, b = out["objective_before"], out["objective_after"]
+    out["speedup"] = w.gain(a, b) if a is not None and b is not None else None
+    return out
