@@ -50,6 +50,11 @@ class Summary(Model):
     """`[workload]`: the baseline's throughputs and TPOT/TTFT p50/p99 at that concurrency."""
     serving_after: str | None = None
     """`[workload]`: the same of the final reference."""
+    beside_before: str | None = None
+    """`measure.bench_serving.use = "both"`: the baseline's figures by sglang.bench_serving on the
+    same launch, e.g. `sglang.bench_serving (sglang 0.5.9): at concurrency 8: ...` (not judged)."""
+    beside_after: str | None = None
+    """The same of the final reference."""
     objective: str | None = None
     """`[workload]`: what `speedup` is the ratio of, with its unit, e.g. `output throughput
     (tok/s)`; None: per-request TPOT."""

@@ -25,22 +25,27 @@ from tools.sglang.bench import find_bench, run_bench
 
 @tool("bench.measure")
 def measure(args: MeasureArgs) -> MeasureResult:
-    """Measure with sglang.bench_serving where asked and present, else with perfloop's client."""
+    """Measure with sglang.bench_serving where asked and present, else with perfloop's client;
+    with `both`, perfloop's client and then bench_serving (`Measurement.beside`)."""
     python = args.config.bench_serving.python.replace("{python}", args.python)
     found = find_bench(python) if args.bench_serving != "never" else None
-    if found is None and args.bench_serving == "always":
+    if found is None and args.bench_serving in ("always", "both"):
         raise ConfigError(
-            f'measure.bench_serving.use = "always" but {python} has no sglang with '
+            f'measure.bench_serving.use = "{args.bench_serving}" but {python} has no sglang with '
             "bench_serving; install sglang there, or set measure.bench_serving.python"
         )
+    both = args.bench_serving == "both"
     before = machine_probe_ms()
-    if found:
+    if found and not both:
         m = measure_with_bench_serving(args, python, *found)
     elif args.workload is not None:
         m = measure_windows(args, args.workload)
     else:
         m = measure_with_client(args)
-    return MeasureResult(measurement=m.model_copy(update={"probe_ms": [before, machine_probe_ms()]}))
+    update: dict = {"probe_ms": [before, machine_probe_ms()]}
+    if found and both:  # the same launch again, by bench_serving: recorded beside, not judged
+        update["beside"] = measure_with_bench_serving(args, python, *found)
+    return MeasureResult(measurement=m.model_copy(update=update))
 
 
 def measure_with_client(args: MeasureArgs) -> Measurement:

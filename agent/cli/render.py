@@ -50,6 +50,8 @@ def summary(console: Console, s: Summary) -> None:
     if s.workload:
         serving = f"{s.serving_before or '-'}\n-> {s.serving_after or '-'}"
         rows.insert(2, ("workload", f"{s.workload}\n{serving}"))
+    if s.beside_before or s.beside_after:  # bench_serving on the same launches, beside the client
+        rows.insert(3, ("beside (not judged)", f"{s.beside_before or '-'}\n-> {s.beside_after or '-'}"))
     if s.objective:  # the speedup is the objective's: TPOT is its p50 and p99 at the concurrency
         rows[0] = ("TPOT p50", f"{_ms(s.tpot_ms_before)} -> {_ms(s.tpot_ms_after)}")
         rows.insert(1, ("TPOT p99", f"{_ms(s.tpot_ms_p99_before)} -> {_ms(s.tpot_ms_p99_after)}"))

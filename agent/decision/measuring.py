@@ -107,6 +107,8 @@ def merge(first: Measurement, more: Measurement) -> Measurement:
     )
     keep = ("client", "warmups_discarded", "instrumented", "content_sha256", "tree_note")
     update = {k: getattr(first, k) for k in keep} | {"probe_ms": first.probe_ms + more.probe_ms}
+    if first.beside is not None and more.beside is not None:  # bench_serving's, beside each batch
+        update["beside"] = merge(first.beside, more.beside)
     return merged.model_copy(update=update)
 
 
@@ -148,6 +150,19 @@ def serving_note(m: Measurement) -> str:
             f"TTFT p50/p99 {ttft:.1f}/{s['ttft_ms_p99']:.1f} ms over {s['windows']} windows"
         )
     return "".join(notes)
+
+
+def beside_note(m: Measurement) -> str:
+    """`; beside, sglang.bench_serving (sglang 0.5.9): at concurrency 8: ...` for a measurement
+    that bench_serving measured too (`use = "both"`), its figures as `serving_note`'s (sequential:
+    its TPOT and TTFT p50); "" for one client (pure)."""
+    b = m.beside
+    if b is None:
+        return ""
+    figures = serving_note(b).removeprefix("; ") or (
+        f"TPOT p50 {b.tpot_ms.median:.1f} ms, TTFT p50 {b.ttft_ms.median:.1f} ms over {len(b.requests)} requests"
+    )
+    return f"; beside, {b.client}: {figures}"
 
 
 def machine_drift(reference: Measurement, candidate: Measurement) -> float:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from agent.decision.correctness import refusal
 from agent.decision.levels import at_level
-from agent.decision.measuring import serving_note
+from agent.decision.measuring import beside_note, serving_note
 from agent.decision.rule import percentile, pooled_metric
 from agent.proposer.search import trial_lines
 from state.loop import LoopState
@@ -53,6 +53,8 @@ def summarize(state: LoopState, status: str) -> Summary:
         workload=state.target.workload.describe() if state.target.workload else None,
         serving_before=serving_note(before).removeprefix("; ") or None if before else None,
         serving_after=serving_note(after).removeprefix("; ") or None if after else None,
+        beside_before=beside_note(before).removeprefix("; beside, ") or None if before else None,
+        beside_after=beside_note(after).removeprefix("; beside, ") or None if after else None,
         iterations=len(state.profiles),
         stop_reason=state.stop_reason or state.error or "",
         llm_tokens=state.llm_usage.tokens,

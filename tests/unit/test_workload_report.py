@@ -14,6 +14,7 @@ from rich.console import Console
 
 from agent.cli import render
 from agent.cli.target import load_target
+from agent.decision.measuring import beside_note, merge
 from agent.report import plots
 from agent.report.data import arms
 from agent.sessions.summary import summarize
@@ -88,3 +89,27 @@ def test_the_report_plots_each_arms_windows_on_the_objective() -> None:
     svg = plots.objective_per_arm([ref, cand], "output throughput", "tok/s")
     assert "150.0 tok/s" in svg and "100.0 tok/s" in svg and "output throughput, tok/s" in svg
     assert "p99 " in plots.tpot_per_arm([ref, cand])
+
+
+def test_bench_serving_beside_is_merged_over_looks_and_shown_not_judged(tmp_path: Path) -> None:
+    """`use = "both"`: each look's measurement holds bench_serving's beside it; merged looks merge
+    those too (windows numbered on), and the summary and its table show them next to perfloop's."""
+    client = "sglang.bench_serving (sglang 0.5.9)"
+
+    def both(rates: list[float], label: str) -> Measurement:
+        beside = windowed([r * 0.9 for r in rates], label=label).model_copy(update={"client": client})
+        return windowed(rates, label=label).model_copy(update={"beside": beside})
+
+    merged = merge(both([100, 100], "a"), both([100], "a"))
+    assert merged.beside is not None and [w.index for w in merged.beside.windows] == [0, 1, 2]
+    assert beside_note(merged).startswith(f"; beside, {client}: at concurrency 4: 90.0 tok/s")
+    assert beside_note(windowed([100])) == ""
+    s = summarize(session(tmp_path, W, merged, both([150], "b")), "done")
+    assert s.beside_before is not None and s.beside_before.startswith(
+        f"{client}: at concurrency 4: 90.0 tok/s"
+    )
+    assert s.beside_after is not None and "135.0 tok/s" in s.beside_after
+    assert s.measured_by == "perfloop" and s.speedup == pytest.approx(1.5)  # judged on perfloop's client
+    out = io.StringIO()
+    render.summary(Console(file=out, width=400, color_system=None), s)
+    assert "beside (not judged)" in out.getvalue() and "135.0 tok/s" in out.getvalue()
