@@ -46,6 +46,9 @@ class Arm:
     objective_median: float = 0.0
     objective_ci: tuple[float, float] = (0.0, 0.0)
     """`[workload]`: the median over windows of the objective, and its 95% bootstrap CI."""
+    beside: Arm | None = None
+    """`measure.bench_serving.use = "both"`: the same launch as sglang.bench_serving measured it
+    (`label` names the client), drawn beside this arm, never judged."""
 
 
 @dataclass
@@ -166,6 +169,8 @@ def _arm(label: str, verdict: str, ms: list[Measurement], workload: WorkloadConf
             for w in m.windows
         ]
         arm.objective_median, arm.objective_ci = median_ci(arm.objective)
+    if besides := [m.beside for m in ms if m.beside is not None]:
+        arm.beside = _arm(besides[0].client, verdict, besides, workload)
     return arm
 
 

@@ -63,6 +63,8 @@ def tpot_per_arm(arms: list[Arm]) -> str:
             err = [[a.median_ms - a.ci_ms[0]], [a.ci_ms[1] - a.median_ms]]
             ax.errorbar([x], [a.median_ms], yerr=err, fmt="o", capsize=6, color=COLORS.get(a.verdict, "k"))
             ax.annotate(f"{a.median_ms:.1f} ms", (x, a.median_ms), textcoords="offset points", xytext=(8, 0))
+            if a.beside is not None and a.beside.tpot_ms:  # bench_serving on the same launch
+                _beside(ax, x, a.beside.median_ms, a.beside.ci_ms, f"{a.beside.median_ms:.1f} ms")
             if a.tpot_p99_ms is not None:
                 ax.plot([x], [a.tpot_p99_ms], "^", mfc="none", color=COLORS.get(a.verdict, "k"))
                 ax.annotate(
@@ -80,9 +82,17 @@ def tpot_per_arm(arms: list[Arm]) -> str:
     return out[0]
 
 
+def _beside(ax: Axes, x: int, median: float, ci: tuple[float, float], label: str) -> None:
+    """Another client's figure of an arm's launch (`beside`): a hollow grey square right of it."""
+    err = [[median - ci[0]], [ci[1] - median]]
+    ax.errorbar([x + 0.25], [median], yerr=err, fmt="s", mfc="none", capsize=4, color="#7f7f7f")
+    ax.annotate(f"bench_serving {label}", (x + 0.25, median), textcoords="offset points", xytext=(6, -10))
+
+
 def objective_per_arm(arms: list[Arm], name: str, unit: str) -> str:
     """`[workload]`: each arm's windows' objective (dots: the rule's units of evidence) and their
-    median with its bootstrap CI as error bars, coloured by verdict."""
+    median with its bootstrap CI as error bars, coloured by verdict; where bench_serving measured
+    the same launch too (`use = "both"`), its median and CI beside (grey, not judged)."""
     with _figure(7, 3.2) as (fig, out):
         ax = fig.add_subplot()
         xs = list(range(len(arms)))
@@ -96,6 +106,9 @@ def objective_per_arm(arms: list[Arm], name: str, unit: str) -> str:
             ax.errorbar([x], [a.objective_median], yerr=err, fmt="o", capsize=6, color=color)
             label = f"{a.objective_median:.1f} {unit}"
             ax.annotate(label, (x, a.objective_median), textcoords="offset points", xytext=(8, 0))
+            if a.beside is not None and a.beside.objective:  # bench_serving on the same launch
+                b = a.beside
+                _beside(ax, x, b.objective_median, b.objective_ci, f"{b.objective_median:.1f} {unit}")
         ax.set_xticks(xs, [f"{a.label}\n({a.verdict})" for a in arms])
         ax.set_xlim(-0.5, len(arms) - 0.5)
         ax.set_ylabel(f"{name}, {unit}\n(windows; median, 95% CI)")

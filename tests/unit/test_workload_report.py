@@ -113,3 +113,29 @@ def test_bench_serving_beside_is_merged_over_looks_and_shown_not_judged(tmp_path
     out = io.StringIO()
     render.summary(Console(file=out, width=400, color_system=None), s)
     assert "beside (not judged)" in out.getvalue() and "135.0 tok/s" in out.getvalue()
+
+
+def test_the_report_draws_bench_serving_beside_each_arm() -> None:
+    """An arm whose launch bench_serving measured too holds that client's windows as its `beside`
+    (both looks' pooled); the objective and TPOT plots draw it next to perfloop's, labelled."""
+    client = "sglang.bench_serving (sglang 0.5.9)"
+
+    def both(rates: list[float], label: str) -> Measurement:
+        beside = windowed([r * 0.9 for r in rates], tpot_ms=60.0, label=label).model_copy(
+            update={"client": client}
+        )
+        return windowed(rates, label=label).model_copy(update={"beside": beside})
+
+    calls = [
+        record(0, "baseline", "bench.measure", {"measurement": both([100, 100], "a").model_dump(mode="json")})
+    ]
+    calls += [
+        record(1, "baseline", "bench.measure", {"measurement": both([100], "a").model_dump(mode="json")})
+    ]
+    (arm,) = arms(calls, [], W)
+    assert arm.beside is not None and arm.beside.label == client
+    assert arm.beside.objective == pytest.approx([90, 90, 90]) and arm.objective == pytest.approx(
+        [100, 100, 100]
+    )
+    assert "bench_serving 90.0 tok/s" in plots.objective_per_arm([arm], "output throughput", "tok/s")
+    assert "bench_serving 60.0 ms" in plots.tpot_per_arm([arm])
