@@ -5,7 +5,7 @@ from __future__ import annotations
 from agent.decision.correctness import refusal
 from agent.decision.levels import at_level
 from agent.decision.measuring import beside_note, serving_note
-from agent.decision.rule import percentile, pooled_metric
+from agent.decision.rule import percentile, pooled_metric, serving_stats
 from agent.proposer.search import trial_lines
 from state.loop import LoopState
 from state.measure import Measurement
@@ -87,10 +87,10 @@ def serving_figures(state: LoopState, before: Measurement | None, after: Measure
     out: dict = {"objective": f"{name} ({unit})"}
     for k, m in (("before", before), ("after", after)):
         at = at_level(m, w.primary) if m and m.windows else None
-        tpot = [r.tpot_ms for r in at.requests if r.itl_ms] if at else []
+        tpot = [r.tpot_ms for r in at.requests] if at else []  # as Measurement.tpot_ms: every request
         out[f"objective_{k}"] = pooled_metric(at, w) if at else None
         out[f"tpot_ms_{k}"] = percentile(tpot, 0.5) if tpot else None
-        out[f"tpot_ms_p99_{k}"] = percentile(tpot, 0.99) if tpot else None
+        out[f"tpot_ms_p99_{k}"] = serving_stats(at.requests, at.windows)["tpot_ms_p99"] if at else None
     a, b = out["objective_before"], out["objective_after"]
     out["speedup"] = w.gain(a, b) if a is not None and b is not None else None
     return out

@@ -13,6 +13,7 @@ import pytest
 from rich.console import Console
 
 from agent.cli import render
+from agent.cli.sessions import not_compared
 from agent.cli.target import load_target
 from agent.decision.measuring import beside_note, merge
 from agent.report import plots
@@ -139,3 +140,21 @@ def test_the_report_draws_bench_serving_beside_each_arm() -> None:
     )
     assert "bench_serving 90.0 tok/s" in plots.objective_per_arm([arm], "output throughput", "tok/s")
     assert "bench_serving 60.0 ms" in plots.tpot_per_arm([arm])
+
+
+def test_a_workload_session_recorded_before_the_objective_speedup_still_replays_the_same(
+    tmp_path: Path,
+) -> None:
+    """A summary recorded before `speedup` was the objective's (its TPOT ratio, no `objective`)
+    is compared without those fields, so its replay matches; one recorded since is compared whole."""
+    before, after = windowed([100, 100], tpot_ms=50.0), windowed([150, 150], tpot_ms=40.0, label="b")
+    now = summarize(session(tmp_path, W, before, after), "done")
+    old = now.model_copy(
+        update={"speedup": 50.5 / 40.5, "objective": None, "objective_before": None, "objective_after": None,
+                "tpot_ms_p99_before": None, "tpot_ms_p99_after": None}
+    )  # fmt: skip
+    skip = not_compared(old)
+    assert old.model_dump(exclude=skip) == now.model_dump(exclude=skip) and "speedup" in skip
+    assert "speedup" not in not_compared(now) and old.model_dump() != now.model_dump()
+    plain = summarize(session(tmp_path, None, before, after), "done")
+    assert "speedup" not in not_compared(plain)  # no workload: its speedup always was TPOT's
