@@ -211,7 +211,8 @@ class Judgement(Model):
                 else ""
             )
             + "".join(
-                f"; at concurrency {o.concurrency}: {o.speedup:.2f}x [{o.ci_low:.2f}, {o.ci_high:.2f}] {o.verdict}"
+                f"; at concurrency {o.concurrency}: {o.speedup:.2f}x [{o.ci_low:.2f}, {o.ci_high:.2f}] "
+                + ("regression" if o.verdict == "regression" else "no regression")
                 for o in self.levels
             )
         )

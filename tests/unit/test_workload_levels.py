@@ -78,7 +78,9 @@ def test_the_rule_judges_the_primary_and_a_regression_elsewhere_rejects() -> Non
         j = judgement_of(with_levels(lk.verdict, [other]), [lk], NOISE, cfg, (ref, cand), 4, workload=W,
                          levels=[other])  # fmt: skip
         assert j.candidate is not None and j.candidate.concurrency == 8 and j.candidate.windows == 6
-        assert f"; at concurrency 1: {other.speedup:.2f}x" in j.line() and j.line().endswith(other.verdict)
+        tail = "regression" if expected == "regression" else "no regression"  # never the other's "accepted"
+        at1 = f"; at concurrency 1: {other.speedup:.2f}x [{other.ci_low:.2f}, {other.ci_high:.2f}] {tail}"
+        assert j.line().endswith(at1), j.line()
     assert 0.65 < level_looks(ref, worse, W, NOISE, cfg, 1)[0].speedup < 0.75
     three = W.model_copy(update={"concurrency": [8, 1, 4]})  # two other levels: each at half the alpha
     at1, at4 = level_looks(ref, same, three, NOISE, cfg, 1)
