@@ -13,7 +13,9 @@ from agent.cli.target import load_target
 from agent.decision.levels import at_level, level_looks, with_levels
 from agent.decision.measuring import judgement_of, serving_note, warmup_requests
 from agent.decision.rule import arm_of, look
+from agent.proposer.search import _objective
 from state.decision import DecisionConfig, LaunchNoise
+from state.loop import Decision
 from state.measure import Measurement, RequestRecord, Window
 from state.workload import WorkloadConfig
 from tests.unit.test_workload import TARGET
@@ -96,3 +98,21 @@ def test_each_level_has_its_serving_note_and_its_own_windows() -> None:
     note = serving_note(m)
     assert note.startswith("; at concurrency 8: 100.0 tok/s") and "; at concurrency 1: 50.0 tok/s" in note
     assert "TPOT p50/p99 20.0/20.0 ms" in note and "TPOT p50/p99 10.0/10.0 ms" in note
+
+
+def test_the_search_counts_a_regression_at_another_level_as_a_failed_trial() -> None:
+    """TPE sees the primary's objective; a trial that regressed at another level is a FAIL (None),
+    so the optimizer does not model it as good; one that did not keeps its value."""
+    cfg = DecisionConfig(looks=1)
+    ref = two_levels([100, 102, 98, 101, 99, 100], [50, 51, 49, 50, 50, 51])
+    worse = two_levels([150, 152, 149, 151, 148, 150], [35, 36, 34, 35, 35, 36], "c")
+    lk = look(arm_of(ref, 4, W), arm_of(worse, 4, W), NOISE, cfg, 1)
+    others = level_looks(ref, worse, W, NOISE, cfg, 1)
+    j = judgement_of(
+        with_levels(lk.verdict, others), [lk], NOISE, cfg, (ref, worse), 4, workload=W, levels=others
+    )
+    d = Decision(iteration=1, source="search-1", verdict=j.verdict, reason="r", tpot_ms_after=20.0,
+                 outputs_identical=True, judgement=j)  # fmt: skip
+    assert j.verdict == "regression" and _objective(d, W) is None
+    kept = d.model_copy(update={"judgement": j.model_copy(update={"levels": []}), "verdict": "accepted"})
+    assert _objective(kept, W) == pytest.approx(-math.log(150.0), abs=0.01)
