@@ -18,13 +18,15 @@ from state.workload import WorkloadConfig
 
 
 def at_level(m: Measurement, level: int) -> Measurement:
-    """`m` with only the windows at `level` and their requests (pure); a measurement without
-    windows as it is."""
+    """`m` with only the windows at `level` and their requests, bench_serving's beside it too
+    (pure); a measurement without windows as it is."""
     if not m.windows:
         return m
     windows = [w for w in m.windows if w.concurrency == level]
     kept = {w.index for w in windows}
-    return m.model_copy(update={"windows": windows, "requests": [r for r in m.requests if r.window in kept]})
+    beside = at_level(m.beside, level) if m.beside is not None else None
+    requests = [r for r in m.requests if r.window in kept]
+    return m.model_copy(update={"windows": windows, "requests": requests, "beside": beside})
 
 
 def level_looks(

@@ -46,6 +46,9 @@ class Arm:
     objective_median: float = 0.0
     objective_ci: tuple[float, float] = (0.0, 0.0)
     """`[workload]`: the median over windows of the objective, and its 95% bootstrap CI."""
+    levels: dict[int, Arm] = field(default_factory=dict)
+    """`[workload]` with several concurrency levels: the same launch at each level but the
+    primary (this arm's own figures are the primary's)."""
     beside: Arm | None = None
     """`measure.bench_serving.use = "both"`: the same launch as sglang.bench_serving measured it
     (`label` names the client), drawn beside this arm, never judged."""
@@ -154,8 +157,13 @@ def median_ci(values: list[float]) -> tuple[float, tuple[float, float]]:
 
 
 def _arm(label: str, verdict: str, ms: list[Measurement], workload: WorkloadConfig | None) -> Arm:
-    if workload is not None:  # several concurrency levels: the primary's, which is judged
-        ms = [at_level(m, workload.primary) for m in ms]
+    if workload is not None and len(workload.levels) > 1:  # the primary's, which is judged; and the others'
+        others = {
+            c: _arm(label, verdict, [at_level(m, c) for m in ms], workload.at(c)) for c in workload.levels[1:]
+        }
+        arm = _arm(label, verdict, [at_level(m, workload.primary) for m in ms], workload.at(workload.primary))
+        arm.levels = others
+        return arm
     reqs = [r for m in ms for r in m.requests]
     tpot = [r.tpot_ms for r in reqs]
     arm = Arm(label, verdict, tpot, [x for r in reqs for x in r.itl_ms])

@@ -77,6 +77,10 @@ def drawn(data: ReportData) -> list[tuple[str, str, str]]:
             name, unit, _ = OBJECTIVES[w.objective]
             title = f"{name} per measured launch, windows at concurrency {w.primary} (what the rule judged)"
             figures.append(("plot-objective", title, lambda: plots.objective_per_arm(data.arms, name, unit)))
+            if len(w.levels) > 1:
+                title = f"{name} per measured launch at each concurrency level ({w.primary} judged)"
+                levels = (name, unit, w.primary)
+                figures.append(("plot-levels", title, lambda: plots.objective_by_level(data.arms, *levels)))
         if data.arms:
             at = f" (p50 and p99 at concurrency {w.primary})" if w is not None else ""
             figures.append(

@@ -82,6 +82,34 @@ def tpot_per_arm(arms: list[Arm]) -> str:
     return out[0]
 
 
+def objective_by_level(arms: list[Arm], name: str, unit: str, primary: int) -> str:
+    """`[workload]` with several concurrency levels: each arm's median objective over its windows
+    at every level, with its bootstrap CI, one marker and line per level (the primary judged, a
+    regression at any other rejects)."""
+    levels = [primary, *sorted({c for a in arms for c in a.levels})]
+    with _figure(7, 3.4) as (fig, out):
+        ax = fig.add_subplot()
+        xs = list(range(len(arms)))
+        for i, c in enumerate(levels):
+            shift = (i - (len(levels) - 1) / 2) * 0.12
+            at = [(x, a if c == primary else a.levels.get(c)) for x, a in zip(xs, arms, strict=True)]
+            pts = [(x + shift, b) for x, b in at if b is not None and b.objective]
+            if not pts:
+                continue
+            ys = [b.objective_median for _, b in pts]
+            err = [[y - b.objective_ci[0] for y, (_, b) in zip(ys, pts, strict=True)],
+                   [b.objective_ci[1] - y for y, (_, b) in zip(ys, pts, strict=True)]]  # fmt: skip
+            label = f"concurrency {c}" + (" (judged)" if c == primary else "")
+            ax.errorbar([x for x, _ in pts], ys, yerr=err, fmt="os^vD"[i % 5] + "-", capsize=4, label=label)
+        ax.set_xticks(xs, [f"{a.label}\n({a.verdict})" for a in arms])
+        ax.set_xlim(-0.5, len(arms) - 0.5)
+        _log_y(ax)
+        ax.set_ylabel(f"{name}, {unit}\n(median of windows, 95% CI)")
+        ax.legend(loc="best")
+        ax.grid(axis="y", alpha=0.3)
+    return out[0]
+
+
 def _beside(ax: Axes, x: int, median: float, ci: tuple[float, float], label: str) -> None:
     """Another client's figure of an arm's launch (`beside`): a hollow grey square right of it."""
     err = [[median - ci[0]], [ci[1] - median]]

@@ -14,11 +14,14 @@ from agent.decision.levels import at_level, level_looks, with_levels
 from agent.decision.measuring import judgement_of, serving_note, warmup_requests
 from agent.decision.rule import arm_of, look
 from agent.proposer.search import _objective
+from agent.report import plots
+from agent.report.data import arms
 from state.decision import DecisionConfig, LaunchNoise
 from state.loop import Decision
 from state.measure import Measurement, RequestRecord, Window
 from state.workload import WorkloadConfig
 from tests.unit.test_workload import TARGET
+from tests.unit.test_workload_report import record
 from tools.client.stats import summarize
 from tools.errors import ConfigError
 
@@ -116,3 +119,18 @@ def test_the_search_counts_a_regression_at_another_level_as_a_failed_trial() -> 
     assert j.verdict == "regression" and _objective(d, W) is None
     kept = d.model_copy(update={"judgement": j.model_copy(update={"levels": []}), "verdict": "accepted"})
     assert _objective(kept, W) == pytest.approx(-math.log(150.0), abs=0.01)
+
+
+def test_the_report_holds_and_draws_every_level() -> None:
+    """An arm's own figures are the primary's; each other level's (bench_serving's beside too)
+    are in `levels`; the per-level plot draws each level, the primary marked as judged."""
+    m = two_levels([100, 102], [50, 51]).model_copy(update={"beside": two_levels([90, 92], [45, 46])})
+    calls = [record(0, "baseline", "bench.measure", {"measurement": m.model_dump(mode="json")})]
+    (arm,) = arms(calls, [], W)
+    assert arm.objective == pytest.approx([100, 102]) and sorted(arm.levels) == [1]
+    assert arm.levels[1].objective == pytest.approx([50, 51]) and arm.median_ms == pytest.approx(20.0)
+    assert arm.beside is not None and arm.beside.objective == pytest.approx([90, 92])
+    at1 = arm.levels[1].beside
+    assert at1 is not None and at1.objective == pytest.approx([45, 46])
+    svg = plots.objective_by_level([arm], "output throughput", "tok/s", 8)
+    assert "concurrency 8 (judged)" in svg and "concurrency 1" in svg
