@@ -141,6 +141,9 @@ class Look(Model):
     machine_drift: float = 1.0
     """How much faster the host ran for one arm than the other (CPU probe ratio, >= 1); the CI is
     widened by it on both sides."""
+    concurrency: int | None = None
+    """`[workload]` with several levels: the (non-primary) level this look judged; None: the
+    primary or only one."""
 
 
 class Judgement(Model):
@@ -168,6 +171,9 @@ class Judgement(Model):
     objective: str | None = None
     """`[workload]`: what the windows were judged on (e.g. `output_throughput`; the speedup is
     then that ratio, candidate over reference for a throughput); None: per-request TPOT."""
+    levels: list[Look] = []
+    """`[workload]` with several concurrency levels: the deciding look at each level but the
+    primary (a regression at any is the verdict; agent/decision/levels.py); empty otherwise."""
 
     @property
     def last(self) -> Look:
@@ -203,6 +209,11 @@ class Judgement(Model):
                 f" (host ran {lk.machine_drift:.2f}x faster for one arm: CI widened by it)"
                 if lk.machine_drift >= 1.05
                 else ""
+            )
+            + "".join(
+                f"; at concurrency {o.concurrency}: {o.speedup:.2f}x [{o.ci_low:.2f}, {o.ci_high:.2f}] "
+                + ("regression" if o.verdict == "regression" else "no regression")
+                for o in self.levels
             )
         )
 
