@@ -74,8 +74,9 @@ def sized(
 ) -> Power:
     """The power of `repeats` x `cfg.looks`; with `cfg.keep_gain`, the requests and looks chosen for
     it: the most looks (up to `cfg.looks`) whose fewest repeats reach 1 + keep_gain within
-    `cfg.max_requests_per_prompt` (repeats x looks), else whatever within the budget keeps the
-    smallest gain (pure)."""
+    `cfg.max_requests_per_prompt` (repeats x looks), else `repeats` x `cfg.looks` as given when
+    their gain is within 5% (in log) of the smallest the budget keeps, or the fewest requests that
+    are: no budget spent where the launch noise alone holds the gain up (pure)."""
     s = noise.sigma_log
     common = {"noise": noise, "spread_log": spread_log, "prompts": prompts, "unit": unit}
     floor = keeps(s, spread_log, prompts, math.inf, cfg.looks, cfg)
@@ -83,16 +84,17 @@ def sized(
         g = keeps(s, spread_log, prompts, repeats, cfg.looks, cfg)
         return Power(keeps=g, floor=floor, repeats=repeats, looks=cfg.looks, **common)
     aim, budget = 1.0 + cfg.keep_gain, cfg.max_requests_per_prompt
-    best: tuple[float, int, int] | None = None
-    for looks in range(cfg.looks, 0, -1):
-        for reps in range(MIN_REPEATS, budget // looks + 1):
-            g = keeps(s, spread_log, prompts, reps, looks, cfg)
-            if g <= aim:
-                return Power(
-                    keeps=g, floor=floor, repeats=reps, looks=looks, aim=aim, budget=budget, **common
-                )
-            if best is None or g < best[0]:
-                best = (g, reps, looks)
-    g, reps, looks = best or (keeps(s, spread_log, prompts, repeats, cfg.looks, cfg), repeats, cfg.looks)
+    tried = [
+        (keeps(s, spread_log, prompts, reps, looks, cfg), reps, looks)
+        for looks in range(cfg.looks, 0, -1)
+        for reps in range(MIN_REPEATS, budget // looks + 1)
+    ]
+    reached = [t for t in tried if t[0] <= aim]  # in order: most looks first, fewest repeats first
+    if not reached:  # as configured, or the fewest requests, within 5% (in log) of the least
+        least = min(g for g, _, _ in tried)
+        given = (keeps(s, spread_log, prompts, repeats, cfg.looks, cfg), repeats, cfg.looks)
+        near = [t for t in [given, *tried] if math.log(t[0]) <= 1.05 * math.log(least)]
+        reached = [given if given in near else min(near, key=lambda t: (t[1] * t[2], -t[2]))]
+    g, reps, looks = reached[0]
     floor = keeps(s, spread_log, prompts, math.inf, looks, cfg)
     return Power(keeps=g, floor=floor, repeats=reps, looks=looks, aim=aim, budget=budget, **common)

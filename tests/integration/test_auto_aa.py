@@ -19,6 +19,7 @@ from agent.decision.noise import UPPER_BOUND, chi2_quantile, target_key
 from agent.serving import start_server
 from state.aa import AARecordArgs, AASample
 from state.calls import ServerArgs
+from state.decision import LaunchNoise
 from state.loop import LoopState
 from state.options import LoopOptions
 from tests.e2e.conftest import make_repo, write_target
@@ -33,6 +34,9 @@ from tools.store.sessions import SessionStore, perfloop_home
 def test_an_interleaved_baseline_gathers_its_own_aa_pairs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """One pair beside the baseline completes the store's two (one another session kept), a later
+    session launches none; both pooled into the bound; sequential arms sized past their
+    measured requests get the reference topped up on the same launch; no server left behind."""
     monkeypatch.setenv("PERFLOOP_HOME", str(tmp_path / "home"))
     repo = make_repo(tmp_path / "engine")
     path = write_target(tmp_path / "t.toml", repo, looks=1, arms="interleaved", prompts=("Hi.",))
@@ -60,6 +64,12 @@ def test_an_interleaved_baseline_gathers_its_own_aa_pairs(
         later = first.state.model_copy(update={"session_id": "s2"})  # a later session on this host
         again = powered(later, runtime, m, first.noise)  # finds enough pairs stored: launches none
         assert processes_in(repo) and processes_in(first.state.options.session_dir) == []
+        # sequential arms sized for a gain their 6 requests cannot resolve: the reference topped up
+        decide = target.decide.model_copy(
+            update={"arms": "sequential", "min_gain": 0.0, "keep_gain": 1e-4, "max_requests_per_prompt": 6}
+        )
+        sequential = state.model_copy(update={"target": target.model_copy(update={"decide": decide})})
+        topped = powered(sequential, runtime, m, LaunchNoise(sigma_log=0.0))
     finally:
         call(runtime, server.stop, ServerArgs(server=base, grace_s=5))
     assert processes_in(repo) == [], "a server was left running"
@@ -78,6 +88,10 @@ def test_an_interleaved_baseline_gathers_its_own_aa_pairs(
     sd = math.sqrt((0.01**2 + pairs[1].shift_log ** 2) / 4)
     assert noise.estimate_log == pytest.approx(sd)
     assert noise.sigma_log == pytest.approx(max(sd * math.sqrt(2 / chi2_quantile(1 - UPPER_BOUND, 2)), 0.005))
+    assert (topped.power.repeats, topped.power.looks, len(m.requests)) == (6, 1, 3)
+    assert len(topped.measurement.requests) == 6 and topped.state.target.measure.repeats == 6
+    assert "a budget of 6 requests per prompt cannot resolve 1.000x" in topped.power.line()
+    assert names.count("bench.measure") == 2  # the baseline, and its top-up on the same launch
     p = first.power
     assert p.keeps > 1.02 and p.repeats == 3 and p.looks == 1 and p.spread_log > 0
     assert (

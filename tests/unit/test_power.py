@@ -76,6 +76,12 @@ def test_sizing_says_what_the_budget_or_the_launch_noise_cannot_resolve() -> Non
     assert "a budget of 12 x cannot resolve 1.050x" in budgeted.line(), budgeted.line()
     noisy = sized(noise(0.05), 0.01, 3, 3, DecisionConfig(keep_gain=0.05), "requests per prompt")
     assert noisy.floor > 1.05 and "the launch noise alone cannot resolve 1.050x" in noisy.line()
+    # no budget spent where requests cannot help: no more than the 3 x 3 given, within 5% (in log)
+    # of the least all 60 per prompt keep (one look of few: the Bonferroni z is what counts here)
+    least = min(keeps(0.05, 0.01, 3, 60 // k, k, DecisionConfig()) for k in (1, 2, 3))
+    assert noisy.repeats * noisy.looks <= 9 and math.log(noisy.keeps) <= 1.05 * math.log(least)
+    steady = sized(noise(0.02), 0.01, 3, 3, DecisionConfig(keep_gain=0.05, looks=1), "requests per prompt")
+    assert (steady.repeats, steady.looks) == (3, 1)  # as given: already as near the floor as 60 are
     plain = sized(noise(0.05), 0.01, 3, 4, DecisionConfig(), "requests per prompt")
     assert (plain.repeats, plain.looks, plain.aim) == (4, 3, None) and "cannot" not in plain.line()
 
