@@ -34,7 +34,8 @@ class CiRule:
 
     def baseline(self, state: LoopState, runtime: Runtime[LoopContext]) -> MeasuredBaseline:
         """The reference arm's full budget now: its server is gone when a candidate runs."""
-        m = measure_arm(state, runtime, "baseline", budget(state), warm_up=True)
+        measured = budget(state)
+        m = measure_arm(state, runtime, "baseline", measured, warm_up=True)
         noise = record_aa(state, runtime, m)
         more: LoopUpdate = {}
         evidence = noise.describe()
@@ -42,9 +43,10 @@ class CiRule:
             p = powered(state, runtime, m, noise)
             state, m, noise, evidence = p.state, p.measurement, p.noise, f"{p.note}{p.power.line()}"
             more = {"power": p.power, "target": state.target, "launches": state.launches}
+            measured = max(measured, budget(state) if state.target.decide.arms == "sequential" else 0)
         update = outputs.reference_outputs(state, runtime)
         note = (
-            f"; {len(m.outputs)} prompts x {budget(state)} requests, {m.warmups_discarded} warm-up(s) "
+            f"; {len(m.outputs)} prompts x {measured} requests, {m.warmups_discarded} warm-up(s) "
             f"discarded; {evidence}; {correctness.describe(state, update)}"
         )
         return MeasuredBaseline(m, {**update, **more, "launch_noise": noise}, note)
