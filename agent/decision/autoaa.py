@@ -21,7 +21,7 @@ from agent.context import LoopContext, call, need
 from agent.decision.interleave import launch_beside, pair_args, stop_reference
 from agent.decision.measuring import budget, measure_arm, merge, warmup_requests
 from agent.decision.noise import pair_noise, sample_group, target_key
-from agent.decision.power import request_spread, sized
+from agent.decision.power import keeps, request_spread, sized
 from agent.decision.rule import Arm, arm_location, arm_of, combined_shift
 from state.aa import AARecordArgs, AASample
 from state.calls import PairArgs, PairResult
@@ -81,12 +81,12 @@ class Powered:
     power: Power
     """The power line's numbers."""
     note: str
-    """`3 A/A pair(s) beside the baseline (shifts ...); `, or ""."""
+    """`3 A/A pair(s) beside the baseline (shifts ...; power before them 1.282x); `, or ""."""
 
 
 def start_pairs(
     state: LoopState, runtime: Runtime[LoopContext], noise: LaunchNoise
-) -> tuple[LoopState, LaunchNoise, list[Arm], str]:
+) -> tuple[LoopState, LaunchNoise, list[Arm], list[str]]:
     """Interleaved arms: A/A pairs beside the running baseline server while the store holds fewer
     than `min_aa_pairs` (at most `auto_aa_pairs`); the beside server is stopped after each. The
     session's own pairs do not count: a resumed step launches them again, under the same launch
@@ -109,20 +109,25 @@ def start_pairs(
         n, w = len(state.target.measure.prompts), state.target.workload
         arms += [arm_of(pair.reference, n, w), arm_of(pair.candidate, n, w)]
         shifts.append(f"{sample.shift_log or 0.0:+.1%}")
-    note = f"{want} A/A pair(s) beside the baseline (shifts {', '.join(shifts)}); " if want > 0 else ""
-    return state, noise, arms, note
+    return state, noise, arms, shifts
 
 
 def powered(state: LoopState, runtime: Runtime[LoopContext], m: Measurement, noise: LaunchNoise) -> Powered:
     """A/A pairs at the start (interleaved arms), the power, and the target sized by it."""
-    arms = [arm_of(m, len(m.outputs), state.target.workload)]
-    note = ""
-    if state.target.decide.arms == "interleaved" and state.target.decide.auto_aa_pairs > 0:
-        state, noise, more, note = start_pairs(state, runtime, noise)
-        arms += more
     cfg, w = state.target.decide, state.target.workload
+    arms = [arm_of(m, len(m.outputs), w)]
     prompts = 1 if w is not None and m.windows else len(m.outputs)
     unit = "windows" if w is not None and m.windows else "requests per prompt"
+    note = ""
+    if cfg.arms == "interleaved" and cfg.auto_aa_pairs > 0:
+        ahead = keeps(
+            noise.sigma_log, request_spread(arms), prompts, state.target.measure.repeats, cfg.looks, cfg
+        )
+        state, noise, more, shifts = start_pairs(state, runtime, noise)
+        arms += more
+        if shifts:
+            note = f"{len(shifts)} A/A pair(s) beside the baseline (shifts {', '.join(shifts)}; "
+            note += f"power before them {ahead:.3f}x); "
     power = sized(noise, request_spread(arms), prompts, state.target.measure.repeats, cfg, unit)
     target = state.target.model_copy(
         update={

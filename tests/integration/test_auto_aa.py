@@ -78,6 +78,7 @@ def test_an_interleaved_baseline_gathers_its_own_aa_pairs(
     assert names.count("server.launch") == 2 and names.count("bench.measure_pair") == 1, names
     assert first.state.launches == 2 and again.state.launches == 2
     assert first.note.startswith("1 A/A pair(s) beside the baseline") and again.note == ""
+    assert "power before them" in first.note  # with the one stored pair: the 5% default
     pairs = [
         s for s in aa.record(AARecordArgs(target_key=earlier.target_key)).samples if s.shift_log is not None
     ]
