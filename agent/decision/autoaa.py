@@ -21,7 +21,7 @@ from agent.context import LoopContext, call, need
 from agent.decision.interleave import launch_beside, pair_args, stop_reference
 from agent.decision.measuring import budget, measure_arm, merge, warmup_requests
 from agent.decision.noise import pair_noise, sample_group, target_key
-from agent.decision.power import keeps, request_spread, sized
+from agent.decision.power import keeps, more_pairs, request_spread, sized
 from agent.decision.rule import Arm, arm_location, arm_of, combined_shift
 from state.aa import AARecordArgs, AASample
 from state.calls import PairArgs, PairResult
@@ -87,17 +87,19 @@ class Powered:
 def start_pairs(
     state: LoopState, runtime: Runtime[LoopContext], noise: LaunchNoise
 ) -> tuple[LoopState, LaunchNoise, list[Arm], list[str]]:
-    """Interleaved arms: A/A pairs beside the running baseline server while the store holds fewer
-    than `min_aa_pairs` (at most `auto_aa_pairs`); the beside server is stopped after each. The
+    """Interleaved arms: A/A pairs beside the running baseline server while another is worth a
+    launch (`power.more_pairs`: fewer than `min_aa_pairs` stored, or the launch noise alone keeps
+    `keep_gain` out of reach), at most `auto_aa_pairs`; the beside server is stopped after each. The
     session's own pairs do not count: a resumed step launches them again, under the same launch
     numbers, so the store replaces them (`SessionStore.add_aa`)."""
     cfg, base = state.target.decide, need(state.server, "baseline server")
     stored = call(runtime, aa.record, AARecordArgs(target_key=target_key(state.target))).samples
     others = sum(s.shift_log is not None and s.session_id != state.session_id for s in stored)
-    want = min(cfg.auto_aa_pairs, cfg.min_aa_pairs - others)  # a resumed step replaces its own
     arms: list[Arm] = []
     shifts: list[str] = []
-    for i in range(1, want + 1):
+    for i in range(1, cfg.auto_aa_pairs + 1):
+        if not more_pairs(others + i - 1, noise, cfg):  # a resumed step replaces its own pairs
+            break
         try:
             beside = launch_beside(
                 state, runtime, state.target.repo, state.kept_argv, state.launches + 1, "reference-tree"

@@ -98,3 +98,13 @@ def sized(
     g, reps, looks = reached[0]
     floor = keeps(s, spread_log, prompts, math.inf, looks, cfg)
     return Power(keeps=g, floor=floor, repeats=reps, looks=looks, aim=aim, budget=budget, **common)
+
+
+def more_pairs(pairs: int, noise: LaunchNoise, cfg: DecisionConfig) -> bool:
+    """Whether another A/A pair is worth a launch: fewer than `min_aa_pairs` are stored, or
+    `keep_gain` is set and the launch noise alone keeps it out of reach (its floor above 1 +
+    keep_gain; more requests cannot help there, a tighter bound from more pairs can) (pure)."""
+    if pairs < cfg.min_aa_pairs:
+        return True
+    floor = keeps(noise.sigma_log, 0.0, 1, math.inf, cfg.looks, cfg)
+    return cfg.keep_gain is not None and floor > 1.0 + cfg.keep_gain

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from agent.decision.noise import pair_df, pair_noise, shared_df
-from agent.decision.power import keeps, request_spread, sized, standard_error
+from agent.decision.power import keeps, more_pairs, request_spread, sized, standard_error
 from agent.decision.rule import look
 from state.aa import AASample
 from state.decision import DecisionConfig, LaunchNoise
@@ -117,3 +117,11 @@ def test_pairs_sharing_the_baseline_launch_count_fewer_degrees_of_freedom() -> N
     apart, together = pair_noise(pairs(shifts, False), cfg), pair_noise(pairs(shifts, True), cfg)
     assert apart.source == together.source == "aa" and apart.estimate_log == together.estimate_log
     assert together.sigma_log > apart.sigma_log * 1.1  # the bound is wider for correlated pairs
+
+
+def test_another_pair_is_launched_while_few_are_stored_or_the_noise_alone_holds_keep_gain_up() -> None:
+    plain, aiming = DecisionConfig(), DecisionConfig(keep_gain=0.05)
+    assert more_pairs(2, noise(0.004), plain) and not more_pairs(3, noise(0.03), plain)
+    # 3% pair noise: no number of requests keeps 1.05x (floor ~1.17x); 0.4%: requests can (~1.04x)
+    assert keeps(0.03, 0.0, 1, math.inf, 3, aiming) > 1.15 and more_pairs(3, noise(0.03), aiming)
+    assert keeps(0.004, 0.0, 1, math.inf, 3, aiming) < 1.05 and not more_pairs(3, noise(0.004), aiming)
