@@ -1,11 +1,11 @@
 """A/A evidence without asking, and the power the session has, from the baseline step.
 
 With interleaved arms no launch of a session measures the same tree twice side by side, so while
-the A/A store holds fewer than `[decide] min_aa_pairs` pairs of this target on this host the
-baseline step launches the tree again beside the running baseline server (`auto_aa_pairs` times
-at most, one launch each) and keeps each pair as `perfloop calibrate` does (`aa_pair`, shared with
-it). Pairs sharing the baseline launch count with fewer degrees of freedom
-(`noise.pair_df`). Then the power (agent/decision/power.py) is computed from the launch noise and
+the A/A store holds fewer than `[decide] min_aa_pairs` pairs of this target on this host (or, with
+`keep_gain`, while the launch noise alone keeps that gain out of reach) the baseline step launches
+the tree again beside the running baseline server (`auto_aa_pairs` times at most, one launch
+each) and keeps each pair as `perfloop calibrate` does (`aa_pair`, shared with it). Pairs sharing
+the baseline launch count with fewer degrees of freedom (`noise.pair_df`). Then the power (agent/decision/power.py) is computed from the launch noise and
 the per-request spread seen on the baseline and the pairs, and with `[decide] keep_gain` the
 requests per look and the looks are chosen for it: the session's target carries them from then on.
 A sequential reference measured with fewer requests than that is topped up on its launch.
