@@ -22,6 +22,10 @@ class AASample(Model):
     shift_log: float | None = None
     """Interleaved A/A pair: the combined log-TPOT shift between two launches of the same tree
     measured together (requests alternating); None for a single launch."""
+    beside: int | None = None
+    """Interleaved A/A pair: the launch number of the pair's other side (`launch_number` is the one
+    launched for the pair); pairs of one session beside the same launch are correlated. None in
+    pairs recorded before it (their sides were never shared)."""
 
 
 class AARecordArgs(Model):

@@ -47,6 +47,17 @@ class DecisionConfig(Model):
     sequential launches."""
     min_aa_pairs: int = Field(3, ge=2)
     """Interleaved A/A pairs needed before their estimate replaces `default_pair_noise`."""
+    auto_aa_pairs: int = Field(3, ge=0, le=10)
+    """Interleaved arms: while the A/A store holds fewer than `min_aa_pairs` pairs of this target
+    on this host (or, with `keep_gain`, while the launch noise alone keeps it out of reach), the
+    baseline step launches the tree again beside the baseline server, up to this many times per
+    session, and keeps each pair (one launch each; 0: never, calibrate by hand)."""
+    keep_gain: float | None = Field(None, gt=0)
+    """The true gain the session should keep (0.05: 1.05x, with 80% power): the baseline step
+    chooses requests per look and looks for it, up to `max_requests_per_prompt`; None: `repeats`
+    and `looks` as given (the power is reported either way)."""
+    max_requests_per_prompt: int = Field(60, ge=2)
+    """Budget for `keep_gain`: most requests per prompt per arm over all looks."""
     confirm_below: float | None = Field(2.0, gt=1)
     """Interleaved arms: an acceptance whose CI lower end is below this speedup is repeated on a
     fresh pair of launches and kept only when that pair accepts too (None: never). Launch effects

@@ -14,6 +14,7 @@ from state.ids import ForkStep, SessionId
 from state.limits import LongPrompts
 from state.measure import Measurement
 from state.options import LoopOptions
+from state.power import Power
 from state.process import ServerHandle
 from state.proposer import LlmOrigin, LlmUsage, ModelTrial
 from state.session import SessionStatus
@@ -193,6 +194,8 @@ class LoopState(Model):
     """Tolerance gate: the current candidate's result (set by `measure`, kept by `decide`)."""
     launch_noise: LaunchNoise | None = None
     """Launch-to-launch noise of this target on this host (A/A store, read after the baseline)."""
+    power: Power | None = None
+    """The smallest gain the session could keep, fixed on the baseline (`LoopOptions.power`)."""
     judgement: Judgement | None = None
     """The CI rule's answer on the current candidate (set by `measure`, used by `decide`)."""
     gate_problem: str | None = None

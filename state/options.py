@@ -42,3 +42,7 @@ class LoopOptions(Model):
     """Whether the correctness set reaches the context limit (`[correctness] long_prompts`,
     agent/decision/correctness.py): True for new sessions; sessions recorded before it carry none
     and replay with the set they were checked on."""
+    power: bool = False
+    """Whether the baseline step gathers A/A pairs (interleaved arms), reports the session's power
+    and sizes requests and looks by `[decide] keep_gain` (agent/decision/autoaa.py): True for new
+    sessions; sessions recorded before it carry none and replay without."""

@@ -80,6 +80,10 @@ class Summary(Model):
     """Launch-to-launch noise (SD of log TPOT) the CI included."""
     decision: str | None = None
     """That decision's one-line report, e.g. `TPOT 3.10x [2.20, 4.35] 95% CI, n = ...`."""
+    power: str | None = None
+    """The smallest gain the session could keep, fixed on the baseline before any candidate, e.g.
+    `power: keeps gains >= 1.041x (80% of the time) with 3 look(s) x 5 requests per prompt (...)`;
+    None for sessions before it."""
     output_gate: str | None = None
     """The output gate's policy and, under `tolerance`, the result on the decisive candidate (the
     last accepted one it scored, else the last it scored), e.g. `tolerance: tolerance gate: top-1

@@ -14,6 +14,7 @@ from state.limits import LongPrompts
 from state.loop import Approval, Decision, ForkStep, ProfileResult, Proposal, Transition
 from state.measure import Measurement
 from state.options import LoopOptions
+from state.power import Power
 from state.process import ServerHandle
 from state.proposer import LlmUsage, ModelTrial
 from state.session import SessionStatus
@@ -45,6 +46,7 @@ class LoopUpdate(TypedDict, total=False):
     tolerance_reference: ScoreResult | None
     tolerance: ToleranceResult | None
     launch_noise: LaunchNoise | None
+    power: Power | None
     judgement: Judgement | None
     gate_problem: str | None
     profiles: list[ProfileResult]

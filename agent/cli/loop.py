@@ -63,6 +63,7 @@ def _options(
         "python": sys.executable,
         "decision_rule": "ci-v1",
         "long_prompts": True,
+        "power": True,
     }
 
 

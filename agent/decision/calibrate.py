@@ -14,20 +14,18 @@ from pathlib import Path
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, call
-from agent.decision.interleave import launch_beside, pair_args, stop_reference
-from agent.decision.measuring import budget, measure_arm, record_aa, warmup_requests
-from agent.decision.noise import pair_noise, sample_group, target_key
-from agent.decision.rule import arm_location, arm_of, combined_shift
+from agent.decision.autoaa import aa_pair
+from agent.decision.interleave import launch_beside, stop_reference
+from agent.decision.measuring import budget, measure_arm, record_aa
+from agent.decision.noise import pair_noise
 from agent.serving import start_server
-from state.aa import AARecordArgs, AASample
-from state.calls import PairArgs, ServerArgs
+from state.calls import ServerArgs
 from state.decision import LaunchNoise
 from state.loop import LoopState
 from state.options import LoopOptions
 from state.target import TargetConfig
-from tools import bench, server
+from tools import server
 from tools.door import Door
-from tools.store import aa
 
 
 def calibrate(
@@ -70,7 +68,6 @@ def calibrate_pairs(
     keep the shift between them as an A/A pair; `pairs` times (each pair is two launches)."""
     target = state.target
     noise = pair_noise([], target.decide)
-    n, reps = len(target.measure.prompts), target.measure.repeats * target.decide.looks
     for i in range(1, pairs + 1):
         first = start_server(state, runtime, instrumented=False)
         state = state.model_copy(update={"server": first, "launches": first.launch_number})
@@ -79,31 +76,7 @@ def calibrate_pairs(
                 state, runtime, target.repo, target.launch.argv, state.launches + 1, "reference-tree"
             )
             state = state.model_copy(update={"launches": second.launch_number})
-            warm = target.measure.warmup_requests
-            if target.workload is not None:  # its warm-up windows, counted in requests
-                warm = warmup_requests(target.workload)
-            pair = call(
-                runtime,
-                bench.measure_pair,
-                PairArgs(
-                    reference=pair_args(state, first, f"aa-{i}-a", reps, warm),
-                    candidate=pair_args(state, second, f"aa-{i}-b", reps, warm),
-                ),
-            )
-            a, b = arm_of(pair.reference, n, target.workload), arm_of(pair.candidate, n, target.workload)
-            sample = AASample(
-                target_key=target_key(target),
-                group=sample_group(first.tree_sha256, target, pair.reference.client),
-                session_id=state.session_id,
-                launch_number=first.launch_number,
-                location_log=arm_location(a),
-                requests=len(pair.reference.requests) + len(pair.candidate.requests),
-                shift_log=combined_shift(a, b),
-            )
-            samples = call(
-                runtime, aa.record, AARecordArgs(target_key=sample.target_key, sample=sample)
-            ).samples
-            noise = pair_noise(samples, target.decide)
+            sample, noise, pair = aa_pair(state, runtime, first, second, f"aa-{i}")
         finally:
             call(runtime, server.stop, ServerArgs(server=first, grace_s=target.launch.stop_grace_s))
             state = state.model_copy(update={"server": None})

@@ -14,10 +14,12 @@ from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, need
 from agent.decision import correctness, outputs
+from agent.decision.autoaa import powered
 from agent.decision.interleave import judge_interleaved
 from agent.decision.judging import JudgedCandidate, MeasuredBaseline, RuleVerdict
 from agent.decision.measuring import budget, judge_candidate, measure_arm, outputs_problem, record_aa, unlike
 from state.loop import LoopState
+from state.updates import LoopUpdate
 
 
 class CiRule:
@@ -32,14 +34,22 @@ class CiRule:
 
     def baseline(self, state: LoopState, runtime: Runtime[LoopContext]) -> MeasuredBaseline:
         """The reference arm's full budget now: its server is gone when a candidate runs."""
-        m = measure_arm(state, runtime, "baseline", budget(state), warm_up=True)
+        measured = budget(state)
+        m = measure_arm(state, runtime, "baseline", measured, warm_up=True)
         noise = record_aa(state, runtime, m)
+        more: LoopUpdate = {}
+        evidence = noise.describe()
+        if state.options.power:  # A/A pairs at the start, the power, requests and looks sized by it
+            p = powered(state, runtime, m, noise)
+            state, m, noise, evidence = p.state, p.measurement, p.noise, f"{p.note}{p.power.line()}"
+            more = {"power": p.power, "target": state.target, "launches": state.launches}
+            measured = max(measured, budget(state) if state.target.decide.arms == "sequential" else 0)
         update = outputs.reference_outputs(state, runtime)
         note = (
-            f"; {len(m.outputs)} prompts x {budget(state)} requests, {m.warmups_discarded} warm-up(s) "
-            f"discarded; {noise.describe()}; {correctness.describe(state, update)}"
+            f"; {len(m.outputs)} prompts x {measured} requests, {m.warmups_discarded} warm-up(s) "
+            f"discarded; {evidence}; {correctness.describe(state, update)}"
         )
-        return MeasuredBaseline(m, {**update, "launch_noise": noise}, note)
+        return MeasuredBaseline(m, {**update, **more, "launch_noise": noise}, note)
 
     def judge(self, state: LoopState, runtime: Runtime[LoopContext], label: str) -> JudgedCandidate:
         if state.target.decide.arms == "interleaved":

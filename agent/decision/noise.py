@@ -46,7 +46,7 @@ def sample_group(content_sha256: str, target: TargetConfig, client: str) -> str:
     return _digest([content_sha256, m.prompts, m.max_tokens, m.warmup_requests, client])
 
 
-def chi2_quantile(p: float, df: int) -> float:
+def chi2_quantile(p: float, df: float) -> float:
     """Wilson-Hilferty approximation of the chi-square quantile (good to ~1% for df >= 2)."""
     z = NormalDist().inv_cdf(p)
     h = 2.0 / (9.0 * df)
@@ -87,7 +87,9 @@ def pair_noise(samples: Sequence[AASample], cfg: DecisionConfig) -> LaunchNoise:
     estimated by sum(shift^2) / (2 n) with n degrees of freedom; the rule uses its upper 90%
     bound once there are `min_aa_pairs` pairs, and until then the larger of the default and the
     point estimate. Single launches (sequential A/A samples) do not count here: their spread
-    holds the machine's drift between launches, which interleaving removes."""
+    holds the machine's drift between launches, which interleaving removes. Pairs that share one
+    launch (the baseline server beside each of the session's first A/A launches, `aa_pairs`) are
+    correlated: they count with `shared_df` degrees of freedom."""
     shifts = [s.shift_log for s in samples if s.shift_log is not None]
     n = len(shifts)
     sd = math.sqrt(sum(x * x for x in shifts) / (2 * n)) if n else None
@@ -95,8 +97,24 @@ def pair_noise(samples: Sequence[AASample], cfg: DecisionConfig) -> LaunchNoise:
         return LaunchNoise(
             sigma_log=max(cfg.default_pair_noise, sd or 0.0), estimate_log=sd, launches=n, paired=True
         )
-    upper = sd * math.sqrt(n / chi2_quantile(1.0 - UPPER_BOUND, n))
+    df = pair_df(samples)
+    upper = sd * math.sqrt(df / chi2_quantile(1.0 - UPPER_BOUND, df))
     return LaunchNoise(sigma_log=max(upper, 0.005), estimate_log=sd, launches=n, source="aa", paired=True)
+
+
+def shared_df(m: int) -> float:
+    """Degrees of freedom of sum(shift^2) over `m` A/A pairs that share one side (Satterthwaite:
+    the shifts' covariance is sigma^2 (I + J), so 2 E^2 / Var = 4 m / (m + 3); 1 for one pair)."""
+    return 4.0 * m / (m + 3.0)
+
+
+def pair_df(samples: Sequence[AASample]) -> float:
+    """Degrees of freedom of the pooled pair estimate: pairs grouped by the launch they share (pure)."""
+    sides: dict[tuple[str, int], int] = defaultdict(int)
+    for s in samples:
+        if s.shift_log is not None:
+            sides[(s.session_id, s.beside if s.beside is not None else s.launch_number)] += 1
+    return sum(shared_df(m) for m in sides.values())
 
 
 def noise_for(samples: Sequence[AASample], cfg: DecisionConfig) -> LaunchNoise:

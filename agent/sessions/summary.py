@@ -65,6 +65,7 @@ def summarize(state: LoopState, status: str) -> Summary:
         requests_per_arm=j.last.requests_candidate if j else None,
         launch_noise=j.launch_noise.sigma_log if j else None,
         decision=j.line() if j else None,
+        power=state.power.line() if state.power else None,
         output_gate=gate,
         correctness_set=reach,
         mechanisms=[f"{m.playbook}: {m.note}" for m in state.mechanisms],

@@ -49,7 +49,10 @@ def write_target(
     `looks = 1`: the reference arm and the candidate get `repeats` requests per prompt, one look;
     `arms`: see `[decide] arms` in examples/targets/mla_server.toml; `long_prompts`: the
     correctness set's prompts up to the context limit, none by default, since the CPU demo's
-    prefills near its 1024-token limit take tens of seconds on a loaded 2-core machine)."""
+    prefills near its 1024-token limit take tens of seconds on a loaded 2-core machine;
+    `auto_aa_pairs = 0`: no A/A pairs launched beside an interleaved baseline, a launch and a
+    measured pair each that CI's budget has no room for, tests/integration/test_auto_aa.py runs
+    them)."""
     path.write_text(f"""
 name = "e2e mla_server"
 kind = "mla_server"
@@ -75,6 +78,7 @@ method = "{method}"
 [decide]
 looks = {looks}
 arms = "{arms}"
+auto_aa_pairs = 0
 """)
     return path
 

@@ -63,6 +63,7 @@ method = "patch"
 [decide]
 arms = "interleaved"  # each reference runs beside its candidate, from the same tree, old options
 confirm_below = 1000.0  # every acceptance is judged again on a fresh pair of launches
+auto_aa_pairs = 0  # no A/A pairs beside the baseline: the launch count is the fixes' alone
 """)
     proc = perfloop(
         home, "run", str(target), "--json", "--playbooks", str(books), "--max-iterations", "1", timeout=1200

@@ -45,6 +45,8 @@ def test_demo_accepts_gather_then_cast(home: Path) -> None:
     assert s["speedup"] >= 3.0, s
     assert "95% CI" in s["decision"] and "arms interleaved" in s["decision"], s["decision"]
     assert s["speedup_ci"][0] > 1.02, s
+    # the power, fixed on the baseline (no A/A pairs beside it: the demo target sets auto_aa_pairs = 0)
+    assert s["power"].startswith("power: keeps gains >= ") and "interleaved A/A pairs" in s["power"], s
     assert s["profile_method"] == "patch"
     repo = Path(s["repo"])
     assert_clean(repo, s["branch"])

@@ -69,6 +69,7 @@ max_tokens = 12
 repeats = 3
 [decide]
 arms = "{arms}"
+auto_aa_pairs = 0
 [correctness]
 long_prompts = 0  # CI: the demo's CPU prefills near its 1024-token limit cost tens of seconds (tests/e2e/test_long_context.py runs them at 256)
 """)

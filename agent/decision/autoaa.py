@@ -1,0 +1,144 @@
+"""A/A evidence without asking, and the power the session has, from the baseline step.
+
+With interleaved arms no launch of a session measures the same tree twice side by side, so while
+the A/A store holds fewer than `[decide] min_aa_pairs` pairs of this target on this host (or, with
+`keep_gain`, while the launch noise alone keeps that gain out of reach) the baseline step launches
+the tree again beside the running baseline server (`auto_aa_pairs` times at most, one launch
+each) and keeps each pair as `perfloop calibrate` does (`aa_pair`, shared with it). Pairs sharing
+the baseline launch count with fewer degrees of freedom (`noise.pair_df`). Then the power (agent/decision/power.py) is computed from the launch noise and
+the per-request spread seen on the baseline and the pairs, and with `[decide] keep_gain` the
+requests per look and the looks are chosen for it: the session's target carries them from then on.
+A sequential reference measured with fewer requests than that is topped up on its launch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from langgraph.runtime import Runtime
+
+from agent.context import LoopContext, call, need
+from agent.decision.interleave import launch_beside, pair_args, stop_reference
+from agent.decision.measuring import budget, measure_arm, merge, warmup_requests
+from agent.decision.noise import pair_noise, sample_group, target_key
+from agent.decision.power import keeps, more_pairs, request_spread, sized
+from agent.decision.rule import Arm, arm_location, arm_of, combined_shift
+from state.aa import AARecordArgs, AASample
+from state.calls import PairArgs, PairResult
+from state.decision import LaunchNoise
+from state.loop import LoopState
+from state.measure import Measurement
+from state.power import Power
+from state.process import ServerHandle
+from tools import bench
+from tools.store import aa
+
+
+def aa_pair(
+    state: LoopState, runtime: Runtime[LoopContext], first: ServerHandle, second: ServerHandle, label: str
+) -> tuple[AASample, LaunchNoise, PairResult]:
+    """Measure two running launches of one tree with requests alternating (`repeats x looks` per
+    prompt each, the same warm-ups), keep the shift between them as an A/A pair; (the pair, the
+    pair noise from all of the target's, both measurements)."""
+    target = state.target
+    n, reps = len(target.measure.prompts), target.measure.repeats * target.decide.looks
+    warm = target.measure.warmup_requests
+    if target.workload is not None:  # its warm-up windows, counted in requests
+        warm = warmup_requests(target.workload)
+    pair = call(
+        runtime,
+        bench.measure_pair,
+        PairArgs(
+            reference=pair_args(state, first, f"{label}-a", reps, warm),
+            candidate=pair_args(state, second, f"{label}-b", reps, warm),
+        ),
+    )
+    a, b = arm_of(pair.reference, n, target.workload), arm_of(pair.candidate, n, target.workload)
+    sample = AASample(
+        target_key=target_key(target),
+        group=sample_group(first.tree_sha256, target, pair.reference.client),
+        session_id=state.session_id,
+        launch_number=second.launch_number,
+        beside=first.launch_number,
+        location_log=arm_location(a),
+        requests=len(pair.reference.requests) + len(pair.candidate.requests),
+        shift_log=combined_shift(a, b),
+    )
+    samples = call(runtime, aa.record, AARecordArgs(target_key=sample.target_key, sample=sample)).samples
+    return sample, pair_noise(samples, target.decide), pair
+
+
+@dataclass(frozen=True)
+class Powered:
+    """What the baseline step keeps from the A/A pairs and the power."""
+
+    state: LoopState
+    """The state with the launches counted and the sized target."""
+    measurement: Measurement
+    """The baseline, topped up when a sequential reference needs more requests."""
+    noise: LaunchNoise
+    """The launch noise after the pairs."""
+    power: Power
+    """The power line's numbers."""
+    note: str
+    """`3 A/A pair(s) beside the baseline (shifts ...; power before them 1.282x); `, or ""."""
+
+
+def start_pairs(
+    state: LoopState, runtime: Runtime[LoopContext], noise: LaunchNoise
+) -> tuple[LoopState, LaunchNoise, list[Arm], list[str]]:
+    """Interleaved arms: A/A pairs beside the running baseline server while another is worth a
+    launch (`power.more_pairs`: fewer than `min_aa_pairs` stored, or the launch noise alone keeps
+    `keep_gain` out of reach), at most `auto_aa_pairs`; the beside server is stopped after each. The
+    session's own pairs do not count: a resumed step launches them again, under the same launch
+    numbers, so the store replaces them (`SessionStore.add_aa`)."""
+    cfg, base = state.target.decide, need(state.server, "baseline server")
+    stored = call(runtime, aa.record, AARecordArgs(target_key=target_key(state.target))).samples
+    others = sum(s.shift_log is not None and s.session_id != state.session_id for s in stored)
+    arms: list[Arm] = []
+    shifts: list[str] = []
+    for i in range(1, cfg.auto_aa_pairs + 1):
+        if not more_pairs(others + i - 1, noise, cfg):  # a resumed step replaces its own pairs
+            break
+        try:
+            beside = launch_beside(
+                state, runtime, state.target.repo, state.kept_argv, state.launches + 1, "reference-tree"
+            )
+            state = state.model_copy(update={"launches": beside.launch_number})
+            sample, noise, pair = aa_pair(state, runtime, base, beside, f"aa-{i}")
+        finally:
+            stop_reference(state, runtime)
+        n, w = len(state.target.measure.prompts), state.target.workload
+        arms += [arm_of(pair.reference, n, w), arm_of(pair.candidate, n, w)]
+        shifts.append(f"{sample.shift_log or 0.0:+.1%}")
+    return state, noise, arms, shifts
+
+
+def powered(state: LoopState, runtime: Runtime[LoopContext], m: Measurement, noise: LaunchNoise) -> Powered:
+    """A/A pairs at the start (interleaved arms), the power, and the target sized by it."""
+    cfg, w = state.target.decide, state.target.workload
+    arms = [arm_of(m, len(m.outputs), w)]
+    prompts = 1 if w is not None and m.windows else len(m.outputs)
+    unit = "windows" if w is not None and m.windows else "requests per prompt"
+    note = ""
+    if cfg.arms == "interleaved" and cfg.auto_aa_pairs > 0:
+        ahead = keeps(
+            noise.sigma_log, request_spread(arms), prompts, state.target.measure.repeats, cfg.looks, cfg
+        )
+        state, noise, more, shifts = start_pairs(state, runtime, noise)
+        arms += more
+        if shifts:
+            note = f"{len(shifts)} A/A pair(s) beside the baseline (shifts {', '.join(shifts)}; "
+            note += f"power before them {ahead:.3f}x); "
+    power = sized(noise, request_spread(arms), prompts, state.target.measure.repeats, cfg, unit)
+    target = state.target.model_copy(
+        update={
+            "measure": state.target.measure.model_copy(update={"repeats": power.repeats}),
+            "decide": cfg.model_copy(update={"looks": power.looks}),
+        }
+    )
+    before = budget(state)
+    state = state.model_copy(update={"target": target})
+    if (missing := budget(state) - before) > 0:  # a sequential reference holds the full budget
+        m = merge(m, measure_arm(state, runtime, "baseline", missing, warm_up=False))
+    return Powered(state, m, noise, power, note)
