@@ -66,7 +66,10 @@ def test_a_score_that_differs_from_its_recording_fails(tmp_path: Path) -> None:
 def test_bad_eval_input_is_one_clear_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PERFLOOP_HOME", str(tmp_path / "home"))
     cases = [
-        (("--model", "m", "--task", "nope"), "error: --task: no eval task 'nope'; the tasks are demo-cast"),
+        (
+            ("--model", "m", "--task", "nope"),
+            "error: --task: no eval task 'nope'; the tasks are demo-cast, demo-launch, demo-port",
+        ),
         ((), "error: --model is required"),
         (("--replay", str(tmp_path / "none")), "cannot read scores.json"),
         (("--model", "m", "--price-in", "1"), "--price-in and --price-out go together"),
