@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agent.proposer.evaluation import DECODE_NEXT, Score, markdown  # noqa: E402
+from agent.proposer.evaluation import DECODE_NEXT, TASKS, Score, markdown  # noqa: E402
 from tests.llm.conftest import BACKEND, WRONG, fix_answer  # noqa: E402
 from tests.llm.fake_openai import ScriptedModel, Step, call, reply  # noqa: E402
 
@@ -103,7 +103,8 @@ def main() -> None:
         for n in names
         for s in json.loads((out / n / "scores.json").read_text())["scores"]
     ]
-    print(markdown(sorted(scores, key=lambda s: (s.task, names.index(s.model)))))
+    order = [t.name for t in TASKS]
+    print(markdown(sorted(scores, key=lambda s: (order.index(s.task), names.index(s.model)))))
 
 
 if __name__ == "__main__":

@@ -132,7 +132,7 @@ class Conversation:
                 self._repair("length", "your answer was cut off at the token limit; answer more briefly")
                 continue
             if self.cfg.launch_options and is_launch_answer(content):
-                found = launch_answer(content, self.state.argv, self.state.model_trials)
+                found = launch_answer(content, self.state.argv, self.state.model_trials, self.siblings)
                 if isinstance(found, str):
                     self._repair("launch", found)
                     continue

@@ -74,8 +74,11 @@ def _edit(argv: list[str], rest: str) -> list[str] | str:
     return argv if flag_value(argv, flag) == "" else [*without_flag(argv, flag), flag]
 
 
-def launch_answer(answer: str, argv: list[str], tried: Sequence[ModelTrial]) -> LaunchAnswer | str:
-    """The launch command the answer asks for, or why it cannot be used (pure)."""
+def launch_answer(
+    answer: str, argv: list[str], tried: Sequence[ModelTrial], siblings: Sequence[Proposal] = ()
+) -> LaunchAnswer | str:
+    """The launch command the answer asks for, or why it cannot be used: no change, one already
+    tried in this session, or one another host is trying in this round (pure)."""
     new = list(argv)
     for m in _LINE.finditer(answer):
         done = _edit(new, m["rest"])
@@ -90,6 +93,12 @@ def launch_answer(answer: str, argv: list[str], tried: Sequence[ModelTrial]) -> 
             f"this launch command is the same as your candidate {same.candidate} of iteration "
             f"{same.iteration}, already tried ({same.feedback[0] if same.feedback else same.verdict}): "
             "it was not launched again; propose a different change"
+        )
+    twin = next((p for p in siblings if p.launch_argv == new), None)
+    if twin is not None:
+        return (
+            f"this launch command is the same as candidate {twin.source}, which another host is "
+            "already trying: propose a different change"
         )
     rationale = _LINE.sub("", answer).strip()
     return LaunchAnswer(argv=new, rationale=rationale, change=describe(argv, new))

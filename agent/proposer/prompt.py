@@ -197,6 +197,11 @@ def clipped(diff: str, limit: int = SIBLING_DIFF_CHARS) -> str:
 def repair(stage: str, reason: str, rounds_left: int) -> str:
     """The message sending a failed answer back, secrets masked (the closest lines quoted come from
     the files as they are)."""
+    if stage == "launch":
+        return (
+            f"Your launch change was not tried (launch check failed):\n{data('check', redact(reason))}\n\n"
+            f"Fix this and send your LAUNCH lines (or edit blocks) again ({rounds_left} repair round(s) left)."
+        )
     return (
         f"Your edits were not applied ({stage} check failed):\n{data('check', redact(reason))}\n\n"
         f"Fix this and send the complete set of edit blocks again ({rounds_left} repair round(s) left)."

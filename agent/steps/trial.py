@@ -125,7 +125,7 @@ class TrialRun:
         for i, diff in enumerate(t.kept_diffs, 1):
             self.commit(diff, f"perfloop: accepted patch {i} of the session", f"kept-{i}")
         reference = self.measured("baseline", t.argv)
-        self.phase = "candidate"
+        self.phase, self.log = "candidate", None  # a patch that fails to apply has no log of its own
         p = t.proposal
         if p.launch_argv is None:
             self.commit(p.diff, f"perfloop: {p.title}", f"candidate {p.source}")

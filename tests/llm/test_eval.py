@@ -13,15 +13,31 @@ import pytest
 from typer.testing import CliRunner
 
 from agent.cli import app
+from agent.proposer.evaluation import task_named
 from tests.e2e.conftest import perfloop
 
 pytestmark = pytest.mark.timeout(300)
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "eval"
-EXPECTED = {  # model: (passed, applied, outputs identical, rounds, verdicts)
-    "scripted-fix": (True, True, True, 1, ["accepted"]),
-    "scripted-learner": (True, True, True, 2, ["rejected", "accepted"]),
-    "scripted-wrong": (False, True, False, 3, ["rejected", "failed", "failed"]),
+Row = tuple[bool, bool, bool | None, int, list[str]]
+EXPECTED: dict[
+    str, dict[str, Row]
+] = {  # model: {task: (passed, applied, outputs identical, rounds, verdicts)}
+    "scripted-fix": {
+        "demo-cast": (True, True, True, 1, ["accepted"]),
+        "demo-launch": (True, True, True, 1, ["accepted"]),
+        "demo-port": (True, True, True, 1, ["accepted"]),
+    },
+    "scripted-learner": {
+        "demo-cast": (True, True, True, 2, ["rejected", "accepted"]),
+        "demo-launch": (True, True, True, 2, ["failed", "accepted"]),  # a crash, then the fix
+        "demo-port": (True, True, True, 1, ["accepted"]),  # the stored lines sent back, then the port
+    },
+    "scripted-wrong": {
+        "demo-cast": (False, True, False, 3, ["rejected", "failed", "failed"]),
+        "demo-launch": (False, False, None, 3, ["failed", "failed", "failed"]),  # code off limits
+        "demo-port": (False, False, None, 3, ["failed", "failed", "failed"]),  # matches nothing
+    },
 }
 
 
@@ -30,18 +46,21 @@ def test_recorded_eval_replays_offline_with_the_same_scores(name: str, tmp_path:
     proc = perfloop(tmp_path / "home", "eval", "proposer", "--replay", str(RECORDED / name), "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "same scores as recorded" in proc.stderr
-    (s,) = last_json_list(proc)
-    passed, applied, identical, rounds, verdicts = EXPECTED[name]
-    assert (s["task"], s["model"]) == ("demo-cast", name)
-    assert (s["passed"], s["applied"], s["outputs_identical"]) == (passed, applied, identical), s
-    assert s["rounds"] == rounds and s["verdicts"] == verdicts, s
-    assert s["tokens"] > 0 and s["calls"] >= rounds
-    if passed:  # the kept patch's speedup by the CI rule
-        low, high = s["speedup_ci"]
-        assert s["speedup"] >= 3.0 and 1.0 < low <= s["speedup"] <= high, s
-    else:  # the output gate refused it before any timing was judged
-        assert s["speedup"] is None and s["speedup_ci"] is None, s
-    assert "demo-cast" in proc.stdout and name in proc.stdout  # the table
+    scores = last_json_list(proc)
+    assert [s["task"] for s in scores] == list(EXPECTED[name]) and {s["model"] for s in scores} == {name}
+    for s in scores:
+        passed, applied, identical, rounds, verdicts = EXPECTED[name][s["task"]]
+        assert (s["passed"], s["applied"], s["outputs_identical"]) == (passed, applied, identical), s
+        assert s["rounds"] == rounds and s["verdicts"] == verdicts, s
+        assert s["tokens"] > 0 and s["calls"] >= rounds
+        if passed:  # the kept fix's speedup by the CI rule
+            (task,) = task_named([s["task"]])
+            low, high = s["speedup_ci"]
+            assert s["speedup"] >= task.min_speedup and 1.0 < low <= s["speedup"] <= high, s
+        else:  # the output gate refused it before any timing was judged, or nothing was launched
+            assert s["speedup"] is None and s["speedup_ci"] is None, s
+        assert s["task"] in proc.stdout
+    assert name in proc.stdout  # the table
 
 
 def last_json_list(proc: subprocess.CompletedProcess) -> list[dict]:
@@ -51,11 +70,12 @@ def last_json_list(proc: subprocess.CompletedProcess) -> list[dict]:
 
 
 def test_a_score_that_differs_from_its_recording_fails(tmp_path: Path) -> None:
-    """The recorded scores say the fixing model failed: the replay scores it as passing, says so
-    and exits 1."""
+    """The recorded scores say the fixing model failed demo-cast: the replay scores it as passing,
+    says so and exits 1 (only that row is kept: a replay scores the rows of scores.json)."""
     folder = tmp_path / "tampered"
     shutil.copytree(RECORDED / "scripted-fix", folder)
     data = json.loads((folder / "scores.json").read_text())
+    data["scores"] = data["scores"][:1]
     data["scores"][0]["passed"] = False
     (folder / "scores.json").write_text(json.dumps(data))
     proc = perfloop(tmp_path / "home", "eval", "proposer", "--replay", str(folder), "--json")

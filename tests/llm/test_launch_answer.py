@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from agent.proposer.launching import is_launch_answer, launch_answer
 from agent.proposer.prompt import attempt
+from state.loop import Proposal
 from state.proposer import ModelTrial
 
 ARGV = ["bash", "launch.sh", "--port", "{port}", "--preset", "cpu", "--disable-cuda-graph", "--api-key", "s3"]
@@ -65,3 +66,24 @@ def test_a_launch_command_already_tried_is_refused_and_shown_as_such() -> None:
     shown = attempt(tried)
     assert "the launch command it ran with:" in shown and "--kv-pool-tokens 4096" in shown
     assert "s3" not in shown and "  the patch:\n" not in shown  # the key masked; no empty diff shown
+
+
+def test_a_launch_command_another_host_is_trying_is_sent_back() -> None:
+    first = launch_answer("LAUNCH: set --max-total-tokens 4096", ARGV, [])
+    assert not isinstance(first, str)
+    sibling = Proposal(
+        iteration=1,
+        source="llm-1",
+        title="t",
+        explanation="e",
+        diff="",
+        files=[],
+        expected_gain_share=0.0,
+        expected_gain_ms=None,
+        evidence=[],
+        launch_argv=first.argv,
+    )
+    again = launch_answer("LAUNCH: set --max-total-tokens=4096", ARGV, [], [sibling])
+    assert isinstance(again, str) and "same as candidate llm-1, which another host is already trying" in again
+    other = launch_answer("LAUNCH: set --max-total-tokens 8192", ARGV, [], [sibling])
+    assert not isinstance(other, str) and other.argv[-1] == "8192"

@@ -88,6 +88,8 @@ def test_a_crashed_candidates_log_tail_is_read_on_its_host(tmp_path: Path, engin
     assert run.log_tail()[0].endswith("NameError: name 'kv' is not defined")
     run.phase = "host"  # the host's own baseline failed: not the candidate's doing
     assert run.log_tail() == []
+    run.phase, run.log = "candidate", None  # the patch did not apply: no server of its own
+    assert run.log_tail() == []
     assert [(c.node, c.name) for c in recorder.calls] == [("trial@b", "code.log_tail")] * 2
 
 
