@@ -13,7 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 from agent.cli import app
-from agent.proposer.evaluation import task_named
+from agent.proposer.evaluation import score, task_named
+from agent.sessions.archive import import_session
+from agent.sessions.runner import Sessions
 from tests.e2e.conftest import perfloop
 
 pytestmark = pytest.mark.timeout(300)
@@ -98,3 +100,21 @@ def test_bad_eval_input_is_one_clear_line(tmp_path: Path, monkeypatch: pytest.Mo
         result = CliRunner().invoke(app, ["eval", "proposer", *args], env={"COLUMNS": "400"})
         assert result.exit_code == 2 and line in result.output, (args, result.output)
         assert len(result.output.strip().splitlines()) == 1, result.output
+
+
+def test_a_task_is_passed_only_by_a_fix_of_its_kind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The recorded sessions replayed in this process: scripted-fix's kept code patch of demo-cast
+    does not pass demo-launch (whose answer is a launch option), and its kept launch change of
+    demo-launch does not pass demo-cast, though each is kept, identical and fast enough."""
+    monkeypatch.setenv("PERFLOOP_HOME", str(tmp_path / "home"))
+    sessions = Sessions()
+    recorded = json.loads((RECORDED / "scripted-fix" / "scores.json").read_text())["scores"]
+    cast, launch = task_named(["demo-cast", "demo-launch"])
+    by_task = {s["task"]: s["session"] for s in recorded}
+    for own, other in ((cast, launch), (launch, cast)):
+        import_session(sessions.store, RECORDED / "scripted-fix" / f"{own.name}.json.gz")
+        state, _ = sessions.replay(by_task[own.name])
+        assert score(own, "scripted-fix", state, None).passed
+        wrong_kind = score(other, "scripted-fix", state, None)
+        assert not wrong_kind.passed and wrong_kind.speedup is not None
+        assert wrong_kind.speedup >= other.min_speedup and wrong_kind.outputs_identical, wrong_kind
