@@ -1,11 +1,19 @@
-"""A model's launch-option answer (`LAUNCH:` lines): the command it asks for, or why not (pure)."""
+"""A model's launch-option answer (`LAUNCH:` lines): the command it asks for, or why not (pure), and
+the candidate `propose` makes of it."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from agent.proposer.launching import is_launch_answer, launch_answer
 from agent.proposer.prompt import attempt
+from agent.steps.propose import propose
 from state.loop import Proposal
 from state.proposer import ModelTrial
+from tests.llm.conftest import fix_answer, loop_state, runtime
+from tests.llm.fake_openai import ScriptedModel, reply
+from tests.recorders import MemoryRecorder
+from tools.door.live import LiveDoor
 
 ARGV = ["bash", "launch.sh", "--port", "{port}", "--preset", "cpu", "--disable-cuda-graph", "--api-key", "s3"]
 
@@ -87,3 +95,25 @@ def test_a_launch_command_another_host_is_trying_is_sent_back() -> None:
     assert isinstance(again, str) and "same as candidate llm-1, which another host is already trying" in again
     other = launch_answer("LAUNCH: set --max-total-tokens 8192", ARGV, [], [sibling])
     assert not isinstance(other, str) and other.argv[-1] == "8192"
+
+
+def test_propose_turns_launch_lines_into_a_launch_candidate_only_when_the_target_allows(
+    tmp_path: Path, engine: Path
+) -> None:
+    """The real `propose` against the scripted server: with `launch_options` the system prompt
+    offers LAUNCH lines and the answer becomes a candidate with a launch command and no diff;
+    without it the same answer has no edit blocks and is sent back."""
+    answer = "The pool is 6x the workload.\nLAUNCH: set --max-total-tokens 4096\n"
+    with ScriptedModel([reply(answer)]) as m:
+        state = loop_state(tmp_path, engine, m.base_url, launch_options=True)
+        cmd = propose(state, runtime(LiveDoor("s", MemoryRecorder())))
+    assert "LAUNCH: set --flag value" in m.requests[0]["messages"][0]["content"]
+    p = (cmd.update or {})["proposal"]
+    assert p.diff == "" and p.files == [] and p.launch_argv == [*state.argv, "--max-total-tokens", "4096"]
+    assert p.origin.rationale == "The pool is 6x the workload." and p.title == "The pool is 6x the workload."
+    with ScriptedModel([reply(answer), reply(fix_answer())]) as m:
+        cmd = propose(loop_state(tmp_path, engine, m.base_url), runtime(LiveDoor("s", MemoryRecorder())))
+    assert "LAUNCH" not in m.requests[0]["messages"][0]["content"]
+    assert "no edit blocks found" in m.requests[1]["messages"][-1]["content"]
+    p = (cmd.update or {})["proposal"]
+    assert p.launch_argv is None and "kv = k_buffer[kv_indices].to(q.dtype)" in p.diff
