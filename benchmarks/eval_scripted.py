@@ -2,17 +2,24 @@
 CI replays (tests/llm/test_eval.py).
 
 Each scripted model is the fake OpenAI-compatible server of the tests (tests/llm/fake_openai.py,
-real HTTP on 127.0.0.1) with a fixed script for the demo-cast task:
-- `scripted-fix`: reads the attention backend, answers the gather-then-cast fix;
-- `scripted-learner`: answers a faster patch that attends to the last 4 KV rows only (outputs
-  change), is told so, sends it again (refused before any launch), then the fix;
+real HTTP on 127.0.0.1) with a fixed script per task:
+- `scripted-fix`: on demo-cast reads the attention backend and answers the gather-then-cast fix;
+  on demo-launch answers the launch option (`LAUNCH: set --max-total-tokens 4096`);
+- `scripted-learner`: on demo-cast answers a faster patch that attends to the last 4 KV rows only
+  (outputs change), is told so, sends it again (refused before any launch), then the fix; on
+  demo-launch guesses a flag name the demo does not have (the server exits at start; it is told
+  the log's tail), sends it again (refused before any launch), then the right option; on demo-port (the stored kv-cast
+  patch fails to apply to the demo's "later release") first sends the stored patch's lines (they
+  match nothing; it is shown the closest lines), then the port;
+- `scripted-fix` on demo-port reads the backend and answers the port;
 - `scripted-wrong`: answers that wrong patch every time (a negative control).
 
-Each runs `perfloop eval proposer --model NAME --base-url URL --record OUT/NAME` under a fresh
-PERFLOOP_HOME (the real CPU demo server, launched and measured), then the scores of all are
-printed as one Markdown table. Usage:
+Each (model, task) runs `perfloop eval proposer --model NAME --task TASK --base-url URL --record
+OUT/NAME` under a fresh PERFLOOP_HOME (the real CPU demo server, launched and measured; the rows of
+the model's other tasks in OUT/NAME are kept), then the scores of all are printed as one Markdown
+table. Usage:
 
-    PYTHONPATH=. .venv/bin/python benchmarks/eval_scripted.py [OUT]   # default tests/data/eval
+    PYTHONPATH=. .venv/bin/python benchmarks/eval_scripted.py [OUT [MODEL ...] [--task=TASK ...]]
 """
 
 from __future__ import annotations
@@ -27,46 +34,77 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agent.proposer.evaluation import Score, markdown  # noqa: E402
-from tests.llm.conftest import BACKEND, OLD, fix_answer  # noqa: E402
+from agent.proposer.evaluation import DECODE_NEXT, TASKS, Score, markdown  # noqa: E402
+from tests.llm.conftest import BACKEND, WRONG, fix_answer  # noqa: E402
 from tests.llm.fake_openai import ScriptedModel, Step, call, reply  # noqa: E402
 
-WRONG = OLD.replace("k_buffer[kv_indices], causal", "k_buffer[kv_indices[-4:]].to(q.dtype), causal").replace(
-    "get_key_buffer(layer_id).to(q.dtype)", "get_key_buffer(layer_id)"
-)
-"""Faster (casts 4 rows per request) and wrong (attends to them only)."""
 READ: Step = reply(None, call("read_file", path=BACKEND))
+LAUNCH_FIX = (
+    "The decode step casts the whole KV pool every layer: 24,576 slots, while 4 requests of at most\n"
+    "1,024 tokens need 4,096. The code is off limits, so size the pool to the workload.\n"
+    "LAUNCH: set --max-total-tokens 4096\n"
+)
+LAUNCH_TYPO = "Shrink the KV pool to the workload.\nLAUNCH: set --kv-pool-tokens 4096\n"
+"""A flag the demo does not know: the server exits at start, and the model is told its log's tail."""
 
-SCRIPTS: dict[str, list[Step]] = {
-    "scripted-fix": [READ, reply(fix_answer())],
-    "scripted-learner": [
-        READ,
-        reply(fix_answer(new=WRONG)),
-        reply(fix_answer(new=WRONG)),
-        reply(fix_answer()),
-    ],
-    "scripted-wrong": [READ, *[reply(fix_answer(new=WRONG)) for _ in range(12)]],
+PORTED = """\
+        cache = self.kv_pool.get_key_buffer(layer_id)
+        out = q.new_zeros(q.shape[0], q.shape[1], KV_LORA_RANK)
+        for row, slots in enumerate(batch.kv_indices):
+            kv = cache[slots].to(dtype=q.dtype)  # gather the request's rows, then cast only those
+            out[row] = self._attend(q[row : row + 1], kv, causal=False)[0]
+"""
+"""The stored kv-cast patch ported to demo-port's release of the backend."""
+PORT: Step = reply(fix_answer(old=DECODE_NEXT, new=PORTED))
+
+SCRIPTS: dict[str, dict[str, list[Step]]] = {
+    "scripted-fix": {
+        "demo-cast": [READ, reply(fix_answer())],
+        "demo-launch": [reply(LAUNCH_FIX)],
+        "demo-port": [READ, PORT],
+    },
+    "scripted-learner": {
+        "demo-cast": [READ, reply(fix_answer(new=WRONG)), reply(fix_answer(new=WRONG)), reply(fix_answer())],
+        "demo-launch": [reply(LAUNCH_TYPO), reply(LAUNCH_TYPO), reply(LAUNCH_FIX)],
+        "demo-port": [reply(fix_answer()), PORT],  # the stored patch's lines first: they do not match
+    },
+    "scripted-wrong": {
+        task: [READ, *[reply(fix_answer(new=WRONG)) for _ in range(12)]]
+        for task in ("demo-cast", "demo-launch", "demo-port")
+    },
 }
+"""Each model's script per task (a task runs as its own `perfloop eval --task`, so each script
+starts afresh). On `demo-launch` the code is off limits, and on `demo-port` the code it edits is
+written otherwise: there `scripted-wrong`'s patch is refused before any launch, every time."""
 
 
-def run(name: str, script: list[Step], out: Path) -> list[Score]:
-    """One scripted model through the whole suite; its recorded scores."""
+def run(name: str, task: str, script: list[Step], out: Path) -> list[Score]:
+    """One scripted model on one task, recorded into OUT/NAME (beside its other tasks); its scores."""
     with tempfile.TemporaryDirectory(prefix="perfloop-eval-") as home, ScriptedModel(script) as model:
         env = {**os.environ, "PERFLOOP_HOME": home, "OPENAI_API_KEY": "sk-scripted-not-a-key-0000"}
-        cmd = [sys.executable, "-m", "agent.cli", "eval", "proposer", "--model", name]
+        cmd = [sys.executable, "-m", "agent.cli", "eval", "proposer", "--model", name, "--task", task]
         cmd += ["--base-url", model.base_url, "--record", str(out / name), "--json"]
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
-            raise SystemExit(f"{name}: perfloop eval exited {proc.returncode}: {proc.stderr[-2000:]}")
-        print(f"{name}: {len(model.requests)} request(s) to the scripted model", file=sys.stderr)
+            raise SystemExit(f"{name} {task}: perfloop eval exited {proc.returncode}: {proc.stderr[-2000:]}")
+        print(f"{name} {task}: {len(model.requests)} request(s) to the scripted model", file=sys.stderr)
     return [Score.model_validate(s) for s in json.loads(proc.stdout.strip().splitlines()[-1])]
 
 
 def main() -> None:
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "tests" / "data" / "eval"
-    names = sys.argv[2:] or list(SCRIPTS)
-    scores = [s for name in names for s in run(name, SCRIPTS[name], out)]
-    print(markdown(scores))
+    tasks = [a.removeprefix("--task=") for a in sys.argv[2:] if a.startswith("--task=")]
+    names = [a for a in sys.argv[2:] if not a.startswith("--task=")] or list(SCRIPTS)
+    for name in names:
+        for task in tasks or list(SCRIPTS[name]):
+            run(name, task, SCRIPTS[name][task], out)
+    scores = [
+        Score.model_validate(s)
+        for n in names
+        for s in json.loads((out / n / "scores.json").read_text())["scores"]
+    ]
+    order = [t.name for t in TASKS]
+    print(markdown(sorted(scores, key=lambda s: (order.index(s.task), names.index(s.model)))))
 
 
 if __name__ == "__main__":

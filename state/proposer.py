@@ -91,6 +91,9 @@ class ProposerConfig(Model):
     instrumentation."""
     probe: ProbeConfig | None = None
     """A check command the model may run on its candidate (`run_probe`); None: no such tool."""
+    launch_options: bool = False
+    """Whether the model may answer with launch options (`LAUNCH: set --flag value` lines) instead
+    of edit blocks: the candidate is the server relaunched with them, no code changed."""
 
     @field_validator("base_url")
     @classmethod
@@ -167,3 +170,5 @@ class ModelTrial(Model):
     feedback: list[str] = Field(default_factory=list)
     """What the trial showed, one line each: the reason, speedup and CI, the mechanism check,
     where outputs diverged (prompt, position, expected vs got), a crash's log tail."""
+    launch_argv: list[str] | None = None
+    """For a launch-option candidate (then `diff` is empty): the launch command it ran with."""

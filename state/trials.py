@@ -6,6 +6,8 @@ baseline (own branch, own server); the `join` step of the loop compares the tria
 
 from typing import Literal
 
+from pydantic import Field
+
 from state.base import Model
 
 TrialStatus = Literal["measured", "failed", "host-failed"]
@@ -42,6 +44,10 @@ class Trial(Model):
     """The rule's speedup estimate (reference over candidate)."""
     ci: list[float] | None = None
     """[low, high] of the speedup's interval."""
+    feedback: list[str] = Field(default_factory=list)
+    """For a model-written candidate: where its outputs diverged from the host's baseline (prompt,
+    position, expected vs got), or its crashed server's log tail; what the model's next round is
+    told besides the verdict and reason (`settle` makes it a `ModelTrial`)."""
     wall_s: float = 0.0
     """Seconds the trial took on its host, launches included (the clock of the run: a replay
     measures its own, so it stays out of `line()` and the summary)."""

@@ -2,13 +2,14 @@
 
 Each task (agent/proposer/evaluation.py) runs as a real session on the embedded demo, with the
 model as its only proposer; its row is scored from the finished session. `--record DIR` exports
-each session there with the scores (`scores.json`); `--replay DIR` imports those recordings,
+each session there with the scores (`scores.json`, keeping the rows of tasks not run now); `--replay DIR` imports those recordings,
 replays them offline (no server, no model) and checks that they score the same.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Annotated
 
@@ -20,7 +21,7 @@ from agent.cli.common import BaseUrl, Json, err, run_command
 from agent.cli.loop import _options
 from agent.cli.preflight import check_setup
 from agent.cli.target import DEMO_CONFIG, DEMO_SOURCE, load_target, with_proposer
-from agent.proposer.evaluation import HEADER, Score, Task, row, score, task_named
+from agent.proposer.evaluation import HEADER, TASKS, Score, Task, row, score, task_named
 from agent.sessions.archive import export_session, import_session
 from agent.sessions.runner import Sessions, new_session_id
 from playbooks.launch import with_flag
@@ -34,8 +35,15 @@ SCORES = "scores.json"
 def _session(sessions: Sessions, task: Task, model: str, base_url: str | None) -> str:
     """Run `task` as a session on the demo with `model` as its only proposer; its id."""
     sid = new_session_id()
+    demo = load_target(DEMO_CONFIG)
     target = with_proposer(
-        load_target(DEMO_CONFIG), mode="llm", model=model, base_url=base_url, approve="auto"
+        demo,
+        mode=task.mode,
+        model=model,
+        base_url=base_url,
+        approve="auto",
+        launch_options=task.launch_options or None,
+        protected=[*demo.proposer.protected, *task.protected] if task.protected else None,
     )
     argv = with_flag(with_flag(target.launch.argv, "--device", "cpu"), "--preset", task.preset)
     target = target.model_copy(
@@ -45,10 +53,25 @@ def _session(sessions: Sessions, task: Task, model: str, base_url: str | None) -
             "launch": target.launch.model_copy(update={"argv": [*argv, *task.server_args]}),
         }
     )
-    opts = _options("auto", target.profile.method, 1, [], True)
+    opts = _options("auto", target.profile.method, 1, [], task.mode == "llm")
     check_setup(target, opts, repo_exists=False)
-    sessions.start(target, {**opts, "demo_source": DEMO_SOURCE}, sid, None)
+    source = _release(sessions.home / "eval-sources" / sid, task) if task.source_edits else DEMO_SOURCE
+    sessions.start(target, {**opts, "demo_source": source}, sid, None)
     return sid
+
+
+def _release(folder: Path, task: Task) -> Path:
+    """A copy of the demo's source with the task's edits made (another release of it)."""
+    dest = folder / DEMO_SOURCE.name
+    shutil.copytree(DEMO_SOURCE, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    for rel, old, new in task.source_edits:
+        text = (dest / rel).read_text()
+        if text.count(old) != 1:
+            raise ConfigError(
+                f"task {task.name}: {rel} of the demo no longer holds the text its edit replaces"
+            )
+        (dest / rel).write_text(text.replace(old, new))
+    return dest
 
 
 def _ended(sessions: Sessions, sid: str, task: Task) -> None:
@@ -101,6 +124,21 @@ def _replay(sessions: Sessions, folder: Path) -> tuple[list[Score], list[Score]]
         state, _ = sessions.replay(old.session)
         after.append(score(task, old.model, state, prices))
     return before, after
+
+
+def _merged(folder: Path, scores: list[Score], prices: tuple[float, float] | None) -> list[Score]:
+    """`scores` with the rows already recorded in `folder` for the other tasks (a run of one
+    `--task` adds its row to the model's recordings), in the suite's order."""
+    try:
+        old = json.loads((folder / SCORES).read_text())
+    except (OSError, ValueError):
+        return scores
+    if old.get("prices") != (list(prices) if prices else None):
+        raise ConfigError(f"--record {folder}: its {SCORES} was priced otherwise; record into a new folder")
+    ran = {s.task for s in scores}
+    rows = [*(Score.model_validate(s) for s in old["scores"] if s["task"] not in ran), *scores]
+    order = {t.name: i for i, t in enumerate(TASKS)}
+    return sorted(rows, key=lambda s: order.get(s.task, len(order)))
 
 
 @eval_app.command("proposer")
@@ -158,7 +196,7 @@ def proposer(
                     export_session(sessions.store, s.session, record / f"{s.task}.json.gz")
                 data = {
                     "prices": list(prices) if prices else None,
-                    "scores": [s.model_dump() for s in scores],
+                    "scores": [s.model_dump() for s in _merged(record, scores, prices)],
                 }
                 (record / SCORES).write_text(json.dumps(data, indent=1) + "\n")
                 err.print(f"recorded {len(scores)} session(s) and {SCORES} in {record}")

@@ -24,6 +24,7 @@ from agent.context import LoopContext, call, need
 from agent.proposer import evidence, probing, prompt, toolset
 from agent.proposer.checks import Candidate, Failure, validate
 from agent.proposer.feedback import same_diff
+from agent.proposer.launching import as_proposal, is_launch_answer, launch_answer
 from agent.proposer.protocol import (
     MAX_ADAPTATIONS,
     TEXT_TOOLS,
@@ -130,6 +131,12 @@ class Conversation:
             if reply.finish_reason == "length":
                 self._repair("length", "your answer was cut off at the token limit; answer more briefly")
                 continue
+            if self.cfg.launch_options and is_launch_answer(content):
+                found = launch_answer(content, self.state.argv, self.state.model_trials, self.siblings)
+                if isinstance(found, str):
+                    self._repair("launch", found)
+                    continue
+                return as_proposal(found, self.state, self.finding, self._origin(found.rationale))
             result = validate(
                 content,
                 self.texts,
@@ -197,6 +204,7 @@ class Conversation:
         """The system prompt for the way requests are sent now (tools or the text protocol), with
         the probe's note when the target declares one."""
         text = prompt.SYSTEM + ("" if self.wire.tools else TEXT_TOOLS)
+        text += prompt.LAUNCH_NOTE if self.cfg.launch_options else ""
         probe_cfg = self.cfg.probe
         return text if probe_cfg is None else text + prompt.probe_note(probe_cfg, self.wire.tools)
 
@@ -267,7 +275,7 @@ class Conversation:
         return sites
 
     def _proposal(self, c: Candidate) -> Proposal:
-        f, cfg = self.finding, self.cfg
+        f = self.finding
         first = next((line.strip("# ").strip() for line in c.rationale.splitlines() if line.strip()), "")
         return Proposal(
             iteration=self.state.iteration,
@@ -280,7 +288,10 @@ class Conversation:
             expected_gain_ms=f.expected_gain_ms,
             evidence=f.evidence,
             proposer="llm",
-            origin=LlmOrigin(
-                model=cfg.model or "", rationale=c.rationale, usage=self.usage, repairs=self.repairs
-            ),
+            origin=self._origin(c.rationale),
+        )
+
+    def _origin(self, rationale: str = "") -> LlmOrigin:
+        return LlmOrigin(
+            model=self.cfg.model or "", rationale=rationale, usage=self.usage, repairs=self.repairs
         )

@@ -13,6 +13,7 @@ exports each one, and writes the scores beside them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from agent.proposer.asking import is_model
 from state.base import Model
@@ -33,7 +34,34 @@ class Task:
     """A patch passes when it is kept, outputs pass the gate, and TPOT gets this much faster."""
     server_args: tuple[str, ...] = ()
     """More launch flags of the demo server."""
+    answer: Literal["patch", "launch"] = "patch"
+    """What kind of fix passes: a code patch, or launch options (`LAUNCH:` lines, no diff)."""
+    launch_options: bool = False
+    """The target's `[proposer] launch_options`: whether the model may answer with launch options."""
+    protected: tuple[str, ...] = ()
+    """More patterns of files the model may not edit (`*`: the code is off limits)."""
+    mode: Literal["llm", "auto"] = "llm"
+    """`llm`: the model is the only proposer (no playbook loaded); `auto`: the built-in playbooks
+    first, then the model (told of a stored patch that did not fit, to port it)."""
+    source_edits: tuple[tuple[str, str, str], ...] = ()
+    """(file, old, new) edits made to a copy of the demo's source before the session: another
+    release of it (each `old` must occur once)."""
 
+
+DECODE_NOW = """\
+        k_buffer = self.kv_pool.get_key_buffer(layer_id).to(q.dtype)
+        out = q.new_zeros(q.shape[0], q.shape[1], KV_LORA_RANK)
+        for i, kv_indices in enumerate(batch.kv_indices):
+            out[i] = self._attend(q[i : i + 1], k_buffer[kv_indices], causal=False)[0]
+"""
+DECODE_NEXT = """\
+        cache = self.kv_pool.get_key_buffer(layer_id).to(dtype=q.dtype)
+        out = q.new_zeros(q.shape[0], q.shape[1], KV_LORA_RANK)
+        for row, slots in enumerate(batch.kv_indices):
+            out[row] = self._attend(q[row : row + 1], cache[slots], causal=False)[0]
+"""
+"""The demo's eager decode as "a later release" writes it: the same computation (the same full-pool
+cast), other names, so the stored kv-cast patch no longer applies."""
 
 TASKS = (
     Task(
@@ -41,6 +69,25 @@ TASKS = (
         about="the CPU demo casts its whole FP8 KV pool to BF16 every layer and step: gather, then cast",
         preset="cpu",
         min_speedup=3.0,
+    ),
+    Task(
+        name="demo-launch",
+        about="the same CPU demo with its code off limits: the fix is a launch option, a KV pool "
+        "sized to the workload (--max-total-tokens)",
+        preset="cpu",
+        min_speedup=2.0,
+        answer="launch",
+        launch_options=True,
+        protected=("*",),
+    ),
+    Task(
+        name="demo-port",
+        about="a later release of the CPU demo that the stored kv-cast patch does not fit: the "
+        "playbook's patch fails to apply, and the model ports it",
+        preset="cpu",
+        min_speedup=3.0,
+        mode="auto",
+        source_edits=(("mla_server/attention/mla_backend.py", DECODE_NOW, DECODE_NEXT),),
     ),
 )
 """The suite, in the order it runs."""
@@ -85,7 +132,8 @@ class Score(Model):
     cost_usd: float | None
     """Tokens priced with `--price-in`/`--price-out` (US$ per million); None without prices."""
     passed: bool
-    """Kept, outputs pass the gate, speedup >= the task's `min_speedup`."""
+    """Kept, outputs pass the gate, speedup >= the task's `min_speedup`, and the kept fix is of the
+    task's kind (a code patch, or launch options)."""
     verdicts: list[str]
     """Each model candidate's verdict in order (`rejected`, `failed`, `accepted`, ...)."""
 
@@ -115,7 +163,10 @@ def score(task: Task, model: str, state: LoopState, prices: tuple[float, float] 
         calls=usage.calls,
         tokens=usage.tokens,
         cost_usd=None if cost is None else round(cost, 4),
-        passed=bool(kept) and identical is True and (speedup or 0.0) >= task.min_speedup,
+        passed=bool(kept)
+        and identical is True
+        and (speedup or 0.0) >= task.min_speedup
+        and (kept[-1].launch_argv is not None) == (task.answer == "launch"),
         verdicts=[d.verdict for d in decisions],
     )
 

@@ -80,7 +80,12 @@ def trial_of(state: LoopState, log_tail: str = "") -> ModelTrial | None:
     if log_tail:
         lines.append("server log tail:\n" + log_tail)
     return ModelTrial(
-        iteration=state.iteration, candidate=p.source, verdict=decision.verdict, diff=p.diff, feedback=lines
+        iteration=state.iteration,
+        candidate=p.source,
+        verdict=decision.verdict,
+        diff=p.diff,
+        feedback=lines,
+        launch_argv=p.launch_argv,
     )
 
 

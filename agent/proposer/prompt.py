@@ -96,6 +96,17 @@ replacement lines
 """
 
 
+LAUNCH_NOTE = """
+This target also takes launch options as a fix. When the fix is an option of the server's launch
+command rather than code, answer instead with the rationale and one line per change, without edit
+blocks (the server is relaunched with the changed command; --port and --host are perfloop's):
+LAUNCH: set --flag value
+LAUNCH: set --flag        (a flag without a value)
+LAUNCH: drop --flag
+"""
+"""Added to the system prompt when the target's `[proposer] launch_options` is on."""
+
+
 def probe_tool(cfg: ProbeConfig) -> dict:
     """The `run_probe` function tool, offered when the target declares a probe (pure)."""
     return {
@@ -170,7 +181,10 @@ def repo_relative(location: str | None, repo: Path) -> tuple[str, int] | None:
 def attempt(t: ModelTrial) -> str:
     """One earlier model candidate as the model is shown it: id, verdict, feedback, diff (pure)."""
     head = f"- {t.candidate} (iteration {t.iteration}): {t.verdict}"
-    return "\n".join([head, *(f"  {line}" for line in t.feedback), "  the patch:", clipped(t.diff)])
+    what = ["  the patch:", clipped(t.diff)]
+    if t.launch_argv is not None:
+        what = ["  the launch command it ran with:", "  " + shlex.join(redact_argv(t.launch_argv))]
+    return "\n".join([head, *(f"  {line}" for line in t.feedback), *what])
 
 
 def clipped(diff: str, limit: int = SIBLING_DIFF_CHARS) -> str:
@@ -183,6 +197,11 @@ def clipped(diff: str, limit: int = SIBLING_DIFF_CHARS) -> str:
 def repair(stage: str, reason: str, rounds_left: int) -> str:
     """The message sending a failed answer back, secrets masked (the closest lines quoted come from
     the files as they are)."""
+    if stage == "launch":
+        return (
+            f"Your launch change was not tried (launch check failed):\n{data('check', redact(reason))}\n\n"
+            f"Fix this and send your LAUNCH lines (or edit blocks) again ({rounds_left} repair round(s) left)."
+        )
     return (
         f"Your edits were not applied ({stage} check failed):\n{data('check', redact(reason))}\n\n"
         f"Fix this and send the complete set of edit blocks again ({rounds_left} repair round(s) left)."

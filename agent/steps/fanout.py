@@ -5,7 +5,8 @@ candidate, each on its own host, at most `--parallel` at once); `settle` runs at
 it sends the next batch (candidates still queued, and those whose host failed, retried once on a
 host that has not failed this iteration), or, when every candidate has had its trials, names the
 best verified one (the largest speedup among the trials the rule accepted) and the decisions on
-the others.
+the others; a model-written one not kept also becomes a `ModelTrial` (its diff and what its trials
+showed), which the model's next round is shown as after a trial on the session's own host.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from langgraph.types import Send
 
 from state.fanout import TrialTask
 from state.loop import Decision, LoopState, Proposal
+from state.proposer import ModelTrial
 from state.trials import Trial
 from state.updates import LoopUpdate
 
@@ -31,6 +33,8 @@ class Plan:
     queue: list[str] = field(default_factory=list)
     winner: Proposal | None = None
     decisions: list[Decision] = field(default_factory=list)
+    model_trials: list[ModelTrial] = field(default_factory=list)
+    """The model-written candidates not kept, with what their trials showed (`told`)."""
     note: str = ""
 
 
@@ -80,6 +84,20 @@ def fan_out(state: LoopState, proposals: list[Proposal]) -> tuple[list[Send], Lo
     return sends, {"candidates": proposals, "trial_queue": rest, "proposal": None}
 
 
+def told(state: LoopState, p: Proposal, verdict: str, reason: str, trials: list[Trial]) -> ModelTrial:
+    """What a model-written candidate's trials showed, as its next rounds are told it: the verdict
+    and reason (each host's speedup and CI), where outputs diverged, a crash's log tail (pure)."""
+    lines = [f"{verdict}: {reason}", *(f"on {t.host}: {line}" for t in trials for line in t.feedback)]
+    return ModelTrial(
+        iteration=state.iteration,
+        candidate=p.source,
+        verdict=verdict,
+        diff=p.diff,
+        feedback=lines,
+        launch_argv=p.launch_argv,
+    )
+
+
 def settle(state: LoopState) -> Plan:
     """At `join`: the next batch, or the outcome of this iteration's trials (pure)."""
     trials = this_round(state)
@@ -117,6 +135,8 @@ def settle(state: LoopState) -> Plan:
         plan.decisions.append(
             Decision(iteration=state.iteration, source=p.source, verdict=verdict, reason=f"trial {why}")
         )
+        if p.origin is not None:
+            plan.model_trials.append(told(state, p, verdict, f"trial {why}", ts))
     keep = (
         f"keep {best.playbook} ({best.speedup:.2f}x on {best.host}), verify it here" if best else "none kept"
     )

@@ -24,6 +24,7 @@ from agent.context import LoopContext, door_of, step, transition
 from agent.decision.levels import level_looks, with_levels
 from agent.decision.measuring import machine_drift, outputs_problem, unlike
 from agent.decision.rule import arm_of, look
+from agent.proposer.feedback import divergence
 from agent.serving import launch_args, measure_args
 from agent.steps.fanout import settle
 from state.calls import (
@@ -37,6 +38,7 @@ from state.calls import (
 )
 from state.decision import LaunchNoise
 from state.fanout import TrialTask
+from state.llm_tools import LogArgs
 from state.loop import Approval, LoopState
 from state.measure import Measurement
 from state.process import ServerHandle
@@ -48,6 +50,7 @@ from tools.door import Door
 from tools.errors import ToolError, first_line
 from tools.hosts import info
 from tools.hosts.ssh_config import SSHError
+from tools.llm import code
 from tools.workspace import repo
 from tools.workspace.commands import SESSION_BRANCH_PREFIX
 
@@ -67,6 +70,8 @@ class TrialRun:
         self.server: ServerHandle | None = None
         self.launches = 0
         self.dir = Path()
+        self.log: Path | None = None
+        """The log of the server launched last (a crashed candidate's traceback)."""
 
     def files(self) -> Path:
         """Where this host's server logs and pid file go."""
@@ -86,12 +91,13 @@ class TrialRun:
         fingerprint = repo.tree_fingerprint(self.door.call(repo.snapshot, RepoArgs(repo=self.repo)))
         self.launches += 1
         name = f"iteration-{t.iteration}-{t.proposal.source}-{label}"
+        self.log = self.dir / "logs" / f"{name}.log"
         args = launch_args(
             t.target,
             self.repo,
             argv,
             self.python,
-            self.dir / "logs" / f"{name}.log",
+            self.log,
             fingerprint,
             self.launches,
             self.dir / "server.pid",
@@ -120,11 +126,22 @@ class TrialRun:
         for i, diff in enumerate(t.kept_diffs, 1):
             self.commit(diff, f"perfloop: accepted patch {i} of the session", f"kept-{i}")
         reference = self.measured("baseline", t.argv)
-        self.phase = "candidate"
+        self.phase, self.log = "candidate", None  # a patch that fails to apply has no log of its own
         p = t.proposal
         if p.launch_argv is None:
             self.commit(p.diff, f"perfloop: {p.title}", f"candidate {p.source}")
         return reference, self.measured("candidate", p.launch_argv or t.argv)
+
+    def log_tail(self) -> list[str]:
+        """The tail of the crashed candidate's server log, read on its host, as a feedback line
+        for a model-written candidate ([] for a playbook's, or without a log)."""
+        if self.task.proposal.origin is None or self.phase != "candidate" or self.log is None:
+            return []
+        try:
+            result = self.door.call(code.log_tail, LogArgs(path=self.log))
+        except ToolError:
+            return []
+        return ["server log tail:\n" + result.text] if result.ok else []
 
     def tidy(self) -> str | None:
         """Stop the server, undo the trial's commits, put the checkout back; what failed, if any."""
@@ -150,7 +167,10 @@ def verdict(task: TrialTask, ref: Measurement, cand: Measurement) -> dict:
     before, after = ref.tpot_ms.median, cand.tpot_ms.median
     arms = {"tpot_ms_before": before, "tpot_ms_after": after}
     if problem is not None:
-        return arms | {"verdict": "rejected", "reason": problem}
+        told = []
+        if task.proposal.origin is not None and ref.outputs != cand.outputs:  # for the model's next round
+            told = divergence(task.target.measure.prompts, ref.outputs, cand.outputs)
+        return arms | {"verdict": "rejected", "reason": problem, "feedback": told}
     cfg, n = task.target.decide, len(task.target.measure.prompts)
     noise = task.noise or LaunchNoise(sigma_log=cfg.default_launch_noise)
     lk = look(
@@ -193,6 +213,7 @@ def trial(state: TrialTask, *, runtime: Runtime[LoopContext]) -> LoopUpdate:
             "status": status,
             "verdict": "failed",
             "reason": f"{'host failed' if host_failed else 'candidate failed'}: {line}",
+            "feedback": [] if host_failed or run is None else run.log_tail(),
         }
     left = run.tidy() if run is not None else None
     if left is not None:
@@ -211,7 +232,7 @@ def join(
     update: LoopUpdate = {"trial_queue": plan.queue, "transitions": transition("join", plan.note)}
     if plan.sends:
         return Command(update=update, goto=plan.sends)
-    update |= {"decisions": plan.decisions, "candidates": []}
+    update |= {"decisions": plan.decisions, "model_trials": plan.model_trials, "candidates": []}
     if plan.winner is None:
         return Command(update=update, goto="propose")
     update |= {

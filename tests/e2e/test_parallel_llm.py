@@ -1,9 +1,10 @@
 """Model-written candidates tried at once: the real CLI on the CPU demo target with two local
 `[[hosts]]` (each its own checkout) and the real openai client talking to a scripted
 OpenAI-compatible server on 127.0.0.1. The model is asked for one candidate per host: the second
-conversation is shown the first candidate and answers with a different patch; both are measured at
-the same time on their hosts, the faster verified one is applied and measured again here, and the
-session replays offline."""
+conversation is shown the first candidate and answers with a different patch (faster, wrong); both
+are measured at the same time on their hosts, the verified one is applied and measured again here,
+the wrong one's trial (its diff, where its outputs diverged) is kept for the model's next round,
+and the session replays offline."""
 
 from __future__ import annotations
 
@@ -15,22 +16,20 @@ import pytest
 from tests.e2e.conftest import assert_clean, git, last_json, make_repo, perfloop, write_target
 from tests.e2e.test_llm_proposer import MODEL_ONLY, llm_env, reads_then_answers
 from tests.e2e.test_parallel_resume import with_local_hosts
-from tests.llm.conftest import BACKEND, edit_block, fix_answer
+from tests.llm.conftest import BACKEND, OLD, WRONG, edit_block, fix_answer
 from tests.llm.fake_openai import ScriptedModel, reply
 from tests.procs import processes_in
 from tools.store.sessions import SessionStore
 
 pytestmark = pytest.mark.e2e
 
-COMMENT = "import torch\n"
-"""The second candidate only adds a comment after this line: no faster, outputs identical."""
-
 
 def a_different_patch(body: dict) -> dict:
-    """The second conversation: it was shown the first candidate, and answers with another change."""
+    """The second conversation: it was shown the first candidate, and answers with another change,
+    faster and wrong (it attends to the last 4 KV rows only: outputs change on its host)."""
     context = body["messages"][1]["content"]
     assert "already proposed for this round" in context and "llm-1: Gather-then-cast" in context, context
-    answer = "Try a hint for the reader instead.\n" + edit_block(BACKEND, COMMENT, COMMENT + "\n# a hint\n")
+    answer = "Cast only the newest rows instead.\n" + edit_block(BACKEND, OLD, WRONG)
     return {**reply(answer), "prompt_tokens": 1800, "completion_tokens": 60}
 
 
@@ -55,8 +54,15 @@ def test_two_model_candidates_are_tried_at_once_on_two_hosts_then_replay(tmp_pat
     assert trials == [("llm-1", "a", "measured"), ("llm-2", "b", "measured")], shown["trials"]
     by_id = {t["playbook"]: t for t in shown["trials"]}
     assert by_id["llm-1"]["verdict"] == "accepted" and by_id["llm-1"]["speedup"] >= 2.0, by_id
-    assert by_id["llm-2"]["speedup"] < by_id["llm-1"]["speedup"], by_id
+    assert by_id["llm-2"]["verdict"] == "rejected" and by_id["llm-2"]["speedup"] is None, by_id
     assert [d["playbook"] for d in shown["decisions"] if d["verdict"] == "accepted"] == ["llm-1"]
+    # what llm-2's trial on host b showed is kept for the model's next round, as on one host
+    (told,) = shown["model_trials"]
+    assert told["candidate"] == "llm-2" and "kv_indices[-4:]" in told["diff"], told
+    assert told["feedback"][0].startswith("rejected: trial on b: outputs"), told
+    assert any(
+        f.startswith("on b: prompt ") and "outputs diverge at character" in f for f in told["feedback"]
+    )
     # the two trials overlapped in time: each host's trial began before the other's ended
     calls = SessionStore.open(home).tool_calls(s["session"])
     spans = {}

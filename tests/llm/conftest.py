@@ -32,6 +32,10 @@ NEW = """\
             kv = k_buffer[kv_indices].to(q.dtype)  # gather the request's rows, then cast only those
             out[i] = self._attend(q[i : i + 1], kv, causal=False)[0]
 """
+WRONG = OLD.replace("k_buffer[kv_indices], causal", "k_buffer[kv_indices[-4:]].to(q.dtype), causal").replace(
+    "get_key_buffer(layer_id).to(q.dtype)", "get_key_buffer(layer_id)"
+)
+"""Faster (casts 4 rows per request) and wrong (attends to them only): outputs change."""
 RATIONALE = (
     "Gather-then-cast: forward_decode casts the whole FP8 KV pool to BF16 every layer and step.\n"
     "Cast only the rows each request attends to.\n"

@@ -13,15 +13,33 @@ import pytest
 from typer.testing import CliRunner
 
 from agent.cli import app
+from agent.proposer.evaluation import score, task_named
+from agent.sessions.archive import import_session
+from agent.sessions.runner import Sessions
 from tests.e2e.conftest import perfloop
 
 pytestmark = pytest.mark.timeout(300)
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "eval"
-EXPECTED = {  # model: (passed, applied, outputs identical, rounds, verdicts)
-    "scripted-fix": (True, True, True, 1, ["accepted"]),
-    "scripted-learner": (True, True, True, 2, ["rejected", "accepted"]),
-    "scripted-wrong": (False, True, False, 3, ["rejected", "failed", "failed"]),
+Row = tuple[bool, bool, bool | None, int, list[str]]
+EXPECTED: dict[
+    str, dict[str, Row]
+] = {  # model: {task: (passed, applied, outputs identical, rounds, verdicts)}
+    "scripted-fix": {
+        "demo-cast": (True, True, True, 1, ["accepted"]),
+        "demo-launch": (True, True, True, 1, ["accepted"]),
+        "demo-port": (True, True, True, 1, ["accepted"]),
+    },
+    "scripted-learner": {
+        "demo-cast": (True, True, True, 2, ["rejected", "accepted"]),
+        "demo-launch": (True, True, True, 2, ["failed", "accepted"]),  # a crash, then the fix
+        "demo-port": (True, True, True, 1, ["accepted"]),  # the stored lines sent back, then the port
+    },
+    "scripted-wrong": {
+        "demo-cast": (False, True, False, 3, ["rejected", "failed", "failed"]),
+        "demo-launch": (False, False, None, 3, ["failed", "failed", "failed"]),  # code off limits
+        "demo-port": (False, False, None, 3, ["failed", "failed", "failed"]),  # matches nothing
+    },
 }
 
 
@@ -30,18 +48,21 @@ def test_recorded_eval_replays_offline_with_the_same_scores(name: str, tmp_path:
     proc = perfloop(tmp_path / "home", "eval", "proposer", "--replay", str(RECORDED / name), "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "same scores as recorded" in proc.stderr
-    (s,) = last_json_list(proc)
-    passed, applied, identical, rounds, verdicts = EXPECTED[name]
-    assert (s["task"], s["model"]) == ("demo-cast", name)
-    assert (s["passed"], s["applied"], s["outputs_identical"]) == (passed, applied, identical), s
-    assert s["rounds"] == rounds and s["verdicts"] == verdicts, s
-    assert s["tokens"] > 0 and s["calls"] >= rounds
-    if passed:  # the kept patch's speedup by the CI rule
-        low, high = s["speedup_ci"]
-        assert s["speedup"] >= 3.0 and 1.0 < low <= s["speedup"] <= high, s
-    else:  # the output gate refused it before any timing was judged
-        assert s["speedup"] is None and s["speedup_ci"] is None, s
-    assert "demo-cast" in proc.stdout and name in proc.stdout  # the table
+    scores = last_json_list(proc)
+    assert [s["task"] for s in scores] == list(EXPECTED[name]) and {s["model"] for s in scores} == {name}
+    for s in scores:
+        passed, applied, identical, rounds, verdicts = EXPECTED[name][s["task"]]
+        assert (s["passed"], s["applied"], s["outputs_identical"]) == (passed, applied, identical), s
+        assert s["rounds"] == rounds and s["verdicts"] == verdicts, s
+        assert s["tokens"] > 0 and s["calls"] >= rounds
+        if passed:  # the kept fix's speedup by the CI rule
+            (task,) = task_named([s["task"]])
+            low, high = s["speedup_ci"]
+            assert s["speedup"] >= task.min_speedup and 1.0 < low <= s["speedup"] <= high, s
+        else:  # the output gate refused it before any timing was judged, or nothing was launched
+            assert s["speedup"] is None and s["speedup_ci"] is None, s
+        assert s["task"] in proc.stdout
+    assert name in proc.stdout  # the table
 
 
 def last_json_list(proc: subprocess.CompletedProcess) -> list[dict]:
@@ -51,11 +72,12 @@ def last_json_list(proc: subprocess.CompletedProcess) -> list[dict]:
 
 
 def test_a_score_that_differs_from_its_recording_fails(tmp_path: Path) -> None:
-    """The recorded scores say the fixing model failed: the replay scores it as passing, says so
-    and exits 1."""
+    """The recorded scores say the fixing model failed demo-cast: the replay scores it as passing,
+    says so and exits 1 (only that row is kept: a replay scores the rows of scores.json)."""
     folder = tmp_path / "tampered"
     shutil.copytree(RECORDED / "scripted-fix", folder)
     data = json.loads((folder / "scores.json").read_text())
+    data["scores"] = data["scores"][:1]
     data["scores"][0]["passed"] = False
     (folder / "scores.json").write_text(json.dumps(data))
     proc = perfloop(tmp_path / "home", "eval", "proposer", "--replay", str(folder), "--json")
@@ -66,7 +88,10 @@ def test_a_score_that_differs_from_its_recording_fails(tmp_path: Path) -> None:
 def test_bad_eval_input_is_one_clear_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PERFLOOP_HOME", str(tmp_path / "home"))
     cases = [
-        (("--model", "m", "--task", "nope"), "error: --task: no eval task 'nope'; the tasks are demo-cast"),
+        (
+            ("--model", "m", "--task", "nope"),
+            "error: --task: no eval task 'nope'; the tasks are demo-cast, demo-launch, demo-port",
+        ),
         ((), "error: --model is required"),
         (("--replay", str(tmp_path / "none")), "cannot read scores.json"),
         (("--model", "m", "--price-in", "1"), "--price-in and --price-out go together"),
@@ -75,3 +100,21 @@ def test_bad_eval_input_is_one_clear_line(tmp_path: Path, monkeypatch: pytest.Mo
         result = CliRunner().invoke(app, ["eval", "proposer", *args], env={"COLUMNS": "400"})
         assert result.exit_code == 2 and line in result.output, (args, result.output)
         assert len(result.output.strip().splitlines()) == 1, result.output
+
+
+def test_a_task_is_passed_only_by_a_fix_of_its_kind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The recorded sessions replayed in this process: scripted-fix's kept code patch of demo-cast
+    does not pass demo-launch (whose answer is a launch option), and its kept launch change of
+    demo-launch does not pass demo-cast, though each is kept, identical and fast enough."""
+    monkeypatch.setenv("PERFLOOP_HOME", str(tmp_path / "home"))
+    sessions = Sessions()
+    recorded = json.loads((RECORDED / "scripted-fix" / "scores.json").read_text())["scores"]
+    cast, launch = task_named(["demo-cast", "demo-launch"])
+    by_task = {s["task"]: s["session"] for s in recorded}
+    for own, other in ((cast, launch), (launch, cast)):
+        import_session(sessions.store, RECORDED / "scripted-fix" / f"{own.name}.json.gz")
+        state, _ = sessions.replay(by_task[own.name])
+        assert score(own, "scripted-fix", state, None).passed
+        wrong_kind = score(other, "scripted-fix", state, None)
+        assert not wrong_kind.passed and wrong_kind.speedup is not None
+        assert wrong_kind.speedup >= other.min_speedup and wrong_kind.outputs_identical, wrong_kind

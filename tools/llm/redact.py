@@ -81,6 +81,11 @@ def redact(text: str) -> str:
     return _ENV_LINE.sub(lambda m: m.group(1) + MASK, text)
 
 
+def is_secret_option(flag: str) -> bool:
+    """Whether a command-line option's value is masked as a secret (`--api-key`, `--hf-token`) (pure)."""
+    return _OPTION.match(flag) is not None
+
+
 def redact_argv(argv: list[str]) -> list[str]:
     """The launch command with the values of secret-looking options masked (pure but for the
     known secret values)."""

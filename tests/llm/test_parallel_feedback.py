@@ -1,0 +1,159 @@
+"""Feedback from trials on parallel hosts: a model candidate tried on one of the `[[hosts]]` and not
+kept reaches the model's next round as a trial on the session's own host does (its diff, the
+verdict with speedup and CI, where outputs diverged, a crash's log tail read on its host), and the
+same patch sent again is refused before any launch. The real `verdict`, `TrialRun.log_tail`,
+`join` and `propose`; the model is the scripted OpenAI-compatible server over real HTTP."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent.proposer.blocks import unified_diff
+from agent.steps.fanout import task
+from agent.steps.propose import propose
+from agent.steps.trial import TrialRun, join, verdict
+from state.loop import LoopState, Proposal
+from state.proposer import LlmOrigin, LlmUsage
+from state.target import TrialHost
+from state.trials import Trial
+from tests.llm.conftest import BACKEND, OLD, WRONG, edit_block, fix_answer, loop_state, runtime
+from tests.llm.fake_openai import ScriptedModel, Step, reply
+from tests.llm.test_feedback import measured
+from tests.recorders import MemoryRecorder
+from tools.door.live import LiveDoor
+
+pytestmark = pytest.mark.timeout(60)
+
+HINT = ("import torch\n", "import torch\n\n# a hint\n")
+"""llm-2's patch: a comment, no faster."""
+OTHER = ("import torch\n", "import torch  # the model's tensors\n")
+
+
+def two_hosts(tmp_path: Path, engine: Path, base_url: str = "http://127.0.0.1:9/v1") -> LoopState:
+    state = loop_state(tmp_path, engine, base_url)
+    hosts = [TrialHost(name=n, repo=tmp_path / n) for n in "ab"]
+    measure = state.target.measure.model_copy(update={"prompts": ["Hello", "The capital of France"]})
+    target = state.target.model_copy(update={"hosts": hosts, "measure": measure})
+    return state.model_copy(update={"target": target})
+
+
+def candidate(source: str, diff: str, model: bool = True) -> Proposal:
+    origin = LlmOrigin(model="scripted-coder", rationale="r", usage=LlmUsage()) if model else None
+    return Proposal(
+        iteration=1,
+        source=source,
+        title=source,
+        explanation="e",
+        diff=diff,
+        files=[BACKEND],
+        expected_gain_share=0.0,
+        expected_gain_ms=None,
+        evidence=[],
+        proposer="llm" if model else "playbook",
+        origin=origin,
+    )
+
+
+def patched(engine: Path, old: str, new: str) -> str:
+    text = (engine / BACKEND).read_text()
+    return unified_diff({BACKEND: text}, {BACKEND: text.replace(old, new, 1)})
+
+
+def test_a_hosts_verdict_on_a_model_candidate_says_where_outputs_diverged(
+    tmp_path: Path, engine: Path
+) -> None:
+    state = two_hosts(tmp_path, engine)
+    ref, cand = measured("is Paris. It is", 30.0), measured("is Paris, it was", 10.0)
+    out = verdict(task(state, candidate("llm-2", "d"), 1, 1), ref, cand)
+    assert out["verdict"] == "rejected" and "outputs" in out["reason"], out
+    (line,) = out["feedback"]
+    assert line.startswith("prompt 2 ('The capital of France'): outputs diverge at character 8 (word 2)")
+    assert "expected 'is Paris. It is', got 'is Paris, it was'" in line
+    assert verdict(task(state, candidate("p", "d", model=False), 1, 1), ref, cand)["feedback"] == []
+
+
+def test_a_crashed_candidates_log_tail_is_read_on_its_host(tmp_path: Path, engine: Path) -> None:
+    state = two_hosts(tmp_path, engine)
+    log = tmp_path / "iteration-1-llm-2-candidate.log"
+    log.write_text("starting\nTraceback (most recent call last):\nNameError: name 'kv' is not defined\n")
+    recorder = MemoryRecorder()
+    door = LiveDoor("s", recorder)
+    for model, told in ((False, []), (True, ["server log tail:"])):
+        t = task(state, candidate("llm-2", "d", model), 1, 1)
+        run = TrialRun(t, door.branch("trial@b", t.host.host, None))
+        run.phase, run.log = "candidate", log
+        assert [line.split("\n")[0] for line in run.log_tail()] == told
+    assert run.log_tail()[0].endswith("NameError: name 'kv' is not defined")
+    run.phase = "host"  # the host's own baseline failed: not the candidate's doing
+    assert run.log_tail() == []
+    run.phase, run.log = "candidate", None  # the patch did not apply: no server of its own
+    assert run.log_tail() == []
+    assert [(c.node, c.name) for c in recorder.calls] == [("trial@b", "code.log_tail")] * 2
+
+
+def test_the_next_round_is_told_what_each_hosts_trial_showed(tmp_path: Path, engine: Path) -> None:
+    """llm-1 changed outputs on host a, llm-2 gained nothing on host b: `join` keeps neither and
+    records both; the next round's two conversations are shown both diffs with their verdicts,
+    speedup and CI and the divergence, and each resubmission is refused before any launch."""
+    wrong, hint = patched(engine, OLD, WRONG), patched(engine, *HINT)
+    tried = [candidate("llm-1", wrong), candidate("llm-2", hint)]
+    diverged = "prompt 2 ('The capital of France'): outputs diverge at character 8 (word 2)"
+    trials = [
+        Trial(
+            iteration=1,
+            playbook="llm-1",
+            host="a",
+            attempt=1,
+            status="measured",
+            verdict="rejected",
+            reason="outputs changed for 1/2 prompt(s)",
+            feedback=[diverged + ": expected 'is Paris. It is', got 'is Paris, it was'"],
+        ),
+        Trial(
+            iteration=1,
+            playbook="llm-2",
+            host="b",
+            attempt=1,
+            status="measured",
+            verdict="inconclusive",
+            reason="TPOT 30.0 -> 29.8 ms, 1.01x [0.95, 1.07]",
+            speedup=1.01,
+            ci=[0.95, 1.07],
+        ),
+    ]
+    state = two_hosts(tmp_path, engine).model_copy(update={"candidates": tried, "trials": trials})
+    cmd = join(state, runtime(LiveDoor("s", MemoryRecorder())))
+    assert cmd.goto == "propose"
+    update = cmd.update or {}
+    told = {t.candidate: t for t in update["model_trials"]}
+    assert told["llm-1"].diff == wrong and told["llm-1"].verdict == "rejected"
+    assert told["llm-1"].feedback[1].startswith("on a: " + diverged)
+    assert told["llm-2"].feedback == ["inconclusive: trial on b: TPOT 30.0 -> 29.8 ms, 1.01x [0.95, 1.07]"]
+    after = state.model_copy(
+        update={"decisions": update["decisions"], "model_trials": update["model_trials"], "candidates": []}
+    )
+    script: list[Step] = [
+        reply(fix_answer(new=WRONG)),  # conversation 1: llm-1's patch again, refused
+        reply(fix_answer()),
+        reply("Add a hint.\n" + edit_block(BACKEND, *HINT)),  # conversation 2: llm-2's again, refused
+        reply("Name the import.\n" + edit_block(BACKEND, *OTHER)),
+    ]
+    with ScriptedModel(script) as m:
+        base = after.target.proposer.model_copy(update={"base_url": m.base_url})
+        after = after.model_copy(update={"target": after.target.model_copy(update={"proposer": base})})
+        cmd = propose(after, runtime(LiveDoor("s", MemoryRecorder())))
+    assert len(m.requests) == 4
+    for first in (m.requests[0], m.requests[2]):
+        context = first["messages"][1]["content"]
+        assert "Your earlier patches in this session were tried and not kept" in context
+        assert "- llm-1 (iteration 1): rejected" in context and "on a: " + diverged in context
+        assert "- llm-2 (iteration 1): inconclusive" in context and "1.01x [0.95, 1.07]" in context
+        assert "+# a hint" in context and "kv_indices[-4:]" in context  # both diffs, as data
+    for refused, which in ((m.requests[1], "llm-1"), (m.requests[3], "llm-2")):
+        text = refused["messages"][-1]["content"]
+        assert f"same as your candidate {which} of iteration 1" in text and "not launched again" in text
+    proposals = (cmd.update or {}).get("candidates") or []
+    assert [p.source for p in proposals] == ["llm-1", "llm-2"], cmd
+    assert "kv = k_buffer[kv_indices].to(q.dtype)" in proposals[0].diff and "tensors" in proposals[1].diff
