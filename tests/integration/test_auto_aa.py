@@ -86,7 +86,7 @@ def test_an_interleaved_baseline_gathers_its_own_aa_pairs(
     # the new pair's shift pooled with the stored one: sigma^2 = sum(shift^2) / 4, its 90% bound on 2 df
     noise = first.noise
     assert noise.paired and noise.source == "aa" and noise.launches == 2
-    sd = math.sqrt((0.01**2 + pairs[1].shift_log ** 2) / 4)
+    sd = math.sqrt((0.01**2 + (pairs[1].shift_log or 0.0) ** 2) / 4)
     assert noise.estimate_log == pytest.approx(sd)
     assert noise.sigma_log == pytest.approx(max(sd * math.sqrt(2 / chi2_quantile(1 - UPPER_BOUND, 2)), 0.005))
     assert (topped.power.repeats, topped.power.looks, len(m.requests)) == (6, 1, 3)

@@ -88,9 +88,9 @@ def test_the_rule_judges_the_primary_and_a_regression_elsewhere_rejects() -> Non
         assert j.line().endswith(at1), j.line()
     assert 0.65 < level_looks(ref, worse, W, NOISE, cfg, 1)[0].speedup < 0.75
     three = W.model_copy(update={"concurrency": [8, 1, 4]})  # two other levels: each at half the alpha
-    at1, at4 = level_looks(ref, same, three, NOISE, cfg, 1)
-    assert (at1.level, at4.level) == pytest.approx((0.975, 0.975)) and at1.concurrency == 1
-    assert at4.verdict == "inconclusive" and at4.ci_high > 1e8  # no window at 4: never decided on
+    lv1, lv4 = level_looks(ref, same, three, NOISE, cfg, 1)
+    assert (lv1.level, lv4.level) == pytest.approx((0.975, 0.975)) and lv1.concurrency == 1
+    assert lv4.verdict == "inconclusive" and lv4.ci_high > 1e8  # no window at 4: never decided on
     assert level_looks(ref, ref, W.at(8), NOISE, cfg, 1) == []  # one level: nothing more
 
 
