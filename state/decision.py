@@ -4,6 +4,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from state.arms import ArmsInUse, LaunchLocation
 from state.base import Model
 from state.workload import OBJECTIVES
 
@@ -34,12 +35,24 @@ class DecisionConfig(Model):
     (`perfloop calibrate`) to resolve smaller ones."""
     min_aa_launches: int = Field(6, ge=3)
     """A/A launches needed (at least two of one tree) before their estimate replaces the default."""
-    arms: Literal["sequential", "interleaved"] = "sequential"
+    arms: Literal["auto", "sequential", "interleaved", "alternating"] = "auto"
     """`sequential`: the reference arm is the earlier launch's measurement and the candidate runs
     after it (one launch per candidate; the arms see different machine states). `interleaved`:
     the reference tree is launched again beside the candidate (a second checkout, a second
     server) and requests alternate between the two, so both arms see the same machine state; it
-    needs room for two servers and costs one more launch per candidate."""
+    needs room for two servers and costs one more launch per candidate. `alternating`: the two
+    trees launched in turn on the same host, one server at a time, each up to
+    `max_launches_per_arm` times, the launch effect estimated from those launches. `auto`:
+    interleaved when two servers fit (`two_servers_fit`, else measured on the baseline server),
+    otherwise alternating."""
+    two_servers_fit: bool | None = None
+    """`arms = "auto"`: whether a second server fits beside the first (None: measure it)."""
+    fit_margin: float = Field(1.2, ge=1)
+    """`auto`: free memory must hold the server's own use times this to count as a fit."""
+    gain_worth_keeping: float = Field(1.05, gt=1)
+    """Alternating arms: the true speedup the number of launches is planned to keep (80% power)."""
+    max_launches_per_arm: int = Field(4, ge=2, le=20)
+    """Alternating arms: most launches of each tree per candidate (the plan's bound)."""
     default_pair_noise: float = Field(0.05, gt=0, lt=1)
     """Interleaved arms: launch noise (SD of one launch's log-TPOT effect) assumed until the A/A
     store holds `min_aa_pairs` pairs of this target on this host. Measured on the 2-core demo
@@ -65,14 +78,19 @@ class LaunchNoise(Model):
     """The A/A point estimate (pooled SD over launches of the same tree), if there are any."""
     launches: int = 0
     """A/A launches the estimate pools."""
-    source: Literal["default", "aa"] = "default"
-    """`aa`: measured; `default`: too few A/A launches yet, the conservative default."""
+    source: Literal["default", "aa", "replicates"] = "default"
+    """`aa`: measured; `default`: too few A/A launches yet, the conservative default;
+    `replicates`: alternating arms, from the candidate's own replicate launches."""
     paired: bool = False
     """From interleaved A/A pairs (two launches measured together), for interleaved arms."""
+    df: int = 0
+    """Degrees of freedom of `estimate_log` (pooled within groups of the same tree)."""
 
     def describe(self) -> str:
         """e.g. `launch noise 2.1% (14 A/A launches)` or `launch noise 15.0% (default: 2 A/A ...)`."""
         unit = "interleaved A/A pairs" if self.paired else "A/A launches"
+        if self.source == "replicates":
+            return f"between-launch SD {self.sigma_log:.1%} ({self.df} df, {self.launches} launches)"
         if self.source == "aa":
             return f"launch noise {self.sigma_log:.1%} ({self.launches} {unit})"
         so_far = f", {self.estimate_log:.1%} measured" if self.estimate_log is not None else ""
@@ -160,8 +178,10 @@ class Judgement(Model):
     """The reference arm."""
     candidate: ArmStats | None = None
     """The candidate arm."""
-    arms: Literal["sequential", "interleaved"] = "sequential"
+    arms: ArmsInUse = "sequential"
     """How the arms were measured (see `DecisionConfig.arms`)."""
+    per_launch: list[LaunchLocation] = []
+    """Alternating arms: every launch's location, in launch order."""
     confirmation: list[Look] = []
     """Looks on the fresh pair of launches that confirmed (or not) an acceptance below
     `confirm_below`; empty when none was needed."""
@@ -187,10 +207,12 @@ class Judgement(Model):
             what = OBJECTIVES[self.objective][0] if self.objective in OBJECTIVES else self.objective
             at = self.candidate.concurrency if self.candidate and self.candidate.concurrency else "?"
             units = f"{n} windows at concurrency {at}"
+        if self.arms == "alternating":  # a look's `requests_*` count launches then
+            units = f"{n} launches"
         return (
             f"{what} {lk.speedup:.2f}x [{lk.ci_low:.2f}, {lk.ci_high:.2f}] {self.confidence:.0%} CI, "
             f"n = {units} per arm, {self.launch_noise.describe()}, "
-            f"{'arms interleaved, ' if self.arms == 'interleaved' else ''}"
+            f"{'' if self.arms == 'sequential' else f'arms {self.arms}, '}"
             f"look {lk.look}/{lk.of} -> {self.verdict}"
             + (
                 f" (second pair of launches: {self.confirmation[-1].speedup:.2f}x "
