@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
+from state.arms import ArmsChoice
 from state.base import Model
 from state.decision import Judgement, LaunchNoise, MechanismCheck, OutputsResult, Prediction
 from state.diagnosis import Diagnosis, Evidence
@@ -193,6 +194,8 @@ class LoopState(Model):
     """Tolerance gate: the current candidate's result (set by `measure`, kept by `decide`)."""
     launch_noise: LaunchNoise | None = None
     """Launch-to-launch noise of this target on this host (A/A store, read after the baseline)."""
+    arms: ArmsChoice | None = None
+    """`[decide] arms = "auto"` resolved on the baseline server (None: the target names its arms)."""
     judgement: Judgement | None = None
     """The CI rule's answer on the current candidate (set by `measure`, used by `decide`)."""
     gate_problem: str | None = None
