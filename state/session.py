@@ -62,6 +62,9 @@ class Summary(Model):
     """Launch-to-launch noise (SD of log TPOT) the CI included."""
     decision: str | None = None
     """That decision's one-line report, e.g. `TPOT 3.10x [2.20, 4.35] 95% CI, n = ...`."""
+    arms: str | None = None
+    """`[decide] arms = "auto"` as resolved on the baseline server, with why, e.g. `arms auto ->
+    alternating (two servers do not fit: GPU 0 has ...)`; None when the target named its arms."""
     output_gate: str | None = None
     """The output gate's policy and, under `tolerance`, the result on the decisive candidate (the
     last accepted one it scored, else the last it scored), e.g. `tolerance: tolerance gate: top-1

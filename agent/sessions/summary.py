@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from agent.decision.arms import arms_line
 from agent.decision.correctness import refusal
 from agent.decision.measuring import serving_note
 from agent.proposer.search import trial_lines
@@ -57,6 +58,7 @@ def summarize(state: LoopState, status: str) -> Summary:
         launch_noise=j.launch_noise.sigma_log if j else None,
         decision=j.line() if j else None,
         output_gate=gate,
+        arms=arms_line(state.arms) if state.arms else None,
         correctness_set=reach,
         mechanisms=[f"{m.playbook}: {m.note}" for m in state.mechanisms],
         unexplained_gains=[m.playbook for m in state.mechanisms if not m.confirmed],
