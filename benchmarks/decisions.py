@@ -382,6 +382,7 @@ def main() -> None:
         "scenarios": {},
     }
     plan: list[tuple[str, float | tuple[float, int], int]] = [("A/A (same tree)", 0.0, args.aa_pairs)]
+    plan = [p for p in plan if p[2] > 0]
     plan += [(f"true {f}x", float(f) - 1.0, int(n)) for f, n in (d.split(":") for d in args.detect)]
     plan += [
         (f"{x} extra layers", (0.0, int(x)), int(n)) for x, n in (d.split(":") for d in args.detect_layers)

@@ -1,5 +1,6 @@
-"""Alternating arms on the CPU demo: the real fix (gather then cast) judged on launches of the two
-trees in turn, one server at a time (C R R C), its CI from those launches alone."""
+"""Alternating arms on the CPU demo: `arms = "auto"` where the target says two servers do not fit,
+the real fix (gather then cast) judged on launches of the two trees in turn, one server at a time
+(C R R C), its CI from those launches alone; the session replays with the same choice."""
 
 from __future__ import annotations
 
@@ -7,7 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import assert_clean, edited_diff, git, playbook_variant, run_playbooks, write_target
+from tests.e2e.conftest import (
+    assert_clean,
+    edited_diff,
+    git,
+    last_json,
+    perfloop,
+    playbook_variant,
+    run_playbooks,
+    write_target,
+)
 from tests.e2e.test_adversarial import BACKEND, FIX
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -16,8 +26,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 def test_the_fix_is_judged_on_alternating_launches(tmp_path: Path, home: Path, repo: Path) -> None:
     books = tmp_path / "books"
     playbook_variant(books, "fix", 0.99, edited_diff(repo, tmp_path, {BACKEND: FIX}))
-    target = write_target(tmp_path / "t.toml", repo, looks=1, arms="alternating")
-    target.write_text(target.read_text() + "max_launches_per_arm = 2\n")  # [decide] is the last table
+    target = write_target(tmp_path / "t.toml", repo, looks=1, arms="auto")
+    decide = "two_servers_fit = false\nmax_launches_per_arm = 2\n"  # [decide] is the last table
+    target.write_text(target.read_text() + decide)
     s, shown = run_playbooks(home, target, books)
     (d,) = shown["decisions"]
     j = d["judgement"]
@@ -35,3 +46,9 @@ def test_the_fix_is_judged_on_alternating_launches(tmp_path: Path, home: Path, r
     assert git(repo, "rev-list", "--count", "main..HEAD").strip() == "1"
     assert_clean(repo, s["branch"])
     assert not (home / "sessions" / s["session"] / "reference").exists()
+    assert (
+        s["arms"]
+        == "arms auto -> alternating (the target says two servers do not fit ([decide] two_servers_fit))"
+    )
+    replayed = perfloop(home, "replay", s["session"], "--json")
+    assert replayed.returncode == 0 and last_json(replayed)["matches_recording"] is True, replayed.stderr
