@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 def test_the_fix_is_judged_on_alternating_launches(tmp_path: Path, home: Path, repo: Path) -> None:
     books = tmp_path / "books"
     playbook_variant(books, "fix", 0.99, edited_diff(repo, tmp_path, {BACKEND: FIX}))
-    target = write_target(tmp_path / "t.toml", repo, looks=1, arms="auto")
+    target = write_target(tmp_path / "t.toml", repo, looks=1, arms="auto", prompts=("Explain the KV cache.",))
     decide = "two_servers_fit = false\nmax_launches_per_arm = 2\n"  # [decide] is the last table
     target.write_text(target.read_text() + decide)
     s, shown = run_playbooks(home, target, books)
