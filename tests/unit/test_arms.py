@@ -84,3 +84,48 @@ def test_the_resolved_choice_is_what_the_session_measures_with(tmp_path) -> None
     assert arms_in_use(chosen) == "alternating"
     pinned = target.model_copy(update={"decide": DecisionConfig(arms="interleaved")})
     assert arms_in_use(state.model_copy(update={"target": pinned})) == "interleaved"
+
+
+def test_gpu_memory_is_read_per_gpu_the_servers_processes_use(tmp_path, monkeypatch) -> None:
+    """nvidia-smi's CSV (answered by a script standing in for the binary, with a real process
+    group's pid): the server's use is summed per GPU over its processes, other processes' are not
+    counted, and the tightest GPU is the one reported."""
+    proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        pid = proc.pid
+        smi = tmp_path / "nvidia-smi"
+        smi.write_text(
+            "#!/bin/sh\n"
+            'case "$1" in\n'
+            "  --query-gpu=*) printf 'GPU-a, 0, 100000, 40000\\nGPU-b, 1, 30000, 41000\\n' ;;\n"
+            f"  *) printf '{pid}, GPU-a, 37000\\n{pid}, GPU-b, 37000\\n999999, GPU-b, 4000\\n' ;;\n"
+            "esac\n"
+        )
+        smi.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+        fit = memory_fit(MemoryFitArgs(pgid=os.getpgid(pid)))
+    finally:
+        proc.kill()
+        proc.wait()
+    assert (fit.device, fit.where, fit.note) == ("gpu", "GPU 1", "")
+    assert (fit.server_bytes, fit.free_bytes) == (37000 << 20, 30000 << 20)
+    assert choice_of(DecisionConfig(), fit).arms == "alternating"
+
+
+def test_gpu_memory_of_hidden_processes_counts_as_the_servers(tmp_path, monkeypatch) -> None:
+    """A container that hides host pids: nvidia-smi lists no process, yet GPU 0 holds 37 GB; that
+    use counts as the server's (conservative), and the line says why."""
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(
+        "#!/bin/sh\n"
+        'case "$1" in\n'
+        "  --query-gpu=*) printf 'GPU-a, 0, 100000, 37000\\nGPU-b, 1, 137000, 0\\n' ;;\n"
+        "  *) ;;\n"
+        "esac\n"
+    )
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    fit = memory_fit(MemoryFitArgs(pgid=os.getpgid(0)))
+    assert (fit.device, fit.where, fit.server_bytes) == ("gpu", "GPU 0", 37000 << 20)
+    choice = choice_of(DecisionConfig(), fit)
+    assert choice.arms == "interleaved" and choice.why.endswith("; server processes not visible")
