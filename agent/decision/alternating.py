@@ -92,7 +92,7 @@ def judge_alternating(state: LoopState, runtime: Runtime[LoopContext], label: st
     launched = 0 if running == state.server else 1
     state = state.model_copy(update={"server": running})
     with progress.within(f"candidate launch 1/{k}"):
-        c = measure_launch(state, runtime, running, f"{label}-c1", state.target.repo)
+        c = measure_launch(state, runtime, running, f"{label}-candidate-1", state.target.repo)
     problem, tolerance = outputs_problem(ref0, c, exact) or unlike(ref0, c), None
     if problem is None:  # the correctness set, before any reference launch
         problem, tolerance = outputs.check(state, runtime, n)
@@ -123,7 +123,7 @@ def judge_alternating(state: LoopState, runtime: Runtime[LoopContext], label: st
                 launched, last, i = launched + 1, arm, len(arms[arm]) + 1
                 with progress.within(f"{arm} launch {i}/{k}"):
                     tree = where if arm == "reference" else state.target.repo
-                    m = measure_launch(state, runtime, running, f"{label}-{arm[0]}{i}", tree)
+                    m = measure_launch(state, runtime, running, f"{label}-{arm}-{i}", tree)
                 if arm == "candidate":
                     problem = outputs_problem(ref0, m, exact)
                 elif m.outputs != ref0.outputs:

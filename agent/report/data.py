@@ -108,8 +108,9 @@ def gather(sessions: Sessions, session_id: str) -> ReportData:
 
 def arms(calls: list[ToolCallRecord], decisions: list[Decision]) -> list[Arm]:
     """The baseline and each measured candidate, in order (pure). A candidate's requests are the
-    `measure` node's measurements after its launch by `relaunch`; they pair, in order, with the
-    decisions that have a candidate TPOT."""
+    `measure` node's measurements after its launch by `relaunch` (with alternating arms its own
+    launches', not the reference tree's); they pair, in order, with the decisions that have a
+    candidate TPOT."""
     base: list[Measurement] = []
     groups: list[list[Measurement]] = []
     for c in calls:
@@ -119,6 +120,8 @@ def arms(calls: list[ToolCallRecord], decisions: list[Decision]) -> list[Arm]:
             groups.append([])
         elif c.name == "bench.measure" and c.node in ("baseline", "measure"):
             m = Measurement.model_validate(c.output["measurement"])
+            if c.node == "measure" and "-reference-" in m.label:
+                continue  # alternating arms: a launch of the reference tree
             (base if c.node == "baseline" or not groups else groups[-1]).append(m)
     measured = [d for d in decisions if d.tpot_ms_after is not None]
     out = [_arm("baseline", "baseline", base)] if base else []

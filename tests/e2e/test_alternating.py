@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.report.data import arms as report_arms
 from tests.e2e.conftest import (
     assert_clean,
     edited_diff,
@@ -19,6 +20,7 @@ from tests.e2e.conftest import (
     write_target,
 )
 from tests.e2e.test_adversarial import BACKEND, FIX
+from tools.store.sessions import SessionStore
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -50,5 +52,12 @@ def test_the_fix_is_judged_on_alternating_launches(tmp_path: Path, home: Path, r
         s["arms"]
         == "arms auto -> alternating (the target says two servers do not fit ([decide] two_servers_fit))"
     )
+    calls = SessionStore(home / "sessions.sqlite").tool_calls(s["session"])
+    labels = [c.input["label"] for c in calls if c.node == "measure" and c.name == "bench.measure"]
+    assert labels == [
+        f"iteration-1-{a}" for a in ("candidate-1", "reference-1", "reference-2", "candidate-2")
+    ]
+    base, cand = report_arms(calls, [])  # the report's candidate arm: its own launches only
+    assert base.label == "baseline" and len(cand.tpot_ms) == 2 * 3  # 2 launches x 1 prompt x 3
     replayed = perfloop(home, "replay", s["session"], "--json")
     assert replayed.returncode == 0 and last_json(replayed)["matches_recording"] is True, replayed.stderr
