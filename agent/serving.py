@@ -52,7 +52,7 @@ def launch_args(
     )
 
 
-def bench_serving_use(target: TargetConfig) -> Literal["auto", "always", "never"]:
+def bench_serving_use(target: TargetConfig) -> Literal["auto", "always", "never", "both"]:
     """The config's `measure.bench_serving.use`, where `auto` applies to SGLang targets only (pure)."""
     use = target.measure.bench_serving.use
     return "never" if use == "auto" and target.kind != "sglang" else use

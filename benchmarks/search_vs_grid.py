@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import signal
 import statistics
 import sys
 import tempfile
@@ -159,10 +160,17 @@ def main() -> None:
     p.add_argument("--cpu-pool", type=int, nargs="+", default=None, help="pool choices for the cpu preset")
     p.add_argument("--out", required=True)
     a = p.parse_args()
+    # `timeout` sends SIGTERM: exit through the `finally`s that stop the servers (a SIGTERM's
+    # default action left a 16 GB server on the H200 after a cut-short run).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     r = Runner(a)
-    default = r.measure({})
-    runs = {"grid": grid(r, a.budget), "search": search(r, a.budget, a.seed)}
+    try:
+        default = r.measure({})
+        runs = {"grid": grid(r, a.budget), "search": search(r, a.budget, a.seed)}
+    finally:  # also a server cut short in its start-up, which `measure`'s own `finally` misses
+        for pid_file in (Path(a.out) / "logs").glob("server-*.pid"):
+            server.stop_pid_file(pid_file, r.tree, 5)
     report: dict = {"args": vars(a), "default": default, "runs": runs, "best": {}}
     rows = [
         "| method | launches | best config | tokens/s | TPOT p50 / p99 ms | vs default [95% CI] |",

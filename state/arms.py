@@ -4,10 +4,35 @@ relaunches."""
 
 from typing import Literal
 
+from pydantic import Field
+
 from state.base import Model
 
 ArmsInUse = Literal["sequential", "interleaved", "alternating"]
 """The arms a session measures with (`auto` resolved)."""
+
+
+class ArmsConfig(Model):
+    """The `[decide]` fields on how a candidate's arms are measured (`DecisionConfig` has them)."""
+
+    arms: Literal["auto", "sequential", "interleaved", "alternating"] = "auto"
+    """`sequential`: the reference arm is the earlier launch's measurement and the candidate runs
+    after it (one launch per candidate; the arms see different machine states). `interleaved`:
+    the reference tree is launched again beside the candidate (a second checkout, a second
+    server) and requests alternate between the two, so both arms see the same machine state; it
+    needs room for two servers and costs one more launch per candidate. `alternating`: the two
+    trees launched in turn on the same host, one server at a time, each up to
+    `max_launches_per_arm` times, the launch effect estimated from those launches. `auto`:
+    interleaved when two servers fit (`two_servers_fit`, else measured on the baseline server),
+    otherwise alternating."""
+    two_servers_fit: bool | None = None
+    """`arms = "auto"`: whether a second server fits beside the first (None: measure it)."""
+    fit_margin: float = Field(1.2, ge=1)
+    """`auto`: free memory must hold the server's own use times this to count as a fit."""
+    gain_worth_keeping: float = Field(1.05, gt=1)
+    """Alternating arms: the true speedup the number of launches is planned to keep (80% power)."""
+    max_launches_per_arm: int = Field(4, ge=2, le=20)
+    """Alternating arms: most launches of each tree per candidate (the plan's bound)."""
 
 
 class MemoryFitArgs(Model):

@@ -82,7 +82,7 @@ class MeasureArgs(Model):
     """Label of the measurement."""
     tree_sha256: str
     """Fingerprint of the tree the server runs."""
-    bench_serving: Literal["auto", "always", "never"] = "never"
+    bench_serving: Literal["auto", "always", "never", "both"] = "never"
     """Whether to measure with sglang.bench_serving: the config's choice, `never` where `auto`
     does not apply (targets other than SGLang)."""
     python: str = ""

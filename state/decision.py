@@ -4,7 +4,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from state.arms import ArmsInUse, LaunchLocation
+from state.arms import ArmsConfig, ArmsInUse, LaunchLocation
 from state.base import Model
 from state.workload import OBJECTIVES
 
@@ -14,8 +14,9 @@ rejected: the CI excludes any gain worth keeping (its upper end is below 1 + min
 inconclusive: the budget of looks is spent and none of those holds; undecided: looks remain."""
 
 
-class DecisionConfig(Model):
-    """How a candidate is judged against the reference (the target file's `[decide]` table)."""
+class DecisionConfig(ArmsConfig):
+    """How a candidate is judged against the reference (the target file's `[decide]` table; the
+    fields on how the arms are measured are `ArmsConfig`'s)."""
 
     min_gain: float = Field(0.02, ge=0)
     """Smallest speedup worth keeping, as a fraction (0.02: the CI must lie above 1.02x)."""
@@ -35,24 +36,6 @@ class DecisionConfig(Model):
     (`perfloop calibrate`) to resolve smaller ones."""
     min_aa_launches: int = Field(6, ge=3)
     """A/A launches needed (at least two of one tree) before their estimate replaces the default."""
-    arms: Literal["auto", "sequential", "interleaved", "alternating"] = "auto"
-    """`sequential`: the reference arm is the earlier launch's measurement and the candidate runs
-    after it (one launch per candidate; the arms see different machine states). `interleaved`:
-    the reference tree is launched again beside the candidate (a second checkout, a second
-    server) and requests alternate between the two, so both arms see the same machine state; it
-    needs room for two servers and costs one more launch per candidate. `alternating`: the two
-    trees launched in turn on the same host, one server at a time, each up to
-    `max_launches_per_arm` times, the launch effect estimated from those launches. `auto`:
-    interleaved when two servers fit (`two_servers_fit`, else measured on the baseline server),
-    otherwise alternating."""
-    two_servers_fit: bool | None = None
-    """`arms = "auto"`: whether a second server fits beside the first (None: measure it)."""
-    fit_margin: float = Field(1.2, ge=1)
-    """`auto`: free memory must hold the server's own use times this to count as a fit."""
-    gain_worth_keeping: float = Field(1.05, gt=1)
-    """Alternating arms: the true speedup the number of launches is planned to keep (80% power)."""
-    max_launches_per_arm: int = Field(4, ge=2, le=20)
-    """Alternating arms: most launches of each tree per candidate (the plan's bound)."""
     default_pair_noise: float = Field(0.05, gt=0, lt=1)
     """Interleaved arms: launch noise (SD of one launch's log-TPOT effect) assumed until the A/A
     store holds `min_aa_pairs` pairs of this target on this host. Measured on the 2-core demo
@@ -159,6 +142,9 @@ class Look(Model):
     machine_drift: float = 1.0
     """How much faster the host ran for one arm than the other (CPU probe ratio, >= 1); the CI is
     widened by it on both sides."""
+    concurrency: int | None = None
+    """`[workload]` with several levels: the (non-primary) level this look judged; None: the
+    primary or only one."""
 
 
 class Judgement(Model):
@@ -188,6 +174,9 @@ class Judgement(Model):
     objective: str | None = None
     """`[workload]`: what the windows were judged on (e.g. `output_throughput`; the speedup is
     then that ratio, candidate over reference for a throughput); None: per-request TPOT."""
+    levels: list[Look] = []
+    """`[workload]` with several concurrency levels: the deciding look at each level but the
+    primary (a regression at any is the verdict; agent/decision/levels.py); empty otherwise."""
 
     @property
     def last(self) -> Look:
@@ -225,6 +214,11 @@ class Judgement(Model):
                 f" (host ran {lk.machine_drift:.2f}x faster for one arm: CI widened by it)"
                 if lk.machine_drift >= 1.05
                 else ""
+            )
+            + "".join(
+                f"; at concurrency {o.concurrency}: {o.speedup:.2f}x [{o.ci_low:.2f}, {o.ci_high:.2f}] "
+                + ("regression" if o.verdict == "regression" else "no regression")
+                for o in self.levels
             )
         )
 

@@ -102,3 +102,7 @@ class Measurement(Model):
     windows: list[Window] = []
     """`[workload]`: the measured windows (warm-ups excluded), each the rule's unit of evidence;
     empty for the sequential workload."""
+    beside: "Measurement | None" = None
+    """`measure.bench_serving.use = "both"`: the same launch measured right after by
+    sglang.bench_serving with the same workload; recorded and shown beside this measurement's
+    figures, never judged (None: one client measured)."""

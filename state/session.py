@@ -22,7 +22,8 @@ class Summary(Model):
     tpot_ms_after: float | None
     """Median TPOT after the accepted patches (equals before when none was accepted)."""
     speedup: float | None
-    """tpot_ms_before / tpot_ms_after."""
+    """tpot_ms_before / tpot_ms_after; under `[workload]` the objective's ratio instead (see
+    `objective`): after / before for a throughput, before / after for a latency."""
     ttft_ms_before: float | None
     """Median TTFT of the baseline."""
     ttft_ms_after: float | None
@@ -49,13 +50,30 @@ class Summary(Model):
     """`[workload]`: the baseline's throughputs and TPOT/TTFT p50/p99 at that concurrency."""
     serving_after: str | None = None
     """`[workload]`: the same of the final reference."""
+    beside_before: str | None = None
+    """`measure.bench_serving.use = "both"`: the baseline's figures by sglang.bench_serving on the
+    same launch, e.g. `sglang.bench_serving (sglang 0.5.9): at concurrency 8: ...` (not judged)."""
+    beside_after: str | None = None
+    """The same of the final reference."""
+    objective: str | None = None
+    """`[workload]`: what `speedup` is the ratio of, with its unit, e.g. `output throughput
+    (tok/s)`; None: per-request TPOT."""
+    objective_before: float | None = None
+    """`[workload]`: the baseline's objective over all its windows (tokens or requests over their
+    wall time, or the percentile over all their requests)."""
+    objective_after: float | None = None
+    """`[workload]`: the same of the final reference."""
+    tpot_ms_p99_before: float | None = None
+    """`[workload]`: the baseline's TPOT p99 at the concurrency (`tpot_ms_before` is the p50)."""
+    tpot_ms_p99_after: float | None = None
+    """`[workload]`: the same of the final reference."""
     iterations: int
     """Profile/diagnose iterations run."""
     verdict: str | None = None
     """The CI rule's verdict on the decisive candidate (the last accepted one, else the last
     measured one); None when no candidate was measured or the session used the IQR rule."""
     speedup_ci: list[float] | None = None
-    """[low, high] of that candidate's TPOT speedup CI (simultaneous `confidence` over looks)."""
+    """[low, high] of that candidate's TPOT speedup CI (under `[workload]` its objective's) (simultaneous `confidence` over looks)."""
     requests_per_arm: int | None = None
     """Requests per prompt in that candidate's arm when it was decided."""
     launch_noise: float | None = None

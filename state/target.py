@@ -100,9 +100,12 @@ class LaunchConfig(Model):
 class BenchServingConfig(Model):
     """Measuring with SGLang's own benchmark, `python -m sglang.bench_serving`, on the host."""
 
-    use: Literal["auto", "always", "never"] = "auto"
+    use: Literal["auto", "always", "never", "both"] = "auto"
     """`auto`: for `kind = "sglang"` targets, when the target's python has sglang's benchmark
-    module (else perfloop's client); `always`: required, for any target; `never`: perfloop's client."""
+    module (else perfloop's client); `always`: required, for any target; `never`: perfloop's client;
+    `both` (required like `always`): perfloop's client measures what the rule judges, then on the
+    same launch bench_serving measures the same workload (its own warm-up, windows and levels),
+    recorded beside (`Measurement.beside`) and shown next to the client's figures, never judged."""
     backend: Literal["sglang", "sglang-oai", "sglang-oai-chat"] = "sglang"
     """bench_serving `--backend`: SGLang's native `/generate`, or its OpenAI-compatible endpoints."""
     python: str = "{python}"

@@ -34,8 +34,11 @@ OBJECTIVES: dict[str, tuple[str, str, bool]] = {
 class WorkloadConfig(Model):
     """`[workload]`: requests at concurrency, measured in windows (see the module's docstring)."""
 
-    concurrency: int = Field(ge=1, le=1024)
-    """Requests in flight at once within a window (with `request_rate`: at most)."""
+    concurrency: int | list[int]
+    """Requests in flight at once within a window (with `request_rate`: at most). A list, e.g.
+    `[8, 1]`, measures every level: each of `[measure] repeats` is then one window at each level,
+    the decision is judged on the first (the primary) and a regression at any other rejects
+    (agent/decision/rule.py `with_levels`)."""
     request_rate: float | None = Field(None, gt=0)
     """Requests per second arriving in a window (open loop: Poisson arrivals drawn from `seed` and
     the window's number, the same for both arms), at most `concurrency` in flight; None: closed
@@ -70,6 +73,12 @@ class WorkloadConfig(Model):
     @model_validator(mode="after")
     def _shape(self) -> "WorkloadConfig":
         """One window size, and length ranges [low, high]."""
+        if not self.levels or len(set(self.levels)) < len(self.levels):
+            raise ValueError(
+                f"[workload] concurrency = {self.concurrency} needs distinct levels, at least one"
+            )
+        if not all(1 <= c <= 1024 for c in self.levels):
+            raise ValueError(f"[workload] concurrency = {self.concurrency}: each level must be in 1..1024")
         if (self.requests is None) == (self.duration_s is None):
             raise ValueError(
                 "[workload] needs requests (per window) or duration_s (seconds per window), one of them"
@@ -92,11 +101,32 @@ class WorkloadConfig(Model):
             raise ValueError("[workload] output_len must start at 2 or more (TPOT needs two tokens)")
         return self
 
+    @property
+    def levels(self) -> list[int]:
+        """The concurrency levels measured, the primary first."""
+        return list(self.concurrency) if isinstance(self.concurrency, list) else [self.concurrency]
+
+    @property
+    def primary(self) -> int:
+        """The level the decision is judged on: the first listed."""
+        return self.levels[0]
+
+    def at(self, level: int) -> "WorkloadConfig":
+        """This workload at one concurrency level."""
+        return self.model_copy(update={"concurrency": level})
+
     def meets_slo(self, tpot_ms: float, ttft_ms: float) -> bool:
         """Whether a request with these timings counts towards goodput."""
         return (self.slo_tpot_ms is None or tpot_ms <= self.slo_tpot_ms) and (
             self.slo_ttft_ms is None or ttft_ms <= self.slo_ttft_ms
         )
+
+    def gain(self, before: float, after: float) -> float | None:
+        """How many times better `after` is than `before` on the objective: after / before for a
+        throughput, before / after for a latency; None where either is not positive (pure)."""
+        if before <= 0 or after <= 0:
+            return None
+        return after / before if OBJECTIVES[self.objective][2] else before / after
 
     def describe(self) -> str:
         """e.g. `concurrency 8, 16 requests per window, output throughput`."""
@@ -106,4 +136,8 @@ class WorkloadConfig(Model):
         slo = [f"TPOT <= {self.slo_tpot_ms:g} ms"] if self.slo_tpot_ms is not None else []
         slo += [f"TTFT <= {self.slo_ttft_ms:g} ms"] if self.slo_ttft_ms is not None else []
         under = f" under {' and '.join(slo)}" if slo else ""
-        return f"concurrency {self.concurrency}, {size} per window, judged on {OBJECTIVES[self.objective][0]}{under}"
+        at = f"concurrency {self.primary}"
+        if len(self.levels) > 1:
+            more = " and ".join(str(c) for c in self.levels[1:])
+            at = f"concurrency {self.primary} (also {more}: a regression there rejects)"
+        return f"{at}, {size} per window, judged on {OBJECTIVES[self.objective][0]}{under}"

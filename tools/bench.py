@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from state.calls import MeasureArgs, MeasureResult, PairArgs, PairResult
 from state.decision import OutputsArgs, OutputsResult
 from state.measure import Measurement, RequestRecord, Window
+from state.workload import WorkloadConfig
 from tools.client.stats import machine_probe_ms, pair_order, summarize
 from tools.client.stream import chat_body, stream_completion, to_record
 from tools.client.windows import measure_pair_windows, measure_windows, need_requests
@@ -24,22 +25,27 @@ from tools.sglang.bench import find_bench, run_bench
 
 @tool("bench.measure")
 def measure(args: MeasureArgs) -> MeasureResult:
-    """Measure with sglang.bench_serving where asked and present, else with perfloop's client."""
+    """Measure with sglang.bench_serving where asked and present, else with perfloop's client;
+    with `both`, perfloop's client and then bench_serving (`Measurement.beside`)."""
     python = args.config.bench_serving.python.replace("{python}", args.python)
     found = find_bench(python) if args.bench_serving != "never" else None
-    if found is None and args.bench_serving == "always":
+    if found is None and args.bench_serving in ("always", "both"):
         raise ConfigError(
-            f'measure.bench_serving.use = "always" but {python} has no sglang with '
+            f'measure.bench_serving.use = "{args.bench_serving}" but {python} has no sglang with '
             "bench_serving; install sglang there, or set measure.bench_serving.python"
         )
+    both = args.bench_serving == "both"
     before = machine_probe_ms()
-    if found:
+    if found and not both:
         m = measure_with_bench_serving(args, python, *found)
     elif args.workload is not None:
         m = measure_windows(args, args.workload)
     else:
         m = measure_with_client(args)
-    return MeasureResult(measurement=m.model_copy(update={"probe_ms": [before, machine_probe_ms()]}))
+    update: dict = {"probe_ms": [before, machine_probe_ms()]}
+    if found and both:  # the same launch again, by bench_serving: recorded beside, not judged
+        update["beside"] = measure_with_bench_serving(args, python, *found)
+    return MeasureResult(measurement=m.model_copy(update=update))
 
 
 def measure_with_client(args: MeasureArgs) -> Measurement:
@@ -109,45 +115,40 @@ def measure_pair(args: PairArgs) -> PairResult:
 
 def measure_with_bench_serving(args: MeasureArgs, python: str, module: str, version: str) -> Measurement:
     """`repeats` runs of bench_serving over `len(prompts)` seeded prompts, summarized like the
-    client's; under `[workload]` each run is one window of `requests` prompts at its concurrency
-    (the warm-up windows' requests sent as bench_serving's warm-up)."""
+    client's; under `[workload]` each run is one window of `requests` prompts at a concurrency
+    level (the warm-up windows' requests sent as bench_serving's warm-up), `repeats` at each level
+    in turn, numbered as perfloop's client numbers them (repeat k of level j: k x levels + j)."""
     cfg, w = args.config, args.workload
     n = len(cfg.prompts) if w is None else need_requests(w)
     warmups = cfg.warmup_requests if w is None else w.warmup_windows * n
-    runs = run_bench(
-        python,
-        module,
-        cfg.bench_serving,
-        args.base_url,
-        args.model,
-        n,
-        cfg.max_tokens,
-        cfg.repeats,
-        warmups,
-        cfg.request_timeout_s,
-        args.repo,
-        args.label,
-        w,
-    )
-    records = [r for run, _ in runs for r in run]
-    duration = sum(seconds for _, seconds in runs)
-    windows = None
-    if w is not None:
-        records = []
-        windows = []
+    levels: list[WorkloadConfig | None] = [None] if w is None else [w.at(c) for c in w.levels]
+    records: list[RequestRecord] = []
+    windows: list[Window] = []
+    duration = 0.0
+    for j, at in enumerate(levels):
+        runs = run_bench(
+            python, module, cfg.bench_serving, args.base_url, args.model, n, cfg.max_tokens,
+            cfg.repeats, warmups, cfg.request_timeout_s, args.repo, args.label, at,
+        )  # fmt: skip
+        duration += sum(seconds for _, seconds in runs)
         for k, (run, seconds) in enumerate(runs):
-            records += [r.model_copy(update={"window": k}) for r in run]
+            if at is None:
+                records += run
+                continue
+            index = k * len(levels) + j
+            records += [r.model_copy(update={"window": index}) for r in run]
             tokens = sum(r.completion_tokens for r in run)
             windows.append(
                 Window(
-                    index=k,
-                    concurrency=w.concurrency,
+                    index=index,
+                    concurrency=at.primary,
                     requests=len(run),
                     output_tokens=tokens,
                     wall_s=seconds,
                 )
             )
-    m = summarize(args.label, args.tree_sha256, records, n, duration, windows)
+    windows.sort(key=lambda x: x.index)
+    m = summarize(args.label, args.tree_sha256, records, n, duration, windows or None)
     return m.model_copy(update={"client": f"{module} (sglang {version})"})
 
 

@@ -19,6 +19,10 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} ms"
 
 
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
 def summary(console: Console, s: Summary) -> None:
     """The end-of-run summary."""
     t = Table(title=f"perfloop session {s.session} ({s.status})", show_header=False)
@@ -46,6 +50,12 @@ def summary(console: Console, s: Summary) -> None:
     if s.workload:
         serving = f"{s.serving_before or '-'}\n-> {s.serving_after or '-'}"
         rows.insert(2, ("workload", f"{s.workload}\n{serving}"))
+    if s.beside_before or s.beside_after:  # bench_serving on the same launches, beside the client
+        rows.insert(3, ("beside (not judged)", f"{s.beside_before or '-'}\n-> {s.beside_after or '-'}"))
+    if s.objective:  # the speedup is the objective's: TPOT is its p50 and p99 at the concurrency
+        rows[0] = ("TPOT p50", f"{_ms(s.tpot_ms_before)} -> {_ms(s.tpot_ms_after)}")
+        rows.insert(1, ("TPOT p99", f"{_ms(s.tpot_ms_p99_before)} -> {_ms(s.tpot_ms_p99_after)}"))
+        rows.insert(0, (s.objective, f"{_num(s.objective_before)} -> {_num(s.objective_after)} ({speed})"))
     if s.llm_calls:
         rows.insert(-1, ("model calls / tokens", f"{s.llm_calls} / {s.llm_tokens}"))
     if s.trials:

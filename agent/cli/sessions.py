@@ -13,7 +13,20 @@ from agent.cli import render
 from agent.cli.common import Json, choice, err, finish, run_command
 from agent.sessions.archive import export_session, import_session
 from agent.sessions.runner import Sessions, new_session_id
+from state.session import Summary
 from tools.door.replay import ReplayDivergence
+
+
+def not_compared(recorded: Summary) -> set[str]:
+    """The summary fields a replay does not compare with this recorded summary: those that the
+    summary did not have yet when it was recorded (pure)."""
+    skip = set()
+    if not recorded.launch_argv:  # recorded before the summary kept the launch command (never empty since)
+        skip.add("launch_argv")
+    if recorded.workload is not None and recorded.objective is None:  # before `speedup` was the objective's
+        skip |= {"speedup", "objective", "objective_before", "objective_after"}
+        skip |= {"tpot_ms_p99_before", "tpot_ms_p99_after"}
+    return skip
 
 
 def replay(session: str, as_json: Json = False) -> None:
@@ -28,8 +41,7 @@ def replay(session: str, as_json: Json = False) -> None:
             err.print(f"[red]replay diverged:[/red] {exc}", highlight=False, soft_wrap=True)
             raise typer.Exit(1) from None
         recorded = info.summary
-        # Recordings made before the summary kept the launch command have none (never empty since).
-        skip = {"launch_argv"} if recorded is not None and not recorded.launch_argv else set()
+        skip = not_compared(recorded) if recorded is not None else set()
         same = recorded is not None and recorded.model_dump(exclude=skip) == summary.model_dump(exclude=skip)
         render.summary(Console(), summary)
         verdict = "same summary as recorded" if same else "DIFFERENT summary than recorded"

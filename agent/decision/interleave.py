@@ -21,6 +21,7 @@ from langgraph.runtime import Runtime
 from agent.context import LoopContext, call, host_dir, need
 from agent.decision import outputs
 from agent.decision.judging import JudgedCandidate
+from agent.decision.levels import level_looks, with_levels
 from agent.decision.measuring import (
     annotate,
     judgement_of,
@@ -186,7 +187,9 @@ def judge_interleaved(state: LoopState, runtime: Runtime[LoopContext], label: st
         ref_m, cand_m, looks, problem = judge_pair(state, runtime, label, (ref, candidate), where, noise)
         if problem is not None:
             return JudgedCandidate(cand_m, problem=problem, tolerance=tolerance, launches_beside=launches)
-        verdict, confirmation = looks[-1].verdict, list[Look]()
+        w = state.target.workload  # other concurrency levels: a regression at any is one
+        others = level_looks(ref_m, cand_m, w, noise, cfg, len(looks))
+        verdict, confirmation = with_levels(looks[-1].verdict, others), list[Look]()
         if needs_confirmation(looks[-1], cfg):
             call(runtime, server.stop, ServerArgs(server=ref, grace_s=state.target.launch.stop_grace_s))
             ref2 = launch_beside(state, runtime, where, argv, state.launches + 2, role_of(state, where))
@@ -213,5 +216,6 @@ def judge_interleaved(state: LoopState, runtime: Runtime[LoopContext], label: st
         arms="interleaved",
         confirmation=confirmation,
         workload=state.target.workload,
+        levels=others,
     )
     return JudgedCandidate(cand_m, judgement, tolerance=tolerance, launches_beside=launches)

@@ -24,8 +24,9 @@ from agent.context import LoopContext, call, need
 from agent.decision import outputs
 from agent.decision.arms import arms_in_use
 from agent.decision.judging import JudgedCandidate
+from agent.decision.levels import at_level, level_looks, with_levels
 from agent.decision.noise import launch_noise, noise_for, sample_group, target_key
-from agent.decision.rule import arm_location, arm_of, arm_stats, look, serving_stats
+from agent.decision.rule import arm_location, arm_of, arm_stats, look, percentile, serving_stats
 from agent.serving import measure_server
 from state.aa import AARecordArgs, AASample
 from state.calls import RepoArgs
@@ -84,8 +85,9 @@ def measure_arm(
 
 
 def warmup_requests(w: WorkloadConfig) -> int:
-    """Requests a launch's warm-up windows send (the duration's: at least one per prompt) (pure)."""
-    return w.warmup_windows * (w.requests if w.requests is not None else w.prompts)
+    """Requests a launch's warm-up windows send, at every level (the duration's: at least one per
+    prompt) (pure)."""
+    return w.warmup_windows * len(w.levels) * (w.requests if w.requests is not None else w.prompts)
 
 
 def merge(first: Measurement, more: Measurement) -> Measurement:
@@ -106,6 +108,8 @@ def merge(first: Measurement, more: Measurement) -> Measurement:
     )
     keep = ("client", "warmups_discarded", "instrumented", "content_sha256", "tree_note")
     update = {k: getattr(first, k) for k in keep} | {"probe_ms": first.probe_ms + more.probe_ms}
+    if first.beside is not None and more.beside is not None:  # bench_serving's, beside each batch
+        update["beside"] = merge(first.beside, more.beside)
     return merged.model_copy(update=update)
 
 
@@ -134,15 +138,32 @@ def record_aa(state: LoopState, runtime: Runtime[LoopContext], m: Measurement) -
 
 def serving_note(m: Measurement) -> str:
     """`; at concurrency 8: 512.0 tok/s, 3.20 req/s, TPOT p50/p99 ..., 3 windows` for a `[workload]`
-    measurement, "" for a sequential one (pure)."""
-    if not m.windows:
+    measurement, one such part per concurrency level; "" for a sequential one (pure)."""
+    notes = []
+    for c in dict.fromkeys(w.concurrency for w in m.windows):
+        at = at_level(m, c)
+        s = serving_stats(at.requests, at.windows)
+        tpot = percentile([r.tpot_ms for r in at.requests if r.itl_ms], 0.5)
+        ttft = percentile([r.ttft_ms for r in at.requests], 0.5)
+        notes.append(
+            f"; at concurrency {c}: {s['output_tok_per_s']:.1f} tok/s, "
+            f"{s['requests_per_s']:.2f} req/s, TPOT p50/p99 {tpot:.1f}/{s['tpot_ms_p99']:.1f} ms, "
+            f"TTFT p50/p99 {ttft:.1f}/{s['ttft_ms_p99']:.1f} ms over {s['windows']} windows"
+        )
+    return "".join(notes)
+
+
+def beside_note(m: Measurement) -> str:
+    """`; beside, sglang.bench_serving (sglang 0.5.9): at concurrency 8: ...` for a measurement
+    that bench_serving measured too (`use = "both"`), its figures as `serving_note`'s (sequential:
+    its TPOT and TTFT p50); "" for one client (pure)."""
+    b = m.beside
+    if b is None:
         return ""
-    s = serving_stats(m.requests, m.windows)
-    return (
-        f"; at concurrency {s['concurrency']}: {s['output_tok_per_s']:.1f} tok/s, "
-        f"{s['requests_per_s']:.2f} req/s, TPOT p50/p99 {m.tpot_ms.median:.1f}/{s['tpot_ms_p99']:.1f} ms, "
-        f"TTFT p50/p99 {m.ttft_ms.median:.1f}/{s['ttft_ms_p99']:.1f} ms over {s['windows']} windows"
+    figures = serving_note(b).removeprefix("; ") or (
+        f"TPOT p50 {b.tpot_ms.median:.1f} ms, TTFT p50 {b.ttft_ms.median:.1f} ms over {len(b.requests)} requests"
     )
+    return f"; beside, {b.client}: {figures}"
 
 
 def machine_drift(reference: Measurement, candidate: Measurement) -> float:
@@ -187,8 +208,8 @@ def judgement_of(
 ) -> Judgement:
     """The rule's answer with what it rests on: the looks, the noise, both arms' stats (pure);
     `more` sets the interleaved fields (`arms`, `confirmation`) and `workload` its objective."""
-    ref, cand = both
     w = more.pop("workload", None)
+    ref, cand = (at_level(m, w.primary) for m in both) if w is not None else both  # the judged level
     arm = {"n_prompts": n_prompts, "workload": w}
     return Judgement(
         objective=w.objective if w is not None else None,
@@ -218,16 +239,20 @@ def judge_candidate(state: LoopState, runtime: Runtime[LoopContext], label: str)
     n, w = len(ref.outputs), state.target.workload
     ref_arm = arm_of(ref, n, w)
     looks = [look(ref_arm, arm_of(m, n, w), noise, cfg, 1, machine_drift(ref, m))]
-    while looks[-1].verdict == "undecided":
+    others = level_looks(ref, m, w, noise, cfg, 1, machine_drift(ref, m))  # other concurrency levels
+    while with_levels(looks[-1].verdict, others) == "undecided":
         k = len(looks) + 1
         with progress.within(f"look {k}/{cfg.looks}"):
             m = merge(m, measure_arm(state, runtime, label, reps, warm_up=False))
         if (problem := outputs_problem(ref, m, exact)) is not None:
             return JudgedCandidate(m, problem=problem, tolerance=tolerance)
         looks.append(look(ref_arm, arm_of(m, n, w), noise, cfg, k, machine_drift(ref, m)))
-    judgement = judgement_of(looks[-1].verdict, looks, noise, cfg, (ref, m), n, workload=w)
+        others = level_looks(ref, m, w, noise, cfg, k, machine_drift(ref, m))
+    verdict = with_levels(looks[-1].verdict, others)
+    judgement = judgement_of(verdict, looks, noise, cfg, (ref, m), n, workload=w, levels=others)
     more = state.iteration < state.options.max_iterations
-    measured = len(m.windows) if w is not None else len(m.requests) // max(n, 1)  # windows, or per prompt
+    per_repeat = len(w.levels) if w is not None else max(n, 1)  # a window per level, or a request per prompt
+    measured = len(m.windows) // per_repeat if w is not None else len(m.requests) // per_repeat
     missing = budget(state) - measured
     if judgement.verdict == "accepted" and more and missing > 0:  # it becomes the next reference
         m = merge(m, measure_arm(state, runtime, label, missing, warm_up=False))

@@ -71,6 +71,21 @@ def window_metric(window: Window, requests: Sequence[RequestRecord], workload: W
     return percentile(values, int(q[1:]) / 100)
 
 
+def pooled_metric(m: Measurement, workload: WorkloadConfig) -> float | None:
+    """The objective over all of a measurement's windows as one (tokens or requests over their
+    summed wall time, a percentile over all their requests); None without windows (pure)."""
+    if not m.windows:
+        return None
+    pooled = Window(
+        index=0,
+        concurrency=m.windows[0].concurrency,
+        requests=sum(w.requests for w in m.windows),
+        output_tokens=sum(w.output_tokens for w in m.windows),
+        wall_s=sum(w.wall_s for w in m.windows) or 1.0,
+    )
+    return window_metric(pooled, m.requests, workload)
+
+
 def window_cost(window: Window, requests: Sequence[RequestRecord], workload: WorkloadConfig) -> float:
     """log of the window's cost (lower is better): minus the log of a throughput, the log of a
     latency (pure); so a speedup is a throughput ratio or a latency ratio alike. A window with no
@@ -80,17 +95,21 @@ def window_cost(window: Window, requests: Sequence[RequestRecord], workload: Wor
 
 
 def by_window(m: Measurement, workload: WorkloadConfig) -> Arm:
-    """The measurement's windows' costs, as one stratum."""
+    """The costs of the measurement's windows as one stratum; with several concurrency levels
+    those at the primary level only."""
+    several = len(workload.levels) > 1
+    windows = [w for w in m.windows if not several or w.concurrency == workload.primary]
     return [
         np.asarray(
-            [window_cost(w, [r for r in m.requests if r.window == w.index], workload) for w in m.windows],
+            [window_cost(w, [r for r in m.requests if r.window == w.index], workload) for w in windows],
             dtype=float,
         )
     ]
 
 
 def arm_of(m: Measurement, n_prompts: int, workload: WorkloadConfig | None) -> Arm:
-    """The rule's view of one arm: its windows under `[workload]`, else its requests by prompt."""
+    """The rule's view of one arm: its windows under `[workload]` (at the primary level), else its
+    requests by prompt."""
     if workload is not None and m.windows:
         return by_window(m, workload)
     return by_prompt(m.requests, n_prompts)

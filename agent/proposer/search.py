@@ -84,10 +84,13 @@ def arm_metric(stats: ArmStats, objective: Objective) -> float | None:
 
 
 def _objective(d: Decision, workload: WorkloadConfig | None = None) -> float | None:
-    """The trial's objective, lower is better, None if it failed: the candidate's median TPOT
-    (ms), or under `[workload]` the log of its objective's cost (minus the log of a throughput)."""
+    """The trial's objective, lower is better, None if it failed (or regressed at a concurrency
+    level other than the primary): the candidate's median TPOT (ms), or under `[workload]` the log
+    of its objective's cost at the primary level (minus the log of a throughput)."""
     if d.verdict == "failed" or d.outputs_identical is False or d.tpot_ms_after is None:
         return None
+    if d.judgement and any(lk.verdict == "regression" for lk in d.judgement.levels):
+        return None  # a regression at another concurrency level: a FAIL, as changed outputs are
     cand = d.judgement.candidate if d.judgement else None
     if workload is None or cand is None:
         return d.tpot_ms_after

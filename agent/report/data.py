@@ -3,11 +3,13 @@ or a replay of the recording for an imported session) and its recorded tool call
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 import numpy as np
 
+from agent.decision.levels import at_level
+from agent.decision.rule import percentile, window_metric
 from agent.sessions.runner import Sessions
 from agent.sessions.summary import summarize as summarize_session
 from state.loop import Approval, Decision, LoopState, Proposal
@@ -15,6 +17,7 @@ from state.measure import Measurement
 from state.profile import ProfileSummary
 from state.records import ToolCallRecord
 from state.session import SessionInfo, Summary
+from state.workload import WorkloadConfig
 
 BOOTSTRAP = 2000
 """Resamples behind each arm's CI of the median TPOT."""
@@ -35,6 +38,20 @@ class Arm:
     median_ms: float = 0.0
     ci_ms: tuple[float, float] = (0.0, 0.0)
     """95% percentile-bootstrap CI of the median per-request TPOT."""
+    tpot_p99_ms: float | None = None
+    """`[workload]`: TPOT p99 over its requests (`median_ms` is the p50); with several concurrency
+    levels an arm holds the primary's requests and windows only."""
+    objective: list[float] = field(default_factory=list)
+    """`[workload]`: each window's value of the objective, in its unit (what the rule judged)."""
+    objective_median: float = 0.0
+    objective_ci: tuple[float, float] = (0.0, 0.0)
+    """`[workload]`: the median over windows of the objective, and its 95% bootstrap CI."""
+    levels: dict[int, Arm] = field(default_factory=dict)
+    """`[workload]` with several concurrency levels: the same launch at each level but the
+    primary (this arm's own figures are the primary's)."""
+    beside: Arm | None = None
+    """`measure.bench_serving.use = "both"`: the same launch as sglang.bench_serving measured it
+    (`label` names the client), drawn beside this arm, never judged."""
 
 
 @dataclass
@@ -96,7 +113,7 @@ def gather(sessions: Sessions, session_id: str) -> ReportData:
         info=info,
         state=state,
         summary=info.summary or summarize_session(state, info.status),
-        arms=arms(calls, state.decisions),
+        arms=arms(calls, state.decisions, state.target.workload),
         proposals=proposals(history),
         ops=ops_changes(calls, state.decisions),
         spans=spans(calls),
@@ -106,11 +123,13 @@ def gather(sessions: Sessions, session_id: str) -> ReportData:
     )
 
 
-def arms(calls: list[ToolCallRecord], decisions: list[Decision]) -> list[Arm]:
+def arms(
+    calls: list[ToolCallRecord], decisions: list[Decision], workload: WorkloadConfig | None = None
+) -> list[Arm]:
     """The baseline and each measured candidate, in order (pure). A candidate's requests are the
     `measure` node's measurements after its launch by `relaunch` (with alternating arms its own
     launches', not the reference tree's); they pair, in order, with the decisions that have a
-    candidate TPOT."""
+    candidate TPOT. Under `[workload]` each arm also holds its windows' objective."""
     base: list[Measurement] = []
     groups: list[list[Measurement]] = []
     for c in calls:
@@ -124,22 +143,44 @@ def arms(calls: list[ToolCallRecord], decisions: list[Decision]) -> list[Arm]:
                 continue  # alternating arms: a launch of the reference tree
             (base if c.node == "baseline" or not groups else groups[-1]).append(m)
     measured = [d for d in decisions if d.tpot_ms_after is not None]
-    out = [_arm("baseline", "baseline", base)] if base else []
+    out = [_arm("baseline", "baseline", base, workload)] if base else []
     for i, group in enumerate(g for g in groups if g):
         d = measured[i] if i < len(measured) else None
-        out.append(_arm(d.label if d else f"candidate {i + 1}", d.verdict if d else "measuring", group))
+        label, verdict = (d.label, d.verdict) if d else (f"candidate {i + 1}", "measuring")
+        out.append(_arm(label, verdict, group, workload))
     return out
 
 
-def _arm(label: str, verdict: str, ms: list[Measurement]) -> Arm:
+def median_ci(values: list[float]) -> tuple[float, tuple[float, float]]:
+    """The median of `values` and its 95% percentile-bootstrap CI (seeded) (pure)."""
+    rng = np.random.default_rng(0)
+    meds = np.median(rng.choice(np.array(values), size=(BOOTSTRAP, len(values))), axis=1)
+    return float(np.median(values)), (float(np.percentile(meds, 2.5)), float(np.percentile(meds, 97.5)))
+
+
+def _arm(label: str, verdict: str, ms: list[Measurement], workload: WorkloadConfig | None) -> Arm:
+    if workload is not None and len(workload.levels) > 1:  # the primary's, which is judged; and the others'
+        others = {
+            c: _arm(label, verdict, [at_level(m, c) for m in ms], workload.at(c)) for c in workload.levels[1:]
+        }
+        arm = _arm(label, verdict, [at_level(m, workload.primary) for m in ms], workload.at(workload.primary))
+        arm.levels = others
+        return arm
     reqs = [r for m in ms for r in m.requests]
     tpot = [r.tpot_ms for r in reqs]
     arm = Arm(label, verdict, tpot, [x for r in reqs for x in r.itl_ms])
     if tpot:
-        arm.median_ms = float(np.median(tpot))
-        rng = np.random.default_rng(0)
-        meds = np.median(rng.choice(np.array(tpot), size=(BOOTSTRAP, len(tpot))), axis=1)
-        arm.ci_ms = (float(np.percentile(meds, 2.5)), float(np.percentile(meds, 97.5)))
+        arm.median_ms, arm.ci_ms = median_ci(tpot)
+    if workload is not None and any(m.windows for m in ms):
+        arm.tpot_p99_ms = percentile(tpot, 0.99)
+        arm.objective = [
+            window_metric(w, [r for r in m.requests if r.window == w.index], workload)
+            for m in ms
+            for w in m.windows
+        ]
+        arm.objective_median, arm.objective_ci = median_ci(arm.objective)
+    if besides := [m.beside for m in ms if m.beside is not None]:
+        arm.beside = _arm(besides[0].client, verdict, besides, workload)
     return arm
 
 

@@ -18,6 +18,7 @@ from pygments.lexers import DiffLexer
 
 from agent.report import plots
 from agent.report.data import ReportData
+from state.workload import OBJECTIVES
 
 Linker = Callable[[Path], str | None]
 """Where a file of the session is linked from the page (None: not reachable from here)."""
@@ -71,8 +72,20 @@ def drawn(data: ReportData) -> list[tuple[str, str, str]]:
             _DRAWN.move_to_end(key)
             return _DRAWN[key]
         figures: list[tuple[str, str, Callable[[], str]]] = []
+        w = data.state.target.workload
+        if w is not None and any(a.objective for a in data.arms):
+            name, unit, _ = OBJECTIVES[w.objective]
+            title = f"{name} per measured launch, windows at concurrency {w.primary} (what the rule judged)"
+            figures.append(("plot-objective", title, lambda: plots.objective_per_arm(data.arms, name, unit)))
+            if len(w.levels) > 1:
+                title = f"{name} per measured launch at each concurrency level ({w.primary} judged)"
+                levels = (name, unit, w.primary)
+                figures.append(("plot-levels", title, lambda: plots.objective_by_level(data.arms, *levels)))
         if data.arms:
-            figures.append(("plot-tpot", "TPOT per measured launch", lambda: plots.tpot_per_arm(data.arms)))
+            at = f" (p50 and p99 at concurrency {w.primary})" if w is not None else ""
+            figures.append(
+                ("plot-tpot", f"TPOT per measured launch{at}", lambda: plots.tpot_per_arm(data.arms))
+            )
             figures.append(
                 ("plot-dist", "TPOT and ITL distributions", lambda: plots.distributions(data.arms))
             )

@@ -54,7 +54,8 @@ def _log_y(ax: Axes) -> None:
 
 
 def tpot_per_arm(arms: list[Arm]) -> str:
-    """Median TPOT of each arm with its bootstrap CI as error bars, coloured by verdict."""
+    """Median TPOT of each arm with its bootstrap CI as error bars, coloured by verdict; under
+    `[workload]` its p99 at the concurrency too (a hollow marker)."""
     with _figure(7, 3.2) as (fig, out):
         ax = fig.add_subplot()
         xs = list(range(len(arms)))
@@ -62,10 +63,83 @@ def tpot_per_arm(arms: list[Arm]) -> str:
             err = [[a.median_ms - a.ci_ms[0]], [a.ci_ms[1] - a.median_ms]]
             ax.errorbar([x], [a.median_ms], yerr=err, fmt="o", capsize=6, color=COLORS.get(a.verdict, "k"))
             ax.annotate(f"{a.median_ms:.1f} ms", (x, a.median_ms), textcoords="offset points", xytext=(8, 0))
+            if a.beside is not None and a.beside.tpot_ms:  # bench_serving on the same launch
+                _beside(ax, x, a.beside.median_ms, a.beside.ci_ms, f"{a.beside.median_ms:.1f} ms")
+            if a.tpot_p99_ms is not None:
+                ax.plot([x], [a.tpot_p99_ms], "^", mfc="none", color=COLORS.get(a.verdict, "k"))
+                ax.annotate(
+                    f"p99 {a.tpot_p99_ms:.1f} ms",
+                    (x, a.tpot_p99_ms),
+                    textcoords="offset points",
+                    xytext=(8, 0),
+                )
         ax.set_xticks(xs, [f"{a.label}\n({a.verdict})" for a in arms])
         ax.set_xlim(-0.5, len(arms) - 0.5)
         _log_y(ax)
-        ax.set_ylabel("TPOT, ms (median, 95% CI)")
+        p99 = any(a.tpot_p99_ms is not None for a in arms)
+        ax.set_ylabel("TPOT, ms (p50 with 95% CI" + (", p99 ^)" if p99 else ")"))
+        ax.grid(axis="y", alpha=0.3)
+    return out[0]
+
+
+def objective_by_level(arms: list[Arm], name: str, unit: str, primary: int) -> str:
+    """`[workload]` with several concurrency levels: each arm's median objective over its windows
+    at every level, with its bootstrap CI, one marker and line per level (the primary judged, a
+    regression at any other rejects)."""
+    levels = [primary, *sorted({c for a in arms for c in a.levels})]
+    with _figure(7, 3.4) as (fig, out):
+        ax = fig.add_subplot()
+        xs = list(range(len(arms)))
+        for i, c in enumerate(levels):
+            shift = (i - (len(levels) - 1) / 2) * 0.12
+            at = [(x, a if c == primary else a.levels.get(c)) for x, a in zip(xs, arms, strict=True)]
+            pts = [(x + shift, b) for x, b in at if b is not None and b.objective]
+            if not pts:
+                continue
+            ys = [b.objective_median for _, b in pts]
+            err = [[y - b.objective_ci[0] for y, (_, b) in zip(ys, pts, strict=True)],
+                   [b.objective_ci[1] - y for y, (_, b) in zip(ys, pts, strict=True)]]  # fmt: skip
+            label = f"concurrency {c}" + (" (judged)" if c == primary else "")
+            ax.errorbar([x for x, _ in pts], ys, yerr=err, fmt="os^vD"[i % 5] + "-", capsize=4, label=label)
+        ax.set_xticks(xs, [f"{a.label}\n({a.verdict})" for a in arms])
+        ax.set_xlim(-0.5, len(arms) - 0.5)
+        _log_y(ax)
+        ax.set_ylabel(f"{name}, {unit}\n(median of windows, 95% CI)")
+        ax.legend(loc="best")
+        ax.grid(axis="y", alpha=0.3)
+    return out[0]
+
+
+def _beside(ax: Axes, x: int, median: float, ci: tuple[float, float], label: str) -> None:
+    """Another client's figure of an arm's launch (`beside`): a hollow grey square right of it."""
+    err = [[median - ci[0]], [ci[1] - median]]
+    ax.errorbar([x + 0.25], [median], yerr=err, fmt="s", mfc="none", capsize=4, color="#7f7f7f")
+    ax.annotate(f"bench_serving {label}", (x + 0.25, median), textcoords="offset points", xytext=(6, -10))
+
+
+def objective_per_arm(arms: list[Arm], name: str, unit: str) -> str:
+    """`[workload]`: each arm's windows' objective (dots: the rule's units of evidence) and their
+    median with its bootstrap CI as error bars, coloured by verdict; where bench_serving measured
+    the same launch too (`use = "both"`), its median and CI beside (grey, not judged)."""
+    with _figure(7, 3.2) as (fig, out):
+        ax = fig.add_subplot()
+        xs = list(range(len(arms)))
+        for x, a in zip(xs, arms, strict=True):
+            if not a.objective:
+                continue
+            color = COLORS.get(a.verdict, "k")
+            ax.plot([x - 0.15] * len(a.objective), a.objective, ".", color=color, alpha=0.5)
+            lo, hi = a.objective_ci
+            err = [[a.objective_median - lo], [hi - a.objective_median]]
+            ax.errorbar([x], [a.objective_median], yerr=err, fmt="o", capsize=6, color=color)
+            label = f"{a.objective_median:.1f} {unit}"
+            ax.annotate(label, (x, a.objective_median), textcoords="offset points", xytext=(8, 0))
+            if a.beside is not None and a.beside.objective:  # bench_serving on the same launch
+                b = a.beside
+                _beside(ax, x, b.objective_median, b.objective_ci, f"{b.objective_median:.1f} {unit}")
+        ax.set_xticks(xs, [f"{a.label}\n({a.verdict})" for a in arms])
+        ax.set_xlim(-0.5, len(arms) - 0.5)
+        ax.set_ylabel(f"{name}, {unit}\n(windows; median, 95% CI)")
         ax.grid(axis="y", alpha=0.3)
     return out[0]
 

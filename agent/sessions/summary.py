@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from agent.decision.arms import arms_line
 from agent.decision.correctness import refusal
-from agent.decision.measuring import serving_note
+from agent.decision.levels import at_level
+from agent.decision.measuring import beside_note, serving_note
+from agent.decision.rule import percentile, pooled_metric, serving_stats
 from agent.proposer.search import trial_lines
 from state.loop import LoopState
+from state.measure import Measurement
 from state.session import Summary
+from state.workload import OBJECTIVES
 
 
 def summarize(state: LoopState, status: str) -> Summary:
@@ -28,12 +32,15 @@ def summarize(state: LoopState, status: str) -> Summary:
     if (lp := state.long_prompts) is not None:
         reach = lp.line(state.target.correctness.max_tokens)
         reach += f"; {why}" if (why := refusal(state)) is not None else ""
+    timing = {
+        "tpot_ms_before": before.tpot_ms.median if before else None,
+        "tpot_ms_after": after.tpot_ms.median if after else None,
+        "speedup": before.tpot_ms.median / after.tpot_ms.median if before and after else None,
+    }
     return Summary(
         session=state.session_id,
         status=status,
-        tpot_ms_before=before.tpot_ms.median if before else None,
-        tpot_ms_after=after.tpot_ms.median if after else None,
-        speedup=before.tpot_ms.median / after.tpot_ms.median if before and after else None,
+        **(timing | serving_figures(state, before, after)),
         ttft_ms_before=before.ttft_ms.median if before else None,
         ttft_ms_after=after.ttft_ms.median if after else None,
         outputs_identical=after.outputs == before.outputs if before and after else None,
@@ -47,6 +54,8 @@ def summarize(state: LoopState, status: str) -> Summary:
         workload=state.target.workload.describe() if state.target.workload else None,
         serving_before=serving_note(before).removeprefix("; ") or None if before else None,
         serving_after=serving_note(after).removeprefix("; ") or None if after else None,
+        beside_before=beside_note(before).removeprefix("; beside, ") or None if before else None,
+        beside_after=beside_note(after).removeprefix("; beside, ") or None if after else None,
         iterations=len(state.profiles),
         stop_reason=state.stop_reason or state.error or "",
         llm_tokens=state.llm_usage.tokens,
@@ -66,3 +75,24 @@ def summarize(state: LoopState, status: str) -> Summary:
         trials=[t.line() for t in state.trials],
         search_trials=trial_lines(state),
     )
+
+
+def serving_figures(state: LoopState, before: Measurement | None, after: Measurement | None) -> dict:
+    """Under `[workload]`, at its primary concurrency level: the objective before and after (over
+    all of each arm's windows at that level), the speedup as its ratio (after / before for a
+    throughput, before / after for a latency) in place of the per-request TPOT's, and TPOT p50 and
+    p99; {} without a workload (pure)."""
+    w = state.target.workload
+    if w is None:
+        return {}
+    name, unit, _ = OBJECTIVES[w.objective]
+    out: dict = {"objective": f"{name} ({unit})"}
+    for k, m in (("before", before), ("after", after)):
+        at = at_level(m, w.primary) if m and m.windows else None
+        tpot = [r.tpot_ms for r in at.requests] if at else []  # as Measurement.tpot_ms: every request
+        out[f"objective_{k}"] = pooled_metric(at, w) if at else None
+        out[f"tpot_ms_{k}"] = percentile(tpot, 0.5) if tpot else None
+        out[f"tpot_ms_p99_{k}"] = serving_stats(at.requests, at.windows)["tpot_ms_p99"] if at else None
+    a, b = out["objective_before"], out["objective_after"]
+    out["speedup"] = w.gain(a, b) if a is not None and b is not None else None
+    return out

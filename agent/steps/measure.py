@@ -8,7 +8,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from agent.context import LoopContext, need, step, transition
-from agent.decision.measuring import serving_note
+from agent.decision.measuring import beside_note, serving_note
 from agent.decision.mechanism import predict
 from agent.decision.rules import rule_for
 from state.loop import Decision, LoopState
@@ -28,9 +28,13 @@ def measure(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
     judged = rule_for(state.options.decision_rule).judge(state, runtime, f"iteration-{state.iteration}")
     m, judgement = judged.measurement, judged.judgement
     note = (
-        f"candidate TPOT {m.tpot_ms.median:.1f} ms (IQR {m.tpot_ms.iqr:.1f}), "
-        f"TTFT {m.ttft_ms.median:.1f} ms, measured by {m.client}"
-    ) + serving_note(m)
+        (
+            f"candidate TPOT {m.tpot_ms.median:.1f} ms (IQR {m.tpot_ms.iqr:.1f}), "
+            f"TTFT {m.ttft_ms.median:.1f} ms, measured by {m.client}"
+        )
+        + serving_note(m)
+        + beside_note(m)
+    )
     if judgement is not None:
         note += "; looks: " + ", ".join(
             f"{lk.look}/{lk.of} {lk.speedup:.2f}x [{lk.ci_low:.2f}, {lk.ci_high:.2f}] {lk.verdict}"

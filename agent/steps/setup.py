@@ -8,7 +8,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from agent.context import LoopContext, call, host_dir, need, step, transition
-from agent.decision.measuring import serving_note
+from agent.decision.measuring import beside_note, serving_note
 from agent.decision.rules import rule_for
 from agent.serving import start_server
 from agent.steps.actions import instrument_if_needed, session_branch
@@ -96,6 +96,7 @@ def baseline(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal
             f"TTFT {m.ttft_ms.median:.1f} ms, measured by {m.client}"
         )
         + serving_note(m)
+        + beside_note(m)
         + measured.note
     )
     if not m.outputs_stable:

@@ -21,6 +21,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from agent.context import LoopContext, door_of, step, transition
+from agent.decision.levels import level_looks, with_levels
 from agent.decision.measuring import machine_drift, outputs_problem, unlike
 from agent.decision.rule import arm_of, look
 from agent.serving import launch_args, measure_args
@@ -161,7 +162,8 @@ def verdict(task: TrialTask, ref: Measurement, cand: Measurement) -> dict:
         machine_drift(ref, cand),
     )
     reason = f"TPOT {before:.1f} -> {after:.1f} ms, {lk.speedup:.2f}x [{lk.ci_low:.2f}, {lk.ci_high:.2f}]"
-    v = "inconclusive" if lk.verdict == "undecided" else lk.verdict
+    others = level_looks(ref, cand, task.target.workload, noise, cfg, cfg.looks, machine_drift(ref, cand))
+    v = with_levels("inconclusive" if lk.verdict == "undecided" else lk.verdict, others)
     return arms | {"verdict": v, "reason": reason, "speedup": lk.speedup, "ci": [lk.ci_low, lk.ci_high]}
 
 

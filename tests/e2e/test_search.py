@@ -98,6 +98,9 @@ def test_search_at_concurrency_judges_windows_within_minutes_and_replays(
     (line,) = s["search_trials"]
     assert line.startswith("search-1: --max-total-tokens 4096: output throughput "), line
     assert " tok/s, " in line and s["stop_reason"] == "search budget spent: 1 of 1 trials"
+    # the summary's speedup is the objective's (final over baseline output throughput), not TPOT's
+    assert s["objective"] == "output throughput (tok/s)" and s["tpot_ms_p99_before"] >= s["tpot_ms_before"]
+    assert s["speedup"] == pytest.approx(s["objective_after"] / s["objective_before"]), s
     print(s["decision"], s["serving_before"], s["serving_after"], sep="\n")
     replayed = perfloop(home, "replay", s["session"], "--json")
     assert replayed.returncode == 0 and last_json(replayed)["matches_recording"] is True, replayed.stderr[
@@ -107,3 +110,5 @@ def test_search_at_concurrency_judges_windows_within_minutes_and_replays(
     assert report.returncode == 0, report.stderr[-2000:]
     html = (tmp_path / "r.html").read_text()
     assert f"<th>workload</th><td>{escape(s['workload'])}<br>baseline {escape(s['serving_before'])}" in html
+    assert '<figure id="plot-objective"' in html and "output throughput, tok/s" in html
+    assert "<th>TPOT p50 / p99</th>" in html and f"<b>{s['speedup']:.2f}x</b>" in html

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from agent.decision.levels import at_level
 from agent.decision.measuring import merge
 from agent.decision.rule import arm_of, look
 from state.calls import MeasureArgs, PairArgs, ServerArgs
@@ -119,3 +120,25 @@ def test_a_window_of_a_duration_starts_no_request_after_it(demo: ServerHandle) -
     assert window.requests == len(m.requests) >= 2 and {r.prompt_index for r in m.requests} == {0, 1}
     assert all(s < 1500 for s in starts[2:]), starts  # beyond the first of each prompt: before 1.5 s
     assert window.wall_s >= max(starts) / 1000 and m.outputs_stable
+
+
+def test_several_levels_measure_a_window_at_each_per_repeat(demo: ServerHandle) -> None:
+    """`concurrency = [4, 1]`: each repeat is a window at 4 then one at 1 (numbered 2k + j), each
+    whole at its level, the same greedy outputs at both; the rule sees the primary's windows only."""
+    w = WORKLOAD.model_copy(update={"concurrency": [4, 1], "warmup_windows": 0})
+    m = measured(demo, w, windows=2)
+    assert [(x.index, x.concurrency, x.requests) for x in m.windows] == [
+        (0, 4, 4),
+        (1, 1, 4),
+        (2, 4, 4),
+        (3, 1, 4),
+    ]
+    for x in m.windows:
+        reqs = sorted((r for r in m.requests if r.window == x.index), key=lambda r: r.start_ms or 0.0)
+        ends = [(r.start_ms or 0) + r.ttft_ms + sum(r.itl_ms) for r in reqs]
+        if x.concurrency == 4:
+            assert max(r.start_ms or 0 for r in reqs) < min(ends)  # all 4 in flight at once
+        else:
+            assert all((b.start_ms or 0) >= a for a, b in zip(ends, reqs[1:], strict=False))  # one at a time
+    assert m.outputs_stable and len(m.outputs) == 4
+    assert len(arm_of(m, 4, w)[0]) == 2 and len(arm_of(at_level(m, 1), 4, w.at(1))[0]) == 2

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.decision.measuring import beside_note
 from state.calls import MeasureArgs
 from state.target import BenchServingConfig, MeasureConfig
 from state.workload import WorkloadConfig
@@ -112,6 +113,25 @@ def test_real_bench_serving_measures_workload_windows(bench_py: Path, server: Se
         assert window.output_tokens == sum(r.completion_tokens for r in reqs)
         assert sum(r.ttft_ms + sum(r.itl_ms) for r in reqs) > window.wall_s * 1000  # in flight together
     assert m.outputs_stable and len(m.outputs) == 4
+
+
+def test_both_clients_measure_one_launch_at_two_levels(bench_py: Path, server: Server) -> None:
+    """`use = "both"` under `concurrency = [4, 1]`: perfloop's client measures what the rule judges
+    (a window at each level per repeat), then bench_serving 0.5.9 the same workload on the same
+    server, recorded beside with its windows numbered alike; both notes name their levels."""
+    w = WorkloadConfig(
+        concurrency=[4, 1], requests=4, prompts=4, input_len=[12, 24], output_len=[3, 6], warmup_windows=0
+    )
+    args = measure_args(server, bench_config(str(bench_py), use="both"), use="both")
+    m = measure(
+        args.model_copy(update={"workload": w, "config": args.config.model_copy(update={"repeats": 1})})
+    ).measurement
+    assert m.client == "perfloop" and m.beside is not None and m.beside.client == CLIENT
+    for one in (m, m.beside):
+        assert [(x.index, x.concurrency, x.requests) for x in one.windows] == [(0, 4, 4), (1, 1, 4)]
+        assert {r.window for r in one.requests} == {0, 1} and one.outputs_stable
+    note = beside_note(m)
+    assert note.startswith(f"; beside, {CLIENT}: at concurrency 4: ") and "; at concurrency 1: " in note
 
 
 def test_auto_without_sglang_uses_perfloop_client(server: Server) -> None:

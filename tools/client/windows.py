@@ -1,5 +1,7 @@
 """`[workload]` windows: requests kept in flight at the workload's concurrency (or arriving at its
-rate), one window per repeat, on one server or alternating between two arms."""
+rate), one window per repeat and level, on one server or alternating between two arms. With several
+levels (`concurrency = [8, 1]`) the windows of repeat k are numbered k x levels + j, level j's
+window of that round; each `Window` records its level."""
 
 from __future__ import annotations
 
@@ -44,7 +46,7 @@ def arrivals(w: WorkloadConfig, index: int) -> Iterator[float]:
 
 
 def run_window(args: MeasureArgs, w: WorkloadConfig, index: int) -> tuple[list[RequestRecord], Window]:
-    """One window: `concurrency` requests in flight (each worker starts the next request as its
+    """One window at the workload's (primary) level: `concurrency` requests in flight (each worker starts the next request as its
     last one ends; under `request_rate` not before the request's arrival) until `requests` were
     sent or `duration_s` passed (and every prompt was sent)."""
     items = workload_prompts(w)
@@ -71,49 +73,55 @@ def run_window(args: MeasureArgs, w: WorkloadConfig, index: int) -> tuple[list[R
             rec = to_record(i % len(items), times, text)
             done.append(rec.model_copy(update={"window": index, "start_ms": start * 1000}))
 
-    with ThreadPoolExecutor(w.concurrency) as pool:
-        futures = [pool.submit(worker) for _ in range(w.concurrency)]
+    with ThreadPoolExecutor(w.primary) as pool:
+        futures = [pool.submit(worker) for _ in range(w.primary)]
         records = sorted((r for f in futures for r in f.result()), key=lambda r: r.start_ms or 0.0)
     wall = time.perf_counter() - t0
     tokens = sum(r.completion_tokens for r in records)
     return records, Window(
-        index=index, concurrency=w.concurrency, requests=len(records), output_tokens=tokens, wall_s=wall
+        index=index, concurrency=w.primary, requests=len(records), output_tokens=tokens, wall_s=wall
     )
 
 
 def measure_windows(args: MeasureArgs, w: WorkloadConfig) -> Measurement:
-    """`warmup_windows` discarded, then `repeats` windows of the workload on one server."""
-    n = w.warmup_windows
-    for k in range(n):
-        report(f"measuring {args.label}: warm-up window {k + 1}/{n} at concurrency {w.concurrency}")
-        run_window(args, w, -1)
+    """`warmup_windows` discarded at each level, then `repeats` rounds of one window per level on
+    one server."""
+    levels = w.levels
+    for c in levels:
+        for k in range(w.warmup_windows):
+            report(f"measuring {args.label}: warm-up window {k + 1}/{w.warmup_windows} at concurrency {c}")
+            run_window(args, w.at(c), -1)
     records: list[RequestRecord] = []
     windows: list[Window] = []
     for k in range(args.config.repeats):
-        report(f"measuring {args.label}: window {k + 1}/{args.config.repeats} at concurrency {w.concurrency}")
-        recs, window = run_window(args, w, k)
-        records += recs
-        windows.append(window)
+        for j, c in enumerate(levels):
+            report(f"measuring {args.label}: window {k + 1}/{args.config.repeats} at concurrency {c}")
+            recs, window = run_window(args, w.at(c), k * len(levels) + j)
+            records += recs
+            windows.append(window)
     wall = sum(x.wall_s for x in windows)
     return summarize(args.label, args.tree_sha256, records, w.prompts, wall, windows)
 
 
 def measure_pair_windows(arms: tuple[MeasureArgs, MeasureArgs], w: WorkloadConfig) -> PairResult:
-    """`[workload]` arms interleaved by window: each arm's warm-up windows, then `repeats` rounds
-    of one window on each server, which goes first alternating (ABBA)."""
+    """`[workload]` arms interleaved by window: each arm's warm-up windows (at each level), then
+    `repeats` rounds of one window per level on each server, which goes first alternating (ABBA)."""
+    levels = w.levels
     for a in arms:
-        for _ in range(w.warmup_windows):
-            run_window(a, w, -1)
+        for c in levels:
+            for _ in range(w.warmup_windows):
+                run_window(a, w.at(c), -1)
     before = machine_probe_ms()
     records: tuple[list[RequestRecord], list[RequestRecord]] = ([], [])
     windows: tuple[list[Window], list[Window]] = ([], [])
     reps = arms[0].config.repeats
     for k in range(reps):
-        report(f"measuring both arms, interleaved: window pair {k + 1}/{reps} at concurrency {w.concurrency}")
-        for which in pair_order(k, 0):
-            recs, window = run_window(arms[which], w, k)
-            records[which].extend(recs)
-            windows[which].append(window)
+        for j, c in enumerate(levels):
+            report(f"measuring both arms, interleaved: window pair {k + 1}/{reps} at concurrency {c}")
+            for which in pair_order(k, j):
+                recs, window = run_window(arms[which], w.at(c), k * len(levels) + j)
+                records[which].extend(recs)
+                windows[which].append(window)
     probes = [before, machine_probe_ms()]
     ref, cand = (
         summarize(a.label, a.tree_sha256, recs, w.prompts, sum(x.wall_s for x in ws), ws).model_copy(

@@ -100,7 +100,7 @@ def bench_serving_argv(
     concurrency, input_len, ratio = 1, cfg.input_len, 1.0
     if workload is not None:
         concurrency, input_len, output_len = (
-            workload.concurrency,
+            workload.primary,
             workload.input_len[1],
             workload.output_len[1],
         )
