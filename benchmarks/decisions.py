@@ -1,8 +1,12 @@
 """How often the decision rule is fooled, on real launches of the demo server.
 
-A copy of the demo target gets one benchmark-only change: `ModelRunner.forward_decode` sleeps
+A copy of the demo target gets two benchmark-only changes: `ModelRunner.forward_decode` sleeps
 `BENCH_SLOWDOWN x` its own compute time after each step, so an arm launched with
-`BENCH_SLOWDOWN=0.3` really does 1.3x the decode time. Then, with perfloop's own client and rule
+`BENCH_SLOWDOWN=0.3` really does 1.3x the decode time; and `ModelRunner.run_layers` runs
+`BENCH_EXTRA_LAYERS` more layer passes (projections and experts, attention's cache write left out
+so outputs stay the same) whose result is discarded: real device work, captured in the CUDA graphs
+(the sleep adds none under graphs: it runs on the host at capture). On the glm5 preset (78 layers)
+N extra passes are ~N/78 more layer work (`--detect-layers N:PAIRS`). Then, with perfloop's own client and rule
 (agent/decision/rule.py), exactly as the loop does it:
 
 1. calibration: `--calibration` launches of the unchanged tree, kept as A/A samples; the launch
@@ -13,6 +17,9 @@ A copy of the demo target gets one benchmark-only change: `ModelRunner.forward_d
    and whose candidate runs the unchanged tree (a true F x speedup).
 
 `--arms sequential` (the default) measures each arm on its own launch, one after the other;
+`--arms alternating` launches the two trees in turn, C R | R C | ..., one launch each at a time,
+and judges on the launches' locations (agent/decision/replicates.py: the random-effects
+t-interval, launches per arm planned from each launch noise, a look after each round);
 `--arms interleaved` launches both arms at once and alternates requests between them
 (`bench.measure_pair`), calibrates from interleaved A/A pairs, and confirms an acceptance below
 `confirm_below` on a fresh pair of launches, as the loop does with `[decide] arms = "interleaved"`.
@@ -24,6 +31,8 @@ Each scenario is judged twice, with the calibrated launch noise and with the con
 a table of verdicts goes to stdout (markdown) and all numbers to `--out` (JSON).
 
     .venv/bin/python benchmarks/decisions.py --aa-pairs 20 --detect 1.1:20 --detect 1.3:20
+    .venv/bin/python benchmarks/decisions.py --arms alternating --preset glm5 --device cuda \
+        --aa-pairs 10 --detect-layers 4:10
 """
 
 from __future__ import annotations
@@ -46,6 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from agent.decision.noise import launch_noise, pair_noise  # noqa: E402
+from agent.decision.replicates import alternating_look, launches_per_arm, prior_of  # noqa: E402
 from agent.decision.rule import (  # noqa: E402
     arm_location,
     by_prompt,
@@ -75,6 +85,24 @@ WRAPPER = '''
         if slow > 0:
             _time.sleep((_time.perf_counter() - t0) * slow)
         return out
+'''
+
+EXTRA = '''
+    def run_layers(self, h, positions, attend):
+        """Benchmark copy: the layers, then BENCH_EXTRA_LAYERS passes whose result is discarded."""
+        import os as _os
+
+        out = self._run_layers_unextended(h, positions, attend)
+        for i in range(int(_os.environ.get("BENCH_EXTRA_LAYERS", "0"))):
+            w = self.model.layers[i % self.cfg.layers]
+            self.model.layer_forward(i % self.cfg.layers, out, positions, _no_cache(w))
+        return out
+'''
+NO_CACHE = '''
+
+def _no_cache(w):
+    """An attention stand-in that writes no cache row: the query's latent part as its output."""
+    return lambda q, k, layer_id: q[..., :512]
 '''
 
 
@@ -107,7 +135,11 @@ def make_tree(dest: Path, fixed: bool) -> Path:
     text = runner.read_text()
     old = "    def forward_decode(self, batch):\n"
     assert old in text, "the demo's ModelRunner.forward_decode changed: update the benchmark"
-    runner.write_text(text.replace(old, WRAPPER + "\n    def _forward_decode_unslowed(self, batch):\n", 1))
+    text = text.replace(old, WRAPPER + "\n    def _forward_decode_unslowed(self, batch):\n", 1)
+    old = "    def run_layers(self, h, positions, attend):\n"
+    assert old in text, "the demo's ModelRunner.run_layers changed: update the benchmark"
+    text = text.replace(old, EXTRA + "\n    def _run_layers_unextended(self, h, positions, attend):\n", 1)
+    runner.write_text(text + NO_CACHE)
     return dest
 
 
@@ -121,11 +153,15 @@ class Bench:
         if args.threads:
             argv += ["--threads", str(args.threads)]
         self.argv = argv
-        self.cfg = DecisionConfig(looks=args.looks, arms=args.arms)
+        self.cfg = DecisionConfig(
+            looks=args.looks, arms=args.arms, max_launches_per_arm=args.max_launches_per_arm
+        )
 
-    def launch(self, slowdown: float):
+    def launch(self, slowdown: float | tuple[float, int]):
+        """A launch of the tree, slowed by `slowdown` (a sleep factor, or (factor, extra layers))."""
         n = next(self.counter)
-        env = {"PYTHON": "{python}", "BENCH_SLOWDOWN": str(slowdown)}
+        sleep, extra = slowdown if isinstance(slowdown, tuple) else (slowdown, 0)
+        env = {"PYTHON": "{python}", "BENCH_SLOWDOWN": str(sleep), "BENCH_EXTRA_LAYERS": str(extra)}
         return server.launch(
             LaunchArgs(
                 repo=self.tree,
@@ -147,7 +183,7 @@ class Bench:
         args = MeasureArgs(base_url=handle.base_url, model="mla-demo", config=cfg, label="b", tree_sha256="x")
         return by_prompt(measure_with_client(args).requests, len(PROMPTS))
 
-    def arm(self, slowdown: float, repeats: int):
+    def arm(self, slowdown: float | tuple[float, int], repeats: int):
         h = self.launch(slowdown)
         try:
             return self.measure(h, repeats, 1)
@@ -217,10 +253,34 @@ class Bench:
             out[name] = row
         return out
 
-    def pair(self, ref_slowdown: float, noises: dict[str, LaunchNoise]) -> dict:
+    def pair_alternating(self, ref_slowdown, noises: dict[str, LaunchNoise]) -> dict:
+        """As the loop judges with alternating arms: the trees launched in turn, C R | R C | ...,
+        each launch measured with the full budget and reduced to its location; per launch-noise
+        variant its own plan of launches per arm, a look after each round from the second."""
+        plans = {name: launches_per_arm(n, self.cfg) for name, n in noises.items()}
+        budget = self.args.repeats * self.cfg.looks
+        locs: dict[str, list[float]] = {"ref": [], "cand": []}
+        out: dict = {}
+        for r in range(1, max(plans.values()) + 1):
+            for arm in ("cand", "ref") if r % 2 else ("ref", "cand"):
+                locs[arm].append(arm_location(self.arm(ref_slowdown if arm == "ref" else 0.0, budget)))
+            for name in sorted(set(noises) - set(out)):
+                if r >= 2 and r <= plans[name]:
+                    lk, _ = alternating_look(
+                        locs["ref"], locs["cand"], self.cfg, r - 1, plans[name] - 1, prior_of(noises[name])
+                    )
+                    if lk.verdict != "undecided":
+                        out[name] = lk.model_dump() | {"launches": 2 * r}
+            if len(out) == len(noises):
+                break
+        return out
+
+    def pair(self, ref_slowdown, noises: dict[str, LaunchNoise]) -> dict:
         """Reference arm (full budget), then the candidate look by look on one launch."""
         if self.args.arms == "interleaved":
             return self.pair_interleaved(ref_slowdown, noises)
+        if self.args.arms == "alternating":
+            return self.pair_alternating(ref_slowdown, noises)
         reps = self.args.repeats
         ref = self.arm(ref_slowdown, reps * self.cfg.looks)
         h = self.launch(0.0)
@@ -276,7 +336,9 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--unfixed", action="store_true", help="keep the full-pool cast (slow steps)")
     p.add_argument("--workers", type=int, default=1, help="pairs measured at once (each its own servers)")
-    p.add_argument("--arms", choices=["sequential", "interleaved"], default="sequential")
+    p.add_argument("--detect-layers", action="append", default=[], help="N:PAIRS, N extra layer passes")
+    p.add_argument("--max-launches-per-arm", type=int, default=4, help="alternating arms' budget")
+    p.add_argument("--arms", choices=["sequential", "interleaved", "alternating"], default="sequential")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
     t0 = time.time()
@@ -319,11 +381,15 @@ def main() -> None:
         "noise": {k: v.describe() for k, v in noises.items()},
         "scenarios": {},
     }
-    plan = [("A/A (same tree)", 1.0, args.aa_pairs)]
-    plan += [(f"true {f}x", float(f), int(n)) for f, n in (d.split(":") for d in args.detect)]
-    for name, factor, pairs in plan:
+    plan: list[tuple[str, float | tuple[float, int], int]] = [("A/A (same tree)", 0.0, args.aa_pairs)]
+    plan = [p for p in plan if p[2] > 0]
+    plan += [(f"true {f}x", float(f) - 1.0, int(n)) for f, n in (d.split(":") for d in args.detect)]
+    plan += [
+        (f"{x} extra layers", (0.0, int(x)), int(n)) for x, n in (d.split(":") for d in args.detect_layers)
+    ]
+    for name, knob, pairs in plan:
         per_noise: dict[str, list] = {k: [] for k in noises}
-        for i, out in enumerate(pool.map(lambda _, f=factor: bench.pair(f - 1.0, noises), range(pairs))):
+        for i, out in enumerate(pool.map(lambda _, f=knob: bench.pair(f, noises), range(pairs))):
             for k, lk in out.items():
                 per_noise[k].append(lk)
             print(f"{name} pair {i + 1}/{pairs}: " + ", ".join(

@@ -4,6 +4,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from state.arms import ArmsConfig, ArmsInUse, LaunchLocation
 from state.base import Model
 from state.workload import OBJECTIVES
 
@@ -13,8 +14,9 @@ rejected: the CI excludes any gain worth keeping (its upper end is below 1 + min
 inconclusive: the budget of looks is spent and none of those holds; undecided: looks remain."""
 
 
-class DecisionConfig(Model):
-    """How a candidate is judged against the reference (the target file's `[decide]` table)."""
+class DecisionConfig(ArmsConfig):
+    """How a candidate is judged against the reference (the target file's `[decide]` table; the
+    fields on how the arms are measured and sized are `ArmsConfig`'s)."""
 
     min_gain: float = Field(0.02, ge=0)
     """Smallest speedup worth keeping, as a fraction (0.02: the CI must lie above 1.02x)."""
@@ -34,12 +36,6 @@ class DecisionConfig(Model):
     (`perfloop calibrate`) to resolve smaller ones."""
     min_aa_launches: int = Field(6, ge=3)
     """A/A launches needed (at least two of one tree) before their estimate replaces the default."""
-    arms: Literal["sequential", "interleaved"] = "sequential"
-    """`sequential`: the reference arm is the earlier launch's measurement and the candidate runs
-    after it (one launch per candidate; the arms see different machine states). `interleaved`:
-    the reference tree is launched again beside the candidate (a second checkout, a second
-    server) and requests alternate between the two, so both arms see the same machine state; it
-    needs room for two servers and costs one more launch per candidate."""
     default_pair_noise: float = Field(0.05, gt=0, lt=1)
     """Interleaved arms: launch noise (SD of one launch's log-TPOT effect) assumed until the A/A
     store holds `min_aa_pairs` pairs of this target on this host. Measured on the 2-core demo
@@ -47,17 +43,6 @@ class DecisionConfig(Model):
     sequential launches."""
     min_aa_pairs: int = Field(3, ge=2)
     """Interleaved A/A pairs needed before their estimate replaces `default_pair_noise`."""
-    auto_aa_pairs: int = Field(3, ge=0, le=10)
-    """Interleaved arms: while the A/A store holds fewer than `min_aa_pairs` pairs of this target
-    on this host (or, with `keep_gain`, while the launch noise alone keeps it out of reach), the
-    baseline step launches the tree again beside the baseline server, up to this many times per
-    session, and keeps each pair (one launch each; 0: never, calibrate by hand)."""
-    keep_gain: float | None = Field(None, gt=0)
-    """The true gain the session should keep (0.05: 1.05x, with 80% power): the baseline step
-    chooses requests per look and looks for it, up to `max_requests_per_prompt`; None: `repeats`
-    and `looks` as given (the power is reported either way)."""
-    max_requests_per_prompt: int = Field(60, ge=2)
-    """Budget for `keep_gain`: most requests per prompt per arm over all looks."""
     confirm_below: float | None = Field(2.0, gt=1)
     """Interleaved arms: an acceptance whose CI lower end is below this speedup is repeated on a
     fresh pair of launches and kept only when that pair accepts too (None: never). Launch effects
@@ -76,14 +61,19 @@ class LaunchNoise(Model):
     """The A/A point estimate (pooled SD over launches of the same tree), if there are any."""
     launches: int = 0
     """A/A launches the estimate pools."""
-    source: Literal["default", "aa"] = "default"
-    """`aa`: measured; `default`: too few A/A launches yet, the conservative default."""
+    source: Literal["default", "aa", "replicates"] = "default"
+    """`aa`: measured; `default`: too few A/A launches yet, the conservative default;
+    `replicates`: alternating arms, from the candidate's own replicate launches."""
     paired: bool = False
     """From interleaved A/A pairs (two launches measured together), for interleaved arms."""
+    df: int = 0
+    """Degrees of freedom of `estimate_log` (pooled within groups of the same tree)."""
 
     def describe(self) -> str:
         """e.g. `launch noise 2.1% (14 A/A launches)` or `launch noise 15.0% (default: 2 A/A ...)`."""
         unit = "interleaved A/A pairs" if self.paired else "A/A launches"
+        if self.source == "replicates":
+            return f"between-launch SD {self.sigma_log:.1%} ({self.df} df, {self.launches} launches)"
         if self.source == "aa":
             return f"launch noise {self.sigma_log:.1%} ({self.launches} {unit})"
         so_far = f", {self.estimate_log:.1%} measured" if self.estimate_log is not None else ""
@@ -174,8 +164,10 @@ class Judgement(Model):
     """The reference arm."""
     candidate: ArmStats | None = None
     """The candidate arm."""
-    arms: Literal["sequential", "interleaved"] = "sequential"
+    arms: ArmsInUse = "sequential"
     """How the arms were measured (see `DecisionConfig.arms`)."""
+    per_launch: list[LaunchLocation] = []
+    """Alternating arms: every launch's location, in launch order."""
     confirmation: list[Look] = []
     """Looks on the fresh pair of launches that confirmed (or not) an acceptance below
     `confirm_below`; empty when none was needed."""
@@ -204,10 +196,12 @@ class Judgement(Model):
             what = OBJECTIVES[self.objective][0] if self.objective in OBJECTIVES else self.objective
             at = self.candidate.concurrency if self.candidate and self.candidate.concurrency else "?"
             units = f"{n} windows at concurrency {at}"
+        if self.arms == "alternating":  # a look's `requests_*` count launches then
+            units = f"{n} launches"
         return (
             f"{what} {lk.speedup:.2f}x [{lk.ci_low:.2f}, {lk.ci_high:.2f}] {self.confidence:.0%} CI, "
             f"n = {units} per arm, {self.launch_noise.describe()}, "
-            f"{'arms interleaved, ' if self.arms == 'interleaved' else ''}"
+            f"{'' if self.arms == 'sequential' else f'arms {self.arms}, '}"
             f"look {lk.look}/{lk.of} -> {self.verdict}"
             + (
                 f" (second pair of launches: {self.confirmation[-1].speedup:.2f}x "

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
+from state.arms import ArmsChoice
 from state.base import Model
 from state.decision import Judgement, LaunchNoise, MechanismCheck, OutputsResult, Prediction
 from state.diagnosis import Diagnosis, Evidence
@@ -196,6 +197,8 @@ class LoopState(Model):
     """Launch-to-launch noise of this target on this host (A/A store, read after the baseline)."""
     power: Power | None = None
     """The smallest gain the session could keep, fixed on the baseline (`LoopOptions.power`)."""
+    arms: ArmsChoice | None = None
+    """`[decide] arms = "auto"` resolved on the baseline server (None: the target names its arms)."""
     judgement: Judgement | None = None
     """The CI rule's answer on the current candidate (set by `measure`, used by `decide`)."""
     gate_problem: str | None = None

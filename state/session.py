@@ -84,6 +84,9 @@ class Summary(Model):
     """The smallest gain the session could keep, fixed on the baseline before any candidate, e.g.
     `power: keeps gains >= 1.041x (80% of the time) with 3 look(s) x 5 requests per prompt (...)`;
     None for sessions before it."""
+    arms: str | None = None
+    """`[decide] arms = "auto"` as resolved on the baseline server, with why, e.g. `arms auto ->
+    alternating (two servers do not fit: GPU 0 has ...)`; None when the target named its arms."""
     output_gate: str | None = None
     """The output gate's policy and, under `tolerance`, the result on the decisive candidate (the
     last accepted one it scored, else the last it scored), e.g. `tolerance: tolerance gate: top-1

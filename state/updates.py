@@ -7,6 +7,7 @@ The list fields LangGraph appends to (`profiles`, `decisions`, `transitions`, `t
 
 from typing import TypedDict
 
+from state.arms import ArmsChoice
 from state.decision import Judgement, LaunchNoise, MechanismCheck, OutputsResult
 from state.diagnosis import Diagnosis
 from state.ids import SessionId
@@ -47,6 +48,7 @@ class LoopUpdate(TypedDict, total=False):
     tolerance: ToleranceResult | None
     launch_noise: LaunchNoise | None
     power: Power | None
+    arms: ArmsChoice | None
     judgement: Judgement | None
     gate_problem: str | None
     profiles: list[ProfileResult]

@@ -55,6 +55,7 @@ TOOLS = (
     transfer.push_tree,
     # what a host says about itself (where a parallel trial's files go there)
     info.expand_user,
+    info.memory_fit,  # `[decide] arms = "auto"`: whether two servers fit
     info.clock,  # the search's budget in minutes, read through the door so a replay sees the recorded time
     # the LLM proposer: the model call (here) and its read-only look at the repo (where it lives)
     chat.chat,

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, call, need
+from agent.decision.arms import arms_in_use
 from agent.decision.interleave import launch_beside, pair_args, stop_reference
 from agent.decision.measuring import budget, measure_arm, merge, warmup_requests
 from agent.decision.noise import pair_noise, sample_group, target_key
@@ -121,7 +122,7 @@ def powered(state: LoopState, runtime: Runtime[LoopContext], m: Measurement, noi
     prompts = 1 if w is not None and m.windows else len(m.outputs)
     unit = "windows" if w is not None and m.windows else "requests per prompt"
     note = ""
-    if cfg.arms == "interleaved" and cfg.auto_aa_pairs > 0:
+    if arms_in_use(state) == "interleaved" and cfg.auto_aa_pairs > 0:  # `auto` resolved
         ahead = keeps(
             noise.sigma_log, request_spread(arms), prompts, state.target.measure.repeats, cfg.looks, cfg
         )

@@ -14,10 +14,13 @@ from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, need
 from agent.decision import correctness, outputs
+from agent.decision.alternating import judge_alternating
+from agent.decision.arms import arms_in_use, arms_line, choose_arms
 from agent.decision.autoaa import powered
 from agent.decision.interleave import judge_interleaved
 from agent.decision.judging import JudgedCandidate, MeasuredBaseline, RuleVerdict
 from agent.decision.measuring import budget, judge_candidate, measure_arm, outputs_problem, record_aa, unlike
+from agent.decision.replicates import plan_line
 from state.loop import LoopState
 from state.updates import LoopUpdate
 
@@ -33,27 +36,38 @@ class CiRule:
         return True
 
     def baseline(self, state: LoopState, runtime: Runtime[LoopContext]) -> MeasuredBaseline:
-        """The reference arm's full budget now: its server is gone when a candidate runs."""
+        """The reference arm's full budget now: its server is gone when a candidate runs; `auto`
+        arms resolved first, on this server."""
+        choice = choose_arms(state, runtime)
+        state = state.model_copy(update={"arms": choice}) if choice is not None else state
         measured = budget(state)
         m = measure_arm(state, runtime, "baseline", measured, warm_up=True)
         noise = record_aa(state, runtime, m)
         more: LoopUpdate = {}
         evidence = noise.describe()
-        if state.options.power:  # A/A pairs at the start, the power, requests and looks sized by it
+        if state.options.power and arms_in_use(state) != "alternating":  # (alternating: its plan_line)
             p = powered(state, runtime, m, noise)
             state, m, noise, evidence = p.state, p.measurement, p.noise, f"{p.note}{p.power.line()}"
             more = {"power": p.power, "target": state.target, "launches": state.launches}
-            measured = max(measured, budget(state) if state.target.decide.arms == "sequential" else 0)
+            measured = max(measured, budget(state) if arms_in_use(state) == "sequential" else 0)
         update = outputs.reference_outputs(state, runtime)
         note = (
             f"; {len(m.outputs)} prompts x {measured} requests, {m.warmups_discarded} warm-up(s) "
             f"discarded; {evidence}; {correctness.describe(state, update)}"
         )
+        if choice is not None:
+            more["arms"] = choice
+            note += f"; {arms_line(choice)}"
+        if arms_in_use(state) == "alternating":
+            note += f"; {plan_line(noise, state.target.decide)}"
         return MeasuredBaseline(m, {**update, **more, "launch_noise": noise}, note)
 
     def judge(self, state: LoopState, runtime: Runtime[LoopContext], label: str) -> JudgedCandidate:
-        if state.target.decide.arms == "interleaved":
+        arms = arms_in_use(state)
+        if arms == "interleaved":
             return judge_interleaved(state, runtime, label)
+        if arms == "alternating":
+            return judge_alternating(state, runtime, label)
         return judge_candidate(state, runtime, label)
 
     def verdict(self, state: LoopState, enables: str | None) -> RuleVerdict:

@@ -9,7 +9,7 @@ gives the one a session was started with.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 from langgraph.runtime import Runtime
 
@@ -17,6 +17,7 @@ from agent.context import LoopContext
 from state.decision import Judgement, Verdict
 from state.loop import LoopState
 from state.measure import Measurement
+from state.process import ServerHandle
 from state.tolerance import ToleranceResult
 from state.updates import LoopUpdate
 
@@ -36,6 +37,8 @@ class JudgedCandidate:
     launches_beside: int | None = None
     """With interleaved arms: the servers launched beside the candidate (the reference, a
     confirming pair); None when the arms were not interleaved."""
+    server: ServerHandle | Literal["unchanged"] | None = "unchanged"
+    """Alternating arms: the candidate's server left running (relaunched), or None when none is."""
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, call, need
 from agent.decision import outputs
+from agent.decision.arms import arms_in_use
 from agent.decision.judging import JudgedCandidate
 from agent.decision.levels import at_level, level_looks, with_levels
 from agent.decision.noise import launch_noise, noise_for, sample_group, target_key
@@ -115,7 +116,7 @@ def merge(first: Measurement, more: Measurement) -> Measurement:
 def budget(state: LoopState) -> int:
     """Requests per prompt of a reference arm: `repeats x looks`; with interleaved arms only
     `repeats` (the reference is measured again beside each candidate) (pure)."""
-    if state.target.decide.arms == "interleaved":
+    if arms_in_use(state) == "interleaved":
         return state.target.measure.repeats
     return state.target.measure.repeats * state.target.decide.looks
 
@@ -132,7 +133,7 @@ def record_aa(state: LoopState, runtime: Runtime[LoopContext], m: Measurement) -
         requests=len(m.requests),
     )
     samples = call(runtime, aa.record, AARecordArgs(target_key=key, sample=sample)).samples
-    return noise_for(samples, state.target.decide)
+    return noise_for(samples, state.target.decide, arms_in_use(state))
 
 
 def serving_note(m: Measurement) -> str:

@@ -77,8 +77,9 @@ def launch_noise(samples: Sequence[AASample], cfg: DecisionConfig) -> LaunchNois
             sigma_log=max(cfg.default_launch_noise, upper),
             estimate_log=sd if df else None,
             launches=launches,
+            df=df,
         )
-    return LaunchNoise(sigma_log=max(upper, 0.005), estimate_log=sd, launches=launches, source="aa")
+    return LaunchNoise(sigma_log=max(upper, 0.005), estimate_log=sd, launches=launches, source="aa", df=df)
 
 
 def pair_noise(samples: Sequence[AASample], cfg: DecisionConfig) -> LaunchNoise:
@@ -117,8 +118,8 @@ def pair_df(samples: Sequence[AASample]) -> float:
     return sum(shared_df(m) for m in sides.values())
 
 
-def noise_for(samples: Sequence[AASample], cfg: DecisionConfig) -> LaunchNoise:
-    """The launch noise the configured arms need (pure)."""
-    if cfg.arms == "interleaved":
+def noise_for(samples: Sequence[AASample], cfg: DecisionConfig, arms: str | None = None) -> LaunchNoise:
+    """The launch noise the configured arms (or `arms`, `auto` resolved) need (pure)."""
+    if (arms or cfg.arms) == "interleaved":
         return pair_noise(samples, cfg)
     return launch_noise([s for s in samples if s.shift_log is None], cfg)

@@ -164,7 +164,8 @@ def budget_left(state: LoopState, cfg: SearchConfig, now: float | None = None) -
     done = len(trials_of(state))
     if done >= cfg.max_trials:
         return f"search budget spent: {done} of {cfg.max_trials} trials"
-    per_trial = 2 if state.target.decide.arms == "interleaved" else 1
+    arms = state.arms.arms if state.arms is not None else state.target.decide.arms  # `auto` resolved
+    per_trial = {"interleaved": 2, "alternating": 2 * state.target.decide.max_launches_per_arm}.get(arms, 1)
     if cfg.max_launches is not None and state.launches + per_trial > cfg.max_launches:
         return (
             f"search budget spent: {state.launches} launches, a trial needs {per_trial} more "

@@ -127,9 +127,9 @@ def arms(
     calls: list[ToolCallRecord], decisions: list[Decision], workload: WorkloadConfig | None = None
 ) -> list[Arm]:
     """The baseline and each measured candidate, in order (pure). A candidate's requests are the
-    `measure` node's measurements after its launch by `relaunch`; they pair, in order, with the
-    decisions that have a candidate TPOT. Under `[workload]` each arm also holds its windows'
-    objective."""
+    `measure` node's measurements after its launch by `relaunch` (with alternating arms its own
+    launches', not the reference tree's); they pair, in order, with the decisions that have a
+    candidate TPOT. Under `[workload]` each arm also holds its windows' objective."""
     base: list[Measurement] = []
     groups: list[list[Measurement]] = []
     for c in calls:
@@ -139,6 +139,8 @@ def arms(
             groups.append([])
         elif c.name == "bench.measure" and c.node in ("baseline", "measure"):
             m = Measurement.model_validate(c.output["measurement"])
+            if c.node == "measure" and "-reference-" in m.label:
+                continue  # alternating arms: a launch of the reference tree
             (base if c.node == "baseline" or not groups else groups[-1]).append(m)
     measured = [d for d in decisions if d.tpot_ms_after is not None]
     out = [_arm("baseline", "baseline", base, workload)] if base else []

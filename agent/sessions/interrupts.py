@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from agent.context import host_dir
+from agent.decision.arms import arms_in_use
 from agent.decision.interleave import beside_files, reference_dir
 from state.calls import PathArgs, PidFileArgs
 from state.loop import LoopState
@@ -54,7 +55,7 @@ def stop_servers(state: LoopState, executor: Executor | None, executors: Executo
     for name, where in beside_files(state).items():
         args = PidFileArgs(pid_file=files / name, repo=where, grace_s=grace)
         jobs.append((name.removesuffix(".pid"), executor, server.stop_recorded, args))
-    if state.target.decide.arms == "interleaved":
+    if arms_in_use(state) != "sequential":
         copy = RemoveCopyArgs(repo=state.target.repo, dest=reference_dir(state))
         jobs.append(("reference copy", executor, reference.remove_reference_copy, copy))
     for h in state.target.hosts:

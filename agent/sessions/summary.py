@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from agent.decision.arms import arms_line
 from agent.decision.correctness import refusal
 from agent.decision.levels import at_level
 from agent.decision.measuring import beside_note, serving_note
@@ -67,6 +68,7 @@ def summarize(state: LoopState, status: str) -> Summary:
         decision=j.line() if j else None,
         power=state.power.line() if state.power else None,
         output_gate=gate,
+        arms=arms_line(state.arms) if state.arms else None,
         correctness_set=reach,
         mechanisms=[f"{m.playbook}: {m.note}" for m in state.mechanisms],
         unexplained_gains=[m.playbook for m in state.mechanisms if not m.confirmed],

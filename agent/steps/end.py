@@ -8,6 +8,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from agent.context import LoopContext, call, host_dir, step, transition
+from agent.decision.arms import arms_in_use
 from agent.decision.interleave import stop_reference
 from agent.steps.actions import remove_instrumentation
 from state.calls import CommitArgs, LeaveBranchArgs, PidFileArgs, ServerArgs
@@ -48,7 +49,7 @@ def _teardown(state: LoopState, runtime: Runtime[LoopContext]) -> list[str]:
             ),
         )
     )
-    if state.target.decide.arms == "interleaved":
+    if arms_in_use(state) != "sequential":
         steps.append(("stop the reference server", lambda: stop_reference(state, runtime)))
     if state.pending_commit is not None:
         steps.append(

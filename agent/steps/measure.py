@@ -50,7 +50,12 @@ def measure(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
         "gate_problem": judged.problem,
         "tolerance": judged.tolerance,
     }
-    if judged.launches_beside is not None:  # the reference (and a confirming pair) launched beside it
+    if judged.server != "unchanged":  # alternating arms: the candidate relaunched, or stopped
+        update["server"] = judged.server
+        if judged.launches_beside is not None:
+            update["launches"] = state.launches + judged.launches_beside
+            note += f"; arms alternating, {judged.launches_beside} more launch(es), one server at a time"
+    elif judged.launches_beside is not None:  # the reference (and a confirming pair) launched beside it
         update["launches"] = state.launches + judged.launches_beside
         note += f"; arms interleaved, {judged.launches_beside} launch(es) beside the candidate"
     update["transitions"] = transition("measure", note)

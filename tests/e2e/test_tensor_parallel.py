@@ -39,6 +39,7 @@ long_prompts = 0  # CI: the demo's CPU prefills near its 1024-token limit cost t
 method = "patch"
 [decide]
 looks = 1
+arms = "sequential"  # as before `auto`: the subject is the two ranks, not the arms (CI time)
 """)
     return path
 

@@ -1,0 +1,92 @@
+"""How a candidate's arms are measured when `[decide] arms = "auto"`: whether two servers fit the
+host (a door tool's measurement), the resolved choice, and per-launch locations of alternating
+relaunches."""
+
+from typing import Literal
+
+from pydantic import Field
+
+from state.base import Model
+
+ArmsInUse = Literal["sequential", "interleaved", "alternating"]
+"""The arms a session measures with (`auto` resolved)."""
+
+
+class ArmsConfig(Model):
+    """The `[decide]` fields on how a candidate's arms are measured and how many requests, looks, A/A
+    pairs and launches they get (`DecisionConfig` has them)."""
+
+    arms: Literal["auto", "sequential", "interleaved", "alternating"] = "auto"
+    """`sequential`: the reference arm is the earlier launch's measurement and the candidate runs
+    after it (one launch per candidate; the arms see different machine states). `interleaved`:
+    the reference tree is launched again beside the candidate (a second checkout, a second
+    server) and requests alternate between the two, so both arms see the same machine state; it
+    needs room for two servers and costs one more launch per candidate. `alternating`: the two
+    trees launched in turn on the same host, one server at a time, each up to
+    `max_launches_per_arm` times, the launch effect estimated from those launches. `auto`:
+    interleaved when two servers fit (`two_servers_fit`, else measured on the baseline server),
+    otherwise alternating."""
+    two_servers_fit: bool | None = None
+    """`arms = "auto"`: whether a second server fits beside the first (None: measure it)."""
+    fit_margin: float = Field(1.2, ge=1)
+    """`auto`: free memory must hold the server's own use times this to count as a fit."""
+    max_launches_per_arm: int = Field(4, ge=2, le=20)
+    """Alternating arms: most launches of each tree per candidate (the plan's bound)."""
+    auto_aa_pairs: int = Field(3, ge=0, le=10)
+    """Interleaved arms: while the A/A store holds fewer than `min_aa_pairs` pairs of this target
+    on this host (or, with `keep_gain`, while the launch noise alone keeps it out of reach), the
+    baseline step launches the tree again beside the baseline server, up to this many times per
+    session, and keeps each pair (one launch each; 0: never, calibrate by hand)."""
+    keep_gain: float | None = Field(None, gt=0)
+    """The true gain the session should keep (0.05: 1.05x, with 80% power): the baseline step
+    chooses requests per look and looks for it, up to `max_requests_per_prompt`; alternating arms
+    plan their launches per arm for it (1.05x when None); None: `repeats` and `looks` as given
+    (the power is reported either way)."""
+    max_requests_per_prompt: int = Field(60, ge=2)
+    """Budget for `keep_gain`: most requests per prompt per arm over all looks."""
+
+
+class MemoryFitArgs(Model):
+    """Measure whether a second copy of the running server would fit beside it."""
+
+    pgid: int
+    """The running server's process group (its processes are the server's)."""
+
+
+class MemoryFit(Model):
+    """What the host has free against what the server holds, on the tightest device."""
+
+    device: Literal["gpu", "cpu"]
+    """`gpu`: the server holds GPU memory (nvidia-smi); `cpu`: none, so host memory vs its RSS."""
+    server_bytes: int
+    """Memory the server holds on the tightest device (GPU: of its processes, per GPU; CPU: RSS)."""
+    free_bytes: int
+    """Memory free there now (GPU: memory.free; CPU: MemAvailable)."""
+    where: str
+    """Which device, e.g. `GPU 0` or `host memory`."""
+    note: str = ""
+    """How the figures were read where it matters (e.g. the server's processes not visible)."""
+
+
+class ArmsChoice(Model):
+    """`arms = "auto"` resolved once, on the baseline server, and kept in the state (resume and
+    replay make the same choice)."""
+
+    arms: ArmsInUse
+    """The arms every candidate of the session is measured with."""
+    why: str
+    """One line: what decided it."""
+    fit: MemoryFit | None = None
+    """The measurement, when the target file did not say (`[decide] two_servers_fit`)."""
+
+
+class LaunchLocation(Model):
+    """One launch of alternating arms: its location (mean over prompts of the median log TPOT, or
+    the median window cost under `[workload]`)."""
+
+    arm: Literal["reference", "candidate"]
+    """Which tree it ran."""
+    launch_number: int
+    """The session's launch number."""
+    location_log: float
+    """Its location on the log scale (lower is faster)."""

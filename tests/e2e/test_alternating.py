@@ -1,0 +1,63 @@
+"""Alternating arms on the CPU demo: `arms = "auto"` where the target says two servers do not fit,
+the real fix (gather then cast) judged on launches of the two trees in turn, one server at a time
+(C R R C), its CI from those launches alone; the session replays with the same choice."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent.report.data import arms as report_arms
+from tests.e2e.conftest import (
+    assert_clean,
+    edited_diff,
+    git,
+    last_json,
+    perfloop,
+    playbook_variant,
+    run_playbooks,
+    write_target,
+)
+from tests.e2e.test_adversarial import BACKEND, FIX
+from tools.store.sessions import SessionStore
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+
+
+def test_the_fix_is_judged_on_alternating_launches(tmp_path: Path, home: Path, repo: Path) -> None:
+    books = tmp_path / "books"
+    playbook_variant(books, "fix", 0.99, edited_diff(repo, tmp_path, {BACKEND: FIX}))
+    target = write_target(tmp_path / "t.toml", repo, looks=1, arms="auto", prompts=("Explain the KV cache.",))
+    decide = "two_servers_fit = false\nmax_launches_per_arm = 2\n"  # [decide] is the last table
+    target.write_text(target.read_text() + decide)
+    s, shown = run_playbooks(home, target, books)
+    (d,) = shown["decisions"]
+    j = d["judgement"]
+    assert j["arms"] == "alternating" and "arms alternating" in d["reason"], d["reason"]
+    # the candidate relaunch, the reference twice, the candidate again: C R R C, one look
+    assert [p["arm"] for p in j["per_launch"]] == ["candidate", "reference", "reference", "candidate"]
+    assert [p["launch_number"] for p in j["per_launch"]] == [2, 3, 4, 5]
+    assert s["server_launches"] == 5 and len(j["looks"]) == 1
+    lk = j["looks"][0]
+    assert (lk["requests_reference"], lk["requests_candidate"]) == (2, 2)
+    assert j["launch_noise"]["source"] == "replicates" and j["launch_noise"]["df"] == 2
+    # the fix removes the whole-pool cast: far outside the spread of two launches per tree
+    assert d["verdict"] == "accepted" and lk["ci_low"] > 1.02 and lk["speedup"] > 1.3, d["reason"]
+    assert "1 launches" not in d["reason"] and "n = 2 launches per arm" in d["reason"], d["reason"]
+    assert git(repo, "rev-list", "--count", "main..HEAD").strip() == "1"
+    assert_clean(repo, s["branch"])
+    assert not (home / "sessions" / s["session"] / "reference").exists()
+    assert (
+        s["arms"]
+        == "arms auto -> alternating (the target says two servers do not fit ([decide] two_servers_fit))"
+    )
+    calls = SessionStore(home / "sessions.sqlite").tool_calls(s["session"])
+    labels = [c.input["label"] for c in calls if c.node == "measure" and c.name == "bench.measure"]
+    assert labels == [
+        f"iteration-1-{a}" for a in ("candidate-1", "reference-1", "reference-2", "candidate-2")
+    ]
+    base, cand = report_arms(calls, [])  # the report's candidate arm: its own launches only
+    assert base.label == "baseline" and len(cand.tpot_ms) == 2 * 3  # 2 launches x 1 prompt x 3
+    replayed = perfloop(home, "replay", s["session"], "--json")
+    assert replayed.returncode == 0 and last_json(replayed)["matches_recording"] is True, replayed.stderr
