@@ -41,6 +41,7 @@ import argparse
 import itertools
 import json
 import math
+import shlex
 import shutil
 import statistics
 import sys
@@ -152,7 +153,7 @@ class Bench:
         argv = ["bash", "launch.sh", "--port", "{port}", "--preset", args.preset, "--device", args.device]
         if args.threads:
             argv += ["--threads", str(args.threads)]
-        self.argv = argv
+        self.argv = argv + shlex.split(args.server_args)  # e.g. a smaller geometry of a preset
         self.cfg = DecisionConfig(
             looks=args.looks, arms=args.arms, max_launches_per_arm=args.max_launches_per_arm
         )
@@ -246,7 +247,7 @@ class Bench:
         second = self.looks_interleaved(ref_slowdown, confirm) if confirm else {}
         out = {}
         for name, lk in first.items():
-            row = lk.model_dump()
+            row = lk.model_dump() | {"launches": 4 if name in second else 2}
             if name in second:
                 row |= {"first": lk.verdict, "second": second[name].model_dump()}
                 row["verdict"] = replicated(lk.verdict, second[name].verdict)
@@ -294,7 +295,7 @@ class Bench:
                 for name in sorted(undecided):
                     lk = look(ref, cand, noises[name], self.cfg, k)
                     if lk.verdict != "undecided":
-                        out[name] = lk.model_dump()
+                        out[name] = lk.model_dump() | {"launches": 2}
                         undecided.discard(name)
                 if not undecided:
                     break
@@ -306,8 +307,8 @@ class Bench:
 def table(results: dict) -> str:
     rows = [
         "| scenario | launch noise used | pairs | accepted | rejected | regression | inconclusive "
-        "| median speedup | mean looks | confirming pairs |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| median speedup | median CI | mean looks | confirming pairs | launches | wall min |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for scen, by_noise in results["scenarios"].items():
         for noise_name, looks in by_noise.items():
@@ -318,7 +319,11 @@ def table(results: dict) -> str:
                     str(verdicts.count(v)) for v in ("accepted", "rejected", "regression", "inconclusive")
                 )
                 + f" | {statistics.median(lk['speedup'] for lk in looks):.3f}"
-                f" | {statistics.mean(lk['look'] for lk in looks):.2f} | {sum('first' in lk for lk in looks)} |"
+                f" | [{statistics.median(lk['ci_low'] for lk in looks):.3f}, "
+                f"{statistics.median(lk['ci_high'] for lk in looks):.3f}]"
+                f" | {statistics.mean(lk['look'] for lk in looks):.2f} | {sum('first' in lk for lk in looks)}"
+                f" | {sum(lk.get('launches', 0) for lk in looks)}"
+                f" | {results.get('scenario_wall_s', {}).get(scen, 0) / 60:.1f} |"
             )
     return "\n".join(rows)
 
@@ -339,6 +344,7 @@ def main() -> None:
     p.add_argument("--detect-layers", action="append", default=[], help="N:PAIRS, N extra layer passes")
     p.add_argument("--max-launches-per-arm", type=int, default=4, help="alternating arms' budget")
     p.add_argument("--arms", choices=["sequential", "interleaved", "alternating"], default="sequential")
+    p.add_argument("--server-args", default="", help="more launch.sh flags, e.g. '--layers 40'")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
     t0 = time.time()
@@ -387,7 +393,9 @@ def main() -> None:
     plan += [
         (f"{x} extra layers", (0.0, int(x)), int(n)) for x, n in (d.split(":") for d in args.detect_layers)
     ]
+    results["scenario_wall_s"] = {}
     for name, knob, pairs in plan:
+        t1 = time.time()
         per_noise: dict[str, list] = {k: [] for k in noises}
         for i, out in enumerate(pool.map(lambda _, f=knob: bench.pair(f, noises), range(pairs))):
             for k, lk in out.items():
@@ -397,6 +405,8 @@ def main() -> None:
                 + (f" (first pair {lk['first']}, second {lk['second']['speedup']:.3f}x)" if "first" in lk else "")
                 for k, lk in out.items()), flush=True)  # fmt: skip
         results["scenarios"][name] = per_noise
+        results["scenario_wall_s"][name] = time.time() - t1
+        print(table(results), flush=True)  # so far: a run cut short still leaves its table
     results["wall_s"] = time.time() - t0
     print(table(results))
     print(f"wall time {results['wall_s'] / 60:.1f} min; launch noise: {results['noise']}")
