@@ -191,8 +191,14 @@ def test_two_candidates_on_two_hosts_one_dropped(sshd: Sshd, tmp_path: Path) -> 
         assert last_json(replayed)["matches_recording"] is True
     finally:
         other.stop()
-        for pid in processes_in(repo_b):  # host b's server, orphaned when its host went away
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while (orphans := processes_in(repo_b)) and time.monotonic() < deadline:
+            for pid in orphans:  # host b's server, orphaned when its host went away
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass  # gone since it was listed
+            time.sleep(0.1)  # a SIGKILLed process lingers until the kernel has torn it down
