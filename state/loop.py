@@ -257,8 +257,15 @@ class LoopState(Model):
     @model_validator(mode="before")
     @classmethod
     def _drop_legacy(cls, data: Any) -> Any:
-        """States recorded before `tried` was derived carry it; it is implied by `decisions`."""
-        return {k: v for k, v in data.items() if k != "tried"} if isinstance(data, dict) else data
+        """States recorded before `tried` was derived carry it; it is implied by `decisions`. A
+        target recorded before `[decide] arms` existed was measured with sequential arms, the only
+        ones then (today's default, `auto`, would measure it otherwise on replay)."""
+        if not isinstance(data, dict):
+            return data
+        decide = data.get("target", {}).get("decide") if isinstance(data.get("target"), dict) else None
+        if isinstance(decide, dict) and "arms" not in decide:
+            data = {**data, "target": {**data["target"], "decide": {**decide, "arms": "sequential"}}}
+        return {k: v for k, v in data.items() if k != "tried"}
 
     @property
     def argv(self) -> list[str]:

@@ -67,6 +67,7 @@ random_prompts = 1
 long_prompts = 0  # CI: the demo's CPU prefills near its 1024-token limit cost tens of seconds (tests/e2e/test_long_context.py runs them at 256)
 [decide]
 looks = 1
+arms = "sequential"  # its behaviour before the `auto` default (interleaved here): 158 s against ~100 in CI
 {hosts}""")
     return path
 
