@@ -6,16 +6,18 @@
 # servers fit at once; the true change is 2 extra layer passes per decode step
 # (BENCH_EXTRA_LAYERS, ~2/40 more layer work, outputs unchanged), given to the reference arm, so
 # the candidate is the faster tree. Each kind writes its log and JSON to $OUT.
-#   bash benchmarks/power_h200.sh [both|interleaved|alternating] [PAIRS] [LIMIT_S]
-# (defaults: both side by side on the one GPU, 10 A/A and 10 detection pairs each, 540 s)
+#   bash benchmarks/power_h200.sh [both|interleaved|alternating] [PAIRS] [LIMIT_S] [all|detect]
+# (defaults: both side by side on the one GPU, 10 A/A and 10 detection pairs each, 540 s;
+# `detect` skips the A/A pairs and runs the 1.05x detection pairs only)
 set -uo pipefail
 source benchmarks/h200_env.sh
-kind=${1:-both} n=${2:-10} limit=${3:-540}
+kind=${1:-both} n=${2:-10} limit=${3:-540} what=${4:-all}
+aa=$n; [ "$what" = detect ] && aa=0
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 geo=(--preset glm5 --device cuda --server-args "--layers 40 --max-total-tokens 32768" --detect-layers 2:"$n")
 pids=()
 if [ "$kind" = both ] || [ "$kind" = interleaved ]; then
-  timeout "$limit" python3 benchmarks/decisions.py --arms interleaved --calibration 10 --aa-pairs "$n" \
+  timeout "$limit" python3 benchmarks/decisions.py --arms interleaved --calibration 10 --aa-pairs "$aa" \
     --repeats 5 --looks 3 --max-tokens 16 --workers 4 "${geo[@]}" \
     --out "$OUT/power-interleaved.json" >"$OUT/power-interleaved.log" 2>&1 &
   pids+=($!)
@@ -23,7 +25,7 @@ fi
 if [ "$kind" = both ] || [ "$kind" = alternating ]; then
   # alone on the GPU: shorter requests and more sessions at once (7 servers at most)
   w=4 reps=(--repeats 3 --max-tokens 16); [ "$kind" = alternating ] && w=7 reps=(--repeats 2 --max-tokens 8)
-  timeout "$limit" python3 benchmarks/decisions.py --arms alternating --calibration 6 --aa-pairs "$n" \
+  timeout "$limit" python3 benchmarks/decisions.py --arms alternating --calibration 6 --aa-pairs "$aa" \
     --looks 3 --workers "$w" --max-launches-per-arm 4 "${reps[@]}" "${geo[@]}" \
     --out "$OUT/power-alternating.json" >"$OUT/power-alternating.log" 2>&1 &
   pids+=($!)
