@@ -8,7 +8,8 @@
 # the candidate is the faster tree. Each kind writes its log and JSON to $OUT.
 #   bash benchmarks/power_h200.sh [both|interleaved|alternating] [PAIRS] [LIMIT_S] [all|detect]
 # (defaults: both side by side on the one GPU, 10 A/A and 10 detection pairs each, 540 s;
-# `detect` skips the A/A pairs and runs the 1.05x detection pairs only)
+# `detect` skips the A/A pairs and runs the 1.05x detection pairs only; WORKERS=N in the
+# environment sets how many alternating sessions run at once)
 set -uo pipefail
 source benchmarks/h200_env.sh
 kind=${1:-both} n=${2:-10} limit=${3:-540} what=${4:-all}
@@ -25,6 +26,7 @@ fi
 if [ "$kind" = both ] || [ "$kind" = alternating ]; then
   # alone on the GPU: shorter requests and more sessions at once (7 servers at most)
   w=4 reps=(--repeats 3 --max-tokens 16); [ "$kind" = alternating ] && w=7 reps=(--repeats 2 --max-tokens 8)
+  w=${WORKERS:-$w}  # WORKERS=1: one session at a time, no neighbour on the GPU
   timeout "$limit" python3 benchmarks/decisions.py --arms alternating --calibration 6 --aa-pairs "$aa" \
     --looks 3 --workers "$w" --max-launches-per-arm 4 "${reps[@]}" "${geo[@]}" \
     --out "$OUT/power-alternating.json" >"$OUT/power-alternating.log" 2>&1 &
