@@ -9,13 +9,14 @@
 #   bash benchmarks/power_h200.sh [both|interleaved|alternating] [PAIRS] [LIMIT_S] [all|detect]
 # (defaults: both side by side on the one GPU, 10 A/A and 10 detection pairs each, 540 s;
 # `detect` skips the A/A pairs and runs the 1.05x detection pairs only; WORKERS=N in the
-# environment sets how many alternating sessions run at once)
+# environment sets how many alternating sessions run at once, CAL=N their calibration launches,
+# LAYERS=N the extra layer passes of the true change, 2 by default)
 set -uo pipefail
 source benchmarks/h200_env.sh
 kind=${1:-both} n=${2:-10} limit=${3:-540} what=${4:-all}
 aa=$n; [ "$what" = detect ] && aa=0
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-geo=(--preset glm5 --device cuda --server-args "--layers 40 --max-total-tokens 32768" --detect-layers 2:"$n")
+geo=(--preset glm5 --device cuda --server-args "--layers 40 --max-total-tokens 32768" --detect-layers "${LAYERS:-2}:$n")
 pids=()
 if [ "$kind" = both ] || [ "$kind" = interleaved ]; then
   timeout "$limit" python3 benchmarks/decisions.py --arms interleaved --calibration 10 --aa-pairs "$aa" \
@@ -27,7 +28,7 @@ if [ "$kind" = both ] || [ "$kind" = alternating ]; then
   # alone on the GPU: shorter requests and more sessions at once (7 servers at most)
   w=4 reps=(--repeats 3 --max-tokens 16); [ "$kind" = alternating ] && w=7 reps=(--repeats 2 --max-tokens 8)
   w=${WORKERS:-$w}  # WORKERS=1: one session at a time, no neighbour on the GPU
-  timeout "$limit" python3 benchmarks/decisions.py --arms alternating --calibration 6 --aa-pairs "$aa" \
+  timeout "$limit" python3 benchmarks/decisions.py --arms alternating --calibration "${CAL:-6}" --aa-pairs "$aa" \
     --looks 3 --workers "$w" --max-launches-per-arm 4 "${reps[@]}" "${geo[@]}" \
     --out "$OUT/power-alternating.json" >"$OUT/power-alternating.log" 2>&1 &
   pids+=($!)
