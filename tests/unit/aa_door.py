@@ -56,7 +56,6 @@ class ScriptedDoor:
         self.tpot_ms, self.free_bytes, self.fit_error = tpot_ms, free_bytes, fit_error
         self.calls: list[tuple[str, Any]] = []
         self.running: set[int] = set()
-        self.launch_of: dict[str, int] = {}
 
     def next_seq(self) -> int:
         return len(self.calls)
@@ -80,9 +79,7 @@ class ScriptedDoor:
         if name == "server.launch":
             assert isinstance(args, LaunchArgs) and not self.running, "one server at a time"
             self.running.add(args.launch_number)
-            h = handle(args.launch_number)
-            self.launch_of[h.base_url] = args.launch_number
-            return h
+            return handle(args.launch_number)
         if name == "server.stop":
             self.running.discard(args.server.launch_number)
             return ServerStatus(alive=False, healthy=False)
