@@ -35,6 +35,8 @@ class AARecordArgs(Model):
     """Target and host (see agent/decision/noise.py `target_key`)."""
     sample: AASample | None = None
     """The launch to keep; `None` only reads."""
+    more: list[AASample] = []
+    """More launches to keep in the same call (alternating arms' replicate launches)."""
 
 
 class AASamples(Model):

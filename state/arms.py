@@ -36,7 +36,9 @@ class ArmsConfig(Model):
     """Interleaved arms: while the A/A store holds fewer than `min_aa_pairs` pairs of this target
     on this host (or, with `keep_gain`, while the launch noise alone keeps it out of reach), the
     baseline step launches the tree again beside the baseline server, up to this many times per
-    session, and keeps each pair (one launch each; 0: never, calibrate by hand)."""
+    session, and keeps each pair (one launch each). Sequential arms: while the store holds no
+    measured launch noise of this target on this host, the baseline step launches the tree once
+    more and keeps both launches (one launch a session). 0: never, calibrate by hand."""
     keep_gain: float | None = Field(None, gt=0)
     """The true gain the session should keep (0.05: 1.05x, with 80% power): the baseline step
     chooses requests per look and looks for it, up to `max_requests_per_prompt`; alternating arms

@@ -46,3 +46,8 @@ class LoopOptions(Model):
     """Whether the baseline step gathers A/A pairs (interleaved arms), reports the session's power
     and sizes requests and looks by `[decide] keep_gain` (agent/decision/autoaa.py): True for new
     sessions; sessions recorded before it carry none and replay without."""
+    aa_evidence: bool = False
+    """Whether more launches are kept as A/A evidence (agent/decision/aalaunches.py): alternating
+    arms' replicate launches, and with sequential arms one A/A launch at the baseline while the
+    store holds no measured launch noise of the target on its host: True for new sessions;
+    sessions recorded before it carry none and replay without."""

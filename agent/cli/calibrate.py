@@ -29,7 +29,8 @@ def calibrate(
     host_python: HostPython = None,
     as_json: Json = False,
 ) -> None:
-    """Launch the target's current tree N times (N pairs with interleaved arms), each an A/A sample."""
+    """Launch the target's current tree N times (N pairs with interleaved arms), each an A/A sample;
+    `arms = "auto"` resolved as a session does, and said."""
 
     def body() -> None:
         target = with_host(load_target(target_toml), host, trust_new_host, host_python)
@@ -41,7 +42,7 @@ def calibrate(
         console = Console()
         with executor_for(target, local_dir) as remote:
             door = LiveDoor(sid, sessions.store, remote)
-            noise = run_calibration(
+            noise, arms = run_calibration(
                 door,
                 target,
                 sid,
@@ -50,9 +51,9 @@ def calibrate(
                 launches,
                 lambda line: console.print(line, highlight=False),
             )
-        console.print(f"{target.name}: {noise.describe()}", highlight=False)
+        console.print(f"{target.name}: {noise.describe()} (for {arms} arms)", highlight=False)
         if as_json:
-            print(json.dumps({"calibration": sid, **noise.model_dump(mode="json")}))
+            print(json.dumps({"calibration": sid, "arms": arms, **noise.model_dump(mode="json")}))
 
     run_command(body)
 

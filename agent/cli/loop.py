@@ -64,6 +64,7 @@ def _options(
         "decision_rule": "ci-v1",
         "long_prompts": True,
         "power": True,
+        "aa_evidence": True,
     }
 
 

@@ -13,7 +13,8 @@ rounds stop at the first look that decides. The reference runs from the same wor
 candidate's parent as interleaved arms' (`interleave.reference_tree`, pid file `reference.pid`),
 removed before the step returns whatever happened. The candidate's server is left running when
 the last launch was the candidate's; when it was the reference's and the candidate is accepted,
-the candidate is launched once more (unmeasured) for the next profile.
+the candidate is launched once more (unmeasured) for the next profile. A tree's replicate
+launches are kept as A/A samples for later sessions (agent/decision/aalaunches.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, call, need
 from agent.decision import outputs
+from agent.decision.aalaunches import keep_replicates
 from agent.decision.interleave import launch_beside, reference_tree, role_of, stop_reference
 from agent.decision.judging import JudgedCandidate
 from agent.decision.measuring import (
@@ -131,6 +133,7 @@ def judge_alternating(state: LoopState, runtime: Runtime[LoopContext], label: st
                         "the reference server's outputs differ from the reference measurement's: not judged"
                     )
                 if problem is not None:
+                    keep_replicates(state, runtime, per_launch, arms)
                     return JudgedCandidate(
                         merge_all(arms["candidate"]), problem=f"on {arm} launch {i}: {problem}",
                         tolerance=tolerance, launches_beside=launched,
@@ -147,6 +150,7 @@ def judge_alternating(state: LoopState, runtime: Runtime[LoopContext], label: st
                 looks.append(lk)
                 if lk.verdict != "undecided":
                     break
+        keep_replicates(state, runtime, per_launch, arms)
         if last == "reference":  # the candidate's server runs on only when it may be profiled next
             call(runtime, server.stop, ServerArgs(server=running, grace_s=grace))
             if looks[-1].verdict == "accepted":

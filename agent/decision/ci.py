@@ -2,10 +2,11 @@
 (agent/decision/rule.py) and the launch noise of A/A launches (agent/decision/noise.py), over
 sequential looks, after the output gate (agent/decision/outputs.py).
 
-The baseline is measured with the reference arm's full budget, kept as an A/A sample, and takes
-the gate's reference outputs; a candidate is measured look by look on its own launch
-(agent/decision/measuring.py) or with the reference launched beside it
-(agent/decision/interleave.py, `[decide] arms = "interleaved"`).
+The baseline is measured with the reference arm's full budget, kept as an A/A sample (with
+sequential arms and no measured launch noise stored, the tree is launched once more for a second
+one: agent/decision/aalaunches.py), and takes the gate's reference outputs; a candidate is
+measured look by look on its own launch (agent/decision/measuring.py) or with the reference
+launched beside it (agent/decision/interleave.py, `[decide] arms = "interleaved"`).
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, need
 from agent.decision import correctness, outputs
+from agent.decision.aalaunches import aa_launch
 from agent.decision.alternating import judge_alternating
 from agent.decision.arms import arms_in_use, arms_line, choose_arms
 from agent.decision.autoaa import powered
 from agent.decision.interleave import judge_interleaved
 from agent.decision.judging import JudgedCandidate, MeasuredBaseline, RuleVerdict
-from agent.decision.measuring import budget, judge_candidate, measure_arm, outputs_problem, record_aa, unlike
+from agent.decision.measuring import budget, judge_candidate, keep_aa, measure_arm, outputs_problem, unlike
 from agent.decision.replicates import plan_line
 from state.loop import LoopState
 from state.updates import LoopUpdate
@@ -42,14 +44,16 @@ class CiRule:
         state = state.model_copy(update={"arms": choice}) if choice is not None else state
         measured = budget(state)
         m = measure_arm(state, runtime, "baseline", measured, warm_up=True)
-        noise = record_aa(state, runtime, m)
-        more: LoopUpdate = {}
+        b = aa_launch(state, runtime, m, keep_aa(state, runtime, m), measured)  # (sequential: one more)
+        state, m, noise = b.state, b.measurement, b.noise
+        more: LoopUpdate = {"server": state.server, "launches": state.launches} if b.note else {}
         evidence = noise.describe()
         if state.options.power and arms_in_use(state) != "alternating":  # (alternating: its plan_line)
             p = powered(state, runtime, m, noise)
             state, m, noise, evidence = p.state, p.measurement, p.noise, f"{p.note}{p.power.line()}"
-            more = {"power": p.power, "target": state.target, "launches": state.launches}
+            more.update({"power": p.power, "target": state.target, "launches": state.launches})
             measured = max(measured, budget(state) if arms_in_use(state) == "sequential" else 0)
+        evidence = b.note + evidence
         update = outputs.reference_outputs(state, runtime)
         note = (
             f"; {len(m.outputs)} prompts x {measured} requests, {m.warmups_discarded} warm-up(s) "

@@ -123,6 +123,11 @@ def budget(state: LoopState) -> int:
 
 def record_aa(state: LoopState, runtime: Runtime[LoopContext], m: Measurement) -> LaunchNoise:
     """Keep this baseline launch as an A/A sample; the launch noise from all of its target's."""
+    return noise_for(keep_aa(state, runtime, m), state.target.decide, arms_in_use(state))
+
+
+def keep_aa(state: LoopState, runtime: Runtime[LoopContext], m: Measurement) -> list[AASample]:
+    """Keep this baseline launch as an A/A sample; every A/A sample of its target on its host."""
     key = target_key(state.target)
     sample = AASample(
         target_key=key,
@@ -132,8 +137,7 @@ def record_aa(state: LoopState, runtime: Runtime[LoopContext], m: Measurement) -
         location_log=arm_location(arm_of(m, len(m.outputs), state.target.workload)),
         requests=len(m.requests),
     )
-    samples = call(runtime, aa.record, AARecordArgs(target_key=key, sample=sample)).samples
-    return noise_for(samples, state.target.decide, arms_in_use(state))
+    return call(runtime, aa.record, AARecordArgs(target_key=key, sample=sample)).samples
 
 
 def serving_note(m: Measurement) -> str:

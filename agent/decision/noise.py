@@ -46,6 +46,12 @@ def sample_group(content_sha256: str, target: TargetConfig, client: str) -> str:
     return _digest([content_sha256, m.prompts, m.max_tokens, m.warmup_requests, client])
 
 
+def session_group(session_id: str, content_sha256: str, target: TargetConfig, client: str) -> str:
+    """Launches of one tree in one session (alternating arms' replicates): compared only with each
+    other, never with the same tree's launches in another session."""
+    return _digest([session_id, sample_group(content_sha256, target, client)])
+
+
 def chi2_quantile(p: float, df: float) -> float:
     """Wilson-Hilferty approximation of the chi-square quantile (good to ~1% for df >= 2)."""
     z = NormalDist().inv_cdf(p)

@@ -57,6 +57,14 @@ def test_the_fix_is_judged_on_alternating_launches(tmp_path: Path, home: Path, r
     assert labels == [
         f"iteration-1-{a}" for a in ("candidate-1", "reference-1", "reference-2", "candidate-2")
     ]
+    # each tree's two launches kept as A/A launches in one call, grouped by tree (and session),
+    # beside the baseline's, so the next session's launch noise pools them
+    (kept,) = [c for c in calls if c.name == "aa.record" and c.node == "measure"]
+    more = kept.input["more"]
+    assert [x["launch_number"] for x in more] == [2, 5, 3, 4]  # the candidate's, the reference's
+    assert more[0]["group"] == more[1]["group"] != more[2]["group"] == more[3]["group"]
+    stored = SessionStore(home / "sessions.sqlite").aa_samples(kept.input["target_key"])
+    assert sorted(x.launch_number for x in stored) == [1, 2, 3, 4, 5]
     base, cand = report_arms(calls, [])  # the report's candidate arm: its own launches only
     assert base.label == "baseline" and len(cand.tpot_ms) == 2 * 3  # 2 launches x 1 prompt x 3
     replayed = perfloop(home, "replay", s["session"], "--json")

@@ -40,6 +40,7 @@ method = "patch"
 [decide]
 looks = 1
 arms = "sequential"  # as before `auto`: the subject is the two ranks, not the arms (CI time)
+auto_aa_pairs = 0  # nor an A/A launch at the baseline
 """)
     return path
 

@@ -68,6 +68,7 @@ long_prompts = 0  # CI: the demo's CPU prefills near its 1024-token limit cost t
 [decide]
 looks = 1
 arms = "sequential"  # its behaviour before the `auto` default (interleaved here): 158 s against ~100 in CI
+auto_aa_pairs = 0  # no A/A launch at the baseline (a launch CI's budget has no room for)
 {hosts}""")
     return path
 

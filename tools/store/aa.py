@@ -14,11 +14,12 @@ from tools.store.sessions import SessionStore, perfloop_home
 
 @tool("aa.record", where="local")
 def record(args: AARecordArgs) -> AASamples:
-    """Add `args.sample` (unless `None`) to the A/A store; return all samples of `args.target_key`."""
+    """Add `args.sample` (unless `None`) and `args.more` to the A/A store; return all samples of
+    `args.target_key`."""
     store = SessionStore.open(perfloop_home())
     try:
-        if args.sample is not None:
-            store.add_aa(args.sample)
+        for sample in ([args.sample] if args.sample is not None else []) + args.more:
+            store.add_aa(sample)
         return AASamples(samples=store.aa_samples(args.target_key))
     finally:
         store.close()

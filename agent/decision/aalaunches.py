@@ -1,0 +1,143 @@
+"""A/A evidence from the launches a session makes anyway, and one more launch where the store has
+no measured launch noise.
+
+- Alternating arms (agent/decision/alternating.py) launch each tree up to k times, one server at a
+  time, and reduce each launch to one location: the replicate launches of one tree are A/A
+  launches. `keep_replicates` keeps them in the A/A store (`aa.record`, through the door, one
+  call per candidate) as single-launch samples of the target on its host, grouped by tree and
+  session (`noise.session_group`: only launches of one tree in one session are compared), so the
+  next session's launch noise (`noise.launch_noise`, and through it alternating arms' prior)
+  pools them. A tree launched once there adds no degree of freedom and is not kept.
+- Sequential arms: while the store holds no measured launch noise of the target on its host
+  (`launch_noise` over the other sessions' single launches and this baseline is still the
+  conservative default), the baseline step stops the baseline server, launches the same tree
+  once more and measures it alike (`aa_launch`, one launch a session; `[decide] auto_aa_pairs =
+  0`: never). Both launches are A/A samples; the second one's server runs on for the profile,
+  and its measurement is the session's baseline (a top-up for `keep_gain` is measured on it).
+
+Every sample is kept under its session and launch number, so a resumed step, which launches again
+under the same numbers, replaces its samples (`SessionStore.add_aa`) instead of adding to them.
+Sessions recorded before this (`LoopOptions.aa_evidence` False) keep and launch nothing more, and
+replay as they ran.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from langgraph.runtime import Runtime
+
+from agent.context import LoopContext, call, need
+from agent.decision.arms import arms_in_use
+from agent.decision.measuring import keep_aa, measure_arm
+from agent.decision.noise import launch_noise, noise_for, session_group, target_key
+from agent.decision.rule import arm_location, arm_of
+from agent.serving import start_server
+from state.aa import AARecordArgs, AASample
+from state.arms import LaunchLocation
+from state.calls import ServerArgs
+from state.decision import LaunchNoise
+from state.loop import LoopState
+from state.measure import Measurement
+from tools import server
+from tools.store import aa
+
+Side = Literal["reference", "candidate"]
+"""Which tree an alternating launch ran (`LaunchLocation.arm`)."""
+
+
+def replicate_samples(
+    state: LoopState, per_launch: Sequence[LaunchLocation], arms: Mapping[Side, Sequence[Measurement]]
+) -> list[AASample]:
+    """The A/A samples of alternating arms' launches: each arm launched at least twice, one sample
+    per launch, grouped by the tree and this session (`arms[arm][i]` is the arm's i-th entry of
+    `per_launch`) (pure)."""
+    key, out = target_key(state.target), []
+    for arm, ms in arms.items():
+        located = [p for p in per_launch if p.arm == arm]
+        if len(ms) < 2 or len(located) != len(ms):
+            continue
+        for p, m in zip(located, ms, strict=True):
+            content = m.content_sha256 or m.tree_sha256
+            out.append(
+                AASample(
+                    target_key=key,
+                    group=session_group(state.session_id, content, state.target, m.client),
+                    session_id=state.session_id,
+                    launch_number=p.launch_number,
+                    location_log=p.location_log,
+                    requests=len(m.requests),
+                )
+            )
+    return out
+
+
+def keep_replicates(
+    state: LoopState,
+    runtime: Runtime[LoopContext],
+    per_launch: Sequence[LaunchLocation],
+    arms: Mapping[Side, Sequence[Measurement]],
+) -> int:
+    """Keep alternating arms' replicate launches in the A/A store; how many were kept."""
+    samples = replicate_samples(state, per_launch, arms) if state.options.aa_evidence else []
+    if samples:
+        call(runtime, aa.record, AARecordArgs(target_key=samples[0].target_key, more=samples))
+    return len(samples)
+
+
+def wants_launch(state: LoopState, samples: Sequence[AASample], baseline_number: int) -> bool:
+    """Whether the baseline step launches the tree once more: sequential arms, `auto_aa_pairs` > 0,
+    and the launch noise of the store's single launches (this session's own but its baseline left
+    out: a resumed step's earlier A/A launch is replaced, not counted) still the default (pure)."""
+    cfg = state.target.decide
+    arms = state.arms.arms if state.arms is not None else cfg.arms  # (`auto` is never sequential)
+    if not state.options.aa_evidence or cfg.auto_aa_pairs < 1 or arms != "sequential":
+        return False
+    evidence = [
+        s
+        for s in samples
+        if s.shift_log is None and (s.session_id != state.session_id or s.launch_number == baseline_number)
+    ]
+    return launch_noise(evidence, cfg).source == "default"
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The baseline after `aa_launch`."""
+
+    state: LoopState
+    """The state with the running server and the launches counted."""
+    measurement: Measurement
+    """The running server's measurement (the A/A launch's when there was one)."""
+    noise: LaunchNoise
+    """The launch noise from every sample of the target on its host."""
+    note: str
+    """`1 A/A launch of the baseline tree (#1 -> #2: shift +1.3%, ...); `, or ""."""
+
+
+def aa_launch(
+    state: LoopState, runtime: Runtime[LoopContext], m: Measurement, samples: list[AASample], repeats: int
+) -> Baseline:
+    """The baseline `m` (kept: `samples` holds it), and, where `wants_launch`, the same tree
+    launched once more in its place and measured alike (`repeats` requests per prompt, warm-ups
+    first), kept as an A/A sample too."""
+    cfg, first = state.target.decide, need(state.server, "baseline server")
+    if not wants_launch(state, samples, first.launch_number):
+        return Baseline(state, m, noise_for(samples, cfg, arms_in_use(state)), "")
+    call(runtime, server.stop, ServerArgs(server=first, grace_s=state.target.launch.stop_grace_s))
+    at = state.model_copy(update={"server": None})
+    second = start_server(at, runtime, instrumented=state.instrumentation is not None)
+    state = state.model_copy(update={"server": second, "launches": second.launch_number})
+    again = measure_arm(state, runtime, "baseline-aa", repeats, warm_up=True)
+    noise = noise_for(keep_aa(state, runtime, again), cfg, arms_in_use(state))
+    w = state.target.workload
+    shift = arm_location(arm_of(m, len(m.outputs), w)) - arm_location(arm_of(again, len(again.outputs), w))
+    note = (
+        f"1 A/A launch of the baseline tree (#{first.launch_number} -> #{second.launch_number}: "
+        f"shift {shift:+.1%}; no measured launch noise of this target on this host was stored)"
+    )
+    if again.outputs != m.outputs:
+        note += " WARNING: the two launches' outputs differ"
+    return Baseline(state, again, noise, note + "; ")

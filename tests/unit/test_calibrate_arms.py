@@ -1,0 +1,64 @@
+"""`perfloop calibrate` with `[decide] arms = "auto"` resolves the arms as a session does (the target's
+`two_servers_fit`, else `host.memory_fit` on its first launch) and calibrates for them, saying
+which; servers, measurements and the fit from a script, the A/A store for real."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent.decision.calibrate import calibrate, resolve_arms
+from tests.unit.aa_door import ScriptedDoor, runtime_of, session
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PERFLOOP_HOME", str(tmp_path / "home"))
+
+
+def test_auto_where_two_servers_do_not_fit_calibrates_single_launches(tmp_path: Path) -> None:
+    """1.1 GiB free beside a 1 GiB server (1.2 GiB needed with the margin): alternating; the launch the fit was measured on is the first A/A launch: two launches in all,
+    one at a time, each measured and kept, none measured in pairs."""
+    target = session(tmp_path, arms="auto").target
+    door = ScriptedDoor({1: 10.0, 2: 10.5}, free_bytes=int(1.1 * (1 << 30)))
+    lines: list[str] = []
+    noise, arms = calibrate(door, target, "calibrate-1", tmp_path / "c", "python3", 2, lines.append)
+    names = door.names()
+    assert arms == "alternating" and names[:3] == ["repo.snapshot", "server.launch", "host.memory_fit"]
+    assert names.count("server.launch") == 2 and names.count("bench.measure") == 2
+    assert names.count("aa.record") == 2 and "bench.measure_pair" not in names and door.running == set()
+    assert lines[0].startswith("arms auto -> alternating (two servers do not fit: host memory has 1.1 GiB")
+    assert lines[0].endswith(": calibrating alternating arms (single launches)")
+    assert lines[1].startswith("launch 1/2: median TPOT 10.0 ms") and lines[2].startswith("launch 2/2")
+    assert not noise.paired and noise.launches == 2 and noise.df == 1
+
+
+def test_auto_where_two_servers_fit_resolves_to_pairs_on_the_first_launch(tmp_path: Path) -> None:
+    state = session(tmp_path, arms="auto")
+    door = ScriptedDoor({1: 10.0}, free_bytes=8 << 30)
+    lines: list[str] = []
+    resolved = resolve_arms(state, runtime_of(door), lines.append)
+    assert resolved.arms is not None and resolved.arms.arms == "interleaved"
+    assert resolved.server is not None and resolved.server.launch_number == 1 and resolved.launches == 1
+    assert door.names() == ["repo.snapshot", "server.launch", "host.memory_fit"] and door.running == {1}
+    why = resolved.arms.why
+    assert lines == [f"arms auto -> interleaved ({why}): calibrating interleaved arms (pairs of launches)"]
+
+
+def test_the_target_file_decides_without_a_launch_and_named_arms_are_kept(tmp_path: Path) -> None:
+    said = session(tmp_path, arms="auto", two_servers_fit=False)
+    door = ScriptedDoor({})
+    lines: list[str] = []
+    resolved = resolve_arms(said, runtime_of(door), lines.append)
+    assert resolved.arms is not None and resolved.arms.arms == "alternating" and resolved.server is None
+    assert door.calls == [] and "([decide] two_servers_fit)" in lines[0]
+    named = session(tmp_path, arms="sequential")
+    assert resolve_arms(named, runtime_of(door), lines.append) is named and len(lines) == 1
+
+
+def test_a_failed_fit_stops_the_launch_it_was_measured_on(tmp_path: Path) -> None:
+    door = ScriptedDoor({}, fit_error=True)
+    with pytest.raises(RuntimeError, match="nvidia-smi failed"):
+        resolve_arms(session(tmp_path, arms="auto"), runtime_of(door), print)
+    assert door.names()[-1] == "server.stop" and door.running == set()
