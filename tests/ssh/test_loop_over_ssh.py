@@ -194,7 +194,8 @@ def test_demo_on_a_new_host_creates_the_checkout_there(
     sshd: Sshd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`perfloop demo --host URL --trust-new-host --host-python PY` with the user's own ~/.ssh
-    (config naming the key, no known_hosts yet): the tree is uploaded, the repo made on the host."""
+    (config naming the key, no known_hosts yet): the tree is uploaded, the repo made on the host.
+    The demo at one layer (`--server-args`): the full demo runs in tests/e2e/test_loop.py."""
     user_home = tmp_path / "user"
     (user_home / ".ssh").mkdir(parents=True)
     (user_home / ".ssh" / "config").write_text(f"Host 127.0.0.1\n  IdentityFile {sshd.client_key}\n")
@@ -208,6 +209,7 @@ def test_demo_on_a_new_host_creates_the_checkout_there(
         "--trust-new-host",
         "--host-python",
         sys.executable,
+        "--server-args=--layers 1 --threads 1",  # one layer of four, as every SSH target runs it
         "--json",
         timeout=400,
     )
