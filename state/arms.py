@@ -40,12 +40,15 @@ class ArmsConfig(Model):
     measured launch noise of this target on this host, the baseline step launches the tree once
     more and keeps both launches (one launch a session). 0: never, calibrate by hand."""
     keep_gain: float | None = Field(None, gt=0)
-    """The true gain the session should keep (0.05: 1.05x, with 80% power): the baseline step
+    """The true gain the session should keep (0.05: 1.05x, with `keep_power`): the baseline step
     chooses requests per look and looks for it, up to `max_requests_per_prompt`; alternating arms
     plan their launches per arm for it (1.05x when None); None: `repeats` and `looks` as given
     (the power is reported either way)."""
     max_requests_per_prompt: int = Field(60, ge=2)
     """Budget for `keep_gain`: most requests per prompt per arm over all looks."""
+    keep_power: float = Field(0.8, ge=0.5, le=0.99)
+    """The probability with which the power line's gain (and `keep_gain`) is to be kept: the
+    requests, looks and alternating launches are planned for it (0.9 asks for more of them)."""
 
 
 class MemoryFitArgs(Model):

@@ -9,7 +9,7 @@ class Power(Model):
     """What the session's evidence can resolve, fixed on the baseline before any candidate."""
 
     keeps: float
-    """The smallest true speedup kept with probability `POWER` (80%) at the last look."""
+    """The smallest true speedup kept with probability `probability` at the last look."""
     floor: float
     """What `keeps` tends to with unlimited requests: the launch noise alone's limit."""
     repeats: int
@@ -29,11 +29,13 @@ class Power(Model):
     """`[decide] max_requests_per_prompt`, when sized: most requests per prompt per arm."""
     unit: str = "requests per prompt"
     """What a repeat is: `windows` under `[workload]`."""
+    probability: float = 0.8
+    """`[decide] keep_power`: how often a gain of `keeps` is kept."""
 
     def line(self) -> str:
         """`power: keeps gains >= 1.04x (80% of the time) with 3 looks x 5 requests per prompt (...)`."""
         text = (
-            f"power: keeps gains >= {self.keeps:.3f}x (80% of the time) with {self.looks} look(s) x "
+            f"power: keeps gains >= {self.keeps:.3f}x ({self.probability:.0%} of the time) with {self.looks} look(s) x "
             f"{self.repeats} {self.unit} ({self.noise.describe()}, request spread {self.spread_log:.1%})"
         )
         if self.aim is not None and self.keeps > self.aim:

@@ -10,10 +10,10 @@ the log shift's standard error there is
 
 with sigma the launch noise the rule uses (one launch's effect, two launches) and s the per-request
 SD of log TPOT within a prompt (pi / 3: the Hodges-Lehmann shift's variance over the mean
-difference's for normal data; n / (n - 1): the rule's widening of the bootstrap). A true speedup g is kept at the last look with probability
-`POWER` when
+difference's for normal data; n / (n - 1): the rule's widening of the bootstrap). A true speedup g
+is kept at the last look with probability `keep_power` (`[decide]`, 80% by default) when
 
-    log g >= log(1 + min_gain) + (z_{1 - alpha / (2 looks)} + z_POWER) SE
+    log g >= log(1 + min_gain) + (z_{1 - alpha / (2 looks)} + z_keep_power) SE
 
 (alpha = 1 - confidence, Bonferroni over the looks, as the rule does); that g is the power line.
 The launch-noise term does not shrink with requests: `floor` is g with unlimited requests.
@@ -29,9 +29,6 @@ import numpy as np
 
 from state.decision import DecisionConfig, LaunchNoise
 from state.power import Power
-
-POWER = 0.80
-"""Probability with which the reported gain is kept."""
 
 MIN_REPEATS = 2
 """Fewest requests per prompt per look (a look needs two to estimate a spread)."""
@@ -61,10 +58,10 @@ def standard_error(sigma_log: float, spread_log: float, prompts: int, n: float) 
 def keeps(
     sigma_log: float, spread_log: float, prompts: int, repeats: float, looks: int, cfg: DecisionConfig
 ) -> float:
-    """The smallest true speedup kept with probability `POWER` at the last of `looks` looks of
-    `repeats` requests per prompt each (pure; `repeats = inf`: the launch noise's floor)."""
+    """The smallest true speedup kept with probability `cfg.keep_power` at the last of `looks` looks
+    of `repeats` requests per prompt each (pure; `repeats = inf`: the launch noise's floor)."""
     alpha = (1.0 - cfg.confidence) / looks
-    z = NormalDist().inv_cdf(1.0 - alpha / 2.0) + NormalDist().inv_cdf(POWER)
+    z = NormalDist().inv_cdf(1.0 - alpha / 2.0) + NormalDist().inv_cdf(cfg.keep_power)
     se = standard_error(sigma_log, spread_log, prompts, repeats * looks)
     return (1.0 + cfg.min_gain) * math.exp(z * se)
 
@@ -79,6 +76,7 @@ def sized(
     are: no budget spent where the launch noise alone holds the gain up (pure)."""
     s = noise.sigma_log
     common = {"noise": noise, "spread_log": spread_log, "prompts": prompts, "unit": unit}
+    common |= {"probability": cfg.keep_power}
     floor = keeps(s, spread_log, prompts, math.inf, cfg.looks, cfg)
     if cfg.keep_gain is None:
         g = keeps(s, spread_log, prompts, repeats, cfg.looks, cfg)

@@ -12,7 +12,7 @@ with source `aa`) joins as a prior of its own degrees of freedom (pooled varianc
 t: s^2 = (df_r s_r^2 + df_0 s_0^2) / (df_r + df_0)); the conservative default never does, since it
 is no measurement. Looks after each round from the second (Bonferroni over the rounds planned).
 The number of launches is planned so that a true gain worth keeping (`[decide] keep_gain`, else
-1.05x) is accepted with 80% power, bounded by `max_launches_per_arm`.
+1.05x) is accepted with `keep_power` (80%), bounded by `max_launches_per_arm`.
 """
 
 from __future__ import annotations
@@ -24,9 +24,6 @@ from statistics import NormalDist
 
 from agent.decision.rule import verdict_of
 from state.decision import DecisionConfig, LaunchNoise, Look, Verdict
-
-POWER = 0.80
-"""Probability with which the plan wants a true gain worth keeping accepted."""
 
 
 def t_two_sided(t: float, df: int) -> float:
@@ -138,7 +135,7 @@ def half_width(sigma: float, k: int, cfg: DecisionConfig, prior_df: int = 0) -> 
     effect's SE, at the level of k - 1 looks, with `sigma` per launch (pure)."""
     level = 1.0 - (1.0 - cfg.confidence) / (k - 1)
     t = t_quantile(0.5 + level / 2.0, 2 * k - 2 + prior_df)
-    return (t + NormalDist().inv_cdf(POWER)) * sigma * math.sqrt(2.0 / k)
+    return (t + NormalDist().inv_cdf(cfg.keep_power)) * sigma * math.sqrt(2.0 / k)
 
 
 PLANNED_GAIN = 0.05
@@ -152,7 +149,7 @@ def worth_keeping(cfg: DecisionConfig) -> float:
 
 def launches_per_arm(noise: LaunchNoise | None, cfg: DecisionConfig) -> int:
     """The fewest launches per arm (>= 2) with which a true gain worth keeping (`worth_keeping`) is
-    accepted with 80% power under `noise`, at most `max_launches_per_arm` (pure)."""
+    accepted with `keep_power` (80%) under `noise`, at most `max_launches_per_arm` (pure)."""
     sigma = noise.sigma_log if noise is not None else cfg.default_launch_noise
     margin = math.log(worth_keeping(cfg)) - math.log(1.0 + cfg.min_gain)
     df0 = prior_of(noise)[1]
@@ -163,17 +160,17 @@ def launches_per_arm(noise: LaunchNoise | None, cfg: DecisionConfig) -> int:
 
 
 def smallest_kept(noise: LaunchNoise | None, cfg: DecisionConfig, k: int) -> float:
-    """The smallest true speedup that k launches per arm keep with 80% power (pure)."""
+    """The smallest true speedup that k launches per arm keep with `keep_power` (80%) (pure)."""
     sigma = noise.sigma_log if noise is not None else cfg.default_launch_noise
     return math.exp(math.log(1.0 + cfg.min_gain) + half_width(sigma, k, cfg, prior_of(noise)[1]))
 
 
 def plan_line(noise: LaunchNoise | None, cfg: DecisionConfig) -> str:
-    """`alternating arms: 4 launches per arm planned (...); smallest gain kept with 80% power 1.21x`."""
+    """`alternating arms: up to 4 launches per arm (...); smallest gain kept with 80% power 1.21x`."""
     k = launches_per_arm(noise, cfg)
     sigma = noise.sigma_log if noise is not None else cfg.default_launch_noise
     return (
         f"alternating arms: up to {k} launches per arm (launch noise {sigma:.1%}, gain worth keeping "
         f"{worth_keeping(cfg):.2f}x, at most {cfg.max_launches_per_arm}); smallest gain kept with "
-        f"{POWER:.0%} power {smallest_kept(noise, cfg, k):.2f}x"
+        f"{cfg.keep_power:.0%} power {smallest_kept(noise, cfg, k):.2f}x"
     )
