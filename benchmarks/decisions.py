@@ -155,7 +155,10 @@ class Bench:
             argv += ["--threads", str(args.threads)]
         self.argv = argv + shlex.split(args.server_args)  # e.g. a smaller geometry of a preset
         self.cfg = DecisionConfig(
-            looks=args.looks, arms=args.arms, max_launches_per_arm=args.max_launches_per_arm
+            looks=args.looks,
+            arms=args.arms,
+            max_launches_per_arm=args.max_launches_per_arm,
+            keep_power=args.keep_power,
         )
 
     def launch(self, slowdown: float | tuple[float, int]):
@@ -343,6 +346,7 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=1, help="pairs measured at once (each its own servers)")
     p.add_argument("--detect-layers", action="append", default=[], help="N:PAIRS, N extra layer passes")
     p.add_argument("--max-launches-per-arm", type=int, default=4, help="alternating arms' budget")
+    p.add_argument("--keep-power", type=float, default=0.8, help="[decide] keep_power: the plan's power")
     p.add_argument("--arms", choices=["sequential", "interleaved", "alternating"], default="sequential")
     p.add_argument("--server-args", default="", help="more launch.sh flags, e.g. '--layers 40'")
     p.add_argument("--out", type=Path, default=None)

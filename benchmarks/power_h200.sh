@@ -10,7 +10,8 @@
 # (defaults: both side by side on the one GPU, 10 A/A and 10 detection pairs each, 540 s;
 # `detect` skips the A/A pairs and runs the 1.05x detection pairs only; WORKERS=N in the
 # environment sets how many alternating sessions run at once, CAL=N their calibration launches,
-# LAYERS=N the extra layer passes of the true change, 2 by default)
+# LAYERS=N the extra layer passes of the true change, 2 by default, KEEP_POWER=P and MAXL=K the
+# alternating plan's power (0.8) and most launches per arm (4))
 set -uo pipefail
 source benchmarks/h200_env.sh
 kind=${1:-both} n=${2:-10} limit=${3:-540} what=${4:-all}
@@ -29,7 +30,7 @@ if [ "$kind" = both ] || [ "$kind" = alternating ]; then
   w=4 reps=(--repeats 3 --max-tokens 16); [ "$kind" = alternating ] && w=7 reps=(--repeats 2 --max-tokens 8)
   w=${WORKERS:-$w}  # WORKERS=1: one session at a time, no neighbour on the GPU
   timeout "$limit" python3 benchmarks/decisions.py --arms alternating --calibration "${CAL:-6}" --aa-pairs "$aa" \
-    --looks 3 --workers "$w" --max-launches-per-arm 4 "${reps[@]}" "${geo[@]}" \
+    --looks 3 --workers "$w" --max-launches-per-arm "${MAXL:-4}" --keep-power "${KEEP_POWER:-0.8}" "${reps[@]}" "${geo[@]}" \
     --out "$OUT/power-alternating.json" >"$OUT/power-alternating.log" 2>&1 &
   pids+=($!)
 fi
