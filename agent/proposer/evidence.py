@@ -187,11 +187,20 @@ def context(
     if tried:
         earlier = "\n".join(f"- {d.source}: {d.verdict}: {d.reason}" for d in tried)
         parts += ["Already tried in this session (do not repeat these):", data("attempts", redact(earlier))]
-    if state.model_trials:
+    failed = [t for t in state.model_trials if t.kept_instead is None]
+    if failed:
         parts += [
             "Your earlier patches in this session were tried and not kept. Learn from what their "
             "trials showed; do not send the same patch again (it would be refused):",
-            data("your-attempts", redact("\n\n".join(attempt(t) for t in state.model_trials))),
+            data("your-attempts", redact("\n\n".join(attempt(t) for t in failed))),
+        ]
+    outpaced = [t for t in state.model_trials if t.kept_instead is not None]
+    if outpaced:
+        parts += [
+            "Your earlier patches that were accepted on their host but not kept, because another "
+            "candidate of the same round was faster and was kept instead (they are not in the tree; "
+            "one may be sent again, to be tried on top of what was kept):",
+            data("your-accepted", redact("\n\n".join(attempt(t) for t in outpaced))),
         ]
     if siblings:
         others = "\n\n".join(f"- {p.source}: {p.title}\n{clipped(p.diff)}" for p in siblings)
