@@ -5,7 +5,8 @@ by, the profile's heaviest operators with per-step times and repo-relative call 
 findings with their evidence notes, predicted gain and what bounds the step, the hot source
 lines, why matching playbooks were skipped, a stored patch to port when a playbook matched but its
 patch does not fit this release, earlier attempts (the model's own with their diffs and what their
-trials showed), and the round's other candidates. Every piece from the target is `<data>`,
+trials showed), the round's other candidates, and the answer asked for (edit blocks, or `LAUNCH:`
+lines where the target takes launch options). Every piece from the target is `<data>`,
 bounded and redacted (pure, but for the playbook patch files read).
 """
 
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agent.context import need
+from agent.proposer.checks import path_problem
 from agent.proposer.prompt import attempt, clipped, data, repo_relative
 from playbooks.patches import NoPatch, choose_patch, read_patch, rebase_diff
 from playbooks.schema import Playbook
@@ -210,5 +212,22 @@ def context(
             "not one of these:",
             data("candidates", others),
         ]
-    parts.append("Read what you need, then answer with your rationale and edit blocks.")
+    parts.append(ask(state))
     return "\n\n".join(p for p in parts if p)
+
+
+def ask(state: LoopState) -> str:
+    """The message's last line: the answer asked for, edit blocks or (with `[proposer]
+    launch_options`) `LAUNCH:` lines, only those when every file is protected (pure)."""
+    cfg = state.target.proposer
+    if not cfg.launch_options:
+        return "Read what you need, then answer with your rationale and edit blocks."
+    if all(path_problem(p, cfg.protected) for p in ("a.py", "a/b.py")):
+        return (
+            "The code is off limits here (every file is protected): read what you need, then answer "
+            "with your rationale and LAUNCH: lines."
+        )
+    return (
+        "Read what you need, then answer with your rationale and either edit blocks (a code fix) "
+        "or LAUNCH: lines (a launch-option fix)."
+    )
