@@ -1,7 +1,8 @@
 """Feedback from trials on parallel hosts: a model candidate tried on one of the `[[hosts]]` and not
 kept reaches the model's next round as a trial on the session's own host does (its diff, the
 verdict with speedup and CI, where outputs diverged, a crash's log tail read on its host), and the
-same patch sent again is refused before any launch. The real `verdict`, `TrialRun.log_tail`,
+same patch sent again is refused before any launch; one accepted on its host but outpaced by a
+faster one is recorded too, and may be sent again. The real `verdict`, `TrialRun.log_tail`,
 `join` and `propose`; the model is the scripted OpenAI-compatible server over real HTTP."""
 
 from __future__ import annotations
