@@ -157,14 +157,16 @@ class LlmOrigin(Model):
 
 class ModelTrial(Model):
     """A model-written candidate that was tried and not kept, and what the model is told of it in
-    its next rounds (written by `rollback`, read by the proposer's prompt and duplicate check)."""
+    its next rounds (written by `rollback` and `join`, read by the proposer's prompt and duplicate
+    check)."""
 
     iteration: int
     """Loop iteration it was tried in."""
     candidate: str
     """Its id (`llm`, `llm-2`)."""
     verdict: str
-    """The decision's verdict (`rejected`, `regression`, `inconclusive`, `failed`)."""
+    """The decision's verdict (`rejected`, `regression`, `inconclusive`, `failed`), or `accepted`
+    for a candidate of a parallel round that passed on its host but lost to a faster one."""
     diff: str
     """The patch that was tried (unified diff)."""
     feedback: list[str] = Field(default_factory=list)
@@ -172,3 +174,7 @@ class ModelTrial(Model):
     where outputs diverged (prompt, position, expected vs got), a crash's log tail."""
     launch_argv: list[str] | None = None
     """For a launch-option candidate (then `diff` is empty): the launch command it ran with."""
+    kept_instead: str | None = None
+    """For a candidate accepted on its host and not kept because another candidate of its round was
+    faster: that one's id (it was kept; this patch is not in the tree and may be sent again, to be
+    tried on top of it)."""

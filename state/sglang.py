@@ -1,5 +1,6 @@
 """SGLang-specific values: where the package lies in a checkout, and bench_serving results."""
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
@@ -60,3 +61,27 @@ class BenchServingRecord(Model):
     """Per-request output token counts (written with `--output-details`)."""
     errors: list[str | None] = Field(default_factory=list)
     """Per-request error text, empty for a success (written with `--output-details`)."""
+
+
+class EquivalenceArgs(Model):
+    """A patch for the equivalence harness: applied to a scratch copy of the files it touches."""
+
+    repo: Path
+    """The SGLang checkout (left untouched)."""
+    diff: str
+    """The patch (unified diff)."""
+    backend: str
+    """Repo-relative path of the FlashInfer MLA backend the harness runs, before and after."""
+
+
+class EquivalenceResult(Model):
+    """What the equivalence harness found (tools/sglang/equivalence.py, run on CPU)."""
+
+    applied: bool
+    """`git apply` took the patch."""
+    identical: bool | None = None
+    """Decode outputs bit-identical to the unpatched backend's on every batch; None when not run."""
+    active_rows_only: bool | None = None
+    """The patched decode reads only the batch's KV rows (the fix's mechanism); None when not run."""
+    line: str
+    """One line: what happened."""

@@ -13,6 +13,7 @@ from tools import bench, limits, profiling, server
 from tools.door.registry import ToolSpec, spec_of
 from tools.hosts import info, transfer
 from tools.llm import chat, code, probe
+from tools.sglang import porting
 from tools.store import aa
 from tools.tolerance import score
 from tools.workspace import reference, repo
@@ -67,6 +68,8 @@ TOOLS = (
     code.log_tail,
     # the target's probe on a model's candidate, in a scratch worktree (tools/llm/probe.py)
     probe.probe,
+    # the eval's sglang-port task: a port scored by the equivalence harness (tools/sglang/porting.py)
+    porting.equivalence,
 )
 
 BY_NAME: dict[str, ToolSpec] = {spec_of(fn).name: spec_of(fn) for fn in TOOLS}

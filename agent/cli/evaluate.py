@@ -1,7 +1,8 @@
 """`perfloop eval proposer`: the LLM proposer's suite of tasks with known answers, scored.
 
 Each task (agent/proposer/evaluation.py) runs as a real session on the embedded demo, with the
-model as its only proposer; its row is scored from the finished session. `--record DIR` exports
+model as its only proposer, or, for a port to a real SGLang release, as the model's part of one
+(agent/proposer/porting.py); its row is scored from the finished state. `--record DIR` exports
 each session there with the scores (`scores.json`, keeping the rows of tasks not run now); `--replay DIR` imports those recordings,
 replays them offline (no server, no model) and checks that they score the same.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -20,16 +22,22 @@ from rich.table import Table
 from agent.cli.common import BaseUrl, Json, err, run_command
 from agent.cli.loop import _options
 from agent.cli.preflight import check_setup
-from agent.cli.target import DEMO_CONFIG, DEMO_SOURCE, load_target, with_proposer
+from agent.cli.target import DEMO_CONFIG, DEMO_SOURCE, PROJECT_ROOT, load_target, with_proposer
+from agent.proposer import porting
 from agent.proposer.evaluation import HEADER, TASKS, Score, Task, row, score, task_named
 from agent.sessions.archive import export_session, import_session
 from agent.sessions.runner import Sessions, new_session_id
 from playbooks.launch import with_flag
-from tools.errors import ConfigError
+from state.loop import LoopState
+from state.options import LoopOptions
+from tools.errors import ConfigError, ToolError, first_line
+from tools.sglang import wheels
 
 eval_app = typer.Typer(no_args_is_help=True, help="Evaluate parts of perfloop on tasks with known answers.")
 
 SCORES = "scores.json"
+SGLANG_EXAMPLE = PROJECT_ROOT / "examples" / "targets" / "sglang-glm5.toml"
+"""The SGLang target a port task runs as (its launch command is what the model is shown)."""
 
 
 def _session(sessions: Sessions, task: Task, model: str, base_url: str | None) -> str:
@@ -58,6 +66,21 @@ def _session(sessions: Sessions, task: Task, model: str, base_url: str | None) -
     source = _release(sessions.home / "eval-sources" / sid, task) if task.source_edits else DEMO_SOURCE
     sessions.start(target, {**opts, "demo_source": source}, sid, None)
     return sid
+
+
+def _port(sessions: Sessions, task: Task, model: str, base_url: str | None) -> LoopState:
+    """Run a port task (agent/proposer/porting.py) on the release's source, unpacked from its wheel
+    (downloaded once, as tests/sglang does); its finished state."""
+    sid, release = new_session_id(), task.release or ""
+    where = sessions.home / "eval-sources" / sid
+    try:
+        wheels.unpack(release, where).close()
+    except ToolError as exc:
+        raise ConfigError(f"task {task.name}: {first_line(exc)}") from None
+    example = load_target(SGLANG_EXAMPLE, repo=str(where / "repo"), name=f"eval {task.name}")
+    target = with_proposer(example, mode="llm", model=model, base_url=base_url, approve="auto")
+    opts = LoopOptions(session_dir=sessions.session_dir(sid), python=sys.executable, decision_rule="ci-v1")
+    return porting.recorded(sessions.store, porting.initial(sid, target, release, opts), target.repo)
 
 
 def _release(folder: Path, task: Task) -> Path:
@@ -121,7 +144,9 @@ def _replay(sessions: Sessions, folder: Path) -> tuple[list[Score], list[Score]]
         (task,) = _tasks([old.task])
         if sessions.store.get_session(old.session) is None:
             import_session(sessions.store, folder / f"{old.task}.json.gz")
-        state, _ = sessions.replay(old.session)
+        state = (
+            porting.replayed(sessions.store, old.session) if task.release else sessions.replay(old.session)[0]
+        )
         after.append(score(task, old.model, state, prices))
     return before, after
 
@@ -186,9 +211,13 @@ def proposer(
             scores = []
             for t in tasks:
                 err.print(f"eval {t.name}: {t.about}")
-                sid = _session(sessions, t, model, base_url)
-                _ended(sessions, sid, t)
-                scores.append(score(t, model, sessions.state(sid), prices))
+                if t.release is not None:
+                    state = _port(sessions, t, model, base_url)
+                else:
+                    sid = _session(sessions, t, model, base_url)
+                    _ended(sessions, sid, t)
+                    state = sessions.state(sid)
+                scores.append(score(t, model, state, prices))
             Console().print(_table(scores))
             if record is not None:
                 record.mkdir(parents=True, exist_ok=True)

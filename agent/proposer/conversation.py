@@ -23,7 +23,7 @@ from langgraph.runtime import Runtime
 from agent.context import LoopContext, call, need
 from agent.proposer import evidence, probing, prompt, toolset
 from agent.proposer.checks import Candidate, Failure, validate
-from agent.proposer.feedback import same_diff
+from agent.proposer.feedback import already_tried, same_diff
 from agent.proposer.launching import as_proposal, is_launch_answer, launch_answer
 from agent.proposer.protocol import (
     MAX_ADAPTATIONS,
@@ -240,8 +240,9 @@ class Conversation:
 
     def _distinct(self, c: Candidate) -> str | None:
         """Why the patch is refused as one already tried in this session or proposed in this
-        round (whitespace aside), before anything is launched; None when it is new."""
-        tried = next((t for t in self.state.model_trials if same_diff(t.diff, c.diff)), None)
+        round (whitespace aside), before anything is launched; None when it is new (or one that
+        was accepted but lost to a faster candidate: it may be tried on top of that one)."""
+        tried = already_tried(self.state.model_trials, c.diff)
         if tried is not None:
             return (
                 f"this patch is the same as your candidate {tried.candidate} of iteration "

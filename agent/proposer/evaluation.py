@@ -7,7 +7,9 @@ answer is what a good patch achieves there (the demo's gather-then-cast fix is >
 preset with identical outputs). A task's score comes from the finished session's state alone
 (`score`), so a replay of its recording (`perfloop eval proposer --replay DIR`) scores it again
 offline, and must score it the same. The command (agent/cli/evaluate.py) runs the sessions,
-exports each one, and writes the scores beside them.
+exports each one, and writes the scores beside them. `sglang-port` is the exception: a port to a
+real SGLang release, whose server needs a GPU, is the model's part of a session only
+(agent/proposer/porting.py), scored by the equivalence harness and not timed.
 """
 
 from __future__ import annotations
@@ -28,10 +30,11 @@ class Task:
     """How the table and the recordings name it."""
     about: str
     """One line: what the model has to find."""
-    preset: str
-    """The demo server's preset (`cpu`)."""
-    min_speedup: float
-    """A patch passes when it is kept, outputs pass the gate, and TPOT gets this much faster."""
+    preset: str = "cpu"
+    """The demo server's preset."""
+    min_speedup: float = 0.0
+    """A patch passes when it is kept, outputs pass the gate, and TPOT gets this much faster (a
+    timed task's)."""
     server_args: tuple[str, ...] = ()
     """More launch flags of the demo server."""
     answer: Literal["patch", "launch"] = "patch"
@@ -46,6 +49,9 @@ class Task:
     source_edits: tuple[tuple[str, str, str], ...] = ()
     """(file, old, new) edits made to a copy of the demo's source before the session: another
     release of it (each `old` must occur once)."""
+    release: str | None = None
+    """An SGLang release: the task is a port to that release's real source (agent/proposer/porting.py),
+    not a demo session; scored by the equivalence harness, its speed not measured (no GPU)."""
 
 
 DECODE_NOW = """\
@@ -89,6 +95,13 @@ TASKS = (
         mode="auto",
         source_edits=(("mla_server/attention/mla_backend.py", DECODE_NOW, DECODE_NEXT),),
     ),
+    Task(
+        name="sglang-port",
+        about="sglang 0.5.9's real FlashInfer MLA backend (from its wheel) and the stored kv-cast "
+        "patch for 0.5.22 on, which does not fit it: the model ports it; scored by the equivalence "
+        "harness (CPU decode bit-identical, only the batch's KV rows read), speed not measured (no GPU)",
+        release="0.5.9",
+    ),
 )
 """The suite, in the order it runs."""
 
@@ -101,6 +114,10 @@ def task_named(names: list[str]) -> list[Task]:
     if unknown:
         raise ValueError(f"no eval task {unknown[0]!r}; the tasks are {', '.join(known)}")
     return [t for t in TASKS if not names or t.name in names]
+
+
+NOT_MEASURED = "not measured (no GPU)"
+"""The speedup of a task that is not timed (an SGLang port: its server needs a GPU)."""
 
 
 class Score(Model):
@@ -132,10 +149,12 @@ class Score(Model):
     cost_usd: float | None
     """Tokens priced with `--price-in`/`--price-out` (US$ per million); None without prices."""
     passed: bool
-    """Kept, outputs pass the gate, speedup >= the task's `min_speedup`, and the kept fix is of the
-    task's kind (a code patch, or launch options)."""
+    """Kept, outputs pass the gate, speedup >= the task's `min_speedup` (for a timed task), and the
+    kept fix is of the task's kind (a code patch, or launch options)."""
     verdicts: list[str]
     """Each model candidate's verdict in order (`rejected`, `failed`, `accepted`, ...)."""
+    speedup_note: str | None = None
+    """Why there is no speedup, for a task that is not timed (`not measured (no GPU)`)."""
 
 
 def score(task: Task, model: str, state: LoopState, prices: tuple[float, float] | None) -> Score:
@@ -151,6 +170,7 @@ def score(task: Task, model: str, state: LoopState, prices: tuple[float, float] 
     identical = None if last is None else last.outputs_identical
     judged = None if last is None or last.judgement is None else last.judgement.last
     speedup = None if judged is None else judged.speedup
+    untimed = task.release is not None
     return Score(
         task=task.name,
         model=model,
@@ -165,9 +185,10 @@ def score(task: Task, model: str, state: LoopState, prices: tuple[float, float] 
         cost_usd=None if cost is None else round(cost, 4),
         passed=bool(kept)
         and identical is True
-        and (speedup or 0.0) >= task.min_speedup
+        and (untimed or (speedup or 0.0) >= task.min_speedup)
         and (kept[-1].launch_argv is not None) == (task.answer == "launch"),
         verdicts=[d.verdict for d in decisions],
+        speedup_note=NOT_MEASURED if untimed else None,
     )
 
 
@@ -196,7 +217,7 @@ def row(s: Score) -> tuple[str, ...]:
         s.model,
         yes(s.applied),
         yes(s.outputs_identical),
-        "-"
+        (s.speedup_note or "-")
         if s.speedup is None
         else f"{s.speedup:.2f}x"
         + (f" [{s.speedup_ci[0]:.2f}, {s.speedup_ci[1]:.2f}]" if s.speedup_ci else ""),

@@ -5,7 +5,8 @@ by, the profile's heaviest operators with per-step times and repo-relative call 
 findings with their evidence notes, predicted gain and what bounds the step, the hot source
 lines, why matching playbooks were skipped, a stored patch to port when a playbook matched but its
 patch does not fit this release, earlier attempts (the model's own with their diffs and what their
-trials showed), and the round's other candidates. Every piece from the target is `<data>`,
+trials showed), the round's other candidates, and the answer asked for (edit blocks, or `LAUNCH:`
+lines where the target takes launch options). Every piece from the target is `<data>`,
 bounded and redacted (pure, but for the playbook patch files read).
 """
 
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agent.context import need
+from agent.proposer.checks import path_problem
 from agent.proposer.prompt import attempt, clipped, data, repo_relative
 from playbooks.patches import NoPatch, choose_patch, read_patch, rebase_diff
 from playbooks.schema import Playbook
@@ -187,11 +189,20 @@ def context(
     if tried:
         earlier = "\n".join(f"- {d.source}: {d.verdict}: {d.reason}" for d in tried)
         parts += ["Already tried in this session (do not repeat these):", data("attempts", redact(earlier))]
-    if state.model_trials:
+    failed = [t for t in state.model_trials if t.kept_instead is None]
+    if failed:
         parts += [
             "Your earlier patches in this session were tried and not kept. Learn from what their "
             "trials showed; do not send the same patch again (it would be refused):",
-            data("your-attempts", redact("\n\n".join(attempt(t) for t in state.model_trials))),
+            data("your-attempts", redact("\n\n".join(attempt(t) for t in failed))),
+        ]
+    outpaced = [t for t in state.model_trials if t.kept_instead is not None]
+    if outpaced:
+        parts += [
+            "Your earlier patches that were accepted on their host but not kept, because another "
+            "candidate of the same round was faster and was kept instead (they are not in the tree; "
+            "one may be sent again, to be tried on top of what was kept):",
+            data("your-accepted", redact("\n\n".join(attempt(t) for t in outpaced))),
         ]
     if siblings:
         others = "\n\n".join(f"- {p.source}: {p.title}\n{clipped(p.diff)}" for p in siblings)
@@ -201,5 +212,22 @@ def context(
             "not one of these:",
             data("candidates", others),
         ]
-    parts.append("Read what you need, then answer with your rationale and edit blocks.")
+    parts.append(ask(state))
     return "\n\n".join(p for p in parts if p)
+
+
+def ask(state: LoopState) -> str:
+    """The message's last line: the answer asked for, edit blocks or (with `[proposer]
+    launch_options`) `LAUNCH:` lines, only those when every file is protected (pure)."""
+    cfg = state.target.proposer
+    if not cfg.launch_options:
+        return "Read what you need, then answer with your rationale and edit blocks."
+    if all(path_problem(p, cfg.protected) for p in ("a.py", "a/b.py")):
+        return (
+            "The code is off limits here (every file is protected): read what you need, then answer "
+            "with your rationale and LAUNCH: lines."
+        )
+    return (
+        "Read what you need, then answer with your rationale and either edit blocks (a code fix) "
+        "or LAUNCH: lines (a launch-option fix)."
+    )

@@ -4,12 +4,13 @@
 decision's verdict and reason, the speedup and its CI, where the outputs first diverged from the
 reference (prompt, position, expected vs got), a crash's log tail. The next conversation is
 shown all of it (`prompt.attempts`), and a resubmission of the same diff, whitespace aside, is
-refused before any launch (`same_diff`).
+refused before any launch (`already_tried`).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from langgraph.runtime import Runtime
@@ -114,3 +115,9 @@ def _changes(diff: str) -> list[str]:
 def same_diff(a: str, b: str) -> bool:
     """Whether two diffs make the same change, whitespace and blank lines aside (pure)."""
     return _changes(a) == _changes(b)
+
+
+def already_tried(trials: Sequence[ModelTrial], diff: str) -> ModelTrial | None:
+    """The earlier candidate whose patch `diff` repeats (`same_diff`), one that was not accepted
+    (an accepted one that lost to a faster candidate may be tried again, on top of it) (pure)."""
+    return next((t for t in trials if t.kept_instead is None and same_diff(t.diff, diff)), None)

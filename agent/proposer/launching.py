@@ -78,7 +78,7 @@ def launch_answer(
     answer: str, argv: list[str], tried: Sequence[ModelTrial], siblings: Sequence[Proposal] = ()
 ) -> LaunchAnswer | str:
     """The launch command the answer asks for, or why it cannot be used: no change, one already
-    tried in this session, or one another host is trying in this round (pure)."""
+    tried in this session and not accepted, or one another host is trying in this round (pure)."""
     new = list(argv)
     for m in _LINE.finditer(answer):
         done = _edit(new, m["rest"])
@@ -87,7 +87,7 @@ def launch_answer(
         new = done
     if new == argv:
         return "your LAUNCH lines change nothing in the launch command as it is now"
-    same = next((t for t in tried if t.launch_argv == new), None)
+    same = next((t for t in tried if t.kept_instead is None and t.launch_argv == new), None)
     if same is not None:
         return (
             f"this launch command is the same as your candidate {same.candidate} of iteration "

@@ -6,7 +6,9 @@ it sends the next batch (candidates still queued, and those whose host failed, r
 host that has not failed this iteration), or, when every candidate has had its trials, names the
 best verified one (the largest speedup among the trials the rule accepted) and the decisions on
 the others; a model-written one not kept also becomes a `ModelTrial` (its diff and what its trials
-showed), which the model's next round is shown as after a trial on the session's own host.
+showed), which the model's next round is shown as after a trial on the session's own host; so does
+one that was accepted but lost to a faster candidate (`outpaced`: verdict `accepted`, the one kept
+instead).
 """
 
 from __future__ import annotations
@@ -98,6 +100,26 @@ def told(state: LoopState, p: Proposal, verdict: str, reason: str, trials: list[
     )
 
 
+def outpaced(state: LoopState, p: Proposal, accepted: list[Trial], best: Trial) -> ModelTrial:
+    """A model-written candidate accepted on its host(s) but not kept, because `best` (another
+    candidate of the round) was faster: its verdict, speedup and CI there, and which was kept (pure)."""
+    lines = [
+        f"accepted on {t.host}: {t.reason}; but {best.playbook} was faster ({best.speedup or 0.0:.2f}x "
+        f"on {best.host}) and was kept instead: this patch was not applied"
+        for t in accepted
+    ]
+    lines += [f"on {t.host}: {line}" for t in accepted for line in t.feedback]
+    return ModelTrial(
+        iteration=state.iteration,
+        candidate=p.source,
+        verdict="accepted",
+        diff=p.diff,
+        feedback=lines,
+        launch_argv=p.launch_argv,
+        kept_instead=best.playbook,
+    )
+
+
 def settle(state: LoopState) -> Plan:
     """At `join`: the next batch, or the outcome of this iteration's trials (pure)."""
     trials = this_round(state)
@@ -124,7 +146,11 @@ def settle(state: LoopState) -> Plan:
         if best is not None and p.source == best.playbook:
             continue
         if any(t.verdict == "accepted" for t in ts):
-            continue  # also good: left untried, the next iteration tries it on top of the winner
+            # also good: left untried (a playbook's is tried on top of the winner next iteration;
+            # the model is told a model candidate was accepted but another was faster)
+            if p.origin is not None and best is not None:
+                plan.model_trials.append(outpaced(state, p, [t for t in ts if t.verdict == "accepted"], best))
+            continue
         if not ts:
             why, verdict = "dropped: no host left to try it on (every host failed)", "failed"
         else:

@@ -146,6 +146,8 @@ def apply(
             reason = str(exc)
         elif state.sglang is not None:
             reason = str(does_not_fit(state.sglang.version, diff, exc))
+        elif str(exc).startswith("patch does not apply"):  # git's reason already says so
+            reason = str(exc)
         else:
             reason = f"patch does not apply: {exc}"
         decision = Decision(

@@ -4,6 +4,7 @@ model endpoint and no server; a score that does not match its recording fails th
 
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 import subprocess
@@ -29,16 +30,20 @@ EXPECTED: dict[
         "demo-cast": (True, True, True, 1, ["accepted"]),
         "demo-launch": (True, True, True, 1, ["accepted"]),
         "demo-port": (True, True, True, 1, ["accepted"]),
+        "sglang-port": (True, True, True, 1, ["accepted"]),  # by the equivalence harness
     },
     "scripted-learner": {
         "demo-cast": (True, True, True, 2, ["rejected", "accepted"]),
         "demo-launch": (True, True, True, 2, ["failed", "accepted"]),  # a crash, then the fix
         "demo-port": (True, True, True, 1, ["accepted"]),  # the stored lines sent back, then the port
+        "sglang-port": (True, True, True, 1, ["accepted"]),  # the same on sglang 0.5.9
     },
     "scripted-wrong": {
         "demo-cast": (False, True, False, 3, ["rejected", "failed", "failed"]),
         "demo-launch": (False, False, None, 3, ["failed", "failed", "failed"]),  # code off limits
         "demo-port": (False, False, None, 3, ["failed", "failed", "failed"]),  # matches nothing
+        # a port that gathers the wrong rows: the harness sees the outputs change, then resent
+        "sglang-port": (False, True, False, 3, ["rejected", "failed", "failed"]),
     },
 }
 
@@ -55,8 +60,11 @@ def test_recorded_eval_replays_offline_with_the_same_scores(name: str, tmp_path:
         assert (s["passed"], s["applied"], s["outputs_identical"]) == (passed, applied, identical), s
         assert s["rounds"] == rounds and s["verdicts"] == verdicts, s
         assert s["tokens"] > 0 and s["calls"] >= rounds
-        if passed:  # the kept fix's speedup by the CI rule
-            (task,) = task_named([s["task"]])
+        (task,) = task_named([s["task"]])
+        if task.release is not None:  # a port to a real SGLang release: no GPU here, nothing timed
+            assert s["speedup"] is None and s["speedup_ci"] is None, s
+            assert s["speedup_note"] == "not measured (no GPU)", s
+        elif passed:  # the kept fix's speedup by the CI rule
             low, high = s["speedup_ci"]
             assert s["speedup"] >= task.min_speedup and 1.0 < low <= s["speedup"] <= high, s
         else:  # the output gate refused it before any timing was judged, or nothing was launched
@@ -90,7 +98,7 @@ def test_bad_eval_input_is_one_clear_line(tmp_path: Path, monkeypatch: pytest.Mo
     cases = [
         (
             ("--model", "m", "--task", "nope"),
-            "error: --task: no eval task 'nope'; the tasks are demo-cast, demo-launch, demo-port",
+            "error: --task: no eval task 'nope'; the tasks are demo-cast, demo-launch, demo-port, sglang-port",
         ),
         ((), "error: --model is required"),
         (("--replay", str(tmp_path / "none")), "cannot read scores.json"),
@@ -118,3 +126,30 @@ def test_a_task_is_passed_only_by_a_fix_of_its_kind(tmp_path: Path, monkeypatch:
         wrong_kind = score(other, "scripted-fix", state, None)
         assert not wrong_kind.passed and wrong_kind.speedup is not None
         assert wrong_kind.speedup >= other.min_speedup and wrong_kind.outputs_identical, wrong_kind
+
+
+def first_messages(name: str, task: str) -> list[str]:
+    """The first user message of each recorded model request of a task (and the key never there)."""
+    raw = gzip.decompress((RECORDED / name / f"{task}.json.gz").read_bytes()).decode()
+    assert "sk-scripted" not in raw  # the key the scripted runs were given
+    calls = json.loads(raw)["tool_calls"]
+    return [c["input"]["messages"][1]["content"] for c in calls if c["name"] == "llm.chat"]
+
+
+def test_the_recorded_requests_say_what_the_task_needs() -> None:
+    """demo-port quotes git's reason once; sglang-port gives the stored 0.5.23 patch to port, with
+    why it does not fit 0.5.9; demo-launch (code off limits) asks for LAUNCH lines only."""
+    (port, *_) = first_messages("scripted-fix", "demo-port")
+    assert "failed: patch does not apply: mla_server/attention/mla_backend.py:" in port
+    assert "patch does not apply: patch does not apply" not in port
+    (sglang, *_) = first_messages("scripted-fix", "sglang-port")
+    assert (
+        "its stored patch does not fit this target (playbook does not fit sglang 0.5.9: hunk 2 failed"
+        in sglang
+    )
+    stored = sglang.split('<data kind="patch-to-port">')[1].split("</data>")[0]
+    assert "get_exec().kernel.flashinfer_mla_disable_ragged" in stored  # 0.5.23's code, not 0.5.9's
+    assert "flashinfer_mla_backend.py:575 (forward_decode)" in sglang  # 0.5.9's own cast line
+    (launch, *_) = first_messages("scripted-fix", "demo-launch")
+    assert launch.endswith("The code is off limits here (every file is protected): read what you need, "
+                           "then answer with your rationale and LAUNCH: lines.")  # fmt: skip

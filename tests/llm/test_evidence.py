@@ -92,3 +92,29 @@ def test_kept_patches_come_with_their_mechanism_check(tmp_path: Path, engine: Pa
         "- llm (iteration 1): TPOT 3.10x [2.9, 3.3]\n  mechanism check: aten::copy_ 412.0 -> 0.0 us/step"
         in text
     )
+
+
+def test_the_answer_asked_for_follows_the_targets_launch_options(tmp_path: Path, engine: Path) -> None:
+    """Edit blocks without launch options; edit blocks or LAUNCH lines with them; LAUNCH lines
+    only where every file is protected (the code is off limits)."""
+    state = loop_state(tmp_path, engine, "http://127.0.0.1:9/v1")
+    asked = {}
+    for name, update in (
+        ("code", {}),
+        ("both", {"launch_options": True}),
+        ("launch", {"launch_options": True, "protected": ["*"]}),
+        ("code-protected", {"protected": ["*"]}),  # no launch options: nothing else to ask for
+    ):
+        cfg = state.target.proposer.model_copy(update=update)
+        given = state.model_copy(update={"target": state.target.model_copy(update={"proposer": cfg})})
+        asked[name] = context(given, {}).split("\n\n")[-1]
+    assert (
+        asked["code"]
+        == asked["code-protected"]
+        == ("Read what you need, then answer with your rationale and edit blocks.")
+    )
+    assert asked["both"].endswith("either edit blocks (a code fix) or LAUNCH: lines (a launch-option fix).")
+    assert asked["launch"] == (
+        "The code is off limits here (every file is protected): read what you need, then answer "
+        "with your rationale and LAUNCH: lines."
+    )

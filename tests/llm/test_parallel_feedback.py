@@ -1,7 +1,8 @@
 """Feedback from trials on parallel hosts: a model candidate tried on one of the `[[hosts]]` and not
 kept reaches the model's next round as a trial on the session's own host does (its diff, the
 verdict with speedup and CI, where outputs diverged, a crash's log tail read on its host), and the
-same patch sent again is refused before any launch. The real `verdict`, `TrialRun.log_tail`,
+same patch sent again is refused before any launch; one accepted on its host but outpaced by a
+faster one is recorded too, and may be sent again. The real `verdict`, `TrialRun.log_tail`,
 `join` and `propose`; the model is the scripted OpenAI-compatible server over real HTTP."""
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from state.loop import LoopState, Proposal
 from state.proposer import LlmOrigin, LlmUsage
 from state.target import TrialHost
 from state.trials import Trial
-from tests.llm.conftest import BACKEND, OLD, WRONG, edit_block, fix_answer, loop_state, runtime
+from tests.llm.conftest import BACKEND, NEW, OLD, WRONG, edit_block, fix_answer, loop_state, runtime
 from tests.llm.fake_openai import ScriptedModel, Step, reply
 from tests.llm.test_feedback import measured
 from tests.recorders import MemoryRecorder
@@ -157,3 +158,63 @@ def test_the_next_round_is_told_what_each_hosts_trial_showed(tmp_path: Path, eng
     proposals = (cmd.update or {}).get("candidates") or []
     assert [p.source for p in proposals] == ["llm-1", "llm-2"], cmd
     assert "kv = k_buffer[kv_indices].to(q.dtype)" in proposals[0].diff and "tensors" in proposals[1].diff
+
+
+def test_a_model_candidate_accepted_but_outpaced_is_told_and_may_be_sent_again(
+    tmp_path: Path, engine: Path
+) -> None:
+    """llm-1 and llm-2 are both accepted on their hosts; llm-1 is faster and kept. llm-2 gets a
+    record all the same (its diff, verdict, speedup and CI, and that llm-1 was kept instead); the
+    next round is shown it apart from the refused ones, and sending it again is not refused."""
+    fix, hint = patched(engine, OLD, NEW), patched(engine, *HINT)
+    tried = [candidate("llm-1", fix), candidate("llm-2", hint)]
+    trials = [
+        Trial(
+            iteration=1,
+            playbook=pb,
+            host=host,
+            attempt=1,
+            status="measured",
+            verdict="accepted",
+            reason=f"TPOT 30.0 -> {30 / x:.1f} ms, {x:.2f}x [{lo:.2f}, {hi:.2f}]",
+            speedup=x,
+            ci=[lo, hi],
+        )
+        for pb, host, x, lo, hi in (("llm-1", "a", 3.1, 2.5, 3.8), ("llm-2", "b", 1.4, 1.1, 1.7))
+    ]
+    state = two_hosts(tmp_path, engine).model_copy(update={"candidates": tried, "trials": trials})
+    cmd = join(state, runtime(LiveDoor("s", MemoryRecorder())))
+    update = cmd.update or {}
+    assert cmd.goto == "cleanup" and update["proposal"].source == "llm-1"
+    assert update["decisions"] == []  # llm-2 was not decided on: it was never tried on top of llm-1
+    (told,) = update["model_trials"]
+    assert (told.candidate, told.verdict, told.kept_instead, told.diff) == (
+        "llm-2",
+        "accepted",
+        "llm-1",
+        hint,
+    )
+    assert told.feedback == [
+        "accepted on b: TPOT 30.0 -> 21.4 ms, 1.40x [1.10, 1.70]; but llm-1 was faster (3.10x on a) "
+        "and was kept instead: this patch was not applied"
+    ]
+    after = state.model_copy(
+        update={"model_trials": update["model_trials"], "candidates": [], "trials": [], "iteration": 2}
+    )
+    script: list[Step] = [
+        reply("Add the hint again.\n" + edit_block(BACKEND, *HINT)),  # llm-2's patch: not refused
+        reply("Name the import.\n" + edit_block(BACKEND, *OTHER)),
+    ]
+    with ScriptedModel(script) as m:
+        base = after.target.proposer.model_copy(update={"base_url": m.base_url})
+        after = after.model_copy(update={"target": after.target.model_copy(update={"proposer": base})})
+        cmd = propose(after, runtime(LiveDoor("s", MemoryRecorder())))
+    assert len(m.requests) == 2
+    context = m.requests[0]["messages"][1]["content"]
+    assert "were tried and not kept" not in context
+    assert "accepted on their host but not kept, because another candidate" in context
+    assert "- llm-2 (iteration 1): accepted" in context and "1.40x [1.10, 1.70]" in context
+    assert "llm-1 was faster (3.10x on a)" in context and "+# a hint" in context
+    proposals = (cmd.update or {}).get("candidates") or []
+    assert [p.source for p in proposals] == ["llm-1", "llm-2"], cmd
+    assert "+# a hint" in proposals[0].diff and "tensors" in proposals[1].diff
