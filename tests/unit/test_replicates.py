@@ -100,8 +100,8 @@ def test_keep_power_buys_launches_and_keeps_a_true_gain_that_often() -> None:
     3 binomial SEs of 1000 simulated sessions), >= 90% with 0.95, and a no-op stays out."""
     rng = np.random.default_rng(7)
     sd, gain, noise = 0.011, math.log(1.05), LaunchNoise(sigma_log=0.011)
-    kept = [run_session(rng, DecisionConfig(), sd, gain) for _ in range(1000)].count("accepted")
-    assert 600 <= kept < 900, kept
+    capped = [run_session(rng, DecisionConfig(), sd, gain) for _ in range(1000)].count("accepted")
+    assert 600 <= capped < 900, capped
     plans = []
     for power in (0.8, 0.9, 0.95):
         cfg = DecisionConfig(max_launches_per_arm=12, keep_power=power)
