@@ -45,8 +45,9 @@ class CiRule:
         measured = budget(state)
         m = measure_arm(state, runtime, "baseline", measured, warm_up=True)
         b = aa_launch(state, runtime, m, keep_aa(state, runtime, m), measured)  # (sequential: one more)
+        relaunched = b.state.server != state.server
         state, m, noise = b.state, b.measurement, b.noise
-        more: LoopUpdate = {"server": state.server, "launches": state.launches} if b.note else {}
+        more: LoopUpdate = {"server": state.server, "launches": state.launches} if relaunched else {}
         evidence = noise.describe()
         if state.options.power and arms_in_use(state) != "alternating":  # (alternating: its plan_line)
             p = powered(state, runtime, m, noise)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from state.sglang import EquivalenceArgs, EquivalenceResult
 from tools.door import tool
-from tools.errors import PatchError
+from tools.errors import PatchError, one_line
 from tools.workspace.commands import APPLY
 from tools.workspace.git import GitWorkspace
 
@@ -49,11 +49,7 @@ def equivalence(args: EquivalenceArgs) -> EquivalenceResult:
     try:
         identical, active, line = check((args.repo / args.backend).read_text(), after, args.backend)
     except Exception as exc:  # the patched code's own error: the port is wrong
-        first = str(exc).splitlines()[0] if str(exc) else ""
         return EquivalenceResult(
-            applied=True,
-            identical=False,
-            active_rows_only=False,
-            line=f"decode raised {type(exc).__name__}: {first}",
+            applied=True, identical=False, active_rows_only=False, line=f"decode raised {one_line(exc)}"
         )
     return EquivalenceResult(applied=True, identical=identical, active_rows_only=active, line=line)
