@@ -46,6 +46,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -149,6 +150,8 @@ class Bench:
 
     def __init__(self, tree: Path, args: argparse.Namespace) -> None:
         self.tree, self.args, self.counter = tree, args, itertools.count(1)
+        self.t0 = time.time()
+        self.launches: list[tuple[int, float]] = []  # (thread, start-up s: process start to ready)
         self.logs = Path(tempfile.mkdtemp(prefix="decisions-logs-"))
         argv = ["bash", "launch.sh", "--port", "{port}", "--preset", args.preset, "--device", args.device]
         if args.threads:
@@ -166,7 +169,8 @@ class Bench:
         n = next(self.counter)
         sleep, extra = slowdown if isinstance(slowdown, tuple) else (slowdown, 0)
         env = {"PYTHON": "{python}", "BENCH_SLOWDOWN": str(sleep), "BENCH_EXTRA_LAYERS": str(extra)}
-        return server.launch(
+        t0 = time.time()
+        handle = server.launch(
             LaunchArgs(
                 repo=self.tree,
                 launch=LaunchConfig(argv=self.argv, env=env, startup_timeout_s=300),
@@ -179,6 +183,8 @@ class Bench:
                 pid_file=self.logs / f"server-{n}.pid",
             )
         )
+        self.launches.append((threading.get_ident(), time.time() - t0))
+        return handle
 
     def measure(self, handle, repeats: int, warmups: int):
         cfg = MeasureConfig(
@@ -257,15 +263,22 @@ class Bench:
             out[name] = row
         return out
 
+    def past_deadline(self) -> bool:
+        """Whether `--deadline-s` has passed: no new session or round starts after it."""
+        return bool(self.args.deadline_s) and time.time() - self.t0 > self.args.deadline_s
+
     def pair_alternating(self, ref_slowdown, noises: dict[str, LaunchNoise]) -> dict:
         """As the loop judges with alternating arms: the trees launched in turn, C R | R C | ...,
         each launch measured with the full budget and reduced to its location; per launch-noise
-        variant its own plan of launches per arm, a look after each round from the second."""
+        variant its own plan of launches per arm, a look after each round from the second. A
+        session the deadline cuts before its verdict returns {} (not counted)."""
         plans = {name: launches_per_arm(n, self.cfg) for name, n in noises.items()}
         budget = self.args.repeats * self.cfg.looks
         locs: dict[str, list[float]] = {"ref": [], "cand": []}
         out: dict = {}
         for r in range(1, max(plans.values()) + 1):
+            if self.past_deadline():
+                return {}
             for arm in ("cand", "ref") if r % 2 else ("ref", "cand"):
                 locs[arm].append(arm_location(self.arm(ref_slowdown if arm == "ref" else 0.0, budget)))
             for name in sorted(set(noises) - set(out)):
@@ -280,7 +293,10 @@ class Bench:
         return out
 
     def pair(self, ref_slowdown, noises: dict[str, LaunchNoise]) -> dict:
-        """Reference arm (full budget), then the candidate look by look on one launch."""
+        """Reference arm (full budget), then the candidate look by look on one launch; {} for a
+        session not started (or, with alternating arms, not finished) by `--deadline-s`."""
+        if self.past_deadline():
+            return {}
         if self.args.arms == "interleaved":
             return self.pair_interleaved(ref_slowdown, noises)
         if self.args.arms == "alternating":
@@ -307,6 +323,15 @@ class Bench:
         return out
 
 
+def timed(
+    bench: Bench, knob: float | tuple[float, int], noises: dict[str, LaunchNoise]
+) -> tuple[dict, int, float]:
+    """One session: its verdicts per noise variant, the launches it made and its wall seconds."""
+    t0, n0, me = time.time(), len(bench.launches), threading.get_ident()
+    out = bench.pair(knob, noises)
+    return out, sum(who == me for who, _ in bench.launches[n0:]), time.time() - t0
+
+
 def table(results: dict) -> str:
     rows = [
         "| scenario | launch noise used | pairs | accepted | rejected | regression | inconclusive "
@@ -315,6 +340,8 @@ def table(results: dict) -> str:
     ]
     for scen, by_noise in results["scenarios"].items():
         for noise_name, looks in by_noise.items():
+            if not looks:  # every session cut by the deadline
+                continue
             verdicts = [lk["verdict"] for lk in looks]
             rows.append(
                 f"| {scen} | {results['noise'][noise_name]} | {len(looks)} | "
@@ -349,6 +376,8 @@ def main() -> None:
     p.add_argument("--keep-power", type=float, default=0.8, help="[decide] keep_power: the plan's power")
     p.add_argument("--arms", choices=["sequential", "interleaved", "alternating"], default="sequential")
     p.add_argument("--server-args", default="", help="more launch.sh flags, e.g. '--layers 40'")
+    p.add_argument("--deadline-s", type=float, default=0, help="start no session (or round) after this")
+    p.add_argument("--aa-last", action="store_true", help="the detection scenarios before the A/A one")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
     t0 = time.time()
@@ -397,14 +426,21 @@ def main() -> None:
     plan += [
         (f"{x} extra layers", (0.0, int(x)), int(n)) for x, n in (d.split(":") for d in args.detect_layers)
     ]
+    if args.aa_last:
+        plan = plan[1:] + plan[:1] if args.aa_pairs > 0 else plan
     results["scenario_wall_s"] = {}
     for name, knob, pairs in plan:
         t1 = time.time()
         per_noise: dict[str, list] = {k: [] for k in noises}
-        for i, out in enumerate(pool.map(lambda _, f=knob: bench.pair(f, noises), range(pairs))):
+        for i, (out, launches, wall) in enumerate(
+            pool.map(lambda _, f=knob: timed(bench, f, noises), range(pairs))
+        ):
+            if not out:
+                print(f"{name} pair {i + 1}/{pairs}: cut by the deadline (not counted)", flush=True)
+                continue
             for k, lk in out.items():
                 per_noise[k].append(lk)
-            print(f"{name} pair {i + 1}/{pairs}: " + ", ".join(
+            print(f"{name} pair {i + 1}/{pairs} ({launches} launches, {wall:.0f} s): " + ", ".join(
                 f"{k} {lk['speedup']:.3f}x [{lk['ci_low']:.3f}, {lk['ci_high']:.3f}] {lk['verdict']}"
                 + (f" (first pair {lk['first']}, second {lk['second']['speedup']:.3f}x)" if "first" in lk else "")
                 for k, lk in out.items()), flush=True)  # fmt: skip
@@ -412,8 +448,15 @@ def main() -> None:
         results["scenario_wall_s"][name] = time.time() - t1
         print(table(results), flush=True)  # so far: a run cut short still leaves its table
     results["wall_s"] = time.time() - t0
+    startup = [s for _, s in bench.launches]
+    results["launch_s"] = startup
     print(table(results))
     print(f"wall time {results['wall_s'] / 60:.1f} min; launch noise: {results['noise']}")
+    if startup:
+        print(
+            f"{len(startup)} launches, start-up median {statistics.median(startup):.1f} s "
+            f"(range {min(startup):.1f}-{max(startup):.1f} s)"
+        )
     if args.out:
         args.out.write_text(
             json.dumps(results, indent=1, default=lambda o: None if o != o or math.isinf(o) else o)
