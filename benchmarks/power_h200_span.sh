@@ -7,8 +7,8 @@
 # Call `wait` again within the machine's idle release (30 s) until it says "done": a released
 # machine loses the run. The run (benchmarks/decisions.py, alternating arms, one session at a time
 # on the GPU): CAL (6) calibration launches, then PAIRS (10) sessions whose reference runs LAYERS (3)
-# extra layer passes per decode step (the true change, about 5% of the step at 32 layers: 3 passes
-# of 40 layers measured 1.044x), then PAIRS A/A sessions, each planned for `[decide] keep_power`
+# extra layer passes per decode step of a BASE_LAYERS-layer (32) model (the true change: 3 passes
+# measured 1.052-1.075x at 32 layers, 1.044x at 40 on another day), then PAIRS A/A sessions, each planned for `[decide] keep_power`
 # KEEP_POWER (0.95) with at most MAXL (8) launches per arm; no session or round starts after
 # DEADLINE_S (1580) s, and the table counts only sessions that reached their verdict.
 set -uo pipefail
@@ -33,7 +33,7 @@ case "$what" in
     setsid nohup python3 benchmarks/decisions.py --arms alternating --calibration "${CAL:-6}" \
       --aa-pairs "$n" --aa-last --detect-layers "${LAYERS:-3}:$n" --looks 3 --repeats 2 --max-tokens 8 \
       --max-launches-per-arm "${MAXL:-8}" --keep-power "${KEEP_POWER:-0.95}" --deadline-s "${DEADLINE_S:-1580}" \
-      --preset glm5 --device cuda --server-args "--layers 32 --max-total-tokens 32768 --cuda-graph-bs 1" \
+      --preset glm5 --device cuda --server-args "--layers ${BASE_LAYERS:-32} --max-total-tokens 32768 --cuda-graph-bs 1" \
       --out "$dir/power.json" >"$dir/power.log" 2>&1 </dev/null &
     echo $! >"$dir/pid"
     ;&
