@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from langgraph.types import Command
 
 from agent.proposer.blocks import unified_diff
 from agent.steps.fanout import task
@@ -55,6 +56,15 @@ def candidate(source: str, diff: str, model: bool = True) -> Proposal:
         proposer="llm" if model else "playbook",
         origin=origin,
     )
+
+
+def propose_with(state: LoopState, script: list[Step]) -> tuple[Command, list[dict]]:
+    """The real `propose` on `state`, its model the scripted server answering `script`; what it
+    returned and the requests the server got."""
+    with ScriptedModel(script) as m:
+        base = state.target.proposer.model_copy(update={"base_url": m.base_url})
+        state = state.model_copy(update={"target": state.target.model_copy(update={"proposer": base})})
+        return propose(state, runtime(LiveDoor("s", MemoryRecorder()))), m.requests
 
 
 def patched(engine: Path, old: str, new: str) -> str:
@@ -141,18 +151,15 @@ def test_the_next_round_is_told_what_each_hosts_trial_showed(tmp_path: Path, eng
         reply("Add a hint.\n" + edit_block(BACKEND, *HINT)),  # conversation 2: llm-2's again, refused
         reply("Name the import.\n" + edit_block(BACKEND, *OTHER)),
     ]
-    with ScriptedModel(script) as m:
-        base = after.target.proposer.model_copy(update={"base_url": m.base_url})
-        after = after.model_copy(update={"target": after.target.model_copy(update={"proposer": base})})
-        cmd = propose(after, runtime(LiveDoor("s", MemoryRecorder())))
-    assert len(m.requests) == 4
-    for first in (m.requests[0], m.requests[2]):
+    cmd, requests = propose_with(after, script)
+    assert len(requests) == 4
+    for first in (requests[0], requests[2]):
         context = first["messages"][1]["content"]
         assert "Your earlier patches in this session were tried and not kept" in context
         assert "- llm-1 (iteration 1): rejected" in context and "on a: " + diverged in context
         assert "- llm-2 (iteration 1): inconclusive" in context and "1.01x [0.95, 1.07]" in context
         assert "+# a hint" in context and "kv_indices[-4:]" in context  # both diffs, as data
-    for refused, which in ((m.requests[1], "llm-1"), (m.requests[3], "llm-2")):
+    for refused, which in ((requests[1], "llm-1"), (requests[3], "llm-2")):
         text = refused["messages"][-1]["content"]
         assert f"same as your candidate {which} of iteration 1" in text and "not launched again" in text
     proposals = (cmd.update or {}).get("candidates") or []
@@ -205,12 +212,9 @@ def test_a_model_candidate_accepted_but_outpaced_is_told_and_may_be_sent_again(
         reply("Add the hint again.\n" + edit_block(BACKEND, *HINT)),  # llm-2's patch: not refused
         reply("Name the import.\n" + edit_block(BACKEND, *OTHER)),
     ]
-    with ScriptedModel(script) as m:
-        base = after.target.proposer.model_copy(update={"base_url": m.base_url})
-        after = after.model_copy(update={"target": after.target.model_copy(update={"proposer": base})})
-        cmd = propose(after, runtime(LiveDoor("s", MemoryRecorder())))
-    assert len(m.requests) == 2
-    context = m.requests[0]["messages"][1]["content"]
+    cmd, requests = propose_with(after, script)
+    assert len(requests) == 2
+    context = requests[0]["messages"][1]["content"]
     assert "were tried and not kept" not in context
     assert "accepted on their host but not kept, because another candidate" in context
     assert "- llm-2 (iteration 1): accepted" in context and "1.40x [1.10, 1.70]" in context
