@@ -358,6 +358,21 @@ def table(results: dict) -> str:
     return "\n".join(rows)
 
 
+def combined(paths: list[Path]) -> str:
+    """One table over several runs' JSON (e.g. one run split over two device sessions, each with
+    its own calibration): each variant's sessions pooled; the launch-noise column says each run's."""
+    runs = [json.loads(p.read_text()) for p in paths]
+    out: dict = {"scenarios": {}, "noise": {}, "scenario_wall_s": {}}
+    for run in runs:
+        for scen, by_noise in run["scenarios"].items():
+            for name, looks in by_noise.items():
+                out["scenarios"].setdefault(scen, {}).setdefault(name, []).extend(looks)
+            out["scenario_wall_s"][scen] = out["scenario_wall_s"].get(scen, 0) + run["scenario_wall_s"][scen]
+    for name in runs[0]["noise"]:
+        out["noise"][name] = "; ".join(run["noise"][name] for run in runs)
+    return table(out)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--calibration", type=int, default=8, help="A/A launches for the launch noise")
@@ -378,13 +393,28 @@ def main() -> None:
     p.add_argument("--server-args", default="", help="more launch.sh flags, e.g. '--layers 40'")
     p.add_argument("--deadline-s", type=float, default=0, help="start no session (or round) after this")
     p.add_argument("--aa-last", action="store_true", help="the detection scenarios before the A/A one")
+    p.add_argument("--warmup", type=int, default=0, help="launches discarded before the calibration")
+    p.add_argument(
+        "--round-robin",
+        action="store_true",
+        help="one session of each scenario in turn (a cut run stays balanced)",
+    )
+    p.add_argument(
+        "--combine", type=Path, nargs="+", help="only print the table of these runs' JSON together"
+    )
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
+    if args.combine:
+        print(combined(args.combine))
+        return
     t0 = time.time()
     tree = make_tree(Path(tempfile.mkdtemp(prefix="decisions-")) / "mla_server", not args.unfixed)
     bench = Bench(tree, args)
     samples = []
     pool = ThreadPoolExecutor(args.workers)
+    for i in range(args.warmup):  # a cold machine's first launches run faster (issue 24, run 6)
+        arm = bench.arm(0.0, args.repeats * args.looks)
+        print(f"warm-up launch {i + 1} (discarded): location {arm_location(arm):.4f}", flush=True)
     if args.arms == "interleaved":
         shifts = pool.map(lambda _: bench.aa_pair(args.repeats * args.looks), range(args.calibration))
         for i, shift in enumerate(shifts):
@@ -428,28 +458,35 @@ def main() -> None:
     ]
     if args.aa_last:
         plan = plan[1:] + plan[:1] if args.aa_pairs > 0 else plan
-    results["scenario_wall_s"] = {}
-    for name, knob, pairs in plan:
+    results["scenario_wall_s"] = {name: 0.0 for name, _, _ in plan}
+    results["scenarios"] = {name: {k: [] for k in noises} for name, _, _ in plan}
+    if args.round_robin:  # session i of every scenario, then session i + 1 of every scenario, ...
+        order = [(s, i) for i in range(max(n for *_, n in plan)) for s in plan if i < s[2]]
+        groups = [[o] for o in order]
+    else:
+        groups = [[(s, i) for i in range(s[2])] for s in plan]
+    for group in groups:
         t1 = time.time()
-        per_noise: dict[str, list] = {k: [] for k in noises}
-        for i, (out, launches, wall) in enumerate(
-            pool.map(lambda _, f=knob: timed(bench, f, noises), range(pairs))
+        for ((name, _, pairs), i), (out, launches, wall) in zip(
+            group, pool.map(lambda o: timed(bench, o[0][1], noises), group), strict=True
         ):
             if not out:
                 print(f"{name} pair {i + 1}/{pairs}: cut by the deadline (not counted)", flush=True)
                 continue
             for k, lk in out.items():
-                per_noise[k].append(lk)
+                results["scenarios"][name][k].append(lk)
             print(f"{name} pair {i + 1}/{pairs} ({launches} launches, {wall:.0f} s): " + ", ".join(
                 f"{k} {lk['speedup']:.3f}x [{lk['ci_low']:.3f}, {lk['ci_high']:.3f}] {lk['verdict']}"
                 + (f" (first pair {lk['first']}, second {lk['second']['speedup']:.3f}x)" if "first" in lk else "")
                 for k, lk in out.items()), flush=True)  # fmt: skip
-        results["scenarios"][name] = per_noise
-        results["scenario_wall_s"][name] = time.time() - t1
-        print(table(results), flush=True)  # so far: a run cut short still leaves its table
+        results["scenario_wall_s"][group[0][0][0]] += time.time() - t1
+        results["wall_s"] = time.time() - t0
+        results["launch_s"] = [s for _, s in bench.launches]
+        save(results, args.out)  # so far: a run cut short still leaves its table and its JSON
+        if not args.round_robin or group[0][1] == group[0][0][2] - 1:
+            print(table(results), flush=True)
     results["wall_s"] = time.time() - t0
-    startup = [s for _, s in bench.launches]
-    results["launch_s"] = startup
+    startup = results["launch_s"] = [s for _, s in bench.launches]
     print(table(results))
     print(f"wall time {results['wall_s'] / 60:.1f} min; launch noise: {results['noise']}")
     if startup:
@@ -457,8 +494,12 @@ def main() -> None:
             f"{len(startup)} launches, start-up median {statistics.median(startup):.1f} s "
             f"(range {min(startup):.1f}-{max(startup):.1f} s)"
         )
-    if args.out:
-        args.out.write_text(
+    save(results, args.out)
+
+
+def save(results: dict, out: Path | None) -> None:
+    if out:
+        out.write_text(
             json.dumps(results, indent=1, default=lambda o: None if o != o or math.isinf(o) else o)
         )
 

@@ -6,18 +6,21 @@
 #   bash benchmarks/power_h200_span.sh stop    # the run and every server of it stopped
 # Call `wait` again within the machine's idle release (30 s) until it says "done": a released
 # machine loses the run. The run (benchmarks/decisions.py, alternating arms, one session at a time
-# on the GPU): CAL (6) calibration launches, then PAIRS (10) sessions whose reference runs LAYERS (3)
-# extra layer passes per decode step of a BASE_LAYERS-layer (32) model (the true change: 3 passes
-# measured 1.052-1.075x at 32 layers, 1.044x at 40 on another day), then PAIRS A/A sessions, each planned for `[decide] keep_power`
-# KEEP_POWER (0.95) with at most MAXL (8) launches per arm; no session or round starts after
-# DEADLINE_S (1580) s, and the table counts only sessions that reached their verdict.
+# on the GPU): WARMUP (4) launches discarded (a cold machine's first launches ran up to 6% faster,
+# run 6), CAL (6) calibration launches, then PAIRS (10) sessions whose reference runs LAYERS (3)
+# extra layer passes per decode step of a BASE_LAYERS-layer (36) model (the true change: 3 passes
+# measured 1.052-1.075x at 32 layers, 1.044x at 40 on another day) and PAIRS A/A sessions, one of
+# each in turn (--round-robin, so a run the deadline cuts stays balanced and two runs on two
+# machines combine: `decisions.py --combine A.json B.json`), each planned for `[decide]
+# keep_power` KEEP_POWER (0.95) with at most MAXL (12) launches per arm; no session or round starts
+# after DEADLINE_S (1580) s, and the table counts only sessions that reached their verdict.
 set -uo pipefail
 dir=/tmp/power-span
 what=${1:-wait}
 report() {  # the log so far (the per-session lines and the latest table) and its JSON, to $OUT
   cp "$dir/power.log" "$OUT/power-span.log" 2>/dev/null
   cp "$dir/power.json" "$OUT/power-span.json" 2>/dev/null
-  grep -v Warn "$dir/power.log" | grep "pair\|calibration\|launches,\|wall" | tail -30
+  grep -v Warn "$dir/power.log" | grep "pair\|calibration\|warm-up\|launches,\|wall" | tail -30
 }
 stop_all() {
   [ -f "$dir/pid" ] && kill -- -"$(cat "$dir/pid")" 2>/dev/null
@@ -30,10 +33,10 @@ case "$what" in
     stop_all >/dev/null; rm -rf "$dir"; mkdir -p "$dir"
     nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
     n=${PAIRS:-10}
-    setsid nohup python3 benchmarks/decisions.py --arms alternating --calibration "${CAL:-6}" \
-      --aa-pairs "$n" --aa-last --detect-layers "${LAYERS:-3}:$n" --looks 3 --repeats 2 --max-tokens 8 \
-      --max-launches-per-arm "${MAXL:-8}" --keep-power "${KEEP_POWER:-0.95}" --deadline-s "${DEADLINE_S:-1580}" \
-      --preset glm5 --device cuda --server-args "--layers ${BASE_LAYERS:-32} --max-total-tokens 32768 --cuda-graph-bs 1" \
+    setsid nohup python3 benchmarks/decisions.py --arms alternating --warmup "${WARMUP:-4}" \
+      --calibration "${CAL:-6}" --round-robin --aa-pairs "$n" --aa-last --detect-layers "${LAYERS:-3}:$n" --looks 3 --repeats 2 --max-tokens 8 \
+      --max-launches-per-arm "${MAXL:-12}" --keep-power "${KEEP_POWER:-0.95}" --deadline-s "${DEADLINE_S:-1580}" \
+      --preset glm5 --device cuda --server-args "--layers ${BASE_LAYERS:-36} --max-total-tokens 32768 --cuda-graph-bs 1" \
       --out "$dir/power.json" >"$dir/power.log" 2>&1 </dev/null &
     echo $! >"$dir/pid"
     ;&
