@@ -287,6 +287,18 @@ class TargetConfig(Model):
             )
         return self
 
+    @model_validator(mode="after")
+    def _reference_host(self) -> "TargetConfig":
+        """Cross-host arms name one of the `[[hosts]]` as the reference's host."""
+        name, names = self.decide.reference_host, [h.name for h in self.hosts]
+        if name is None and self.decide.arms == "cross-host":
+            known = f" (one of: {', '.join(names)})" if names else " and a [[hosts]] entry of that name"
+            raise ValueError(f'[decide] arms = "cross-host" needs reference_host = "NAME"{known}')
+        if name is not None and name not in names:
+            known = ", ".join(names) if names else "none listed"
+            raise ValueError(f"[decide] reference_host = {name!r} is not a [[hosts]] name ({known})")
+        return self
+
     @field_validator("hosts")
     @classmethod
     def _unique_names(cls, hosts: list[TrialHost]) -> list[TrialHost]:
