@@ -297,6 +297,12 @@ class TargetConfig(Model):
         if name is not None and name not in names:
             known = ", ".join(names) if names else "none listed"
             raise ValueError(f"[decide] reference_host = {name!r} is not a [[hosts]] name ({known})")
+        there = next((h for h in self.hosts if h.name == name), None)
+        if there is not None and there.host == self.host and there.repo == self.repo:
+            raise ValueError(
+                f"[decide] reference_host = {name!r} is the target's own checkout: give that [[hosts]] "
+                "entry its own clone of the repo"
+            )
         return self
 
     @field_validator("hosts")

@@ -164,6 +164,11 @@ def test_where_two_servers_do_not_fit_a_reference_host_gives_cross_host_arms() -
             [],
             "reference_host = 'c' is not a [[hosts]] name (none listed)",
         ),
+        (
+            'arms = "cross-host"\nreference_host = "a"',
+            ["a"],
+            "is the target's own checkout: give that [[hosts]]",
+        ),
     ],
 )
 def test_a_reference_host_must_be_one_of_the_hosts(
@@ -173,7 +178,10 @@ def test_a_reference_host_must_be_one_of_the_hosts(
     from agent.cli.target import load_target
     from tools.errors import ConfigError
 
-    listed = "".join(f'\n[[hosts]]\nname = "{h}"\nrepo = "{tmp_path}"\n' for h in hosts)
+    same = "own checkout" in error  # the host's checkout is the target's, or a clone beside it
+    listed = "".join(
+        f'\n[[hosts]]\nname = "{h}"\nrepo = "{tmp_path if same else tmp_path / h}"\n' for h in hosts
+    )
     path = tmp_path / "t.toml"
     path.write_text(
         f'name = "t"\nrepo = "{tmp_path}"\n[launch]\nargv = ["x"]\n[measure]\nprompts = ["a"]\n'
@@ -183,6 +191,6 @@ def test_a_reference_host_must_be_one_of_the_hosts(
         load_target(path)
     assert error in str(err.value) and len(str(err.value).splitlines()) == 1, str(err.value)
     ok = path.read_text().replace(decide, 'arms = "cross-host"\nreference_host = "a"')
-    if hosts == ["a"]:
+    if hosts == ["a"] and not same:
         path.write_text(ok)
         assert load_target(path).decide.reference_host == "a"
