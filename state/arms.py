@@ -1,6 +1,6 @@
 """How a candidate's arms are measured when `[decide] arms = "auto"`: whether two servers fit the
 host (a door tool's measurement), the resolved choice, and per-launch locations of alternating
-relaunches."""
+and cross-host relaunches."""
 
 from typing import Literal
 
@@ -8,7 +8,7 @@ from pydantic import Field
 
 from state.base import Model
 
-ArmsInUse = Literal["sequential", "interleaved", "alternating"]
+ArmsInUse = Literal["sequential", "interleaved", "alternating", "cross-host"]
 """The arms a session measures with (`auto` resolved)."""
 
 
@@ -16,22 +16,29 @@ class ArmsConfig(Model):
     """The `[decide]` fields on how a candidate's arms are measured and how many requests, looks, A/A
     pairs and launches they get (`DecisionConfig` has them)."""
 
-    arms: Literal["auto", "sequential", "interleaved", "alternating"] = "auto"
+    arms: Literal["auto", "sequential", "interleaved", "alternating", "cross-host"] = "auto"
     """`sequential`: the reference arm is the earlier launch's measurement and the candidate runs
     after it (one launch per candidate; the arms see different machine states). `interleaved`:
     the reference tree is launched again beside the candidate (a second checkout, a second
     server) and requests alternate between the two, so both arms see the same machine state; it
     needs room for two servers and costs one more launch per candidate. `alternating`: the two
     trees launched in turn on the same host, one server at a time, each up to
-    `max_launches_per_arm` times, the launch effect estimated from those launches. `auto`:
-    interleaved when two servers fit (`two_servers_fit`, else measured on the baseline server),
-    otherwise alternating."""
+    `max_launches_per_arm` times, the launch effect estimated from those launches. `cross-host`:
+    the reference on another of the target's `[[hosts]]` (`reference_host`) at the same time as
+    the candidate here, the two hosts swapping arms every round (a crossover: the hosts' own speed
+    difference cancels). `auto`: interleaved when two servers fit (`two_servers_fit`, else
+    measured on the baseline server), otherwise cross-host when `reference_host` is set, otherwise
+    alternating."""
     two_servers_fit: bool | None = None
     """`arms = "auto"`: whether a second server fits beside the first (None: measure it)."""
     fit_margin: float = Field(1.2, ge=1)
     """`auto`: free memory must hold the server's own use times this to count as a fit."""
     max_launches_per_arm: int = Field(4, ge=2, le=20)
-    """Alternating arms: most launches of each tree per candidate (the plan's bound)."""
+    """Alternating arms: most launches of each tree per candidate (the plan's bound); cross-host
+    arms: most rounds (each round one launch of each tree, one on each host)."""
+    reference_host: str | None = None
+    """Cross-host arms (`arms = "cross-host"`, or `auto` where two servers do not fit): the name of
+    the target's `[[hosts]]` entry that runs the other arm; None: none."""
     auto_aa_pairs: int = Field(3, ge=0, le=10)
     """Interleaved arms: while the A/A store holds fewer than `min_aa_pairs` pairs of this target
     on this host (or, with `keep_gain`, while the launch noise alone keeps it out of reach), the
@@ -86,8 +93,8 @@ class ArmsChoice(Model):
 
 
 class LaunchLocation(Model):
-    """One launch of alternating arms: its location (mean over prompts of the median log TPOT, or
-    the median window cost under `[workload]`)."""
+    """One launch of alternating or cross-host arms: its location (mean over prompts of the median
+    log TPOT, or the median window cost under `[workload]`)."""
 
     arm: Literal["reference", "candidate"]
     """Which tree it ran."""
@@ -95,3 +102,6 @@ class LaunchLocation(Model):
     """The session's launch number."""
     location_log: float
     """Its location on the log scale (lower is faster)."""
+    host: str | None = None
+    """Cross-host arms: the host it ran on (the `[[hosts]]` name, or the session's host as its
+    `target_key` names it, e.g. `local`); None: alternating arms (the session's host)."""

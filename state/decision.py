@@ -179,6 +179,19 @@ class Judgement(Model):
     primary (a regression at any is the verdict; agent/decision/levels.py); empty otherwise."""
 
     @property
+    def reference_host(self) -> str | None:
+        """Cross-host arms: the reference host (the first launch's host other than the session's)."""
+        hosts = [p.host for p in self.per_launch if p.host is not None]
+        return hosts[1] if self.arms == "cross-host" and len(hosts) > 1 else None
+
+    def arms_words(self) -> str:
+        """`arms interleaved, `, `arms cross-host (reference host b), `; "" for sequential arms."""
+        if self.arms == "sequential":
+            return ""
+        there = self.reference_host
+        return f"arms {self.arms}" + (f" (reference host {there})" if there else "") + ", "
+
+    @property
     def last(self) -> Look:
         """The look that decided."""
         return self.looks[-1]
@@ -196,12 +209,12 @@ class Judgement(Model):
             what = OBJECTIVES[self.objective][0] if self.objective in OBJECTIVES else self.objective
             at = self.candidate.concurrency if self.candidate and self.candidate.concurrency else "?"
             units = f"{n} windows at concurrency {at}"
-        if self.arms == "alternating":  # a look's `requests_*` count launches then
+        if self.arms in ("alternating", "cross-host"):  # a look's `requests_*` count launches then
             units = f"{n} launches"
         return (
             f"{what} {lk.speedup:.2f}x [{lk.ci_low:.2f}, {lk.ci_high:.2f}] {self.confidence:.0%} CI, "
             f"n = {units} per arm, {self.launch_noise.describe()}, "
-            f"{'' if self.arms == 'sequential' else f'arms {self.arms}, '}"
+            f"{self.arms_words()}"
             f"look {lk.look}/{lk.of} -> {self.verdict}"
             + (
                 f" (second pair of launches: {self.confirmation[-1].speedup:.2f}x "

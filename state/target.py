@@ -287,6 +287,24 @@ class TargetConfig(Model):
             )
         return self
 
+    @model_validator(mode="after")
+    def _reference_host(self) -> "TargetConfig":
+        """Cross-host arms name one of the `[[hosts]]` as the reference's host."""
+        name, names = self.decide.reference_host, [h.name for h in self.hosts]
+        if name is None and self.decide.arms == "cross-host":
+            known = f" (one of: {', '.join(names)})" if names else " and a [[hosts]] entry of that name"
+            raise ValueError(f'[decide] arms = "cross-host" needs reference_host = "NAME"{known}')
+        if name is not None and name not in names:
+            known = ", ".join(names) if names else "none listed"
+            raise ValueError(f"[decide] reference_host = {name!r} is not a [[hosts]] name ({known})")
+        there = next((h for h in self.hosts if h.name == name), None)
+        if there is not None and there.host == self.host and there.repo == self.repo:
+            raise ValueError(
+                f"[decide] reference_host = {name!r} is the target's own checkout: give that [[hosts]] "
+                "entry its own clone of the repo"
+            )
+        return self
+
     @field_validator("hosts")
     @classmethod
     def _unique_names(cls, hosts: list[TrialHost]) -> list[TrialHost]:

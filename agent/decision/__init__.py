@@ -9,9 +9,12 @@ Pure statistics: `rule` (per-request log TPOT, Hodges-Lehmann shift per prompt, 
 by prompt plus launch-to-launch noise, verdicts over sequential looks), `noise` (launch noise pooled
 from A/A launches), `mechanism` (did the predicted op shrink?). Measuring the arms: `measuring` (a
 candidate look by look on its own launch, drift, A/A records), `interleave` (both arms live at once,
-requests alternated), `calibrate` (A/A launches on demand). Outputs: `correctness` (the prompt set),
+requests alternated), `alternating` (the trees launched in turn; statistics in `replicates`),
+`crosshost` (the reference on another host at the same time, a crossover; statistics in
+`crossover`), `calibrate` (A/A launches on demand). Outputs: `correctness` (the prompt set),
 `outputs` (the output gate: identical, or within tolerance).
 
-May import: `agent.context`, `agent.serving` (to start and measure a server), `tools`, `state`;
+May import: `agent.context`, `agent.serving` (to start and measure a server), `agent.hostrun` (a
+run on another host), `tools`, `state`;
 never `agent.steps` (which sits above it).
 """

@@ -49,12 +49,15 @@ Side = Literal["reference", "candidate"]
 
 
 def replicate_samples(
-    state: LoopState, per_launch: Sequence[LaunchLocation], arms: Mapping[Side, Sequence[Measurement]]
+    state: LoopState,
+    per_launch: Sequence[LaunchLocation],
+    arms: Mapping[Side, Sequence[Measurement]],
+    key: str | None = None,
 ) -> list[AASample]:
     """The A/A samples of alternating arms' launches: each arm launched at least twice, one sample
     per launch, grouped by the tree and this session (`arms[arm][i]` is the arm's i-th entry of
-    `per_launch`) (pure)."""
-    key, out = target_key(state.target), []
+    `per_launch`), under `key` (cross-host arms' reference host; None: the target's) (pure)."""
+    key, out = key or target_key(state.target), []
     for arm, ms in arms.items():
         located = [p for p in per_launch if p.arm == arm]
         if len(ms) < 2 or len(located) != len(ms):

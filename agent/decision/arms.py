@@ -1,5 +1,6 @@
 """Which arms a session measures with: `[decide] arms`, with `auto` resolved once on the baseline
-server (interleaved when a second server fits beside it, otherwise alternating relaunches) and
+server (interleaved when a second server fits beside it, otherwise cross-host when `reference_host`
+names one of the target's `[[hosts]]`, otherwise alternating relaunches) and
 kept in `LoopState.arms`, so a resumed or replayed session makes the same choice. The fit is the
 target file's `two_servers_fit` when it says, else the door tool `host.memory_fit` (recorded)."""
 
@@ -30,20 +31,30 @@ def fits(fit: MemoryFit, margin: float) -> bool:
     return fit.free_bytes >= fit.server_bytes * margin
 
 
+def apart(cfg: DecisionConfig) -> tuple[ArmsInUse, str]:
+    """Where two servers do not fit: cross-host when `reference_host` names a host, else
+    alternating, and the words saying so (pure)."""
+    if cfg.reference_host is not None:
+        return "cross-host", f"; the reference on host {cfg.reference_host} ([decide] reference_host)"
+    return "alternating", ""
+
+
 def choice_of(cfg: DecisionConfig, fit: MemoryFit | None) -> ArmsChoice:
     """`auto` resolved from the target's `two_servers_fit`, else from the measured fit (pure)."""
+    other, also = apart(cfg)
     if cfg.two_servers_fit is not None:
-        arms: ArmsInUse = "interleaved" if cfg.two_servers_fit else "alternating"
+        arms: ArmsInUse = "interleaved" if cfg.two_servers_fit else other
         said = "fit" if cfg.two_servers_fit else "do not fit"
-        return ArmsChoice(arms=arms, why=f"the target says two servers {said} ([decide] two_servers_fit)")
+        why = f"the target says two servers {said} ([decide] two_servers_fit)"
+        return ArmsChoice(arms=arms, why=why + ("" if cfg.two_servers_fit else also))
     fit = need(fit, "memory fit")
     ok = fits(fit, cfg.fit_margin)
     why = (
         f"two servers {'fit' if ok else 'do not fit'}: {fit.where} has {fit.free_bytes / GIB:.1f} GiB "
         f"free with the baseline server up, which holds {fit.server_bytes / GIB:.2f} GiB "
-        f"(x {cfg.fit_margin:g} margin)" + (f"; {fit.note}" if fit.note else "")
+        f"(x {cfg.fit_margin:g} margin)" + (f"; {fit.note}" if fit.note else "") + ("" if ok else also)
     )
-    return ArmsChoice(arms="interleaved" if ok else "alternating", why=why, fit=fit)
+    return ArmsChoice(arms="interleaved" if ok else other, why=why, fit=fit)
 
 
 def choose_arms(state: LoopState, runtime: Runtime[LoopContext]) -> ArmsChoice | None:

@@ -19,6 +19,8 @@ from agent.decision.aalaunches import aa_launch
 from agent.decision.alternating import judge_alternating
 from agent.decision.arms import arms_in_use, arms_line, choose_arms
 from agent.decision.autoaa import powered
+from agent.decision.crosshost import judge_cross_host
+from agent.decision.crossover import plan_line as crossover_plan
 from agent.decision.interleave import judge_interleaved
 from agent.decision.judging import JudgedCandidate, MeasuredBaseline, RuleVerdict
 from agent.decision.measuring import budget, judge_candidate, keep_aa, measure_arm, outputs_problem, unlike
@@ -49,7 +51,8 @@ class CiRule:
         state, m, noise = b.state, b.measurement, b.noise
         more: LoopUpdate = {"server": state.server, "launches": state.launches} if relaunched else {}
         evidence = noise.describe()
-        if state.options.power and arms_in_use(state) != "alternating":  # (alternating: its plan_line)
+        relaunched_arms = arms_in_use(state) in ("alternating", "cross-host")
+        if state.options.power and not relaunched_arms:  # (alternating, cross-host: their plan lines)
             p = powered(state, runtime, m, noise)
             state, m, noise, evidence = p.state, p.measurement, p.noise, f"{p.note}{p.power.line()}"
             more.update({"power": p.power, "target": state.target, "launches": state.launches})
@@ -65,6 +68,8 @@ class CiRule:
             note += f"; {arms_line(choice)}"
         if arms_in_use(state) == "alternating":
             note += f"; {plan_line(noise, state.target.decide)}"
+        elif arms_in_use(state) == "cross-host":
+            note += f"; {crossover_plan(noise, state.target.decide)}"
         return MeasuredBaseline(m, {**update, **more, "launch_noise": noise}, note)
 
     def judge(self, state: LoopState, runtime: Runtime[LoopContext], label: str) -> JudgedCandidate:
@@ -73,6 +78,8 @@ class CiRule:
             return judge_interleaved(state, runtime, label)
         if arms == "alternating":
             return judge_alternating(state, runtime, label)
+        if arms == "cross-host":
+            return judge_cross_host(state, runtime, label)
         return judge_candidate(state, runtime, label)
 
     def verdict(self, state: LoopState, enables: str | None) -> RuleVerdict:

@@ -19,7 +19,7 @@ from statistics import NormalDist
 
 from state.aa import AASample
 from state.decision import DecisionConfig, LaunchNoise
-from state.target import TargetConfig
+from state.target import TargetConfig, TrialHost
 
 UPPER_BOUND = 0.90
 """Confidence of the upper bound on the launch SD that the rule uses."""
@@ -29,10 +29,14 @@ def _digest(value: object) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def target_key(target: TargetConfig) -> str:
+def target_key(target: TargetConfig, on: TrialHost | None = None) -> str:
     """Which target on which host: name, host and launch command (not the repo path, which a demo
-    session makes anew) and the `[workload]` if any, e.g. `mla_server demo (CPU preset)@local#1a2b...`."""
-    host = target.host.url if target.host.kind == "ssh" else "local"
+    session makes anew) and the `[workload]` if any, e.g. `mla_server demo (CPU preset)@local#1a2b...`;
+    `on`: on that `[[hosts]]` host instead (its name too: several GPUs of one machine are hosts)."""
+    where = on.host if on is not None else target.host
+    host = where.url if where.kind == "ssh" else "local"
+    if on is not None:
+        host = f"{host}/{on.name}"
     launch = {"argv": target.launch.argv, "env": target.launch.env}
     parts: list = [host, launch]
     if target.workload is not None:  # its windows' noise is another quantity's than a request's

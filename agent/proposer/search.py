@@ -165,7 +165,8 @@ def budget_left(state: LoopState, cfg: SearchConfig, now: float | None = None) -
     if done >= cfg.max_trials:
         return f"search budget spent: {done} of {cfg.max_trials} trials"
     arms = state.arms.arms if state.arms is not None else state.target.decide.arms  # `auto` resolved
-    per_trial = {"interleaved": 2, "alternating": 2 * state.target.decide.max_launches_per_arm}.get(arms, 1)
+    most = 2 * state.target.decide.max_launches_per_arm
+    per_trial = {"interleaved": 2, "alternating": most, "cross-host": most}.get(arms, 1)
     if cfg.max_launches is not None and state.launches + per_trial > cfg.max_launches:
         return (
             f"search budget spent: {state.launches} launches, a trial needs {per_trial} more "

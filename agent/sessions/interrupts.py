@@ -40,7 +40,8 @@ def run_tool(executor: Executor | None, fn: Callable[[Any], BaseModel], args: Ba
 
 def stop_servers(state: LoopState, executor: Executor | None, executors: ExecutorFor) -> list[str]:
     """Stop every server the session's pid files name (the candidate, the reference and a
-    confirming pair on the target's host, each trial host's) and remove the reference copy;
+    confirming pair on the target's host, each trial host's, the reference host's reference) and
+    remove the reference copies;
     returns what could not be done, one line each (the rest is still tried)."""
     grace, problems = state.target.launch.stop_grace_s, []
     files = host_dir(state)
@@ -72,6 +73,12 @@ def stop_servers(state: LoopState, executor: Executor | None, executors: Executo
             continue
         pid_file = PidFileArgs(pid_file=path / "server.pid", repo=h.repo, grace_s=grace)
         jobs.append((f"trial host {h.name}", ex, server.stop_recorded, pid_file))
+        if h.name == state.target.decide.reference_host:  # cross-host arms' reference tree there
+            there = path / "reference"
+            ref = PidFileArgs(pid_file=path / "reference.pid", repo=there, grace_s=grace)
+            jobs.append((f"reference host {h.name}", ex, server.stop_recorded, ref))
+            gone = RemoveCopyArgs(repo=h.repo, dest=there)
+            jobs.append((f"reference host {h.name}'s copy", ex, reference.remove_reference_copy, gone))
     for what, ex, fn, job in jobs:
         try:
             run_tool(ex, fn, job)

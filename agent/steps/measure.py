@@ -8,6 +8,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from agent.context import LoopContext, need, step, transition
+from agent.decision.arms import arms_in_use
 from agent.decision.measuring import beside_note, serving_note
 from agent.decision.mechanism import predict
 from agent.decision.rules import rule_for
@@ -20,6 +21,16 @@ def near_floor(tpot_ms: float, floor_ms: float | None, factor: float) -> str | N
     if floor_ms is None or tpot_ms > factor * floor_ms:
         return None
     return f"TPOT {tpot_ms:.1f} ms is within {factor:g}x of the floor {floor_ms:g} ms ({tpot_ms / floor_ms:.1f}x)"
+
+
+def relaunches_note(state: LoopState, launches: int) -> str:
+    """`arms alternating, 3 more launch(es), one server at a time`, or cross-host arms' (pure)."""
+    if arms_in_use(state) != "cross-host":
+        return f"arms alternating, {launches} more launch(es), one server at a time"
+    there = state.target.decide.reference_host
+    return (
+        f"arms cross-host, {launches} more launch(es) here and on host {there}, one server at a time on each"
+    )
 
 
 @step
@@ -50,11 +61,11 @@ def measure(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
         "gate_problem": judged.problem,
         "tolerance": judged.tolerance,
     }
-    if judged.server != "unchanged":  # alternating arms: the candidate relaunched, or stopped
+    if judged.server != "unchanged":  # alternating, cross-host arms: the candidate relaunched, or stopped
         update["server"] = judged.server
         if judged.launches_beside is not None:
             update["launches"] = state.launches + judged.launches_beside
-            note += f"; arms alternating, {judged.launches_beside} more launch(es), one server at a time"
+            note += f"; {relaunches_note(state, judged.launches_beside)}"
     elif judged.launches_beside is not None:  # the reference (and a confirming pair) launched beside it
         update["launches"] = state.launches + judged.launches_beside
         note += f"; arms interleaved, {judged.launches_beside} launch(es) beside the candidate"

@@ -14,7 +14,6 @@ measure and decide here, on the session's own host.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Literal
 
 from langgraph.runtime import Runtime
@@ -24,107 +23,28 @@ from agent.context import LoopContext, door_of, step, transition
 from agent.decision.levels import level_looks, with_levels
 from agent.decision.measuring import machine_drift, outputs_problem, unlike
 from agent.decision.rule import arm_of, look
+from agent.hostrun import HostRun
 from agent.proposer.feedback import divergence
-from agent.serving import launch_args, measure_args
 from agent.steps.fanout import settle
-from state.calls import (
-    ApplyArgs,
-    BranchArgs,
-    CommitArgs,
-    LeaveBranchArgs,
-    PathArgs,
-    RepoArgs,
-    ServerArgs,
-)
 from state.decision import LaunchNoise
 from state.fanout import TrialTask
 from state.llm_tools import LogArgs
 from state.loop import Approval, LoopState
 from state.measure import Measurement
-from state.process import ServerHandle
 from state.trials import Trial
 from state.updates import LoopUpdate
-from state.workspace import CommitInfo, WorkspaceSnapshot
-from tools import bench, server
-from tools.door import Door
 from tools.errors import ToolError, first_line
-from tools.hosts import info
 from tools.hosts.ssh_config import SSHError
 from tools.llm import code
-from tools.workspace import repo
-from tools.workspace.commands import SESSION_BRANCH_PREFIX
 
 
-class TrialRun:
+class TrialRun(HostRun):
     """One trial in progress: what it has started, so that it can always be tidied."""
-
-    def __init__(self, task: TrialTask, door: Door) -> None:
-        self.task, self.door = task, door
-        self.repo = task.host.repo
-        host = task.host.host
-        self.python = host.python if host.kind == "ssh" else task.python
-        self.branch = f"{SESSION_BRANCH_PREFIX}{task.session_id}-trial{task.iteration}-{task.host.name}"
-        self.phase: Literal["host", "candidate"] = "host"
-        self.start: WorkspaceSnapshot | None = None
-        self.commits: list[CommitInfo] = []
-        self.server: ServerHandle | None = None
-        self.launches = 0
-        self.dir = Path()
-        self.log: Path | None = None
-        """The log of the server launched last (a crashed candidate's traceback)."""
-
-    def files(self) -> Path:
-        """Where this host's server logs and pid file go."""
-        h, sub = self.task.host, f"sessions/{self.task.session_id}/trials/{self.task.host.name}"
-        if h.host.kind != "ssh":
-            return self.task.local_dir / "trials" / h.name
-        return self.door.call(info.expand_user, PathArgs(path=Path("~/.perfloop") / sub)).path
-
-    def commit(self, diff: str, subject: str, trailer: str) -> None:
-        trailers = {"Perfloop-Session": self.task.session_id, "Perfloop-Trial": trailer}
-        args = ApplyArgs(repo=self.repo, diff=diff, subject=subject, trailers=trailers)
-        self.commits.append(self.door.call(repo.apply_patch, args))
-
-    def measured(self, label: str, argv: list[str]) -> Measurement:
-        """Launch the tree as it is with `argv`, measure it, stop the server."""
-        t = self.task
-        fingerprint = repo.tree_fingerprint(self.door.call(repo.snapshot, RepoArgs(repo=self.repo)))
-        self.launches += 1
-        name = f"iteration-{t.iteration}-{t.proposal.source}-{label}"
-        self.log = self.dir / "logs" / f"{name}.log"
-        args = launch_args(
-            t.target,
-            self.repo,
-            argv,
-            self.python,
-            self.log,
-            fingerprint,
-            self.launches,
-            self.dir / "server.pid",
-            env=t.host.env,
-        )
-        self.server = self.door.call(server.launch, args)
-        measure = measure_args(t.target, self.server, f"trial-{name}", self.python, self.repo)
-        m = self.door.call(bench.measure, measure).measurement
-        self.stop()
-        return m
-
-    def stop(self) -> None:
-        if self.server is not None:
-            grace = self.task.target.launch.stop_grace_s
-            self.door.call(server.stop, ServerArgs(server=self.server, grace_s=grace))
-            self.server = None
 
     def run(self) -> tuple[Measurement, Measurement]:
         """Baseline and candidate measured on this host."""
         t = self.task
-        self.dir = self.files()
-        self.start = self.door.call(repo.snapshot, RepoArgs(repo=self.repo))
-        if self.start.branch == self.branch:  # a killed attempt of this trial: start from before it
-            self.start = self.door.call(repo.abandon_branch, BranchArgs(repo=self.repo, name=self.branch))
-        self.door.call(repo.ensure_branch, BranchArgs(repo=self.repo, name=self.branch))
-        for i, diff in enumerate(t.kept_diffs, 1):
-            self.commit(diff, f"perfloop: accepted patch {i} of the session", f"kept-{i}")
+        self.prepare()
         reference = self.measured("baseline", t.argv)
         self.phase, self.log = "candidate", None  # a patch that fails to apply has no log of its own
         p = t.proposal
@@ -142,21 +62,6 @@ class TrialRun:
         except ToolError:
             return []
         return ["server log tail:\n" + result.text] if result.ok else []
-
-    def tidy(self) -> str | None:
-        """Stop the server, undo the trial's commits, put the checkout back; what failed, if any."""
-        try:
-            self.stop()
-            for c in reversed(self.commits):
-                self.door.call(repo.revert_commit, CommitArgs(repo=self.repo, commit=c))
-            if self.start is not None:
-                back = LeaveBranchArgs(
-                    repo=self.repo, name=self.branch, back_to=self.start.branch, head_sha=self.start.head_sha
-                )
-                self.door.call(repo.leave_branch, back)
-        except ToolError as exc:
-            return f"left as it was on the host: {first_line(exc)}"
-        return None
 
 
 def verdict(task: TrialTask, ref: Measurement, cand: Measurement) -> dict:

@@ -129,3 +129,68 @@ def test_gpu_memory_of_hidden_processes_counts_as_the_servers(tmp_path, monkeypa
     assert (fit.device, fit.where, fit.server_bytes) == ("gpu", "GPU 0", 37000 << 20)
     choice = choice_of(DecisionConfig(), fit)
     assert choice.arms == "interleaved" and choice.why.endswith("; server processes not visible")
+
+
+def test_where_two_servers_do_not_fit_a_reference_host_gives_cross_host_arms() -> None:
+    cfg = DecisionConfig(two_servers_fit=False, reference_host="x")
+    assert arms_line(choice_of(cfg, None)) == (
+        "arms auto -> cross-host (the target says two servers do not fit ([decide] two_servers_fit); "
+        "the reference on host x ([decide] reference_host))"
+    )
+    assert choice_of(cfg.model_copy(update={"two_servers_fit": True}), None).arms == "interleaved"
+    tight = MemoryFit(device="gpu", server_bytes=37 * GIB, free_bytes=40 * GIB, where="GPU 0")
+    measured = choice_of(DecisionConfig(reference_host="x"), tight)
+    assert measured.arms == "cross-host" and measured.why.endswith(
+        "the reference on host x ([decide] reference_host)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("decide", "hosts", "error"),
+    [
+        (
+            'arms = "cross-host"',
+            [],
+            'arms = "cross-host" needs reference_host = "NAME" and a [[hosts]] entry',
+        ),
+        (
+            'arms = "cross-host"',
+            ["a", "b"],
+            'arms = "cross-host" needs reference_host = "NAME" (one of: a, b)',
+        ),
+        ('reference_host = "c"', ["a"], "[decide] reference_host = 'c' is not a [[hosts]] name (a)"),
+        (
+            'arms = "cross-host"\nreference_host = "c"',
+            [],
+            "reference_host = 'c' is not a [[hosts]] name (none listed)",
+        ),
+        (
+            'arms = "cross-host"\nreference_host = "a"',
+            ["a"],
+            "is the target's own checkout: give that [[hosts]]",
+        ),
+    ],
+)
+def test_a_reference_host_must_be_one_of_the_hosts(
+    tmp_path, decide: str, hosts: list[str], error: str
+) -> None:
+    """One line naming what to fix, from the real target loader."""
+    from agent.cli.target import load_target
+    from tools.errors import ConfigError
+
+    same = "own checkout" in error  # the host's checkout is the target's, or a clone beside it
+    listed = "".join(
+        f'\n[[hosts]]\nname = "{h}"\nrepo = "{tmp_path if same else tmp_path / h}"\n' for h in hosts
+    )
+    path = tmp_path / "t.toml"
+    path.write_text(
+        f'name = "t"\nrepo = "{tmp_path}"\n[launch]\nargv = ["x"]\n[measure]\nprompts = ["a"]\n'
+        f"[decide]\n{decide}\n{listed}"
+    )
+    with pytest.raises(ConfigError) as err:
+        load_target(path)
+    assert error in str(err.value) and len(str(err.value).splitlines()) == 1, str(err.value)
+    ok = path.read_text().replace(decide, 'arms = "cross-host"\nreference_host = "a"')
+    if hosts == ["a"] and not same:
+        path.write_text(ok)
+        assert load_target(path).decide.reference_host == "a"

@@ -1,0 +1,80 @@
+"""Cross-host arms on the CPU demo: a local `[[hosts]]` entry with its own checkout (as several
+GPUs of one machine are) runs the reference while the candidate runs here, swapping every round;
+the real fix (gather then cast) is judged on the crossover of the two hosts' launches, nothing is
+left running or checked out on either host, and the session replays offline with the same
+decision."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import (
+    assert_clean,
+    edited_diff,
+    git,
+    last_json,
+    make_repo,
+    perfloop,
+    playbook_variant,
+    run_playbooks,
+    write_target,
+)
+from tests.e2e.test_adversarial import BACKEND, FIX
+from tests.e2e.test_parallel_resume import with_local_hosts
+from tests.procs import processes_in
+from tools.store.sessions import SessionStore
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+
+
+def test_the_fix_is_judged_on_a_crossover_with_another_host(tmp_path: Path, home: Path, repo: Path) -> None:
+    other = make_repo(tmp_path / "x-engine")
+    books = tmp_path / "books"
+    playbook_variant(books, "fix", 0.99, edited_diff(repo, tmp_path, {BACKEND: FIX}))
+    target = write_target(
+        tmp_path / "t.toml", repo, looks=1, arms="cross-host", prompts=("Explain the KV cache.",)
+    )
+    target.write_text(target.read_text() + 'reference_host = "x"\nmax_launches_per_arm = 3\n')  # [decide]
+    with_local_hosts(target, {"x": other})
+    s, shown = run_playbooks(home, target, books)
+    (d,) = shown["decisions"]
+    j = d["judgement"]
+    assert j["arms"] == "cross-host" and "arms cross-host (reference host x)" in d["reason"], d["reason"]
+    # three rounds, both hosts at once, swapping trees: C|R, R|C, C|R (here|there), one look
+    rows = [(p["host"], p["arm"], p["launch_number"]) for p in j["per_launch"]]
+    assert rows == [
+        ("local", "candidate", 2), ("x", "reference", 3),
+        ("local", "reference", 4), ("x", "candidate", 5),
+        ("local", "candidate", 6), ("x", "reference", 7),
+    ]  # fmt: skip
+    assert s["server_launches"] == 7 and len(j["looks"]) == 1
+    assert j["launch_noise"]["source"] == "replicates" and j["launch_noise"]["df"] == 2
+    lk = j["looks"][0]
+    assert (lk["requests_reference"], lk["requests_candidate"]) == (3, 3)
+    assert d["verdict"] == "accepted" and lk["ci_low"] > 1.02 and lk["speedup"] > 1.3, d["reason"]
+    assert "n = 3 launches per arm" in d["reason"], d["reason"]
+    # the fix kept here; the candidate (the last launch here) runs on for the next profile, then
+    # the session stops it; the reference host is back on main, nothing of the session left there
+    assert git(repo, "rev-list", "--count", "main..HEAD").strip() == "1"
+    assert_clean(repo, s["branch"])
+    assert processes_in(other) == [] and git(other, "rev-parse", "--abbrev-ref", "HEAD").strip() == "main"
+    assert git(other, "branch", "--list", "perfloop/*").strip() == ""
+    assert git(other, "status", "--porcelain").strip() == ""
+    assert len(git(other, "worktree", "list").strip().splitlines()) == 1
+    assert len(git(repo, "worktree", "list").strip().splitlines()) == 1
+    calls = SessionStore(home / "sessions.sqlite").tool_calls(s["session"])
+    there = [c for c in calls if c.node == "measure@x"]
+    assert [c.input["label"] for c in there if c.name == "bench.measure"] == [
+        f"iteration-1-{a}" for a in ("reference-1", "candidate-1", "reference-2")
+    ]
+    assert [c.name for c in there if c.name.startswith("server.")].count("server.launch") == 3
+    # each host's replicate launches kept as A/A launches of that host: the candidate's two here,
+    # the reference's two there (a tree launched once on a host adds no degree of freedom)
+    (kept,) = [c for c in calls if c.name == "aa.record" and c.node == "measure"]
+    keys = {x["target_key"] for x in kept.input["more"]}
+    assert sorted(x["launch_number"] for x in kept.input["more"]) == [2, 3, 6, 7]
+    assert len(keys) == 2 and any("local/x" in k for k in keys)
+    replayed = perfloop(home, "replay", s["session"], "--json")
+    assert replayed.returncode == 0 and last_json(replayed)["matches_recording"] is True, replayed.stderr
