@@ -14,6 +14,8 @@
 # machines combine: `decisions.py --combine A.json B.json`), each planned for `[decide]
 # keep_power` KEEP_POWER (0.95) with at most MAXL (12) launches per arm; no session or round starts
 # after DEADLINE_S (1580) s, and the table counts only sessions that reached their verdict.
+# ARMS=interleaved measures each session's two launches side by side instead (CAL then counts
+# interleaved A/A pairs), REPEATS (2) requests per prompt per look.
 set -uo pipefail
 dir=/tmp/power-span
 what=${1:-wait}
@@ -33,8 +35,8 @@ case "$what" in
     stop_all >/dev/null; rm -rf "$dir"; mkdir -p "$dir"
     nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
     n=${PAIRS:-10}
-    setsid nohup python3 benchmarks/decisions.py --arms alternating --warmup "${WARMUP:-4}" \
-      --calibration "${CAL:-6}" --round-robin --aa-pairs "$n" --aa-last --detect-layers "${LAYERS:-3}:$n" --looks 3 --repeats 2 --max-tokens 8 \
+    setsid nohup python3 benchmarks/decisions.py --arms "${ARMS:-alternating}" --warmup "${WARMUP:-4}" \
+      --calibration "${CAL:-6}" --round-robin --aa-pairs "$n" --aa-last --detect-layers "${LAYERS:-3}:$n" --looks 3 --repeats "${REPEATS:-2}" --max-tokens 8 \
       --max-launches-per-arm "${MAXL:-12}" --keep-power "${KEEP_POWER:-0.95}" --deadline-s "${DEADLINE_S:-1580}" \
       --preset glm5 --device cuda --server-args "--layers ${BASE_LAYERS:-36} --max-total-tokens 32768 --cuda-graph-bs 1" \
       --out "$dir/power.json" >"$dir/power.log" 2>&1 </dev/null &
