@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -15,7 +16,14 @@ FILE = "progress.json"
 
 _reporter: Callable[[str], None] = lambda message: None
 _sink: Path | None = None
-_where: list[str] = []
+_local = threading.local()  # each thread's own `within` prefixes (parallel trials, a reference host)
+
+
+def _where() -> list[str]:
+    if not hasattr(_local, "where"):
+        _local.where = []
+    where: list[str] = _local.where
+    return where
 
 
 def set_reporter(reporter: Callable[[str], None]) -> None:
@@ -35,16 +43,17 @@ def keep_in(folder: Path | None) -> None:
 @contextmanager
 def within(what: str) -> Iterator[None]:
     """Prefix the lines reported meanwhile with `what` (e.g. `look 2/3`): where in a step they are."""
-    _where.append(what)
+    where = _where()
+    where.append(what)
     try:
         yield
     finally:
-        _where.pop()
+        where.pop()
 
 
 def report(message: str) -> None:
     """Show one progress line, e.g. `waiting for health: 12.3s; log: loading weights`."""
-    message = ": ".join([*_where, message])
+    message = ": ".join([*_where(), message])
     _reporter(message)
     if _sink is not None:
         from tools.secrets import (

@@ -3,6 +3,7 @@ approval page, prefixed with where in a step they come from."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from tools import progress, secrets
@@ -32,3 +33,29 @@ def test_lines_are_kept_redacted_while_a_session_runs_and_removed_after(tmp_path
         progress.set_reporter(lambda message: None)
     assert not (tmp_path / "session" / progress.FILE).exists()
     assert progress.read_latest(tmp_path / "session") is None
+
+
+def test_each_thread_keeps_its_own_prefix() -> None:
+    """A reference host's thread (cross-host arms) or a parallel trial's reports under its own
+    `within`, not the session thread's, however their blocks interleave."""
+    shown: list[str] = []
+    progress.set_reporter(shown.append)
+    entered, done = threading.Event(), threading.Event()
+
+    def other() -> None:
+        with progress.within("reference host x"):
+            entered.set()
+            done.wait(5)
+            progress.report("launching")
+
+    t = threading.Thread(target=other)
+    try:
+        with progress.within("round 1/3"):
+            t.start()
+            assert entered.wait(5)
+        progress.report("after the round")  # its block closed while the other's is still open
+        done.set()
+        t.join(5)
+    finally:
+        progress.set_reporter(lambda message: None)
+    assert sorted(shown) == ["after the round", "reference host x: launching"]
