@@ -80,6 +80,36 @@ class MemoryFit(Model):
     """How the figures were read where it matters (e.g. the server's processes not visible)."""
 
 
+class HostKindArgs(Model):
+    """Ask a host what its servers compute on."""
+
+    cuda_visible_devices: str | None = None
+    """`CUDA_VISIBLE_DEVICES` of its servers' environment (`launch.env`, a `[[hosts]]` entry's
+    over it): the GPUs they see; None: the host's own environment's."""
+
+
+class HostKind(Model):
+    """What a host's servers compute on: the GPUs they see, and the CPU."""
+
+    gpus: list[str] = Field(default_factory=list)
+    """The names of the GPUs its servers see (nvidia-smi), in their order; none without a GPU."""
+    cpu: str = ""
+    """The CPU's model name (/proc/cpuinfo)."""
+
+    def describe(self) -> str:
+        """`2 x NVIDIA H200` or `no GPU, CPU Intel(R) Xeon(R) ...`."""
+        if not self.gpus:
+            return f"no GPU, CPU {self.cpu or 'unknown'}"
+        names = sorted(set(self.gpus))
+        return ", ".join(f"{self.gpus.count(n)} x {n}" for n in names)
+
+    def same_as(self, other: "HostKind") -> bool:
+        """Of the same kind: the same GPUs (names and count); without GPUs on either, the same CPU."""
+        if self.gpus or other.gpus:
+            return sorted(self.gpus) == sorted(other.gpus)
+        return self.cpu == other.cpu
+
+
 class ArmsChoice(Model):
     """`arms = "auto"` resolved once, on the baseline server, and kept in the state (resume and
     replay make the same choice)."""

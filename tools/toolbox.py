@@ -57,6 +57,7 @@ TOOLS = (
     # what a host says about itself (where a parallel trial's files go there)
     info.expand_user,
     info.memory_fit,  # `[decide] arms = "auto"`: whether two servers fit
+    info.kind,  # cross-host arms: the reference host of the session host's kind
     info.clock,  # the search's budget in minutes, read through the door so a replay sees the recorded time
     # the LLM proposer: the model call (here) and its read-only look at the repo (where it lives)
     chat.chat,

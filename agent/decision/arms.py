@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from langgraph.runtime import Runtime
 
-from agent.context import LoopContext, call, need
-from state.arms import ArmsChoice, ArmsInUse, MemoryFit, MemoryFitArgs
+from agent.context import LoopContext, call, door_of, need
+from state.arms import ArmsChoice, ArmsInUse, HostKind, HostKindArgs, MemoryFit, MemoryFitArgs
 from state.decision import DecisionConfig
 from state.loop import LoopState
+from tools.errors import ToolError
 from tools.hosts import info
 
 GIB = 1 << 30
+VISIBLE = "CUDA_VISIBLE_DEVICES"
 
 
 def arms_in_use(state: LoopState) -> ArmsInUse:
@@ -58,14 +60,47 @@ def choice_of(cfg: DecisionConfig, fit: MemoryFit | None) -> ArmsChoice:
 
 
 def choose_arms(state: LoopState, runtime: Runtime[LoopContext]) -> ArmsChoice | None:
-    """`auto` resolved on the running baseline server (None when the target names its arms)."""
+    """`auto` resolved on the running baseline server (None when the target names its arms); a
+    reference host not of this host's kind gives alternating arms instead of cross-host."""
     cfg = state.target.decide
     if cfg.arms != "auto":
         return None
     if cfg.two_servers_fit is not None:
-        return choice_of(cfg, None)
-    server = need(state.server, "baseline server")
-    return choice_of(cfg, call(runtime, info.memory_fit, MemoryFitArgs(pgid=server.process.pgid)))
+        choice = choice_of(cfg, None)
+    else:
+        server = need(state.server, "baseline server")
+        choice = choice_of(cfg, call(runtime, info.memory_fit, MemoryFitArgs(pgid=server.process.pgid)))
+    if choice.arms != "cross-host":
+        return choice
+    name, here, there = reference_kinds(state, runtime)
+    if here.same_as(there):
+        return choice.model_copy(update={"why": f"{choice.why}; both {here.describe()}"})
+    why = f"{choice.why}, but host {name} has {there.describe()} and this one {here.describe()}"
+    return choice.model_copy(update={"arms": "alternating", "why": why})
+
+
+def reference_kinds(state: LoopState, runtime: Runtime[LoopContext]) -> tuple[str, HostKind, HostKind]:
+    """(name, this host's kind, the reference host's): `host.kind` here with the target's launch
+    environment, and there, through its own door branch (`baseline@NAME`), with that host's."""
+    name = need(state.target.decide.reference_host, "[decide] reference_host")
+    th = next(h for h in state.target.hosts if h.name == name)
+    env = state.target.launch.env
+    here = call(runtime, info.kind, HostKindArgs(cuda_visible_devices=env.get(VISIBLE)))
+    visible = th.env.get(VISIBLE, env.get(VISIBLE))
+    branch = door_of(runtime).branch(f"baseline@{name}", th.host)
+    return name, here, branch.call(info.kind, HostKindArgs(cuda_visible_devices=visible))
+
+
+def same_kind(state: LoopState, runtime: Runtime[LoopContext]) -> str:
+    """`arms = "cross-host"` named by the target: the line saying the reference host is of this
+    host's kind, or a ToolError (one line: what differs, what to do) before anything is measured."""
+    name, here, there = reference_kinds(state, runtime)
+    if not here.same_as(there):
+        raise ToolError(
+            f"[decide] reference_host = {name!r} has {there.describe()}, this host {here.describe()}: "
+            'name a host of the same kind, or set [decide] arms = "alternating"'
+        )
+    return f"reference host {name} of this host's kind ({here.describe()})"
 
 
 def arms_line(choice: ArmsChoice) -> str:

@@ -17,7 +17,7 @@ from agent.context import LoopContext, need
 from agent.decision import correctness, outputs
 from agent.decision.aalaunches import aa_launch
 from agent.decision.alternating import judge_alternating
-from agent.decision.arms import arms_in_use, arms_line, choose_arms
+from agent.decision.arms import arms_in_use, arms_line, choose_arms, same_kind
 from agent.decision.autoaa import powered
 from agent.decision.crosshost import judge_cross_host
 from agent.decision.crossover import plan_line as crossover_plan
@@ -44,6 +44,7 @@ class CiRule:
         arms resolved first, on this server."""
         choice = choose_arms(state, runtime)
         state = state.model_copy(update={"arms": choice}) if choice is not None else state
+        kind = same_kind(state, runtime) if state.target.decide.arms == "cross-host" else None
         measured = budget(state)
         m = measure_arm(state, runtime, "baseline", measured, warm_up=True)
         b = aa_launch(state, runtime, m, keep_aa(state, runtime, m), measured)  # (sequential: one more)
@@ -69,7 +70,7 @@ class CiRule:
         if arms_in_use(state) == "alternating":
             note += f"; {plan_line(noise, state.target.decide)}"
         elif arms_in_use(state) == "cross-host":
-            note += f"; {crossover_plan(noise, state.target.decide)}"
+            note += f"; {crossover_plan(noise, state.target.decide)}" + (f"; {kind}" if kind else "")
         return MeasuredBaseline(m, {**update, **more, "launch_noise": noise}, note)
 
     def judge(self, state: LoopState, runtime: Runtime[LoopContext], label: str) -> JudgedCandidate:

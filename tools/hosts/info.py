@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import platform
 import subprocess
 import time
 from pathlib import Path
 
-from state.arms import MemoryFit, MemoryFitArgs
+from state.arms import HostKind, HostKindArgs, MemoryFit, MemoryFitArgs
 from state.calls import ClockArgs, ClockResult, PathArgs
 from tools.door.registry import tool
 from tools.hosts import local
@@ -93,3 +95,28 @@ def memory_fit(args: MemoryFitArgs) -> MemoryFit:
         free_bytes=_mem_available(),
         where="host memory",
     )
+
+
+def _cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (else what `platform` says)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and ":" in line:
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+@tool("host.kind")
+def kind(args: HostKindArgs) -> HostKind:
+    """The GPUs a server would see (nvidia-smi's, picked by `CUDA_VISIBLE_DEVICES`, indices or
+    UUIDs: the args', else this process's environment's) and the CPU: what `[decide]
+    reference_host` must share with the session's host."""
+    rows = _nvidia_smi("--query-gpu=index,uuid,name") or []
+    visible = args.cuda_visible_devices
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
+    if visible is not None:
+        picks = [v.strip() for v in visible.split(",") if v.strip()]
+        rows = [r for p in picks for r in rows if p in (r[0], r[1])]
+    return HostKind(gpus=[r[2] for r in rows], cpu=_cpu_model())
