@@ -14,7 +14,7 @@ from agent.cli.common import HostPython, HostUrl, Json, TrustNew, run_command
 from agent.cli.preflight import check_repo
 from agent.cli.target import load_target, with_host
 from agent.decision.calibrate import calibrate as run_calibration
-from agent.sessions.remote import executor_for, remote_options
+from agent.sessions.remote import close_hosts, executor_for, host_executors, remote_options
 from agent.sessions.runner import Sessions, new_session_id
 from tools.door.live import LiveDoor
 
@@ -41,16 +41,19 @@ def calibrate(
         opts = remote_options(target, sid)
         console = Console()
         with executor_for(target, local_dir) as remote:
-            door = LiveDoor(sid, sessions.store, remote)
-            noise, arms = run_calibration(
-                door,
-                target,
-                sid,
-                opts.get("host_dir") or local_dir,
-                opts.get("python") or sys.executable,
-                launches,
-                lambda line: console.print(line, highlight=False),
-            )
+            door = LiveDoor(sid, sessions.store, remote, host_executors(local_dir))  # [[hosts]]: host.kind
+            try:
+                noise, arms = run_calibration(
+                    door,
+                    target,
+                    sid,
+                    opts.get("host_dir") or local_dir,
+                    opts.get("python") or sys.executable,
+                    launches,
+                    lambda line: console.print(line, highlight=False),
+                )
+            finally:
+                close_hosts()
         console.print(f"{target.name}: {noise.describe()} (for {arms} arms)", highlight=False)
         if as_json:
             print(json.dumps({"calibration": sid, "arms": arms, **noise.model_dump(mode="json")}))
