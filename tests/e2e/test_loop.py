@@ -35,8 +35,12 @@ RUNNER = "mla_server/model_runner.py"
 
 def test_demo_accepts_gather_then_cast(home: Path) -> None:
     """`perfloop demo`: patch accepted, >=3x TPOT with its CI, identical outputs, clean tree, and
-    2 launches per patch (the candidate, and its reference beside it) after the baseline."""
-    proc = perfloop(home, "demo", "--json")
+    2 launches per patch (the candidate, and its reference beside it) after the baseline.
+
+    The demo server at one layer of its four (`--server-args`, like every e2e target and the SSH
+    demo): the unpatched server does a sixth of the work, the fix keeps its ratio (~9x here); the
+    full CPU preset's >= 3x is tests/target/test_fix.py's, measured on the two servers directly."""
+    proc = perfloop(home, "demo", "--server-args=--layers 1", "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     s = last_json(proc)
     assert s["status"] == "done"
