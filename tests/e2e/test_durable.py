@@ -349,7 +349,7 @@ def finished(tmp_path_factory, engine: str, pg_server: PgServer, zygote: ForkedC
         [
             str(PERFLOOP),
             "run",
-            str(write_target(tmp / "t.toml", repo)),
+            str(write_target(tmp / "t.toml", repo, looks=1)),
             "--json",
             "--max-iterations",
             "1",
@@ -405,7 +405,7 @@ def test_edited_patches_are_validated_and_recorded(tmp_path: Path, home: Path, r
         perfloop(
             home,
             "run",
-            str(write_target(tmp_path / "t.toml", repo)),
+            str(write_target(tmp_path / "t.toml", repo, looks=1)),
             "--approve",
             "manual",
             "--json",
@@ -551,7 +551,7 @@ def test_secrets_never_reach_store_recordings_exports_or_logs(
     tmp_path: Path, home: Path, repo: Path, store: str, pg_server: PgServer
 ) -> None:
     secret = "sk-planted-" + os.urandom(8).hex()
-    target = write_target(tmp_path / "t.toml", repo)
+    target = write_target(tmp_path / "t.toml", repo, looks=1)
     text = target.read_text()
     seen = tmp_path / "seen.sha"
     target.write_text(
