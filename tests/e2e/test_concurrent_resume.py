@@ -25,7 +25,7 @@ def test_two_concurrent_resumes_one_runs_one_is_refused(
     monkeypatch.setenv("PERFLOOP_STORE", pg_server.url(pg_server.new_db()) if store == "postgres" else "")
     repo = make_repo(scratch.root / "engine")
     scratch.allow(repo)
-    target = write_target(scratch.inputs / "t.toml", repo)
+    target = write_target(scratch.inputs / "t.toml", repo, looks=1)  # the fix is kept at its first look
     scratch.allow(target)
     faults = scratch.write("faults.txt", "node:baseline\n")
     env = {**os.environ, "PERFLOOP_HOME": str(scratch.home)}

@@ -103,14 +103,25 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def armed(points: list[str], engine: str) -> list[str]:
-    """The fault points the sweep kills at: all of them on SQLite; on PostgreSQL the first point of
-    each kind (`node:` right after a checkpoint was written, `tool:` after a side effect before its
-    record, and each kind inside a tool) and the last one. The engines differ only in how the store
-    writes and reads a checkpoint, a call's record and the lease, which every kind of point crosses
-    in its own way; the other points of a kind repeat the same store operations between other
-    steps, which the SQLite sweep covers."""
+    """The fault points the sweep kills at, in the traced order. On SQLite every `node:` point (each
+    transition, right after its checkpoint was written) and, at each node's first visit, every other
+    point (`tool:` after a side effect before its record, and each kind inside a tool): the second
+    candidate and the second iteration run the same nodes' tools again in the same order, with the
+    same store operations, so of theirs only a point new to its node is armed (the accepted
+    candidate's `tool:bench.outputs`). On PostgreSQL the first point of each kind and the last one:
+    the engines differ only in how the store writes and reads a checkpoint, a call's record and the
+    lease, which every kind of point crosses in its own way; the other points of a kind repeat the
+    same store operations between other steps, which the SQLite sweep covers."""
     if engine == "sqlite":
-        return points
+        seen: set[tuple[str, str]] = set()
+        kept: list[str] = []
+        node = ""
+        for p in points:
+            node = p if p.startswith("node:") else node
+            if p.startswith("node:") or (node, p) not in seen:
+                seen.add((node, p))
+                kept.append(p)
+        return kept
     firsts = {p.split(":", 1)[0]: i for i, p in reversed(list(enumerate(points)))}
     return [points[i] for i in sorted({*firsts.values(), len(points) - 1})]
 
@@ -202,6 +213,11 @@ def test_sigkill_at_every_point_then_resume_matches_uninterrupted(
     user = dirty(repo)
     points = armed(recorded["points"], engine)
     assert {p.split(":", 1)[0] for p in points} == {"node", "tool", "git", "server", "profile"}
+    if engine == "sqlite":  # every point the session reaches, each transition every time
+        assert set(points) == set(recorded["points"])
+        assert [p for p in points if p.startswith("node:")] == [
+            p for p in recorded["points"] if p.startswith("node:")
+        ]
     faults = tmp_path / "faults.txt"
     faults.write_text("".join(p + "\n" for p in points))
 
@@ -337,13 +353,19 @@ def test_shipped_demo_recording_replays(tmp_path: Path) -> None:
     assert elapsed < 30
 
 
-def test_concurrent_resume_is_refused(tmp_path: Path, home: Path, repo: Path) -> None:
-    env = {**os.environ, "PERFLOOP_HOME": str(home)}
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, engine: str, pg_server: PgServer, zygote: ForkedCli) -> dict:
+    """One uninterrupted session on a clean tree (`run --max-iterations 1`, the fix accepted), and
+    what a `resume` of it started while it ran answered: test_concurrent_resume_is_refused checks
+    that answer, test_fork_at_every_decision_step forks the session (each made its own before)."""
+    tmp = tmp_path_factory.mktemp("finished")
+    repo, home, url = make_repo(tmp / "engine"), tmp / "home", new_store(engine, pg_server)
+    env = {**os.environ, "PERFLOOP_HOME": str(home), "PERFLOOP_STORE": url}
     runner = subprocess.Popen(
         [
             str(PERFLOOP),
             "run",
-            str(write_target(tmp_path / "t.toml", repo)),
+            str(write_target(tmp / "t.toml", repo, looks=1)),
             "--json",
             "--max-iterations",
             "1",
@@ -358,18 +380,35 @@ def test_concurrent_resume_is_refused(tmp_path: Path, home: Path, repo: Path) ->
         deadline = time.monotonic() + 120
         while not processes_in(repo) and time.monotonic() < deadline:
             time.sleep(0.2)
-        sid = last_json(perfloop(home, "sessions", "--json"))[0]["id"]
-        second = perfloop(home, "resume", sid)
-        assert second.returncode == 2
-        assert f"session {sid} is already being run by perfloop process {runner.pid}" in second.stderr
-        assert len(second.stderr.strip().splitlines()) == 1
-        assert len(processes_in(repo)) <= 2  # the one server (bash exec'd into python) at most
+        sid = last_json(perfloop(home, "sessions", "--json", env={"PERFLOOP_STORE": url}))[0]["id"]
+        second = perfloop(home, "resume", sid, env={"PERFLOOP_STORE": url})
+        servers = len(processes_in(repo))
         out, errs = runner.communicate(timeout=600)
     finally:
         runner.kill()
     assert runner.returncode == 0, errs[-2000:]
-    assert last_json(subprocess.CompletedProcess([], 0, out, errs))["server_launches"] == 2
-    assert processes_in(repo) == []
+    return {
+        "repo": repo,
+        "home": home,
+        "url": url,
+        "runner": runner.pid,
+        "session": sid,
+        "second": second,
+        "servers": servers,
+        "summary": last_json(subprocess.CompletedProcess([], 0, out, errs)),
+        "left": processes_in(repo),
+    }
+
+
+def test_concurrent_resume_is_refused(finished: dict) -> None:
+    """A `resume` while `run` runs the session is refused in one line; the run goes on undisturbed."""
+    sid, second = finished["session"], finished["second"]
+    assert second.returncode == 2
+    assert f"session {sid} is already being run by perfloop process {finished['runner']}" in second.stderr
+    assert len(second.stderr.strip().splitlines()) == 1
+    assert finished["servers"] <= 2  # the one server (bash exec'd into python) at most
+    assert finished["summary"]["session"] == sid and finished["summary"]["server_launches"] == 2
+    assert finished["left"] == []
 
 
 def test_edited_patches_are_validated_and_recorded(tmp_path: Path, home: Path, repo: Path) -> None:
@@ -382,7 +421,7 @@ def test_edited_patches_are_validated_and_recorded(tmp_path: Path, home: Path, r
         perfloop(
             home,
             "run",
-            str(write_target(tmp_path / "t.toml", repo)),
+            str(write_target(tmp_path / "t.toml", repo, looks=1)),
             "--approve",
             "manual",
             "--json",
@@ -462,14 +501,13 @@ def test_fork_refuses_to_move_a_dirty_tree(recorded: dict, monkeypatch) -> None:
     assert_clean(repo, recorded["summary"]["branch"])
 
 
-def test_fork_at_every_decision_step(tmp_path: Path, home: Path, repo: Path) -> None:
-    """From one ended session: a fork at `approve` rejects what the parent accepted; forks at
-    `propose`, `diagnose` and `profile` reuse the parent's diagnosis, re-read its profile, or launch
-    and profile afresh, and each pauses at the same proposal. Every fork ends on its own branch at
-    the parent's starting commit with a clean tree and no server."""
-    parent = last_json(
-        perfloop(home, "run", str(write_target(tmp_path / "t.toml", repo)), "--json", "--max-iterations", "1")
-    )
+def test_fork_at_every_decision_step(finished: dict, monkeypatch) -> None:
+    """From one ended session (the module's `finished`): a fork at `approve` rejects what the parent
+    accepted; forks at `propose`, `diagnose` and `profile` reuse the parent's diagnosis, re-read its
+    profile, or launch and profile afresh, and each pauses at the same proposal. Every fork ends on
+    its own branch at the parent's starting commit with a clean tree and no server."""
+    on_recorded(finished, monkeypatch)
+    home, repo, parent = finished["home"], finished["repo"], finished["summary"]
     assert parent["accepted"] == ["kv-cache-full-pool-cast"]
     store = SessionStore.open(home)
     (parent_read,) = [c for c in store.tool_calls(parent["session"]) if c.name == "profile.read"]
@@ -529,7 +567,7 @@ def test_secrets_never_reach_store_recordings_exports_or_logs(
     tmp_path: Path, home: Path, repo: Path, store: str, pg_server: PgServer
 ) -> None:
     secret = "sk-planted-" + os.urandom(8).hex()
-    target = write_target(tmp_path / "t.toml", repo)
+    target = write_target(tmp_path / "t.toml", repo, looks=1)
     text = target.read_text()
     seen = tmp_path / "seen.sha"
     target.write_text(

@@ -113,7 +113,7 @@ def test_killed_mid_conversation_resumes_unpaid_then_the_output_gate_rejects_a_w
     """SIGKILL after the model's last answer: resume pays no model call twice. The patch (attend to
     the last rows only) is faster and wrong: measured, outputs differ, rolled back. The token budget
     is then spent: the loop stops cleanly, saying so."""
-    target = write_target(tmp_path / "t.toml", repo)
+    target = write_target(tmp_path / "t.toml", repo, looks=1)  # rejected on its outputs, not timing
     faults = tmp_path / "faults.txt"
     faults.write_text("tool:code.read_texts\n")  # the first validation read, after both model calls
     args = (*MODEL_ONLY, "--llm-max-tokens", "2000")

@@ -28,6 +28,9 @@ from tests.e2e.conftest import (
 from tools.store.sessions import SessionStore
 
 pytestmark = pytest.mark.e2e
+# The sessions here run their targets at `looks=1` (tests/e2e/conftest.write_target): none proves
+# a timing verdict near the bar (the fix's ~9x is kept at its first look), and three looks only made
+# the baseline, and an accepted candidate, measure three times as many requests.
 
 BACKEND = "mla_server/attention/mla_backend.py"
 RUNNER = "mla_server/model_runner.py"
@@ -35,8 +38,12 @@ RUNNER = "mla_server/model_runner.py"
 
 def test_demo_accepts_gather_then_cast(home: Path) -> None:
     """`perfloop demo`: patch accepted, >=3x TPOT with its CI, identical outputs, clean tree, and
-    2 launches per patch (the candidate, and its reference beside it) after the baseline."""
-    proc = perfloop(home, "demo", "--json")
+    2 launches per patch (the candidate, and its reference beside it) after the baseline.
+
+    The demo server at one layer of its four (`--server-args`, like every e2e target and the SSH
+    demo): the unpatched server does a sixth of the work, the fix keeps its ratio (~9x here); the
+    full CPU preset's >= 3x is tests/target/test_fix.py's, measured on the two servers directly."""
+    proc = perfloop(home, "demo", "--server-args=--layers 1", "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     s = last_json(proc)
     assert s["status"] == "done"
@@ -95,7 +102,7 @@ def test_dirty_tree_keeps_user_changes_in_instrumented_and_patched_files(
     before = {p: (repo / p).read_text() for p in (RUNNER, BACKEND, "NOTES.md")}
     staged = git(repo, "diff", "--cached")
 
-    proc = perfloop(home, "run", str(write_target(tmp_path / "t.toml", repo)), "--json")
+    proc = perfloop(home, "run", str(write_target(tmp_path / "t.toml", repo, looks=1)), "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     s = last_json(proc)
     assert s["accepted"] == ["kv-cache-full-pool-cast"] and s["profile_method"] == "patch"
@@ -156,7 +163,7 @@ def test_bad_patches_are_refused_rolled_back_then_the_good_one_lands(
     proc = perfloop(
         home,
         "run",
-        str(write_target(tmp_path / "t.toml", repo)),
+        str(write_target(tmp_path / "t.toml", repo, looks=1)),
         "--json",
         "--playbooks",
         str(books),
@@ -197,7 +204,8 @@ def test_a_hanging_patch_is_rolled_back_then_abort_cleans_up_what_is_live(
     doc = '''        """Prefill one request: store the prompt's KV rows, then causal attention over them."""\n'''
     fail = [(doc, doc + '        raise RuntimeError("patched prefill is broken")\n')]
     playbook_variant(books, "bad-fails-requests", 0.99, edited_diff(repo, tmp_path, {BACKEND: fail}))
-    target = write_target(tmp_path / "t.toml", repo, startup_timeout_s=45)
+    # 20 s, the hung launch's wait: 6x the healthy launches' start-up (2.2-3.3 s here at one layer)
+    target = write_target(tmp_path / "t.toml", repo, startup_timeout_s=20, looks=1)
 
     proc = perfloop(home, "run", str(target), "--json", "--playbooks", str(books))
     assert proc.returncode == 1, proc.stderr[-2000:]
@@ -207,7 +215,7 @@ def test_a_hanging_patch_is_rolled_back_then_abort_cleans_up_what_is_live(
     shown = last_json(perfloop(home, "show", s["session"], "--json"))
     (hung,) = shown["decisions"]
     assert (hung["playbook"], hung["verdict"]) == ("bad-hangs-server", "failed")
-    assert "server did not become healthy within 45s and was stopped" in hung["reason"]
+    assert "server did not become healthy within 20s and was stopped" in hung["reason"]
     assert [t["node"] for t in shown["transitions"]][-10:] == [
         "apply",
         "relaunch",
@@ -281,7 +289,7 @@ def test_manual_approval_pauses_then_approve_and_reject_resume(
     `Sessions.lock`), approve, reject and fork are refused with nothing recorded; both sessions then
     replay from their recordings.
     """
-    target = write_target(tmp_path / "t.toml", repo, "api", tp_size=2)
+    target = write_target(tmp_path / "t.toml", repo, "api", tp_size=2, looks=1)
     rank1 = second_rank(home)
     paused = perfloop(home, "run", str(target), "--approve", "manual", "--json", "--max-iterations", "1")
     assert paused.returncode == 0, paused.stderr[-2000:]
@@ -328,9 +336,8 @@ def test_manual_approval_pauses_then_approve_and_reject_resume(
     assert replayed.returncode == 0 and last_json(replayed)["matches_recording"] is True, replayed.stderr
 
     repo2 = make_repo(tmp_path / "engine2")
-    paused2 = last_json(
-        perfloop(home, "run", str(write_target(tmp_path / "t2.toml", repo2)), "--approve", "manual", "--json")
-    )
+    target2 = write_target(tmp_path / "t2.toml", repo2, looks=1)
+    paused2 = last_json(perfloop(home, "run", str(target2), "--approve", "manual", "--json"))
     rejected = perfloop(home, "reject", paused2["session"], "--reason", "not this week", "--json")
     assert rejected.returncode == 0, rejected.stderr[-2000:]
     r = last_json(rejected)

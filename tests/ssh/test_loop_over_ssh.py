@@ -195,7 +195,7 @@ def test_demo_on_a_new_host_creates_the_checkout_there(
 ) -> None:
     """`perfloop demo --host URL --trust-new-host --host-python PY` with the user's own ~/.ssh
     (config naming the key, no known_hosts yet): the tree is uploaded, the repo made on the host.
-    The demo at one layer (`--server-args`): the full demo runs in tests/e2e/test_loop.py."""
+    The demo at one layer (`--server-args`), as in tests/e2e/test_loop.py."""
     user_home = tmp_path / "user"
     (user_home / ".ssh").mkdir(parents=True)
     (user_home / ".ssh" / "config").write_text(f"Host 127.0.0.1\n  IdentityFile {sshd.client_key}\n")
