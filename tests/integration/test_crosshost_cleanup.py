@@ -41,16 +41,7 @@ def test_an_interrupted_cross_host_session_stops_the_reference_host_server(tmp_p
     reference.reference_copy(ReferenceCopyArgs(repo=host_repo, dest=there / "reference", commit=head))
     proc = subprocess.Popen(["sleep", "300"], cwd=there / "reference", start_new_session=True)
     (there / "reference.pid").write_text(json.dumps({"pid": proc.pid, "pgid": os.getpgid(proc.pid)}))
-    target = TargetConfig.model_validate(
-        {
-            "name": "t",
-            "repo": str(tmp_path / "engine"),
-            "launch": {"argv": ["x"], "stop_grace_s": 1},
-            "measure": {"prompts": ["a"]},
-            "decide": {"arms": "cross-host", "reference_host": "x"},
-            "hosts": [{"name": "x", "repo": str(host_repo)}],
-        }
-    )
+    target = cross_host_target(tmp_path, host_repo)
     state = LoopState(
         session_id="s1", target=target, options=LoopOptions(session_dir=session_dir, python="python3")
     )
@@ -103,9 +94,9 @@ def test_a_killed_attempts_reference_host_is_tidied_before_the_rounds_and_given_
     assert len(git(host_repo, "worktree", "list").strip().splitlines()) == 1
 
 
-def cross_host_state(tmp_path: Path, host_repo: Path, diff: str) -> LoopState:
-    """A session measuring the fix with cross-host arms, host `x` its reference host."""
-    target = TargetConfig.model_validate(
+def cross_host_target(tmp_path: Path, host_repo: Path) -> TargetConfig:
+    """A target whose reference host `x` is a local clone at `host_repo`."""
+    return TargetConfig.model_validate(
         {
             "name": "t",
             "repo": str(tmp_path / "engine"),
@@ -115,6 +106,11 @@ def cross_host_state(tmp_path: Path, host_repo: Path, diff: str) -> LoopState:
             "hosts": [{"name": "x", "repo": str(host_repo)}],
         }
     )
+
+
+def cross_host_state(tmp_path: Path, host_repo: Path, diff: str) -> LoopState:
+    """A session measuring the fix with cross-host arms, host `x` its reference host."""
+    target = cross_host_target(tmp_path, host_repo)
     proposal = Proposal(
         iteration=1, source="fix", title="fix", explanation="e", diff=diff, files=[BACKEND],
         expected_gain_share=0.5, expected_gain_ms=None, evidence=[],
