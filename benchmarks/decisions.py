@@ -20,6 +20,10 @@ N extra passes are ~N/78 more layer work (`--detect-layers N:PAIRS`). Then, with
 `--arms alternating` launches the two trees in turn, C R | R C | ..., one launch each at a time,
 and judges on the launches' locations (agent/decision/replicates.py: the random-effects
 t-interval, launches per arm planned from each launch noise, a look after each round);
+`--arms cross-host` runs two hosts at once on this machine, the second `--host-bias` slower for
+whichever tree it runs, the trees swapping hosts every round (agent/decision/crossover.py: each
+host's reference-minus-candidate averaged, so the bias cancels; each verdict also gives the
+speedup with the hosts ignored, which the bias leaks into);
 `--arms interleaved` launches both arms at once and alternates requests between them
 (`bench.measure_pair`), calibrates from interleaved A/A pairs, and confirms an acceptance below
 `confirm_below` on a fresh pair of launches, as the loop does with `[decide] arms = "interleaved"`.
@@ -56,6 +60,15 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from agent.decision.crossover import (  # noqa: E402
+    crossover_look,
+    first_look,
+    looks_of,
+    naive_shift,
+    other,
+    rounds_planned,
+    session_arm,
+)
 from agent.decision.noise import launch_noise, pair_noise  # noqa: E402
 from agent.decision.replicates import alternating_look, launches_per_arm, prior_of  # noqa: E402
 from agent.decision.rule import (  # noqa: E402
@@ -292,6 +305,46 @@ class Bench:
                 break
         return out
 
+    def pair_cross_host(self, ref_slowdown, noises: dict[str, LaunchNoise]) -> dict:
+        """As the loop judges with cross-host arms (agent/decision/crossover.py): two hosts at
+        once, here and `there`, a machine `--host-bias` slower for whichever tree it runs (its
+        launches sleep that much longer per step); round r the candidate here and the reference
+        there (odd r), swapped (even r); per launch-noise variant its own plan of rounds, a look
+        after each round once there are df. Each verdict also carries `naive`: the speedup with
+        the hosts ignored (every launch of a tree pooled), which the host's bias leaks into."""
+        plans = {name: rounds_planned(n, self.cfg) for name, n in noises.items()}
+        budget, bias = self.args.repeats * self.cfg.looks, self.args.host_bias
+        cells: dict = {}
+        out: dict = {}
+        two = ThreadPoolExecutor(2)
+        for r in range(1, max(plans.values()) + 1):
+            if self.past_deadline():
+                return {}
+            jobs = []
+            for host, arm in (("here", session_arm(r)), ("there", other(session_arm(r)))):
+                knob = ref_slowdown if arm == "reference" else 0.0
+                if host == "there":
+                    knob = biased(knob, bias)
+                jobs.append(((host, arm), knob))
+            locs = two.map(lambda job: arm_location(self.arm(job[1], budget)), jobs)
+            for (cell, _), loc in zip(jobs, locs, strict=True):
+                cells.setdefault(cell, []).append(loc)
+            for name in sorted(set(noises) - set(out)):
+                prior = prior_of(noises[name])
+                first = first_look(prior[1])
+                if first <= r <= plans[name]:
+                    of = looks_of(plans[name], prior[1])
+                    lk, _ = crossover_look(cells, self.cfg, r - first + 1, of, prior)
+                    if lk.verdict != "undecided":
+                        out[name] = lk.model_dump() | {
+                            "launches": 2 * r,
+                            "naive": math.exp(naive_shift(cells)),
+                        }
+            if len(out) == len(noises):
+                break
+        two.shutdown()
+        return out
+
     def pair(self, ref_slowdown, noises: dict[str, LaunchNoise]) -> dict:
         """Reference arm (full budget), then the candidate look by look on one launch; {} for a
         session not started (or, with alternating arms, not finished) by `--deadline-s`."""
@@ -301,6 +354,8 @@ class Bench:
             return self.pair_interleaved(ref_slowdown, noises)
         if self.args.arms == "alternating":
             return self.pair_alternating(ref_slowdown, noises)
+        if self.args.arms == "cross-host":
+            return self.pair_cross_host(ref_slowdown, noises)
         reps = self.args.repeats
         ref = self.arm(ref_slowdown, reps * self.cfg.looks)
         h = self.launch(0.0)
@@ -323,12 +378,23 @@ class Bench:
         return out
 
 
+def biased(knob: float | tuple[float, int], bias: float) -> float | tuple[float, int]:
+    """The knob of a launch on a host `bias` slower: its sleep factor compounded (pure)."""
+    if isinstance(knob, tuple):
+        return ((1.0 + knob[0]) * (1.0 + bias) - 1.0, knob[1])
+    return (1.0 + knob) * (1.0 + bias) - 1.0
+
+
 def timed(
     bench: Bench, knob: float | tuple[float, int], noises: dict[str, LaunchNoise]
 ) -> tuple[dict, int, float]:
     """One session: its verdicts per noise variant, the launches it made and its wall seconds."""
     t0, n0, me = time.time(), len(bench.launches), threading.get_ident()
     out = bench.pair(knob, noises)
+    if (
+        bench.args.workers == 1
+    ):  # one session at a time: every launch since is its own (cross-host's in threads)
+        return out, len(bench.launches) - n0, time.time() - t0
     return out, sum(who == me for who, _ in bench.launches[n0:]), time.time() - t0
 
 
@@ -389,7 +455,10 @@ def main() -> None:
     p.add_argument("--detect-layers", action="append", default=[], help="N:PAIRS, N extra layer passes")
     p.add_argument("--max-launches-per-arm", type=int, default=4, help="alternating arms' budget")
     p.add_argument("--keep-power", type=float, default=0.8, help="[decide] keep_power: the plan's power")
-    p.add_argument("--arms", choices=["sequential", "interleaved", "alternating"], default="sequential")
+    p.add_argument(
+        "--arms", choices=["sequential", "interleaved", "alternating", "cross-host"], default="sequential"
+    )
+    p.add_argument("--host-bias", type=float, default=0.1, help="cross-host: the other host this much slower")
     p.add_argument("--server-args", default="", help="more launch.sh flags, e.g. '--layers 40'")
     p.add_argument("--deadline-s", type=float, default=0, help="start no session (or round) after this")
     p.add_argument("--aa-last", action="store_true", help="the detection scenarios before the A/A one")
@@ -477,6 +546,7 @@ def main() -> None:
                 results["scenarios"][name][k].append(lk)
             print(f"{name} pair {i + 1}/{pairs} ({launches} launches, {wall:.0f} s): " + ", ".join(
                 f"{k} {lk['speedup']:.3f}x [{lk['ci_low']:.3f}, {lk['ci_high']:.3f}] {lk['verdict']}"
+                + (f" (hosts ignored {lk['naive']:.3f}x)" if "naive" in lk else "")
                 + (f" (first pair {lk['first']}, second {lk['second']['speedup']:.3f}x)" if "first" in lk else "")
                 for k, lk in out.items()), flush=True)  # fmt: skip
         results["scenario_wall_s"][group[0][0][0]] += time.time() - t1
