@@ -14,7 +14,7 @@ from pathlib import Path
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, need
-from agent.decision.crosshost import ReferenceHost
+from agent.decision.referencehost import ReferenceHost
 from agent.sessions.interrupts import stop_servers
 from state.loop import LoopState, Proposal
 from state.options import LoopOptions
