@@ -6,6 +6,7 @@ from pydantic import Field
 
 from state.arms import ArmsConfig, ArmsInUse, LaunchLocation
 from state.base import Model
+from state.correctness import OutputsArgs, OutputsResult  # noqa: F401  (moved: old checkpoints name them here)
 from state.workload import OBJECTIVES
 
 Verdict = Literal["accepted", "rejected", "regression", "inconclusive", "undecided"]
@@ -274,33 +275,3 @@ class MechanismCheck(Model):
     """Whether the operator shrank by at least half of what was predicted."""
     note: str
     """One line, e.g. `aten::copy_ 412.0 -> 0.0 us/step (predicted -380.1): mechanism confirmed`."""
-
-
-class OutputsArgs(Model):
-    """Greedy outputs of a prompt set: one request at a time, then the first `concurrent` at once."""
-
-    base_url: str
-    """Server base URL."""
-    model: str
-    """Model name for requests."""
-    prompts: list[str]
-    """The correctness set."""
-    max_tokens: int
-    """Tokens generated per request."""
-    concurrent: int = 0
-    """How many of the prompts are also sent together."""
-    together: list[int] | None = None
-    """Which prompts are sent together (their indices, `concurrent` of them); None: the first."""
-    timeout_s: float = 300.0
-    """Per-request timeout."""
-
-
-class OutputsResult(Model):
-    """The texts the server generated."""
-
-    sequential: list[str]
-    """One per prompt, sent one at a time."""
-    concurrent: list[str]
-    """One per prompt of the concurrent batch (in `OutputsArgs.together`'s order), sent at once."""
-    duration_s: float
-    """Wall time of the whole check."""

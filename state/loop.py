@@ -9,7 +9,8 @@ from pydantic import Field, model_validator
 
 from state.arms import ArmsChoice
 from state.base import Model
-from state.decision import Judgement, LaunchNoise, MechanismCheck, OutputsResult, Prediction
+from state.correctness import OutputsResult
+from state.decision import Judgement, LaunchNoise, MechanismCheck, Prediction
 from state.diagnosis import Diagnosis, Evidence
 from state.ids import ForkStep, SessionId
 from state.limits import LongPrompts

@@ -8,7 +8,8 @@ The list fields LangGraph appends to (`profiles`, `decisions`, `transitions`, `t
 from typing import TypedDict
 
 from state.arms import ArmsChoice
-from state.decision import Judgement, LaunchNoise, MechanismCheck, OutputsResult
+from state.correctness import OutputsResult
+from state.decision import Judgement, LaunchNoise, MechanismCheck
 from state.diagnosis import Diagnosis
 from state.ids import SessionId
 from state.limits import LongPrompts

@@ -11,7 +11,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from state.calls import MeasureArgs, MeasureResult, PairArgs, PairResult
-from state.decision import OutputsArgs, OutputsResult
+from state.correctness import OutputsArgs, OutputsResult
 from state.measure import Measurement, RequestRecord, Window
 from state.workload import WorkloadConfig
 from tools.client.stats import machine_probe_ms, pair_order, summarize

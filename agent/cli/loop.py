@@ -39,7 +39,7 @@ from agent.sessions.approving import answer_session, edited_patch
 from agent.sessions.remote import remote_base
 from agent.sessions.runner import Sessions, new_session_id
 from playbooks.launch import with_flag, without_flag
-from state.target import CorrectnessConfig
+from state.correctness import CorrectnessConfig
 from tools.errors import ConfigError, ToolError
 
 

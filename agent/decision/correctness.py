@@ -22,10 +22,9 @@ import random
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, call, need
-from state.decision import OutputsArgs, OutputsResult
+from state.correctness import CorrectnessConfig, OutputsArgs, OutputsResult
 from state.limits import ContextLimitArgs, FitArgs, LongPrompts
 from state.loop import LoopState
-from state.target import CorrectnessConfig
 from state.updates import LoopUpdate
 from tools import bench, limits
 from tools.errors import ConfigError

@@ -23,8 +23,8 @@ from agent.decision.correctness import (
     names,
     take_outputs,
 )
+from state.correctness import CorrectnessConfig
 from state.loop import LoopState
-from state.target import CorrectnessConfig
 from state.tolerance import ScoreArgs, ScoreResult, ToleranceResult
 from state.updates import LoopUpdate
 from tools.tolerance import score

@@ -12,7 +12,7 @@ import shutil
 import pytest
 
 from agent.decision.outputs import compare
-from state.target import CorrectnessConfig
+from state.correctness import CorrectnessConfig
 from state.tolerance import ScoreArgs, ScoreResult
 from tests.target.conftest import SMALL, TARGET, Server, free_port, launch, wait_healthy
 from tools.tolerance.score import score

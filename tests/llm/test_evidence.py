@@ -7,8 +7,8 @@ from pathlib import Path
 
 from agent.proposer.evidence import context, port_patch
 from playbooks.engine import load_playbooks
+from state.correctness import CorrectnessConfig
 from state.loop import Decision
-from state.target import CorrectnessConfig
 from tests.llm.conftest import BACKEND, loop_state
 
 BOOK = "kv-cache-full-pool-cast"

@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from agent.decision.outputs import compare
-from state.target import CorrectnessConfig
+from state.correctness import CorrectnessConfig
 from state.tolerance import ScoreArgs, ScoredText, ScoreResult
 from tools.errors import ServerError
 from tools.tolerance.score import continuation_scores, follow, score

@@ -1,0 +1,101 @@
+"""The output gate's configuration (`[correctness]`) and the door's greedy-outputs call: what a
+candidate's outputs are compared on, and what the server generated."""
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from state.base import Model
+
+
+class CorrectnessConfig(Model):
+    """The output gate's own workload, apart from the timing one (CI-rule sessions).
+
+    Greedy outputs must be identical on: the timing prompts, `random_prompts` prompts of random
+    words drawn afresh per session (seeded by the session id, so a patch cannot be tuned to them),
+    with lengths up to `max_prompt_chars`, generating `max_tokens` each (long enough to cross the
+    sizes where kernels switch paths), sent one at a time and then `concurrent` of them at once."""
+
+    random_prompts: int = Field(2, ge=0)
+    """Random prompts added per session."""
+    min_prompt_chars: int = Field(40, ge=1)
+    """Shortest random prompt, in characters."""
+    max_prompt_chars: int = Field(600, ge=1)
+    """Longest random prompt, in characters: set it near the target's context limit (the demo's
+    byte-level tokenizer makes one token per character; BPE tokenizers about one per 4)."""
+    max_tokens: int = Field(40, ge=2)
+    """Tokens generated per correctness request."""
+    concurrent: int = Field(3, ge=0)
+    """Requests sent at once in the concurrent batch (0: none), the first prompts of the set; the
+    long prompts join that batch, so requests of every length are in flight together."""
+    long_prompts: int = Field(3, ge=0)
+    """Prompts at lengths up to the context limit: the range from one token to the limit less
+    `max_tokens` cut into this many strata, one length drawn in each per session (seeded by the
+    session id), the last exactly at the top, so its decode crosses the limit's last positions.
+    Fitted to the server's tokenizer on the baseline (one-token requests), then sent alone and
+    together like the rest of the set. 0: none (the set stays within `max_prompt_chars`)."""
+    context_tokens: int | None = Field(None, ge=2)
+    """The context limit (prompt + generated tokens of one request), where the server states none
+    or states it wrongly; unset: learned from the running server (SGLang `/get_model_info`,
+    `/get_server_info`, OpenAI `/v1/models` `max_model_len`). A session whose limit is neither
+    stated here nor learned says so and waits for a human to approve each candidate."""
+    request_timeout_s: float = Field(300.0, gt=0)
+    """Per-request timeout."""
+    policy: Literal["exact", "tolerance"] = "exact"
+    """`exact` (the default): greedy outputs identical. `tolerance`, opt-in for patches that
+    legitimately change numerics (kernel fusion, reordered reductions): the reference's greedy
+    continuation of each prompt of the set is scored by both arms on the same contexts (teacher
+    forcing through `/v1/completions` echo + logprobs); kept only when the candidate's top-1
+    agreement reaches `min_top1_agreement` and its largest logprob difference stays within
+    `max_logprob_diff`."""
+    min_top1_agreement: float | None = Field(None, gt=0, le=1)
+    """Tolerance policy: smallest fraction of scored positions whose most likely token must be
+    the reference's (e.g. 0.95)."""
+    max_logprob_diff: float | None = Field(None, ge=0)
+    """Tolerance policy: largest |log p_candidate - log p_reference| allowed at any scored
+    position, in nats (e.g. 0.1)."""
+
+    @model_validator(mode="after")
+    def _thresholds(self) -> "CorrectnessConfig":
+        """A tolerance policy states both thresholds; the exact policy takes none."""
+        given = [n for n in ("min_top1_agreement", "max_logprob_diff") if getattr(self, n) is not None]
+        if self.policy == "tolerance" and len(given) < 2:
+            raise ValueError(
+                'policy = "tolerance" needs both min_top1_agreement (e.g. 0.95) and '
+                "max_logprob_diff (e.g. 0.1) in [correctness]"
+            )
+        if self.policy == "exact" and given:
+            raise ValueError(
+                f'{" and ".join(given)} apply to policy = "tolerance" only; add it or remove them'
+            )
+        return self
+
+
+class OutputsArgs(Model):
+    """Greedy outputs of a prompt set: one request at a time, then the first `concurrent` at once."""
+
+    base_url: str
+    """Server base URL."""
+    model: str
+    """Model name for requests."""
+    prompts: list[str]
+    """The correctness set."""
+    max_tokens: int
+    """Tokens generated per request."""
+    concurrent: int = 0
+    """How many of the prompts are also sent together."""
+    together: list[int] | None = None
+    """Which prompts are sent together (their indices, `concurrent` of them); None: the first."""
+    timeout_s: float = 300.0
+    """Per-request timeout."""
+
+
+class OutputsResult(Model):
+    """The texts the server generated."""
+
+    sequential: list[str]
+    """One per prompt, sent one at a time."""
+    concurrent: list[str]
+    """One per prompt of the concurrent batch (in `OutputsArgs.together`'s order), sent at once."""
+    duration_s: float
+    """Wall time of the whole check."""
