@@ -5,8 +5,11 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import pytest
+
 from agent.cli.target import load_target
 from agent.sessions.checkpoint import serializer, state_types
+from state.correctness import OutputsResult
 from state.loop import LoopState
 from state.measure import RequestRecord
 from state.options import LoopOptions
@@ -41,19 +44,30 @@ def test_state_types_round_trip_without_unregistered_warnings(tmp_path: Path, ca
     assert not [r for r in caplog.records if "unregistered" in r.getMessage().lower()]
 
 
-def test_a_checkpoint_naming_a_models_old_module_loads(tmp_path: Path, monkeypatch, caplog) -> None:
-    """`LoopOptions` moved from state/loop.py to state/options.py: a channel value written before
-    names `state.loop.LoopOptions` and still loads as the same model (without `moved_types` in the
-    allow-list the serializer refuses it, which this test saw fail: back is not a LoopOptions)."""
-    options = LoopOptions(session_dir=tmp_path, python="python3", approve="manual")
+@pytest.mark.parametrize("moved", ["LoopOptions", "OutputsResult"])
+def test_a_checkpoint_naming_a_models_old_module_loads(
+    moved: str, tmp_path: Path, monkeypatch, caplog
+) -> None:
+    """Models moved between state modules: `LoopOptions` from state/loop.py to state/options.py,
+    `OutputsResult` from state/decision.py to state/correctness.py. A channel value written before
+    names the old module and still loads as the same model (without `moved_types` in the
+    allow-list the serializer refuses it, which this test saw fail: back is not the model)."""
+    value, old = {
+        "LoopOptions": (LoopOptions(session_dir=tmp_path, python="python3", approve="manual"), "state.loop"),
+        "OutputsResult": (
+            OutputsResult(sequential=["a"], concurrent=["b"], duration_s=1.5),
+            "state.decision",
+        ),
+    }[moved]
+    kind = type(value)
     serde = serializer()
-    monkeypatch.setattr(LoopOptions, "__module__", "state.loop")  # written by the old layout
-    written = serde.dumps_typed(options)
+    monkeypatch.setattr(kind, "__module__", old)  # written by the old layout
+    written = serde.dumps_typed(value)
     monkeypatch.undo()
-    assert b"state.loop" in written[1] and b"state.options" not in written[1]
+    assert old.encode() in written[1] and kind.__module__.encode() not in written[1]
     with caplog.at_level(logging.WARNING):
         back = serde.loads_typed(written)
-    assert isinstance(back, LoopOptions) and back == options
+    assert isinstance(back, kind) and back == value
     assert not [
         r
         for r in caplog.records
