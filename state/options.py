@@ -51,3 +51,7 @@ class LoopOptions(Model):
     arms' replicate launches, and with sequential arms one A/A launch at the baseline while the
     store holds no measured launch noise of the target on its host: True for new sessions;
     sessions recorded before it carry none and replay without."""
+    reference_host_aa: bool = False
+    """Whether cross-host arms plan and judge with both hosts' A/A launches, the reference host's
+    read from the store too (agent/decision/crosshost.py): True for new sessions; sessions
+    recorded before it carry none and replay with the session host's alone."""

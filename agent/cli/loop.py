@@ -65,6 +65,7 @@ def _options(
         "long_prompts": True,
         "power": True,
         "aa_evidence": True,
+        "reference_host_aa": True,
     }
 
 

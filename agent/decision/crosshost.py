@@ -22,7 +22,7 @@ the reference measurement's, there against that host's first reference launch. T
 host is tidied first (a killed attempt's servers, copy and branch) and before the step returns,
 whatever happened: its servers stopped, the copy removed, the commits reverted, the branch left.
 Each tree's replicate launches are kept as A/A samples of their own host (`noise.target_key`
-with that host).
+with that host), and the rounds are planned from both hosts' (`noise.across_hosts`).
 """
 
 from __future__ import annotations
@@ -52,14 +52,14 @@ from agent.decision.measuring import (
     outputs_problem,
     unlike,
 )
-from agent.decision.noise import launch_noise, target_key
+from agent.decision.noise import across_hosts, launch_noise, target_key
 from agent.decision.referencehost import ReferenceHost
 from agent.decision.replicates import prior_of
 from agent.serving import start_server
 from state.aa import AARecordArgs
 from state.arms import LaunchLocation
 from state.calls import ServerArgs
-from state.decision import Look
+from state.decision import LaunchNoise, Look
 from state.loop import LoopState
 from state.measure import Measurement
 from state.process import ServerHandle
@@ -211,10 +211,20 @@ class Crossover:
         j = len(self.launches.ms[(there.th.name, other(arm))])
         return None if px is None else f"on {other(arm)} launch {j} on host {there.th.name}: {px}"
 
+    def noise(self) -> LaunchNoise:
+        """The launch noise the rounds are planned with and the A/A prior: both hosts' A/A launches
+        (they are of one kind; `LoopOptions.reference_host_aa`), else the session host's."""
+        state, cfg = self.state, self.state.target.decide
+        if not (state.options.aa_evidence and state.options.reference_host_aa):
+            return state.launch_noise or launch_noise([], cfg)
+        keys = (target_key(state.target), target_key(state.target, self.there.th))
+        read = {k: call(self.runtime, aa.record, AARecordArgs(target_key=k)).samples for k in keys}
+        return across_hosts(read, cfg)
+
     def judge(self, tolerance: ToleranceResult | None) -> JudgedCandidate:
         """Prepare the reference host, then the rounds with a look after each once there are df."""
         state, runtime, cfg = self.state, self.runtime, self.state.target.decide
-        noise = state.launch_noise or launch_noise([], cfg)
+        noise = self.noise()
         rounds, prior = rounds_planned(noise, cfg), prior_of(noise)
         first, of = first_look(prior[1]), looks_of(rounds, prior[1])
         exact = not outputs.tolerant(state)

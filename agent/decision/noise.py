@@ -14,7 +14,7 @@ import hashlib
 import json
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from statistics import NormalDist
 
 from state.aa import AASample
@@ -90,6 +90,19 @@ def launch_noise(samples: Sequence[AASample], cfg: DecisionConfig) -> LaunchNois
             df=df,
         )
     return LaunchNoise(sigma_log=max(upper, 0.005), estimate_log=sd, launches=launches, source="aa", df=df)
+
+
+def across_hosts(stored: Mapping[str, Sequence[AASample]], cfg: DecisionConfig) -> LaunchNoise:
+    """The launch noise of hosts of one kind from each one's A/A launches (`stored` by
+    `target_key`): a launch is compared only with its own host's launches of its group, so what
+    one host runs faster than the other is not counted as launch noise (pure)."""
+    samples = [
+        s.model_copy(update={"group": f"{key}|{s.group}"})
+        for key, ss in stored.items()
+        for s in ss
+        if s.shift_log is None
+    ]
+    return launch_noise(samples, cfg)
 
 
 def pair_noise(samples: Sequence[AASample], cfg: DecisionConfig) -> LaunchNoise:

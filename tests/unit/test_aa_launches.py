@@ -176,10 +176,12 @@ def test_no_aa_launch_where_the_store_has_measured_noise_or_it_is_off(tmp_path: 
     assert "server.launch" not in door2.names()
 
 
-def test_options_recorded_before_carry_no_aa_evidence() -> None:
-    """States recorded before carry no `aa_evidence`: they replay without the new launches and
-    samples; a new session's options have it."""
+def test_options_recorded_before_carry_no_aa_evidence_nor_reference_host_reads() -> None:
+    """States recorded before carry no `aa_evidence` (nor `reference_host_aa`): they replay without
+    the new launches, samples and reads; a new session's options have them."""
     from agent.cli.loop import _options
 
-    assert LoopOptions.model_validate({"session_dir": "/x", "python": "p"}).aa_evidence is False
-    assert _options("auto", "patch", 1, [], False)["aa_evidence"] is True
+    old = LoopOptions.model_validate({"session_dir": "/x", "python": "p"})
+    assert old.aa_evidence is False and old.reference_host_aa is False
+    new = _options("auto", "patch", 1, [], False)
+    assert new["aa_evidence"] is True and new["reference_host_aa"] is True

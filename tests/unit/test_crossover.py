@@ -22,7 +22,9 @@ from agent.decision.crossover import (
     session_arm,
     smallest_kept,
 )
+from agent.decision.noise import across_hosts, launch_noise
 from agent.decision.replicates import launches_per_arm
+from state.aa import AASample
 from state.decision import DecisionConfig, LaunchNoise
 
 BIAS = math.log(1.10)
@@ -146,3 +148,33 @@ def simulate_prefix(cells: dict, rounds: int) -> dict:
         first = 1 if (host == "s") == (arm == "candidate") else 2  # that cell's first round
         out[(host, arm)] = xs[: max(0, (rounds - first) // 2 + 1)]
     return out
+
+
+def stored(
+    key: str, locations: list[float], group: str = "tree", shift: float | None = None
+) -> list[AASample]:
+    """A host's A/A launches of one tree (or interleaved pairs, with `shift`)."""
+    return [
+        AASample(
+            target_key=key, group=group, session_id="s", launch_number=i + 1,
+            location_log=x, requests=6, shift_log=shift,
+        )
+        for i, x in enumerate(locations)
+    ]  # fmt: skip
+
+
+def test_both_hosts_launches_pool_without_the_host_offset() -> None:
+    """The reference host's A/A launches count toward the launch noise of cross-host arms, each
+    compared only with its own host's launches of the same tree: a host 20% slower adds degrees of
+    freedom, not noise; pooled as one group, the offset would read as ~10% launch noise. Paired
+    (interleaved) samples are not launch locations and are left out."""
+    cfg = DecisionConfig()
+    here = stored("t@local#1", [2.300, 2.310, 2.290])
+    there = stored("t@local/x#1", [2.500, 2.512, 2.488, 2.506]) + stored("t@local/x#1", [0.0], shift=0.01)
+    alone = launch_noise(here, cfg)
+    assert alone.source == "default" and alone.sigma_log == cfg.default_launch_noise  # 3 launches
+    both = across_hosts({"t@local#1": here, "t@local/x#1": there}, cfg)
+    assert both.source == "aa" and both.launches == 7 and both.df == 5
+    assert both.estimate_log is not None and 0.008 < both.estimate_log < 0.013
+    naive = launch_noise(here + there[:4], cfg)  # the hosts not told apart
+    assert naive.estimate_log is not None and naive.estimate_log > 0.09
