@@ -81,6 +81,10 @@ arms = "{arms}"
 auto_aa_pairs = 0
 [correctness]
 long_prompts = 0  # CI: the demo's CPU prefills near its 1024-token limit cost tens of seconds (tests/e2e/test_long_context.py runs them at 256)
+random_prompts = 1  # the set of tests/e2e/conftest.write_target (the defaults took 12-14 s a check here)
+max_prompt_chars = 300
+max_tokens = 16
+concurrent = 2
 """)
     return path
 
