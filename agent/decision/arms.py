@@ -12,6 +12,7 @@ from agent.context import LoopContext, call, door_of, need
 from state.arms import ArmsChoice, ArmsInUse, HostKind, HostKindArgs, MemoryFit, MemoryFitArgs
 from state.decision import DecisionConfig
 from state.loop import LoopState
+from state.target import TrialHost
 from tools.errors import ToolError
 from tools.hosts import info
 
@@ -79,12 +80,17 @@ def choose_arms(state: LoopState, runtime: Runtime[LoopContext]) -> ArmsChoice |
     return choice.model_copy(update={"arms": "alternating", "why": why})
 
 
+def reference_host(state: LoopState) -> TrialHost:
+    """The `[[hosts]]` entry `[decide] reference_host` names (the target's validator made sure)."""
+    name = need(state.target.decide.reference_host, "[decide] reference_host")
+    return next(h for h in state.target.hosts if h.name == name)
+
+
 def reference_kinds(state: LoopState, runtime: Runtime[LoopContext]) -> tuple[str, HostKind, HostKind]:
     """(name, this host's kind, the reference host's): `host.kind` here with the target's launch
     environment, and there, through its own door branch (`baseline@NAME`), with that host's."""
-    name = need(state.target.decide.reference_host, "[decide] reference_host")
-    th = next(h for h in state.target.hosts if h.name == name)
-    env = state.target.launch.env
+    th = reference_host(state)
+    name, env = th.name, state.target.launch.env
     here = call(runtime, info.kind, HostKindArgs(cuda_visible_devices=env.get(VISIBLE)))
     visible = th.env.get(VISIBLE, env.get(VISIBLE))
     branch = door_of(runtime).branch(f"baseline@{name}", th.host)

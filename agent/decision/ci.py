@@ -19,7 +19,7 @@ from agent.decision.aalaunches import aa_launch
 from agent.decision.alternating import judge_alternating
 from agent.decision.arms import arms_in_use, arms_line, choose_arms, same_kind
 from agent.decision.autoaa import powered
-from agent.decision.crosshost import judge_cross_host
+from agent.decision.crosshost import both_hosts_noise, judge_cross_host
 from agent.decision.crossover import plan_line as crossover_plan
 from agent.decision.interleave import judge_interleaved
 from agent.decision.judging import JudgedCandidate, MeasuredBaseline, RuleVerdict
@@ -50,6 +50,8 @@ class CiRule:
         b = aa_launch(state, runtime, m, keep_aa(state, runtime, m), measured)  # (sequential: one more)
         relaunched = b.state.server != state.server
         state, m, noise = b.state, b.measurement, b.noise
+        if arms_in_use(state) == "cross-host":
+            noise = both_hosts_noise(state, runtime, noise)
         more: LoopUpdate = {"server": state.server, "launches": state.launches} if relaunched else {}
         evidence = noise.describe()
         relaunched_arms = arms_in_use(state) in ("alternating", "cross-host")

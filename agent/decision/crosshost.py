@@ -22,7 +22,7 @@ the reference measurement's, there against that host's first reference launch. T
 host is tidied first (a killed attempt's servers, copy and branch) and before the step returns,
 whatever happened: its servers stopped, the copy removed, the commits reverted, the branch left.
 Each tree's replicate launches are kept as A/A samples of their own host (`noise.target_key`
-with that host), and the rounds are planned from both hosts' (`noise.across_hosts`).
+with that host), and the baseline plans the rounds from both hosts' (`both_hosts_noise`).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from agent.context import LoopContext, call, need
 from agent.decision import outputs
 from agent.decision.aalaunches import replicate_samples
 from agent.decision.alternating import location, measure_launch, merge_all
+from agent.decision.arms import reference_host
 from agent.decision.crossover import (
     Arm,
     crossover_look,
@@ -68,6 +69,17 @@ from state.tolerance import ToleranceResult
 from tools import progress, server
 from tools.errors import ToolError
 from tools.store import aa
+
+
+def both_hosts_noise(state: LoopState, runtime: Runtime[LoopContext], noise: LaunchNoise) -> LaunchNoise:
+    """The launch noise cross-host arms plan with and take as the A/A prior, fixed on the baseline:
+    both hosts' stored A/A launches (they are of one kind), read through the door; `noise` (the
+    session host's) for sessions recorded before (`LoopOptions.reference_host_aa`)."""
+    if not (state.options.aa_evidence and state.options.reference_host_aa):
+        return noise
+    keys = (target_key(state.target), target_key(state.target, reference_host(state)))
+    read = {k: call(runtime, aa.record, AARecordArgs(target_key=k)).samples for k in keys}
+    return across_hosts(read, state.target.decide)
 
 
 def session_host(state: LoopState) -> str:
@@ -211,20 +223,10 @@ class Crossover:
         j = len(self.launches.ms[(there.th.name, other(arm))])
         return None if px is None else f"on {other(arm)} launch {j} on host {there.th.name}: {px}"
 
-    def noise(self) -> LaunchNoise:
-        """The launch noise the rounds are planned with and the A/A prior: both hosts' A/A launches
-        (they are of one kind; `LoopOptions.reference_host_aa`), else the session host's."""
-        state, cfg = self.state, self.state.target.decide
-        if not (state.options.aa_evidence and state.options.reference_host_aa):
-            return state.launch_noise or launch_noise([], cfg)
-        keys = (target_key(state.target), target_key(state.target, self.there.th))
-        read = {k: call(self.runtime, aa.record, AARecordArgs(target_key=k)).samples for k in keys}
-        return across_hosts(read, cfg)
-
     def judge(self, tolerance: ToleranceResult | None) -> JudgedCandidate:
         """Prepare the reference host, then the rounds with a look after each once there are df."""
         state, runtime, cfg = self.state, self.runtime, self.state.target.decide
-        noise = self.noise()
+        noise = state.launch_noise or launch_noise([], cfg)
         rounds, prior = rounds_planned(noise, cfg), prior_of(noise)
         first, of = first_look(prior[1]), looks_of(rounds, prior[1])
         exact = not outputs.tolerant(state)

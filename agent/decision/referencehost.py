@@ -12,6 +12,7 @@ from pathlib import Path
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, door_of, need
+from agent.decision.arms import reference_host
 from agent.decision.crossover import Arm
 from agent.decision.measuring import annotate, budget, outputs_problem, unlike, warmup_requests
 from agent.hostrun import HostRun
@@ -20,17 +21,10 @@ from state.calls import PidFileArgs, RepoArgs
 from state.fanout import TrialTask
 from state.loop import LoopState
 from state.measure import Measurement
-from state.target import TrialHost
 from state.workspace import ReferenceCopyArgs, RemoveCopyArgs
 from tools import bench, server
 from tools.errors import ToolError
 from tools.workspace import reference, repo
-
-
-def reference_host(state: LoopState) -> TrialHost:
-    """The `[[hosts]]` entry `[decide] reference_host` names (the target's validator made sure)."""
-    name = need(state.target.decide.reference_host, "[decide] reference_host")
-    return next(h for h in state.target.hosts if h.name == name)
 
 
 class ReferenceHost:
