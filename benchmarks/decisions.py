@@ -316,33 +316,32 @@ class Bench:
         budget, bias = self.args.repeats * self.cfg.looks, self.args.host_bias
         cells: dict = {}
         out: dict = {}
-        two = ThreadPoolExecutor(2)
-        for r in range(1, max(plans.values()) + 1):
-            if self.past_deadline():
-                return {}
-            jobs = []
-            for host, arm in (("here", session_arm(r)), ("there", other(session_arm(r)))):
-                knob = ref_slowdown if arm == "reference" else 0.0
-                if host == "there":
-                    knob = biased(knob, bias)
-                jobs.append(((host, arm), knob))
-            locs = two.map(lambda job: arm_location(self.arm(job[1], budget)), jobs)
-            for (cell, _), loc in zip(jobs, locs, strict=True):
-                cells.setdefault(cell, []).append(loc)
-            for name in sorted(set(noises) - set(out)):
-                prior = prior_of(noises[name])
-                first = first_look(prior[1])
-                if first <= r <= plans[name]:
-                    of = looks_of(plans[name], prior[1])
-                    lk, _ = crossover_look(cells, self.cfg, r - first + 1, of, prior)
-                    if lk.verdict != "undecided":
-                        out[name] = lk.model_dump() | {
-                            "launches": 2 * r,
-                            "naive": math.exp(naive_shift(cells)),
-                        }
-            if len(out) == len(noises):
-                break
-        two.shutdown()
+        with ThreadPoolExecutor(2) as two:  # closed on the deadline's return too
+            for r in range(1, max(plans.values()) + 1):
+                if self.past_deadline():
+                    return {}
+                jobs = []
+                for host, arm in (("here", session_arm(r)), ("there", other(session_arm(r)))):
+                    knob = ref_slowdown if arm == "reference" else 0.0
+                    if host == "there":
+                        knob = biased(knob, bias)
+                    jobs.append(((host, arm), knob))
+                locs = two.map(lambda job: arm_location(self.arm(job[1], budget)), jobs)
+                for (cell, _), loc in zip(jobs, locs, strict=True):
+                    cells.setdefault(cell, []).append(loc)
+                for name in sorted(set(noises) - set(out)):
+                    prior = prior_of(noises[name])
+                    first = first_look(prior[1])
+                    if first <= r <= plans[name]:
+                        of = looks_of(plans[name], prior[1])
+                        lk, _ = crossover_look(cells, self.cfg, r - first + 1, of, prior)
+                        if lk.verdict != "undecided":
+                            out[name] = lk.model_dump() | {
+                                "launches": 2 * r,
+                                "naive": math.exp(naive_shift(cells)),
+                            }
+                if len(out) == len(noises):
+                    break
         return out
 
     def pair(self, ref_slowdown, noises: dict[str, LaunchNoise]) -> dict:
@@ -391,9 +390,8 @@ def timed(
     """One session: its verdicts per noise variant, the launches it made and its wall seconds."""
     t0, n0, me = time.time(), len(bench.launches), threading.get_ident()
     out = bench.pair(knob, noises)
-    if (
-        bench.args.workers == 1
-    ):  # one session at a time: every launch since is its own (cross-host's in threads)
+    # one session at a time: every launch since is its own (cross-host's run in threads)
+    if bench.args.workers == 1:
         return out, len(bench.launches) - n0, time.time() - t0
     return out, sum(who == me for who, _ in bench.launches[n0:]), time.time() - t0
 
