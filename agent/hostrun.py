@@ -1,5 +1,5 @@
 """A run on one of the target's `[[hosts]]` (a parallel trial, agent/steps/trial.py; the reference
-host of cross-host arms, agent/decision/crosshost.py): that host's own checkout put on a session
+host of cross-host arms, agent/decision/arms/crosshost.py): that host's own checkout put on a session
 branch with the session's accepted patches committed, servers launched from it with their pid file
 under the session's folder there (`trials/<host>/`), and everything given back as it was found:
 the server stopped, the commits reverted, the branch left. Every call goes through the door branch

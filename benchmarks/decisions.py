@@ -7,10 +7,10 @@ A copy of the demo target gets two benchmark-only changes: `ModelRunner.forward_
 so outputs stay the same) whose result is discarded: real device work, captured in the CUDA graphs
 (the sleep adds none under graphs: it runs on the host at capture). On the glm5 preset (78 layers)
 N extra passes are ~N/78 more layer work (`--detect-layers N:PAIRS`). Then, with perfloop's own client and rule
-(agent/decision/rule.py), exactly as the loop does it:
+(agent/decision/stats/rule.py), exactly as the loop does it:
 
 1. calibration: `--calibration` launches of the unchanged tree, kept as A/A samples; the launch
-   noise (agent/decision/noise.py) comes from them, as `perfloop calibrate` would give;
+   noise (agent/decision/stats/noise.py) comes from them, as `perfloop calibrate` would give;
 2. A/A: `--aa-pairs` pairs of two fresh launches of the same tree; the reference arm measured with
    the full budget (repeats x looks per prompt), the candidate look by look on its launch;
 3. detection: for each `--detect F:N`, N pairs whose reference arm runs `BENCH_SLOWDOWN = F - 1`
@@ -18,10 +18,10 @@ N extra passes are ~N/78 more layer work (`--detect-layers N:PAIRS`). Then, with
 
 `--arms sequential` (the default) measures each arm on its own launch, one after the other;
 `--arms alternating` launches the two trees in turn, C R | R C | ..., one launch each at a time,
-and judges on the launches' locations (agent/decision/replicates.py: the random-effects
+and judges on the launches' locations (agent/decision/stats/replicates.py: the random-effects
 t-interval, launches per arm planned from each launch noise, a look after each round);
 `--arms cross-host` runs two hosts at once on this machine, the second `--host-bias` slower for
-whichever tree it runs, the trees swapping hosts every round (agent/decision/crossover.py: each
+whichever tree it runs, the trees swapping hosts every round (agent/decision/stats/crossover.py: each
 host's reference-minus-candidate averaged, so the bias cancels; each verdict also gives the
 speedup with the hosts ignored, which the bias leaks into);
 `--arms interleaved` launches both arms at once and alternates requests between them
@@ -60,7 +60,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agent.decision.crossover import (  # noqa: E402
+from agent.decision.stats.crossover import (  # noqa: E402
     crossover_look,
     first_look,
     looks_of,
@@ -69,9 +69,9 @@ from agent.decision.crossover import (  # noqa: E402
     rounds_planned,
     session_arm,
 )
-from agent.decision.noise import launch_noise, pair_noise  # noqa: E402
-from agent.decision.replicates import alternating_look, launches_per_arm, prior_of  # noqa: E402
-from agent.decision.rule import (  # noqa: E402
+from agent.decision.stats.noise import launch_noise, pair_noise  # noqa: E402
+from agent.decision.stats.replicates import alternating_look, launches_per_arm, prior_of  # noqa: E402
+from agent.decision.stats.rule import (  # noqa: E402
     arm_location,
     by_prompt,
     combined_shift,
@@ -263,7 +263,7 @@ class Bench:
 
     def pair_interleaved(self, ref_slowdown: float, noises: dict[str, LaunchNoise]) -> dict:
         """As the loop judges with interleaved arms: a pair of launches, and an acceptance below
-        `confirm_below` confirmed on a fresh pair (agent/decision/rule.py `replicated`)."""
+        `confirm_below` confirmed on a fresh pair (agent/decision/stats/rule.py `replicated`)."""
         first = self.looks_interleaved(ref_slowdown, noises)
         confirm = {k: noises[k] for k, lk in first.items() if needs_confirmation(lk, self.cfg)}
         second = self.looks_interleaved(ref_slowdown, confirm) if confirm else {}
@@ -306,7 +306,7 @@ class Bench:
         return out
 
     def pair_cross_host(self, ref_slowdown, noises: dict[str, LaunchNoise]) -> dict:
-        """As the loop judges with cross-host arms (agent/decision/crossover.py): two hosts at
+        """As the loop judges with cross-host arms (agent/decision/stats/crossover.py): two hosts at
         once, here and `there`, a machine `--host-bias` slower for whichever tree it runs (its
         launches sleep that much longer per step); round r the candidate here and the reference
         there (odd r), swapped (even r); per launch-noise variant its own plan of rounds, a look

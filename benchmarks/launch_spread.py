@@ -18,7 +18,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from decisions import PROMPTS, Bench, make_tree
 
-from agent.decision.rule import arm_location, by_prompt, combined_shift
+from agent.decision.stats.rule import arm_location, by_prompt, combined_shift
 from state.calls import MeasureArgs, PairArgs, ServerArgs
 from state.target import MeasureConfig
 from tools import server

@@ -24,8 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agent.decision.correctness import correctness_prompts, differences  # noqa: E402
-from agent.decision.outputs import compare  # noqa: E402
+from agent.decision.gate.correctness import correctness_prompts, differences  # noqa: E402
+from agent.decision.gate.outputs import compare  # noqa: E402
 from state.calls import LaunchArgs, ServerArgs  # noqa: E402
 from state.correctness import CorrectnessConfig, OutputsArgs  # noqa: E402
 from state.target import LaunchConfig  # noqa: E402

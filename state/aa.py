@@ -32,7 +32,7 @@ class AARecordArgs(Model):
     """Keep one A/A launch in the session store and read back its target's launches."""
 
     target_key: str
-    """Target and host (see agent/decision/noise.py `target_key`)."""
+    """Target and host (see agent/decision/stats/noise.py `target_key`)."""
     sample: AASample | None = None
     """The launch to keep; `None` only reads."""
     more: list[AASample] = []

@@ -177,7 +177,7 @@ class Judgement(Model):
     then that ratio, candidate over reference for a throughput); None: per-request TPOT."""
     levels: list[Look] = []
     """`[workload]` with several concurrency levels: the deciding look at each level but the
-    primary (a regression at any is the verdict; agent/decision/levels.py); empty otherwise."""
+    primary (a regression at any is the verdict; agent/decision/stats/levels.py); empty otherwise."""
 
     @property
     def reference_host(self) -> str | None:

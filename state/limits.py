@@ -53,7 +53,7 @@ class FittedPrompts(Model):
 
 
 class LongPrompts(Model):
-    """The correctness set's prompts stratified up to the context limit (agent/decision/correctness.py)."""
+    """The correctness set's prompts stratified up to the context limit (agent/decision/gate/correctness.py)."""
 
     limit: int | None
     """The context limit they reach (prompt + generated tokens); None: unknown, no long prompts."""

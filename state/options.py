@@ -40,18 +40,18 @@ class LoopOptions(Model):
     before it carry none and replay with the rule they were decided by, `iqr-v0`."""
     long_prompts: bool = False
     """Whether the correctness set reaches the context limit (`[correctness] long_prompts`,
-    agent/decision/correctness.py): True for new sessions; sessions recorded before it carry none
+    agent/decision/gate/correctness.py): True for new sessions; sessions recorded before it carry none
     and replay with the set they were checked on."""
     power: bool = False
     """Whether the baseline step gathers A/A pairs (interleaved arms), reports the session's power
-    and sizes requests and looks by `[decide] keep_gain` (agent/decision/autoaa.py): True for new
+    and sizes requests and looks by `[decide] keep_gain` (agent/decision/calibration/autoaa.py): True for new
     sessions; sessions recorded before it carry none and replay without."""
     aa_evidence: bool = False
-    """Whether more launches are kept as A/A evidence (agent/decision/aalaunches.py): alternating
+    """Whether more launches are kept as A/A evidence (agent/decision/arms/aalaunches.py): alternating
     arms' replicate launches, and with sequential arms one A/A launch at the baseline while the
     store holds no measured launch noise of the target on its host: True for new sessions;
     sessions recorded before it carry none and replay without."""
     reference_host_aa: bool = False
     """Whether cross-host arms plan and judge with both hosts' A/A launches, the reference host's
-    read from the store too (agent/decision/crosshost.py): True for new sessions; sessions
+    read from the store too (agent/decision/arms/crosshost.py): True for new sessions; sessions
     recorded before it carry none and replay with the session host's alone."""

@@ -1,5 +1,5 @@
 """The power a session has: the smallest speedup it could keep, and the requests and looks chosen
-for it (agent/decision/power.py)."""
+for it (agent/decision/stats/power.py)."""
 
 from state.base import Model
 from state.decision import LaunchNoise

@@ -5,7 +5,7 @@ request. With it each measurement is a run of windows: in a window `concurrency`
 in flight (closed loop: one ends, the next starts) until `requests` have been sent or `duration_s`
 has passed. Requests of one window share decode batches, so their timings are not independent:
 the window, not the request, is the unit of evidence, and the rule compares the arms' windows on
-the chosen `objective` (agent/decision/rule.py). Each of `[measure] repeats` is one window.
+the chosen `objective` (agent/decision/stats/rule.py). Each of `[measure] repeats` is one window.
 """
 
 from typing import Literal
@@ -38,7 +38,7 @@ class WorkloadConfig(Model):
     """Requests in flight at once within a window (with `request_rate`: at most). A list, e.g.
     `[8, 1]`, measures every level: each of `[measure] repeats` is then one window at each level,
     the decision is judged on the first (the primary) and a regression at any other rejects
-    (agent/decision/rule.py `with_levels`)."""
+    (agent/decision/stats/rule.py `with_levels`)."""
     request_rate: float | None = Field(None, gt=0)
     """Requests per second arriving in a window (open loop: Poisson arrivals drawn from `seed` and
     the window's number, the same for both arms), at most `concurrency` in flight; None: closed

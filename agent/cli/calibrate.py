@@ -13,7 +13,7 @@ from rich.console import Console
 from agent.cli.common import HostPython, HostUrl, Json, TrustNew, run_command
 from agent.cli.preflight import check_repo
 from agent.cli.target import load_target, with_host
-from agent.decision.calibrate import calibrate as run_calibration
+from agent.decision.calibration.calibrate import calibrate as run_calibration
 from agent.sessions.remote import close_hosts, executor_for, host_executors, remote_options
 from agent.sessions.runner import Sessions, new_session_id
 from tools.door.live import LiveDoor

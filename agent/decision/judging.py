@@ -1,8 +1,8 @@
 """The seam between the steps and a decision rule: what a rule does for the loop (`Rule`) and
 what it returns (`JudgedCandidate`, `RuleVerdict`).
 
-The rules: `ci-v1` (agent/decision/ci.py, every new session) and the legacy `iqr-v0`
-(agent/decision/legacy.py, the rule older recordings replay with); `agent/decision/rules.py`
+The rules: `ci-v1` (agent/decision/rules/ci.py, every new session) and the legacy `iqr-v0`
+(agent/decision/rules/legacy.py, the rule older recordings replay with); `agent/decision/rules/__init__.py`
 gives the one a session was started with.
 """
 

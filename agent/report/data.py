@@ -8,8 +8,8 @@ from datetime import datetime, timedelta
 
 import numpy as np
 
-from agent.decision.levels import at_level
-from agent.decision.rule import percentile, window_metric
+from agent.decision.stats.levels import at_level
+from agent.decision.stats.rule import percentile, window_metric
 from agent.sessions.runner import Sessions
 from agent.sessions.summary import summarize as summarize_session
 from state.loop import Approval, Decision, LoopState, Proposal

@@ -19,8 +19,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from agent.context import host_dir
-from agent.decision.arms import arms_in_use
-from agent.decision.interleave import beside_files, reference_dir
+from agent.decision.arms.arms import arms_in_use
+from agent.decision.arms.interleave import beside_files, reference_dir
 from state.calls import PathArgs, PidFileArgs
 from state.loop import LoopState
 from state.workspace import RemoveCopyArgs

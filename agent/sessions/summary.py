@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from agent.decision.arms import arms_line
-from agent.decision.correctness import refusal
-from agent.decision.levels import at_level
-from agent.decision.measuring import beside_note, serving_note
-from agent.decision.rule import percentile, pooled_metric, serving_stats
+from agent.decision.arms.arms import arms_line
+from agent.decision.arms.measuring import beside_note, serving_note
+from agent.decision.gate.correctness import refusal
+from agent.decision.stats.levels import at_level
+from agent.decision.stats.rule import percentile, pooled_metric, serving_stats
 from agent.proposer.search import trial_lines
 from state.loop import LoopState
 from state.measure import Measurement

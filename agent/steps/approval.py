@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agent.context import need
-from agent.decision.correctness import refusal
+from agent.decision.gate.correctness import refusal
 from state.loop import LoopState, Proposal
 
 

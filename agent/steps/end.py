@@ -8,8 +8,8 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from agent.context import LoopContext, call, host_dir, step, transition
-from agent.decision.arms import arms_in_use
-from agent.decision.interleave import stop_reference
+from agent.decision.arms.arms import arms_in_use
+from agent.decision.arms.interleave import stop_reference
 from agent.steps.actions import remove_instrumentation
 from state.calls import CommitArgs, LeaveBranchArgs, PidFileArgs, ServerArgs
 from state.loop import LoopState

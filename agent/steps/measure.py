@@ -8,10 +8,10 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from agent.context import LoopContext, need, step, transition
-from agent.decision.arms import arms_in_use
-from agent.decision.measuring import beside_note, serving_note
-from agent.decision.mechanism import predict
+from agent.decision.arms.arms import arms_in_use
+from agent.decision.arms.measuring import beside_note, serving_note
 from agent.decision.rules import rule_for
+from agent.decision.stats.mechanism import predict
 from state.loop import Decision, LoopState
 from state.updates import LoopUpdate
 

@@ -8,7 +8,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 
 from agent.context import LoopContext, call, need, step, transition
-from agent.decision.correctness import refusal
+from agent.decision.gate.correctness import refusal
 from agent.decision.rules import rule_for
 from agent.proposer.asking import needs_human
 from agent.proposer.feedback import model_trial

@@ -9,8 +9,8 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from agent.context import LoopContext, call, host_dir, need, step, transition
-from agent.decision import mechanism
 from agent.decision.rules import rule_for
+from agent.decision.stats import mechanism
 from agent.steps.actions import playbooks_of
 from playbooks.engine import diagnose as run_diagnosis
 from state.calls import FetchArgs, PathArgs, ProfileArgs, ProfileFiles

@@ -21,7 +21,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from agent.context import LoopContext, call, need, step, transition
-from agent.decision.correctness import refusal
+from agent.decision.gate.correctness import refusal
 from agent.proposer.asking import LLM, ask_round, needs_human, no_model_reason
 from agent.proposer.search import is_trial, search_proposal
 from agent.steps.actions import playbooks_of

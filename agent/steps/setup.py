@@ -8,7 +8,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from agent.context import LoopContext, call, host_dir, need, step, transition
-from agent.decision.measuring import beside_note, serving_note
+from agent.decision.arms.measuring import beside_note, serving_note
 from agent.decision.rules import rule_for
 from agent.serving import start_server
 from agent.steps.actions import instrument_if_needed, session_branch

@@ -20,9 +20,9 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from agent.context import LoopContext, door_of, step, transition
-from agent.decision.levels import level_looks, with_levels
-from agent.decision.measuring import machine_drift, outputs_problem, unlike
-from agent.decision.rule import arm_of, look
+from agent.decision.arms.measuring import machine_drift, outputs_problem, unlike
+from agent.decision.stats.levels import level_looks, with_levels
+from agent.decision.stats.rule import arm_of, look
 from agent.hostrun import HostRun
 from agent.proposer.feedback import divergence
 from agent.steps.fanout import settle

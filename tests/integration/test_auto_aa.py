@@ -1,4 +1,4 @@
-"""A/A pairs without asking (agent/decision/autoaa.py): the baseline step of an interleaved session
+"""A/A pairs without asking (agent/decision/calibration/autoaa.py): the baseline step of an interleaved session
 launches the tree again beside the real demo server, keeps each pair in the store through the
 door, and reports its power; a store that already holds enough pairs costs no launch."""
 
@@ -13,9 +13,9 @@ from langgraph.runtime import Runtime
 
 from agent.cli.target import load_target
 from agent.context import LoopContext, call
-from agent.decision.autoaa import powered
-from agent.decision.measuring import budget, measure_arm, record_aa
-from agent.decision.noise import UPPER_BOUND, chi2_quantile, target_key
+from agent.decision.arms.measuring import budget, measure_arm, record_aa
+from agent.decision.calibration.autoaa import powered
+from agent.decision.stats.noise import UPPER_BOUND, chi2_quantile, target_key
 from agent.serving import start_server
 from state.aa import AARecordArgs, AASample
 from state.calls import ServerArgs

@@ -2,7 +2,7 @@
 server there (its pid file `trials/<host>/reference.pid`, a real process running in the reference
 copy) and removes that copy, a real git worktree of the host's checkout
 (agent/sessions/interrupts.py); a killed attempt's leftovers are undone by the resumed step
-(agent/decision/crosshost.py)."""
+(agent/decision/arms/crosshost.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, need
-from agent.decision.referencehost import ReferenceHost
+from agent.decision.arms.referencehost import ReferenceHost
 from agent.sessions.interrupts import stop_servers
 from state.loop import LoopState, Proposal
 from state.options import LoopOptions

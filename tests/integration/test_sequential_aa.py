@@ -1,4 +1,4 @@
-"""One A/A launch without asking (agent/decision/aalaunches.py): the baseline step of a sequential
+"""One A/A launch without asking (agent/decision/arms/aalaunches.py): the baseline step of a sequential
 session on the real demo server, with too few A/A launches stored for a measured launch noise,
 launches the tree once more, keeps both launches through the door, and its power line and launch
 noise are the measured ones; the store then holds enough, so a later session launches none."""
@@ -13,9 +13,9 @@ from langgraph.runtime import Runtime
 
 from agent.cli.target import load_target
 from agent.context import LoopContext, call
-from agent.decision.aalaunches import wants_launch
-from agent.decision.ci import CiRule
-from agent.decision.noise import target_key
+from agent.decision.arms.aalaunches import wants_launch
+from agent.decision.rules.ci import CiRule
+from agent.decision.stats.noise import target_key
 from agent.serving import start_server
 from state.aa import AARecordArgs, AASample
 from state.calls import ServerArgs

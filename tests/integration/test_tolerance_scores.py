@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 
-from agent.decision.outputs import compare
+from agent.decision.gate.outputs import compare
 from state.correctness import CorrectnessConfig
 from state.tolerance import ScoreArgs, ScoreResult
 from tests.target.conftest import SMALL, TARGET, Server, free_port, launch, wait_healthy

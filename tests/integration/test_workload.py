@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from agent.decision.levels import at_level
-from agent.decision.measuring import merge
-from agent.decision.rule import arm_of, look
+from agent.decision.arms.measuring import merge
+from agent.decision.stats.levels import at_level
+from agent.decision.stats.rule import arm_of, look
 from state.calls import MeasureArgs, PairArgs, ServerArgs
 from state.decision import DecisionConfig, LaunchNoise
 from state.measure import Measurement

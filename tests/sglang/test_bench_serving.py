@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.decision.measuring import beside_note
+from agent.decision.arms.measuring import beside_note
 from state.calls import MeasureArgs
 from state.target import BenchServingConfig, MeasureConfig
 from state.workload import WorkloadConfig

@@ -1,4 +1,4 @@
-"""A/A evidence from launches a session makes anyway (agent/decision/aalaunches.py): alternating
+"""A/A evidence from launches a session makes anyway (agent/decision/arms/aalaunches.py): alternating
 arms' replicate launches kept per tree and session, and one sequential A/A launch at the baseline
 while the store holds no measured launch noise; servers and measurements from a script, the A/A
 store for real."""
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.decision.aalaunches import Side, aa_launch, keep_replicates, replicate_samples, wants_launch
-from agent.decision.measuring import keep_aa, measure_arm
-from agent.decision.noise import launch_noise, pooled_sd, sample_group, target_key
+from agent.decision.arms.aalaunches import Side, aa_launch, keep_replicates, replicate_samples, wants_launch
+from agent.decision.arms.measuring import keep_aa, measure_arm
+from agent.decision.stats.noise import launch_noise, pooled_sd, sample_group, target_key
 from state.aa import AARecordArgs, AASample
 from state.arms import LaunchLocation
 from state.loop import LoopState

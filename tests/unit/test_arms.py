@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from agent.decision.arms import arms_in_use, arms_line, choice_of, fits
+from agent.decision.arms.arms import arms_in_use, arms_line, choice_of, fits
 from state.arms import ArmsChoice, MemoryFit, MemoryFitArgs
 from state.decision import DecisionConfig
 from tools.hosts.info import memory_fit

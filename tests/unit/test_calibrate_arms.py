@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.decision.calibrate import calibrate, resolve_arms
+from agent.decision.calibration.calibrate import calibrate, resolve_arms
 from tests.unit.aa_door import ScriptedDoor, runtime_of, session
 
 

@@ -12,7 +12,7 @@ from langgraph.graph import START, StateGraph
 
 from agent.cli.target import load_target
 from agent.context import LoopContext
-from agent.decision.correctness import correctness_prompts, differences, refusal
+from agent.decision.gate.correctness import correctness_prompts, differences, refusal
 from agent.sessions.summary import summarize as summarize_session
 from agent.steps.patch import approve
 from state.correctness import CorrectnessConfig, OutputsResult

@@ -1,4 +1,4 @@
-"""Cross-host arms' statistics (agent/decision/crossover.py) on simulated launches of a two-host
+"""Cross-host arms' statistics (agent/decision/stats/crossover.py) on simulated launches of a two-host
 crossover with a known launch SD and a known host bias: the estimate is unbiased where pooling
 the hosts is not, the interval covers at its level, the plan of rounds and the looks."""
 
@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from agent.decision.crossover import (
+from agent.decision.stats.crossover import (
     crossover_effect,
     crossover_look,
     first_look,
@@ -22,8 +22,8 @@ from agent.decision.crossover import (
     session_arm,
     smallest_kept,
 )
-from agent.decision.noise import across_hosts, launch_noise
-from agent.decision.replicates import launches_per_arm
+from agent.decision.stats.noise import across_hosts, launch_noise
+from agent.decision.stats.replicates import launches_per_arm
 from state.aa import AASample
 from state.decision import DecisionConfig, LaunchNoise
 

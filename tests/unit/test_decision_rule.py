@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from agent.decision.noise import chi2_quantile, launch_noise, pooled_sd
-from agent.decision.rule import (
+from agent.decision.stats.noise import chi2_quantile, launch_noise, pooled_sd
+from agent.decision.stats.rule import (
     arm_stats,
     bootstrap_shifts,
     by_prompt,

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from agent.decision.arms import choose_arms, same_kind
+from agent.decision.arms.arms import choose_arms, same_kind
 from state.arms import HostKind, HostKindArgs
 from state.target import TrialHost
 from tests.unit.aa_door import ScriptedDoor, handle, runtime_of, session

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.decision.noise import noise_for, pair_noise
-from agent.decision.rule import needs_confirmation, replicated
+from agent.decision.stats.noise import noise_for, pair_noise
+from agent.decision.stats.rule import needs_confirmation, replicated
 from state.aa import AASample
 from state.decision import DecisionConfig, Look
 from state.workspace import ReferenceCopyArgs, RemoveCopyArgs

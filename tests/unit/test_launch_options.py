@@ -3,7 +3,7 @@
 import pytest
 from pydantic import ValidationError
 
-from agent.decision.legacy import judge
+from agent.decision.rules.legacy import judge
 from playbooks.engine import load_playbooks
 from playbooks.launch import change_conflict, describe, edited_argv, with_flag, without_flag
 from playbooks.schema import LaunchEdit, Playbook

@@ -1,9 +1,9 @@
-"""agent/decision/legacy.py: the legacy `iqr-v0` acceptance rule (recordings made with it replay
+"""agent/decision/rules/legacy.py: the legacy `iqr-v0` acceptance rule (recordings made with it replay
 with it; new sessions use `ci-v1`, tests/unit/test_decision_rule.py)."""
 
 from __future__ import annotations
 
-from agent.decision.legacy import judge
+from agent.decision.rules.legacy import judge
 from state.measure import Measurement, RequestRecord
 from tools.client.stats import summarize
 

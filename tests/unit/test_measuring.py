@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agent.decision.measuring import content_fingerprint, merge, outputs_problem, unlike
+from agent.decision.arms.measuring import content_fingerprint, merge, outputs_problem, unlike
 from agent.sessions.summary import summarize as summarize_session
 from state.decision import Judgement, LaunchNoise, Look
 from state.measure import RequestRecord
@@ -85,7 +85,7 @@ def test_the_summary_reports_the_decisive_candidate(tmp_path) -> None:
 
 
 def test_machine_drift_is_the_ratio_of_the_arms_cpu_probes() -> None:
-    from agent.decision.measuring import machine_drift
+    from agent.decision.arms.measuring import machine_drift
 
     assert machine_drift(m(["a"], probe_ms=[10.0, 12.0]), m(["a"], probe_ms=[22.0])) == 2.0
     assert machine_drift(m(["a"], probe_ms=[22.0]), m(["a"], probe_ms=[10.0, 12.0])) == 2.0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agent.decision.mechanism import check, predict
+from agent.decision.stats.mechanism import check, predict
 from state.diagnosis import Diagnosis, Evidence
 from state.loop import Proposal
 from state.profile import OpStat, ProfileSummary

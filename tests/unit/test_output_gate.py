@@ -8,7 +8,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 from pydantic import ValidationError
 
-from agent.decision.outputs import compare
+from agent.decision.gate.outputs import compare
 from state.correctness import CorrectnessConfig
 from state.tolerance import ScoreArgs, ScoredText, ScoreResult
 from tools.errors import ServerError

@@ -1,4 +1,4 @@
-"""The power a session has (agent/decision/power.py), checked against the rule itself on simulated
+"""The power a session has (agent/decision/stats/power.py), checked against the rule itself on simulated
 launches, and the sizing of requests and looks for `[decide] keep_gain`."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from agent.decision.noise import pair_df, pair_noise, shared_df
-from agent.decision.power import keeps, more_pairs, request_spread, sized, standard_error
-from agent.decision.rule import look
+from agent.decision.stats.noise import pair_df, pair_noise, shared_df
+from agent.decision.stats.power import keeps, more_pairs, request_spread, sized, standard_error
+from agent.decision.stats.rule import look
 from state.aa import AASample
 from state.decision import DecisionConfig, LaunchNoise
 

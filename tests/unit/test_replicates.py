@@ -1,4 +1,4 @@
-"""Alternating arms' statistics (agent/decision/replicates.py) on simulated launches with a known
+"""Alternating arms' statistics (agent/decision/stats/replicates.py) on simulated launches with a known
 between-launch SD: the t quantiles, the interval's coverage, the plan of launches, and the
 sequential looks' error rates."""
 
@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from agent.decision.replicates import (
+from agent.decision.stats.replicates import (
     alternating_look,
     effect_ci,
     launches_per_arm,

@@ -15,7 +15,7 @@ from rich.console import Console
 
 from agent.cli import render
 from agent.cli.target import load_target
-from agent.decision.mechanism import predict
+from agent.decision.stats.mechanism import predict
 from agent.sessions.summary import summarize
 from agent.steps.approval import approval_request
 from agent.steps.profile import mechanism_checks

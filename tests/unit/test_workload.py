@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from agent.cli.target import load_target
-from agent.decision.measuring import merge, serving_note
-from agent.decision.rule import arm_of, arm_stats, look, window_cost
+from agent.decision.arms.measuring import merge, serving_note
+from agent.decision.stats.rule import arm_of, arm_stats, look, window_cost
 from agent.proposer.search import _objective
 from state.decision import ArmStats, DecisionConfig, Judgement, LaunchNoise
 from state.loop import Decision

@@ -15,7 +15,7 @@ from rich.console import Console
 from agent.cli import render
 from agent.cli.sessions import not_compared
 from agent.cli.target import load_target
-from agent.decision.measuring import beside_note, merge
+from agent.decision.arms.measuring import beside_note, merge
 from agent.report import plots
 from agent.report.data import arms
 from agent.sessions.summary import summarize

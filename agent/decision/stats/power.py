@@ -1,7 +1,7 @@
 """The power a session has, as pure functions: the smallest speedup it could keep, and the
 requests and looks a candidate needs for the gain worth keeping, up to a budget.
 
-The rule (agent/decision/rule.py) accepts when the lower end of the speedup CI at a look clears
+The rule (agent/decision/stats/rule.py) accepts when the lower end of the speedup CI at a look clears
 1 + `min_gain`. At the last look both arms hold `repeats x looks` requests per prompt (a sequential
 reference is measured with that budget up front; an interleaved one grows with the candidate), so
 the log shift's standard error there is

@@ -3,7 +3,7 @@
 Sessions recorded before the CI rule carry no `decision_rule` and replay with this one, as they
 were decided: one measurement of each arm (`measure_server`), the median TPOT must beat the
 reference's by more than the larger interquartile range, every prompt's greedy output must
-match. The only module that names the rule; the steps reach it through `agent/decision/rules.py`.
+match. The only module that names the rule; the steps reach it through `agent/decision/rules/__init__.py`.
 """
 
 from __future__ import annotations

@@ -2,11 +2,11 @@
 `reference_host` names one of the target's `[[hosts]]`): a crossover of the session's host and the
 reference host, both running at the same time, swapping trees every round (round 1: the
 candidate here, the server `relaunch` started, and the reference there; round 2 the other way
-round; ...), so that the hosts' own speed difference cancels (agent/decision/crossover.py).
+round; ...), so that the hosts' own speed difference cancels (agent/decision/stats/crossover.py).
 
 Here the trees are the alternating arms' (the candidate in the target's checkout, the reference
 from the worktree of the candidate's parent, `interleave.reference_tree`, pid file
-`reference.pid`). On the reference host (agent/decision/referencehost.py) a `HostRun` (agent/hostrun.py, what parallel trials use)
+`reference.pid`). On the reference host (agent/decision/arms/referencehost.py) a `HostRun` (agent/hostrun.py, what parallel trials use)
 puts that host's checkout on a session branch with the session's accepted patches, commits the
 candidate's patch on it (the candidate tree), and checks the commit before it out as a reference
 copy beside it (`trials/<host>/reference`, pid file `reference.pid` there; the candidate's is
@@ -33,11 +33,19 @@ from pathlib import Path
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, call, need
-from agent.decision import outputs
-from agent.decision.aalaunches import replicate_samples
-from agent.decision.alternating import location, measure_launch, merge_all
-from agent.decision.arms import reference_host
-from agent.decision.crossover import (
+from agent.decision.arms.aalaunches import replicate_samples
+from agent.decision.arms.alternating import location, measure_launch, merge_all
+from agent.decision.arms.arms import reference_host
+from agent.decision.arms.interleave import launch_beside, reference_tree, role_of, stop_reference
+from agent.decision.arms.measuring import (
+    judgement_of,
+    outputs_problem,
+    unlike,
+)
+from agent.decision.arms.referencehost import ReferenceHost
+from agent.decision.gate import outputs
+from agent.decision.judging import JudgedCandidate
+from agent.decision.stats.crossover import (
     Arm,
     crossover_look,
     first_look,
@@ -46,16 +54,8 @@ from agent.decision.crossover import (
     rounds_planned,
     session_arm,
 )
-from agent.decision.interleave import launch_beside, reference_tree, role_of, stop_reference
-from agent.decision.judging import JudgedCandidate
-from agent.decision.measuring import (
-    judgement_of,
-    outputs_problem,
-    unlike,
-)
-from agent.decision.noise import across_hosts, launch_noise, target_key
-from agent.decision.referencehost import ReferenceHost
-from agent.decision.replicates import prior_of
+from agent.decision.stats.noise import across_hosts, launch_noise, target_key
+from agent.decision.stats.replicates import prior_of
 from agent.serving import start_server
 from state.aa import AARecordArgs
 from state.arms import LaunchLocation

@@ -1,12 +1,12 @@
 """The decision rule `ci-v1` (every new session): the CI of the speedup, from per-request timings
-(agent/decision/rule.py) and the launch noise of A/A launches (agent/decision/noise.py), over
-sequential looks, after the output gate (agent/decision/outputs.py).
+(agent/decision/stats/rule.py) and the launch noise of A/A launches (agent/decision/stats/noise.py), over
+sequential looks, after the output gate (agent/decision/gate/outputs.py).
 
 The baseline is measured with the reference arm's full budget, kept as an A/A sample (with
 sequential arms and no measured launch noise stored, the tree is launched once more for a second
-one: agent/decision/aalaunches.py), and takes the gate's reference outputs; a candidate is
-measured look by look on its own launch (agent/decision/measuring.py) or with the reference
-launched beside it (agent/decision/interleave.py, `[decide] arms = "interleaved"`).
+one: agent/decision/arms/aalaunches.py), and takes the gate's reference outputs; a candidate is
+measured look by look on its own launch (agent/decision/arms/measuring.py) or with the reference
+launched beside it (agent/decision/arms/interleave.py, `[decide] arms = "interleaved"`).
 """
 
 from __future__ import annotations
@@ -14,17 +14,24 @@ from __future__ import annotations
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, need
-from agent.decision import correctness, outputs
-from agent.decision.aalaunches import aa_launch
-from agent.decision.alternating import judge_alternating
-from agent.decision.arms import arms_in_use, arms_line, choose_arms, same_kind
-from agent.decision.autoaa import powered
-from agent.decision.crosshost import both_hosts_noise, judge_cross_host
-from agent.decision.crossover import plan_line as crossover_plan
-from agent.decision.interleave import judge_interleaved
+from agent.decision.arms.aalaunches import aa_launch
+from agent.decision.arms.alternating import judge_alternating
+from agent.decision.arms.arms import arms_in_use, arms_line, choose_arms, same_kind
+from agent.decision.arms.crosshost import both_hosts_noise, judge_cross_host
+from agent.decision.arms.interleave import judge_interleaved
+from agent.decision.arms.measuring import (
+    budget,
+    judge_candidate,
+    keep_aa,
+    measure_arm,
+    outputs_problem,
+    unlike,
+)
+from agent.decision.calibration.autoaa import powered
+from agent.decision.gate import correctness, outputs
 from agent.decision.judging import JudgedCandidate, MeasuredBaseline, RuleVerdict
-from agent.decision.measuring import budget, judge_candidate, keep_aa, measure_arm, outputs_problem, unlike
-from agent.decision.replicates import plan_line
+from agent.decision.stats.crossover import plan_line as crossover_plan
+from agent.decision.stats.replicates import plan_line
 from state.loop import LoopState
 from state.updates import LoopUpdate
 

@@ -1,7 +1,7 @@
 """A/A evidence from the launches a session makes anyway, and one more launch where the store has
 no measured launch noise.
 
-- Alternating arms (agent/decision/alternating.py) launch each tree up to k times, one server at a
+- Alternating arms (agent/decision/arms/alternating.py) launch each tree up to k times, one server at a
   time, and reduce each launch to one location: the replicate launches of one tree are A/A
   launches. `keep_replicates` keeps them in the A/A store (`aa.record`, through the door, one
   call per candidate) as single-launch samples of the target on its host, grouped by tree and
@@ -30,10 +30,10 @@ from typing import Literal
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, call, need
-from agent.decision.arms import arms_in_use
-from agent.decision.measuring import keep_aa, measure_arm
-from agent.decision.noise import launch_noise, noise_for, session_group, target_key
-from agent.decision.rule import arm_location, arm_of
+from agent.decision.arms.arms import arms_in_use
+from agent.decision.arms.measuring import keep_aa, measure_arm
+from agent.decision.stats.noise import launch_noise, noise_for, session_group, target_key
+from agent.decision.stats.rule import arm_location, arm_of
 from agent.serving import start_server
 from state.aa import AARecordArgs, AASample
 from state.arms import LaunchLocation

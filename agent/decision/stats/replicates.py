@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from statistics import NormalDist
 
-from agent.decision.rule import verdict_of
+from agent.decision.stats.rule import verdict_of
 from state.decision import DecisionConfig, LaunchNoise, Look, Verdict
 
 

@@ -19,10 +19,7 @@ from pathlib import Path
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, call, host_dir, need
-from agent.decision import outputs
-from agent.decision.judging import JudgedCandidate
-from agent.decision.levels import level_looks, with_levels
-from agent.decision.measuring import (
+from agent.decision.arms.measuring import (
     annotate,
     judgement_of,
     measure_arm,
@@ -30,8 +27,11 @@ from agent.decision.measuring import (
     outputs_problem,
     warmup_requests,
 )
-from agent.decision.noise import pair_noise
-from agent.decision.rule import arm_of, look, needs_confirmation, replicated
+from agent.decision.gate import outputs
+from agent.decision.judging import JudgedCandidate
+from agent.decision.stats.levels import level_looks, with_levels
+from agent.decision.stats.noise import pair_noise
+from agent.decision.stats.rule import arm_of, look, needs_confirmation, replicated
 from agent.serving import launch_args, measure_args
 from state.calls import MeasureArgs, PairArgs, PidFileArgs, RepoArgs, ServerArgs
 from state.decision import LaunchNoise, Look

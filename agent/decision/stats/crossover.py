@@ -25,8 +25,8 @@ from collections.abc import Mapping, Sequence
 from statistics import NormalDist
 from typing import Literal
 
-from agent.decision.replicates import prior_of, t_quantile, worth_keeping
-from agent.decision.rule import verdict_of
+from agent.decision.stats.replicates import prior_of, t_quantile, worth_keeping
+from agent.decision.stats.rule import verdict_of
 from state.decision import DecisionConfig, LaunchNoise, Look, Verdict
 
 Arm = Literal["reference", "candidate"]

@@ -1,4 +1,4 @@
-"""Cross-host arms' reference host (`[decide] reference_host`, agent/decision/crosshost.py): that
+"""Cross-host arms' reference host (`[decide] reference_host`, agent/decision/arms/crosshost.py): that
 host's checkout with the two trees on a session branch (a `HostRun`, agent/hostrun.py, what
 parallel trials use: the session's accepted patches, the candidate committed, the commit before it
 checked out as a reference copy `trials/<host>/reference`), one server at a time there, each launch
@@ -12,9 +12,9 @@ from pathlib import Path
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, door_of, need
-from agent.decision.arms import reference_host
-from agent.decision.crossover import Arm
-from agent.decision.measuring import annotate, budget, outputs_problem, unlike, warmup_requests
+from agent.decision.arms.arms import reference_host
+from agent.decision.arms.measuring import annotate, budget, outputs_problem, unlike, warmup_requests
+from agent.decision.stats.crossover import Arm
 from agent.hostrun import HostRun
 from agent.serving import measure_args
 from state.calls import PidFileArgs, RepoArgs

@@ -5,7 +5,7 @@ the A/A store holds fewer than `[decide] min_aa_pairs` pairs of this target on t
 `keep_gain`, while the launch noise alone keeps that gain out of reach) the baseline step launches
 the tree again beside the running baseline server (`auto_aa_pairs` times at most, one launch
 each) and keeps each pair as `perfloop calibrate` does (`aa_pair`, shared with it). Pairs sharing
-the baseline launch count with fewer degrees of freedom (`noise.pair_df`). Then the power (agent/decision/power.py) is computed from the launch noise and
+the baseline launch count with fewer degrees of freedom (`noise.pair_df`). Then the power (agent/decision/stats/power.py) is computed from the launch noise and
 the per-request spread seen on the baseline and the pairs, and with `[decide] keep_gain` the
 requests per look and the looks are chosen for it: the session's target carries them from then on.
 A sequential reference measured with fewer requests than that is topped up on its launch.
@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, call, need
-from agent.decision.arms import arms_in_use
-from agent.decision.interleave import launch_beside, pair_args, stop_reference
-from agent.decision.measuring import budget, measure_arm, merge, warmup_requests
-from agent.decision.noise import pair_noise, sample_group, target_key
-from agent.decision.power import keeps, more_pairs, request_spread, sized
-from agent.decision.rule import Arm, arm_location, arm_of, combined_shift
+from agent.decision.arms.arms import arms_in_use
+from agent.decision.arms.interleave import launch_beside, pair_args, stop_reference
+from agent.decision.arms.measuring import budget, measure_arm, merge, warmup_requests
+from agent.decision.stats.noise import pair_noise, sample_group, target_key
+from agent.decision.stats.power import keeps, more_pairs, request_spread, sized
+from agent.decision.stats.rule import Arm, arm_location, arm_of, combined_shift
 from state.aa import AARecordArgs, AASample
 from state.calls import PairArgs, PairResult
 from state.decision import LaunchNoise

@@ -1,7 +1,7 @@
 """The output gate, by the target's `[correctness] policy`.
 
 - `exact` (the default): the candidate's greedy outputs on the correctness set must equal the
-  reference's (agent/decision/correctness.py).
+  reference's (agent/decision/gate/correctness.py).
 - `tolerance` (opt-in): the baseline's greedy continuation of each prompt of the set, generated
   and scored on the baseline server, is scored by the candidate on the same contexts (teacher
   forcing, tools/tolerance/score.py: logprobs from one prefill, greedy agreement on the decode path);
@@ -15,7 +15,7 @@ from __future__ import annotations
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, call, need
-from agent.decision.correctness import (
+from agent.decision.gate.correctness import (
     all_prompts,
     batch_indices,
     differences,

@@ -4,7 +4,7 @@ Each launch is measured like a baseline (warm-ups discarded, `repeats x looks` r
 and kept in the A/A store (`aa_launches` in the session store) under the target and host; the
 loop's baselines add to the same store. With interleaved arms each sample is a pair of launches
 measured together. `[decide] arms = "auto"` is resolved as a session resolves it
-(agent/decision/arms.py: the target's `two_servers_fit`, else `host.memory_fit` on the first
+(agent/decision/arms/arms.py: the target's `two_servers_fit`, else `host.memory_fit` on the first
 launch, which then counts as the first A/A launch), and the samples are those the resolved arms
 use (alternating arms: single launches). Every call goes through a recording door, under a
 session id of its own (`calibrate-...`), like a loop session's.
@@ -18,11 +18,11 @@ from pathlib import Path
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, call, need
-from agent.decision.arms import arms_in_use, arms_line, choose_arms
-from agent.decision.autoaa import aa_pair
-from agent.decision.interleave import launch_beside, stop_reference
-from agent.decision.measuring import budget, measure_arm, record_aa
-from agent.decision.noise import pair_noise
+from agent.decision.arms.arms import arms_in_use, arms_line, choose_arms
+from agent.decision.arms.interleave import launch_beside, stop_reference
+from agent.decision.arms.measuring import budget, measure_arm, record_aa
+from agent.decision.calibration.autoaa import aa_pair
+from agent.decision.stats.noise import pair_noise
 from agent.serving import start_server
 from state.arms import ArmsInUse
 from state.calls import ServerArgs

@@ -11,7 +11,7 @@ at 8 but slows 1 down beyond its CI is not kept. Other levels' gains are reporte
 
 from __future__ import annotations
 
-from agent.decision.rule import by_window, look
+from agent.decision.stats.rule import by_window, look
 from state.decision import DecisionConfig, LaunchNoise, Look, Verdict
 from state.measure import Measurement
 from state.workload import WorkloadConfig

@@ -1,7 +1,7 @@
 """Alternating arms (`[decide] arms = "alternating"`, or `auto` where two servers do not fit): the
 candidate tree and the reference tree launched in turn on the same host, one server at a time,
 each up to k times (k planned from the launch noise and `[decide] keep_gain`,
-agent/decision/replicates.py), every launch measured with its warm-ups discarded and reduced to
+agent/decision/stats/replicates.py), every launch measured with its warm-ups discarded and reduced to
 one location; the effect and its CI come from the launches themselves (a random-effects model).
 
 Rounds alternate their order, C R | R C | C R | ..., so a drift of the host's speed that is linear
@@ -14,7 +14,7 @@ candidate's parent as interleaved arms' (`interleave.reference_tree`, pid file `
 removed before the step returns whatever happened. The candidate's server is left running when
 the last launch was the candidate's; when it was the reference's and the candidate is accepted,
 the candidate is launched once more (unmeasured) for the next profile. A tree's replicate
-launches are kept as A/A samples for later sessions (agent/decision/aalaunches.py).
+launches are kept as A/A samples for later sessions (agent/decision/arms/aalaunches.py).
 """
 
 from __future__ import annotations
@@ -25,11 +25,9 @@ from typing import Literal
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, call, need
-from agent.decision import outputs
-from agent.decision.aalaunches import keep_replicates
-from agent.decision.interleave import launch_beside, reference_tree, role_of, stop_reference
-from agent.decision.judging import JudgedCandidate
-from agent.decision.measuring import (
+from agent.decision.arms.aalaunches import keep_replicates
+from agent.decision.arms.interleave import launch_beside, reference_tree, role_of, stop_reference
+from agent.decision.arms.measuring import (
     annotate,
     budget,
     judgement_of,
@@ -38,9 +36,11 @@ from agent.decision.measuring import (
     unlike,
     warmup_requests,
 )
-from agent.decision.noise import launch_noise
-from agent.decision.replicates import alternating_look, launches_per_arm, prior_of
-from agent.decision.rule import arm_location, arm_of
+from agent.decision.gate import outputs
+from agent.decision.judging import JudgedCandidate
+from agent.decision.stats.noise import launch_noise
+from agent.decision.stats.replicates import alternating_look, launches_per_arm, prior_of
+from agent.decision.stats.rule import arm_location, arm_of
 from agent.serving import measure_args, start_server
 from state.arms import LaunchLocation
 from state.calls import RepoArgs, ServerArgs

@@ -4,7 +4,7 @@
   requests per prompt, measured on its own launch before the tree changes: its server is gone when
   the candidate runs, so it is measured with the full budget up front.
 - A candidate gets `repeats` requests per prompt per look on its one launch; after each look the
-  rule (agent/decision/rule.py) says accepted, rejected, regression or undecided; undecided adds
+  rule (agent/decision/stats/rule.py) says accepted, rejected, regression or undecided; undecided adds
   another batch, with no relaunch, until `looks` are spent (then inconclusive). Outputs are
   compared first: a candidate whose greedy outputs differ is never timed further.
 - Both arms are measured alike: same client, workload and warm-up per launch (warm-ups are
@@ -21,12 +21,12 @@ from typing import Any
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, call, need
-from agent.decision import outputs
-from agent.decision.arms import arms_in_use
+from agent.decision.arms.arms import arms_in_use
+from agent.decision.gate import outputs
 from agent.decision.judging import JudgedCandidate
-from agent.decision.levels import at_level, level_looks, with_levels
-from agent.decision.noise import launch_noise, noise_for, sample_group, target_key
-from agent.decision.rule import arm_location, arm_of, arm_stats, look, percentile, serving_stats
+from agent.decision.stats.levels import at_level, level_looks, with_levels
+from agent.decision.stats.noise import launch_noise, noise_for, sample_group, target_key
+from agent.decision.stats.rule import arm_location, arm_of, arm_stats, look, percentile, serving_stats
 from agent.serving import measure_server
 from state.aa import AARecordArgs, AASample
 from state.calls import RepoArgs
