@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from statistics import NormalDist
 from typing import Literal
 
-from agent.decision.stats.replicates import prior_of, t_quantile, worth_keeping
+from agent.decision.stats.replicates import kept_by, plan_text, planned, prior_of, t_quantile
 from agent.decision.stats.rule import verdict_of
 from state.decision import DecisionConfig, LaunchNoise, Look, Verdict
 
@@ -148,30 +148,16 @@ def rounds_planned(noise: LaunchNoise | None, cfg: DecisionConfig) -> int:
     """The fewest rounds (>= `first_look`) with which a true gain worth keeping is accepted with
     `keep_power` under `noise`, at most `max_launches_per_arm` (but never fewer than one look
     needs) (pure)."""
-    sigma = noise.sigma_log if noise is not None else cfg.default_launch_noise
-    margin = math.log(worth_keeping(cfg)) - math.log(1.0 + cfg.min_gain)
-    df0 = prior_of(noise)[1]
-    low = first_look(df0)
-    high = max(low, cfg.max_launches_per_arm)
-    for r in range(low, high + 1):
-        if margin > 0 and half_width(sigma, r, cfg, df0) <= margin:
-            return r
-    return high
+    return planned(noise, cfg, half_width, first_look(prior_of(noise)[1]))[0]
 
 
 def smallest_kept(noise: LaunchNoise | None, cfg: DecisionConfig, rounds: int) -> float:
     """The smallest true speedup `rounds` rounds keep with `keep_power` (pure)."""
-    sigma = noise.sigma_log if noise is not None else cfg.default_launch_noise
-    return math.exp(math.log(1.0 + cfg.min_gain) + half_width(sigma, rounds, cfg, prior_of(noise)[1]))
+    return kept_by(noise, cfg, half_width, rounds)
 
 
 def plan_line(noise: LaunchNoise | None, cfg: DecisionConfig) -> str:
     """`cross-host arms (reference host b): up to 4 rounds (...); smallest gain kept ... 1.21x`."""
-    r = rounds_planned(noise, cfg)
-    sigma = noise.sigma_log if noise is not None else cfg.default_launch_noise
-    return (
-        f"cross-host arms (reference host {cfg.reference_host}): up to {r} rounds, each tree launched "
-        f"once a round, on the two hosts in turn (launch noise {sigma:.1%}, gain worth keeping "
-        f"{worth_keeping(cfg):.2f}x, at most {cfg.max_launches_per_arm}); smallest gain kept with "
-        f"{cfg.keep_power:.0%} power {smallest_kept(noise, cfg, r):.2f}x"
-    )
+    r, kept = planned(noise, cfg, half_width, first_look(prior_of(noise)[1]))
+    how = f"{r} rounds, each tree launched once a round, on the two hosts in turn"
+    return plan_text(noise, cfg, f"cross-host arms (reference host {cfg.reference_host})", how, kept)

@@ -18,7 +18,7 @@ The number of launches is planned so that a true gain worth keeping (`[decide] k
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from statistics import NormalDist
 
@@ -147,30 +147,50 @@ def worth_keeping(cfg: DecisionConfig) -> float:
     return 1.0 + (cfg.keep_gain if cfg.keep_gain is not None else PLANNED_GAIN)
 
 
-def launches_per_arm(noise: LaunchNoise | None, cfg: DecisionConfig) -> int:
-    """The fewest launches per arm (>= 2) with which a true gain worth keeping (`worth_keeping`) is
-    accepted with `keep_power` (80%) under `noise`, at most `max_launches_per_arm` (pure)."""
+Width = Callable[[float, int, DecisionConfig, int], float]
+"""A planned interval's half-width beyond the true effect: (sigma, launches or rounds, cfg, prior df)."""
+
+
+def planned(noise: LaunchNoise | None, cfg: DecisionConfig, width: Width, low: int) -> tuple[int, float]:
+    """The fewest launches per arm (or rounds) n >= `low` whose `width` lets a true gain worth
+    keeping (`worth_keeping`) be accepted with `keep_power` under `noise`, at most
+    `max_launches_per_arm` (never under `low`); and the smallest true speedup n keeps (pure)."""
     sigma = noise.sigma_log if noise is not None else cfg.default_launch_noise
     margin = math.log(worth_keeping(cfg)) - math.log(1.0 + cfg.min_gain)
     df0 = prior_of(noise)[1]
-    for k in range(2, cfg.max_launches_per_arm + 1):
-        if margin > 0 and half_width(sigma, k, cfg, df0) <= margin:
-            return k
-    return cfg.max_launches_per_arm
+    high = max(low, cfg.max_launches_per_arm)
+    n = next((n for n in range(low, high + 1) if margin > 0 and width(sigma, n, cfg, df0) <= margin), high)
+    return n, kept_by(noise, cfg, width, n)
+
+
+def kept_by(noise: LaunchNoise | None, cfg: DecisionConfig, width: Width, n: int) -> float:
+    """The smallest true speedup n launches per arm (or rounds) keep with `keep_power` (pure)."""
+    sigma = noise.sigma_log if noise is not None else cfg.default_launch_noise
+    return math.exp(math.log(1.0 + cfg.min_gain) + width(sigma, n, cfg, prior_of(noise)[1]))
 
 
 def smallest_kept(noise: LaunchNoise | None, cfg: DecisionConfig, k: int) -> float:
-    """The smallest true speedup that k launches per arm keep with `keep_power` (80%) (pure)."""
+    """The smallest true speedup that k launches per arm keep with `keep_power` (pure)."""
+    return kept_by(noise, cfg, half_width, k)
+
+
+def plan_text(noise: LaunchNoise | None, cfg: DecisionConfig, arms: str, how: str, kept: float) -> str:
+    """The baseline's plan line, for alternating and cross-host arms alike (pure)."""
     sigma = noise.sigma_log if noise is not None else cfg.default_launch_noise
-    return math.exp(math.log(1.0 + cfg.min_gain) + half_width(sigma, k, cfg, prior_of(noise)[1]))
+    return (
+        f"{arms}: up to {how} (launch noise {sigma:.1%}, gain worth keeping "
+        f"{worth_keeping(cfg):.2f}x, at most {cfg.max_launches_per_arm}); smallest gain kept with "
+        f"{cfg.keep_power:.0%} power {kept:.2f}x"
+    )
+
+
+def launches_per_arm(noise: LaunchNoise | None, cfg: DecisionConfig) -> int:
+    """The fewest launches per arm (>= 2) with which a true gain worth keeping is accepted with
+    `keep_power` under `noise`, at most `max_launches_per_arm` (pure)."""
+    return planned(noise, cfg, half_width, 2)[0]
 
 
 def plan_line(noise: LaunchNoise | None, cfg: DecisionConfig) -> str:
     """`alternating arms: up to 4 launches per arm (...); smallest gain kept with 80% power 1.21x`."""
-    k = launches_per_arm(noise, cfg)
-    sigma = noise.sigma_log if noise is not None else cfg.default_launch_noise
-    return (
-        f"alternating arms: up to {k} launches per arm (launch noise {sigma:.1%}, gain worth keeping "
-        f"{worth_keeping(cfg):.2f}x, at most {cfg.max_launches_per_arm}); smallest gain kept with "
-        f"{cfg.keep_power:.0%} power {smallest_kept(noise, cfg, k):.2f}x"
-    )
+    k, kept = planned(noise, cfg, half_width, 2)
+    return plan_text(noise, cfg, "alternating arms", f"{k} launches per arm", kept)
