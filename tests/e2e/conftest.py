@@ -20,6 +20,40 @@ PERFLOOP = Path(sys.executable).parent / "perfloop"
 BUILTIN_PLAYBOOK = ROOT / "playbooks" / "catalog" / "kv-cache-full-pool-cast" / "playbook.toml"
 
 
+LOOP_NODES = [
+    "prepare",
+    "instrument",
+    "launch",
+    "baseline",
+    "profile",
+    "diagnose",
+    "propose",
+    "approve",
+    "cleanup",
+    "apply",
+    "relaunch",
+    "measure",
+    "decide",
+]
+"""The nodes a one-patch session passes through, in order, up to its first decision."""
+
+CI_MEASURE = """[measure]
+prompts = ["Explain the KV cache.", "Write a haiku about GPUs."]
+max_tokens = 12
+repeats = 3
+"""
+"""The smaller workload of CI's demo sessions (the demo's own is larger)."""
+
+CI_CORRECTNESS = """[correctness]
+random_prompts = 1
+max_prompt_chars = 300
+max_tokens = 16
+concurrent = 2
+long_prompts = 0  # CI: the demo's CPU prefills near its 1024-token limit cost tens of seconds (tests/e2e/test_long_context.py runs them at 256)
+"""
+"""CI's correctness set: one short random prompt, no long contexts (the defaults took 12-14 s a check)."""
+
+
 def git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
 

@@ -14,6 +14,7 @@ import pytest
 
 from agent.sessions.runner import Sessions
 from tests.e2e.conftest import (
+    LOOP_NODES,
     assert_clean,
     confirming_launches,
     edited_diff,
@@ -68,21 +69,7 @@ def test_demo_accepts_gather_then_cast(home: Path) -> None:
     # the baseline, then per patch the candidate and its reference, and a confirming pair if any
     assert s["server_launches"] == 1 + 2 * len(s["accepted"]) + confirming_launches(shown["decisions"])
     nodes = [t["node"] for t in shown["transitions"]]
-    assert nodes[:13] == [
-        "prepare",
-        "instrument",
-        "launch",
-        "baseline",
-        "profile",
-        "diagnose",
-        "propose",
-        "approve",
-        "cleanup",
-        "apply",
-        "relaunch",
-        "measure",
-        "decide",
-    ]
+    assert nodes[:13] == LOOP_NODES
     assert nodes[-1] == "finish"
     assert shown["tool_calls"] >= 10
     listed = last_json(perfloop(home, "sessions", "--json"))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import assert_clean, last_json, perfloop, processes_in
+from tests.e2e.conftest import CI_CORRECTNESS, CI_MEASURE, assert_clean, last_json, perfloop, processes_in
 from tools.store.sessions import SessionStore
 
 pytestmark = pytest.mark.e2e
@@ -25,17 +25,7 @@ tp_size = 2
 argv = ["bash", "launch.sh", "--port", "{{port}}", "--preset", "cpu", "--threads", "1", "--tp-size", "2"]
 env = {{ PYTHON = "{{python}}" }}
 startup_timeout_s = 120
-[measure]
-prompts = ["Explain the KV cache.", "Write a haiku about GPUs."]
-max_tokens = 12
-repeats = 3
-[correctness]
-random_prompts = 1
-max_prompt_chars = 300
-max_tokens = 16
-concurrent = 2
-long_prompts = 0  # CI: the demo's CPU prefills near its 1024-token limit cost tens of seconds (tests/e2e/test_long_context.py runs them at 256)
-[profile]
+{CI_MEASURE}{CI_CORRECTNESS}[profile]
 method = "patch"
 [decide]
 looks = 1

@@ -181,6 +181,22 @@ class Sshd:
             ssh_config.write_text(f"Host 127.0.0.1\n  IdentityFile {self.client_key}\n")
         return known, ssh_config
 
+    def host_toml(self, tmp: Path, python: str, *more: str, table: str = "host") -> str:
+        """A target file's `[host]` table (or `table`, e.g. `hosts.host`) for this sshd with the good
+        client key (client files in `tmp`), the host's `python`, and `more` lines (`keepalive_s = 2`)."""
+        known, ssh_config = self.client_files(tmp)
+        q = json.dumps  # a JSON string is a valid TOML basic string, quotes and all
+        lines = [
+            f"[{table}]",
+            'kind = "ssh"',
+            f'url = "ssh://root@127.0.0.1:{self.port}"',
+            f"known_hosts = {q(str(known))}",
+            f"config_file = {q(str(ssh_config))}",
+            f"python = {q(python)}",
+            *more,
+        ]
+        return "\n".join(lines) + "\n"
+
     def config(self, tmp: Path, **fields: object) -> SSHHostConfig:
         """A host config for this sshd with the good client key (via a temp SSH config file)."""
         known, ssh_config = self.client_files(tmp)

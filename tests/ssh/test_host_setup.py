@@ -101,21 +101,13 @@ def test_a_run_from_a_terminal_offers_setup_on_first_use(sshd: Sshd, tmp_path: P
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True)
     bare = str(tmp_path / "bare" / "bin" / "python")
     repo = make_repo(tmp_path / "engine")
-    known, ssh_config = sshd.client_files(tmp_path / "client")
-    q = json.dumps
     target = tmp_path / "t.toml"
     target.write_text(f"""
 name = "bare host"
 kind = "mla_server"
-repo = {q(str(repo))}
+repo = {json.dumps(str(repo))}
 model = "mla-demo"
-[host]
-kind = "ssh"
-url = "ssh://root@127.0.0.1:{sshd.port}"
-known_hosts = {q(str(known))}
-config_file = {q(str(ssh_config))}
-python = {q(bare)}
-[launch]
+{sshd.host_toml(tmp_path / "client", bare)}[launch]
 argv = ["bash", "launch.sh", "--port", "{{port}}"]
 [measure]
 prompts = ["Explain the KV cache."]

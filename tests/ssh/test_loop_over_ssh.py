@@ -18,26 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import git, last_json, make_repo, perfloop
+from tests.e2e.conftest import CI_CORRECTNESS, CI_MEASURE, LOOP_NODES, git, last_json, make_repo, perfloop
 from tests.procs import processes_in
 from tests.ssh.conftest import Sshd, answered_requests, free_port, remote_calls
 
 BACKEND = "mla_server/attention/mla_backend.py"
-LOCAL_NODES = [
-    "prepare",
-    "instrument",
-    "launch",
-    "baseline",
-    "profile",
-    "diagnose",
-    "propose",
-    "approve",
-    "cleanup",
-    "apply",
-    "relaunch",
-    "measure",
-    "decide",
-]
 
 
 # The sequential sessions here run at `looks=1`, as the local e2e sessions do (tests/e2e/test_loop.py):
@@ -51,41 +36,22 @@ def ssh_target(path: Path, repo: Path, sshd: Sshd, client: Path, *, arms: str, l
     """A target TOML whose host is the test sshd (known_hosts and an SSH config with the key), its
     arms pinned (`[decide] arms`, see examples/targets/mla_server.toml), `looks` as in
     tests/e2e/conftest.write_target."""
-    known, ssh_config = sshd.client_files(client)
-    q = json.dumps  # a JSON string is a valid TOML basic string, quotes and all
     path.write_text(f"""
 name = "mla_server over ssh"
 kind = "mla_server"
-repo = {q(str(repo))}
+repo = {json.dumps(str(repo))}
 model = "mla-demo"
-[host]
-kind = "ssh"
-url = "ssh://root@127.0.0.1:{sshd.port}"
-known_hosts = {q(str(known))}
-config_file = {q(str(ssh_config))}
-python = {q(sys.executable)}
-keepalive_s = 2
-[launch]
+{sshd.host_toml(client, sys.executable, "keepalive_s = 2")}[launch]
 argv = ["bash", "launch.sh", "--port", "{{port}}", "--preset", "cpu", "--threads", "1", "--layers", "1"]
 # The local e2e runs inherit PYTHONDONTWRITEBYTECODE from the test environment; an SSH session
 # starts from sshd's environment, so the target says it (else __pycache__ shows as untracked).
 env = {{ PYTHON = "{{python}}", PYTHONDONTWRITEBYTECODE = "1" }}
 startup_timeout_s = 120
-[measure]
-prompts = ["Explain the KV cache.", "Write a haiku about GPUs."]
-max_tokens = 12
-repeats = 3
-[decide]
+{CI_MEASURE}[decide]
 looks = {looks}
 arms = "{arms}"
 auto_aa_pairs = 0
-[correctness]
-long_prompts = 0  # CI: the demo's CPU prefills near its 1024-token limit cost tens of seconds (tests/e2e/test_long_context.py runs them at 256)
-random_prompts = 1  # the set of tests/e2e/conftest.write_target (the defaults took 12-14 s a check here)
-max_prompt_chars = 300
-max_tokens = 16
-concurrent = 2
-""")
+{CI_CORRECTNESS}""")
     return path
 
 
@@ -133,7 +99,7 @@ def assert_same_result_as_local(home: Path, s: dict, repo: Path, sshd: Sshd, arm
     assert git(repo, "diff", "--name-only", "HEAD~1", "HEAD").split() == [BACKEND]
     assert processes_in(repo) == [], "server process left running"
     nodes = [t["node"] for t in shown["transitions"]]
-    assert nodes[:13] == LOCAL_NODES and nodes[-1] == "finish"
+    assert nodes[:13] == LOOP_NODES and nodes[-1] == "finish"
     # Host-side files stayed on the host; the traces were fetched here for reading.
     host_dir = remote_session_dir(sshd, s["session"])
     assert sorted(p.name for p in (host_dir / "logs").iterdir()) == logs

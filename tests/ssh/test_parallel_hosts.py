@@ -21,7 +21,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import edited_diff, git, last_json, make_repo, perfloop, playbook_variant
+from tests.e2e.conftest import (
+    CI_CORRECTNESS,
+    CI_MEASURE,
+    edited_diff,
+    git,
+    last_json,
+    make_repo,
+    perfloop,
+    playbook_variant,
+)
 from tests.procs import processes_in
 from tests.ssh.conftest import Sshd, answered_requests, free_port, remote_calls
 from tools.store.sessions import SessionStore
@@ -37,15 +46,7 @@ def host_table(name: str, repo: Path, sshd: Sshd, client: Path) -> str:
 [[hosts]]
 name = "{name}"
 repo = {q(str(repo))}
-[hosts.host]
-kind = "ssh"
-url = "ssh://root@127.0.0.1:{sshd.port}"
-known_hosts = {q(str(client / "known_hosts"))}
-config_file = {q(str(client / "ssh_config"))}
-python = {q(sys.executable)}
-connect_timeout_s = 5
-keepalive_s = 2
-"""
+{sshd.host_toml(client, sys.executable, "connect_timeout_s = 5", "keepalive_s = 2", table="hosts.host")}"""
 
 
 def write_target(path: Path, repo: Path, hosts: str) -> Path:
@@ -58,14 +59,7 @@ model = "mla-demo"
 argv = ["bash", "launch.sh", "--port", "{{port}}", "--preset", "cpu", "--threads", "1", "--layers", "1"]
 env = {{ PYTHON = "{{python}}", PYTHONDONTWRITEBYTECODE = "1" }}
 startup_timeout_s = 120
-[measure]
-prompts = ["Explain the KV cache.", "Write a haiku about GPUs."]
-max_tokens = 12
-repeats = 3
-[correctness]
-random_prompts = 1
-long_prompts = 0  # CI: the demo's CPU prefills near its 1024-token limit cost tens of seconds (tests/e2e/test_long_context.py runs them at 256)
-[decide]
+{CI_MEASURE}{CI_CORRECTNESS}[decide]
 looks = 1
 arms = "sequential"  # its behaviour before the `auto` default (interleaved here): 158 s against ~100 in CI
 auto_aa_pairs = 0  # no A/A launch at the baseline (a launch CI's budget has no room for)

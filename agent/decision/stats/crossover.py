@@ -25,9 +25,8 @@ from collections.abc import Mapping, Sequence
 from statistics import NormalDist
 from typing import Literal
 
-from agent.decision.stats.replicates import kept_by, plan_text, planned, prior_of, t_quantile
-from agent.decision.stats.rule import verdict_of
-from state.decision import DecisionConfig, LaunchNoise, Look, Verdict
+from agent.decision.stats.replicates import kept_by, launches_look, plan_text, planned, prior_of, t_quantile
+from state.decision import DecisionConfig, LaunchNoise, Look
 
 Arm = Literal["reference", "candidate"]
 Cells = Mapping[tuple[str, Arm], Sequence[float]]
@@ -108,29 +107,7 @@ def crossover_look(
     level = 1.0 - (1.0 - cfg.confidence) / of
     n_ref = sum(len(xs) for (_, arm), xs in cells.items() if arm == "reference")
     n_cand = sum(len(xs) for (_, arm), xs in cells.items() if arm == "candidate")
-    est = crossover_effect(cells, level, prior)
-    last = look >= of
-    shift, sd, df = (est[0], est[3], est[4]) if est is not None else (0.0, 0.0, 0)
-    if est is None or df == 0:
-        verdict: Verdict = "inconclusive" if last else "undecided"
-        ci_low, ci_high = 0.0, 1e9
-    else:
-        ci_low, ci_high = math.exp(est[1]), math.exp(est[2])
-        verdict = verdict_of(ci_low, ci_high, cfg.min_gain, last_look=last)
-    lk = Look(
-        look=look,
-        of=of,
-        speedup=math.exp(shift),
-        ci_low=ci_low,
-        ci_high=ci_high,
-        level=level,
-        prompts=1,
-        requests_reference=n_ref,
-        requests_candidate=n_cand,
-        verdict=verdict,
-    )
-    noise = LaunchNoise(sigma_log=sd, estimate_log=sd, launches=n_ref + n_cand, source="replicates", df=df)
-    return lk, noise
+    return launches_look(cfg, look, of, crossover_effect(cells, level, prior), n_ref, n_cand)
 
 
 def half_width(sigma: float, rounds: int, cfg: DecisionConfig, prior_df: int = 0) -> float:

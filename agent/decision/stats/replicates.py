@@ -105,7 +105,23 @@ def alternating_look(
     noise it rests on (pure); the Look's `requests_*` count launches."""
     level = 1.0 - (1.0 - cfg.confidence) / of
     shift, low, high, sd, df = effect_ci(reference, candidate, level, prior)
+    return launches_look(cfg, look, of, (shift, low, high, sd, df), len(reference), len(candidate))
+
+
+def launches_look(
+    cfg: DecisionConfig,
+    look: int,
+    of: int,
+    est: tuple[float, float, float, float, int] | None,
+    n_ref: int,
+    n_cand: int,
+) -> tuple[Look, LaunchNoise]:
+    """The Look of an effect estimated over launches (`est`: log shift, its interval, the SD per
+    launch and its df; None or df 0: nothing estimable yet) and its launch noise, for alternating
+    and cross-host arms alike; `requests_*` count launches (pure)."""
+    level = 1.0 - (1.0 - cfg.confidence) / of
     last = look >= of
+    shift, low, high, sd, df = est if est is not None else (0.0, 0.0, 0.0, 0.0, 0)
     if df == 0:
         verdict: Verdict = "inconclusive" if last else "undecided"
         ci_low, ci_high = 0.0, 1e9
@@ -120,13 +136,11 @@ def alternating_look(
         ci_high=ci_high,
         level=level,
         prompts=1,
-        requests_reference=len(reference),
-        requests_candidate=len(candidate),
+        requests_reference=n_ref,
+        requests_candidate=n_cand,
         verdict=verdict,
     )
-    noise = LaunchNoise(
-        sigma_log=sd, estimate_log=sd, launches=len(reference) + len(candidate), source="replicates", df=df
-    )
+    noise = LaunchNoise(sigma_log=sd, estimate_log=sd, launches=n_ref + n_cand, source="replicates", df=df)
     return lk, noise
 
 
