@@ -14,7 +14,7 @@ import pytest
 
 from tests.e2e.conftest import git, last_json, perfloop, write_target
 from tests.llm.conftest import BACKEND, NEW, fix_answer
-from tests.llm.fake_openai import ScriptedModel, reply
+from tests.llm.fake_openai import ScriptedModel, Step, reply
 from tests.procs import processes_in
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -31,7 +31,7 @@ def test_a_hostile_model_keeps_neither_hidden_code_nor_a_prefixed_flag(
 ) -> None:
     target = write_target(tmp_path / "t.toml", repo, looks=1)
     target.write_text(target.read_text() + "\n[proposer]\nlaunch_options = true\n")
-    script = [
+    script: list[Step] = [
         reply(fix_answer(new=HIDDEN)),
         reply("The server should take requests from the benchmark host.\nLAUNCH: set --hos 0.0.0.0\n"),
         reply(fix_answer()),
