@@ -95,6 +95,8 @@ def approval(console: Console, req: dict) -> None:
         console.print("    runs now:   " + shlex.join(req["launch_argv"]), highlight=False)
     else:
         console.print("files touched: " + ", ".join(req["files"]))
+        if req.get("argv_now"):
+            console.print("launch command: " + shlex.join(req["argv_now"]), highlight=False)
     if req.get("predicted_speedup") is not None:
         paired = f", {req['paired_speedup']:.2f}x with {req['paired_with']}" if req.get("paired_with") else ""
         console.print(f"predicted: {req['predicted_speedup']:.2f}x{paired}")
@@ -116,8 +118,9 @@ def approval(console: Console, req: dict) -> None:
     hunks = re.findall(r"^\+\+\+ b/(\S+)\n@@ -(\d+)", req["diff"], flags=re.M)
     console.print("patch changes: " + ", ".join(f"{f}:{line}" for f, line in hunks))
     console.print(Syntax(visible(req["diff"]), "diff", word_wrap=True))
+    digest = f" --digest {req['digest']}" if req.get("digest") else ""
     console.print(
-        f"approve: perfloop approve {req['session']}\nreject:  perfloop reject {req['session']} --reason TEXT"
+        f"approve: perfloop approve {req['session']}{digest}\nreject:  perfloop reject {req['session']} --reason TEXT"
     )
     if req.get("candidates"):
         ids = [c["playbook"] for c in req["candidates"]]
@@ -208,8 +211,8 @@ def show(console: Console, info: SessionInfo, state: LoopState, calls: list[Tool
         console.print(f"accepted commit {c.sha[:10]} on {c.branch}: {c.subject}")
     for line in trial_lines(state):
         console.print(f"search trial {line}", highlight=False)
-    if state.launch_argv:
-        console.print("session launch command (accepted launch options): " + shlex.join(state.launch_argv))
+    launched = "accepted launch options" if state.launch_argv else "the target's"
+    console.print(f"session launch command ({launched}): " + shlex.join(state.argv), highlight=False)
     console.print(f"{len(calls)} tool calls recorded; status {info.status}")
     u = state.llm_usage
     if u.calls:

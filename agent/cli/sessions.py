@@ -123,10 +123,14 @@ def show(session: str, as_json: Json = False) -> None:
         s = Sessions()
         info, state = s.info(session), s.state(session)
         calls = s.store.tool_calls(session)
+        pending = s.pending_approval(session)  # as stored now, with the argv it runs and its digest
         if as_json:
-            print(json.dumps(render.show_json(info, state, calls)))
+            print(json.dumps(render.show_json(info, state, calls) | {"pending_approval": pending}))
         else:
-            render.show(terminal.console(), info, state, calls)
+            out = terminal.console()
+            render.show(out, info, state, calls)
+            if pending is not None:
+                render.approval(out, pending)
 
     run_command(body)
 
