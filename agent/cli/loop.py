@@ -66,6 +66,7 @@ def _options(
         "power": True,
         "aa_evidence": True,
         "reference_host_aa": True,
+        "launch_allowlist": True,
     }
 
 

@@ -127,8 +127,9 @@ class Conversation:
                 continue
             if self.cfg.launch_options and is_launch_answer(content):
                 st, flags = self.state, self.cfg.launch_flags
+                kind = st.target.kind if st.options.launch_allowlist else None
                 found = launch_answer(
-                    content, st.argv, st.model_trials, self.siblings, kind=st.target.kind, extra=flags
+                    content, st.argv, st.model_trials, self.siblings, kind=kind, extra=flags
                 )
                 if isinstance(found, str):
                     self._repair("launch", found)
