@@ -18,7 +18,7 @@ venv: $(STAMP)
 
 # The SSH tests run against a real OpenSSH sshd on 127.0.0.1, the shared-store tests against a real
 # PostgreSQL server in a throwaway cluster (both started by the tests themselves); the browser tests
-# (tests/web) drive Debian's chromium through Playwright.
+# (tests/web) drive Debian's chromium through Playwright, and the hidden-code test reads the CLI in tmux.
 system-deps:
 	@test -x /usr/sbin/sshd || { echo "installing openssh-server (for the SSH tests)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server >/dev/null; }
@@ -26,6 +26,8 @@ system-deps:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; }
 	@test -x /usr/bin/chromium || { echo "installing chromium (for the browser tests)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+	@test -x /usr/bin/tmux || { echo "installing tmux (a real terminal for tests/integration/test_hostile_patch.py)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null; }
 
 demo: $(STAMP)
 	$(VENV)/bin/perfloop demo

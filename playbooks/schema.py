@@ -4,8 +4,9 @@ import re
 from pathlib import PurePosixPath
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
+from playbooks.flags import not_fixed
 from state.base import Model
 
 MODEL_ID = re.compile(r"llm(-[0-9]+)?")
@@ -202,8 +203,8 @@ class LaunchLimit(Model):
 
     kind: str
     """Target kind the limit is for, e.g. `sglang`."""
-    flag: str = Field(pattern=r"^--[a-z0-9][a-z0-9-]*$")
-    """A command-line flag of `launch.argv`, e.g. `--disable-cuda-graph`."""
+    flag: Annotated[str, AfterValidator(not_fixed)] = Field(pattern=r"^--[a-z0-9][a-z0-9-]*$")
+    """A command-line flag of `launch.argv`, e.g. `--disable-cuda-graph` (never a fixed one)."""
     refuse_when: Literal["present", "absent", "above"]
     """`present`/`absent`: the flag is (not) in argv; `above`: its value (`--flag N` or
     `--flag=N`) is a number greater than `value`."""
@@ -216,8 +217,8 @@ class LaunchLimit(Model):
 class LaunchEdit(Model):
     """One change of the server's launch command that a playbook's fix makes (no code changes)."""
 
-    flag: str = Field(pattern=r"^--[a-z0-9][a-z0-9-]*$")
-    """A command-line flag of `launch.argv`, e.g. `--disable-cuda-graph`."""
+    flag: Annotated[str, AfterValidator(not_fixed)] = Field(pattern=r"^--[a-z0-9][a-z0-9-]*$")
+    """A command-line flag of `launch.argv`, e.g. `--disable-cuda-graph` (never a fixed one)."""
     action: Literal["remove", "raise"]
     """`remove`: drop the flag (and its value); `raise`: where the flag is given a number below
     `value`, set it to `value` (absent: the server's default stands)."""

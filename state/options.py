@@ -55,3 +55,7 @@ class LoopOptions(Model):
     """Whether cross-host arms plan and judge with both hosts' A/A launches, the reference host's
     read from the store too (agent/decision/arms/crosshost.py): True for new sessions; sessions
     recorded before it carry none and replay with the session host's alone."""
+    launch_allowlist: bool = False
+    """Whether a model's `LAUNCH:` lines may change only its target kind's allowlisted flags and
+    `[proposer] launch_flags`, spelled in full (playbooks/flags.py): True for new sessions;
+    sessions recorded before it replay with any flag but the fixed ones and their prefixes."""

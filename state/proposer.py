@@ -94,6 +94,10 @@ class ProposerConfig(Model):
     launch_options: bool = False
     """Whether the model may answer with launch options (`LAUNCH: set --flag value` lines) instead
     of edit blocks: the candidate is the server relaunched with them, no code changed."""
+    launch_flags: list[str] = Field(default_factory=list)
+    """Launch flags the model may change besides its target kind's allowlist
+    (playbooks/flags.py), each spelled in full (`--my-flag`); where the server listens and what
+    model and code it loads are never changeable, whatever is listed here."""
 
     @field_validator("base_url")
     @classmethod

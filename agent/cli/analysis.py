@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from agent.cli import terminal
 from agent.cli.running import run_command
 from playbooks.engine import diagnose as run_diagnosis
 from playbooks.engine import load_playbooks
@@ -112,7 +113,7 @@ def analyze(
         if as_json:
             print(json.dumps(doc))
         else:
-            _print_analysis(Console(), doc, profile)
+            _print_analysis(terminal.console(), doc, profile)
 
     run_command(body)
 
@@ -157,7 +158,7 @@ def diagnose(
         if as_json:
             print(json.dumps({"source": profile.source, **result.model_dump(mode="json")}))
         else:
-            _print_diagnosis(Console(), result)
+            _print_diagnosis(terminal.console(), result)
 
     run_command(body)
 
@@ -176,7 +177,7 @@ def diff(
         if as_json:
             print(result.model_dump_json())
         else:
-            _print_diff(Console(), result)
+            _print_diff(terminal.console(), result)
 
     run_command(body)
 
@@ -240,8 +241,10 @@ def _print_diagnosis(console: Console, result: Diagnosis) -> None:
             else f"{f.expected_gain_share:.0%}"
         )
         console.print(
-            f"[bold]{n}. {f.playbook}[/bold] (confidence {f.confidence:.0%}, expected gain {gain}): "
-            f"{f.title}",
+            terminal.styled(
+                (f"{n}. {f.playbook}", "bold"),
+                f" (confidence {f.confidence:.0%}, expected gain {gain}): {f.title}",
+            ),
             highlight=False,
         )
         if f.predicted_step_ms is not None:

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from agent.cli import terminal
 from agent.cli.common import HostPython, HostUrl, Json, TrustNew, run_command
 from agent.cli.preflight import check_repo
 from agent.cli.target import load_target, with_host
@@ -39,7 +39,7 @@ def calibrate(
         sid = f"calibrate-{new_session_id()}"
         local_dir = sessions.session_dir(sid)
         opts = remote_options(target, sid)
-        console = Console()
+        console = terminal.console()
         with executor_for(target, local_dir) as remote:
             door = LiveDoor(sid, sessions.store, remote, host_executors(local_dir))  # [[hosts]]: host.kind
             try:

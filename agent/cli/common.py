@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
-from agent.cli import render
+from agent.cli import render, terminal
 from agent.cli.running import choice, err, fail, run_command
 from agent.sessions.runner import Sessions
 from state.loop import LoopState
@@ -99,9 +98,9 @@ def finish(sessions: Sessions, state: LoopState, as_json: bool) -> None:
     pending = sessions.pending_approval(state.session_id)
     info = sessions.info(state.session_id)
     if pending is not None:
-        render.approval(Console(), pending)
+        render.approval(terminal.console(), pending)
     elif info.summary is not None:
-        render.summary(Console(), info.summary)
+        render.summary(terminal.console(), info.summary)
     if as_json:
         payload = info.summary.model_dump(mode="json") if info.summary else {"session": state.session_id}
         payload["status"] = info.status

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from agent.cli import terminal
 from agent.cli.common import BaseUrl, Json, err, run_command
 from agent.cli.loop import _options
 from agent.cli.preflight import check_setup
@@ -199,7 +199,7 @@ def proposer(
                 raise ConfigError("--replay scores recorded sessions again: leave out --model and --record")
             before, scores = _replay(sessions, replay)
             same = [s.model_dump() for s in before] == [s.model_dump() for s in scores]
-            Console().print(_table(scores))
+            terminal.console().print(_table(scores))
             err.print(
                 f"replayed {len(scores)} task(s): {'same scores as recorded' if same else 'DIFFERENT scores than recorded'}"
             )
@@ -218,7 +218,7 @@ def proposer(
                     _ended(sessions, sid, t)
                     state = sessions.state(sid)
                 scores.append(score(t, model, state, prices))
-            Console().print(_table(scores))
+            terminal.console().print(_table(scores))
             if record is not None:
                 record.mkdir(parents=True, exist_ok=True)
                 for s in scores:

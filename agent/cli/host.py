@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 from pydantic import ValidationError
-from rich.console import Console
 
+from agent.cli import terminal
 from agent.cli.common import Json, TrustNew, run_command
 from agent.sessions.remote import ssh_prompt
 from state.ssh import SSHHostConfig
@@ -48,7 +48,7 @@ def setup(
             site = setup_env(connect(cfg, ssh_prompt()), python, wheels)
         finally:
             close_all()
-        Console().print(f"{url}: perfloop's environment for {python} is in {site}", highlight=False)
+        terminal.console().print(f"{url}: perfloop's environment for {python} is in {site}", highlight=False)
         if as_json:
             print(json.dumps({"host": url, "python": python, "site": str(site)}))
 

@@ -66,6 +66,7 @@ def _options(
         "power": True,
         "aa_evidence": True,
         "reference_host_aa": True,
+        "launch_allowlist": True,
     }
 
 
@@ -227,9 +228,9 @@ def resume(session: str, as_json: Json = False) -> None:
     run_command(body)
 
 
-def _answer(session: str, answer: dict, as_json: bool) -> None:
+def _answer(session: str, answer: dict, as_json: bool, digest: str | None = None) -> None:
     sessions = Sessions()
-    finish(sessions, answer_session(sessions, session, answer), as_json)
+    finish(sessions, answer_session(sessions, session, answer, digest), as_json)
 
 
 def approve(
@@ -244,6 +245,12 @@ def approve(
             "--only", help="For a batch of candidates for [[hosts]]: try only this one (repeatable)."
         ),
     ] = None,
+    digest: Annotated[
+        str | None,
+        typer.Option(
+            help="The digest the approval view showed: refused if the stored session changed since."
+        ),
+    ] = None,
     as_json: Json = False,
 ) -> None:
     """Approve the patch a paused session proposes (or your edit of it), or the batch of candidates
@@ -255,7 +262,7 @@ def approve(
             answer["playbooks"] = only
         if patch is not None:
             answer |= {"diff": edited_patch(session, patch), "reason": f"edited patch from {patch}"}
-        _answer(session, answer, as_json)
+        _answer(session, answer, as_json, digest)
 
     run_command(body)
 

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import re
+import shlex
 
 from rich.console import Console
-from rich.markup import escape
 from rich.syntax import Syntax
 from rich.table import Table
 
+from agent.cli.terminal import styled
 from agent.proposer.search import trial_lines
 from state.loop import LoopState
 from state.records import ToolCallRecord
 from state.session import SessionInfo, Summary
+from tools.workspace.hidden import visible
 
 
 def _ms(value: float | None) -> str:
@@ -40,7 +42,7 @@ def summary(console: Console, s: Summary) -> None:
         ("rejected / failed", ", ".join(s.rejected) or "none"),
         ("commits", ", ".join(c[:10] for c in s.commits) or "none"),
         ("branch", s.branch or "-"),
-        ("launch command", " ".join(s.launch_argv) or "-"),
+        ("launch command", shlex.join(s.launch_argv) or "-"),
         ("repo", str(s.repo)),
         ("server launches", str(s.server_launches)),
         ("profile method", s.profile_method),
@@ -69,17 +71,19 @@ def summary(console: Console, s: Summary) -> None:
 
 def approval(console: Console, req: dict) -> None:
     """What a paused session asks a human to approve."""
-    console.print(f"[bold]Session {req['session']} waits for approval[/bold]: {escape(req['title'])}")
+    console.print(styled((f"Session {req['session']} waits for approval", "bold"), f": {req['title']}"))
     if req.get("auto_approval"):
-        console.print(f"[bold yellow]{escape(req['auto_approval'])}[/bold yellow]")
+        console.print(styled((req["auto_approval"], "bold yellow")))
     if req.get("proposer") == "llm":
         console.print(
-            f"[bold yellow]written by a model, not a playbook[/bold yellow]: {req['model']}, "
-            f"{req['llm_tokens']} tokens, {req['repairs']} repair round(s); review the diff",
+            styled(
+                ("written by a model, not a playbook", "bold yellow"),
+                f": {req['model']}, {req['llm_tokens']} tokens, {req['repairs']} repair round(s); review the diff",
+            ),
             highlight=False,
         )
         console.print("model's rationale:", highlight=False)
-    console.print(req["explanation"], highlight=False)
+    console.print(visible(req["explanation"]), highlight=False)
     gain = req.get("expected_gain_ms")
     console.print(
         f"expected gain: {gain:.1f} ms/token"
@@ -87,10 +91,12 @@ def approval(console: Console, req: dict) -> None:
         else f"expected gain: {req['expected_gain_share']:.0%} of decode time"
     )
     if req.get("launch_argv") is not None:
-        console.print("launch command: " + " ".join(req.get("launch_argv_before") or []))
-        console.print("           ->  " + " ".join(req["launch_argv"]))
+        console.print("launch command: " + shlex.join(req.get("launch_argv_before") or []), highlight=False)
+        console.print("    runs now:   " + shlex.join(req["launch_argv"]), highlight=False)
     else:
         console.print("files touched: " + ", ".join(req["files"]))
+        if req.get("argv_now"):
+            console.print("launch command: " + shlex.join(req["argv_now"]), highlight=False)
     if req.get("predicted_speedup") is not None:
         paired = f", {req['paired_speedup']:.2f}x with {req['paired_with']}" if req.get("paired_with") else ""
         console.print(f"predicted: {req['predicted_speedup']:.2f}x{paired}")
@@ -111,14 +117,15 @@ def approval(console: Console, req: dict) -> None:
         console.print(e["note"], highlight=False)
     hunks = re.findall(r"^\+\+\+ b/(\S+)\n@@ -(\d+)", req["diff"], flags=re.M)
     console.print("patch changes: " + ", ".join(f"{f}:{line}" for f, line in hunks))
-    console.print(Syntax(req["diff"], "diff", word_wrap=True))
+    console.print(Syntax(visible(req["diff"]), "diff", word_wrap=True))
+    digest = f" --digest {req['digest']}" if req.get("digest") else ""
     console.print(
-        f"approve: perfloop approve {req['session']}\nreject:  perfloop reject {req['session']} --reason TEXT"
+        f"approve: perfloop approve {req['session']}{digest}\nreject:  perfloop reject {req['session']} --reason TEXT"
     )
     if req.get("candidates"):
         ids = [c["playbook"] for c in req["candidates"]]
         console.print(
-            escape(f"a batch, tried at once on [[hosts]]: {', '.join(ids)}; pick with --only ID (repeatable)")
+            f"a batch, tried at once on [[hosts]]: {', '.join(ids)}; pick with --only ID (repeatable)"
         )
 
 
@@ -204,8 +211,8 @@ def show(console: Console, info: SessionInfo, state: LoopState, calls: list[Tool
         console.print(f"accepted commit {c.sha[:10]} on {c.branch}: {c.subject}")
     for line in trial_lines(state):
         console.print(f"search trial {line}", highlight=False)
-    if state.launch_argv:
-        console.print("session launch command (accepted launch options): " + " ".join(state.launch_argv))
+    launched = "accepted launch options" if state.launch_argv else "the target's"
+    console.print(f"session launch command ({launched}): " + shlex.join(state.argv), highlight=False)
     console.print(f"{len(calls)} tool calls recorded; status {info.status}")
     u = state.llm_usage
     if u.calls:

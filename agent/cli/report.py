@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from agent.cli import terminal
 from agent.cli.common import fail, run_command
 from agent.sessions.runner import Sessions
 from tools.errors import ConfigError
@@ -35,7 +35,7 @@ def report(
             out.write_text(html, encoding="utf-8")
         except OSError as exc:
             raise ConfigError(f"--output: cannot write {out}: {exc.strerror or exc}") from exc
-        Console().print(f"wrote the report of session {session} to {out} ({len(html) >> 10} KiB)")
+        terminal.console().print(f"wrote the report of session {session} to {out} ({len(html) >> 10} KiB)")
 
     run_command(body)
 

@@ -12,15 +12,14 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
+from agent.cli.terminal import console, styled
 from tools import progress
 from tools.errors import ToolError, one_line
 from tools.interrupts import Interrupted
 from tools.secrets import redact
 
-err = Console(stderr=True)
+err = console(stderr=True)
 T = TypeVar("T")
 
 
@@ -33,7 +32,7 @@ def choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
 
 def fail(message: str, code: int = 2) -> typer.Exit:
     """Print one error line on stderr; the exit to raise."""
-    err.print(f"[red]error:[/red] {escape(redact(message))}", highlight=False, soft_wrap=True)
+    err.print(styled(("error:", "red"), " " + redact(message)), highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -41,14 +40,14 @@ def run_command(body: Callable[[], T]) -> T:
     """Run a command body with a progress line; errors become one line and an exit code."""
     try:
         with err.status("perfloop") as status:
-            progress.set_reporter(lambda msg: status.update(msg))
+            progress.set_reporter(lambda msg: status.update(styled(msg)))
             return body()
     except ToolError as exc:
         raise fail(str(exc)) from None
     except typer.BadParameter as exc:  # bad input too, whoever raised it
         raise fail(exc.format_message()) from None
     except Interrupted as exc:  # the session stopped its servers; resume continues it
-        err.print(f"[yellow]{escape(redact(f'{exc}{exc.note}'))}[/yellow]", highlight=False, soft_wrap=True)
+        err.print(styled((redact(f"{exc}{exc.note}"), "yellow")), highlight=False, soft_wrap=True)
         raise typer.Exit(exc.exit_code) from None
     except (typer.Exit, typer.Abort):
         raise
@@ -56,8 +55,11 @@ def run_command(body: Callable[[], T]) -> T:
         if os.environ.get("PERFLOOP_DEBUG"):
             raise
         err.print(
-            f"[red]internal error:[/red] {redact(one_line(exc))} (PERFLOOP_DEBUG=1 shows "
-            "the traceback; a session it stopped continues with `perfloop resume SESSION`)",
+            styled(
+                ("internal error:", "red"),
+                f" {redact(one_line(exc))} (PERFLOOP_DEBUG=1 shows the traceback; a session it "
+                "stopped continues with `perfloop resume SESSION`)",
+            ),
             highlight=False,
             soft_wrap=True,
         )

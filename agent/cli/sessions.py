@@ -7,9 +7,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
-from agent.cli import render
+from agent.cli import render, terminal
 from agent.cli.common import Json, choice, err, finish, run_command
 from agent.sessions.archive import export_session, import_session
 from agent.sessions.runner import Sessions, new_session_id
@@ -38,14 +37,16 @@ def replay(session: str, as_json: Json = False) -> None:
         try:
             state, summary = s.replay(session)
         except ReplayDivergence as exc:
-            err.print(f"[red]replay diverged:[/red] {exc}", highlight=False, soft_wrap=True)
+            err.print(
+                terminal.styled(("replay diverged:", "red"), f" {exc}"), highlight=False, soft_wrap=True
+            )
             raise typer.Exit(1) from None
         recorded = info.summary
         skip = not_compared(recorded) if recorded is not None else set()
         same = recorded is not None and recorded.model_dump(exclude=skip) == summary.model_dump(exclude=skip)
-        render.summary(Console(), summary)
+        render.summary(terminal.console(), summary)
         verdict = "same summary as recorded" if same else "DIFFERENT summary than recorded"
-        Console(stderr=True).print(f"replayed {len(state.transitions)} transitions: {verdict}")
+        terminal.console(stderr=True).print(f"replayed {len(state.transitions)} transitions: {verdict}")
         if as_json:
             print(json.dumps({**summary.model_dump(mode="json"), "matches_recording": same}))
         if not same:
@@ -62,7 +63,7 @@ def export_cmd(
 
     def body() -> None:
         n = export_session(Sessions().store, session, output)
-        Console().print(f"exported session {session} ({n} tool calls) to {output}")
+        terminal.console().print(f"exported session {session} ({n} tool calls) to {output}")
 
     run_command(body)
 
@@ -72,7 +73,7 @@ def import_cmd(file: Path) -> None:
 
     def body() -> None:
         sid = import_session(Sessions().store, file)
-        Console().print(f"imported session {sid}; replay it with `perfloop replay {sid}`")
+        terminal.console().print(f"imported session {sid}; replay it with `perfloop replay {sid}`")
 
     run_command(body)
 
@@ -110,7 +111,7 @@ def sessions(as_json: Json = False) -> None:
         if as_json:
             print(json.dumps([{**i.model_dump(mode="json"), "held_by": held.get(i.id)} for i in infos]))
         else:
-            render.sessions(Console(), infos, held)
+            render.sessions(terminal.console(), infos, held)
 
     run_command(body)
 
@@ -122,10 +123,14 @@ def show(session: str, as_json: Json = False) -> None:
         s = Sessions()
         info, state = s.info(session), s.state(session)
         calls = s.store.tool_calls(session)
+        pending = s.pending_approval(session)  # as stored now, with the argv it runs and its digest
         if as_json:
-            print(json.dumps(render.show_json(info, state, calls)))
+            print(json.dumps(render.show_json(info, state, calls) | {"pending_approval": pending}))
         else:
-            render.show(Console(), info, state, calls)
+            out = terminal.console()
+            render.show(out, info, state, calls)
+            if pending is not None:
+                render.approval(out, pending)
 
     run_command(body)
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from playbooks.flags import fixed_problem
 from state.proposer import ProposerConfig
 from state.ssh import SSHHostConfig
 from state.target import TargetConfig
@@ -36,6 +37,13 @@ def load_target(path: Path, **overrides: Any) -> TargetConfig:
         raise ConfigError(
             f"{path}: field `{where}`: {err['msg']} (see examples/targets/mla_server.toml)"
         ) from exc
+    knobs = [k.name for k in target.search.knobs if not k.env] if target.search else []
+    for where, flag in [
+        *(("[search] knob", k) for k in knobs),
+        *(("[proposer] launch_flags", f) for f in target.proposer.launch_flags),
+    ]:
+        if problem := fixed_problem(flag):
+            raise ConfigError(f"{path}: {where} {flag}: {problem}")
     if target.host.kind == "ssh":
         if not target.repo.is_absolute():
             raise ConfigError(f"{path}: `repo` must be an absolute path on the SSH host, not {target.repo}")

@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from agent.proposer.blocks import Block, EditError, apply_blocks, parse, unified_diff
+from state.workspace import PatchPolicy
+from tools.errors import PatchError
+from tools.workspace.patch_check import scan_patch
 
 INSTRUMENTATION_MARKS = ("perfloop-instrumentation", "_perfloop_profiled")
 
@@ -46,6 +49,16 @@ class Failure:
 
 
 Check = Callable[[Candidate], str | None]
+
+
+def gate_problem(diff: str, max_bytes: int) -> str | None:
+    """Why the patch gate's pure rules (tools/workspace/patch_check.py) refuse the patch built from
+    a model's edits, written for the model (a hidden character, the size cap), or None (pure)."""
+    try:
+        scan_patch(diff, PatchPolicy(max_bytes=max_bytes))
+    except PatchError as exc:
+        return f"the patch built from your edits is refused by perfloop's patch gate: {exc}"
+    return None
 
 
 def path_problem(path: str, protected: Sequence[str]) -> str | None:

@@ -22,7 +22,7 @@ from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, call, need
 from agent.proposer import evidence, probing, prompt, toolset
-from agent.proposer.checks import Candidate, Failure, validate
+from agent.proposer.checks import Candidate, Failure, gate_problem, validate
 from agent.proposer.feedback import already_tried, same_diff
 from agent.proposer.launching import as_proposal, is_launch_answer, launch_answer
 from agent.proposer.protocol import (
@@ -97,15 +97,9 @@ class Conversation:
             return Outcome(None, self.usage, str(exc))
 
     def _converse(self) -> Proposal:
-        self.messages = [
-            ChatMessage(role="system", content=self._system()),
-            ChatMessage(
-                role="user",
-                content=evidence.context(
-                    self.state, self._hot_sources(), self.siblings, self.skipped, self.port
-                ),
-            ),
-        ]
+        system = ChatMessage(role="system", content=self._system())
+        context = evidence.context(self.state, self._hot_sources(), self.siblings, self.skipped, self.port)
+        self.messages = [system, ChatMessage(role="user", content=context)]
         while True:
             reply = self._ask()
             content = strip_reasoning(reply.content)
@@ -132,7 +126,11 @@ class Conversation:
                 self._repair("length", "your answer was cut off at the token limit; answer more briefly")
                 continue
             if self.cfg.launch_options and is_launch_answer(content):
-                found = launch_answer(content, self.state.argv, self.state.model_trials, self.siblings)
+                st, flags = self.state, self.cfg.launch_flags
+                kind = st.target.kind if st.options.launch_allowlist else None
+                found = launch_answer(
+                    content, st.argv, st.model_trials, self.siblings, kind=kind, extra=flags
+                )
                 if isinstance(found, str):
                     self._repair("launch", found)
                     continue
@@ -233,6 +231,9 @@ class Conversation:
         return call(self.runtime, code.read_texts, FilesArgs(repo=self.repo, paths=paths)).texts
 
     def git_check(self, c: Candidate) -> str | None:
+        """The patch gate's pure rules (`gate_problem`), then `git apply --check` where the repo lives."""
+        if problem := gate_problem(c.diff, self.state.target.max_patch_bytes):
+            return problem
         result = call(self.runtime, code.check_diff, DiffArgs(repo=self.repo, diff=c.diff))
         return (
             None if result.ok else f"git apply --check refused the patch built from your edits: {result.text}"

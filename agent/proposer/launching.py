@@ -20,16 +20,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from playbooks.engine import flag_value
+from playbooks.flags import fixed_problem, flag_problem
 from playbooks.launch import describe, with_flag, without_flag
 from state.diagnosis import Finding
 from state.loop import LoopState, Proposal
 from state.proposer import LlmOrigin, ModelTrial
 from tools.llm.redact import is_secret_option
 
-_LINE = re.compile(r"^\s*[`*]*LAUNCH:[`*]*\s+(?P<rest>.*?)\s*`*\s*$", re.M)
 _FLAG = re.compile(r"--[A-Za-z0-9][A-Za-z0-9_.-]*")
-FIXED = ("--port", "--host")
-"""Flags the model may not change: perfloop sets them to reach the server."""
+_LINE = re.compile(r"^\s*[`*]*LAUNCH:[`*]*\s+(?P<rest>.*?)\s*`*\s*$", re.M)
 
 
 @dataclass(frozen=True)
@@ -47,8 +46,10 @@ def is_launch_answer(answer: str) -> bool:
     return _LINE.search(answer) is not None
 
 
-def _edit(argv: list[str], rest: str) -> list[str] | str:
-    """argv with one `set`/`drop` line applied, or the reason it cannot be (pure)."""
+def _edit(argv: list[str], rest: str, kind: str | None, extra: Sequence[str]) -> list[str] | str:
+    """argv with one `set`/`drop` line applied, or the reason it cannot be: only a flag of the
+    kind's allowlist or the target's `launch_flags`, spelled in full, its value not starting with
+    `-` (playbooks/flags.py) (pure)."""
     try:
         words = shlex.split(rest)
     except ValueError as exc:
@@ -56,15 +57,21 @@ def _edit(argv: list[str], rest: str) -> list[str] | str:
     if not words or words[0] not in ("set", "drop"):
         return f"`LAUNCH: {rest}`: write `LAUNCH: set --flag [value]` or `LAUNCH: drop --flag`"
     action, args = words[0], words[1:]
-    if args and "=" in args[0] and args[0].startswith("--"):
+    if kind is None and args and "=" in args[0] and args[0].startswith("--"):  # before the allowlist
         args = args[0].split("=", 1) + args[1:]
-    if not args or not _FLAG.fullmatch(args[0]) or len(args) > 2 or (action == "drop" and len(args) > 1):
+    if not args or not args[0].startswith("--") or len(args) > 2 or (action == "drop" and len(args) > 1):
         return f"`LAUNCH: {rest}`: name one flag starting with `--`" + (
             ", and at most one value" if action == "set" else ", without a value"
         )
     flag = args[0]
-    if flag in FIXED or is_secret_option(flag):  # masked in the prompt: never seen
-        return f"`LAUNCH: {rest}`: {flag} is not yours to change (perfloop sets it, or it holds a secret)"
+    if is_secret_option(flag):  # masked in the prompt: never seen
+        return f"`LAUNCH: {rest}`: {flag} is not yours to change (it holds a secret)"
+    if kind is None:  # a session recorded before the allowlist: any flag but the fixed ones
+        problem = fixed_problem(flag) or (None if _FLAG.fullmatch(flag) else f"{flag!r} is not a flag")
+    else:
+        problem = flag_problem(kind, flag, args[1] if len(args) == 2 else None, extra)
+    if problem:
+        return f"`LAUNCH: {rest}`: {problem}"
     if action == "drop":
         if flag_value(argv, flag) is None:
             return f"`LAUNCH: {rest}`: {flag} is not in the launch command"
@@ -75,13 +82,21 @@ def _edit(argv: list[str], rest: str) -> list[str] | str:
 
 
 def launch_answer(
-    answer: str, argv: list[str], tried: Sequence[ModelTrial], siblings: Sequence[Proposal] = ()
+    answer: str,
+    argv: list[str],
+    tried: Sequence[ModelTrial],
+    siblings: Sequence[Proposal] = (),
+    *,
+    kind: str | None,
+    extra: Sequence[str] = (),
 ) -> LaunchAnswer | str:
-    """The launch command the answer asks for, or why it cannot be used: no change, one already
-    tried in this session and not accepted, or one another host is trying in this round (pure)."""
+    """The launch command the answer asks for, or why it cannot be used: a flag outside the target
+    `kind`'s allowlist and `extra` (`[proposer] launch_flags`; None: a session recorded before the
+    allowlist, `LoopOptions.launch_allowlist`, where only fixed flags and their prefixes are refused), no change, one already tried in
+    this session and not accepted, or one another host is trying in this round (pure)."""
     new = list(argv)
     for m in _LINE.finditer(answer):
-        done = _edit(new, m["rest"])
+        done = _edit(new, m["rest"], kind, extra)
         if isinstance(done, str):
             return done
         new = done

@@ -4,6 +4,7 @@ inline, diffs highlighted by Pygments (CSS inline); no script, font or style is 
 from __future__ import annotations
 
 import hashlib
+import shlex
 import sys
 import threading
 from collections import OrderedDict
@@ -32,7 +33,9 @@ KEPT = 32  # sessions' plots kept drawn
 def environment(*extra: str) -> Environment:
     """The templates of this package (and of the packages named, e.g. `agent.web`)."""
     loaders = [PackageLoader(pkg, "templates") for pkg in (*extra, "agent.report")]
-    return Environment(loader=ChoiceLoader(loaders), autoescape=select_autoescape(default=True))
+    env = Environment(loader=ChoiceLoader(loaders), autoescape=select_autoescape(default=True))
+    env.filters["shell"] = shlex.join  # an argv as the exact shell-quoted command that runs
+    return env
 
 
 def file_link(path: Path) -> str | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agent.sessions.binding import check_digest
 from agent.sessions.remote import executor_for
 from agent.sessions.runner import Sessions
 from state.calls import ApplyArgs
@@ -39,8 +40,9 @@ def edited_patch(session: str, path: Path) -> str:
     return diff
 
 
-def answer_session(sessions: Sessions, session: str, answer: dict) -> LoopState:
-    """Record the answer of a paused session and continue it (in this process, under its lock)."""
+def answer_session(sessions: Sessions, session: str, answer: dict, digest: str | None = None) -> LoopState:
+    """Record the answer of a paused session and continue it (in this process, under its lock);
+    refused when `digest` (the one the approval view showed) is not the stored state's."""
     sessions.info(session)
     pending = sessions.pending_approval(session)
     if pending is None:
@@ -48,6 +50,8 @@ def answer_session(sessions: Sessions, session: str, answer: dict) -> LoopState:
             f"session {session} is not waiting for approval (status "
             f"{sessions.info(session).status}); see `perfloop show {session}`"
         )
+    if digest is not None:
+        check_digest(session, digest, pending)
     refused = batch_refusal(session, pending, answer)
     if refused is not None:
         raise ConfigError(refused)

@@ -17,6 +17,7 @@ from langgraph.types import Command
 
 from agent.context import LoopContext
 from agent.graph import Graph, compile_graph
+from agent.sessions.binding import check_target, view
 from agent.sessions.checkpoint import open_checkpointer, serializer
 from agent.sessions.interrupts import running_line, stop_servers
 from agent.sessions.remote import close_hosts, executor_for, host_executors, remote_options
@@ -148,6 +149,7 @@ class Sessions:
     def _invoke(self, session_id: str, inp: Any, answer: dict | None = None) -> LoopState:
         with self.lock(session_id):
             known = inp if isinstance(inp, LoopState) else self.state(session_id)
+            check_target(self.session_dir(session_id), known, new=isinstance(inp, LoopState))
             info = self.info(session_id)
             if repo_missing_here(inp, known):  # refused before anything is written
                 raise ConfigError(
@@ -290,7 +292,9 @@ def thread(thread_id: str) -> RunnableConfig:
 
 
 def _pending(graph: Graph, cfg: RunnableConfig) -> dict | None:
-    for task in graph.get_state(cfg).tasks:
+    """The approval request waited on, as shown: with the exact argv and its digest (binding.py)."""
+    snap = graph.get_state(cfg)
+    for task in snap.tasks:
         for intr in task.interrupts:
-            return intr.value
+            return view(LoopState.model_validate(snap.values), intr.value)
     return None

@@ -177,6 +177,8 @@ class Web:
         with self.lock:
             try:
                 args = self._answer_args(sid, action, number, reason, _text(form.get("patch")) or "", chosen)
+                if action != "reject" and (digest := _text(form.get("digest")) or "").isalnum():
+                    args += ["--digest", digest]  # what the page showed: refused if the store changed
                 answers.claim(self.sessions, sid, number)
             except answers.Conflict as exc:
                 return self.page(request, "message.html.j2", 409, sid=sid, message=f"409: {exc}")

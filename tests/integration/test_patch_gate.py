@@ -160,10 +160,14 @@ def test_leave_branch_gives_the_repo_back_and_keeps_a_branch_with_commits(tmp_pa
     ws.close()
 
 
-def test_crlf_and_form_feeds_inside_lines_are_content(tmp_path: Path) -> None:
+def test_crlf_endings_pass_and_a_form_feed_only_where_the_file_had_it(tmp_path: Path) -> None:
+    """CRLF line endings are content; a form feed (a control character) may stay in context and
+    removed lines, but no patch adds one (tests/integration/test_hostile_patch.py: every class)."""
     src = tmp_path / "src"
     src.mkdir()
     (src / "w.txt").write_bytes(b"a\r\nb\x0cc\r\nd\r\n")
     with GitWorkspace.create_from_tree(src, tmp_path / "repo") as ws:
-        diff = "diff --git a/w.txt b/w.txt\n--- a/w.txt\n+++ b/w.txt\n@@ -1,3 +1,3 @@\n a\r\n-b\x0cc\r\n+B\x0cc\r\n d\r\n"
+        diff = "diff --git a/w.txt b/w.txt\n--- a/w.txt\n+++ b/w.txt\n@@ -1,3 +1,3 @@\n a\r\n-b\x0cc\r\n+Bc\r\n d\r\n"
         assert gate_patch(ws.root, diff) == ["w.txt"]
+        with pytest.raises(PatchError, match="w.txt line 2 .*U\\+000C"):
+            gate_patch(ws.root, diff.replace("+Bc", "+B\x0cc"))

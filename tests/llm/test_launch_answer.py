@@ -4,6 +4,7 @@ the candidate `propose` makes of it."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from agent.proposer.launching import is_launch_answer, launch_answer
 from agent.proposer.prompt import attempt
@@ -15,16 +16,18 @@ from tests.llm.fake_openai import ScriptedModel, reply
 from tests.recorders import MemoryRecorder
 from tools.door.live import LiveDoor
 
+K: dict[str, Any] = {"kind": "mla_server", "extra": ["--enable-mixed-chunk", "--kv-pool-tokens"]}
+"""The demo's allowlist, with two flags a target file adds (`[proposer] launch_flags`)."""
 ARGV = ["bash", "launch.sh", "--port", "{port}", "--preset", "cpu", "--disable-cuda-graph", "--api-key", "s3"]
 
 
 def test_set_and_drop_lines_edit_the_current_launch_command() -> None:
     answer = (
         "The pool is 6x what the workload needs.\n```\nLAUNCH: set --max-total-tokens 4096\n"
-        "LAUNCH: drop --disable-cuda-graph\nLAUNCH: set --preset=glm5\n```\n"
+        "LAUNCH: drop --disable-cuda-graph\nLAUNCH: set --preset glm5\n```\n"
     )
     assert is_launch_answer(answer) and not is_launch_answer("LAUNCH the server\nx.py\n")
-    found = launch_answer(answer, ARGV, [])
+    found = launch_answer(answer, ARGV, [], **K)
     assert not isinstance(found, str), found
     assert found.argv == [
         "bash",
@@ -40,13 +43,13 @@ def test_set_and_drop_lines_edit_the_current_launch_command() -> None:
     ]
     assert found.change == "--preset cpu -> glm5, drop --disable-cuda-graph, add --max-total-tokens 4096"
     assert found.rationale.startswith("The pool is 6x") and "LAUNCH" not in found.rationale
-    bare = launch_answer("LAUNCH: set --enable-mixed-chunk", ARGV, [])
+    bare = launch_answer("LAUNCH: set --enable-mixed-chunk", ARGV, [], **K)
     assert not isinstance(bare, str) and bare.argv == [*ARGV, "--enable-mixed-chunk"]
 
 
 def test_what_cannot_be_used_is_said_to_the_model() -> None:
     cases = {
-        "LAUNCH: set --port 1": "--port is not yours to change",
+        "LAUNCH: set --port 1": "--port is fixed",
         "LAUNCH: set --api-key x": "--api-key is not yours to change",
         "LAUNCH: drop --cuda-graph-max-bs": "--cuda-graph-max-bs is not in the launch command",
         "LAUNCH: raise --x 2": "write `LAUNCH: set --flag [value]` or `LAUNCH: drop --flag`",
@@ -55,7 +58,7 @@ def test_what_cannot_be_used_is_said_to_the_model() -> None:
         "LAUNCH: set --a 'b": "cannot be read",
     }
     for answer, why in cases.items():
-        found = launch_answer(answer, ARGV, [])
+        found = launch_answer(answer, ARGV, [], **K)
         assert isinstance(found, str) and why in found, (answer, found)
 
 
@@ -68,7 +71,7 @@ def test_a_launch_command_already_tried_is_refused_and_shown_as_such() -> None:
         feedback=["failed: server failed after the patch: exited 2"],
         launch_argv=[*ARGV, "--kv-pool-tokens", "4096"],
     )
-    again = launch_answer("LAUNCH: set --kv-pool-tokens 4096", ARGV, [tried])
+    again = launch_answer("LAUNCH: set --kv-pool-tokens 4096", ARGV, [tried], **K)
     assert isinstance(again, str) and "same as your candidate llm of iteration 1" in again
     assert "failed: server failed after the patch" in again and "not launched again" in again
     shown = attempt(tried)
@@ -77,7 +80,7 @@ def test_a_launch_command_already_tried_is_refused_and_shown_as_such() -> None:
 
 
 def test_a_launch_command_another_host_is_trying_is_sent_back() -> None:
-    first = launch_answer("LAUNCH: set --max-total-tokens 4096", ARGV, [])
+    first = launch_answer("LAUNCH: set --max-total-tokens 4096", ARGV, [], **K)
     assert not isinstance(first, str)
     sibling = Proposal(
         iteration=1,
@@ -91,9 +94,9 @@ def test_a_launch_command_another_host_is_trying_is_sent_back() -> None:
         evidence=[],
         launch_argv=first.argv,
     )
-    again = launch_answer("LAUNCH: set --max-total-tokens=4096", ARGV, [], [sibling])
+    again = launch_answer("LAUNCH: set --max-total-tokens 4096", ARGV, [], [sibling], **K)
     assert isinstance(again, str) and "same as candidate llm-1, which another host is already trying" in again
-    other = launch_answer("LAUNCH: set --max-total-tokens 8192", ARGV, [], [sibling])
+    other = launch_answer("LAUNCH: set --max-total-tokens 8192", ARGV, [], [sibling], **K)
     assert not isinstance(other, str) and other.argv[-1] == "8192"
 
 

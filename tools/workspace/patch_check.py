@@ -1,7 +1,10 @@
 """The patch gate: the one check every patch passes before perfloop applies it, whatever its source
 (a playbook's diff, a human's edited patch, a model-written one).
 
-`scan_patch` is pure: the size cap, the diff's structure (file headers, hunks whose line counts add
+`scan_patch` is pure: the size cap, no hidden character in what the patch adds (a control character
+other than tab and newline, a CR other than a CRLF line ending, a bidi control or another invisible
+format character: tools/workspace/hidden.py; a reviewer would read another line than the one committed), the
+diff's structure (file headers, hunks whose line counts add
 up), every path named (relative, no `..`, nothing under `.git/`), every file mode (regular files
 only: 100644 or 100755, so no symlink, submodule or other mode change beyond the executable bit) and
 binary hunks (only when the policy allows them). `gate_patch` adds what needs the repository: git's
@@ -19,9 +22,10 @@ from state.workspace import PatchPolicy
 from tools.errors import PatchError
 from tools.workspace.commands import check_relpath
 from tools.workspace.git import GitWorkspace
+from tools.workspace.hidden import describe, first_hidden
 
 REGULAR_MODES = ("100644", "100755")
-_HUNK = re.compile(r"@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
+_HUNK = re.compile(r"@@ -\d+(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _DIFF_GIT = re.compile(r"diff --git (\S+) (\S+)$")
 _MODE_LINE = re.compile(r"(new file mode|deleted file mode|old mode|new mode) (\d+)$")
 _INDEX_MODE = re.compile(r"index [0-9a-f]+\.\.[0-9a-f]+ (\d+)$")
@@ -65,6 +69,18 @@ def _mode(mode: str, where: str) -> None:
         raise refuse(f"{where} makes {kind}; only regular files (100644 or 100755) may be patched")
 
 
+def _hidden(line: str, where: str, first: bool = False) -> None:
+    """Refuse a line of the patch that holds a character the reviewer does not see (a byte-order
+    mark opening a file's `first` line aside)."""
+    skip = 2 if first and line.startswith("+\ufeff") else 0
+    at = first_hidden(line[skip:])
+    if at is not None:
+        raise refuse(
+            f"{where} holds {describe(line[skip + at])}, which a reviewer does not see as it is "
+            "(a control, bidi or invisible format character); write it as an escape (\\x1b) instead"
+        )
+
+
 def scan_patch(diff: str, policy: PatchPolicy) -> list[str]:
     """Check a diff's text against the gate's rules (pure); the paths it names, in order."""
     size = len(diff.encode("utf-8", "surrogatepass"))
@@ -77,7 +93,8 @@ def scan_patch(diff: str, policy: PatchPolicy) -> list[str]:
     paths: list[str] = []
     old = new = 0  # lines left in the current hunk
     sections = 0
-    lines = diff.split("\n")  # git's line breaks: \n only (a form feed inside a line is content)
+    file, at = "", 0  # the file the hunk changes (`+++` path) and its next line number there
+    lines = diff.split("\n")  # git's line breaks: \n only
     if lines and lines[-1] == "":
         lines.pop()
     for n, line in enumerate(lines, 1):
@@ -89,16 +106,19 @@ def scan_patch(diff: str, policy: PatchPolicy) -> list[str]:
             elif tag == "-":
                 old -= 1
             elif tag == "+":
+                _hidden(line, f"{file} line {at} (patch line {n})", first=at == 1)
                 new -= 1
             elif tag != "\\":
                 raise refuse(
                     f"{where}: hunk ends early (expected {old} old and {new} new lines); not a unified diff"
                 )
+            at += tag in (" ", "", "+")
             if old < 0 or new < 0:
                 raise refuse(f"{where}: hunk has more lines than its header says; not a unified diff")
             continue
         if line == "-- ":  # `git format-patch` signature: the diff is over
             break
+        _hidden(line, where)
         if m := _DIFF_GIT.match(line):
             sections += 1
             paths += [_path(m[1], where), _path(m[2], where)]
@@ -107,11 +127,13 @@ def scan_patch(diff: str, policy: PatchPolicy) -> list[str]:
             name = line[4:]
             if name.split("\t")[0].strip() != "/dev/null":
                 paths.append(_path(name, where))
+                file = paths[-1] if line.startswith("+++ ") else file
         elif m := _HUNK.match(line):
             if not sections:
                 raise refuse(f"{where}: hunk before any file header; not a unified diff")
             old = 1 if m[1] is None else int(m[1])
-            new = 1 if m[2] is None else int(m[2])
+            new = 1 if m[3] is None else int(m[3])
+            at = int(m[2])
         elif m := _MODE_LINE.match(line):
             _mode(m[2], where)
         elif m := _INDEX_MODE.match(line):

@@ -1,0 +1,142 @@
+"""Which launch flags may be changed, and by whom (pure): the allowlist every edit of a launch
+command is checked against (docs/SECURITY.md, "launch flags").
+
+A model's `LAUNCH:` answer may set or drop only a flag of its target kind's allowlist (`CHANGEABLE`)
+or one the target file adds (`[proposer] launch_flags`), spelled out in full as `--flag VALUE`:
+engines parse their flags with argparse, which takes any unique prefix (`--hos` for `--host`) and
+`--flag=VALUE`, so a prefix, an `=` spelling or a value starting with `-` (read as another flag)
+could reach a flag the check never saw. `FIXED` flags (where the server listens, what model and
+code it loads) are never changed, by a model, a playbook or a search, whatever the target file
+lists.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+FIXED = (
+    "--host",
+    "--port",
+    "--model",
+    "--model-path",
+    "--model-name",
+    "--served-model-name",
+    "--tokenizer",
+    "--tokenizer-path",
+    "--tokenizer-mode",
+    "--trust-remote-code",
+    "--revision",
+    "--code-revision",
+    "--tokenizer-revision",
+    "--download-dir",
+    "--load-format",
+    "--config",
+    "--api-key",
+    "--ssl-keyfile",
+    "--ssl-certfile",
+    "--allowed-origins",
+    "--chat-template",
+    "--tp-rank",
+)
+"""Where the server listens, what model, tokenizer, code and credentials it loads: no edit ever
+changes them (nor a prefix of them)."""
+
+CHANGEABLE: dict[str, tuple[str, ...]] = {
+    # The CPU demo engine (examples/targets/mla_server/mla_server/config.py): sizes and schedules.
+    "mla_server": (
+        "--preset",
+        "--device",
+        "--pool-slots",
+        "--layers",
+        "--max-total-tokens",
+        "--max-running-requests",
+        "--max-tokens-limit",
+        "--default-max-tokens",
+        "--threads",
+        "--disable-cuda-graph",
+        "--cuda-graph-max-bs",
+        "--cuda-graph-bs",
+        "--num-continuous-decode-steps",
+    ),
+    # SGLang's server arguments that change speed, not what is served or where.
+    "sglang": (
+        "--mem-fraction-static",
+        "--max-total-tokens",
+        "--max-running-requests",
+        "--max-prefill-tokens",
+        "--chunked-prefill-size",
+        "--schedule-policy",
+        "--schedule-conservativeness",
+        "--page-size",
+        "--kv-cache-dtype",
+        "--attention-backend",
+        "--prefill-attention-backend",
+        "--decode-attention-backend",
+        "--sampling-backend",
+        "--disable-cuda-graph",
+        "--disable-cuda-graph-padding",
+        "--cuda-graph-max-bs",
+        "--cuda-graph-bs",
+        "--enable-torch-compile",
+        "--torch-compile-max-bs",
+        "--disable-radix-cache",
+        "--disable-overlap-schedule",
+        "--enable-mixed-chunk",
+        "--enable-two-batch-overlap",
+        "--num-continuous-decode-steps",
+        "--stream-interval",
+        "--triton-attention-num-kv-splits",
+    ),
+    # "vllm": the vLLM target kind's changeable flags go here, with that kind.
+}
+"""Per target kind, the flags a model may set or drop; `[proposer] launch_flags` adds to them."""
+
+_FLAG = re.compile(r"--[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def fixed_problem(flag: str) -> str | None:
+    """Why no edit may touch `flag`: it is a fixed flag, or a prefix of one that argparse would
+    read as it (`--hos` for `--host`); None when it is not (pure)."""
+    if flag in FIXED:
+        return f"{flag} is fixed (where the server listens, what model and code it loads): never changed"
+    prefixed = [f for f in FIXED if f.startswith(flag)]
+    if prefixed:
+        return f"{flag} is a prefix of {prefixed[0]}, which argparse would read it as; spell flags in full"
+    return None
+
+
+def not_fixed(flag: str) -> str:
+    """`flag`, or ValueError when it is fixed (a validator of the flags playbooks edit)."""
+    if problem := fixed_problem(flag):
+        raise ValueError(problem)
+    return flag
+
+
+def changeable(kind: str, extra: Sequence[str] = ()) -> list[str]:
+    """The flags a model may change for a target of `kind`, with the target file's `extra` ones
+    (fixed flags and their prefixes left out) (pure)."""
+    return [f for f in dict.fromkeys([*CHANGEABLE.get(kind, ()), *extra]) if fixed_problem(f) is None]
+
+
+def flag_problem(kind: str, flag: str, value: str | None, extra: Sequence[str] = ()) -> str | None:
+    """Why a model may not set `flag` (to `value`; None: drop it, or a bare flag) on a target of
+    `kind`, or None (pure)."""
+    if "=" in flag:
+        return f"write `{flag.split('=')[0]} VALUE`, not `{flag}`: one flag, then its value"
+    if not _FLAG.fullmatch(flag):
+        return f"{flag!r} is not a flag: name one flag starting with `--`"
+    if problem := fixed_problem(flag):
+        return problem
+    allowed = changeable(kind, extra)
+    if flag not in allowed:
+        longer = [f for f in allowed if f.startswith(flag)]
+        if longer:
+            return f"{flag} is a prefix of {longer[0]}; spell flags in full"
+        return (
+            f"{flag} is not a launch option you may change for a {kind} target (those are: "
+            f"{', '.join(allowed) or 'none'}; the target file's `[proposer] launch_flags` adds to them)"
+        )
+    if value is not None and value.startswith("-"):
+        return f"the value {value!r} of {flag} starts with `-`, which the server would read as a flag"
+    return None

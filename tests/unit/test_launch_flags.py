@@ -1,0 +1,127 @@
+"""Launch flags by prefix (docs/SECURITY.md, finding 2): what a model's `LAUNCH:` answer, a playbook
+or a search may change in a launch command comes from an allowlist per target kind (plus the
+target file's `[proposer] launch_flags`); prefixes argparse would expand, `--flag=VALUE`, values
+that read as flags and the flags that say where the server listens and what it loads are refused,
+each in one line the model can act on. The approval view prints the exact argv, shell-quoted."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import shlex
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from agent.cli import render, terminal
+from agent.cli.target import load_target
+from agent.proposer.launching import launch_answer
+from playbooks.flags import CHANGEABLE, FIXED, changeable, flag_problem
+from playbooks.schema import LaunchEdit
+from tools.errors import ConfigError
+
+ARGV = ["bash", "launch.sh", "--port", "{port}", "--host", "127.0.0.1", "--preset", "cpu"]
+
+REFUSED = {
+    "set --hos 0.0.0.0": "--hos is a prefix of --host",
+    "set --host 0.0.0.0": "--host is fixed",
+    "set --po 9": "--po is a prefix of --port",
+    "set --model-p /tmp/evil": "--model-p is a prefix of --model-path",
+    "set --trust-remote-code": "--trust-remote-code is fixed",
+    "set --trust 1": "--trust is a prefix of --trust-remote-code",
+    "set --tokenizer-path /tmp/t": "--tokenizer-path is fixed",
+    "set --host=0.0.0.0": "write `--host VALUE`",
+    "set --max-total-tokens=4096": "write `--max-total-tokens VALUE`",
+    "set --max-total-tokens --host": "starts with `-`",
+    "set --max-total-tokens -5": "starts with `-`",
+    "set --max-total 4096": "--max-total is a prefix of --max-total-tokens",
+    "set --enable-anything 1": "--enable-anything is not a launch option you may change for a mla_server target",
+    "drop --host": "--host is fixed",
+    "drop --preset=cpu": "write `--preset VALUE`",
+}
+
+
+@pytest.mark.parametrize("line", sorted(REFUSED))
+def test_a_model_cannot_reach_a_fixed_or_unlisted_flag(line: str) -> None:
+    found = launch_answer(f"why\nLAUNCH: {line}\n", ARGV, [], kind="mla_server")
+    assert isinstance(found, str), (line, found)
+    assert REFUSED[line] in found and "\n" not in found, found
+
+
+def test_what_argparse_would_do_with_the_refused_prefix() -> None:
+    """The reason for the rule: the engine's own parser reads `--hos` as `--host`."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port")
+    assert p.parse_args(["--hos", "0.0.0.0"]).host == "0.0.0.0"
+    assert p.parse_args(["--port=1", "--host=x"]).host == "x"
+
+
+def test_allowed_flags_pass_and_the_target_file_adds_more() -> None:
+    found = launch_answer(
+        "LAUNCH: set --max-total-tokens 4096\nLAUNCH: set --disable-cuda-graph", ARGV, [], kind="mla_server"
+    )
+    assert not isinstance(found, str) and found.argv == [
+        *ARGV,
+        "--max-total-tokens",
+        "4096",
+        "--disable-cuda-graph",
+    ]
+    refused = launch_answer("LAUNCH: set --my-knob 3", ARGV, [], kind="mla_server")
+    assert isinstance(refused, str) and "launch_flags" in refused
+    added = launch_answer("LAUNCH: set --my-knob 3", ARGV, [], kind="mla_server", extra=["--my-knob"])
+    assert not isinstance(added, str) and added.argv[-2:] == ["--my-knob", "3"]
+    # A fixed flag, or a prefix of one, listed in the target file stays refused.
+    for flag in ("--host", "--hos", "--model"):
+        assert flag not in changeable("mla_server", [flag])
+        assert flag_problem("mla_server", flag, "x", [flag]) is not None
+    assert flag_problem("sglang", "--mem-fraction-static", "0.8") is None
+    assert flag_problem("unknown-kind", "--mem-fraction-static", "0.8") is not None  # nothing by default
+
+
+def test_no_allowlisted_flag_is_fixed_or_a_prefix_of_a_fixed_one() -> None:
+    for kind, flags in CHANGEABLE.items():
+        assert changeable(kind) == list(flags), kind
+        for flag in flags:
+            assert not any(f.startswith(flag) for f in FIXED), (kind, flag)
+
+
+def test_playbooks_and_searches_cannot_edit_a_fixed_flag(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="prefix of --host"):
+        LaunchEdit(flag="--hos", action="remove")
+    with pytest.raises(ValidationError, match="--port is fixed"):
+        LaunchEdit(flag="--port", action="raise", value=1)
+    base = (Path(__file__).parents[2] / "examples" / "targets" / "mla_server.toml").read_text()
+    knob = '[[search.knobs]]\nname = "--hos"\ntype = "choice"\nchoices = ["0.0.0.0", "::"]\n'
+    for extra, why in [
+        (knob, r"\[search\] knob --hos: --hos is a prefix of --host"),
+        (
+            '[proposer]\nlaunch_flags = ["--trust-remote-code"]\n',
+            "launch_flags --trust-remote-code: .* fixed",
+        ),
+    ]:
+        f = tmp_path / "t.toml"
+        f.write_text(base + "\n" + extra)
+        with pytest.raises(ConfigError, match=why):
+            load_target(f)
+
+
+def test_the_approval_view_shows_the_exact_argv_shell_quoted() -> None:
+    out = terminal.console()
+    out.file = io.StringIO()
+    after = [*ARGV, "--preset", "a b; rm -rf ~", "--threads", ""]
+    req = {
+        "session": "s1",
+        "title": "t",
+        "explanation": "e",
+        "expected_gain_ms": None,
+        "expected_gain_share": 0.1,
+        "launch_argv": after,
+        "launch_argv_before": ARGV,
+        "evidence": [],
+        "files": [],
+        "diff": "",
+    }
+    render.approval(out, req)
+    assert "    runs now:   " + shlex.join(after) in out.file.getvalue().replace("\n", "")
