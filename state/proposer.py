@@ -5,7 +5,10 @@ and each read-only tool call is a door call, so it is recorded and a replay answ
 The API key is never a field here: it is read from the environment at call time.
 """
 
+import ipaddress
+import re
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 
@@ -28,6 +31,42 @@ DEFAULT_PROTECTED = [
     "**/bench_*.py",
 ]
 """Paths a model may not edit: the target's tests and benchmarks (it must not edit its judges)."""
+
+KEY_ENV = re.compile(r"[A-Z][A-Z0-9_]*_(KEY|TOKEN)")
+"""What `api_key_env` may name: a variable named like an API key (`OPENAI_API_KEY`, `HF_TOKEN`)."""
+NOT_KEYS = re.compile(r"^PERFLOOP_|SECRET|PASSWORD|PASSPHRASE|CREDENTIAL")
+"""...but none of perfloop's own (`PERFLOOP_SERVE_TOKEN`) nor one named for another kind of secret."""
+
+
+def key_env_refusal(name: str) -> str | None:
+    """Why `name` may not be `api_key_env` (its value is sent to the endpoint as a Bearer token),
+    or None (pure)."""
+    if KEY_ENV.fullmatch(name) and not NOT_KEYS.search(name):
+        return None
+    return (
+        f"api_key_env {name!r} does not name an API key: its value is sent to the model endpoint, so it "
+        "must be a variable like OPENAI_API_KEY or HF_TOKEN (upper case, ending in _KEY or _TOKEN, "
+        "not PERFLOOP_*)"
+    )
+
+
+def cleartext_refusal(base_url: str | None, key_env: str) -> str | None:
+    """Why a key may not be sent to `base_url`: a plain `http://` endpoint that is not this machine
+    (the key would cross the network in clear), or None (pure)."""
+    parts = urlsplit(base_url or "")
+    if parts.scheme != "http":
+        return None
+    host = parts.hostname or ""
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if loopback:
+        return None
+    return (
+        f"model endpoint {base_url} is plain http:// to another machine: ${key_env} would travel in clear; "
+        "use https://, an SSH tunnel to 127.0.0.1, or unset the key for a keyless server"
+    )
 
 
 class ProbeConfig(Model):
@@ -59,7 +98,8 @@ class ProposerConfig(Model):
     base_url: str | None = None
     """OpenAI-compatible endpoint (`http://127.0.0.1:8000/v1`); None: $OPENAI_BASE_URL, else OpenAI."""
     api_key_env: str = "OPENAI_API_KEY"
-    """Name of the environment variable holding the API key (its value is never stored)."""
+    """Name of the environment variable holding the API key (its value is never stored); named like
+    a key (`*_KEY`, `*_TOKEN`: `key_env_refusal`)."""
     approve: Literal["manual", "auto"] = "manual"
     """Model-written patches: `manual` pauses for `perfloop approve` even under `--approve auto`;
     `auto` follows `--approve` (the target trusts the model to change its tree unasked)."""
@@ -98,6 +138,14 @@ class ProposerConfig(Model):
     """Launch flags the model may change besides its target kind's allowlist
     (playbooks/flags.py), each spelled in full (`--my-flag`); where the server listens and what
     model and code it loads are never changeable, whatever is listed here."""
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _a_key(cls, name: str) -> str:
+        refused = key_env_refusal(name)
+        if refused is not None:
+            raise ValueError(refused)
+        return name
 
     @field_validator("base_url")
     @classmethod

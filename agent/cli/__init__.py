@@ -37,6 +37,19 @@ def store_option(
     """The global `--store` option: the tools that open the store (aa.record) read it from the
     environment too."""
     if store is not None:
+        from urllib.parse import urlsplit
+
+        try:
+            password = urlsplit(store).password
+        except ValueError:
+            password = None
+        if password:
+            print(
+                "perfloop: warning: --store holds a password, visible to other users in `ps`; prefer "
+                "$PERFLOOP_STORE (or a ~/.pgpass file)",
+                file=sys.stderr,
+                flush=True,
+            )
         os.environ["PERFLOOP_STORE"] = store
 
 
@@ -72,7 +85,10 @@ def build(*, analysis_only: bool = False) -> typer.Typer:
 
 
 def main() -> None:
-    """The `perfloop` script: the analysis commands without the loop's imports, else the full app."""
+    """The `perfloop` script: the analysis commands without the loop's imports, else the full app.
+    Everything perfloop writes (the store, logs, session folders, traces, and what its servers
+    write) is for this user alone: umask 077, set here, the one place."""
+    os.umask(0o077)
     light = len(sys.argv) > 1 and sys.argv[1] in ANALYSIS_COMMANDS
     build(analysis_only=light)()
 

@@ -96,7 +96,7 @@ def serve(
         sock.close()
         raise fail(str(exc)) from None
     where = f"[{host}]" if ":" in host else host
-    shown = f"?token={tok}" if source == "new" else f" (token from {source})"
+    shown = f"#token={tok}" if source == "new" else f" (token from {source})"
     print(f"perfloop serve: http://{where}:{bound}/{shown}", flush=True)
     if not is_loopback(host):
         print(

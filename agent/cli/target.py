@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from playbooks.flags import fixed_problem
-from state.proposer import ProposerConfig
+from state.proposer import ProposerConfig, cleartext_refusal
 from state.ssh import SSHHostConfig
 from state.target import TargetConfig
 from tools.errors import ConfigError
@@ -96,6 +96,10 @@ def with_proposer(target: TargetConfig, **overrides: Any) -> TargetConfig:
     except ValidationError as exc:
         err = exc.errors()[0]
         raise ConfigError(f"proposer {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+    if cfg.mode in ("llm", "auto") and cfg.model and os.environ.get(cfg.api_key_env):
+        refused = cleartext_refusal(cfg.base_url, cfg.api_key_env)
+        if refused is not None:
+            raise ConfigError(refused)
     if cfg.mode == "llm" and not cfg.model:
         raise ConfigError("--proposer llm needs a model: pass --model NAME (or set model under [proposer])")
     if cfg.mode == "search" and target.search is None:

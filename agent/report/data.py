@@ -18,6 +18,8 @@ from state.profile import ProfileSummary
 from state.records import ToolCallRecord
 from state.session import SessionInfo, Summary
 from state.workload import WorkloadConfig
+from tools.door.replay import ReplayDivergence
+from tools.errors import ConfigError
 
 BOOTSTRAP = 2000
 """Resamples behind each arm's CI of the median TPOT."""
@@ -103,7 +105,10 @@ def gather(sessions: Sessions, session_id: str) -> ReportData:
     """The report's data for a live, paused, finished or imported session (reads only)."""
     info = sessions.info(session_id)
     replayed = not sessions.graph.get_state(sessions.config(session_id)).values
-    history = sessions.history(session_id)
+    try:
+        history = sessions.history(session_id)
+    except ReplayDivergence as exc:  # an altered or foreign import: one line, a 4xx page
+        raise ConfigError(f"session {session_id}: its recording does not replay here: {exc}") from None
     state = history[-1]
     calls = sessions.store.tool_calls(session_id)
     pending = sessions.pending_approval(session_id) if info.status in ("running", "paused") else None

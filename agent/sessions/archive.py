@@ -133,11 +133,16 @@ def import_session(store: SessionStore, path: Path) -> str:
         other = "another PERFLOOP_HOME" if store.url is None else "another database (--store)"
         where = describe_store(store.url, store.path.parent)
         raise ConfigError(f"session {info.id} already exists in {where}; import into {other}")
-    store.put_session(info)
-    for value in initial:
-        store.add_input(info.id, "initial", value)
-    for value in answers:
-        store.add_input(info.id, "answer", value)
-    for call in calls:
-        store.record(call)
+    refused: tuple[type[Exception], ...] = (ValueError, *store.db.errors)
+    try:
+        with store.db.transaction():  # all of it or nothing: never a half-written session
+            store.put_session(info)
+            for value in initial:
+                store.add_input(info.id, "initial", value)
+            for value in answers:
+                store.add_input(info.id, "answer", value)
+            for call in calls:
+                store.record(call)
+    except refused as exc:  # what the database refuses (a NUL byte in Postgres)
+        raise ConfigError(f"{path}: the store refused it, nothing was imported: {first_line(exc)}") from None
     return info.id

@@ -4,10 +4,13 @@
 - `Host` must be one the server is reached at: the bound address, `localhost`, `127.0.0.1` or
   `[::1]`, with the port (a wildcard bind adds this machine's names; `--origin` adds an SSH tunnel's
   or a TLS proxy's address). A page on another name that resolves here (DNS rebinding) is refused.
-- Every request carries the token: `?token=` (the address printed, opened once: the server then sets
-  a cookie named for its port, HttpOnly and SameSite=Strict, holding a value valid while this server
-  runs, not the token itself, and redirects to the clean address), the cookie, or `Authorization:
-  Bearer`. Compared as bytes in constant time (any header or query value: never an error).
+- Every request carries the token as `Authorization: Bearer TOKEN`, compared as bytes in constant
+  time (any header value: never an error). No cookie grants anything: cookies are scoped by host,
+  not port, so one set here would reach every other service of 127.0.0.1 the browser visits. The
+  browser keeps the token in `sessionStorage` (per origin: host *and* port) and sends it as that
+  header: a navigation without it (a link, a reload, the printed address `/#token=...`, whose
+  fragment never leaves the browser) gets the sign-in shell (agent/web/shell.py, status 401, no
+  session data), whose script fetches the page with the header and shows it.
 - A POST's Origin, when the browser sends one, is one of the fixed origins (never built from the
   request), and `Sec-Fetch-Site`, when sent, says same-origin (`Guard.own_post`). The CSRF value
   (an HMAC of the server's secret) is checked by the route (agent/web/app.py)."""
@@ -23,9 +26,11 @@ from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from agent.web.hardening import nonce_of
+from agent.web.shell import sign_in
 from tools.errors import ConfigError
 
 MAX_SECRET = 1024  # a longer token, cookie or CSRF value is wrong without looking further
@@ -107,9 +112,7 @@ class Guard:
 
     def __init__(self, token: str, port: int, hosts: frozenset[str], origins: frozenset[str]) -> None:
         self.port, self.hosts, self.origins = port, hosts, origins
-        self.cookie = f"perfloop_token_{port}"
         self._token = token.encode()
-        self._session = secrets.token_urlsafe(32)  # the cookie's value: dies with this server
         self._secret = secrets.token_bytes(32)
 
     def csrf(self) -> str:
@@ -125,24 +128,20 @@ class Guard:
     def signed_in(self, request: Request) -> bool:
         auth = request.headers.get("authorization", "")
         bearer = auth[7:].strip() if auth[:7].lower() == "bearer " else None
-        return same(request.cookies.get(self.cookie), self._session.encode()) or self.token_ok(bearer)
+        return self.token_ok(bearer)
 
     def refusal(self, request: Request) -> Response | None:
-        """Why this request is refused (a plain-text response that echoes nothing), or None."""
+        """Why this request is refused (a response that echoes nothing), or None. A page asked for
+        without the token gets the sign-in shell (it holds no session data)."""
         if request.headers.get("host", "").lower() not in self.hosts:
             return _plain(403, "this server answers only at the address `perfloop serve` printed")
-        query = request.query_params.get("token")
-        if query is not None and self.token_ok(query) and request.method in ("GET", "HEAD"):
-            path = "/" + request.url.path.lstrip("/")  # never `//elsewhere`
-            clean = request.url.remove_query_params("token").query
-            resp = RedirectResponse(path + (f"?{clean}" if clean else ""), 303)
-            resp.set_cookie(self.cookie, self._session, httponly=True, samesite="strict", path="/")
-            return resp
-        if not (self.signed_in(request) or self.token_ok(query)):
+        if not self.signed_in(request):
+            if request.method in ("GET", "HEAD") and not request.url.path.startswith("/api/"):
+                return sign_in(nonce_of(request.scope))
             return _plain(
                 401,
                 "this perfloop server needs its token: open the address `perfloop serve` printed "
-                "(.../?token=...) or send `Authorization: Bearer TOKEN`",
+                "(.../#token=...) or send `Authorization: Bearer TOKEN`",
             )
         if request.method not in ("GET", "HEAD") and not self.own_post(request):
             return _plain(403, "a POST from another origin is refused")

@@ -10,10 +10,10 @@ from tools.secrets import redact
 
 
 def test_the_api_key_comes_from_the_named_variable_and_is_redacted(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MY_LLM", "hunter2-0123456789")
+    monkeypatch.setenv("MY_LLM_KEY", "hunter2-0123456789")
     args = ChatArgs(
         base_url=None,
-        api_key_env="MY_LLM",
+        api_key_env="MY_LLM_KEY",
         model="m",
         messages=[],
         tools=[],

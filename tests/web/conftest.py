@@ -81,16 +81,18 @@ class Served:
         )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
-        m = re.search(r"(http://\S+?:\d+)/(\?token=(\S+))?", line)
+        m = re.search(r"(http://\S+?:\d+)/(#token=(\S+))?", line)
         assert m, f"perfloop serve printed no address: {line!r}"
         self.url, self.token = m.group(1), m.group(3) or token
         self.port = int(self.url.rsplit(":", 1)[1])
 
     def open(self, context: BrowserContext, path: str) -> Page:
-        """A page at `path`, signed in as a person is: the printed address with its token, once
-        (the server sets its cookie and redirects to `path` without the token)."""
+        """A page at `path`, signed in as a person is: the printed address's `#token=` fragment
+        (the sign-in shell keeps it in sessionStorage, drops it from the address and fetches the
+        page with it as a header)."""
         page = context.new_page()
-        page.goto(f"{self.url}{path}{'&' if '?' in path else '?'}token={self.token}")
+        page.goto(f"{self.url}{path}#token={self.token}")
+        signed_in(page)
         assert page.url == self.url + path, page.url
         return page
 
@@ -100,6 +102,11 @@ class Served:
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(timeout=20)
+
+
+def signed_in(page: Page) -> None:
+    """Wait until the sign-in shell has written the page it fetched in its place."""
+    page.wait_for_function("() => !document.getElementById('perfloop-shell')", timeout=60_000)
 
 
 @pytest.fixture(scope="module")

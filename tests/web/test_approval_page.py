@@ -15,7 +15,7 @@ from playwright.sync_api import Browser, BrowserContext, Page
 
 from tests.e2e.conftest import git, last_json, make_repo, perfloop, write_target
 from tests.procs import processes_in
-from tests.web.conftest import Served, shot
+from tests.web.conftest import Served, shot, signed_in
 from tools.store.sessions import SessionStore
 
 pytestmark = pytest.mark.e2e
@@ -96,7 +96,7 @@ def test_edit_with_a_bad_patch_shows_the_error_and_applies_nothing(
     assert page.locator("#approve").count() == 1  # still waiting, the buttons still there
     href = page.locator("#traces a").first.get_attribute("href")  # the profile's trace, served
     assert href is not None and href.startswith(f"/sessions/{paused.sid}/files/")
-    trace = page.request.get(paused.served.url + href)
+    trace = page.request.get(paused.served.url + href, headers=paused.served.bearer())
     assert trace.status == 200 and trace.body()[:2] == b"\x1f\x8b"  # the .json.gz itself
 
 
@@ -125,11 +125,11 @@ window.result = (async () => {
 def test_a_rebinding_page_can_neither_read_nor_answer_and_the_page_cannot_be_framed(
     context: BrowserContext, paused: Paused
 ) -> None:
-    """The victim is signed in (its cookie set). A page at http://rebind.test:PORT, a name that
-    resolves to this server (the browser's host rules, as DNS rebinding makes it), fetches the
-    session page and posts an answer same-origin: both refused on the Host. A page on another
-    port of 127.0.0.1 (same site: the cookie is sent) frames the approval page: not shown. A page
-    of another site auto-submits an Approve form: refused. Nothing is answered."""
+    """The victim is signed in. A page at http://rebind.test:PORT, a name that resolves to this
+    server (the browser's host rules, as DNS rebinding makes it), fetches the session page and
+    posts an answer same-origin: both refused on the Host. A page on another port of 127.0.0.1
+    frames the approval page: not shown (and it is only the sign-in shell: no cookie, no token in
+    that frame). A page of another site auto-submits an Approve form: refused. Nothing is answered."""
     served, sid = paused.served, paused.sid
     open_session(context, paused).close()
     rebind = f"http://rebind.test:{served.port}/attack"
@@ -147,7 +147,7 @@ def test_a_rebinding_page_can_neither_read_nor_answer_and_the_page_cannot_be_fra
     framed = context.new_page()
     with framed.expect_response(f"{served.url}/sessions/{sid}") as answered:
         framed.goto(framing)
-    assert answered.value.status == 200  # the server answered, cookie and all: the browser refused it
+    assert answered.value.status == 401  # the shell, no credential: and the browser refused to frame it
     assert "frame-ancestors 'none'" in answered.value.headers["content-security-policy"]
     framed.wait_for_timeout(1000)
     assert all(f.locator("#approve").count() == 0 for f in framed.frames)
@@ -162,7 +162,7 @@ def test_a_rebinding_page_can_neither_read_nor_answer_and_the_page_cannot_be_fra
     forged = context.new_page()
     with forged.expect_navigation(url=f"{served.url}/sessions/{sid}/approve") as landed:
         forged.goto(other_site)
-    assert landed.value is not None and landed.value.status == 401  # SameSite=Strict: no cookie
+    assert landed.value is not None and landed.value.status == 401  # no cookie, no header: no token
     assert paused.answers() == []
     assert open_session(context, paused).locator("#approve").count() == 1  # still waiting
 
@@ -175,15 +175,17 @@ def test_two_tabs_approve_at_once_one_wins_and_the_session_finishes_accepted(
         pages = [open_session(ctx, paused) for ctx in tabs]
         shot(pages[0], "serve-waiting-for-approval")
         paused.hold.touch()  # the relaunch waits until the page has shown it
-        # Both forms are submitted before either answer comes back.
-        with pages[0].expect_navigation() as first, pages[1].expect_navigation() as second:
+        # Both forms are submitted (by the page's script, with the token header) before either
+        # answer comes back.
+        with (
+            pages[0].expect_response(lambda r: r.request.method == "POST") as first,
+            pages[1].expect_response(lambda r: r.request.method == "POST") as second,
+        ):
             for page in pages:
-                page.evaluate("document.getElementById('approve').form.submit()")
-        landed = [first.value, second.value]
-        assert all(r is not None for r in landed)
-        assert sorted(r.status for r in landed if r) == [200, 409]  # one redirected to its page, one refused
-        assert sum(r.request.redirected_from is not None for r in landed if r) == 1  # the 303
-        loser = next(p for p in pages if p.locator("#message").count())
+                page.evaluate("document.getElementById('approve').form.requestSubmit()")
+        assert sorted(r.value.status for r in (first, second)) == [303, 409]  # one redirected, one refused
+        loser = pages[[first.value.status, second.value.status].index(409)]
+        loser.wait_for_selector("#message")
         assert (
             "409" in loser.locator("#message").inner_text()
             and "answered already" in loser.locator("#message").inner_text()
@@ -237,25 +239,33 @@ def test_a_non_loopback_bind_needs_its_token(browser: Browser, recorded_home: tu
         ctx = browser.new_context()
         page = ctx.new_page()
         refused = page.goto(served.url + f"/sessions/{sid}")
-        assert refused is not None and refused.status == 401
-        assert "needs its token" in page.inner_text("body")
+        assert refused is not None and refused.status == 401  # the sign-in shell, nothing of the session
+        page.wait_for_selector("#sign-in:not([hidden])")
+        assert "needs its token" in page.inner_text("body") and sid not in page.content()
         shot(page, "serve-token-refused")
-        wrong = page.goto(served.url + "/?token=wrong")
-        assert wrong is not None and wrong.status == 401
-        ok = page.goto(served.url + f"/?token={served.token}")
-        assert ok is not None and ok.status == 200 and page.url == served.url + "/"  # token kept in a cookie
-        again = page.goto(served.url + f"/sessions/{sid}")
-        assert again is not None and again.status == 200
+        page.fill("#token", "wrong-token-of-enough-length")
+        page.click("#sign-in-button")
+        page.wait_for_function("() => document.getElementById('message').textContent.includes('is wrong')")
+        page.fill("#token", served.token)  # pasted: kept in sessionStorage, sent as a header
+        page.click("#sign-in-button")
+        signed_in(page)
+        assert page.locator("#summary").count() == 1 and ctx.cookies() == []
+        again = page.goto(served.url + "/")  # a link followed: the shell again, signed in from sessionStorage
+        assert again is not None and again.status == 401
+        signed_in(page)
+        assert page.locator(f'a[href="/sessions/{sid}"]').count() == 1
         api = page.request.get(
             served.url + f"/api/sessions/{sid}", headers={"Authorization": "Bearer " + served.token}
         )
         assert api.status == 200
-        no_csrf = page.request.post(served.url + f"/sessions/{sid}/approve", form={"number": "0"})
+        no_csrf = page.request.post(
+            served.url + f"/sessions/{sid}/approve", form={"number": "0"}, headers=served.bearer()
+        )
         assert no_csrf.status == 403 and "CSRF" in no_csrf.text()
         elsewhere = page.request.post(
             served.url + f"/sessions/{sid}/approve",
             form={"number": "0"},
-            headers={"Origin": "http://evil.example"},
+            headers={"Origin": "http://evil.example", **served.bearer()},
         )
         assert elsewhere.status == 403 and "another origin" in elsewhere.text()
         ctx.close()

@@ -77,6 +77,7 @@ def test_a_batch_is_shown_per_candidate_and_approved_with_one_unticked(
             "number": "0",
             "patch": "x",
         },
+        headers=batch.served.bearer(),
     )
     assert forged.status == 400 and "waits on a batch of 2 candidates" in forged.text()
     for i in range(boxes.count()):

@@ -102,7 +102,9 @@ def test_served_pages_list_the_session_and_fetch_nothing_outside(
         with page.expect_request(lambda r: r.url == f"{served.url}/api/sessions/{sid}", timeout=15_000):
             pass
         assert all(u.startswith(served.url) for u in seen), seen
-        outside = page.request.get(served.url + f"/sessions/{sid}/files/..%2F..%2Fsessions.sqlite")
+        outside = page.request.get(
+            served.url + f"/sessions/{sid}/files/..%2F..%2Fsessions.sqlite", headers=served.bearer()
+        )
         assert outside.status == 404
         shot(page, "serve-session-done")
     finally:

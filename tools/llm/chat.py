@@ -14,6 +14,7 @@ import time
 from typing import Any, cast
 
 from state.llm_tools import ChatArgs, ChatMessage, ChatReply, ChatToolCall
+from state.proposer import cleartext_refusal, key_env_refusal
 from tools import secrets
 from tools.door import tool
 from tools.errors import LlmError
@@ -51,12 +52,18 @@ def request_fields(args: ChatArgs) -> dict[str, Any]:
 
 
 def api_key(args: ChatArgs) -> str:
-    """The key from the environment, or a placeholder for a local endpoint; LlmError if none fits."""
+    """The key from the environment, or a placeholder for a local endpoint; LlmError if none fits,
+    if the variable is not named like a key, or if the key would go in clear to another machine."""
     key = os.environ.get(args.api_key_env, "")
+    base = args.base_url or os.environ.get("OPENAI_BASE_URL") or ""
+    refused = key_env_refusal(args.api_key_env) or (
+        cleartext_refusal(base, args.api_key_env) if key else None
+    )
+    if refused is not None:
+        raise LlmError(refused)
     if key:
         secrets.register(key)  # masked in anything written, whatever the variable is called
         return key
-    base = args.base_url or os.environ.get("OPENAI_BASE_URL") or ""
     if base and "api.openai.com" not in base:
         return LOCAL_KEY
     raise LlmError(

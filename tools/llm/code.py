@@ -3,8 +3,11 @@
 Run where the repo lives (`where="host"`). Paths are repo-relative; anything outside the repo (also
 through a symlink, for every tool, `grep` included), inside `.git`, gitignored or secret-looking
 (`redact.secret_file`) is refused with a reason the model reads, or left out of listings and
-searches; what is sent back has secrets masked (`redact.redact`); `grep` stops after
-`GREP_SECONDS`. Lines perfloop's
+searches; `.git` is never reached, also through a symlink into it (the resolved path is checked);
+a path the file system cannot take (a NUL byte, a name too long) is refused too; what is sent back
+has secrets masked (`redact.redact`); `grep` runs the model's pattern with the `regex` package
+under a real time limit (`GREP_SECONDS` in all: a catastrophic pattern is stopped, not waited
+for). Lines perfloop's
 profiler instrumentation added (marked `# perfloop-instrumentation`) are left out: the model sees
 the tree as it will be when its patch is applied, after the instrumentation is removed.
 """
@@ -12,13 +15,14 @@ the tree as it will be when its patch is applied, after the instrumentation is r
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
+
+import regex  # type: ignore[import-untyped]
 
 from state.llm_tools import CodeArgs, CodeResult, DiffArgs, FilesArgs, FileTexts, LogArgs
 from tools.door import tool
@@ -44,6 +48,8 @@ class Refused(Exception):
 
 def resolve(repo: Path, path: str) -> Path:
     """`path` inside `repo`, not in `.git`; Refused otherwise."""
+    if not path.isprintable():
+        raise Refused(f"{path!r} holds a control character (a NUL byte?): not a path")
     rel = PurePosixPath(path.strip() or ".")
     if rel.is_absolute() or ".." in rel.parts:
         raise Refused(f"{path!r} is outside the repository: use a path relative to its root")
@@ -53,6 +59,8 @@ def resolve(repo: Path, path: str) -> Path:
     full = (root / rel).resolve()
     if full != root and root not in full.parents:
         raise Refused(f"{path!r} leads outside the repository")
+    if in_git(root, full):
+        raise Refused(f"{path!r} leads into .git (a symlink), which is not readable")
     if not full.exists():
         raise Refused(f"{path!r} does not exist")
     if any(secret_file(p) for p in (*rel.parts, full.name)):
@@ -60,6 +68,14 @@ def resolve(repo: Path, path: str) -> Path:
     if full != root and ignored(root, [full]):
         raise Refused(f"{path!r} is ignored by git: not readable")
     return full
+
+
+def in_git(root: Path, real: Path) -> bool:
+    """Whether `real` (resolved) lies in the repo's `.git` (pure)."""
+    try:
+        return any(part.lower() == ".git" for part in real.relative_to(root).parts)
+    except ValueError:
+        return False
 
 
 def inside(root: Path, p: Path) -> bool:
@@ -85,7 +101,7 @@ def ignored(root: Path, paths: list[Path]) -> set[Path]:
 
 def _hidden(root: Path, p: Path) -> bool:
     """Whether a listing or a search leaves `p` out: outside through a symlink, or secret-looking."""
-    return not inside(root, p) or secret_file(p.name) or p.name in SKIP_DIRS
+    return not inside(root, p) or in_git(root, p.resolve()) or secret_file(p.name) or p.name in SKIP_DIRS
 
 
 def visible_lines(text: str) -> list[str]:
@@ -136,7 +152,7 @@ def _files(root: Path, full: Path) -> list[Path]:
     found = []
     for p in sorted(full.rglob("*")):
         rel = p.relative_to(root).parts
-        if any(part in SKIP_DIRS or secret_file(part) for part in rel) or not inside(root, p):
+        if any(part in SKIP_DIRS or secret_file(part) for part in rel) or _hidden(root, p):
             continue
         if p.is_file():
             found.append(p)
@@ -147,23 +163,30 @@ def _files(root: Path, full: Path) -> list[Path]:
 def grep(repo: Path, pattern: str, path: str) -> str:
     """`file:line: text` for every line matching a Python regex under `path`."""
     try:
-        rx = re.compile(pattern)
-    except re.error as exc:
+        rx = regex.compile(pattern)
+    except (regex.error, ValueError, OverflowError) as exc:
         raise Refused(f"bad regular expression {pattern!r}: {exc}") from None
     root = repo.resolve()
     hits: list[str] = []
     deadline = time.monotonic() + GREP_SECONDS
+    stopped = f"[stopped after {GREP_SECONDS:.0f} s: narrow the pattern or path]"
     for f in _files(root, resolve(repo, path)):
-        if time.monotonic() > deadline:
-            hits.append(f"[stopped after {GREP_SECONDS:.0f} s: narrow the pattern or path]")
-            break
         try:
             lines = visible_lines(_text(f))
         except Refused:
             continue
         rel = f.relative_to(root).as_posix()
-        hits += [f"{rel}:{n}: {line}" for n, line in enumerate(lines, 1) if rx.search(line)]
+        try:
+            for n, line in enumerate(lines, 1):
+                if rx.search(line, timeout=max(deadline - time.monotonic(), 0.001)):
+                    hits.append(f"{rel}:{n}: {line}")
+        except TimeoutError:
+            hits.append(stopped)
+            break
         if len(hits) > MAX_MATCHES:
+            break
+        if time.monotonic() > deadline:
+            hits.append(stopped)
             break
     if not hits:
         return f"no match for {pattern!r} under {path}"
@@ -190,6 +213,8 @@ def _answer(fn: Callable[..., str], *args: Any) -> CodeResult:
         return CodeResult(ok=True, text=redact(fn(*args)))
     except Refused as exc:
         return CodeResult(ok=False, text=redact(f"refused: {exc}"))
+    except (OSError, ValueError) as exc:  # what the file system refuses: an answer, never a crash
+        return CodeResult(ok=False, text=redact(f"refused: {type(exc).__name__}: {exc}"))
 
 
 @tool("code.read_file")

@@ -8,13 +8,18 @@ untracked files git does not ignore, perfloop's instrumentation lines left out, 
 deleted), the candidate applied there, the command run in its root in its own process group with a time
 limit (past it the whole group is killed), and the worktree removed again (`git worktree remove`,
 then `prune`), whatever happened. What comes back is the end of the output, bounded and with
-secrets masked; the model endpoint's key is not in the command's environment. Run where the repo
-lives (`where="host"`); recorded like every door call, so a replay answers it without running.
+secrets masked. The command runs the model's code, so it gets a minimal environment
+(`probe_env`): the variables a build or a test needs (PATH, HOME, locale, Python, CUDA/ROCm and
+thread settings) and nothing named like a key, token, password, secret or credential, no
+`PERFLOOP_*` (the store URL and its password), no SSH agent, no value holding a URL's password.
+Run where the repo lives (`where="host"`); recorded like every door call, so a replay answers it
+without running.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -26,10 +31,31 @@ from state.llm_tools import ProbeArgs, ProbeResult
 from tools.door import tool
 from tools.llm.code import MARKER, inside
 from tools.llm.redact import redact
+from tools.secrets import looks_secret
 from tools.workspace.commands import APPLY
 
 MAX_OUTPUT = 6000
 """Characters of the output's end sent back."""
+KEPT_ENV = re.compile(
+    r"PATH|HOME|USER|LOGNAME|SHELL|LANG|LANGUAGE|TZ|TMPDIR|TERM|PWD|LD_LIBRARY_PATH|VIRTUAL_ENV"
+    r"|(LC_|PYTHON|CONDA_|CUDA_|NVIDIA_|HIP_|ROCM_|ROCR_|HSA_|NCCL_|OMP_|MKL_|OPENBLAS_|TORCH_|TRITON_|XDG_"
+    r"|HF_)[A-Z0-9_]*"
+)
+"""The variables of perfloop's environment a probe gets (then less those named like secrets)."""
+URL_PASSWORD = re.compile(r"://[^/@\s]*:[^/@\s]*@")
+
+
+def probe_env(environ: dict[str, str], drop: list[str]) -> dict[str, str]:
+    """The environment the probe's command runs with (see the module doc; pure)."""
+    return {
+        k: v
+        for k, v in environ.items()
+        if KEPT_ENV.fullmatch(k)
+        and not looks_secret(k)
+        and k not in drop
+        and not k.startswith(("PERFLOOP_", "SSH_"))
+        and not URL_PASSWORD.search(v)
+    }
 
 
 def _git(repo: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -87,7 +113,7 @@ def run(args: ProbeArgs) -> ProbeResult:
             return ProbeResult(
                 applied=False, exit_code=None, output=redact(f"the patch did not apply: {why}")
             )
-        env = {k: v for k, v in os.environ.items() if k not in set(args.drop_env)}
+        env = probe_env(dict(os.environ), args.drop_env)
         t0 = time.perf_counter()
         with open(log, "wb") as out:
             try:

@@ -86,6 +86,7 @@ class Db:
     def __init__(self, url: str | None, sqlite_path: Path) -> None:
         self.dialect = "sqlite" if url is None else "postgres"
         self._lock = threading.RLock()
+        self._depth = 0
         if url is None:
             self._conn: Any = sqlite3.connect(
                 sqlite_path, check_same_thread=False, isolation_level=None, timeout=30
@@ -117,21 +118,38 @@ class Db:
         with self._lock:
             return int(self._conn.execute(self._sql(sql), params).rowcount)
 
+    @property
+    def errors(self) -> tuple[type[Exception], ...]:
+        """The exceptions the driver raises for a statement the database refuses."""
+        if self.dialect == "sqlite":
+            return (sqlite3.Error,)
+        import psycopg
+
+        return (psycopg.Error,)
+
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        """Statements inside run as one transaction (SQLite: BEGIN IMMEDIATE, a writer at once)."""
+        """Statements inside run as one transaction (SQLite: BEGIN IMMEDIATE, a writer at once);
+        one inside another is part of the outer one."""
         with self._lock:
-            if self.dialect == "sqlite":
-                self._conn.execute("BEGIN IMMEDIATE")
-                try:
-                    yield
-                except BaseException:
-                    self._conn.execute("ROLLBACK")
-                    raise
-                self._conn.execute("COMMIT")
-            else:
-                with self._conn.transaction():
-                    yield
+            if self._depth:
+                yield
+                return
+            self._depth = 1
+            try:
+                if self.dialect == "sqlite":
+                    self._conn.execute("BEGIN IMMEDIATE")
+                    try:
+                        yield
+                    except BaseException:
+                        self._conn.execute("ROLLBACK")
+                        raise
+                    self._conn.execute("COMMIT")
+                else:
+                    with self._conn.transaction():
+                        yield
+            finally:
+                self._depth = 0
 
     def serialize(self, key: str) -> None:
         """Inside a transaction: wait for any other transaction holding `key` (on SQLite,

@@ -28,7 +28,9 @@ from tools.store.db import Db, store_url
 def perfloop_home() -> Path:
     """$PERFLOOP_HOME, default ~/.perfloop (created if missing)."""
     home = Path(os.environ.get("PERFLOOP_HOME") or Path.home() / ".perfloop").expanduser()
-    home.mkdir(parents=True, exist_ok=True)
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if home.stat().st_mode & 0o077 and home.stat().st_uid == os.getuid():
+        home.chmod(0o700)  # an older home, or one made by hand: its sessions are this user's alone
     return home
 
 
