@@ -55,3 +55,7 @@ class LoopOptions(Model):
     """Whether cross-host arms plan and judge with both hosts' A/A launches, the reference host's
     read from the store too (agent/decision/crosshost.py): True for new sessions; sessions
     recorded before it carry none and replay with the session host's alone."""
+    release_servers_when_paused: bool = False
+    """Whether a session paused for approval stops its servers while it waits, and approving
+    launches them again (`agent/sessions/runner.py`): True for new sessions unless
+    `--keep-servers-when-paused`; sessions recorded before it carry none and keep them."""
