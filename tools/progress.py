@@ -85,7 +85,7 @@ class PlainLines:
     while nothing new comes the latest is written again every `quiet_s` (`... still`), so a log
     never stays silent longer than that while something runs. Use as a context manager."""
 
-    def __init__(self, write: Callable[[str], None], gap_s: float = 3.0, quiet_s: float = 8.0) -> None:
+    def __init__(self, write: Callable[[str], None], gap_s: float = 3.0, quiet_s: float = 6.0) -> None:
         self.write, self.gap_s, self.quiet_s = write, gap_s, quiet_s
         self.latest: str | None = None
         self.shown: str | None = None
