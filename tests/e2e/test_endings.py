@@ -5,16 +5,23 @@ servers, real git repos, SQLite store."""
 
 from __future__ import annotations
 
+import json
 import os
+import signal
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import git, last_json, make_repo, write_target
+from agent.cli.target import load_target
+from agent.sessions.holding import holder_line
+from tests.e2e.conftest import PERFLOOP, git, last_json, make_repo, write_target
 from tests.e2e.test_durable import dirty, tree
 from tests.e2e.test_interrupts import finished_like_uninterrupted, nothing_left, run
 from tests.forkcli import ForkedCli
+from tests.procs import processes_in
 from tools.store.sessions import SessionStore
 
 pytestmark = pytest.mark.e2e
@@ -95,3 +102,45 @@ def test_a_held_checkout_is_refused_and_abandon_gives_it_back(cli: ForkedCli, tm
     assert info is not None and info.status == "abandoned"
     twice = run(cli, home, faults, "abandon", session)
     assert twice.returncode == 2 and "is abandoned: only a running" in twice.stderr
+
+
+@pytest.mark.timeout(600)
+def test_a_server_killed_while_it_is_measured_fails_the_session_cleanly(tmp_path: Path) -> None:
+    """The baseline server SIGKILLed by an outside process (the OOM killer) while the baseline is
+    measured: the session aborts (exit 1) with the bench's one-line reason; nothing runs; the repo
+    is as it was found (branch, instrumentation out, the user's edits), so it is not held and a
+    new `run` may start on it. (Resume does not apply: `abort` is the loop's own ending.)"""
+    repo, home = make_repo(tmp_path / "engine"), tmp_path / "home"
+    dirty(repo)
+    found = tree(repo)
+    target = write_target(tmp_path / "t.toml", repo, looks=1)
+    env = {**os.environ, "PERFLOOP_HOME": str(home)}
+    proc = subprocess.Popen(
+        [str(PERFLOOP), "run", str(target), "--json", "--max-iterations", "1"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    killed: list[int] = []
+    try:
+        deadline = time.monotonic() + 300
+        while not killed and time.monotonic() < deadline and proc.poll() is None:
+            for latest in home.glob("sessions/*/progress.json"):
+                if "measuring baseline: request 2/" in latest.read_text(errors="replace"):
+                    killed = processes_in(repo)
+                    for pid in killed:
+                        os.kill(pid, signal.SIGKILL)
+            time.sleep(0.1)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert killed, f"the baseline was never seen measured: {err[-2000:]}"
+    assert proc.returncode == 1, err[-2000:]
+    s = json.loads(out.strip().splitlines()[-1])
+    assert s["status"] == "failed" and s["stop_reason"].startswith("aborted: baseline: "), s
+    assert len(s["stop_reason"].splitlines()) == 1
+    assert processes_in(repo) == [] and processes_in(home) == []
+    assert tree(repo) == found and git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == "main"
+    assert holder_line(SessionStore.open(home), load_target(target), "this store") is None  # not held
