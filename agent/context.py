@@ -14,6 +14,7 @@ from langgraph.types import Command
 from state.base import utcnow
 from state.loop import LoopState, Transition
 from state.updates import LoopUpdate
+from tools import progress
 from tools.door import Door
 from tools.door.faults import fault_point
 from tools.door.registry import In, Out
@@ -68,6 +69,7 @@ def step(fn: Node | None = None, *, guarded: bool = True) -> Any:
         @wraps(node_fn)
         def run(state: LoopState, runtime: Runtime[LoopContext]) -> Command:
             fault_point(f"node:{node}")
+            progress.report(f"step {node}")
             door = door_of(runtime)
             door.node = node
             try:

@@ -239,6 +239,10 @@ class LoopState(Model):
     """Predicted vs realized for accepted patches, from the next profile (CI rule sessions)."""
     fork_at: ForkStep | None = None
     """Set in a forked session's initial state: the step to continue at after reconciling."""
+    seed_session: str | None = None
+    """A fork's: the session whose id seeds the correctness set (the first of its ancestors), so
+    that its candidates are checked on the prompts its inherited reference outputs answer. None:
+    the session's own id (every session but a fork, and forks recorded before this field)."""
     llm_usage: LlmUsage = Field(default_factory=LlmUsage)
     """Model calls and tokens spent in this session (the token budget counts against it)."""
     model_trials: Annotated[list[ModelTrial], operator.add] = Field(default_factory=list)

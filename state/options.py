@@ -59,3 +59,7 @@ class LoopOptions(Model):
     """Whether a model's `LAUNCH:` lines may change only its target kind's allowlisted flags and
     `[proposer] launch_flags`, spelled in full (playbooks/flags.py): True for new sessions;
     sessions recorded before it replay with any flag but the fixed ones and their prefixes."""
+    release_servers_when_paused: bool = False
+    """Whether a session paused for approval stops its servers while it waits, and approving
+    launches them again (`agent/sessions/runner.py`): True for new sessions unless
+    `--keep-servers-when-paused`; sessions recorded before it carry none and keep them."""

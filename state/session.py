@@ -7,7 +7,7 @@ from typing import Literal
 from state.base import Model
 from state.ids import SessionId
 
-SessionStatus = Literal["running", "paused", "done", "failed", "interrupted"]
+SessionStatus = Literal["running", "paused", "done", "failed", "interrupted", "abandoned"]
 
 
 class Summary(Model):
@@ -22,14 +22,18 @@ class Summary(Model):
     tpot_ms_after: float | None
     """Median TPOT after the accepted patches (equals before when none was accepted)."""
     speedup: float | None
-    """tpot_ms_before / tpot_ms_after; under `[workload]` the objective's ratio instead (see
-    `objective`): after / before for a throughput, before / after for a latency."""
+    """The session's whole gain, baseline vs final: tpot_ms_before (the baseline, measured alone
+    at the start) / tpot_ms_after (the final reference, measured when it was decided, beside its
+    reference with interleaved arms); under `[workload]` the objective's ratio instead (see
+    `objective`): after / before for a throughput, before / after for a latency. No interval:
+    `speedup_judged` and `speedup_ci` are the decisive comparison's."""
     ttft_ms_before: float | None
     """Median TTFT of the baseline."""
     ttft_ms_after: float | None
     """Median TTFT at the end."""
     outputs_identical: bool | None
-    """Whether the final outputs equal the baseline's (greedy, fixed prompts)."""
+    """Whether the final outputs equal the baseline's (greedy, fixed prompts); None when no
+    candidate was kept (nothing was compared with the baseline's)."""
     accepted: list[str]
     """Playbook ids of the accepted fixes (patches and launch-option changes), in order."""
     rejected: list[str]
@@ -74,6 +78,10 @@ class Summary(Model):
     measured one); None when no candidate was measured or the session used the IQR rule."""
     speedup_ci: list[float] | None = None
     """[low, high] of that candidate's TPOT speedup CI (under `[workload]` its objective's) (simultaneous `confidence` over looks)."""
+    speedup_judged: float | None = None
+    """That candidate's speedup over its reference as the verdict compared them (the decisive
+    look's estimate, inside `speedup_ci`); None where no candidate was judged, or in summaries
+    recorded before it."""
     requests_per_arm: int | None = None
     """Requests per prompt in that candidate's arm when it was decided."""
     launch_noise: float | None = None

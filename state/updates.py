@@ -68,6 +68,7 @@ class LoopUpdate(TypedDict, total=False):
     kept_diffs: list[str]
     mechanisms: list[MechanismCheck]
     fork_at: ForkStep | None
+    seed_session: str | None
     llm_usage: LlmUsage
     model_trials: list[ModelTrial]
     search_clock: list[float]

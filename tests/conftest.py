@@ -8,6 +8,11 @@ from pathlib import Path
 
 import pytest
 
+# Commands run by tests have no terminal: their progress would be timestamped lines on stderr
+# (agent/cli/running.py), which tests that count stderr's lines do not expect; a test of those
+# lines sets PERFLOOP_PROGRESS=plain for its command (tests/e2e/test_loop.py, the demo).
+os.environ.setdefault("PERFLOOP_PROGRESS", "off")
+
 from tests.guard import Scratch
 from tests.procs import processes_in
 

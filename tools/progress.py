@@ -1,6 +1,7 @@
-"""Progress reporting for long waits. Tools report; the CLI decides how it is shown (rich), and
-while a session runs the latest line is also kept in its folder (`progress.json`) for the
-approval page of `perfloop serve`, which runs in another process."""
+"""Progress reporting for long waits. Tools report; the CLI decides how it is shown (a rich status
+line on a terminal, else `PlainLines`: timestamped lines in a log), and while a session runs the
+latest line is also kept in its folder (`progress.json`) for the approval page of `perfloop
+serve`, which runs in another process."""
 
 from __future__ import annotations
 
@@ -76,3 +77,49 @@ def read_latest(folder: Path) -> dict | None:
     except (OSError, ValueError):
         return None
     return value if isinstance(value, dict) else None
+
+
+class PlainLines:
+    """Progress for a log (stderr not a terminal: nohup, CI, a tee): one timestamped line per
+    report, at most one every `gap_s`; a report held back by the gap is written when it ends, and
+    while nothing new comes the latest is written again every `quiet_s` (`... still`), so a log
+    never stays silent longer than that while something runs. Use as a context manager."""
+
+    def __init__(self, write: Callable[[str], None], gap_s: float = 3.0, quiet_s: float = 6.0) -> None:
+        self.write, self.gap_s, self.quiet_s = write, gap_s, quiet_s
+        self.latest: str | None = None
+        self.shown: str | None = None
+        self.at = 0.0
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._watch, name="perfloop-progress", daemon=True)
+
+    def __enter__(self) -> PlainLines:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        self.thread.join(timeout=2)
+
+    def __call__(self, message: str) -> None:
+        with self.lock:
+            self.latest = message
+            if time.monotonic() - self.at >= self.gap_s:
+                self._emit(message)
+
+    def _emit(self, message: str, still: bool = False) -> None:
+        self.at, self.shown = time.monotonic(), message
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        self.write(f"{stamp} perfloop: {message}{' (still)' if still else ''}")
+
+    def _watch(self) -> None:
+        while not self.done.wait(min(0.5, self.gap_s / 4)):
+            with self.lock:
+                if self.latest is None:
+                    continue
+                waited = time.monotonic() - self.at
+                if self.latest != self.shown and waited >= self.gap_s:
+                    self._emit(self.latest)
+                elif waited >= self.quiet_s:
+                    self._emit(self.latest, still=True)

@@ -25,6 +25,7 @@ TOOLS = (
     repo.ensure_branch,
     repo.leave_branch,
     repo.abandon_branch,
+    repo.give_back,
     repo.instrument,
     repo.remove_instrumentation,
     repo.apply_patch,

@@ -36,11 +36,21 @@ from agent.cli.common import (
 from agent.cli.preflight import check_setup
 from agent.cli.target import DEMO_CONFIG, DEMO_SOURCE, load_target, with_host, with_proposer
 from agent.sessions.approving import answer_session, edited_patch
+from agent.sessions.holding import refuse_if_held
 from agent.sessions.remote import remote_base
 from agent.sessions.runner import Sessions, new_session_id
 from playbooks.launch import with_flag, without_flag
 from state.correctness import CorrectnessConfig
 from tools.errors import ConfigError, ToolError
+
+KeepServers = Annotated[
+    bool,
+    typer.Option(
+        "--keep-servers-when-paused",
+        help="Keep the servers running while the session waits for approval (quick interactive "
+        "work); by default they are stopped and approving launches them again.",
+    ),
+]
 
 
 def _options(
@@ -50,6 +60,7 @@ def _options(
     playbooks: list[Path],
     no_builtin: bool,
     floor: tuple[float | None, float] = (None, 2.0),
+    keep_servers: bool = False,
 ) -> dict:
     choice("approve", approve, ("auto", "manual"))
     choice("profile-method", method, ("patch", "api"))
@@ -67,6 +78,7 @@ def _options(
         "aa_evidence": True,
         "reference_host_aa": True,
         "launch_allowlist": True,
+        "release_servers_when_paused": not keep_servers,
     }
 
 
@@ -99,6 +111,7 @@ def demo(
             "(eager decode on cuda), or '--cuda-graph-max-bs 4'."
         ),
     ] = "",
+    keep_servers_when_paused: KeepServers = False,
     as_json: Json = False,
 ) -> None:
     """Copy the embedded MLA demo server into a workspace (on --host if given) and run the loop on it."""
@@ -107,7 +120,10 @@ def demo(
         choice("device", device, ("cpu", "cuda"))
         choice("preset", preset, ("cpu", "glm5"))
         floor = (floor_ms, floor_factor)
-        opts = _options(approve, profile_method, max_iterations, playbooks or [], no_builtin_playbooks, floor)
+        opts = _options(
+            approve, profile_method, max_iterations, playbooks or [], no_builtin_playbooks, floor,
+            keep_servers_when_paused,
+        )  # fmt: skip
         sessions = Sessions()
         sid = new_session_id()
         target = with_host(load_target(DEMO_CONFIG), host, trust_new_host, host_python)
@@ -180,6 +196,7 @@ def run(
     llm_max_tokens: LlmTokens = None,
     llm_max_seconds: LlmSeconds = None,
     llm_approve: LlmApprove = None,
+    keep_servers_when_paused: KeepServers = False,
     as_json: Json = False,
 ) -> None:
     """Run the loop on the target a TOML file describes."""
@@ -198,7 +215,9 @@ def run(
         )
         method = profile_method or target.profile.method
         floor = (floor_ms, floor_factor)
-        opts = _options(approve, method, max_iterations, playbooks or [], no_builtin_playbooks, floor)
+        opts = _options(
+            approve, method, max_iterations, playbooks or [], no_builtin_playbooks, floor, keep_servers_when_paused
+        )  # fmt: skip
         if parallel is not None and not target.hosts:
             raise ConfigError(
                 f"--parallel {parallel} needs [[hosts]] in {target_toml}: list the hosts to try candidates on"
@@ -207,6 +226,7 @@ def run(
         target = target.model_copy(update={"profile": target.profile.model_copy(update={"method": method})})
         check_setup(target, opts)
         sessions = Sessions()
+        refuse_if_held(sessions.store, target, sessions.where())  # another session's checkout
         state = sessions.start(target, opts, new_session_id(), target_toml.resolve())
         finish(sessions, state, as_json)
 

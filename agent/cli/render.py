@@ -25,13 +25,21 @@ def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
+def _judged(s: Summary) -> str:
+    """The decisive candidate's speedup over its reference with its CI (one comparison)."""
+    if s.speedup_judged is None or s.speedup_ci is None:
+        return "-"
+    return f"{s.speedup_judged:.2f}x [{s.speedup_ci[0]:.2f}, {s.speedup_ci[1]:.2f}] (decisive candidate vs its reference)"
+
+
 def summary(console: Console, s: Summary) -> None:
     """The end-of-run summary."""
     t = Table(title=f"perfloop session {s.session} ({s.status})", show_header=False)
-    speed = "-" if s.speedup is None else f"{s.speedup:.2f}x"
+    speed = "-" if s.speedup is None else f"{s.speedup:.2f}x baseline -> final"
     rows = [
         ("TPOT", f"{_ms(s.tpot_ms_before)} -> {_ms(s.tpot_ms_after)} ({speed})"),
         ("TTFT", f"{_ms(s.ttft_ms_before)} -> {_ms(s.ttft_ms_after)}"),
+        ("judged speedup", _judged(s)),
         ("decision", s.decision or "-"),
         ("mechanism", "\n".join(s.mechanisms) or "not checked (no profile after an accepted patch)"),
         ("measured by", s.measured_by or "-"),
@@ -74,6 +82,8 @@ def approval(console: Console, req: dict) -> None:
     console.print(styled((f"Session {req['session']} waits for approval", "bold"), f": {req['title']}"))
     if req.get("auto_approval"):
         console.print(styled((req["auto_approval"], "bold yellow")))
+    if req.get("servers"):
+        console.print(req["servers"], highlight=False)
     if req.get("proposer") == "llm":
         console.print(
             styled(

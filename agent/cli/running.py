@@ -8,6 +8,7 @@ the session store).
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -36,14 +37,24 @@ def fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
+def plain_progress() -> bool:
+    """Whether progress goes to stderr as timestamped lines (stderr not a terminal: nohup, CI, a
+    tee'd log), unless PERFLOOP_PROGRESS=off; on a terminal it is a status line that updates."""
+    return not err.is_terminal and os.environ.get("PERFLOOP_PROGRESS", "plain") != "off"
+
+
 def run_command(body: Callable[[], T]) -> T:
-    """Run a command body with a progress line; errors become one line and an exit code."""
+    """Run a command body with its progress shown; errors become one line and an exit code."""
     try:
+        if plain_progress():
+            with progress.PlainLines(lambda line: print(line, file=sys.stderr, flush=True)) as lines:
+                progress.set_reporter(lines)
+                return body()
         with err.status("perfloop") as status:
             progress.set_reporter(lambda msg: status.update(styled(msg)))
             return body()
     except ToolError as exc:
-        raise fail(str(exc)) from None
+        raise fail(f"{exc}{_note(exc)}") from None
     except typer.BadParameter as exc:  # bad input too, whoever raised it
         raise fail(exc.format_message()) from None
     except Interrupted as exc:  # the session stopped its servers; resume continues it
@@ -54,13 +65,19 @@ def run_command(body: Callable[[], T]) -> T:
     except Exception as exc:  # a bug: one line, the traceback on request, the session resumable
         if os.environ.get("PERFLOOP_DEBUG"):
             raise
+        stopped = _note(exc) or "; a session it stopped continues with `perfloop resume SESSION`"
         err.print(
             styled(
                 ("internal error:", "red"),
-                f" {redact(one_line(exc))} (PERFLOOP_DEBUG=1 shows the traceback; a session it "
-                "stopped continues with `perfloop resume SESSION`)",
+                f" {redact(one_line(exc) + stopped)} (PERFLOOP_DEBUG=1 shows the traceback)",
             ),
             highlight=False,
             soft_wrap=True,
         )
         raise typer.Exit(3) from None
+
+
+def _note(exc: BaseException) -> str:
+    """What the session did about an exception that ended it (its servers stopped, how to resume;
+    `agent/sessions/runner.py`), or "" when none ran."""
+    return str(getattr(exc, "perfloop_session_note", ""))  # agent.sessions.interrupts.NOTE

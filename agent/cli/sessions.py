@@ -11,6 +11,7 @@ import typer
 from agent.cli import render, terminal
 from agent.cli.common import Json, choice, err, finish, run_command
 from agent.sessions.archive import export_session, import_session
+from agent.sessions.holding import abandon
 from agent.sessions.runner import Sessions, new_session_id
 from state.session import Summary
 from tools.door.replay import ReplayDivergence
@@ -25,6 +26,10 @@ def not_compared(recorded: Summary) -> set[str]:
     if recorded.workload is not None and recorded.objective is None:  # before `speedup` was the objective's
         skip |= {"speedup", "objective", "objective_before", "objective_after"}
         skip |= {"tpot_ms_p99_before", "tpot_ms_p99_after"}
+    if recorded.speedup_ci is not None and recorded.speedup_judged is None:  # recorded before it
+        skip.add("speedup_judged")
+    if recorded.outputs_identical is not None and not recorded.accepted:  # before it was None then
+        skip.add("outputs_identical")
     return skip
 
 
@@ -135,6 +140,17 @@ def show(session: str, as_json: Json = False) -> None:
     run_command(body)
 
 
+def abandon_cmd(session: str) -> None:
+    """Give up a running, paused or interrupted session: its servers stopped, the checkout back as
+    the session found it (instrumentation removed, the branch it started on, your uncommitted
+    changes kept; the session branch kept if it holds commits)."""
+
+    def body() -> None:
+        print(abandon(Sessions(), session))
+
+    run_command(body)
+
+
 COMMANDS = {
     "sessions": sessions,
     "show": show,
@@ -142,4 +158,5 @@ COMMANDS = {
     "export": export_cmd,
     "import": import_cmd,
     "fork": fork,
+    "abandon": abandon_cmd,
 }

@@ -1,4 +1,5 @@
-"""After SIGINT, SIGTERM or SIGHUP (`tools/interrupts.py`): stop every server the session started
+"""After SIGINT, SIGTERM or SIGHUP (`tools/interrupts.py`), or any exception that ends a session
+(a bug, a library's or a tool's error): stop every server the session started
 and remove its reference worktree, on the target's host and on its `[[hosts]]`; and, when a
 session starts, name the servers recorded in this store that still run.
 
@@ -11,6 +12,7 @@ resume` continues from the last checkpoint.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +31,7 @@ from tools.door.live import Executor, ExecutorFor
 from tools.door.registry import spec_of
 from tools.hosts import info
 from tools.hosts import local as local_host
+from tools.interrupts import Interrupted
 from tools.workspace import reference
 
 
@@ -85,6 +88,34 @@ def stop_servers(state: LoopState, executor: Executor | None, executors: Executo
         except Exception as exc:
             problems.append(f"{what}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
     return problems
+
+
+NOTE = "perfloop_session_note"
+"""The attribute an exception that ended a session carries what the session did about it in."""
+
+
+def stopped_after(
+    exc: BaseException, state: LoopState, executor: Executor | None, executors: ExecutorFor
+) -> None:
+    """Stop what the session started after `exc` ended it (a signal, a bug, a library's or a
+    tool's exception) and note on `exc` what was done and how to resume, for the CLI's one line
+    (`agent/cli/running.py`)."""
+    problems = stop_servers(state, executor, executors)
+    left = f" (not all: {'; '.join(problems)})" if problems else ""
+    note = f"; servers stopped{left}; continue with `perfloop resume {state.session_id}`"
+    if isinstance(exc, Interrupted):
+        exc.note = note
+    else:
+        setattr(exc, NOTE, note)  # on any exception: its class is not ours
+
+
+def released(state: LoopState, executor: Executor | None, executors: ExecutorFor) -> None:
+    """Stop the servers of a session that paused for approval (`LoopOptions.
+    release_servers_when_paused`); approving relaunches them, as the steps after approval launch
+    the server they need when it is not healthy (`agent/serving.py` start_server)."""
+    problems = stop_servers(state, executor, executors)
+    left = f"; not all: {'; '.join(problems)}" if problems else ""
+    print(f"paused for approval: its servers are stopped while it waits{left}", file=sys.stderr)
 
 
 def running_servers(home: Path) -> list[tuple[str, int]]:

@@ -6,7 +6,7 @@ import secrets
 import socket
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ from agent.context import LoopContext
 from agent.graph import Graph, compile_graph
 from agent.sessions.binding import check_target, view
 from agent.sessions.checkpoint import open_checkpointer, serializer
-from agent.sessions.interrupts import running_line, stop_servers
+from agent.sessions.interrupts import released, running_line, stopped_after
 from agent.sessions.remote import close_hosts, executor_for, host_executors, remote_options
 from agent.sessions.revive import lineage, repo_missing_here, resume_point
 from agent.sessions.summary import summarize as summarize_session
@@ -165,8 +165,10 @@ class Sessions:
             try:
                 with interrupts.catching(), executor_for(known.target, known.options.session_dir) as ex:
                     self._run(session_id, inp, known, ex)
-            except Interrupted:
-                self.store.put_session(self.info(session_id).model_copy(update={"status": "interrupted"}))
+            except (Interrupted, Exception):  # every ending but the loop's own: left resumable
+                with suppress(Exception):  # a store that is down must not hide why the session ended
+                    status = "paused" if self.pending_approval(session_id) is not None else "interrupted"
+                    self.store.put_session(self.info(session_id).model_copy(update={"status": status}))
                 raise
             finally:
                 progress.keep_in(None)
@@ -181,7 +183,8 @@ class Sessions:
 
     def _run(self, session_id: str, inp: Any, known: LoopState, executor: RemoteExecutor | None) -> None:
         """Invoke the graph: a resumed session first checks the server it would use
-        (`revive.py`); a signal stops every server the session started (`interrupts.py`)."""
+        (`revive.py`); a signal or an exception stops every server the session started
+        (`interrupts.py`)."""
         config, executors = self.config(session_id), host_executors(known.options.session_dir)
         try:
             if inp is None or isinstance(inp, Command):
@@ -193,10 +196,10 @@ class Sessions:
                 self.store.supersede_after(session_id, known.calls_done, done)
             door = LiveDoor(session_id, self.store, executor, executors)
             self.graph.invoke(inp, config, context=LoopContext(door=door), durability="sync")
-        except Interrupted as exc:
-            problems = stop_servers(known, executor, executors)
-            left = f" (not all: {'; '.join(problems)})" if problems else ""
-            exc.note = f"; servers stopped{left}; continue with `perfloop resume {session_id}`"
+            if known.options.release_servers_when_paused and self.pending_approval(session_id):
+                released(self.state(session_id), executor, executors)  # no GPU held while a human reads
+        except (Interrupted, Exception) as exc:  # a signal, a bug, a library's or a tool's error
+            stopped_after(exc, known, executor, executors)
             raise
 
     def fork(self, session_id: str, at: str, new_id: str, approve: str | None) -> LoopState:
@@ -232,6 +235,7 @@ class Sessions:
                 "session_id": new_id,
                 "options": options,
                 "fork_at": step,
+                "seed_session": parent.seed_session or parent.session_id,  # the reference's prompts
                 "server": None,
                 "instrumentation": None,
                 "pending_commit": None,

@@ -18,6 +18,7 @@ def summarize(state: LoopState, status: str) -> Summary:
     """The session's outcome (pure)."""
     before, after = state.baseline, state.reference
     rejected = [d.label for d in state.decisions if d.verdict != "accepted"]
+    kept = [d.label for d in state.decisions if d.verdict == "accepted"]
     judged = [d for d in state.decisions if d.judgement is not None]
     decisive = next((d for d in reversed(judged) if d.verdict == "accepted"), judged[-1] if judged else None)
     j = decisive.judgement if decisive else None
@@ -43,8 +44,8 @@ def summarize(state: LoopState, status: str) -> Summary:
         **(timing | serving_figures(state, before, after)),
         ttft_ms_before=before.ttft_ms.median if before else None,
         ttft_ms_after=after.ttft_ms.median if after else None,
-        outputs_identical=after.outputs == before.outputs if before and after else None,
-        accepted=[d.label for d in state.decisions if d.verdict == "accepted"],
+        outputs_identical=after.outputs == before.outputs if before and after and kept else None,
+        accepted=kept,
         rejected=rejected,
         commits=[c.sha for c in state.accepted],
         branch=state.branch,
@@ -63,6 +64,7 @@ def summarize(state: LoopState, status: str) -> Summary:
         repo=state.target.repo,
         verdict=j.verdict if j else None,
         speedup_ci=[j.last.ci_low, j.last.ci_high] if j else None,
+        speedup_judged=j.last.speedup if j else None,
         requests_per_arm=j.last.requests_candidate if j else None,
         launch_noise=j.launch_noise.sigma_log if j else None,
         decision=j.line() if j else None,

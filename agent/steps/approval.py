@@ -6,6 +6,12 @@ from agent.context import need
 from agent.decision.gate.correctness import refusal
 from state.loop import LoopState, Proposal
 
+PAUSED_SERVERS = (
+    "the session's servers are stopped while it waits; approving launches them again "
+    "(counted as launches; `--keep-servers-when-paused` keeps them)"
+)
+"""What the approval view says of the servers of a session that released them."""
+
 
 def approval_request(state: LoopState, proposal: Proposal | None = None) -> dict:
     """What a human sees when asked to approve `proposal` (default: the state's; JSON-compatible)."""
@@ -15,6 +21,8 @@ def approval_request(state: LoopState, proposal: Proposal | None = None) -> dict
     )
     if (why := refusal(state)) is not None and state.options.approve == "auto":
         checks["auto_approval"] = why
+    if state.options.release_servers_when_paused:
+        checks["servers"] = PAUSED_SERVERS
     return checks | {
         "session": state.session_id,
         "playbook": p.source,

@@ -90,7 +90,7 @@ def perfloop(home: Path, *args: str, env: dict[str, str] | None = None) -> subpr
     return _ZYGOTE[0](*args, env={**os.environ, "PERFLOOP_HOME": str(home), **(env or {})})
 
 
-ONE_STORE = {"test_edited_patches_are_validated_and_recorded"}
+ONE_STORE = {"test_edited_patches_are_validated_and_recorded", "test_fork_keeps_what_its_parent_kept"}
 """Tests that prove nothing engine-specific: the patch checks run before any store write."""
 
 
@@ -561,6 +561,25 @@ def test_fork_at_every_decision_step(finished: dict, monkeypatch) -> None:
         assert [(d["playbook"], d["verdict"]) for d in shown["decisions"]] == [
             ("kv-cache-full-pool-cast", "rejected")
         ]
+
+
+def test_fork_keeps_what_its_parent_kept(finished: dict, monkeypatch) -> None:
+    """A fork at `approve` of the session that kept the cast fix (auto-approved, as the parent was)
+    checks the candidate on the prompts its inherited reference outputs answer (the parent's
+    random ones, not new ones drawn from its own id): the outputs are identical and the fix is kept,
+    as the parent kept it; the fork's `outputs_identical` says what its candidate's check found."""
+    on_recorded(finished, monkeypatch)
+    home, repo, parent = finished["home"], finished["repo"], finished["summary"]
+    assert parent["accepted"] == ["kv-cache-full-pool-cast"] and parent["outputs_identical"] is True
+    forked = perfloop(home, "fork", parent["session"], "--at", "approve", "--json")
+    assert forked.returncode == 0, forked.stderr[-2000:]
+    f = last_json(forked)
+    shown = last_json(perfloop(home, "show", f["session"], "--json"))
+    [decision] = shown["decisions"]
+    assert "outputs changed" not in decision["reason"], decision["reason"]
+    assert decision["outputs_identical"] is True and f["outputs_identical"] is True
+    assert (f["status"], f["accepted"]) == ("done", parent["accepted"]), f
+    assert_clean(repo, f["branch"])
 
 
 def test_secrets_never_reach_store_recordings_exports_or_logs(

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -37,16 +38,38 @@ BACKEND = "mla_server/attention/mla_backend.py"
 RUNNER = "mla_server/model_runner.py"
 
 
+def quietest_gap_s(stderr: str, ended: float) -> float:
+    """The longest time between two progress lines of `stderr` (`YYYY-mm-dd HH:MM:SS perfloop: ...`),
+    the last one and `ended` included."""
+    stamps = [
+        datetime.strptime(line[:19], "%Y-%m-%d %H:%M:%S").timestamp()
+        for line in stderr.splitlines()
+        if line[:4].isdigit() and " perfloop: " in line
+    ]
+    assert len(stamps) >= 5, stderr[-3000:]
+    gaps = [b - a for a, b in zip(stamps, [*stamps[1:], ended], strict=True)]
+    print(f"{len(stamps)} progress lines, the longest gap {max(gaps):.0f} s")
+    return max(gaps)
+
+
 def test_demo_accepts_gather_then_cast(home: Path) -> None:
     """`perfloop demo`: patch accepted, >=3x TPOT with its CI, identical outputs, clean tree, and
     2 launches per patch (the candidate, and its reference beside it) after the baseline.
 
     The demo server at one layer of its four (`--server-args`, like every e2e target and the SSH
     demo): the unpatched server does a sixth of the work, the fix keeps its ratio (~9x here); the
-    full CPU preset's >= 3x is tests/target/test_fix.py's, measured on the two servers directly."""
-    proc = perfloop(home, "demo", "--server-args=--layers 1", "--json")
+    full CPU preset's >= 3x is tests/target/test_fix.py's, measured on the two servers directly.
+
+    Its stderr is a pipe, as in `perfloop demo > log 2>&1`: progress is timestamped lines, the
+    steps among them, never 10 s apart while the session runs (`quietest_gap_s`)."""
+    proc = perfloop(home, "demo", "--server-args=--layers 1", "--json", env={"PERFLOOP_PROGRESS": "plain"})
+    ended = time.time()
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stderr.count(" perfloop: step ") >= 4, proc.stderr  # some steps' lines: a step
+    # reported within 3 s of the line before is superseded by the next line, if one comes first
+    assert quietest_gap_s(proc.stderr, ended) <= 10.0, proc.stderr[-3000:]
     s = last_json(proc)
+    assert s["speedup_ci"][0] <= s["speedup_judged"] <= s["speedup_ci"][1], s  # one comparison
     assert s["status"] == "done"
     assert s["accepted"] == ["kv-cache-full-pool-cast"]
     assert s["outputs_identical"] is True
@@ -286,6 +309,8 @@ def test_manual_approval_pauses_then_approve_and_reject_resume(
     assert p["status"] == "paused"
     assert "waits for approval" in paused.stdout and "get_key_buffer" in paused.stdout
     assert "expected gain" in paused.stdout and BACKEND in paused.stdout
+    assert "servers are stopped while it waits" in paused.stdout  # the approval view says so
+    assert processes_in(repo) == [] and processes_in(home) == []  # nothing held while a human reads
     store = SessionStore(home / "sessions.sqlite")
     (take,) = [c for c in store.tool_calls(sid) if c.name == "profile.take"]
     assert take.output is not None
@@ -311,7 +336,7 @@ def test_manual_approval_pauses_then_approve_and_reject_resume(
     assert done.returncode == 0, done.stderr[-2000:]
     s = last_json(done)
     assert s["status"] == "done" and s["accepted"] == ["kv-cache-full-pool-cast"]
-    assert s["profile_method"] == "api" and s["server_launches"] == 2
+    assert s["profile_method"] == "api" and s["server_launches"] == 2  # the baseline, the candidate
     assert store.inputs(sid, "answer") == [{"approved": True, "by": "human"}]
     assert_clean(repo, s["branch"])
     twice = perfloop(home, "approve", sid)
@@ -324,7 +349,10 @@ def test_manual_approval_pauses_then_approve_and_reject_resume(
 
     repo2 = make_repo(tmp_path / "engine2")
     target2 = write_target(tmp_path / "t2.toml", repo2, looks=1)
-    paused2 = last_json(perfloop(home, "run", str(target2), "--approve", "manual", "--json"))
+    paused2 = last_json(
+        perfloop(home, "run", str(target2), "--approve", "manual", "--keep-servers-when-paused", "--json")
+    )
+    assert len(processes_in(repo2)) == 1  # the baseline server, kept for quick interactive work
     rejected = perfloop(home, "reject", paused2["session"], "--reason", "not this week", "--json")
     assert rejected.returncode == 0, rejected.stderr[-2000:]
     r = last_json(rejected)

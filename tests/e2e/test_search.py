@@ -97,7 +97,11 @@ def test_search_at_concurrency_judges_windows_within_minutes_and_replays(
     )
     (line,) = s["search_trials"]
     assert line.startswith("search-1: --max-total-tokens 4096: output throughput "), line
-    assert " tok/s, " in line and s["stop_reason"] == "search budget spent: 1 of 1 trials"
+    assert " tok/s, " in line
+    # one not kept spends the budget of one trial; a kept one may end the one iteration first:
+    # the verdict is the machine's (kept at 3.23x on a quicker one), so either ending holds
+    budget, iterations = "search budget spent: 1 of 1 trials", "reached --max-iterations 1"
+    assert s["stop_reason"] in ((budget, iterations) if s["accepted"] else (budget,)), s
     # the summary's speedup is the objective's (final over baseline output throughput), not TPOT's
     assert s["objective"] == "output throughput (tok/s)" and s["tpot_ms_p99_before"] >= s["tpot_ms_before"]
     assert s["speedup"] == pytest.approx(s["objective_after"] / s["objective_before"]), s

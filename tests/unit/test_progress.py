@@ -59,3 +59,25 @@ def test_each_thread_keeps_its_own_prefix() -> None:
     finally:
         progress.set_reporter(lambda message: None)
     assert sorted(shown) == ["after the round", "reference host x: launching"]
+
+
+def test_plain_lines_are_timestamped_spaced_and_never_quiet_for_long() -> None:
+    """For a log: the first report at once, the next held back until the gap has passed (then
+    written, the latest of those held), and the latest repeated with `(still)` after a quiet spell."""
+    import time
+
+    written: list[str] = []
+    with progress.PlainLines(written.append, gap_s=0.5, quiet_s=2.0) as lines:
+        lines("step launch")
+        lines("waiting for health: 1s")
+        lines("waiting for health: 2s")  # held back: within the gap
+        assert len(written) == 1 and written[0].endswith(" perfloop: step launch")
+        time.sleep(1.5)
+        assert written[1].endswith(" perfloop: waiting for health: 2s"), written  # the latest held
+        time.sleep(3.0)
+        assert written[-1].endswith(" perfloop: waiting for health: 2s (still)"), written
+    assert not any("health: 1s" in w for w in written)
+    time.strptime(written[0][:19], "%Y-%m-%d %H:%M:%S")
+    count = len(written)
+    time.sleep(1.0)
+    assert len(written) == count  # nothing once the command ended

@@ -50,6 +50,7 @@ def test_session_ids_are_one_pattern_everywhere(scratch, sid: str) -> None:
         ("reject", sid, "--reason", "no"),
         ("export", sid, "-o", str(out)),
         ("fork", sid, "--at", "profile"),
+        ("abandon", sid),
     ]
     for args in commands:
         code, _, err = cli(scratch, *args)

@@ -9,8 +9,9 @@ on the first line, that line is removed and the process kills itself with SIGKIL
   `profile:requested`).
 
 A line may name what happens instead of SIGKILL after the point: `server:spawned TERM` (or `INT`,
-`HUP`: that signal, which perfloop handles as an interrupt), or `server:spawned pass` (the line is
-only used up, to reach a later occurrence of the same point).
+`HUP`: that signal, which perfloop handles as an interrupt), `node:measure raise` (a RuntimeError
+raised there: a bug, or an exception from a library), or `server:spawned pass` (the line is only
+used up, to reach a later occurrence of the same point).
 
 PERFLOOP_FAULTS_TRACE, when set, names a file each point reached is appended to: a test runs a
 session once with it to learn the points in order, then arms them all.
@@ -26,8 +27,12 @@ ENV = "PERFLOOP_FAULTS_FILE"
 TRACE_ENV = "PERFLOOP_FAULTS_TRACE"
 
 
+class InjectedFault(RuntimeError):
+    """A `raise` fault point: stands for a bug or a library's exception (not a ToolError)."""
+
+
 def fault_point(name: str) -> None:
-    """SIGKILL this process if `name` is the next armed fault point."""
+    """SIGKILL this process if `name` is the next armed fault point (or what its line names)."""
     trace = os.environ.get(TRACE_ENV)
     if trace:
         with open(trace, "a") as f:
@@ -43,5 +48,7 @@ def fault_point(name: str) -> None:
     point, _, then = lines[0].strip().partition(" ") if lines else ("", "", "")
     if point == name:
         file.write_text("".join(f"{line}\n" for line in lines[1:]))
+        if then == "raise":
+            raise InjectedFault(f"fault injected at {name}")
         if then != "pass":
             os.kill(os.getpid(), signal.Signals[f"SIG{then or 'KILL'}"])

@@ -163,6 +163,15 @@ class GitWorkspace(GitPlumbing):
         self._git("branch", "-q", "-D", name)
         return True
 
+    def give_back(self, name: str, back_to: str | None, head_sha: str) -> bool:
+        """Switch from branch `name` back to `back_to` (or HEAD detached at `head_sha`), even when
+        `name` holds commits (then kept); delete `name` when it holds none (True then). The working
+        tree and index are carried along as by `ensure_branch`."""
+        if self._branch() == name:
+            target = (back_to,) if back_to else ("--detach", head_sha)
+            self._git("switch", "-q", *target, hint=f"cannot switch back to {back_to or head_sha}")
+        return self.leave_branch(name, back_to, head_sha)
+
     def abandon_branch(self, name: str) -> None:
         """If HEAD is on `name` (left there by a killed attempt), switch back to what was checked
         out before it (`@{-1}`: a branch, or a detached commit) and delete `name` with its commits;

@@ -60,6 +60,14 @@ def leave_branch(args: LeaveBranchArgs) -> WorkspaceSnapshot:
         return ws.snapshot()
 
 
+@tool("repo.give_back")
+def give_back(args: LeaveBranchArgs) -> WorkspaceSnapshot:
+    """Back to the branch the session started on, its branch kept only if it holds commits."""
+    with GitWorkspace(args.repo) as ws:
+        ws.give_back(args.name, args.back_to, args.head_sha)
+        return ws.snapshot()
+
+
 @tool("repo.abandon_branch")
 def abandon_branch(args: BranchArgs) -> WorkspaceSnapshot:
     """Give up branch `name` if a killed attempt left the checkout on it: back to what was checked

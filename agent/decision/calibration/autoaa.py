@@ -31,7 +31,7 @@ from state.loop import LoopState
 from state.measure import Measurement
 from state.power import Power
 from state.process import ServerHandle
-from tools import bench
+from tools import bench, progress
 from tools.store import aa
 
 
@@ -86,7 +86,7 @@ class Powered:
 
 
 def start_pairs(
-    state: LoopState, runtime: Runtime[LoopContext], noise: LaunchNoise
+    state: LoopState, runtime: Runtime[LoopContext], noise: LaunchNoise, measured_s: float = 0.0
 ) -> tuple[LoopState, LaunchNoise, list[Arm], list[str]]:
     """Interleaved arms: A/A pairs beside the running baseline server while another is worth a
     launch (`power.more_pairs`: fewer than `min_aa_pairs` stored, or the launch noise alone keeps
@@ -101,18 +101,35 @@ def start_pairs(
     for i in range(1, cfg.auto_aa_pairs + 1):
         if not more_pairs(others + i - 1, noise, cfg):  # a resumed step replaces its own pairs
             break
-        try:
-            beside = launch_beside(
-                state, runtime, state.target.repo, state.kept_argv, state.launches + 1, "reference-tree"
+        if i == 1:  # said before the first: a first session on a host calibrates for minutes
+            each = base.startup_s + 2 * measured_s  # a launch beside, both arms measured
+            progress.report(
+                f"calibrating: up to {cfg.auto_aa_pairs} A/A pair(s) beside the baseline ({others} of this "
+                f"target on this host so far), about {each * cfg.auto_aa_pairs / 60:.0f} min at most"
             )
-            state = state.model_copy(update={"launches": beside.launch_number})
-            sample, noise, pair = aa_pair(state, runtime, base, beside, f"aa-{i}")
-        finally:
-            stop_reference(state, runtime)
+        with progress.within(f"calibrating: pair {i}/{cfg.auto_aa_pairs}"):
+            state, noise, sample, pair = _pair_beside(state, runtime, base, i)
         n, w = len(state.target.measure.prompts), state.target.workload
         arms += [arm_of(pair.reference, n, w), arm_of(pair.candidate, n, w)]
         shifts.append(f"{sample.shift_log or 0.0:+.1%}")
     return state, noise, arms, shifts
+
+
+def _pair_beside(
+    state: LoopState, runtime: Runtime[LoopContext], base: ServerHandle, i: int
+) -> tuple[LoopState, LaunchNoise, AASample, PairResult]:
+    """A/A pair `i`: the tree launched again beside the baseline server, both measured, the beside
+    server stopped."""
+    progress.report("launching the tree again beside the baseline")
+    try:
+        beside = launch_beside(
+            state, runtime, state.target.repo, state.kept_argv, state.launches + 1, "reference-tree"
+        )
+        state = state.model_copy(update={"launches": beside.launch_number})
+        sample, noise, pair = aa_pair(state, runtime, base, beside, f"aa-{i}")
+    finally:
+        stop_reference(state, runtime)
+    return state, noise, sample, pair
 
 
 def powered(state: LoopState, runtime: Runtime[LoopContext], m: Measurement, noise: LaunchNoise) -> Powered:
@@ -126,7 +143,8 @@ def powered(state: LoopState, runtime: Runtime[LoopContext], m: Measurement, noi
         ahead = keeps(
             noise.sigma_log, request_spread(arms), prompts, state.target.measure.repeats, cfg.looks, cfg
         )
-        state, noise, more, shifts = start_pairs(state, runtime, noise)
+        took_s = sum(r.ttft_ms + sum(r.itl_ms) for r in m.requests) / 1000  # the baseline's requests
+        state, noise, more, shifts = start_pairs(state, runtime, noise, took_s)
         arms += more
         if shifts:
             note = f"{len(shifts)} A/A pair(s) beside the baseline (shifts {', '.join(shifts)}; "

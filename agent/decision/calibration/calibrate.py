@@ -30,7 +30,7 @@ from state.decision import LaunchNoise
 from state.loop import LoopState
 from state.options import LoopOptions
 from state.target import TargetConfig
-from tools import server
+from tools import progress, server
 from tools.door import Door
 
 
@@ -101,6 +101,7 @@ def calibrate_pairs(
     for i in range(1, pairs + 1):
         first = state.server or start_server(state, runtime, instrumented=False)
         state = state.model_copy(update={"server": first, "launches": first.launch_number})
+        progress.report(f"calibrating: pair {i}/{pairs}")
         try:
             second = launch_beside(
                 state, runtime, target.repo, target.launch.argv, state.launches + 1, "reference-tree"

@@ -1,7 +1,8 @@
 """The correctness set: greedy outputs on prompts the patch author cannot tune to.
 
 The timing prompts, plus `random_prompts` prompts of random words drawn per session (seeded by the
-session id: the same in a replay, new in every session), lengths from `min_prompt_chars` to
+session id: the same in a replay, new in every session but a fork, which draws its parent's, whose
+reference outputs it keeps), lengths from `min_prompt_chars` to
 `max_prompt_chars`, plus `long_prompts` prompts at lengths stratified up to the context limit (the
 last ending `max_tokens` below it), `max_tokens` generated each; every prompt alone, then the
 first `concurrent` and every long prompt at once (requests of every length in flight together).
@@ -36,6 +37,11 @@ def seed_of(session_id: str) -> int:
     return int(hashlib.sha256(session_id.encode()).hexdigest()[:16], 16)
 
 
+def seed_id(state: LoopState) -> str:
+    """The id that seeds the session's correctness set: a fork's ancestor's (pure)."""
+    return state.seed_session or state.session_id
+
+
 def correctness_prompts(session_id: str, timing: list[str], cfg: CorrectnessConfig) -> list[str]:
     """The timing prompts plus this session's random ones (pure, deterministic per session)."""
     rng = random.Random(seed_of(session_id))
@@ -48,7 +54,7 @@ def correctness_prompts(session_id: str, timing: list[str], cfg: CorrectnessConf
 
 def all_prompts(state: LoopState) -> list[str]:
     """The whole correctness set: timing, random, then long prompts (pure)."""
-    base = correctness_prompts(state.session_id, state.target.measure.prompts, state.target.correctness)
+    base = correctness_prompts(seed_id(state), state.target.measure.prompts, state.target.correctness)
     return base + (state.long_prompts.prompts if state.long_prompts else [])
 
 
@@ -72,7 +78,7 @@ def learn_long_prompts(state: LoopState, runtime: Runtime[LoopContext]) -> LongP
         return found
     try:
         lengths = limits.stratified_lengths(
-            limit, cfg.max_tokens, cfg.long_prompts, random.Random(seed_of(state.session_id) + 1)
+            limit, cfg.max_tokens, cfg.long_prompts, random.Random(seed_of(seed_id(state)) + 1)
         )
     except ValueError as exc:
         raise ConfigError(f"[correctness] {exc} ({source})") from None
@@ -83,7 +89,7 @@ def learn_long_prompts(state: LoopState, runtime: Runtime[LoopContext]) -> LongP
             base_url=need(state.server, "running server").base_url,
             model=state.target.model,
             lengths=lengths,
-            seed=seed_of(state.session_id) + 2,
+            seed=seed_of(seed_id(state)) + 2,
             timeout_s=cfg.request_timeout_s,
         ),
     )

@@ -1,0 +1,146 @@
+"""Every ending of a session that is not the loop's own leaves nothing running and resumes: here
+an exception raised inside a running session (a bug, a library's error), injected at a fault point
+(`node:measure raise`, tools/door/faults.py). Real CLI processes (tests/forkcli.py), real demo
+servers, real git repos, SQLite store."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agent.cli.target import load_target
+from agent.sessions.holding import holder_line
+from tests.e2e.conftest import PERFLOOP, git, last_json, make_repo, write_target
+from tests.e2e.test_durable import dirty, tree
+from tests.e2e.test_interrupts import finished_like_uninterrupted, nothing_left, run
+from tests.forkcli import ForkedCli
+from tests.procs import processes_in
+from tools.store.sessions import SessionStore
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def cli(tmp_path_factory) -> Iterator[ForkedCli]:
+    """One pre-imported interpreter for the module's `perfloop` commands."""
+    with ForkedCli(tmp_path_factory.mktemp("cli"), dict(os.environ)) as z:
+        yield z
+
+
+@pytest.mark.timeout(900)
+def test_internal_error_stops_every_server_and_resume_finishes(cli: ForkedCli, tmp_path: Path) -> None:
+    repo, home, faults = make_repo(tmp_path / "engine"), tmp_path / "home", tmp_path / "faults"
+    target = write_target(tmp_path / "t.toml", repo, looks=1, arms="interleaved")
+    faults.write_text("node:measure raise\n")  # the candidate and the reference beside it run
+    first = run(cli, home, faults, "run", str(target), "--json", "--max-iterations", "1")
+    assert first.returncode == 3, first.stderr[-2000:]
+    session = last_json(run(cli, home, faults, "sessions", "--json"))[0]["id"]
+    [line] = [ln for ln in first.stderr.splitlines() if "error" in ln]
+    assert line.startswith("internal error: InjectedFault: fault injected at node:measure; servers stopped; ")
+    assert f"continue with `perfloop resume {session}`" in line
+    nothing_left(repo, home, session)
+    info = SessionStore.open(home).get_session(session)
+    assert info is not None and info.status == "interrupted"  # resumable
+    again = run(cli, home, faults, "run", str(target), "--json")  # a new session on its checkout
+    assert again.returncode == 2 and len(again.stderr.strip().splitlines()) == 1, again.stderr
+    assert f"is held by session {session} (interrupted); continue it with `perfloop resume {session}`" in (
+        again.stderr
+    )
+    assert len(SessionStore.open(home).list_sessions()) == 1  # nothing recorded
+    finished_like_uninterrupted(cli, home, faults, session)
+    nothing_left(repo, home, session)
+
+
+@pytest.mark.timeout(600)
+def test_a_held_checkout_is_refused_and_abandon_gives_it_back(cli: ForkedCli, tmp_path: Path) -> None:
+    """A session paused for approval holds its checkout (session branch, instrumentation, the
+    user's uncommitted work carried onto it): a second `run` on it is refused in one line, from
+    this store and, by the branch it is on, from another; `abandon` gives the checkout back as it
+    was found, byte for byte, and marks the session abandoned."""
+    repo, home, faults = make_repo(tmp_path / "engine"), tmp_path / "home", tmp_path / "faults"
+    faults.write_text("")
+    dirty(repo)
+    (repo / "notes.txt").write_text("the user's untracked file\n")
+    found = tree(repo)
+    target = write_target(tmp_path / "t.toml", repo, looks=1)
+    paused = run(cli, home, faults, "run", str(target), "--approve", "manual", "--json")
+    assert paused.returncode == 0, paused.stderr[-2000:]
+    session = last_json(paused)["session"]
+    assert last_json(paused)["status"] == "paused"
+    assert git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == f"perfloop/{session}"
+    held = tree(repo)
+    assert held != found  # the dormant profiler is in the hook file
+
+    second = run(cli, home, faults, "run", str(target), "--json")
+    assert second.returncode == 2 and len(second.stderr.strip().splitlines()) == 1, second.stderr
+    assert f"is held by session {session} (paused); continue it with `perfloop approve {session}`" in (
+        second.stderr
+    )
+    assert f"`perfloop abandon {session}`" in second.stderr
+    elsewhere = run(cli, tmp_path / "other-home", faults, "run", str(target), "--json")  # another store
+    assert elsewhere.returncode == 2, elsewhere.stderr
+    assert f"is on branch perfloop/{session} of a perfloop session not in " in elsewhere.stderr
+    assert tree(repo) == held and len(SessionStore.open(home).list_sessions()) == 1
+
+    gone = run(cli, home, faults, "abandon", session)
+    assert gone.returncode == 0, gone.stderr[-2000:]
+    assert (
+        f"session {session} abandoned; {repo} is back on main" in gone.stdout and "not all" not in gone.stdout
+    )
+    assert tree(repo) == found  # instrumentation out, the user's changes as they were
+    assert git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == "main"
+    assert f"perfloop/{session}" not in git(repo, "branch", "--list")  # it held no commit
+    nothing_left(repo, home, session)
+    info = SessionStore.open(home).get_session(session)
+    assert info is not None and info.status == "abandoned"
+    twice = run(cli, home, faults, "abandon", session)
+    assert twice.returncode == 2 and "is abandoned: only a running" in twice.stderr
+
+
+@pytest.mark.timeout(600)
+def test_a_server_killed_while_it_is_measured_fails_the_session_cleanly(tmp_path: Path) -> None:
+    """The baseline server SIGKILLed by an outside process (the OOM killer) while the baseline is
+    measured: the session aborts (exit 1) with the bench's one-line reason; nothing runs; the repo
+    is as it was found (branch, instrumentation out, the user's edits), so it is not held and a
+    new `run` may start on it. (Resume does not apply: `abort` is the loop's own ending.)"""
+    repo, home = make_repo(tmp_path / "engine"), tmp_path / "home"
+    dirty(repo)
+    found = tree(repo)
+    target = write_target(tmp_path / "t.toml", repo, looks=1)
+    env = {**os.environ, "PERFLOOP_HOME": str(home)}
+    proc = subprocess.Popen(
+        [str(PERFLOOP), "run", str(target), "--json", "--max-iterations", "1"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    killed: list[int] = []
+    try:
+        deadline = time.monotonic() + 300
+        while not killed and time.monotonic() < deadline and proc.poll() is None:
+            for latest in home.glob("sessions/*/progress.json"):
+                if "measuring baseline: request 2/" in latest.read_text(errors="replace"):
+                    killed = processes_in(repo)
+                    for pid in killed:
+                        os.kill(pid, signal.SIGKILL)
+            time.sleep(0.1)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert killed, f"the baseline was never seen measured: {err[-2000:]}"
+    assert proc.returncode == 1, err[-2000:]
+    s = json.loads(out.strip().splitlines()[-1])
+    assert s["status"] == "failed" and s["stop_reason"].startswith("aborted: baseline: "), s
+    assert len(s["stop_reason"].splitlines()) == 1
+    assert processes_in(repo) == [] and processes_in(home) == []
+    assert tree(repo) == found and git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == "main"
+    assert holder_line(SessionStore.open(home), load_target(target), "this store") is None  # not held
