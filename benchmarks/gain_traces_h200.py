@@ -42,7 +42,9 @@ def tpots(port: int, max_tokens: int, repeats: int) -> list[float]:
 def hook_trace(port: int, profile_dir: Path, steps: int) -> Path:
     """A trace by perfloop's hook: a request.json in PERFLOOP_PROFILE_DIR, then enough decode steps."""
     pid = f"hook-{int(time.time() * 1000)}"
-    (profile_dir / "request.tmp").write_text(json.dumps({"id": pid, "warmup_steps": 2, "active_steps": steps}))
+    (profile_dir / "request.tmp").write_text(
+        json.dumps({"id": pid, "warmup_steps": 2, "active_steps": steps})
+    )
     os.replace(profile_dir / "request.tmp", profile_dir / "request.json")
     stream_chat(port, steps + 8)
     done = profile_dir / pid / "done.json"
@@ -92,7 +94,9 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--max-tokens", type=int, default=40)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--server", default="--preset glm5 --device cuda", help="server flags (a CPU check: --preset cpu)")
+    p.add_argument(
+        "--server", default="--preset glm5 --device cuda", help="server flags (a CPU check: --preset cpu)"
+    )
     p.add_argument("--budget-s", type=float, default=480, help="start no launch after this many seconds")
     args = p.parse_args()
     work = Path(tempfile.mkdtemp(prefix="gain-traces-"))  # fresh: a warm machine keeps /tmp
