@@ -27,6 +27,7 @@ def test_the_committed_traces_read_as_the_corpus_says() -> None:
     committed = [t for t in CORPUS if t.trace_file]
     assert len({t.origin for t in committed}) >= 3
     for t in committed:
+        assert t.trace_file is not None
         b = read_profiles([GAIN / t.trace_file]).step_bounds
         assert b is not None and len(b.per_window) == len(t.bounds.per_window) >= 2
         assert b.issue_us == pytest.approx(t.bounds.issue_us) and b.device_us == pytest.approx(
