@@ -7,10 +7,11 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from playbooks.match import GENERIC, generic_finding, match_playbook
-from playbooks.predict import calibrated, paired, with_prediction
+from playbooks.predict import paired, with_prediction
 from playbooks.schema import Playbook
+from playbooks.spread import fitted_for, served_bounds, speedup_range
 from state.diagnosis import Diagnosis, DiagnosisContext, Finding
-from state.profile import ProfileSummary
+from state.profile import ProfileSummary, StepBounds
 from tools.errors import ConfigError
 
 CATALOG = Path(__file__).parent / "catalog"
@@ -62,9 +63,15 @@ def diagnose(profile: ProfileSummary, ctx: DiagnosisContext, playbooks: Sequence
     """Findings of every matching playbook, best first; a generic finding when none matches."""
     found = [f for pb in playbooks if (f := match_playbook(pb, profile, ctx)) is not None]
     tpot_us = ctx.tpot_ms * 1000 if ctx.tpot_ms is not None else None
-    bounds = calibrated(profile.step_bounds, tpot_us) if profile.step_bounds is not None else None
+    raw = profile.step_bounds
+    # A CPU trace's host is what it measures; a GPU trace's host is slowed by the profiler.
+    inflation = 1.0 if profile.time_basis == "cpu" else ctx.host_inflation
+    bounds = served_bounds(raw, tpot_us, inflation) if raw is not None else None
     step_us = profile.step_wall_us or profile.step_us or None
-    predicted = [with_prediction(f, bounds, step_us, ctx.tpot_ms, profile.time_basis) for f in found]
+    predicted = [
+        _ranged(with_prediction(f, bounds, step_us, ctx.tpot_ms, profile.time_basis), raw, tpot_us, inflation)
+        for f in found
+    ]
     findings = paired(predicted, bounds)
     findings.sort(key=_rank, reverse=True)
     return Diagnosis(
@@ -74,6 +81,27 @@ def diagnose(profile: ProfileSummary, ctx: DiagnosisContext, playbooks: Sequence
         step_source=profile.step_source,
         kernels=profile.kernels[:TOP_OPS] if any(k.graph_calls for k in profile.kernels) else [],
     )
+
+
+def _ranged(f: Finding, raw: StepBounds | None, tpot_us: float | None, inflation: float | None) -> Finding:
+    """The finding with its predicted speedup's range over the step windows (and, without a TPOT,
+    the profiler's inflation), and the de-profiling named in its basis."""
+    if raw is None or f.effect is None or f.predicted_speedup is None:
+        return f
+    low, high = speedup_range(raw, [f.effect], tpot_us, inflation)
+    update: dict = {
+        "predicted_speedup_low": min(low, f.predicted_speedup),
+        "predicted_speedup_high": max(high, f.predicted_speedup),
+    }
+    if tpot_us is None and inflation != 1.0 and f.basis:
+        k = fitted_for(raw) if inflation is None else None
+        how = (
+            f"{k.point:.2f}x (the median of H200 traces bound alike; {k.low:.2f}-{k.high:.2f}x seen)"
+            if k is not None
+            else f"{inflation:.2f}x"
+        )
+        update["basis"] = f"no TPOT given: host terms divided by the profiler's inflation {how}; {f.basis}"
+    return f.model_copy(update=update)
 
 
 def _rank(finding: Finding) -> tuple[float, float]:

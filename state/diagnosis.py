@@ -85,6 +85,11 @@ class Finding(Model):
     (1 - expected_gain_share). None when unknown (generic)."""
     predicted_speedup: float | None = None
     """step_ms / predicted_step_ms; None when unknown."""
+    predicted_speedup_low: float | None = None
+    """The least speedup predicted over the step windows (and, without a TPOT, over the profiler's
+    host inflation seen in the corpus); None when unknown."""
+    predicted_speedup_high: float | None = None
+    """The most speedup predicted over the same windows and inflations; None when unknown."""
     bound: str | None = None
     """What bounds the profiled step: `host launch` (issuing kernels takes longer than running
     them) or `device`; None when unknown (a trace without kernels, or without step windows)."""
@@ -137,3 +142,7 @@ class DiagnosisContext(Model):
     playbooks.roofline.DEVICE_BANDWIDTH_GBS (no roofline if it is not there)."""
     bandwidth_source: str = "flag"
     """Where bandwidth_gbs came from (`flag`, `measured host copy`), shown in the roofline line."""
+    host_inflation: float | None = Field(default=None, gt=0)
+    """How many times longer the profiler made the host's part of a GPU trace's step than serving
+    takes, used when no TPOT is given; None: playbooks.spread.HOST_INFLATION (fitted on H200
+    traces), 1.0: the trace's host times are taken as served."""

@@ -84,6 +84,21 @@ class DeviceActivity(Model):
     waiting for the CPU to launch the next one). Playbooks apply their own thresholds."""
 
 
+class WindowBounds(Model):
+    """One step window's terms of the step model (StepBounds holds their medians), in us."""
+
+    wall_us: float = Field(ge=0)
+    """Host duration of the window, per step."""
+    issue_us: float = Field(ge=0)
+    """Host time issuing the window's kernels, per step."""
+    serial_host_us: float = Field(ge=0)
+    """Host time outside the launches and syncs, per step."""
+    device_us: float = Field(ge=0)
+    """Time at least one kernel of the window ran, per step."""
+    residual_us: float
+    """wall_us less serial_host_us + max(issue_us, device_us)."""
+
+
 class StepBounds(Model):
     """What bounds one decode step: the host issuing its work, or the device running it.
 
@@ -122,6 +137,9 @@ class StepBounds(Model):
     bound: Literal["host launch", "device"]
     """`host launch` when issuing the kernels takes longer than running them (issue_us >
     device_us): removing device work then gains little; else `device`."""
+    per_window: list[WindowBounds] = Field(default_factory=list)
+    """Each step window's terms, in time order (empty in profiles recorded before they were kept):
+    what a prediction's range is taken over."""
 
 
 class SyncStat(Model):

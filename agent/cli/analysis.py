@@ -249,9 +249,14 @@ def _print_diagnosis(console: Console, result: Diagnosis) -> None:
         )
         if f.predicted_step_ms is not None:
             bound = f"; bound: {f.bound} -> {f.bound_after}" if f.bound_after else ""
+            spread = (
+                f", {f.predicted_speedup_low:.2f}-{f.predicted_speedup_high:.2f}x over the step windows"
+                if f.predicted_speedup_low is not None and f.predicted_speedup_high is not None
+                else ""
+            )
             console.print(
                 f"   predicted step {f.step_ms:.3f} -> {f.predicted_step_ms:.3f} ms "
-                f"({f.predicted_speedup:.2f}x){bound}",
+                f"({f.predicted_speedup:.2f}x{spread}){bound}",
                 highlight=False,
             )
         elif f.basis and f.basis.startswith("unknown"):

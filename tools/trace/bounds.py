@@ -11,7 +11,7 @@ from statistics import median
 
 import numpy as np
 
-from state.profile import StepBounds
+from state.profile import StepBounds, WindowBounds
 from tools.trace.collect import GRAPH_LAUNCH, LAUNCH, SYNC, Collected
 from tools.trace.device import Windows
 from tools.trace.windows import StepWindows
@@ -118,6 +118,13 @@ def step_bounds(col: Collected, found: StepWindows, windows: Windows) -> StepBou
         median(col_) / found.per for col_ in zip(*rows, strict=True)
     )
     serial = max(host - issue, 0.0)
+    per_window = []
+    for w_wall, w_host, w_issue, w_device, *_ in rows:
+        w_wall, w_issue, w_device = w_wall / found.per, w_issue / found.per, w_device / found.per
+        w_serial = max(w_host / found.per - w_issue, 0.0)
+        residual = w_wall - w_serial - max(w_issue, w_device)
+        per_window.append(WindowBounds(wall_us=w_wall, issue_us=w_issue, serial_host_us=w_serial,
+                                       device_us=w_device, residual_us=residual))  # fmt: skip
     return StepBounds(
         steps=len(rows) * found.per,
         windows=found.source,
@@ -131,4 +138,5 @@ def step_bounds(col: Collected, found: StepWindows, windows: Windows) -> StepBou
         launches=n_launch,
         graph_launches=n_graph,
         bound="host launch" if issue > device else "device",
+        per_window=per_window,
     )
