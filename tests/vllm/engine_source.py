@@ -1,28 +1,25 @@
 """The installed vLLM package's Python source, for the tests that read or copy its files.
 
-The vLLM tier's engine venv is `.venv-vllm` at the repo root (`make`); PERFLOOP_VLLM_VENV names
-another one. A missing venv fails the test with the command that makes it (never a skip).
+The vLLM tier's engine venv is `.venv-vllm` at the repo root (`make vllm`); a missing venv fails
+the test with the command that makes it (never a skip).
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 import pytest
 
+from tools.vllm.target import VENV
 from tools.workspace.git import GitWorkspace
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def vllm_package() -> Path:
     """The `vllm` package folder inside the engine venv's site-packages."""
-    venv = Path(os.environ.get("PERFLOOP_VLLM_VENV") or ROOT / ".venv-vllm")
-    found = sorted(venv.glob("lib/python3*/site-packages/vllm/v1"))
+    found = sorted(VENV.glob("lib/python3*/site-packages/vllm/v1"))
     if not found:
-        pytest.fail(f"no vLLM package in {venv}: run `make venv-vllm` first", pytrace=False)
+        pytest.fail(f"no vLLM package in {VENV}: run `make vllm` first", pytrace=False)
     return found[-1].parent
 
 
