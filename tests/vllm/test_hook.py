@@ -13,7 +13,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from agent.cli import app
 from tests.vllm.engine_source import repo_of
 from tools.errors import ConfigError
 from tools.vllm.hook import hook_site
@@ -79,3 +81,16 @@ def test_model_runner_v2_is_refused_with_the_fix(tmp_path):
 def test_a_tree_without_vllm_is_refused_in_one_line(tmp_path):
     with pytest.raises(ConfigError, match=r"holds no vllm/v1/worker/ .*as the target's repo$"):
         hook_site(tmp_path)
+
+
+def test_cli_instruments_a_vllm_checkout_and_removes_it_byte_for_byte(tmp_path):
+    ws = repo_of(RUNNERS, tmp_path)
+    site = ws.root / "vllm" / RUNNERS[0]
+    original = site.read_bytes()
+    done = CliRunner().invoke(app, ["instrument", "--repo", str(ws.root), "--kind", "vllm"])
+    assert done.exit_code == 0, done.output
+    assert "GPUModelRunner.execute_model" in done.output and MARKER_ID in site.read_text()
+    done = CliRunner().invoke(app, ["instrument", "--repo", str(ws.root), "--kind", "vllm", "--remove"])
+    assert done.exit_code == 0, done.output
+    assert site.read_bytes() == original and ws.snapshot().dirty_sha256 == {}
+    ws.close()
