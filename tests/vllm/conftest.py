@@ -41,7 +41,7 @@ def _need_venv() -> None:
         )
 
 
-def launch_vllm(repo: Path, argv: list[str], log: Path, startup_timeout_s: float = 300) -> ServerHandle:
+def launch_vllm(repo: Path, argv: list[str], log: Path, startup_timeout_s: float = 600) -> ServerHandle:
     """A vLLM server of `repo` started with `argv` through `server.launch`, ready (health, then a
     one-token completion); stop it with `stop_vllm`."""
     launch = LaunchConfig(

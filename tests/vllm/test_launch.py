@@ -5,19 +5,23 @@ stopped with its whole process tree (API server and EngineCore)."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sys
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from state.calls import ServerArgs
+from state.calls import ProfileArgs, ServerArgs
 from state.target import VLLM_STARTED_LOG, LaunchConfig, TargetConfig
 from tests.launching import launch_args
-from tools import server
+from tools import profiling, server
 from tools.errors import ServerError
 from tools.hosts import local as host
 from tools.server import LISTEN_GRACE_S
+from tools.trace import read_profiles
+from tools.vllm.trace import phases
 
 from .conftest import CHECKOUT_VERSION
 
@@ -89,7 +93,7 @@ def test_a_launch_that_says_it_started_but_never_listens_is_retried_on_a_fresh_p
     assert not (tmp_path / "pid").exists()
 
 
-def test_real_vllm_is_ready_after_a_completion_and_stops_with_its_engine_process(llama_server) -> None:
+def test_real_vllm_is_ready_after_a_completion_from_its_checkout(llama_server) -> None:
     handle, _, _ = llama_server
     members = host.group_members(handle.process.pgid)
     assert len(members) >= 2, members  # the API server and the EngineCore it spawned, one group
@@ -105,6 +109,41 @@ def test_real_vllm_is_ready_after_a_completion_and_stops_with_its_engine_process
     with urllib.request.urlopen(req, timeout=60) as resp:
         out = json.loads(resp.read())
     assert out["usage"]["completion_tokens"] == 4
+
+
+def test_real_vllm_api_profile_has_decode_windows_from_its_markers_and_phase_scopes(
+    llama_server, tmp_path: Path
+) -> None:
+    handle, _, traces = llama_server
+    args = ProfileArgs(
+        method="api",
+        base_url=handle.base_url,
+        model="tiny-llama",
+        out_dir=tmp_path / "out",
+        profile_dir=None,
+        profile_id="p",
+        warmup_steps=2,
+        active_steps=5,
+        prompt="Profile this decode step, please.",
+        timeout_s=300,
+        vllm_trace_dir=traces,
+    )
+    files = profiling.take(args)
+    assert files.trace_path.parent == traces and files.trace_path.name.endswith(".pt.trace.json.gz")
+    size = files.trace_path.stat().st_size
+    summary = read_profiles([files.trace_path])
+    assert summary.step_source == "vLLM execute_context_0(0)" and summary.steps >= 10, summary.step_source
+    assert summary.time_basis == "cpu" and summary.step_wall_us is not None
+    p = phases(files.trace_path)
+    assert p.steps == summary.steps and set(p.phase_ms) >= {"preprocess", "forward"}
+    print(f"\nvLLM API profile: {size / 1e3:.0f} kB, {summary.steps} decode steps; {p.line()}")
+    keep = os.environ.get("PERFLOOP_KEEP_VLLM_TRACE")  # how tests/data/traces/vllm-tiny-llama was made
+    if keep:
+        shutil.copy(files.trace_path, keep)
+
+
+def test_real_vllm_stops_with_its_engine_process(llama_server) -> None:
+    handle, _, _ = llama_server
     # stopped last in the module (the fixture's own stop then finds nothing): SIGTERM to the group
     # ends the API server and its EngineCore without SIGKILL
     killed = server.stop(ServerArgs(server=handle, grace_s=20)).killed

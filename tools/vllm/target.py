@@ -25,8 +25,11 @@ TEMPLATE = VENV / "source"
 
 SERVE_ENV = {
     "PYTHONPATH": "{repo}",  # the checkout's vllm, in the EngineCore process too
+    "VLLM_TARGET_DEVICE": "cpu",
     "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB of KV cache: plenty for a tiny model, ~3 GB RSS in all
     "VLLM_CUSTOM_SCOPES_FOR_PROFILING": "1",  # gpu_model_runner: preprocess|forward|... in traces
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",  # a shared 2-core machine: no pinning to cores others use
+    "OMP_NUM_THREADS": "1",  # one torch thread (the demo's reason: benchmarks/README.md)
     "HF_HUB_OFFLINE": "1",  # the model is a local folder: never reach the Hub
     "VLLM_NO_USAGE_STATS": "1",
 }
@@ -79,7 +82,7 @@ model = {json.dumps(model)}
 [launch]
 argv = {json.dumps(argv)}
 env = {{ {env} }}
-startup_timeout_s = 300
+startup_timeout_s = 600
 stop_grace_s = 20
 
 [measure]
@@ -94,3 +97,17 @@ active_steps = 5
 {extra_toml}"""
     )
     return path
+
+
+PROFILER_DIR_FLAG = "--profiler-config.torch_profiler_dir"
+
+
+def profiler_dir(argv: list[str], repo: Path) -> Path | None:
+    """The trace folder a vLLM launch command names (`--profiler-config.torch_profiler_dir=DIR` or
+    `... DIR`, relative to the checkout it runs in); None without one (pure)."""
+    for i, arg in enumerate(argv):
+        if arg.startswith(PROFILER_DIR_FLAG + "="):
+            return repo / arg.split("=", 1)[1]
+        if arg == PROFILER_DIR_FLAG and i + 1 < len(argv):
+            return repo / argv[i + 1]
+    return None
