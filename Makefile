@@ -66,7 +66,7 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 
 test: lint system-deps vllm
-	$(PY) -m pytest -q -ra --durations=30 -n 2 --dist loadfile tests
+	$(PY) -m pytest -q -ra --durations=30 -n 2 --dist loadgroup tests
 
 test-fast: lint system-deps
 	$(PY) -m pytest -q tests -m "not e2e"

@@ -6,7 +6,7 @@
   a target directory, i.e. a clone of the source repo at `folder/vllm` and `folder/target.toml`.
 - `launch_vllm(repo, argv, log)`: a vLLM server started through the door's `server.launch` like
   the loop does (ready after a real completion); stop it with `stop_vllm(handle)`.
-- `llama_server` (module scope): one tiny-Llama server (eager, `--max-num-seqs 2`, API profiler on)
+- `llama_server` (module scope): one tiny-Llama server (eager, `--max-num-seqs 2`, float32, API profiler on)
   launched from its own clone, for the tests of a module that only read from it; `(handle, repo,
   traces)`.
 
@@ -93,6 +93,8 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Ser
         "--enforce-eager",
         "--max-num-seqs",
         "2",
+        "--dtype",
+        "float32",  # bf16 takes the AMX attention path: SIGILL in this VM (AMX not granted)
         profile_dir=traces,
     )
     handle = launch_vllm(repo, argv, folder / "server.log")

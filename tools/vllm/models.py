@@ -98,6 +98,11 @@ WORDS = [
     "new",
 ]
 
+CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}"
+)
+
 LLAMA = {
     "architectures": ["LlamaForCausalLM"],
     "model_type": "llama",
@@ -184,6 +189,8 @@ def write_tokenizer(directory: Path) -> None:
         "model_max_length": CONTEXT_TOKENS,
         "add_bos_token": False,
         "clean_up_tokenization_spaces": False,
+        # /v1/chat/completions (perfloop's profile request) needs one: transformers has no default
+        "chat_template": CHAT_TEMPLATE,
     }
     (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
 
