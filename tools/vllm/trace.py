@@ -66,14 +66,18 @@ def phases(path: Path) -> DecodePhases:
     steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if DECODE.match(e.get("name", "")))
     if not steps:
         raise ValueError(f"{path}: no vLLM decode step markers (execute_context_0(0)_generation_*)")
+    # a decode step's phases run from its marker to the next step's marker of any kind (sample and
+    # bookkeep come after `execute_model` returns, outside its span), the last one to its own end
+    # plus what follows before any other marker
+    bounds = sorted(e["ts"] for e in events if e.get("name", "").startswith("execute_context_"))
     totals: dict[str, float] = {}
-    starts = [a for a, _ in steps]
     for e in events:
         m = PHASE.match(e.get("name", ""))
         if not m:
             continue
-        i = max((k for k, s in enumerate(starts) if s <= e["ts"]), default=-1)
-        if i >= 0 and e["ts"] + e["dur"] <= steps[i][1] + 1.0:
+        i = max((k for k, (a, _) in enumerate(steps) if a <= e["ts"]), default=-1)
+        after = [b for b in bounds if b > steps[i][0]] if i >= 0 else []
+        if i >= 0 and (not after or e["ts"] < after[0]):
             totals[m.group(1)] = totals.get(m.group(1), 0.0) + e["dur"]
     n = len(steps)
     per = {k: totals[k] / n / 1000.0 for k in ("preprocess", "forward", *HOST_PHASES[1:]) if k in totals}
@@ -81,7 +85,7 @@ def phases(path: Path) -> DecodePhases:
     forward = per.get("forward", 0.0)
     return DecodePhases(
         steps=n,
-        step_ms=sum(b - a for a, b in steps) / n / 1000.0,
+        step_ms=sum(b - a for a, b in steps) / n / 1000.0,  # the marker's own span
         phase_ms=per,
         host_ms=host,
         forward_ms=forward,
