@@ -10,6 +10,8 @@
   launched from its own clone, for the tests of a module that only read from it; `(handle, repo,
   traces)`.
 
+Every file here that starts a server sets `pytestmark = pytest.mark.xdist_group("vllm")`: `make
+test` (`--dist loadgroup`, tests/conftest.py) then runs them all on one worker, one after another.
 A vLLM server is ~3 GB RSS and 37 s to start on 2 cores (eager): launch as few as possible, and
 never leave one running (the suite's guard kills what a test leaves in its tmp_path and fails it).
 """
