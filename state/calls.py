@@ -146,6 +146,9 @@ class ProfileArgs(Model):
     """Ranks that each write a trace (both methods; rank 0 alone when 1)."""
     sglang_version: str | None = None
     """SGLang release, to shape the /start_profile body (e.g. `start_step`); None for other kinds."""
+    vllm_trace_dir: Path | None = None
+    """vLLM (api method): the server's `--profiler-config.torch_profiler_dir`, where its worker
+    writes the trace after `/stop_profile`; None for other kinds."""
 
 
 class ProfileFiles(Model):

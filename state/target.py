@@ -24,6 +24,10 @@ def refuse_secrets(env: dict[str, str], advice: str) -> dict[str, str]:
     return env
 
 
+VLLM_STARTED_LOG = r"Application startup complete"
+"""What vLLM's API server (uvicorn) logs once it listens."""
+
+
 class LocalHost(Model):
     """The machine perfloop runs on; commands run as subprocesses in their own process group."""
 
@@ -81,6 +85,16 @@ class LaunchConfig(Model):
     pass_env: list[str] = Field(default_factory=list)
     """Names of variables passed from perfloop's environment at launch (API keys, tokens): their
     values are read when the server starts and are never stored in the session."""
+    ready_completion: bool = False
+    """Whether a launch counts as ready only once a one-token `/v1/completions` request (no model
+    named) also answers 200 after health: vLLM's `/health` answers 200 before a request is served
+    (and before a bad model kills its engine). On by default for `kind = "vllm"`."""
+    started_log: str | None = None
+    """A regular expression the server's log matches once it listens (vLLM: uvicorn's
+    `Application startup complete`): a port still refusing connections 15 s after it is a launch
+    that never listens, stopped and retried on a fresh port. Set by default for `kind = "vllm"`."""
+    listen_retries: int = Field(2, ge=0)
+    """Fresh-port launches after one that never listened (`started_log`; with `port = 0` only)."""
 
     @field_validator("base_url")
     @classmethod
@@ -214,6 +228,17 @@ class TargetConfig(Model):
     workload: WorkloadConfig | None = None
     """Requests at concurrency, measured in windows (`[workload]`); None: the `[measure]` prompts
     one at a time, each request a unit of evidence."""
+
+    @model_validator(mode="after")
+    def _vllm_launch_defaults(self) -> "TargetConfig":
+        """`kind = "vllm"`: readiness by a real completion, and the log line that says it listens,
+        unless the target file sets them."""
+        if self.kind == "vllm":
+            given = self.launch.model_fields_set
+            defaults = {"ready_completion": True, "started_log": VLLM_STARTED_LOG}
+            update = {k: v for k, v in defaults.items() if k not in given}
+            self.launch = self.launch.model_copy(update=update)
+        return self
 
     @model_validator(mode="after")
     def _numerics_need_tolerance(self) -> "TargetConfig":

@@ -82,3 +82,13 @@ def scratch(tmp_path):
 
 
 from tests.pg import pg_server, pg_url  # noqa: E402, F401  (the PostgreSQL fixtures, for every test folder)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`make test` runs `-n 2 --dist loadgroup`: every test file is one group, as `--dist loadfile`
+    would make it, except the files marked `pytest.mark.xdist_group("vllm")` (tests/vllm), which are
+    one group together, so one worker runs the real vLLM servers one after another (~3 GB and both
+    cores each) while the other worker runs the rest."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))

@@ -5,6 +5,8 @@
 instrumentation writes `<id>/trace.json.gz`, `<id>/summary.txt` and finally `<id>/done.json` (at
 TP > 1 each other rank R the same under `<id>/rank<R>/`; the traces are then linked into `<id>/ranks/`).
 `api`: SGLang's `/start_profile` with `num_steps`; the server writes `<id>-TP-<rank>.trace.json.gz`.
+vLLM's `/start_profile` and `/stop_profile` around one request; its worker writes the trace into its
+`--profiler-config.torch_profiler_dir`.
 """
 
 from __future__ import annotations
@@ -179,9 +181,48 @@ def _profile_api(args: ProfileArgs) -> ProfileFiles:
     )
 
 
+def _profile_vllm(args: ProfileArgs, trace_dir: Path) -> ProfileFiles:
+    """vLLM's API method: `/start_profile`, one request of warm-up + active + 4 tokens,
+    `/stop_profile`; its worker then writes `<rank>.<time>.pt.trace.json.gz` into `trace_dir` (the
+    step windows come from its `execute_context_*` markers, tools/trace/windows.py)."""
+    trace_dir.mkdir(parents=True, exist_ok=True)
+    before = set(trace_dir.glob("*.pt.trace.json*"))
+    code, text = post_json(args.base_url + "/start_profile", {})
+    if code != 200:  # e.g. a profile started by a killed attempt is still running: stop it, retry once
+        post_json(args.base_url + "/stop_profile", {}, timeout_s=args.timeout_s)
+        code, text = post_json(args.base_url + "/start_profile", {})
+    if code != 200:
+        raise TraceError(
+            f"/start_profile answered HTTP {code}: {text[:200]}; launch vLLM with "
+            "--profiler-config.profiler=torch --profiler-config.torch_profiler_dir=DIR"
+        )
+    steps = args.warmup_steps + args.active_steps + 4
+    arrivals, _, usage = stream_completion(
+        args.base_url, chat_body(args.model, args.prompt, steps), args.timeout_s
+    )
+    code, text = post_json(args.base_url + "/stop_profile", {}, timeout_s=args.timeout_s)
+    if code != 200:
+        raise TraceError(f"/stop_profile answered HTTP {code}: {text[:200]}")
+
+    def written() -> Path | None:
+        new = sorted(set(trace_dir.glob("*.pt.trace.json*")) - before, key=lambda p: p.stat().st_mtime)
+        return new[-1] if new and not new[-1].name.endswith(".tmp") else None
+
+    path = _wait_for(f"a new trace in {trace_dir}", written, args.timeout_s)
+    return ProfileFiles(
+        trace_path=path,
+        summary_path=None,
+        trace_sha256=sha256_file(path),
+        device="cpu",
+        active_tokens=_active_tokens(usage, args.prompt, len(arrivals)),
+    )
+
+
 @tool("profile.take")
 def take(args: ProfileArgs) -> ProfileFiles:
     """Take one profile of the running server by the chosen method."""
+    if args.method == "api" and args.vllm_trace_dir is not None:
+        return _profile_vllm(args, args.vllm_trace_dir)
     return _profile_patch(args) if args.method == "patch" else _profile_api(args)
 
 

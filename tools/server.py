@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from tools.door.faults import fault_point
 from tools.errors import ServerError
 from tools.hosts import local as host
 from tools.hosts.listeners import holders, owned_by
-from tools.http import free_port, get_status
+from tools.http import free_port, get_status, post_json
 from tools.progress import report
 
 
@@ -80,15 +81,49 @@ def _check_listener(args: LaunchArgs, port: int, pgid: int) -> None:
     )
 
 
+LISTEN_GRACE_S = 15.0
+"""Seconds a server may refuse connections after its log said it listens (`launch.started_log`)
+before the launch counts as one that never listens and is retried on a fresh port."""
+
+
+class _NeverListened(ServerError):
+    """The log said the server listens; its port refused connections for LISTEN_GRACE_S."""
+
+
+def _completes(base_url: str) -> bool:
+    """Whether a one-token greedy completion (no model named: the server's own) answers 200."""
+    body = {"prompt": "Ready?", "max_tokens": 1, "temperature": 0.0}
+    try:
+        return post_json(base_url + "/v1/completions", body, timeout_s=60.0)[0] == 200
+    except OSError:
+        return False
+
+
 @tool("server.launch")
 def launch(args: LaunchArgs) -> ServerHandle:
-    """Start the server in its own process group and wait until its health endpoint answers 200.
+    """Start the server in its own process group and wait until its health endpoint answers 200
+    (and, with `launch.ready_completion`, a one-token completion too).
 
     A process that exits during start-up, or does not become healthy within the timeout, raises
-    ServerError with the exit code and the log's last line; a hung one is stopped first.
+    ServerError with the exit code and the log's last line; a hung one is stopped first. A server
+    whose log says it listens (`launch.started_log`) while its port refuses connections is stopped
+    and launched again on a fresh port, up to `launch.listen_retries` times (ports perfloop picks).
     """
-    port = args.launch.port or free_port()
-    extra = {k: build_argv([v], port, args.python)[0] for k, v in args.launch.env.items()}
+    retries = args.launch.listen_retries if args.launch.port == 0 else 0
+    for attempt in range(retries + 1):
+        try:
+            return _launch_once(args, args.launch.port or free_port())
+        except _NeverListened as err:
+            if attempt == retries:
+                raise
+            report(f"launch #{args.launch_number}: {err}; again on a fresh port")
+    raise AssertionError("unreachable")
+
+
+def _launch_once(args: LaunchArgs, port: int) -> ServerHandle:
+    """One attempt of `launch` on `port`."""
+    subst = {k: build_argv([v], port, args.python)[0] for k, v in args.launch.env.items()}
+    extra = {k: v.replace("{repo}", str(args.repo)) for k, v in subst.items()}
     passed_env(args.launch.pass_env)  # all set, and registered as secrets
     env = secrets.server_env(os.environ, extra, args.launch.pass_env)
     if args.profile_dir is not None:
@@ -109,6 +144,8 @@ def launch(args: LaunchArgs) -> ServerHandle:
     health_path = args.launch.health_path
     t0 = time.monotonic()
     deadline = t0 + args.launch.startup_timeout_s
+    started = re.compile(args.launch.started_log) if args.launch.started_log else None
+    listening_at: float | None = None
     while time.monotonic() < deadline:
         gone = not host.group_members(proc.pgid)  # also reaps our exited children
         code = host.exit_code(proc.pid)
@@ -122,7 +159,17 @@ def launch(args: LaunchArgs) -> ServerHandle:
         code = get_status(base_url + health_path, timeout_s=1.0)
         if code == 404 and health_path != "/health":
             health_path = "/health"  # e.g. /health_generate on a build without it
-        if code == 200:
+        if code is None and started is not None:
+            if listening_at is None and started.search(host.tail(args.log_path, 50)):
+                listening_at = time.monotonic()
+            elif listening_at is not None and time.monotonic() - listening_at > LISTEN_GRACE_S:
+                host.stop_group(proc.pgid, args.launch.stop_grace_s)
+                if args.pid_file is not None:
+                    args.pid_file.unlink(missing_ok=True)
+                raise _NeverListened(
+                    f"its log said it started, but nothing listened on port {port} for {LISTEN_GRACE_S:.0f}s"
+                )
+        if code == 200 and (not args.launch.ready_completion or _completes(base_url)):
             _check_listener(args, port, proc.pgid)
             return ServerHandle(
                 process=proc,

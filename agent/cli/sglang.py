@@ -24,6 +24,7 @@ from state.workspace import InstrumentationRecord, PatchPolicy
 from tools.errors import ConfigError
 from tools.sglang.layout import hook_site, locate
 from tools.sglang.patches import apply_sglang_patch
+from tools.vllm.hook import hook_site as vllm_hook_site
 from tools.workspace.git import GitWorkspace
 from tools.workspace.instrumentation import instrument as insert_hook
 from tools.workspace.instrumentation import remove_instrumentation
@@ -31,10 +32,10 @@ from tools.workspace.patch_check import gate_workspace
 
 RECORDS_FILE = "perfloop-instrumentation.json"
 """File in the repo's git dir: repo-relative path -> InstrumentationRecord of what we inserted."""
-KINDS = ("sglang", "mla_server")
+KINDS = ("sglang", "mla_server", "vllm")
 
 Repo = Annotated[Path, typer.Option("--repo", help="The target checkout (a git repository).")]
-Kind = Annotated[str, typer.Option("--kind", help="Target kind: sglang or mla_server.")]
+Kind = Annotated[str, typer.Option("--kind", help="Target kind: sglang, mla_server or vllm.")]
 playbook_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Work with catalog playbooks.")
 
 
@@ -48,6 +49,8 @@ def _site(repo: Path, kind: str) -> HookSite:
     """Where the hook goes for this kind of target."""
     if kind == "sglang":
         return hook_site(repo, locate(repo))
+    if kind == "vllm":
+        return vllm_hook_site(repo)
     return HookSite(
         relpath=ProfileConfig().model_runner_path, class_name="ModelRunner", method="forward_decode"
     )

@@ -7,7 +7,11 @@ Markers, in the order they are preferred (`MARKERS`):
   (`profile_utils.build_step_span_name`; `draft step[...]` of speculative decoding is not counted);
 - `forward_decode`: an annotation or a Python frame of that name (the demo server's scheduler,
   SGLang's `ModelRunner.forward_decode` in traces recorded with stacks, its default), outermost only;
-- `gpu_model_runner: forward`: vLLM V1's span around each forward of its GPU model runner.
+- `execute_context_0(0)_generation_<m>(<tok>)`: vLLM V1's span around each pure-decode step of its
+  model runner (`execute_model`: preprocess, forward, postprocess; steps with prompt tokens, named
+  `execute_context_<n>(<tok>)_...` with n > 0, are not counted), the CPU runner's too;
+- `gpu_model_runner: forward`: vLLM V1's span around each forward of its GPU model runner
+  (`VLLM_CUSTOM_SCOPES_FOR_PROFILING=1`; the `gpu_` prefix on CPU too).
 A window runs from one marker's start to the next one's (the last: the marker's own duration), so
 it holds everything the step costs the server, scheduling included; a ProfilerStep is that already.
 
@@ -31,6 +35,7 @@ MARKERS: list[tuple[str, re.Pattern[str]]] = [
     ("ProfilerStep", re.compile(r"^ProfilerStep#")),
     ("SGLang step[DECODE]", re.compile(r"^step\[DECODE\b")),
     ("forward_decode", re.compile(r"forward_decode")),
+    ("vLLM execute_context_0(0)", re.compile(r"^execute_context_0\(0\)_generation_[1-9]\d*\(\d+\)$")),
     ("vLLM gpu_model_runner: forward", re.compile(r"^gpu_model_runner: forward$")),
 ]
 """(label, name pattern) of each step marker, preferred first."""
