@@ -32,9 +32,11 @@ def test_h200_session_replays_with_the_same_decisions(name: str, tmp_path: Path,
     state, summary = sessions.replay(sid)
     accepted, rejected = EXPECTED[name]
     assert summary.accepted == accepted and summary.rejected == rejected
+    assert summary.tpot_ms_after is not None and summary.speedup is not None
     assert summary.outputs_identical and summary.tpot_ms_after < 20 and summary.speedup > 4
     assert summary.launch_argv[-4:] == ["--preset", "glm5", "--device", "cuda"]  # graphs on at the end
     for d in state.decisions:
         if d.verdict == "accepted":
+            assert d.tpot_ms_before is not None and d.tpot_ms_after is not None
             realized = d.tpot_ms_before / d.tpot_ms_after
             assert d.predicted_speedup == pytest.approx(realized, rel=0.25), d

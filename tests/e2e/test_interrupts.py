@@ -96,7 +96,8 @@ def test_interrupts_leave_nothing_running_and_resume_relaunches_dead_servers(
         f"interrupted by SIGTERM; servers stopped; continue with `perfloop resume {session}`" in first.stderr
     )
     nothing_left(repo, home, session)
-    assert SessionStore.open(home).get_session(session).status == "interrupted"
+    info = SessionStore.open(home).get_session(session)
+    assert info is not None and info.status == "interrupted"
 
     faults.write_text("node:profile\n")  # SIGKILL: the baseline server is left running
     killed = run(cli, home, faults, "resume", session, "--json")

@@ -49,12 +49,14 @@ def test_tp2_keeps_the_cast_fix_with_identical_outputs(tmp_path: Path, home: Pat
     assert s["profile_method"] == "patch"
     store = SessionStore(home / "sessions.sqlite")
     (take,) = [c for c in store.tool_calls(s["session"]) if c.name == "profile.take"]
+    assert take.output is not None
     folder = Path(take.output["trace_path"])  # <id>/ranks: rank 0's trace and rank 1's (<id>/rank1)
     names = sorted(f.name.split("-TP-")[1] for f in folder.glob("*-TP-*.trace.json.gz"))
     assert (
         names == ["0.trace.json.gz", "1.trace.json.gz"] and (folder.parent / "rank1" / "done.json").exists()
     )
     (read,) = [c for c in store.tool_calls(s["session"]) if c.name == "profile.read"]
+    assert read.output is not None
     ranks, stats = read.output["ranks"], read.output["collectives"]
     assert len(ranks) == 2 and all(r["collective_us"] > 0 for r in ranks), ranks
     assert stats["ranks"] == 2 and 0 < stats["share"] < 1 and len(stats["rank_step_us"]) == 2, stats

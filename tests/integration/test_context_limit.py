@@ -35,6 +35,7 @@ def test_the_demo_server_states_its_context_limit_and_a_near_limit_prompt_is_ser
     try:
         limit = context_limit(ContextLimitArgs(base_url=handle.base_url, model="mla-demo"))
         assert (limit.tokens, limit.source) == (256, "/get_server_info context_len")
+        assert limit.tokens is not None
         longest = prompt_lengths(limit.tokens, 8)[-1]
         t0 = time.monotonic()
         body = {"model": "mla-demo", "prompt": "a" * longest, "max_tokens": 8, "temperature": 0}

@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -29,7 +30,7 @@ SID = "20261130-101500-a1b2"
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
-def store(request, tmp_path: Path) -> SessionStore:
+def store(request, tmp_path: Path) -> Iterator[SessionStore]:
     url = request.getfixturevalue("pg_url") if request.param == "postgres" else None
     s = SessionStore(tmp_path / "sessions.sqlite", url)
     yield s

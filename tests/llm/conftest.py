@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
+from langgraph.runtime import Runtime
 
 from agent.cli.target import load_target
 from agent.context import LoopContext
@@ -100,7 +100,7 @@ def loop_state(tmp_path: Path, repo: Path, base_url: str, **proposer) -> LoopSta
     )
 
 
-def runtime(door) -> SimpleNamespace:
+def runtime(door) -> Runtime[LoopContext]:
     """What a node's `call` needs: `runtime.context.door`."""
     door.node = "propose"
-    return SimpleNamespace(context=LoopContext(door=door))
+    return Runtime(context=LoopContext(door=door))

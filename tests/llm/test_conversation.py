@@ -32,6 +32,7 @@ def converse(tmp_path: Path, engine: Path, script, store: SessionStore | None = 
     store = store or SessionStore(tmp_path / "sessions.sqlite")
     with ScriptedModel(script) as model:
         state = loop_state(tmp_path, engine, model.base_url, **cfg)
+        assert state.diagnosis is not None
         outcome = Conversation(state, runtime(LiveDoor("s-llm", store)), state.diagnosis.findings[0]).run()
     return outcome, model, store, state
 
@@ -99,7 +100,7 @@ def test_malformed_and_ambiguous_blocks_are_repaired(tmp_path: Path, engine: Pat
 
 def test_paths_outside_the_repo_git_and_instrumentation_are_refused(tmp_path: Path, engine: Path) -> None:
     (tmp_path / "secret.txt").write_text("outside")
-    results = []
+    results: list[str] = []
 
     def record(body: dict) -> dict:
         results.extend(m["content"] for m in body["messages"] if m["role"] == "tool")

@@ -13,7 +13,7 @@ from state.loop import Decision, Proposal
 from state.measure import RequestRecord
 from state.proposer import LlmOrigin, LlmUsage
 from tests.llm.conftest import NEW, fix_answer, loop_state, runtime
-from tests.llm.fake_openai import ScriptedModel, reply
+from tests.llm.fake_openai import ScriptedModel, Step, reply
 from tests.recorders import MemoryRecorder
 from tools.client.stats import summarize
 from tools.door.live import LiveDoor
@@ -44,7 +44,7 @@ def rejected_state(tmp_path: Path, engine: Path, base_url: str):
     state = loop_state(tmp_path, engine, base_url)
     proposal = Proposal(
         iteration=1,
-        playbook="llm",
+        source="llm",
         title="t",
         explanation="e",
         diff=DIFF,
@@ -56,7 +56,7 @@ def rejected_state(tmp_path: Path, engine: Path, base_url: str):
         origin=LlmOrigin(model="scripted-coder", rationale="r", usage=LlmUsage()),
     )
     decision = Decision(
-        iteration=1, playbook="llm", verdict="rejected", reason="outputs changed for 1/2 prompt(s)"
+        iteration=1, source="llm", verdict="rejected", reason="outputs changed for 1/2 prompt(s)"
     )
     measure = state.target.measure.model_copy(update={"prompts": ["Hello", "The capital of France"]})
     return state.model_copy(
@@ -112,7 +112,10 @@ def test_the_next_round_is_told_and_a_resubmission_costs_no_launch(tmp_path: Pat
         update={"model_trials": [rejected], "proposal": None, "candidate_measurement": None}
     )
     other = NEW.replace("# gather the request's rows", "# gather rows")
-    script = [reply(fix_answer(new=NEW.replace("  # gather", "    # gather"))), reply(fix_answer(new=other))]
+    script: list[Step] = [
+        reply(fix_answer(new=NEW.replace("  # gather", "    # gather"))),
+        reply(fix_answer(new=other)),
+    ]
     with ScriptedModel(script) as m:
         cmd = propose(with_model(state, m.base_url), runtime(LiveDoor("s", MemoryRecorder())))
     assert len(m.requests) == 2 and cmd.goto == "approve"
@@ -139,7 +142,7 @@ def test_a_crash_goes_back_with_the_traceback_tail_read_through_the_door(
     state = rejected_state(tmp_path, engine, "http://127.0.0.1:9/v1")
     crash = Decision(
         iteration=1,
-        playbook="llm",
+        source="llm",
         verdict="failed",
         reason=f"server failed after the patch: server exited with code 1 during start-up (log {log}): NameError",
     )

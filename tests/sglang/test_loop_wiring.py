@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.runtime import Runtime
 
@@ -37,7 +38,7 @@ EXPECTED = {
 @pytest.mark.parametrize("version", sorted(EXPECTED))
 def test_prepare_and_instrument_an_upstream_checkout(version: str, tmp_path: Path) -> None:
     ws = unpack(version, tmp_path)
-    repo = Path(ws.repo.working_tree_dir)
+    repo = ws.root
     ws.close()
     target = TargetConfig(
         name="sglang",
@@ -53,18 +54,18 @@ def test_prepare_and_instrument_an_upstream_checkout(version: str, tmp_path: Pat
     )
     store = SessionStore(tmp_path / "store.sqlite")
     graph = builder.compile(checkpointer=InMemorySaver(serde=serializer()), interrupt_before=["launch"])
-    cfg = {"configurable": {"thread_id": "s1"}}
+    cfg: RunnableConfig = {"configurable": {"thread_id": "s1"}}
     door = Door("s1", store)
     graph.invoke(state, cfg, context=LoopContext(door=door))
     after = LoopState.model_validate(graph.get_state(cfg).values)
     relpath, cls, method = EXPECTED[version]
-    assert after.sglang.version == version
+    assert after.sglang is not None and after.sglang.version == version
     assert (
         after.target.profile.model_runner_path,
         after.target.profile.hook_class,
         after.target.profile.hook_method,
     ) == (relpath, cls, method)
-    assert after.instrumentation.relpath == relpath
+    assert after.instrumentation is not None and after.instrumentation.relpath == relpath
     source = (repo / relpath).read_text()
     assert "perfloop-instrumentation" in source
     compile(source, relpath, "exec")
@@ -107,7 +108,7 @@ def test_propose_refuses_the_cast_patch_where_it_keeps_the_cast(extra, refused, 
     """On a real 0.5.23 checkout: the patch is proposed for eager decode, and refused with the reason
     under CUDA graphs, DCP or speculative decoding (no launch spent on it)."""
     ws = unpack("0.5.23", tmp_path)
-    repo = Path(ws.repo.working_tree_dir)
+    repo = ws.root
     ws.close()
     book = next(b for b in load_playbooks() if b.id == "kv-cache-full-pool-cast")
     finding = Finding(

@@ -35,7 +35,7 @@ def sources(request, tmp_path_factory) -> tuple[str, dict, dict]:
     """The release's backend, compiled as upstream ships it and as the playbook patch leaves it."""
     version = request.param
     ws = unpack(version, tmp_path_factory.mktemp(f"sglang-{version}"))
-    repo = Path(ws.repo.working_tree_dir)
+    repo = ws.root
     ws.close()
     before = (repo / BACKEND).read_text()
     subprocess.run(["git", "-C", str(repo), "apply", str(PATCHES / f"sglang-{version}.diff")], check=True)
@@ -91,7 +91,7 @@ def test_the_evals_recorded_ports_score_the_same_when_the_harness_runs_again(tmp
     it gives the recorded answers: the port is equivalent and reads only the batch's rows, the
     wrong port (the pool's first n rows) changes the outputs, and one that raises counts as changed."""
     ws = unpack("0.5.9", tmp_path)
-    repo = Path(ws.repo.working_tree_dir)
+    repo = ws.root
     ws.close()
     for model, identical in (("scripted-fix", True), ("scripted-wrong", False)):
         diff, recorded = recorded_check(model)

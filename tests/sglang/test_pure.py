@@ -98,7 +98,7 @@ def test_per_rank_traces_are_collected_and_missing_ranks_named(tmp_path):
 
 def bench_line(**details) -> str:
     """A line as bench_serving writes with --output-details (result | result_details; abridged server_info)."""
-    result = {
+    result: dict[str, object] = {
         "tag": None,
         "backend": "sglang",
         "dataset_name": "random",

@@ -101,7 +101,8 @@ def test_playbook_patch_applies_compiles_and_removes_the_full_pool_cast(version,
     gathered = [
         c
         for c in calls(helper, "to")
-        if isinstance(c.func.value, ast.Call)
+        if isinstance(c.func, ast.Attribute)  # always (see calls): narrows the type
+        and isinstance(c.func.value, ast.Call)
         and isinstance(c.func.value.func, ast.Attribute)
         and c.func.value.func.attr == "index_select"
     ]

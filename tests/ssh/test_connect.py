@@ -91,7 +91,12 @@ def test_passphrase_from_env_or_prompt_never_shows(
     assert secrets.redact(f"typed {PASSPHRASE}") == "typed ***"
     monkeypatch.delenv(PASSPHRASE_ENV)
     asked: list[str] = []
-    prompted = Connection(cfg, prompt=lambda text: asked.append(text) or PASSPHRASE)
+
+    def typed(text: str) -> str:
+        asked.append(text)
+        return PASSPHRASE
+
+    prompted = Connection(cfg, prompt=typed)
     assert echo(prompted) == "ok" and asked == [f"passphrase for {sshd.dir / 'locked_key'}: "]
 
 
@@ -103,7 +108,9 @@ def test_ssh_agent_keys_are_offered_after_key_files(
     started = subprocess.run(
         ["ssh-agent", "-s", "-a", str(sock)], capture_output=True, text=True, check=True, timeout=30
     ).stdout
-    agent_pid = int(re.search(r"SSH_AGENT_PID=(\d+)", started).group(1))
+    pid = re.search(r"SSH_AGENT_PID=(\d+)", started)
+    assert pid is not None, started
+    agent_pid = int(pid.group(1))
     try:
         monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
         subprocess.run(["ssh-add", "-q", str(sshd.client_key)], check=True, timeout=30, capture_output=True)

@@ -10,10 +10,12 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import cast
 
 import pytest
 
 from state.calls import RepoArgs
+from state.workspace import WorkspaceSnapshot
 from tests.e2e.conftest import PERFLOOP, git, last_json, make_repo, perfloop
 from tests.ssh.conftest import Sshd, free_port
 from tools.door.registry import spec_of
@@ -48,7 +50,12 @@ def test_setup_gives_a_bare_python_perfloops_environment(sshd: Sshd, tmp_path: P
             executor.call(snapshot, RepoArgs(repo=repo))
         # First use: asked, declined: nothing is uploaded.
         asked: list[str] = []
-        assert ensure_env(host, bare, lambda q: asked.append(q) or False) is False
+
+        def decline(question: str) -> bool:
+            asked.append(question)
+            return False
+
+        assert ensure_env(host, bare, decline) is False
         assert (
             "lacks perfloop's dependencies" in asked[0]
             and list((own.home / ".cache" / "perfloop").glob("env-*")) == []
@@ -63,7 +70,7 @@ def test_setup_gives_a_bare_python_perfloops_environment(sshd: Sshd, tmp_path: P
         assert ensure_env(host, bare, None) is True  # nothing more to ask
 
         # perfloop's tools now run there with that Python; the Python itself is as it was.
-        snap = executor.call(snapshot, RepoArgs(repo=repo))
+        snap = cast(WorkspaceSnapshot, executor.call(snapshot, RepoArgs(repo=repo)))  # the tool's result
         assert snap.head_sha == git(repo, "rev-parse", "HEAD").strip()
         plain = subprocess.run([bare, "-c", "import pydantic"], capture_output=True, text=True)
         assert plain.returncode != 0 and "pydantic" in plain.stderr
@@ -81,7 +88,7 @@ def test_setup_gives_a_bare_python_perfloops_environment(sshd: Sshd, tmp_path: P
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert Path(last_json(proc)["site"]) == site
         assert sorted(p.name for p in site.parent.parent.iterdir() if p.name.startswith("env-")) == [tag]
-        assert executor.call(snapshot, RepoArgs(repo=repo)).head_sha == snap.head_sha
+        assert cast(WorkspaceSnapshot, executor.call(snapshot, RepoArgs(repo=repo))).head_sha == snap.head_sha
         host.close()
     finally:
         own.stop()

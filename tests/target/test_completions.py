@@ -49,7 +49,7 @@ def test_echo_scores_every_position_of_a_greedy_continuation_in_line_with_genera
         assert sum(math.exp(v) for v in alts.values()) <= 1 + 1e-4
     for i in range(len(prompt), len(text)):  # greedy is restricted to printable ids
         printable = {t: v for t, v in lp.top_logprobs[i].items() if t in PRINTABLE}
-        assert max(printable, key=printable.get) == text[i], i
+        assert max(printable, key=printable.__getitem__) == text[i], i
     assert score().choices[0].logprobs.token_logprobs == lp.token_logprobs
 
 

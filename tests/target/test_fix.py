@@ -19,6 +19,7 @@ BENCH = ROOT / "benchmarks" / "mla_server_decode.py"
 def load_benchmark():
     """benchmarks/mla_server_decode.py as a module (its trace analysis is reused here)."""
     spec = importlib.util.spec_from_file_location("mla_server_decode", BENCH)
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

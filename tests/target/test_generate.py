@@ -17,7 +17,7 @@ def stream_generate(server, body: dict) -> list[dict]:
         data=json.dumps({**body, "stream": True}).encode(),
         headers={"Content-Type": "application/json"},
     )
-    events = []
+    events: list[dict] = []
     with urllib.request.urlopen(req, timeout=120) as resp:
         assert resp.headers["Content-Type"] == "text/event-stream"
         for line in resp:

@@ -29,7 +29,7 @@ PROMPTS = (math.log(60.0), math.log(75.0), math.log(90.0))
 
 def requests(
     rng: np.random.Generator, n: int, factor: float = 1.0, launch_sd: float = 0.02
-) -> list[list[float]]:
+) -> list[np.ndarray]:
     """One launch's requests: log TPOT per prompt, +-25% per-request spread with 5% slow outliers."""
     launch = rng.normal(0.0, launch_sd)
     arm = []

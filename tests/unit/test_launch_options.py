@@ -7,7 +7,7 @@ from agent.decision.rules.legacy import judge
 from playbooks.engine import load_playbooks
 from playbooks.launch import change_conflict, describe, edited_argv, with_flag, without_flag
 from playbooks.schema import LaunchEdit, Playbook
-from state.measure import RequestRecord
+from state.measure import Measurement, RequestRecord
 from tools.client.stats import summarize
 
 BOOKS = {b.id: b for b in load_playbooks()}
@@ -55,7 +55,7 @@ def test_a_kind_gets_a_patch_or_a_launch_change_not_both() -> None:
         LaunchEdit(flag="disable", action="remove")
 
 
-def _m(tpots: list[float], texts: tuple[str, str] = ("a", "b")) -> object:
+def _m(tpots: list[float], texts: tuple[str, str] = ("a", "b")) -> Measurement:
     records = [
         RequestRecord(prompt_index=i % 2, ttft_ms=1.0, itl_ms=[t], text=texts[i % 2], completion_tokens=2)
         for i, t in enumerate(tpots)
@@ -79,7 +79,8 @@ def test_the_loop_stops_near_the_stated_floor() -> None:
     assert near_floor(17.4, None, 2.0) is None
     assert near_floor(17.4, 3.2, 2.0) is None  # 5.4x the floor: go on
     assert near_floor(6.0, 3.2, 2.0) == "TPOT 6.0 ms is within 2x of the floor 3.2 ms (1.9x)"
-    assert near_floor(17.4, 3.2, 6.0).startswith("TPOT 17.4 ms is within 6x")
+    within = near_floor(17.4, 3.2, 6.0)
+    assert within is not None and within.startswith("TPOT 17.4 ms is within 6x")
 
 
 def test_one_flag_editor_handles_both_spellings_of_a_value() -> None:

@@ -43,7 +43,9 @@ def test_a_cast_that_vanished_confirms_the_mechanism() -> None:
 
 def test_a_gain_whose_op_did_not_shrink_is_flagged() -> None:
     diag = Diagnosis(findings=[], top_ops=[], time_basis="cpu", steps=5, step_us=200.0)
-    c = check(1, "kv", predict(proposal(), diag), profile(880.0))
+    p = predict(proposal(), diag)
+    assert p is not None
+    c = check(1, "kv", p, profile(880.0))
     assert not c.confirmed and "GAIN WITHOUT MECHANISM" in c.note
 
 

@@ -135,7 +135,7 @@ def test_replay_matches_each_branch_in_its_own_order() -> None:
     replay.node = "propose"
     assert replay.call(echo, Num(n=0)).n == 0
     rb, ra = replay.branch("trial@b"), replay.branch("trial@a")
-    results = []
+    results: list[int] = []
     threads = [
         threading.Thread(target=lambda d=d, ns=ns: results.extend(d.call(echo, Num(n=n)).n for n in ns))
         for d, ns in ((rb, (10, 11)), (ra, (1, 2)))

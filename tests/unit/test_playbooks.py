@@ -109,7 +109,7 @@ def test_real_cuda_traces() -> None:
     # ... but the recorder's host needs longer to issue the 24 kernels than the device runs them:
     # removing the cast's device time leaves the step bound by the host (no gain predicted).
     assert cast.bound == "host launch" and cast.bound_after == "host launch"
-    assert cast.effect.device_removed_us == pytest.approx(462, abs=5)
+    assert cast.effect is not None and cast.effect.device_removed_us == pytest.approx(462, abs=5)
     assert cast.predicted_speedup == pytest.approx(1.0, abs=0.05) and cast.expected_gain_share < 0.05
     assert "generic" not in [f.playbook for f in fixed.findings]
     assert CASE not in [f.playbook for f in fixed.findings]

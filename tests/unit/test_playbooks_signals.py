@@ -96,6 +96,7 @@ def test_launch_bound_on_real_h200_trace() -> None:
     assert f"{act.idle_share:.0%} of the device's span idle" in finding.evidence[0].note
     assert f"{per_step:.0f} kernels" in finding.evidence[0].note
     full = read_chrome_trace(TRACES / "full_pool_cast_cuda.json.gz")
+    assert full.device_activity is not None
     assert not full.device_activity.launch_bound  # the device is busy 89% of its span, yet...
     found = {f.playbook: f for f in diagnose(full, CTX, playbooks).findings}
     launch = found["launch-bound-decode"]  # ...the host needs longer to issue the kernels
@@ -235,4 +236,5 @@ def test_cuda_graph_kernels_go_to_the_graph_row(tmp_path: Path) -> None:
     assert rows["CUDA graph"].self_us == 6.0 and rows["CUDA graph"].calls == 1
     assert rows["sglang::replay"].self_us == 0.0 and rows["sglang::replay"].total_us == 6.0
     assert [(k.name, k.graph_calls) for k in summary.kernels] == [("gemm", 1), ("rmsnorm", 1)]
+    assert summary.device_activity is not None
     assert summary.device_activity.busy_us == 6.0 and summary.device_activity.span_us == 7.0

@@ -129,10 +129,12 @@ def test_no_prediction_below_the_physical_floor_and_unknown_without_bounds() -> 
         explanation="-", evidence=[], effect=StepEffect(graphs=True),
     )  # fmt: skip
     unknown = with_prediction(f, None, 81100.0, None, "device")
-    assert unknown.predicted_speedup is None and unknown.bound is None and unknown.basis.startswith("unknown")
+    assert unknown.predicted_speedup is None and unknown.bound is None and unknown.basis is not None
+    assert unknown.basis.startswith("unknown")
     known = with_prediction(f, b, 60000.0)
+    assert known.predicted_speedup is not None and known.basis is not None
     assert known.predicted_speedup <= 60000 / (28000 + 5818 * 0.5) and "not below" in known.basis
     cpu = with_prediction(
         f.model_copy(update={"effect": None, "expected_gain_share": 0.5}), None, 100.0, None, "cpu"
     )
-    assert cpu.predicted_speedup == pytest.approx(2.0) and "Amdahl" in cpu.basis
+    assert cpu.predicted_speedup == pytest.approx(2.0) and cpu.basis is not None and "Amdahl" in cpu.basis

@@ -36,7 +36,8 @@ def armed(tmp_path, monkeypatch):
 def test_the_file_holds_only_the_hook_so_the_inserted_text_is_the_whole_program():
     body = ast.parse(HOOK_FILE.read_text()).body
     assert isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)  # docstring
-    assert [type(n) for n in body[1:]] == [ast.FunctionDef] and body[1].name == "_perfloop_profiled"
+    assert [type(n) for n in body[1:]] == [ast.FunctionDef] and isinstance(body[1], ast.FunctionDef)
+    assert body[1].name == "_perfloop_profiled"
     text = hook_text()
     assert text.startswith("def _perfloop_profiled(fn):\n") and text.endswith("    return wrapper\n\n")
     namespace: dict = {}

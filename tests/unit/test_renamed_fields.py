@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.sqlite import SqliteSaver
 
 from agent.cli.target import load_target
 from agent.graph import compile_graph
@@ -66,8 +68,9 @@ def test_a_checkpoint_written_before_the_rename_reads_under_the_new_channel(tmp_
     cp["channel_values"] = {"session_id": "s1", "candidate": m}
     cp["channel_versions"] = {"session_id": "1", "candidate": "1"}
     cp["versions_seen"] = {"measure": {"candidate": "1"}}
-    config = {"configurable": {"thread_id": "t1", "checkpoint_ns": ""}}
+    config: RunnableConfig = {"configurable": {"thread_id": "t1", "checkpoint_ns": ""}}
     saver.put(config, cp, {"source": "loop", "step": 1}, {"session_id": "1", "candidate": "1"})
+    assert isinstance(saver, SqliteSaver)  # no url: SQLite
     saver.conn.commit()
     values = compile_graph(saver).get_state({"configurable": {"thread_id": "t1"}}).values
     assert values["candidate_measurement"] == m and "candidate" not in values

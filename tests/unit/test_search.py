@@ -4,21 +4,23 @@ rebuilt from the session's decisions, the first trial from the diagnosis, the bu
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from langgraph.types import Command
 
 from agent.cli.target import ConfigError, load_target, with_proposer
 from agent.context import LoopContext
 from agent.proposer.knobs import config_of, describe_config, with_config
 from agent.proposer.search import budget_left, next_config, search_proposal, trial_lines
-from agent.steps.propose import propose
+from agent.steps.propose import Goto, propose
 from state.diagnosis import Diagnosis, Finding
 from state.loop import Decision, LoopState
 from state.options import LoopOptions
 from state.proposer import ProposerConfig
-from state.search import Knob, SearchConfig
+from state.search import Knob, KnobValue, SearchConfig
 from tests.recorders import MemoryRecorder
 from tools.door.live import LiveDoor
 
@@ -36,7 +38,7 @@ def knobs() -> list[Knob]:
 
 
 def test_knobs_round_trip_through_the_launch_command() -> None:
-    config = {
+    config: dict[str, KnobValue] = {
         "--max-total-tokens": 8192,
         "--max-running-requests": 3,
         "--disable-cuda-graph": True,
@@ -54,7 +56,7 @@ def test_knobs_round_trip_through_the_launch_command() -> None:
 
 
 def state(
-    tmp_path: Path, decisions: list[Decision] = (), findings: tuple[str, ...] = (), **search
+    tmp_path: Path, decisions: Sequence[Decision] = (), findings: tuple[str, ...] = (), **search
 ) -> LoopState:
     target = load_target(SEARCH_TOML).model_copy(
         update={
@@ -88,7 +90,7 @@ def state(
 def decided(n: int, argv: list[str], tpot: float | None, verdict: str = "rejected") -> Decision:
     return Decision(
         iteration=1,
-        playbook=f"search-{n}",
+        source=f"search-{n}",
         verdict=verdict,
         reason="r",
         tpot_ms_after=tpot,
@@ -112,6 +114,7 @@ def test_the_same_history_gives_the_same_trials_and_none_twice(tmp_path: Path) -
     seen = {tuple(ARGV)}
     for n in range(1, 9):
         s = state(tmp_path, history, startup_trials=3)
+        assert s.target.search is not None
         config = next_config(s, s.target.search)
         assert config is not None and config == next_config(
             state(tmp_path, history, startup_trials=3), s.target.search
@@ -120,7 +123,9 @@ def test_the_same_history_gives_the_same_trials_and_none_twice(tmp_path: Path) -
         assert tuple(argv) not in seen
         seen.add(tuple(argv))
         # a made-up objective: smaller pools and more running requests are faster; n = 3 failed
-        tpot = None if n == 3 else config["--max-total-tokens"] / 1000 + 8 / config["--max-running-requests"]
+        tokens, running = config["--max-total-tokens"], config["--max-running-requests"]
+        assert isinstance(tokens, int) and isinstance(running, int)
+        tpot = None if n == 3 else tokens / 1000 + 8 / running
         history.append(decided(n, argv, tpot, "failed" if tpot is None else "rejected"))
     other = state(tmp_path, history[:4]).model_copy(
         update={
@@ -129,9 +134,9 @@ def test_the_same_history_gives_the_same_trials_and_none_twice(tmp_path: Path) -
             )
         }
     )
-    assert next_config(other, other.target.search) != next_config(
-        state(tmp_path, history[:4]), state(tmp_path).target.search
-    )
+    first = state(tmp_path).target.search
+    assert other.target.search is not None and first is not None
+    assert next_config(other, other.target.search) != next_config(state(tmp_path, history[:4]), first)
     lines = trial_lines(state(tmp_path, history))
     assert len(lines) == 8 and lines[2].endswith("not measured -> failed") and "TPOT" in lines[0]
 
@@ -185,7 +190,7 @@ def test_propose_mixes_the_search_after_the_playbooks(tmp_path: Path) -> None:
     assert run(s, "auto").update["proposal"].source == "kv-cache-full-pool-cast"
     searched = run(s, "search").update["proposal"]
     assert searched.source == "search-1" and searched.launch_argv[-2:] == ["--max-total-tokens", "4096"]
-    tried = Decision(iteration=1, playbook="kv-cache-full-pool-cast", verdict="rejected", reason="r")
+    tried = Decision(iteration=1, source="kv-cache-full-pool-cast", verdict="rejected", reason="r")
     after = run(state(tmp_path, [tried], findings=("kv-cache-full-pool-cast",)), "auto")
     assert after.goto == "approve" and after.update["proposal"].source == "search-1"
     assert after.update["transitions"][0].note.startswith("search trial 1: --max-total-tokens 4096")
@@ -207,7 +212,7 @@ def test_a_budget_in_minutes_starts_no_trial_that_would_end_past_it(tmp_path: Pa
         decided(2, [*ARGV, "--max-total-tokens", "8192"], 6.0),
     ]
 
-    def run(s: LoopState) -> tuple[object, list[str]]:
+    def run(s: LoopState) -> tuple[Command[Goto], list[str]]:
         s = s.model_copy(
             update={"target": s.target.model_copy(update={"proposer": ProposerConfig(mode="search")})}
         )
@@ -221,13 +226,15 @@ def test_a_budget_in_minutes_starts_no_trial_that_would_end_past_it(tmp_path: Pa
     # two trials began 100 and 50 s ago: 100 s spent, 50 s the longest, 10 minutes allowed
     going = state(tmp_path, two, max_minutes=10).model_copy(update={"search_clock": [now - 100, now - 50]})
     cmd, calls = run(going)
+    assert cmd.update is not None
     assert calls == ["host.clock"] and cmd.update["proposal"].source == "search-3"
     clock = cmd.update["search_clock"]
     assert clock[:2] == [now - 100, now - 50] and now <= clock[2] <= time.time()
     # 500 s spent, and the second trial took 300 s: 800 s would pass 600
     late = going.model_copy(update={"search_clock": [now - 500, now - 300]})
     cmd, _ = run(late)
-    assert cmd.goto == "finish"
+    assert cmd.goto == "finish" and cmd.update is not None
     assert cmd.update["stop_reason"] == "search budget spent: 8.3 of 10 minutes, and a trial took up to 5.0"
+    assert late.target.search is not None
     assert budget_left(late, late.target.search, now - 300) is None  # the same at the second trial's start
     assert run(state(tmp_path, two))[1] == []  # no max_minutes: no clock read, the records as before

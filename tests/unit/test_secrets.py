@@ -7,7 +7,9 @@ import os
 from pathlib import Path
 
 import pytest
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.sqlite import SqliteSaver
 
 from agent.sessions.checkpoint import open_checkpointer, serializer
 from tools import secrets
@@ -25,11 +27,14 @@ def test_checkpoints_are_scrubbed_at_write_time(tmp_path: Path, exported: str, m
     saver = open_checkpointer(tmp_path)
     cp = empty_checkpoint()
     cp["channel_values"] = {"error": f'server said: key={exported} (quoted "{exported}")', "n": [1, 2]}
-    config = {"configurable": {"thread_id": "t1", "checkpoint_ns": ""}}
+    config: RunnableConfig = {"configurable": {"thread_id": "t1", "checkpoint_ns": ""}}
     saved = saver.put(config, cp, {"source": "input", "step": 1}, {})
+    assert isinstance(saver, SqliteSaver)  # no url: SQLite
     saver.conn.commit()
     monkeypatch.delenv("PERFLOOP_UNIT_API_KEY")  # a later reader without the variable
-    values = saver.get_tuple(saved).checkpoint["channel_values"]
+    found = saver.get_tuple(saved)
+    assert found is not None
+    values = found.checkpoint["channel_values"]
     assert exported not in values["error"] and "*" * len(exported) in values["error"]
     assert values["n"] == [1, 2]
     leaks = [p for p in tmp_path.rglob("*") if p.is_file() and exported.encode() in p.read_bytes()]

@@ -29,6 +29,7 @@ def op(name: str, ts: float, dur: float, cat: str = "cpu_op", **args) -> dict:
 
 
 def test_zero_events(tmp_path: Path) -> None:
+    doc: dict
     for doc in ({"traceEvents": []}, {"traceEvents": [], "deviceProperties": [{"name": "NVIDIA H200"}]}):
         path = write(tmp_path, "empty.json.gz", doc)
         with pytest.raises(TraceError, match="holds no events; the profiler was probably stopped"):

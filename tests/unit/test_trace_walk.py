@@ -48,7 +48,7 @@ def random_events(seed: int) -> list[Event]:
             if rng.random() < 0.3:  # an API call: launch, graph launch or sync
                 corr = rng.choice([rng.randrange(40), -1]) if rng.random() < 0.9 else None
                 corrs.append(corr if corr is not None else -1)
-                args = Args(correlation=corr)
+                args: Args | None = Args(correlation=corr)
                 events.append(
                     Event("X", "cuda_runtime", rng.choice(API), 1, tid, t, tick(rng.uniform(0, 2)), args)
                 )

@@ -67,6 +67,7 @@ def test_every_marker_gives_the_same_bounds_on_the_h200_trace(
     summary = read_chrome_trace(rewrite(H200, tmp_path / "t.json.gz", rename))
     b = summary.step_bounds
     assert b is not None and b.windows == source and summary.steps == 3
+    assert marked is not None and summary.step_source is not None
     assert summary.step_source.startswith(
         source if source != "kernel pattern" else "inferred from the kernel"
     )
@@ -78,7 +79,7 @@ def test_every_marker_gives_the_same_bounds_on_the_h200_trace(
 def test_a_draft_step_is_not_a_decode_step(tmp_path: Path) -> None:
     rename = {"ProfilerStep": None, "forward_decode": "draft step[DECODE bs=1]"}
     summary = read_chrome_trace(rewrite(H200, tmp_path / "t.json.gz", rename))
-    assert summary.step_bounds.windows == "kernel pattern"
+    assert summary.step_bounds is not None and summary.step_bounds.windows == "kernel pattern"
 
 
 @pytest.mark.parametrize("graph", [False, True])
@@ -92,6 +93,7 @@ def test_glm5_steps_without_markers_diagnose_as_with_them(tmp_path: Path, graph:
         == "inferred from the kernel pattern: 4 repeats, 78 repeats of a per-layer pattern each"
     )
     a, b = marked.step_bounds, bare.step_bounds
+    assert a is not None and b is not None
     assert b.bound == a.bound == ("device" if graph else "host launch") and b.kernels == a.kernels
     assert b.device_us == pytest.approx(a.device_us, rel=0.01) and b.issue_us == pytest.approx(
         a.issue_us, rel=0.01
@@ -99,11 +101,15 @@ def test_glm5_steps_without_markers_diagnose_as_with_them(tmp_path: Path, graph:
     got = [diagnose(s, CTX, load_playbooks()).findings for s in (marked, bare)]
     assert [f.playbook for f in got[0]] == [f.playbook for f in got[1]]
     top = got[1][0]
+    assert top.basis is not None
     assert top.playbook == CAST and top.bound == b.bound and "kernel pattern" in top.basis
     if not graph:  # eager: each fix alone is held by the other's bound; together several times
         found = {f.playbook: f for f in got[1]}
-        assert found[CAST].predicted_speedup <= 1.3 and found[LAUNCH].predicted_speedup <= 1.5
-        assert found[CAST].paired_with == LAUNCH and found[CAST].paired_speedup >= 3
+        cast_alone, launch_alone = found[CAST].predicted_speedup, found[LAUNCH].predicted_speedup
+        assert cast_alone is not None and launch_alone is not None
+        assert cast_alone <= 1.3 and launch_alone <= 1.5
+        paired = found[CAST].paired_speedup
+        assert found[CAST].paired_with == LAUNCH and paired is not None and paired >= 3
 
 
 def test_two_ranks_keep_their_bounds_and_the_slowest_sets_the_step(tmp_path: Path) -> None:
@@ -119,6 +125,7 @@ def test_two_ranks_keep_their_bounds_and_the_slowest_sets_the_step(tmp_path: Pat
     )
     merged = read_profiles([folder])
     fast, slower = (r.step_bounds for r in merged.ranks)
+    assert fast is not None and slower is not None
     assert fast.bound == "host launch" and slower.device_us > 1.4 * fast.device_us > 1.4 * fast.issue_us / 1.2
     assert slower.bound == "device"
     assert merged.step_bounds == slower and merged.ranks[1].step_source == "ProfilerStep"
@@ -135,6 +142,7 @@ def served() -> list[tuple[dict, dict]]:
 @pytest.mark.parametrize(("doc", "trace"), served(), ids=lambda v: v.get("file", ""))
 def test_the_served_corpus_gives_its_expected_steps_bound_and_finding(doc: dict, trace: dict) -> None:
     summary = read_chrome_trace(SERVED / trace["file"])
+    assert summary.step_source is not None
     assert summary.step_source.startswith(trace["step_source"]) and summary.steps == trace["steps"]
     assert (summary.step_bounds.bound if summary.step_bounds else None) == trace["bound"]
     ctx = DiagnosisContext(target_kind=doc["target_kind"], active_tokens=doc["active_tokens"])
@@ -146,10 +154,12 @@ def test_the_served_corpus_gives_its_expected_steps_bound_and_finding(doc: dict,
     for f in found:  # every number has its basis; none beyond the physical bound
         assert f.predicted_speedup is None or f.basis
         if b is not None and f.effect is not None:
+            assert f.predicted_step_ms is not None
             assert f.predicted_step_ms * 1000 >= floor_us(b, [f.effect]) * (1 - 1e-9)
         if b is not None and f.paired_with:
-            pair = [f.effect, effects[f.paired_with]]
-            assert f.paired_speedup <= b.wall_us / floor_us(b, pair) * (1 + 1e-9)
+            effect, other = f.effect, effects[f.paired_with]
+            assert f.paired_speedup is not None and effect is not None and other is not None
+            assert f.paired_speedup <= b.wall_us / floor_us(b, [effect, other]) * (1 + 1e-9)
     for name in ("max_cast_alone", "max_launch_alone"):
         if trace.get(name) is not None:
             playbook = CAST if "cast" in name else LAUNCH

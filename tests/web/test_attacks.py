@@ -188,8 +188,8 @@ def test_a_post_is_refused_on_cheap_checks_before_its_body_is_read(served: Serve
         assert r.status == 403, origin
     site = request(served, f"/sessions/{sid}/approve", "POST", [*form, (b"Sec-Fetch-Site", b"cross-site")])
     assert site.status == 403
-    for site in (b"cross-site", b"same-site", b"none"):
-        null = [*form, (b"Origin", b"null"), (b"Sec-Fetch-Site", site)]
+    for fetch_site in (b"cross-site", b"same-site", b"none"):
+        null = [*form, (b"Origin", b"null"), (b"Sec-Fetch-Site", fetch_site)]
         assert request(served, f"/sessions/{sid}/approve", "POST", null, b"number=0").status == 403
     # Our own form (no-referrer makes the browser send Origin: null): past the guard, to the CSRF.
     own = [*form, (b"Origin", b"null"), (b"Sec-Fetch-Site", b"same-origin")]

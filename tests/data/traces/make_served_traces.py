@@ -49,7 +49,7 @@ def launch(tree: Path, flags: list[str], profile_dir: Path, port: int) -> subpro
 
 def args(method: str, port: int, out: Path, profile_dir: Path) -> ProfileArgs:
     return ProfileArgs(
-        method=method,  # type: ignore[arg-type]
+        method=method,
         base_url=f"http://127.0.0.1:{port}",
         model="mla-demo",
         out_dir=out,
