@@ -14,9 +14,9 @@ from rich.console import Console
 
 from agent.cli import render
 from agent.cli.target import load_target
-from agent.decision.crossover import Cells, crossover_look
-from agent.decision.replicates import alternating_look
-from agent.decision.rule import look
+from agent.decision.stats.crossover import Cells, crossover_look
+from agent.decision.stats.replicates import alternating_look
+from agent.decision.stats.rule import look
 from agent.sessions.summary import summarize
 from state.decision import DecisionConfig, Judgement, LaunchNoise, Look
 from state.loop import Decision, LoopOptions, LoopState
