@@ -182,9 +182,8 @@ class Sessions:
             return state
 
     def _run(self, session_id: str, inp: Any, known: LoopState, executor: RemoteExecutor | None) -> None:
-        """Invoke the graph: a resumed session first checks the server it would use
-        (`revive.py`); a signal or an exception stops every server the session started
-        (`interrupts.py`)."""
+        """Invoke the graph: a resumed session first checks the server it would use (`revive.py`);
+        a signal or an exception stops every server the session started (`interrupts.py`)."""
         config, executors = self.config(session_id), host_executors(known.options.session_dir)
         try:
             if inp is None or isinstance(inp, Command):
@@ -282,10 +281,8 @@ class Sessions:
         graph.invoke(LoopState.model_validate(initial[0]), cfg, context=ctx)
         for answer in answers:
             if _pending(graph, cfg) is None:
-                raise ReplayDivergence(
-                    f"the recording has an approval answer ({answer}) but the "
-                    "replayed session did not pause for one"
-                )
+                msg = f"the recording has an approval answer ({answer}) but the replayed session did not pause for one"
+                raise ReplayDivergence(msg)
             graph.invoke(Command(resume=answer), cfg, context=ctx)
         return graph, cfg, door
 
@@ -297,8 +294,7 @@ def thread(thread_id: str) -> RunnableConfig:
 
 def _pending(graph: Graph, cfg: RunnableConfig) -> dict | None:
     """The approval request waited on, as shown: with the exact argv and its digest (binding.py)."""
-    snap = graph.get_state(cfg)
-    for task in snap.tasks:
+    for task in (snap := graph.get_state(cfg)).tasks:
         for intr in task.interrupts:
             return view(LoopState.model_validate(snap.values), intr.value)
     return None
