@@ -5,7 +5,6 @@ Each takes trace files or directories (one trace per rank, or key_averages `.txt
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -13,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from agent.cli.output import console, emit
 from agent.cli.running import run_command
 from playbooks.engine import diagnose as run_diagnosis
 from playbooks.engine import load_playbooks
@@ -110,9 +110,9 @@ def analyze(
         profile = read_profiles(traces, steps)
         doc = analysis_json(profile, by, top)
         if as_json:
-            print(json.dumps(doc))
+            emit(doc)
         else:
-            _print_analysis(Console(), doc, profile)
+            _print_analysis(console(), doc, profile)
 
     run_command(body)
 
@@ -155,9 +155,9 @@ def diagnose(
         )
         result = run_diagnosis(profile, ctx, load_playbooks(playbooks))
         if as_json:
-            print(json.dumps({"source": profile.source, **result.model_dump(mode="json")}))
+            emit({"source": profile.source, **result.model_dump(mode="json")})
         else:
-            _print_diagnosis(Console(), result)
+            _print_diagnosis(console(), result)
 
     run_command(body)
 
@@ -174,9 +174,9 @@ def diff(
         result = diff_profiles(read_profiles([before]), read_profiles([after]))
         result = result.model_copy(update={"ops": result.ops[:top]})
         if as_json:
-            print(result.model_dump_json())
+            emit(result.model_dump(mode="json"))
         else:
-            _print_diff(Console(), result)
+            _print_diff(console(), result)
 
     run_command(body)
 

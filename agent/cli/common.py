@@ -8,21 +8,24 @@ a failed session exits 1.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from agent.cli import render
+from agent.cli.output import console, emit
 from agent.cli.running import choice, err, fail, run_command
+from agent.sessions.diffs import keep, proposal_diffs
 from agent.sessions.runner import Sessions
 from state.loop import LoopState
 
 __all__ = ["choice", "err", "fail", "finish", "run_command"]
 
-Json = Annotated[bool, typer.Option("--json", help="End with one JSON summary line.")]
+Json = Annotated[
+    bool,
+    typer.Option("--json", help="Print one JSON document on stdout (what a person reads goes to stderr)."),
+]
 Approve = Annotated[str, typer.Option(help="auto: apply proposals at once; manual: pause for approval.")]
 Method = Annotated[
     str, typer.Option("--profile-method", help="patch: instrument forward_decode; api: /start_profile.")
@@ -95,16 +98,18 @@ LlmSeconds = Annotated[
 
 
 def finish(sessions: Sessions, state: LoopState, as_json: bool) -> None:
-    """Show where a session stands (approval request or summary); `--json` ends with one line."""
+    """Show where a session stands (approval request or summary; with `--json` on stderr, and the
+    summary as one JSON document on stdout); keep each proposal's diff in the session folder."""
+    keep(sessions.session_dir(state.session_id), proposal_diffs(sessions.history(state.session_id)))
     pending = sessions.pending_approval(state.session_id)
     info = sessions.info(state.session_id)
     if pending is not None:
-        render.approval(Console(), pending)
+        render.approval(console(as_json), pending)
     elif info.summary is not None:
-        render.summary(Console(), info.summary)
+        render.summary(console(as_json), info.summary)
     if as_json:
         payload = info.summary.model_dump(mode="json") if info.summary else {"session": state.session_id}
         payload["status"] = info.status
-        print(json.dumps(payload))
+        emit(payload)
     if info.status == "failed":
         raise typer.Exit(1)

@@ -33,6 +33,7 @@ from agent.cli.common import (
     finish,
     run_command,
 )
+from agent.cli.ids import SessionArg
 from agent.cli.preflight import check_setup
 from agent.cli.target import DEMO_CONFIG, DEMO_SOURCE, load_target, with_host, with_proposer
 from agent.sessions.approving import answer_session, edited_patch
@@ -212,7 +213,7 @@ def run(
     run_command(body)
 
 
-def resume(session: str, as_json: Json = False) -> None:
+def resume(session: SessionArg, as_json: Json = False) -> None:
     """Continue a session from its last checkpoint."""
 
     def body() -> None:
@@ -233,7 +234,7 @@ def _answer(session: str, answer: dict, as_json: bool) -> None:
 
 
 def approve(
-    session: str,
+    session: SessionArg,
     patch: Annotated[
         Path | None,
         typer.Option(help="Apply this edited patch instead of the proposed one (validated first)."),
@@ -261,7 +262,7 @@ def approve(
 
 
 def reject(
-    session: str, reason: Annotated[str, typer.Option(help="Why (recorded).")], as_json: Json = False
+    session: SessionArg, reason: Annotated[str, typer.Option(help="Why (recorded).")], as_json: Json = False
 ) -> None:
     """Reject the patch a paused session proposes, and continue the loop."""
     run_command(lambda: _answer(session, {"approved": False, "by": "human", "reason": reason}, as_json))

@@ -6,9 +6,9 @@ import re
 
 from rich.console import Console
 from rich.markup import escape
-from rich.syntax import Syntax
 from rich.table import Table
 
+from agent.cli.output import diff_text, table
 from agent.proposer.search import trial_lines
 from state.loop import LoopState
 from state.records import ToolCallRecord
@@ -111,7 +111,7 @@ def approval(console: Console, req: dict) -> None:
         console.print(e["note"], highlight=False)
     hunks = re.findall(r"^\+\+\+ b/(\S+)\n@@ -(\d+)", req["diff"], flags=re.M)
     console.print("patch changes: " + ", ".join(f"{f}:{line}" for f, line in hunks))
-    console.print(Syntax(req["diff"], "diff", word_wrap=True))
+    console.print(diff_text(req["diff"]), soft_wrap=True, end="")
     console.print(
         f"approve: perfloop approve {req['session']}\nreject:  perfloop reject {req['session']} --reason TEXT"
     )
@@ -124,7 +124,7 @@ def approval(console: Console, req: dict) -> None:
 
 def sessions(console: Console, infos: list[SessionInfo], held: dict[str, str]) -> None:
     """`perfloop sessions`: a `running` session nobody holds was stopped (resume it)."""
-    t = Table("session", "created", "target", "host", "status", "speedup", "accepted")
+    rows = []
     for i in infos:
         s = i.summary
         status: str = i.status
@@ -134,16 +134,18 @@ def sessions(console: Console, infos: list[SessionInfo], held: dict[str, str]) -
             status = "stopped (resume it)"
         elif status == "interrupted":
             status = "interrupted (resume it)"
-        t.add_row(
-            i.id,
-            i.created_at.strftime("%Y-%m-%d %H:%M"),
-            i.target_name,
-            i.host or "-",
-            status,
-            f"{s.speedup:.2f}x" if s and s.speedup else "-",
-            ", ".join(s.accepted) if s else "-",
+        rows.append(
+            (
+                i.id,
+                i.created_at.strftime("%Y-%m-%d %H:%M"),
+                i.target_name,
+                i.host or "-",
+                status,
+                f"{s.speedup:.2f}x" if s and s.speedup else "-",
+                ", ".join(s.accepted) if s else "-",
+            )
         )
-    console.print(t)
+    console.print(table("session", "created", "target", "host", "status", "speedup", "accepted", rows=rows))
 
 
 def show_json(info: SessionInfo, state: LoopState, calls: list[ToolCallRecord]) -> dict:

@@ -8,15 +8,16 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from agent.cli.common import fail, run_command
+from agent.cli.ids import SessionArg
+from agent.cli.output import console
 from agent.sessions.runner import Sessions
 from tools.errors import ConfigError
 
 
 def report(
-    session: str,
+    session: SessionArg,
     output: Annotated[
         Path | None,
         typer.Option("-o", "--output", help="HTML file to write (default: perfloop-SESSION.html here)."),
@@ -35,7 +36,7 @@ def report(
             out.write_text(html, encoding="utf-8")
         except OSError as exc:
             raise ConfigError(f"--output: cannot write {out}: {exc.strerror or exc}") from exc
-        Console().print(f"wrote the report of session {session} to {out} ({len(html) >> 10} KiB)")
+        console().print(f"wrote the report of session {session} to {out} ({len(html) >> 10} KiB)")
 
     run_command(body)
 

@@ -8,6 +8,7 @@ the session store).
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -15,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from agent.cli.output import quiet_pipe
 from tools import progress
 from tools.errors import ToolError, one_line
 from tools.interrupts import Interrupted
@@ -42,7 +44,11 @@ def run_command(body: Callable[[], T]) -> T:
     try:
         with err.status("perfloop") as status:
             progress.set_reporter(lambda msg: status.update(msg))
-            return body()
+            result = body()
+        sys.stdout.flush()  # a closed pipe is met here, not at the interpreter's exit
+        return result
+    except BrokenPipeError:  # stdout's reader went away (`| head`): end quietly
+        raise typer.Exit(quiet_pipe()) from None
     except ToolError as exc:
         raise fail(str(exc)) from None
     except typer.BadParameter as exc:  # bad input too, whoever raised it
