@@ -19,7 +19,7 @@ from tools.door.live import LiveDoor
 
 
 def calibrate(
-    target_toml: Annotated[Path, typer.Argument(help="Target config (TOML).")],
+    target_toml: Annotated[Path, typer.Argument(metavar="TARGET.toml", help="Target config (TOML).")],
     launches: Annotated[
         int, typer.Option(min=2, help="Launches of the same tree (with interleaved arms: pairs of launches).")
     ] = 6,

@@ -71,9 +71,10 @@ def _options(
 
 
 def demo(
-    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+    device: Annotated[str, typer.Option(metavar="cpu|cuda", help="cpu or cuda.")] = "cpu",
     preset: Annotated[
-        str, typer.Option(help="Demo server size: cpu, or glm5 (GLM-5 geometry, one H200).")
+        str,
+        typer.Option(metavar="cpu|glm5", help="Demo server size: cpu, or glm5 (GLM-5 geometry, one H200)."),
     ] = "cpu",
     approve: Approve = "auto",
     profile_method: Method = "patch",
@@ -159,7 +160,7 @@ def _tp_size(argv: list[str]) -> int:
 
 
 def run(
-    target_toml: Annotated[Path, typer.Argument(help="Target config (TOML).")],
+    target_toml: Annotated[Path, typer.Argument(metavar="TARGET.toml", help="Target config (TOML).")],
     approve: Approve = "auto",
     profile_method: Annotated[
         str | None, typer.Option("--profile-method", help="Override the config's profile method (patch|api).")
