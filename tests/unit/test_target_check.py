@@ -55,11 +55,7 @@ def test_an_unknown_key_names_its_line_and_the_key_meant(tmp_path: Path) -> None
         f"{t}:{n}: unknown key `startup_timeout` in [launch]; did you mean `startup_timeout_s`? "
         "(see examples/targets/mla_server.toml)"
     )
-    top = (
-        edited(tmp_path / "b", 'model = "mla-demo"', 'modle = "mla-demo"')
-        if (tmp_path / "b").mkdir() is None
-        else None
-    )
-    assert top is not None
+    (tmp_path / "b").mkdir()
+    top = edited(tmp_path / "b", 'model = "mla-demo"', 'modle = "mla-demo"')
     with pytest.raises(ConfigError, match=r"t.toml:\d+: unknown key `modle`; did you mean `model`\?"):
         load_target(top)
