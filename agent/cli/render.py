@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import re
+import shlex
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from agent.cli.output import diff_text, table
 from agent.proposer.search import trial_lines
@@ -40,7 +42,7 @@ def summary(console: Console, s: Summary) -> None:
         ("rejected / failed", ", ".join(s.rejected) or "none"),
         ("commits", ", ".join(c[:10] for c in s.commits) or "none"),
         ("branch", s.branch or "-"),
-        ("launch command", " ".join(s.launch_argv) or "-"),
+        ("launch command", shlex.join(s.launch_argv) or "-"),
         ("repo", str(s.repo)),
         ("server launches", str(s.server_launches)),
         ("profile method", s.profile_method),
@@ -63,7 +65,7 @@ def summary(console: Console, s: Summary) -> None:
     if s.search_trials:
         rows.insert(-1, ("search trials", "\n".join(s.search_trials)))
     for k, v in rows:
-        t.add_row(k, v)
+        t.add_row(k, Text(v))  # stored text as written: no markup read in it
     console.print(t)
 
 
@@ -87,8 +89,12 @@ def approval(console: Console, req: dict) -> None:
         else f"expected gain: {req['expected_gain_share']:.0%} of decode time"
     )
     if req.get("launch_argv") is not None:
-        console.print("launch command: " + " ".join(req.get("launch_argv_before") or []))
-        console.print("           ->  " + " ".join(req["launch_argv"]))
+        console.print(
+            "launch command: " + shlex.join(req.get("launch_argv_before") or []),
+            highlight=False,
+            markup=False,
+        )
+        console.print("           ->  " + shlex.join(req["launch_argv"]), highlight=False, markup=False)
     else:
         console.print("files touched: " + ", ".join(req["files"]))
     if req.get("predicted_speedup") is not None:
@@ -207,7 +213,11 @@ def show(console: Console, info: SessionInfo, state: LoopState, calls: list[Tool
     for line in trial_lines(state):
         console.print(f"search trial {line}", highlight=False)
     if state.launch_argv:
-        console.print("session launch command (accepted launch options): " + " ".join(state.launch_argv))
+        console.print(
+            "session launch command (accepted launch options): " + shlex.join(state.launch_argv),
+            highlight=False,
+            markup=False,
+        )
     console.print(f"{len(calls)} tool calls recorded; status {info.status}")
     u = state.llm_usage
     if u.calls:
