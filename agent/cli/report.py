@@ -43,7 +43,7 @@ def report(
 
 def serve(
     host: Annotated[
-        str, typer.Option(help="Address to bind (127.0.0.1: this machine only; see the README for others).")
+        str, typer.Option(help="Address to bind (127.0.0.1: this machine only; see docs/usage.md for others).")
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: any free one).")] = 8765,
     token_file: Annotated[
@@ -103,7 +103,7 @@ def serve(
         print(
             "perfloop serve: warning: plain HTTP on a network address: the token and the pages "
             "cross the network in clear; prefer 127.0.0.1 with an SSH tunnel, or a TLS proxy "
-            "(README, `perfloop serve`)",
+            "(docs/usage.md, `perfloop serve`)",
             file=sys.stderr,
             flush=True,
         )
