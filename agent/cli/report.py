@@ -43,7 +43,8 @@ def report(
 
 def serve(
     host: Annotated[
-        str, typer.Option(help="Address to bind (127.0.0.1: this machine only; see docs/usage.md for others).")
+        str,
+        typer.Option(help="Address to bind (127.0.0.1: this machine only; see docs/usage.md for others)."),
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: any free one).")] = 8765,
     token_file: Annotated[
