@@ -34,7 +34,7 @@ from agent.cli.common import (
     run_command,
 )
 from agent.cli.ids import SessionArg
-from agent.cli.preflight import check_setup
+from agent.cli.preflight import check_gpu, check_setup
 from agent.cli.target import DEMO_CONFIG, DEMO_SOURCE, load_target, with_host, with_proposer
 from agent.sessions.approving import answer_session, edited_patch
 from agent.sessions.remote import remote_base
@@ -142,6 +142,8 @@ def demo(
             }
         )
         check_setup(target, opts, repo_exists=False)  # the demo makes its repo
+        if device == "cuda" and target.host.kind == "local":
+            check_gpu()
         state = sessions.start(target, {**opts, "demo_source": DEMO_SOURCE}, sid, None)
         finish(sessions, state, as_json)
 

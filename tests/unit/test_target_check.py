@@ -4,6 +4,7 @@ unknown key (which spoke pydantic: "Extra inputs are not permitted")."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -59,3 +60,21 @@ def test_an_unknown_key_names_its_line_and_the_key_meant(tmp_path: Path) -> None
     top = edited(tmp_path / "b", 'model = "mla-demo"', 'modle = "mla-demo"')
     with pytest.raises(ConfigError, match=r"t.toml:\d+: unknown key `modle`; did you mean `model`\?"):
         load_target(top)
+
+
+def test_demo_on_cuda_without_a_gpu_is_one_line_and_leaves_nothing(tmp_path: Path) -> None:
+    """A stand-in nvidia-smi that finds no device, as on a machine without a GPU or its driver."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'No devices were found'\nexit 6\n")
+    smi.chmod(0o755)
+    home = tmp_path / "home"
+    env = {"PERFLOOP_HOME": str(home), "PATH": f"{bin_dir}:{os.environ['PATH']}", "COLUMNS": "300"}
+    result = CliRunner().invoke(app, ["demo", "--device", "cuda"], env=env)
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [
+        "error: --device cuda: no NVIDIA GPU on this machine (nvidia-smi -L lists none); "
+        "use --device cpu, or --host ssh://GPU-HOST"
+    ]
+    assert not (home / "workspaces").exists() and not (home / "sessions").exists()
