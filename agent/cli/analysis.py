@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from agent.cli.output import console, emit
 from agent.cli.running import run_command
@@ -195,8 +196,8 @@ def _print_analysis(console: Console, doc: dict, profile: ProfileSummary) -> Non
             f"{row['share']:.1%}",
             f"{us / doc['steps'] / 1e3:.3f}",
             str(row["calls"]),
-            row["name"][:100],
-            str(row["input_dims"]),
+            Text(row["name"][:100]),  # op names and dims as written: `[65536, 1, 576]` is not markup
+            Text(str(row["input_dims"])),
         )
     console.print(table)
     act = profile.device_activity
@@ -271,15 +272,15 @@ def _print_diff(console: Console, result: ProfileDiff) -> None:
         title=f"{result.before} -> {result.after}: {result.before_step_us / 1e3:.3f} -> "
         f"{result.after_step_us / 1e3:.3f} ms per step ({result.time_basis})"
     )
-    for col in ("status", "before us/step", "after us/step", "name", "input dims"):
+    for col in ("status", "before ms/step", "after ms/step", "name", "input dims"):
         table.add_column(col, overflow="fold")
     for r in result.ops:
         table.add_row(
             r.status,
-            f"{r.before_us_per_step:.1f}",
-            f"{r.after_us_per_step:.1f}",
-            r.name[:100],
-            str(r.input_dims),
+            f"{r.before_us_per_step / 1e3:.3f}",
+            f"{r.after_us_per_step / 1e3:.3f}",
+            Text(r.name[:100]),
+            Text(str(r.input_dims)),
         )
     console.print(table)
     if result.note:

@@ -28,3 +28,18 @@ def test_the_summary_prints_the_launch_command_shell_quoted() -> None:
     )
     line = next(x for x in out.getvalue().splitlines() if "launch command" in x)
     assert shlex.join(argv) in line and shlex.split(shlex.join(argv)) == argv
+
+
+def test_analyze_and_diff_speak_ms_per_step() -> None:
+    """One unit per quantity: `analyze` and `diff` both in ms per step (diff once said us/step)."""
+    from typer.testing import CliRunner
+
+    from agent.cli import app
+
+    traces = Path(__file__).resolve().parents[1] / "data" / "traces"
+    before, after = (str(traces / f"{n}_cuda.json.gz") for n in ("full_pool_cast", "gather_then_cast"))
+    diff = CliRunner().invoke(app, ["diff", before, after], env={"COLUMNS": "200"})
+    assert diff.exit_code == 0 and "before ms/step" in diff.output and "us/step" not in diff.output
+    assert "0.463" in diff.output  # the full-pool cast: 463 us per step before, gone after
+    analyze = CliRunner().invoke(app, ["analyze", before], env={"COLUMNS": "200"})
+    assert analyze.exit_code == 0 and "ms/step" in analyze.output and "us/step" not in analyze.output
