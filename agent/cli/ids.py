@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 
 from agent.cli.running import fail
+from state.ids import session_id_problem
 from tools.errors import ToolError
 from tools.store.sessions import SessionStore, perfloop_home
 
@@ -29,6 +30,8 @@ def resolve(ids: list[str], text: str) -> str:
         if back >= len(ids):
             raise ToolError(f"{text}: the store holds {len(ids)} session(s); perfloop sessions lists them")
         return ids[-1 - back]
+    if problem := session_id_problem(text):  # a path, a quote: refused as the store would refuse it
+        raise ToolError(f"SESSION: {problem}")
     if text in ids:
         return text
     hits = [i for i in ids if i.startswith(text)]
