@@ -191,13 +191,17 @@ class ProfileConfig(Model):
     """Seconds to wait for the trace to be written."""
 
 
+TARGET_KINDS = ("mla_server", "sglang", "vllm")
+"""The target kinds perfloop knows (the one list: a target file's `kind` is checked against it)."""
+
+
 class TargetConfig(Model):
     """A target, as read from a TOML file (see examples/targets/mla_server.toml)."""
 
     name: str
     """Human-readable name."""
     kind: str = "mla_server"
-    """Target kind: selects the playbook patch variant (e.g. `mla_server`, `sglang`)."""
+    """Target kind: selects the playbook patch variant; one of `TARGET_KINDS`."""
     repo: Path
     """Path of the engine checkout (a git repository) on the host."""
     host: Host = Field(default_factory=LocalHost)
@@ -277,3 +281,11 @@ class TargetConfig(Model):
         if dup:
             raise ValueError(f"[[hosts]] names must differ; {', '.join(dup)} appears more than once")
         return hosts
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, kind: str) -> str:
+        """One of TARGET_KINDS (a typo would run the launch, baseline and profile for nothing)."""
+        if kind not in TARGET_KINDS:
+            raise ValueError(f"kind {kind!r} is not one perfloop knows ({', '.join(TARGET_KINDS)})")
+        return kind

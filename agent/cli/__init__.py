@@ -23,6 +23,15 @@ ANALYSIS_COMMANDS = ("analyze", "diagnose", "diff")
 """Commands served by the analysis group alone (kept equal to analysis.COMMANDS by a test)."""
 
 
+def print_version(value: bool) -> None:
+    """`--version`: print it and exit, whatever else the command line says."""
+    if value:
+        from importlib.metadata import version
+
+        print(f"perfloop {version('perfloop')}")
+        raise typer.Exit(0)
+
+
 def store_option(
     store: Annotated[
         str | None,
@@ -33,9 +42,15 @@ def store_option(
             show_default=False,
         ),
     ] = None,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", is_eager=True, callback=print_version, help="Print perfloop's version and exit."
+        ),
+    ] = False,
 ) -> None:
-    """The global `--store` option: the tools that open the store (aa.record) read it from the
-    environment too."""
+    """The global options: `--store` (the tools that open the store, aa.record, read it from the
+    environment too) and `--version`."""
     if store is not None:
         from urllib.parse import urlsplit
 
@@ -60,6 +75,8 @@ def build(*, analysis_only: bool = False) -> typer.Typer:
 
     cli = typer.Typer(
         add_completion=False,
+        rich_markup_mode=None,  # help is plain text: `[search]`, `([slots, 1, 576])` shown as written
+        context_settings={"help_option_names": ["-h", "--help"]},
         no_args_is_help=True,
         help="Profile, diagnose, patch and measure an LLM inference server, in a loop.",
     )

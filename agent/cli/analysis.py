@@ -5,15 +5,16 @@ Each takes trace files or directories (one trace per rank, or key_averages `.txt
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from agent.cli import terminal
+from agent.cli.output import console, emit
 from agent.cli.running import run_command
 from playbooks.engine import diagnose as run_diagnosis
 from playbooks.engine import load_playbooks
@@ -111,9 +112,9 @@ def analyze(
         profile = read_profiles(traces, steps)
         doc = analysis_json(profile, by, top)
         if as_json:
-            print(json.dumps(doc))
+            emit(doc)
         else:
-            _print_analysis(terminal.console(), doc, profile)
+            _print_analysis(console(), doc, profile)
 
     run_command(body)
 
@@ -156,9 +157,9 @@ def diagnose(
         )
         result = run_diagnosis(profile, ctx, load_playbooks(playbooks))
         if as_json:
-            print(json.dumps({"source": profile.source, **result.model_dump(mode="json")}))
+            emit({"source": profile.source, **result.model_dump(mode="json")})
         else:
-            _print_diagnosis(terminal.console(), result)
+            _print_diagnosis(console(), result)
 
     run_command(body)
 
@@ -175,9 +176,9 @@ def diff(
         result = diff_profiles(read_profiles([before]), read_profiles([after]))
         result = result.model_copy(update={"ops": result.ops[:top]})
         if as_json:
-            print(result.model_dump_json())
+            emit(result.model_dump(mode="json"))
         else:
-            _print_diff(terminal.console(), result)
+            _print_diff(console(), result)
 
     run_command(body)
 
@@ -196,8 +197,8 @@ def _print_analysis(console: Console, doc: dict, profile: ProfileSummary) -> Non
             f"{row['share']:.1%}",
             f"{us / doc['steps'] / 1e3:.3f}",
             str(row["calls"]),
-            row["name"][:100],
-            str(row["input_dims"]),
+            Text(row["name"][:100]),  # op names and dims as written: `[65536, 1, 576]` is not markup
+            Text(str(row["input_dims"])),
         )
     console.print(table)
     act = profile.device_activity
@@ -279,15 +280,15 @@ def _print_diff(console: Console, result: ProfileDiff) -> None:
         title=f"{result.before} -> {result.after}: {result.before_step_us / 1e3:.3f} -> "
         f"{result.after_step_us / 1e3:.3f} ms per step ({result.time_basis})"
     )
-    for col in ("status", "before us/step", "after us/step", "name", "input dims"):
+    for col in ("status", "before ms/step", "after ms/step", "name", "input dims"):
         table.add_column(col, overflow="fold")
     for r in result.ops:
         table.add_row(
             r.status,
-            f"{r.before_us_per_step:.1f}",
-            f"{r.after_us_per_step:.1f}",
-            r.name[:100],
-            str(r.input_dims),
+            f"{r.before_us_per_step / 1e3:.3f}",
+            f"{r.after_us_per_step / 1e3:.3f}",
+            Text(r.name[:100]),
+            Text(str(r.input_dims)),
         )
     console.print(table)
     if result.note:

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from agent.cli import terminal
 from agent.cli.common import HostPython, HostUrl, Json, TrustNew, run_command
+from agent.cli.output import console, emit
 from agent.cli.preflight import check_repo
 from agent.cli.target import load_target, with_host
 from agent.decision.calibration.calibrate import calibrate as run_calibration
@@ -20,7 +19,7 @@ from tools.door.live import LiveDoor
 
 
 def calibrate(
-    target_toml: Annotated[Path, typer.Argument(help="Target config (TOML).")],
+    target_toml: Annotated[Path, typer.Argument(metavar="TARGET.toml", help="Target config (TOML).")],
     launches: Annotated[
         int, typer.Option(min=2, help="Launches of the same tree (with interleaved arms: pairs of launches).")
     ] = 6,
@@ -39,7 +38,7 @@ def calibrate(
         sid = f"calibrate-{new_session_id()}"
         local_dir = sessions.session_dir(sid)
         opts = remote_options(target, sid)
-        console = terminal.console()
+        out = console(as_json)
         with executor_for(target, local_dir) as remote:
             door = LiveDoor(sid, sessions.store, remote, host_executors(local_dir))  # [[hosts]]: host.kind
             try:
@@ -50,13 +49,13 @@ def calibrate(
                     opts.get("host_dir") or local_dir,
                     opts.get("python") or sys.executable,
                     launches,
-                    lambda line: console.print(line, highlight=False),
+                    lambda line: out.print(line, highlight=False),
                 )
             finally:
                 close_hosts()
-        console.print(f"{target.name}: {noise.describe()} (for {arms} arms)", highlight=False)
+        out.print(f"{target.name}: {noise.describe()} (for {arms} arms)", highlight=False)
         if as_json:
-            print(json.dumps({"calibration": sid, "arms": arms, **noise.model_dump(mode="json")}))
+            emit({"calibration": sid, "arms": arms, **noise.model_dump(mode="json")})
 
     run_command(body)
 

@@ -8,48 +8,65 @@ a failed session exits 1.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from agent.cli import render, terminal
+from agent.cli import render
+from agent.cli.output import console, emit
 from agent.cli.running import choice, err, fail, run_command
+from agent.sessions.diffs import keep, proposal_diffs
 from agent.sessions.runner import Sessions
 from state.loop import LoopState
 
 __all__ = ["choice", "err", "fail", "finish", "run_command"]
 
-Json = Annotated[bool, typer.Option("--json", help="End with one JSON summary line.")]
-Approve = Annotated[str, typer.Option(help="auto: apply proposals at once; manual: pause for approval.")]
-Method = Annotated[
-    str, typer.Option("--profile-method", help="patch: instrument forward_decode; api: /start_profile.")
+Json = Annotated[
+    bool,
+    typer.Option("--json", help="Print one JSON document on stdout (what a person reads goes to stderr)."),
 ]
-Iters = Annotated[int, typer.Option(min=1, help="Most profile/diagnose rounds.")]
+Approve = Annotated[
+    str,
+    typer.Option(metavar="auto|manual", help="auto: apply proposals at once; manual: pause for approval."),
+]
+Method = Annotated[
+    str,
+    typer.Option(
+        "--profile-method", metavar="patch|api", help="patch: instrument forward_decode; api: /start_profile."
+    ),
+]
+Iters = Annotated[int, typer.Option(metavar="N", min=1, help="Most profile/diagnose rounds.")]
 Parallel = Annotated[
     int | None,
     typer.Option(
         "--parallel",
+        metavar="N",
         min=1,
         help="Most candidates tried at once on the hosts the target file lists (default: one per host).",
     ),
 ]
 FloorMs = Annotated[
     float | None,
-    typer.Option(min=0.001, help="The step's roofline floor in ms (e.g. weights read once); stop near it."),
+    typer.Option(
+        metavar="MS",
+        min=0.001,
+        help="The step's roofline floor in ms (e.g. weights read once); stop near it.",
+    ),
 ]
 FloorFactor = Annotated[
-    float, typer.Option(min=1.0, help="Stop once TPOT is within this factor of --floor-ms.")
+    float, typer.Option(metavar="X", min=1.0, help="Stop once TPOT is within this factor of --floor-ms.")
 ]
 Books = Annotated[
-    list[Path] | None, typer.Option("--playbooks", help="Extra playbook directory (repeatable).")
+    list[Path] | None,
+    typer.Option("--playbooks", metavar="DIR", help="Extra playbook directory (repeatable)."),
 ]
 NoBuiltin = Annotated[
     bool, typer.Option("--no-builtin-playbooks", help="Search only --playbooks directories.")
 ]
 HostUrl = Annotated[
-    str | None, typer.Option("--host", help="Run on this SSH host (ssh://user@host:port or ssh://ALIAS).")
+    str | None,
+    typer.Option("--host", metavar="URL", help="Run on this SSH host (ssh://user@host:port or ssh://ALIAS)."),
 ]
 TrustNew = Annotated[
     bool,
@@ -59,51 +76,70 @@ TrustNew = Annotated[
 ]
 HostPython = Annotated[
     str | None,
-    typer.Option("--host-python", help="Interpreter on the SSH host (needs pydantic, GitPython, msgspec)."),
+    typer.Option(
+        "--host-python",
+        metavar="PATH",
+        help="Interpreter on the SSH host (needs pydantic, GitPython, msgspec).",
+    ),
 ]
 ProposerOpt = Annotated[
     str | None,
     typer.Option(
         "--proposer",
+        metavar="playbook|llm|auto|search",
         help="playbook: stored patches only; llm: a model writes every patch; auto: a playbook's "
         "patch when one fits, else the model; search: the launch options of the target's [search] "
         "(default: the target's [proposer] mode, else auto).",
     ),
 ]
-ModelOpt = Annotated[str | None, typer.Option("--model", help="Model name for --proposer llm|auto.")]
+ModelOpt = Annotated[
+    str | None, typer.Option("--model", metavar="NAME", help="Model name for --proposer llm|auto.")
+]
 BaseUrl = Annotated[
     str | None,
-    typer.Option("--base-url", help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL, else OpenAI)."),
+    typer.Option(
+        "--base-url",
+        metavar="URL",
+        help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL, else OpenAI).",
+    ),
 ]
-LlmSteps = Annotated[int | None, typer.Option("--llm-max-steps", min=1, help="Model calls per proposal.")]
+LlmSteps = Annotated[
+    int | None, typer.Option("--llm-max-steps", metavar="N", min=1, help="Model calls per proposal.")
+]
 LlmTokens = Annotated[
     int | None,
-    typer.Option("--llm-max-tokens", min=1, help="Model tokens (prompt + completion) per session."),
+    typer.Option(
+        "--llm-max-tokens", metavar="N", min=1, help="Model tokens (prompt + completion) per session."
+    ),
 ]
 LlmApprove = Annotated[
     str | None,
     typer.Option(
         "--llm-approve",
+        metavar="manual|auto",
         help="Model-written patches: manual (the default: pause for perfloop approve, even under "
         "--approve auto) or auto (follow --approve); default: the target's [proposer] approve.",
     ),
 ]
 LlmSeconds = Annotated[
-    float | None, typer.Option("--llm-max-seconds", min=1, help="Model time per proposal, in seconds.")
+    float | None,
+    typer.Option("--llm-max-seconds", metavar="SECONDS", min=1, help="Model time per proposal, in seconds."),
 ]
 
 
 def finish(sessions: Sessions, state: LoopState, as_json: bool) -> None:
-    """Show where a session stands (approval request or summary); `--json` ends with one line."""
+    """Show where a session stands (approval request or summary; with `--json` on stderr, and the
+    summary as one JSON document on stdout); keep each proposal's diff in the session folder."""
+    keep(sessions.session_dir(state.session_id), proposal_diffs(sessions.history(state.session_id)))
     pending = sessions.pending_approval(state.session_id)
     info = sessions.info(state.session_id)
     if pending is not None:
-        render.approval(terminal.console(), pending)
+        render.approval(console(as_json), pending)
     elif info.summary is not None:
-        render.summary(terminal.console(), info.summary)
+        render.summary(console(as_json), info.summary)
     if as_json:
         payload = info.summary.model_dump(mode="json") if info.summary else {"session": state.session_id}
         payload["status"] = info.status
-        print(json.dumps(payload))
+        emit(payload)
     if info.status == "failed":
         raise typer.Exit(1)

@@ -18,9 +18,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from agent.cli import terminal
 from agent.cli.common import BaseUrl, Json, err, run_command
 from agent.cli.loop import _options
+from agent.cli.output import console, emit, table
 from agent.cli.preflight import check_setup
 from agent.cli.target import DEMO_CONFIG, DEMO_SOURCE, PROJECT_ROOT, load_target, with_proposer
 from agent.proposer import porting
@@ -107,10 +107,8 @@ def _ended(sessions: Sessions, sid: str, task: Task) -> None:
 
 
 def _table(scores: list[Score]) -> Table:
-    table = Table(*HEADER)
-    for s in scores:
-        table.add_row(*row(s))
-    return table
+    """The scores, task and model never cut (a task name is what --task takes)."""
+    return table(*HEADER, rows=[row(s) for s in scores], keep=2)
 
 
 def _prices(price_in: float | None, price_out: float | None) -> tuple[float, float] | None:
@@ -199,7 +197,7 @@ def proposer(
                 raise ConfigError("--replay scores recorded sessions again: leave out --model and --record")
             before, scores = _replay(sessions, replay)
             same = [s.model_dump() for s in before] == [s.model_dump() for s in scores]
-            terminal.console().print(_table(scores))
+            console(as_json).print(_table(scores))
             err.print(
                 f"replayed {len(scores)} task(s): {'same scores as recorded' if same else 'DIFFERENT scores than recorded'}"
             )
@@ -218,7 +216,7 @@ def proposer(
                     _ended(sessions, sid, t)
                     state = sessions.state(sid)
                 scores.append(score(t, model, state, prices))
-            terminal.console().print(_table(scores))
+            console(as_json).print(_table(scores))
             if record is not None:
                 record.mkdir(parents=True, exist_ok=True)
                 for s in scores:
@@ -231,7 +229,7 @@ def proposer(
                 err.print(f"recorded {len(scores)} session(s) and {SCORES} in {record}")
             same = True
         if as_json:
-            print(json.dumps([s.model_dump() for s in scores]))
+            emit([s.model_dump() for s in scores])
         if not same:
             raise typer.Exit(1)
 

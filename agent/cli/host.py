@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from pydantic import ValidationError
 
-from agent.cli import terminal
 from agent.cli.common import Json, TrustNew, run_command
+from agent.cli.output import console, emit
 from agent.sessions.remote import ssh_prompt
 from state.ssh import SSHHostConfig
 from tools.errors import ConfigError
@@ -48,8 +47,8 @@ def setup(
             site = setup_env(connect(cfg, ssh_prompt()), python, wheels)
         finally:
             close_all()
-        terminal.console().print(f"{url}: perfloop's environment for {python} is in {site}", highlight=False)
+        console(as_json).print(f"{url}: perfloop's environment for {python} is in {site}", highlight=False)
         if as_json:
-            print(json.dumps({"host": url, "python": python, "site": str(site)}))
+            emit({"host": url, "python": python, "site": str(site)})
 
     run_command(body)

@@ -33,7 +33,8 @@ from agent.cli.common import (
     finish,
     run_command,
 )
-from agent.cli.preflight import check_setup
+from agent.cli.ids import SessionArg
+from agent.cli.preflight import check_gpu, check_setup
 from agent.cli.target import DEMO_CONFIG, DEMO_SOURCE, load_target, with_host, with_proposer
 from agent.sessions.approving import answer_session, edited_patch
 from agent.sessions.holding import refuse_if_held
@@ -83,9 +84,10 @@ def _options(
 
 
 def demo(
-    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+    device: Annotated[str, typer.Option(metavar="cpu|cuda", help="cpu or cuda.")] = "cpu",
     preset: Annotated[
-        str, typer.Option(help="Demo server size: cpu, or glm5 (GLM-5 geometry, one H200).")
+        str,
+        typer.Option(metavar="cpu|glm5", help="Demo server size: cpu, or glm5 (GLM-5 geometry, one H200)."),
     ] = "cpu",
     approve: Approve = "auto",
     profile_method: Method = "patch",
@@ -157,6 +159,8 @@ def demo(
             }
         )
         check_setup(target, opts, repo_exists=False)  # the demo makes its repo
+        if device == "cuda" and target.host.kind == "local":
+            check_gpu()
         state = sessions.start(target, {**opts, "demo_source": DEMO_SOURCE}, sid, None)
         finish(sessions, state, as_json)
 
@@ -175,7 +179,7 @@ def _tp_size(argv: list[str]) -> int:
 
 
 def run(
-    target_toml: Annotated[Path, typer.Argument(help="Target config (TOML).")],
+    target_toml: Annotated[Path, typer.Argument(metavar="TARGET.toml", help="Target config (TOML).")],
     approve: Approve = "auto",
     profile_method: Annotated[
         str | None, typer.Option("--profile-method", help="Override the config's profile method (patch|api).")
@@ -233,7 +237,7 @@ def run(
     run_command(body)
 
 
-def resume(session: str, as_json: Json = False) -> None:
+def resume(session: SessionArg, as_json: Json = False) -> None:
     """Continue a session from its last checkpoint."""
 
     def body() -> None:
@@ -254,7 +258,7 @@ def _answer(session: str, answer: dict, as_json: bool, digest: str | None = None
 
 
 def approve(
-    session: str,
+    session: SessionArg,
     patch: Annotated[
         Path | None,
         typer.Option(help="Apply this edited patch instead of the proposed one (validated first)."),
@@ -288,7 +292,7 @@ def approve(
 
 
 def reject(
-    session: str, reason: Annotated[str, typer.Option(help="Why (recorded).")], as_json: Json = False
+    session: SessionArg, reason: Annotated[str, typer.Option(help="Why (recorded).")], as_json: Json = False
 ) -> None:
     """Reject the patch a paused session proposes, and continue the loop."""
     run_command(lambda: _answer(session, {"approved": False, "by": "human", "reason": reason}, as_json))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 from playbooks.engine import load_playbooks
@@ -98,6 +99,18 @@ def check_port(target: TargetConfig) -> None:
     if port and port_in_use(port):
         raise ConfigError(
             f"launch.port {port} is already in use by another process; stop it or set launch.port = 0 (any free port)"
+        )
+
+
+def check_gpu() -> None:
+    """`--device cuda` on this machine: nvidia-smi lists a GPU (else one line, before a workspace is
+    copied or a server launched)."""
+    smi = shutil.which("nvidia-smi")
+    listed = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30) if smi else None
+    if listed is None or listed.returncode != 0 or "GPU " not in listed.stdout:
+        raise ConfigError(
+            "--device cuda: no NVIDIA GPU on this machine (nvidia-smi -L lists none); "
+            "use --device cpu, or --host ssh://GPU-HOST"
         )
 
 

@@ -6,9 +6,10 @@ import re
 import shlex
 
 from rich.console import Console
-from rich.syntax import Syntax
 from rich.table import Table
+from rich.text import Text
 
+from agent.cli.output import diff_text, table
 from agent.cli.terminal import styled
 from agent.proposer.search import trial_lines
 from state.loop import LoopState
@@ -73,7 +74,7 @@ def summary(console: Console, s: Summary) -> None:
     if s.search_trials:
         rows.insert(-1, ("search trials", "\n".join(s.search_trials)))
     for k, v in rows:
-        t.add_row(k, v)
+        t.add_row(k, Text(v))  # stored text as written: no markup read in it
     console.print(t)
 
 
@@ -127,7 +128,7 @@ def approval(console: Console, req: dict) -> None:
         console.print(e["note"], highlight=False)
     hunks = re.findall(r"^\+\+\+ b/(\S+)\n@@ -(\d+)", req["diff"], flags=re.M)
     console.print("patch changes: " + ", ".join(f"{f}:{line}" for f, line in hunks))
-    console.print(Syntax(visible(req["diff"]), "diff", word_wrap=True))
+    console.print(diff_text(req["diff"]), soft_wrap=True, end="")
     digest = f" --digest {req['digest']}" if req.get("digest") else ""
     console.print(
         f"approve: perfloop approve {req['session']}{digest}\nreject:  perfloop reject {req['session']} --reason TEXT"
@@ -141,7 +142,7 @@ def approval(console: Console, req: dict) -> None:
 
 def sessions(console: Console, infos: list[SessionInfo], held: dict[str, str]) -> None:
     """`perfloop sessions`: a `running` session nobody holds was stopped (resume it)."""
-    t = Table("session", "created", "target", "host", "status", "speedup", "accepted")
+    rows = []
     for i in infos:
         s = i.summary
         status: str = i.status
@@ -151,16 +152,18 @@ def sessions(console: Console, infos: list[SessionInfo], held: dict[str, str]) -
             status = "stopped (resume it)"
         elif status == "interrupted":
             status = "interrupted (resume it)"
-        t.add_row(
-            i.id,
-            i.created_at.strftime("%Y-%m-%d %H:%M"),
-            i.target_name,
-            i.host or "-",
-            status,
-            f"{s.speedup:.2f}x" if s and s.speedup else "-",
-            ", ".join(s.accepted) if s else "-",
+        rows.append(
+            (
+                i.id,
+                i.created_at.strftime("%Y-%m-%d %H:%M"),
+                i.target_name,
+                i.host or "-",
+                status,
+                f"{s.speedup:.2f}x" if s and s.speedup else "-",
+                ", ".join(s.accepted) if s else "-",
+            )
         )
-    console.print(t)
+    console.print(table("session", "created", "target", "host", "status", "speedup", "accepted", rows=rows))
 
 
 def show_json(info: SessionInfo, state: LoopState, calls: list[ToolCallRecord]) -> dict:

@@ -9,14 +9,15 @@ from typing import Annotated
 
 import typer
 
-from agent.cli import terminal
 from agent.cli.common import fail, run_command
+from agent.cli.ids import SessionArg
+from agent.cli.output import console
 from agent.sessions.runner import Sessions
 from tools.errors import ConfigError
 
 
 def report(
-    session: str,
+    session: SessionArg,
     output: Annotated[
         Path | None,
         typer.Option("-o", "--output", help="HTML file to write (default: perfloop-SESSION.html here)."),
@@ -35,14 +36,15 @@ def report(
             out.write_text(html, encoding="utf-8")
         except OSError as exc:
             raise ConfigError(f"--output: cannot write {out}: {exc.strerror or exc}") from exc
-        terminal.console().print(f"wrote the report of session {session} to {out} ({len(html) >> 10} KiB)")
+        console().print(f"wrote the report of session {session} to {out} ({len(html) >> 10} KiB)")
 
     run_command(body)
 
 
 def serve(
     host: Annotated[
-        str, typer.Option(help="Address to bind (127.0.0.1: this machine only; see the README for others).")
+        str,
+        typer.Option(help="Address to bind (127.0.0.1: this machine only; see docs/usage.md for others)."),
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: any free one).")] = 8765,
     token_file: Annotated[
@@ -102,7 +104,7 @@ def serve(
         print(
             "perfloop serve: warning: plain HTTP on a network address: the token and the pages "
             "cross the network in clear; prefer 127.0.0.1 with an SSH tunnel, or a TLS proxy "
-            "(README, `perfloop serve`)",
+            "(docs/usage.md, `perfloop serve`)",
             file=sys.stderr,
             flush=True,
         )

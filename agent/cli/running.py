@@ -14,6 +14,7 @@ from typing import TypeVar
 
 import typer
 
+from agent.cli.output import quiet_pipe
 from agent.cli.terminal import console, styled
 from tools import progress
 from tools.errors import ToolError, one_line
@@ -52,7 +53,11 @@ def run_command(body: Callable[[], T]) -> T:
                 return body()
         with err.status("perfloop") as status:
             progress.set_reporter(lambda msg: status.update(styled(msg)))
-            return body()
+            result = body()
+        sys.stdout.flush()  # a closed pipe is met here, not at the interpreter's exit
+        return result
+    except BrokenPipeError:  # stdout's reader went away (`| head`): end quietly
+        raise typer.Exit(quiet_pipe()) from None
     except ToolError as exc:
         raise fail(f"{exc}{_note(exc)}") from None
     except typer.BadParameter as exc:  # bad input too, whoever raised it

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -10,11 +10,15 @@ import typer
 
 from agent.cli import render, terminal
 from agent.cli.common import Json, choice, err, finish, run_command
+from agent.cli.ids import SessionArg
+from agent.cli.output import console, emit
 from agent.sessions.archive import export_session, import_session
+from agent.sessions.diffs import pick, proposal_diffs
 from agent.sessions.holding import abandon
 from agent.sessions.runner import Sessions, new_session_id
 from state.session import Summary
 from tools.door.replay import ReplayDivergence
+from tools.errors import ConfigError
 
 
 def not_compared(recorded: Summary) -> set[str]:
@@ -33,7 +37,7 @@ def not_compared(recorded: Summary) -> set[str]:
     return skip
 
 
-def replay(session: str, as_json: Json = False) -> None:
+def replay(session: SessionArg, as_json: Json = False) -> None:
     """Run a recorded session again with every tool call answered from its recording (no host)."""
 
     def body() -> None:
@@ -49,11 +53,11 @@ def replay(session: str, as_json: Json = False) -> None:
         recorded = info.summary
         skip = not_compared(recorded) if recorded is not None else set()
         same = recorded is not None and recorded.model_dump(exclude=skip) == summary.model_dump(exclude=skip)
-        render.summary(terminal.console(), summary)
+        render.summary(console(as_json), summary)
         verdict = "same summary as recorded" if same else "DIFFERENT summary than recorded"
         terminal.console(stderr=True).print(f"replayed {len(state.transitions)} transitions: {verdict}")
         if as_json:
-            print(json.dumps({**summary.model_dump(mode="json"), "matches_recording": same}))
+            emit({**summary.model_dump(mode="json"), "matches_recording": same})
         if not same:
             raise typer.Exit(1)
 
@@ -61,14 +65,14 @@ def replay(session: str, as_json: Json = False) -> None:
 
 
 def export_cmd(
-    session: str,
+    session: SessionArg,
     output: Annotated[Path, typer.Option("-o", "--output", help="File to write (.json or .json.gz).")],
 ) -> None:
     """Write a recorded session to one file, to import and replay it on another machine."""
 
     def body() -> None:
         n = export_session(Sessions().store, session, output)
-        terminal.console().print(f"exported session {session} ({n} tool calls) to {output}")
+        console().print(f"exported session {session} ({n} tool calls) to {output}")
 
     run_command(body)
 
@@ -78,13 +82,13 @@ def import_cmd(file: Path) -> None:
 
     def body() -> None:
         sid = import_session(Sessions().store, file)
-        terminal.console().print(f"imported session {sid}; replay it with `perfloop replay {sid}`")
+        console().print(f"imported session {sid}; replay it with `perfloop replay {sid}`")
 
     run_command(body)
 
 
 def fork(
-    session: str,
+    session: SessionArg,
     at: Annotated[
         str,
         typer.Option(
@@ -114,25 +118,45 @@ def sessions(as_json: Json = False) -> None:
         store = Sessions().store
         infos, held = store.list_sessions(), store.held()
         if as_json:
-            print(json.dumps([{**i.model_dump(mode="json"), "held_by": held.get(i.id)} for i in infos]))
+            emit([{**i.model_dump(mode="json"), "held_by": held.get(i.id)} for i in infos])
         else:
-            render.sessions(terminal.console(), infos, held)
+            render.sessions(console(), infos, held)
 
     run_command(body)
 
 
-def show(session: str, as_json: Json = False) -> None:
-    """Show a session: transitions in order, measurements, patches, decisions."""
+def show(
+    session: SessionArg,
+    as_json: Json = False,
+    diff: Annotated[
+        bool,
+        typer.Option("--diff", help="Print a proposal's patch as a plain unified diff, and nothing else."),
+    ] = False,
+    number: Annotated[
+        int | None,
+        typer.Option(
+            "--proposal", min=1, metavar="N", help="With --diff: the N-th proposal (default: the last)."
+        ),
+    ] = None,
+) -> None:
+    """Show a session: transitions in order, measurements, patches, decisions (--diff: one patch)."""
 
     def body() -> None:
         s = Sessions()
-        info, state = s.info(session), s.state(session)
+        if diff:  # applied if a human edited it, else proposed; `approve --patch` takes it back
+            sys.stdout.write(pick(proposal_diffs(s.history(session)), number).diff)
+            return
+        info = s.info(session)
+        try:
+            state = s.state(session)
+        except ConfigError:  # an imported session has no checkpoints here: its replay's last state
+            state = s.history(session)[-1]
         calls = s.store.tool_calls(session)
         pending = s.pending_approval(session)  # as stored now, with the argv it runs and its digest
         if as_json:
-            print(json.dumps(render.show_json(info, state, calls) | {"pending_approval": pending}))
+            emit(render.show_json(info, state, calls) | {"pending_approval": pending})
         else:
-            out = terminal.console()
+            out = console()
             render.show(out, info, state, calls)
             if pending is not None:
                 render.approval(out, pending)

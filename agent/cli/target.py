@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from agent.cli.targetcheck import said
 from playbooks.flags import fixed_problem
 from state.proposer import ProposerConfig, cleartext_refusal
 from state.ssh import SSHHostConfig
@@ -23,7 +24,8 @@ DEMO_CONFIG = PROJECT_ROOT / "examples" / "targets" / "mla_server.toml"
 def load_target(path: Path, **overrides: Any) -> TargetConfig:
     """Parse and validate a target TOML; `repo` is resolved relative to the file."""
     try:
-        data = tomllib.loads(path.read_text())
+        text = path.read_text()
+        data = tomllib.loads(text)
     except OSError as exc:
         raise ConfigError(f"cannot read target config {path}: {exc.strerror}") from exc
     except tomllib.TOMLDecodeError as exc:
@@ -33,6 +35,8 @@ def load_target(path: Path, **overrides: Any) -> TargetConfig:
         target = TargetConfig.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
+        if (line := said(path, text, err)) is not None:
+            raise ConfigError(line) from None
         where = ".".join(str(p) for p in err["loc"]) or "(top level)"
         raise ConfigError(
             f"{path}: field `{where}`: {err['msg']} (see examples/targets/mla_server.toml)"

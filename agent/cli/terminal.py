@@ -35,9 +35,10 @@ class _ShowHidden(RenderHook):
         return [_Visible(r) for r in renderables]
 
 
-def console(*, stderr: bool = False) -> Console:
-    """A console for a command's output (stderr: its errors and progress line)."""
-    out = Console(stderr=stderr, markup=False, emoji=False)
+def console(*, stderr: bool = False, cls: type[Console] = Console) -> Console:
+    """A console for a command's output (stderr: its errors and progress line); `cls` a Console
+    subclass (agent/cli/output.py's, which ends quietly on a closed pipe)."""
+    out = cls(stderr=stderr, markup=False, emoji=False)
     out.push_render_hook(_ShowHidden())
     return out
 

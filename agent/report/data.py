@@ -128,32 +128,65 @@ def gather(sessions: Sessions, session_id: str) -> ReportData:
     )
 
 
+def role(label: str) -> str:
+    """What a measurement's label says it measured (pure): `aa` (an A/A launch or pair), `reference`
+    (the reference tree beside or between candidate launches), `confirm` / `confirm reference` (a
+    confirmation pair), else `candidate`. Labels: `iteration-N[-confirm][-reference|-candidate][-K]`,
+    `aa-N[-a|-b]`."""
+    if label.startswith("aa-"):
+        return "aa"
+    kind = "reference" if label.endswith("-reference") or "-reference-" in label else "candidate"
+    if "-confirm" in label:
+        return "confirm" if kind == "candidate" else "confirm reference"
+    return kind
+
+
 def arms(
     calls: list[ToolCallRecord], decisions: list[Decision], workload: WorkloadConfig | None = None
 ) -> list[Arm]:
-    """The baseline and each measured candidate, in order (pure). A candidate's requests are the
-    `measure` node's measurements after its launch by `relaunch` (with alternating arms its own
-    launches', not the reference tree's); they pair, in order, with the decisions that have a
-    candidate TPOT. Under `[workload]` each arm also holds its windows' objective."""
+    """Every measured arm, in order (pure): the baseline; each candidate (its requests: the `measure`
+    node's after its launch by `relaunch`, over all its launches and looks), followed by its reference
+    arm and confirmation arms, whatever the arms kind (`bench.measure` of sequential, alternating and
+    cross-host arms; `bench.measure_pair` of interleaved ones); each A/A launch or pair. Candidates
+    pair, in order, with the decisions that have a candidate TPOT. Under `[workload]` each arm also
+    holds its windows' objective."""
     base: list[Measurement] = []
-    groups: list[list[Measurement]] = []
+    groups: list[dict[str, list[Measurement]]] = []
+    aa: dict[str, list[Measurement]] = {}
     for c in calls:
         if c.output is None:
             continue
         if c.node == "relaunch" and c.name == "server.launch":
-            groups.append([])
-        elif c.name == "bench.measure" and c.node in ("baseline", "measure"):
-            m = Measurement.model_validate(c.output["measurement"])
-            if c.node == "measure" and "-reference-" in m.label:
-                continue  # alternating arms: a launch of the reference tree
-            (base if c.node == "baseline" or not groups else groups[-1]).append(m)
+            groups.append({})
+            continue
+        if c.name == "bench.measure":
+            got = [Measurement.model_validate(c.output["measurement"])]
+        elif c.name == "bench.measure_pair":
+            got = [Measurement.model_validate(c.output[k]) for k in ("candidate", "reference")]
+        else:
+            continue
+        for m in got:
+            kind = role(m.label)
+            if kind == "aa":
+                aa.setdefault(m.label, []).append(m)
+            elif c.node == "baseline" or not groups:
+                base.append(m)
+            elif c.node == "measure":
+                groups[-1].setdefault(kind, []).append(m)
     measured = [d for d in decisions if d.tpot_ms_after is not None]
     out = [_arm("baseline", "baseline", base, workload)] if base else []
     for i, group in enumerate(g for g in groups if g):
         d = measured[i] if i < len(measured) else None
         label, verdict = (d.label, d.verdict) if d else (f"candidate {i + 1}", "measuring")
-        out.append(_arm(label, verdict, group, workload))
+        for kind, ms in sorted(group.items(), key=lambda kv: ROLES.index(kv[0])):
+            name = label if kind == "candidate" else f"{label} ({kind})"
+            out.append(_arm(name, verdict if kind == "candidate" else "reference", ms, workload))
+    out += [_arm(label, "aa", ms, workload) for label, ms in aa.items()]
     return out
+
+
+ROLES = ("candidate", "reference", "confirm", "confirm reference")
+"""The order a candidate's arms are shown in."""
 
 
 def median_ci(values: list[float]) -> tuple[float, tuple[float, float]]:

@@ -26,6 +26,8 @@ COLORS = {
     "inconclusive": "#dd8452",
     "failed": "#7f7f7f",
     "measuring": "#8172b3",
+    "reference": "#64b5cd",
+    "aa": "#937860",
 }
 TOP_OPS = 8
 

@@ -145,8 +145,9 @@ def run_playbooks(home: Path, target: Path, books: Path) -> tuple[dict, dict]:
 
 
 def last_json(proc: subprocess.CompletedProcess) -> dict:
+    """`--json`'s document: stdout holds it and nothing else (tables and progress went to stderr)."""
     assert proc.stdout.strip(), f"no output; stderr: {proc.stderr[-2000:]}"
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout)
 
 
 def assert_clean(repo: Path, session_branch: str | None = None) -> None:

@@ -65,7 +65,8 @@ def test_the_fix_is_judged_on_alternating_launches(tmp_path: Path, home: Path, r
     assert more[0]["group"] == more[1]["group"] != more[2]["group"] == more[3]["group"]
     stored = SessionStore(home / "sessions.sqlite").aa_samples(kept.input["target_key"])
     assert sorted(x.launch_number for x in stored) == [1, 2, 3, 4, 5]
-    base, cand = report_arms(calls, [])  # the report's candidate arm: its own launches only
+    base, cand, ref = report_arms(calls, [])  # the candidate arm: its own launches only
     assert base.label == "baseline" and len(cand.tpot_ms) == 2 * 3  # 2 launches x 1 prompt x 3
+    assert ref.verdict == "reference" and len(ref.tpot_ms) == 2 * 3  # the reference tree's launches
     replayed = perfloop(home, "replay", s["session"], "--json")
     assert replayed.returncode == 0 and last_json(replayed)["matches_recording"] is True, replayed.stderr

@@ -470,11 +470,24 @@ def test_edited_patches_are_validated_and_recorded(tmp_path: Path, home: Path, r
         assert proc.stderr == f"error: {expected}\n", proc.stderr
         assert last_json(perfloop(home, "sessions", "--json"))[0]["status"] == "paused"
         assert tree(repo) == before
-    (tmp_path / "good.diff").write_text(good)
-    done = perfloop(home, "approve", sid, "--patch", str(tmp_path / "good.diff"), "--json")
+    # the proposed patch as `show --diff` prints it (the session folder keeps the same file), edited
+    # as a reviewer would (a comment on an added line), handed back by its prefix and `last`
+    shown_diff = perfloop(home, "show", sid[:15], "--diff")
+    assert shown_diff.returncode == 0 and shown_diff.stdout.startswith("diff --git"), shown_diff.stderr
+    (kept,) = (home / "sessions" / sid / "proposals").glob("1-*.diff")
+    assert kept.read_text() == shown_diff.stdout
+    added = next(
+        x for x in shown_diff.stdout.splitlines() if x[:1] == "+" and x[:3] != "+++" and x[-1:] != "\\"
+    )
+    edited = shown_diff.stdout.replace(added + "\n", added + "  # reviewed\n", 1)
+    (tmp_path / "good.diff").write_text(edited)
+    done = perfloop(home, "approve", "last", "--patch", str(tmp_path / "good.diff"), "--json")
     assert done.returncode == 0, done.stderr[-2000:]
     s = last_json(done)
-    assert s["accepted"] == ["human-edited patch (replacing kv-cache-full-pool-cast)"]
+    assert s["accepted"] == ["human-edited patch (replacing kv-cache-full-pool-cast)"], (
+        s["rejected"],
+        s["decision"],
+    )
     commit = git(repo, "show", "HEAD")
     assert "# reviewed" in commit and "Perfloop-Edited: human" in commit
     assert "Perfloop-Playbook" not in commit and "Perfloop-Replaces: kv-cache-full-pool-cast" in commit

@@ -307,9 +307,11 @@ def test_manual_approval_pauses_then_approve_and_reject_resume(
     p = last_json(paused)
     sid = p["session"]
     assert p["status"] == "paused"
-    assert "waits for approval" in paused.stdout and "get_key_buffer" in paused.stdout
-    assert "expected gain" in paused.stdout and BACKEND in paused.stdout
-    assert "servers are stopped while it waits" in paused.stdout  # the approval view says so
+    assert (
+        "waits for approval" in paused.stderr and "get_key_buffer" in paused.stderr
+    )  # --json: the view on stderr
+    assert "expected gain" in paused.stderr and BACKEND in paused.stderr
+    assert "servers are stopped while it waits" in paused.stderr  # the approval view says so
     assert processes_in(repo) == [] and processes_in(home) == []  # nothing held while a human reads
     store = SessionStore(home / "sessions.sqlite")
     (take,) = [c for c in store.tool_calls(sid) if c.name == "profile.take"]

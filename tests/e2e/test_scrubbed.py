@@ -28,7 +28,7 @@ def test_a_key_printed_by_the_server_is_scrubbed_everywhere(scratch) -> None:
     )
     run = perfloop(scratch.home, "run", str(target), "--json", env={"PERFLOOP_E2E_SERVER_TOKEN": secret})
     assert run.returncode == 1, run.stderr[-2000:]
-    assert "auth failed for key" in run.stdout
+    assert "auth failed for key" in run.stderr  # --json: the summary table on stderr
     sid = next(p.name for p in (scratch.home / "sessions").iterdir())
     outputs = [run.stdout + run.stderr]
     for env in ({"PERFLOOP_E2E_SERVER_TOKEN": secret}, {}):

@@ -134,6 +134,6 @@ def test_a_server_that_fails_at_its_first_launch_leaves_the_repo_as_found(scratc
     )
     proc = perfloop(scratch.home, "run", str(target), "--json")
     assert proc.returncode == 1, proc.stderr[-2000:]
-    assert "no GPU here" in proc.stdout
+    assert "no GPU here" in proc.stderr  # --json: the summary table on stderr
     assert repo_state(repo) == before
     assert processes_in(repo) == []

@@ -163,7 +163,7 @@ def test_budgets_end_the_conversation_with_the_reason(tmp_path: Path, engine: Pa
 def test_the_time_budget_ends_the_conversation_after_the_call_that_spent_it(
     tmp_path: Path, engine: Path
 ) -> None:
-    """README: the model's time budget (`max_seconds`, `--llm-max-seconds`) is the summed duration
+    """docs/usage.md (was the README): the model's time budget (`max_seconds`, `--llm-max-seconds`) is the summed duration
     of its calls per proposal; a budget of a microsecond is spent by the first call, so the second
     is never sent (the step and token budgets would allow five)."""
     browse = [reply(None, call("list_dir")) for _ in range(5)]

@@ -74,7 +74,7 @@ def test_recorded_eval_replays_offline_with_the_same_scores(name: str, tmp_path:
 
 
 def last_json_list(proc: subprocess.CompletedProcess) -> list[dict]:
-    value = json.loads(proc.stdout.strip().splitlines()[-1])
+    value = json.loads(proc.stdout)  # `--json`: one document on stdout, the table on stderr
     assert isinstance(value, list), value
     return value
 

@@ -101,7 +101,7 @@ def test_setup_refuses_a_url_that_is_not_ssh(tmp_path: Path) -> None:
 
 
 def test_a_run_from_a_terminal_offers_setup_on_first_use(sshd: Sshd, tmp_path: Path) -> None:
-    """README: "A run from a terminal offers it on first use". `perfloop run` of a target whose
+    """docs/usage.md (was the README): "A run from a terminal offers it on first use". `perfloop run` of a target whose
     host Python lacks perfloop's dependencies: without a terminal it is not asked (the first tool
     call says what to run); with one (stdin a pty) it is asked before any tool runs there, and a
     "no" uploads nothing."""

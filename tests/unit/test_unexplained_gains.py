@@ -1,4 +1,4 @@
-"""README: "a gain whose op did not shrink by at least half the prediction is flagged
+"""docs/usage.md (was the README): "a gain whose op did not shrink by at least half the prediction is flagged
 (`unexplained_gains` in the summary, `perfloop show`, and the next approval view)". The flag is
 made where the diagnose step makes it (`mechanism_checks` on the first profile after the patch) and
 read back through what the CLI prints: the summary (`--json` and the table), `perfloop show`

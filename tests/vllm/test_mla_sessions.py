@@ -34,7 +34,11 @@ from tools.vllm.checkout import clone
 from tools.vllm.hook import HOOK_SITES
 from tools.vllm.target import write_target
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(2400), pytest.mark.xdist_group("vllm")]  # one session, 3 launches
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.timeout(2400),
+    pytest.mark.xdist_group("vllm"),
+]  # one session, 3 launches
 
 BLOCKS = 1024
 RUNNER = "vllm/" + HOOK_SITES[0][0]

@@ -1,0 +1,73 @@
+"""Session ids as a person types them: the one resolver every command that takes a session uses.
+
+An id (`20261202-204512-a1b2`), a unique prefix of one (`20261202-2045`, `a` is ambiguous once
+there are two), `last` (the newest session in the store) or `last~N` (the N-th before it, as git's
+`HEAD~N`). Resolved when the command line is parsed, so a command body sees a full id; a name that
+matches none, or several, is one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+import typer
+
+from agent.cli.running import fail
+from state.ids import session_id_problem
+from tools.errors import ToolError
+from tools.store.sessions import SessionStore, perfloop_home
+
+LAST = re.compile(r"last(?:~(\d+))?")
+SHOWN = 6
+"""Candidates named in an ambiguous prefix's error."""
+
+
+def resolve(ids: list[str], text: str) -> str:
+    """The id `text` names among `ids` (oldest first) (pure); ToolError when it names none or several."""
+    if m := LAST.fullmatch(text):
+        back = int(m.group(1) or 0)
+        if back >= len(ids):
+            raise ToolError(f"{text}: the store holds {len(ids)} session(s); perfloop sessions lists them")
+        return ids[-1 - back]
+    if problem := session_id_problem(text):  # a path, a quote: refused as the store would refuse it
+        raise ToolError(f"SESSION: {problem}")
+    if text in ids:
+        return text
+    hits = [i for i in ids if i.startswith(text)]
+    if len(hits) == 1:
+        return hits[0]
+    if not hits:
+        raise ToolError(f"no session {text!r} in the store (perfloop sessions lists them)")
+    more = f", ... ({len(hits)} in all)" if len(hits) > SHOWN else ""
+    raise ToolError(f"{text!r} is the start of several sessions: {', '.join(hits[:SHOWN])}{more}")
+
+
+def resolve_in_store(text: str) -> str:
+    """The full id `text` names in this process's store."""
+    store = SessionStore.open(perfloop_home())
+    try:
+        return resolve([i.id for i in store.list_sessions()], text)
+    finally:
+        store.close()
+
+
+def _callback(value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        return resolve_in_store(value)
+    except ToolError as exc:
+        raise fail(str(exc)) from None
+
+
+SessionArg = Annotated[
+    str,
+    typer.Argument(
+        metavar="SESSION",
+        help="A session id, a unique prefix of one, last (the newest) or last~N (the N-th before it).",
+        callback=_callback,
+        show_default=False,
+    ),
+]
+"""The SESSION argument of every command that takes one."""

@@ -1,0 +1,80 @@
+"""A target file's mistakes are refused before anything starts, in one line naming the line and a
+did-you-mean: a `kind` typo (which once ran launch, baseline and profile, then ended 1.00x), an
+unknown key (which spoke pydantic: "Extra inputs are not permitted")."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from agent.cli import app
+from agent.cli.target import load_target
+from state.target import TARGET_KINDS
+from tools.errors import ConfigError
+
+DEMO = Path(__file__).resolve().parents[2] / "examples" / "targets" / "mla_server.toml"
+
+
+def edited(tmp_path: Path, old: str, new: str) -> Path:
+    text = DEMO.read_text()
+    assert old in text
+    out = tmp_path / "t.toml"
+    out.write_text(text.replace(old, new, 1))
+    (tmp_path / "repo").mkdir()
+    return out
+
+
+def line_with(path: Path, needle: str) -> int:
+    return next(n for n, line in enumerate(path.read_text().splitlines(), 1) if needle in line)
+
+
+def test_a_kind_typo_is_refused_before_launch(tmp_path: Path) -> None:
+    t = edited(tmp_path, 'kind = "mla_server"', 'kind = "mla-server"')
+    with pytest.raises(ConfigError) as exc:
+        load_target(t)
+    n = line_with(t, "mla-server")
+    assert str(exc.value) == (
+        f"{t}:{n}: kind `mla-server` is not one perfloop knows ({', '.join(TARGET_KINDS)}); "
+        "did you mean `mla_server`?"
+    )
+    assert "vllm" in TARGET_KINDS
+    home = tmp_path / "home"
+    result = CliRunner().invoke(app, ["run", str(t)], env={"PERFLOOP_HOME": str(home), "COLUMNS": "300"})
+    assert result.exit_code == 2 and "did you mean `mla_server`?" in result.output, result.output
+    assert not (home / "sessions").exists() or not any((home / "sessions").iterdir())  # nothing started
+
+
+def test_an_unknown_key_names_its_line_and_the_key_meant(tmp_path: Path) -> None:
+    t = edited(tmp_path, "startup_timeout_s = 180", "startup_timeout = 180")
+    with pytest.raises(ConfigError) as exc:
+        load_target(t)
+    n = line_with(t, "startup_timeout = 180")
+    assert str(exc.value) == (
+        f"{t}:{n}: unknown key `startup_timeout` in [launch]; did you mean `startup_timeout_s`? "
+        "(see examples/targets/mla_server.toml)"
+    )
+    (tmp_path / "b").mkdir()
+    top = edited(tmp_path / "b", 'model = "mla-demo"', 'modle = "mla-demo"')
+    with pytest.raises(ConfigError, match=r"t.toml:\d+: unknown key `modle`; did you mean `model`\?"):
+        load_target(top)
+
+
+def test_demo_on_cuda_without_a_gpu_is_one_line_and_leaves_nothing(tmp_path: Path) -> None:
+    """A stand-in nvidia-smi that finds no device, as on a machine without a GPU or its driver."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'No devices were found'\nexit 6\n")
+    smi.chmod(0o755)
+    home = tmp_path / "home"
+    env = {"PERFLOOP_HOME": str(home), "PATH": f"{bin_dir}:{os.environ['PATH']}", "COLUMNS": "300"}
+    result = CliRunner().invoke(app, ["demo", "--device", "cuda"], env=env)
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [
+        "error: --device cuda: no NVIDIA GPU on this machine (nvidia-smi -L lists none); "
+        "use --device cpu, or --host ssh://GPU-HOST"
+    ]
+    assert not (home / "workspaces").exists() and not (home / "sessions").exists()
