@@ -71,7 +71,7 @@ def store_option(
 def build(*, analysis_only: bool = False) -> typer.Typer:
     """The `perfloop` app: each group's commands, then the `playbook` and `host` sub-command groups;
     with `analysis_only`, the analysis commands alone."""
-    from agent.cli import analysis
+    from agent.cli.commands import analysis
 
     cli = typer.Typer(
         add_completion=False,
@@ -83,7 +83,7 @@ def build(*, analysis_only: bool = False) -> typer.Typer:
     if analysis_only:
         groups: tuple[Any, ...] = (analysis,)
     else:
-        from agent.cli import calibrate, evaluate, host, loop, report, sessions, sglang
+        from agent.cli.commands import calibrate, evaluate, host, loop, report, sessions, sglang
         from tools.store.db import STORE_ENV
 
         groups = (loop, calibrate, sessions, report, analysis, sglang)

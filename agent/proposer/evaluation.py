@@ -6,7 +6,7 @@ gate a session has: the validation chain, the launch, the CI rule and the output
 answer is what a good patch achieves there (the demo's gather-then-cast fix is >= 3x on the CPU
 preset with identical outputs). A task's score comes from the finished session's state alone
 (`score`), so a replay of its recording (`perfloop eval proposer --replay DIR`) scores it again
-offline, and must score it the same. The command (agent/cli/evaluate.py) runs the sessions,
+offline, and must score it the same. The command (agent/cli/commands/evaluate.py) runs the sessions,
 exports each one, and writes the scores beside them. `sglang-port` is the exception: a port to a
 real SGLang release, whose server needs a GPU, is the model's part of a session only
 (agent/proposer/porting.py), scored by the equivalence harness and not timed.

@@ -1,5 +1,5 @@
 """The CLI's exit codes for what goes wrong after the arguments were read (agent/cli/running.py,
-agent/cli/sessions.py), on the shipped demo recording imported into a fresh home, then tampered
+agent/cli/commands/sessions.py), on the shipped demo recording imported into a fresh home, then tampered
 with in its SQLite store: a bug is one line and exit 3 (`PERFLOOP_DEBUG=1`: the traceback), and
 `replay` of a session whose recorded summary differs from the replayed one exits 1."""
 

@@ -179,7 +179,7 @@ def test_no_aa_launch_where_the_store_has_measured_noise_or_it_is_off(tmp_path: 
 def test_options_recorded_before_carry_no_aa_evidence_nor_reference_host_reads() -> None:
     """States recorded before carry no `aa_evidence` (nor `reference_host_aa`): they replay without
     the new launches, samples and reads; a new session's options have them."""
-    from agent.cli.loop import _options
+    from agent.cli.commands.flags import options as _options
 
     old = LoopOptions.model_validate({"session_dir": "/x", "python": "p"})
     assert old.aa_evidence is False and old.reference_host_aa is False

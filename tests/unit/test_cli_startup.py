@@ -6,7 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agent.cli import ANALYSIS_COMMANDS, analysis
+from agent.cli import ANALYSIS_COMMANDS
+from agent.cli.commands import analysis
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACE = ROOT / "tests/data/traces/full_pool_cast_cuda.json.gz"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from agent.cli.loop import _tp_size
+from agent.cli.commands.loop import _tp_size
 from tools.errors import ConfigError
 
 

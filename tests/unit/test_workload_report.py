@@ -13,7 +13,7 @@ import pytest
 from rich.console import Console
 
 from agent.cli import render
-from agent.cli.sessions import not_compared
+from agent.cli.commands.sessions import not_compared
 from agent.cli.target import load_target
 from agent.decision.arms.measuring import beside_note, merge
 from agent.report import plots

@@ -3,39 +3,23 @@
 from __future__ import annotations
 
 import shlex
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from agent.cli.commands.flags import LoopFlags, loop_flags
 from agent.cli.common import (
-    Approve,
-    BaseUrl,
-    Books,
-    FloorFactor,
-    FloorMs,
-    HostPython,
-    HostUrl,
-    Iters,
     Json,
-    LlmApprove,
-    LlmSeconds,
-    LlmSteps,
-    LlmTokens,
     Method,
-    ModelOpt,
-    NoBuiltin,
     Parallel,
-    ProposerOpt,
-    TrustNew,
     choice,
     finish,
     run_command,
 )
 from agent.cli.ids import SessionArg
 from agent.cli.preflight import check_gpu, check_setup
-from agent.cli.target import DEMO_CONFIG, DEMO_SOURCE, load_target, with_host, with_proposer
+from agent.cli.target import DEMO_CONFIG, DEMO_SOURCE, load_target
 from agent.sessions.approving import answer_session, edited_patch
 from agent.sessions.holding import refuse_if_held
 from agent.sessions.remote import remote_base
@@ -44,44 +28,6 @@ from playbooks.launch import with_flag, without_flag
 from state.correctness import CorrectnessConfig
 from tools.errors import ConfigError, ToolError
 
-KeepServers = Annotated[
-    bool,
-    typer.Option(
-        "--keep-servers-when-paused",
-        help="Keep the servers running while the session waits for approval (quick interactive "
-        "work); by default they are stopped and approving launches them again.",
-    ),
-]
-
-
-def _options(
-    approve: str,
-    method: str,
-    max_iterations: int,
-    playbooks: list[Path],
-    no_builtin: bool,
-    floor: tuple[float | None, float] = (None, 2.0),
-    keep_servers: bool = False,
-) -> dict:
-    choice("approve", approve, ("auto", "manual"))
-    choice("profile-method", method, ("patch", "api"))
-    return {
-        "approve": approve,
-        "max_iterations": max_iterations,
-        "floor_ms": floor[0],
-        "floor_factor": floor[1],
-        "playbook_dirs": playbooks,
-        "builtin_playbooks": not no_builtin,
-        "python": sys.executable,
-        "decision_rule": "ci-v1",
-        "long_prompts": True,
-        "power": True,
-        "aa_evidence": True,
-        "reference_host_aa": True,
-        "launch_allowlist": True,
-        "release_servers_when_paused": not keep_servers,
-    }
-
 
 def demo(
     device: Annotated[str, typer.Option(metavar="cpu|cuda", help="cpu or cuda.")] = "cpu",
@@ -89,23 +35,7 @@ def demo(
         str,
         typer.Option(metavar="cpu|glm5", help="Demo server size: cpu, or glm5 (GLM-5 geometry, one H200)."),
     ] = "cpu",
-    approve: Approve = "auto",
     profile_method: Method = "patch",
-    max_iterations: Iters = 3,
-    floor_ms: FloorMs = None,
-    floor_factor: FloorFactor = 2.0,
-    playbooks: Books = None,
-    no_builtin_playbooks: NoBuiltin = False,
-    host: HostUrl = None,
-    trust_new_host: TrustNew = False,
-    host_python: HostPython = None,
-    proposer: ProposerOpt = None,
-    model: ModelOpt = None,
-    base_url: BaseUrl = None,
-    llm_max_steps: LlmSteps = None,
-    llm_max_tokens: LlmTokens = None,
-    llm_max_seconds: LlmSeconds = None,
-    llm_approve: LlmApprove = None,
     server_args: Annotated[
         str,
         typer.Option(
@@ -113,32 +43,18 @@ def demo(
             "(eager decode on cuda), or '--cuda-graph-max-bs 4'."
         ),
     ] = "",
-    keep_servers_when_paused: KeepServers = False,
-    as_json: Json = False,
+    *,
+    flags: LoopFlags,
 ) -> None:
     """Copy the embedded MLA demo server into a workspace (on --host if given) and run the loop on it."""
 
     def body() -> None:
         choice("device", device, ("cpu", "cuda"))
         choice("preset", preset, ("cpu", "glm5"))
-        floor = (floor_ms, floor_factor)
-        opts = _options(
-            approve, profile_method, max_iterations, playbooks or [], no_builtin_playbooks, floor,
-            keep_servers_when_paused,
-        )  # fmt: skip
+        opts = flags.options(profile_method)
         sessions = Sessions()
         sid = new_session_id()
-        target = with_host(load_target(DEMO_CONFIG), host, trust_new_host, host_python)
-        target = with_proposer(
-            target,
-            mode=proposer,
-            model=model,
-            base_url=base_url,
-            max_steps=llm_max_steps,
-            max_tokens=llm_max_tokens,
-            max_seconds=llm_max_seconds,
-            approve=llm_approve,
-        )
+        target = flags.target(load_target(DEMO_CONFIG))
         base = remote_base(target) if target.host.kind == "ssh" else sessions.home
         target = target.model_copy(update={"repo": base / "workspaces" / sid / "mla_server"})
         argv = with_flag(with_flag(target.launch.argv, "--device", device), "--preset", preset)
@@ -162,9 +78,12 @@ def demo(
         if device == "cuda" and target.host.kind == "local":
             check_gpu()
         state = sessions.start(target, {**opts, "demo_source": DEMO_SOURCE}, sid, None)
-        finish(sessions, state, as_json)
+        finish(sessions, state, flags.as_json)
 
     run_command(body)
+
+
+demo = loop_flags(demo)
 
 
 def _tp_size(argv: list[str]) -> int:
@@ -180,48 +99,19 @@ def _tp_size(argv: list[str]) -> int:
 
 def run(
     target_toml: Annotated[Path, typer.Argument(metavar="TARGET.toml", help="Target config (TOML).")],
-    approve: Approve = "auto",
     profile_method: Annotated[
         str | None, typer.Option("--profile-method", help="Override the config's profile method (patch|api).")
     ] = None,
-    max_iterations: Iters = 3,
     parallel: Parallel = None,
-    floor_ms: FloorMs = None,
-    floor_factor: FloorFactor = 2.0,
-    playbooks: Books = None,
-    no_builtin_playbooks: NoBuiltin = False,
-    host: HostUrl = None,
-    trust_new_host: TrustNew = False,
-    host_python: HostPython = None,
-    proposer: ProposerOpt = None,
-    model: ModelOpt = None,
-    base_url: BaseUrl = None,
-    llm_max_steps: LlmSteps = None,
-    llm_max_tokens: LlmTokens = None,
-    llm_max_seconds: LlmSeconds = None,
-    llm_approve: LlmApprove = None,
-    keep_servers_when_paused: KeepServers = False,
-    as_json: Json = False,
+    *,
+    flags: LoopFlags,
 ) -> None:
     """Run the loop on the target a TOML file describes."""
 
     def body() -> None:
-        target = with_host(load_target(target_toml), host, trust_new_host, host_python)
-        target = with_proposer(
-            target,
-            mode=proposer,
-            model=model,
-            base_url=base_url,
-            max_steps=llm_max_steps,
-            max_tokens=llm_max_tokens,
-            max_seconds=llm_max_seconds,
-            approve=llm_approve,
-        )
+        target = flags.target(load_target(target_toml))
         method = profile_method or target.profile.method
-        floor = (floor_ms, floor_factor)
-        opts = _options(
-            approve, method, max_iterations, playbooks or [], no_builtin_playbooks, floor, keep_servers_when_paused
-        )  # fmt: skip
+        opts = flags.options(method)
         if parallel is not None and not target.hosts:
             raise ConfigError(
                 f"--parallel {parallel} needs [[hosts]] in {target_toml}: list the hosts to try candidates on"
@@ -232,9 +122,12 @@ def run(
         sessions = Sessions()
         refuse_if_held(sessions.store, target, sessions.where())  # another session's checkout
         state = sessions.start(target, opts, new_session_id(), target_toml.resolve())
-        finish(sessions, state, as_json)
+        finish(sessions, state, flags.as_json)
 
     run_command(body)
+
+
+run = loop_flags(run)
 
 
 def resume(session: SessionArg, as_json: Json = False) -> None:

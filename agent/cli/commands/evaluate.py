@@ -18,8 +18,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from agent.cli.commands.flags import options as _options
 from agent.cli.common import BaseUrl, Json, err, run_command
-from agent.cli.loop import _options
 from agent.cli.output import console, emit, table
 from agent.cli.preflight import check_setup
 from agent.cli.target import DEMO_CONFIG, DEMO_SOURCE, PROJECT_ROOT, load_target, with_proposer
