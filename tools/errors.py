@@ -25,6 +25,10 @@ class ConfigError(ToolError):
     """A target config or command-line value is invalid."""
 
 
+class NotReplayable(ConfigError):
+    """A session that is there but cannot be shown: an import whose recording does not replay here."""
+
+
 class LlmError(ToolError):
     """A model endpoint could not be reached, refused the request, or answered unusably."""
 

@@ -55,7 +55,8 @@ def store_option(
         from urllib.parse import urlsplit
 
         try:
-            password = urlsplit(store).password
+            url = urlsplit(store)
+            password = url.password if url.scheme.startswith("postgres") else None  # else refused anyway
         except ValueError:
             password = None
         if password:

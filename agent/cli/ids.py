@@ -59,6 +59,8 @@ def _callback(value: str | None) -> str | None:
         return resolve_in_store(value)
     except ToolError as exc:
         raise fail(str(exc)) from None
+    except Exception:  # an unreadable store or entry: the command's body says what, in one line
+        return value
 
 
 SessionArg = Annotated[

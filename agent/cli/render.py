@@ -128,7 +128,9 @@ def approval(console: Console, req: dict) -> None:
         console.print(e["note"], highlight=False)
     hunks = re.findall(r"^\+\+\+ b/(\S+)\n@@ -(\d+)", req["diff"], flags=re.M)
     console.print("patch changes: " + ", ".join(f"{f}:{line}" for f, line in hunks))
-    console.print(diff_text(req["diff"]), soft_wrap=True, end="")
+    console.print(
+        diff_text(visible(req["diff"])), soft_wrap=True, end=""
+    )  # Text strips controls: show them first
     digest = f" --digest {req['digest']}" if req.get("digest") else ""
     console.print(
         f"approve: perfloop approve {req['session']}{digest}\nreject:  perfloop reject {req['session']} --reason TEXT"

@@ -19,7 +19,7 @@ from state.records import ToolCallRecord
 from state.session import SessionInfo, Summary
 from state.workload import WorkloadConfig
 from tools.door.replay import ReplayDivergence
-from tools.errors import ConfigError
+from tools.errors import NotReplayable
 
 BOOTSTRAP = 2000
 """Resamples behind each arm's CI of the median TPOT."""
@@ -108,7 +108,7 @@ def gather(sessions: Sessions, session_id: str) -> ReportData:
     try:
         history = sessions.history(session_id)
     except ReplayDivergence as exc:  # an altered or foreign import: one line, a 4xx page
-        raise ConfigError(f"session {session_id}: its recording does not replay here: {exc}") from None
+        raise NotReplayable(f"session {session_id}: its recording does not replay here: {exc}") from None
     state = history[-1]
     calls = sessions.store.tool_calls(session_id)
     pending = sessions.pending_approval(session_id) if info.status in ("running", "paused") else None

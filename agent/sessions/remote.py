@@ -25,7 +25,8 @@ def ssh_prompt() -> Prompt | None:
 def consent(question: str) -> bool:
     """Ask the user at the terminal (never without one)."""
     print(question, file=sys.stderr)
-    return input("[y/N] ").strip().lower() in ("y", "yes")
+    print("[y/N] ", end="", file=sys.stderr, flush=True)  # stdout may be --json's one document
+    return input().strip().lower() in ("y", "yes")
 
 
 def first_use(host: SSHHost, python: str) -> None:

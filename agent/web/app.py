@@ -32,7 +32,7 @@ from agent.web.forms import form_limit, read_form, refuse
 from agent.web.forms import text as _text
 from agent.web.hardening import FILE_CSP, Hardened, nonce_of
 from tools import progress
-from tools.errors import ConfigError, ToolError, first_line
+from tools.errors import NotReplayable, ToolError, first_line
 from tools.paths import inside
 from tools.paths import session_id as checked_id
 
@@ -251,7 +251,7 @@ def create_app(guard: Guard, sessions: Sessions | None = None) -> ASGIApp:
 
 
 async def _no_session(request: Request, exc: Exception) -> Response:
-    if isinstance(exc, ConfigError):  # a session there, but it cannot be shown (a diverging import)
+    if isinstance(exc, NotReplayable):  # a session there, but it cannot be shown (a diverging import)
         return refuse(422, first_line(exc))
     return refuse(404, "no such session")
 

@@ -59,7 +59,9 @@ def test_a_store_peer_cannot_swap_what_a_paused_session_runs(tmp_path: Path, pg_
         assert run.returncode == 0, run.stderr[-3000:]
         sid = last_json(run)["session"]
         assert last_json(run)["status"] == "paused"
-        shown = re.search(rf"perfloop approve {sid} --digest ([0-9a-f]{{16}})", run.stderr)  # the view: stderr
+        shown = re.search(
+            rf"perfloop approve {sid} --digest ([0-9a-f]{{16}})", run.stderr
+        )  # the view: stderr
         assert shown is not None, run.stderr[-2000:]
         view_b = perfloop(home_b, "show", sid, "--json", env=env)  # machine B reviews it
         digest_b = json.loads(view_b.stdout)["pending_approval"]["digest"]

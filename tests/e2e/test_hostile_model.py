@@ -61,7 +61,9 @@ def test_a_hostile_model_keeps_neither_hidden_code_nor_a_prefixed_flag(
     assert "patch gate" in told[0] and f"{BACKEND} line" in told[0] and "U+001B" in told[0], told[0]
     assert "--hos is a prefix of --host" in told[1], told[1]
     # The proposal waiting for approval is the third answer: the fix, no launch change.
-    assert "gather the request's rows" in proc.stderr and "PWNED" not in proc.stderr  # --json: the view on stderr
+    assert (
+        "gather the request's rows" in proc.stderr and "PWNED" not in proc.stderr
+    )  # --json: the view on stderr
     assert "files touched: " + BACKEND in proc.stderr and "runs now" not in proc.stderr
     assert git(repo, "rev-parse", "HEAD") == head and not (repo / "PWNED").exists()
     assert "PWNED" not in git(repo, "diff")

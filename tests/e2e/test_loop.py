@@ -65,8 +65,9 @@ def test_demo_accepts_gather_then_cast(home: Path) -> None:
     proc = perfloop(home, "demo", "--server-args=--layers 1", "--json", env={"PERFLOOP_PROGRESS": "plain"})
     ended = time.time()
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stderr.count(" perfloop: step ") >= 4, proc.stderr  # some steps' lines: a step
-    # reported within 3 s of the line before is superseded by the next line, if one comes first
+    # steps have lines of their own; how many depends on the machine's speed (a step reported within
+    # 3 s of the line before is superseded by the next line, if one comes first): 2 of 9 in one CI run
+    assert proc.stderr.count(" perfloop: step ") >= 1, proc.stderr
     assert quietest_gap_s(proc.stderr, ended) <= 10.0, proc.stderr[-3000:]
     s = last_json(proc)
     assert s["speedup_ci"][0] <= s["speedup_judged"] <= s["speedup_ci"][1], s  # one comparison

@@ -18,7 +18,7 @@ from agent.sessions.holding import abandon
 from agent.sessions.runner import Sessions, new_session_id
 from state.session import Summary
 from tools.door.replay import ReplayDivergence
-from tools.errors import ConfigError
+from tools.errors import ConfigError, NotReplayable, one_line
 
 
 def not_compared(recorded: Summary) -> set[str]:
@@ -149,8 +149,13 @@ def show(
         info = s.info(session)
         try:
             state = s.state(session)
-        except ConfigError:  # an imported session has no checkpoints here: its replay's last state
-            state = s.history(session)[-1]
+        except ConfigError as exc:  # an imported session has no checkpoints here: its replay's last state
+            try:
+                state = s.history(session)[-1]
+            except Exception as bad:
+                raise NotReplayable(
+                    f"{exc}; and its recording does not replay here ({one_line(bad)})"
+                ) from None
         calls = s.store.tool_calls(session)
         pending = s.pending_approval(session)  # as stored now, with the argv it runs and its digest
         if as_json:
