@@ -13,6 +13,7 @@ import ast
 import json
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 from playbooks.engine import load_playbooks
@@ -52,31 +53,31 @@ def forward_mqa(source: str) -> ast.FunctionDef:
     return next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "forward_mqa")
 
 
-def whole_cache_casts(fn: ast.FunctionDef) -> list[str]:
-    """Calls `kv_c_and_k_pe_cache.to(...)` in the function: a cast of the whole cache tensor."""
+def _casts(fn: ast.FunctionDef, on: Callable[[ast.expr], bool]) -> list[str]:
+    """The `<receiver>.to(...)` calls in the function whose receiver passes `on`, as source."""
     return [
         ast.unparse(n)
         for n in ast.walk(fn)
         if isinstance(n, ast.Call)
         and isinstance(n.func, ast.Attribute)
         and n.func.attr == "to"
-        and isinstance(n.func.value, ast.Name)
-        and n.func.value.id == "kv_c_and_k_pe_cache"
+        and on(n.func.value)
     ]
+
+
+def whole_cache_casts(fn: ast.FunctionDef) -> list[str]:
+    """Calls `kv_c_and_k_pe_cache.to(...)` in the function: a cast of the whole cache tensor."""
+    return _casts(fn, lambda v: isinstance(v, ast.Name) and v.id == "kv_c_and_k_pe_cache")
 
 
 def gathered_casts(fn: ast.FunctionDef) -> list[str]:
     """Calls `<cache>.index_select(...).to(...)`: the cast after the gather."""
-    return [
-        ast.unparse(n)
-        for n in ast.walk(fn)
-        if isinstance(n, ast.Call)
-        and isinstance(n.func, ast.Attribute)
-        and n.func.attr == "to"
-        and isinstance(n.func.value, ast.Call)
-        and isinstance(n.func.value.func, ast.Attribute)
-        and n.func.value.func.attr == "index_select"
-    ]
+    return _casts(
+        fn,
+        lambda v: (
+            isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr == "index_select"
+        ),
+    )
 
 
 CHAT_TEMPLATE = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
