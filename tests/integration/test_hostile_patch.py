@@ -116,6 +116,7 @@ class Tmux:
 
     def __init__(self, env: dict[str, str]) -> None:
         self.sock = f"perfloop-test-{uuid.uuid4().hex[:8]}"
+        self.runs = 0
         self.env = {**os.environ, **env}  # the server's (so the shell's), kept off its command line
         self._tmux("new-session", "-d", "-s", "t", "-x", "230", "-y", "60", "bash --norc")
 
@@ -130,12 +131,15 @@ class Tmux:
 
     def run(self, command: str, timeout_s: float = 300) -> str:
         """Type `command` into the shell, wait until it ends; the whole pane since the last clear."""
+        # A marker of its own per command: until the shell runs `clear`, the pane still shows the
+        # previous command's marker (a fast capture once returned that old pane).
+        self.runs += 1
         self._tmux("send-keys", "-t", "t", "clear; tmux clear-history 2>/dev/null; " + command, "Enter")
-        self._tmux("send-keys", "-t", "t", "echo __DO''NE__", "Enter")
+        self._tmux("send-keys", "-t", "t", f"echo __DO''NE_{self.runs}__", "Enter")
         end = time.monotonic() + timeout_s
         while time.monotonic() < end:
             pane = self._tmux("capture-pane", "-p", "-J", "-S", "-", "-t", "t")
-            if "\n__DONE__" in pane:
+            if f"\n__DONE_{self.runs}__" in pane:
                 return pane
             time.sleep(0.3)
         raise AssertionError(f"{command} did not end in {timeout_s} s:\n{pane}")
