@@ -78,6 +78,7 @@ def measure_args(
         label=label,
         tree_sha256=handle.tree_sha256,
         bench_serving=bench_serving_use(target) if bench_serving else "never",
+        engine="vllm" if target.kind == "vllm" else "sglang",
         python=python,
         repo=str(checkout),
         workload=workload or target.workload,

@@ -38,6 +38,20 @@ FIXED = (
     "--allowed-origins",
     "--chat-template",
     "--tp-rank",
+    # vLLM's: another listening socket or path prefix, and what code or config it loads
+    "--uds",
+    "--root-path",
+    "--worker-cls",
+    "--worker-extension-cls",
+    "--scheduler-cls",
+    "--middleware",
+    "--tool-parser-plugin",
+    "--logits-processors",
+    "--hf-overrides",
+    "--hf-config-path",
+    "--model-loader-extra-config",
+    "--allowed-local-media-path",
+    "--profiler-config",
 )
 """Where the server listens, what model, tokenizer, code and credentials it loads: no edit ever
 changes them (nor a prefix of them)."""
@@ -88,7 +102,37 @@ CHANGEABLE: dict[str, tuple[str, ...]] = {
         "--stream-interval",
         "--triton-attention-num-kv-splits",
     ),
-    # "vllm": the vLLM target kind's changeable flags go here, with that kind.
+    # vLLM's engine arguments that change speed, not what is served or where (each checked
+    # against the installed vLLM's parser: tests/vllm/test_flags.py).
+    "vllm": (
+        "--max-num-seqs",
+        "--max-num-batched-tokens",
+        "--max-num-scheduled-tokens",
+        "--enforce-eager",
+        "--no-enforce-eager",
+        "--gpu-memory-utilization",
+        "--kv-cache-memory-bytes",
+        "--num-gpu-blocks-override",
+        "--block-size",
+        "--kv-cache-dtype",
+        "--enable-chunked-prefill",
+        "--no-enable-chunked-prefill",
+        "--long-prefill-token-threshold",
+        "--enable-prefix-caching",
+        "--no-enable-prefix-caching",
+        "--cudagraph-capture-sizes",
+        "--max-cudagraph-capture-size",
+        "--async-scheduling",
+        "--no-async-scheduling",
+        "--scheduling-policy",
+        "--attention-backend",
+        "--disable-cascade-attn",
+        "--disable-custom-all-reduce",
+        "--cpu-offload-gb",
+        "--stream-interval",
+        "--optimization-level",
+        "--performance-mode",
+    ),
 }
 """Per target kind, the flags a model may set or drop; `[proposer] launch_flags` adds to them."""
 

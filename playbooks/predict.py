@@ -217,3 +217,21 @@ def paired(findings: list[Finding], b: StepBounds | None) -> list[Finding]:
         basis = f"{f.basis}; with {best[1]}: both effects in the same model" if f.basis else None
         out.append(f.model_copy(update={"paired_with": best[1], "paired_speedup": best[0], "basis": basis}))
     return out
+
+
+BATCH_FLAGS = {
+    "vllm": "--max-num-seqs",
+    "sglang": "--max-running-requests",
+    "mla_server": "--max-running-requests",
+}
+"""Per target kind, the launch flag that caps the sequences decoded in one step."""
+
+
+def batching_gain_bound(concurrency: int, max_num_seqs: int, new_max_num_seqs: int) -> float:
+    """Upper bound of the output-throughput gain of changing the cap on sequences per decode step
+    from `max_num_seqs` to `new_max_num_seqs` at `concurrency` requests in flight: each step then
+    serves min(concurrency, new) sequences instead of min(concurrency, old), and a step's cost
+    does not shrink with its batch. Host-bound decode (vLLM's phase scopes: a step's host work
+    outweighs its forward, and does not grow with the batch) comes close to it; model-bound decode
+    stays below it (pure)."""
+    return min(concurrency, new_max_num_seqs) / min(concurrency, max_num_seqs)

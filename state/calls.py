@@ -83,8 +83,10 @@ class MeasureArgs(Model):
     tree_sha256: str
     """Fingerprint of the tree the server runs."""
     bench_serving: Literal["auto", "always", "never", "both"] = "never"
-    """Whether to measure with sglang.bench_serving: the config's choice, `never` where `auto`
+    """Whether to measure with the engine's benchmark: the config's choice, `never` where `auto`
     does not apply (targets other than SGLang)."""
+    engine: Literal["sglang", "vllm"] = "sglang"
+    """Whose benchmark: `sglang.bench_serving`, or `vllm bench serve` (`kind = "vllm"` targets)."""
     python: str = ""
     """Interpreter on the host that the target runs with (`{python}` in the benchmark's python)."""
     repo: str = ""

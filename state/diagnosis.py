@@ -6,6 +6,7 @@ from pydantic import Field
 
 from state.base import Model
 from state.profile import KernelStat, OpStat
+from state.vllm import DecodePhases
 
 
 class Evidence(Model):
@@ -126,6 +127,9 @@ class Diagnosis(Model):
     kernels: list[KernelStat] = Field(default_factory=list)
     """The heaviest kernels when decode ran in CUDA graphs (the operator table then shows one
     `CUDA graph` row hiding what runs inside it); empty otherwise."""
+    decode_phases: DecodePhases | None = None
+    """vLLM's phase scopes over the profile's decode steps: host-bound or model-bound decode (the
+    launch-option search predicts a batch-size change's gain from it); None for other traces."""
 
 
 class DiagnosisContext(Model):

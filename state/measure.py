@@ -23,8 +23,12 @@ class RequestRecord(Model):
 
     @property
     def tpot_ms(self) -> float:
-        """Mean time per output token after the first."""
-        return sum(self.itl_ms) / len(self.itl_ms) if self.itl_ms else 0.0
+        """Mean time per output token after the first: the stream's time after its first delta
+        over the tokens after the first (a delta may carry several tokens: then `itl_ms` has fewer
+        entries than tokens; with one token a delta, the mean inter-delta gap)."""
+        if not self.itl_ms:
+            return 0.0
+        return sum(self.itl_ms) / max(len(self.itl_ms), self.completion_tokens - 1)
 
 
 class Stat(Model):

@@ -5,6 +5,7 @@ from typing import Literal
 from pydantic import Field
 
 from state.base import Model
+from state.vllm import DecodePhases
 
 
 class OpStat(Model):
@@ -247,6 +248,9 @@ class ProfileSummary(Model):
     trace counts as the given or one step)."""
     collectives: CollectiveStats | None = None
     """Collective share, rank spread and straggler of a multi-file profile; None for one file."""
+    decode_phases: DecodePhases | None = None
+    """vLLM's phase scopes over its decode steps (host-bound or model-bound decode); None for
+    traces without vLLM's step markers and phase scopes."""
 
 
 class OpDelta(Model):

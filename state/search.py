@@ -14,13 +14,17 @@ from state.base import Model
 KnobValue = bool | int | float | str
 """A knob's value: what optuna suggests and what goes into the launch command (as text)."""
 
+HOST_BOUND = "host-bound-decode"
+"""The finding a profile with vLLM's phase scopes gives when a decode step's host work outweighs
+its forward (`Diagnosis.decode_phases.host_bound`): no playbook's, the search's own."""
 IMPLICATED: dict[str, tuple[str, ...]] = {
     "launch-bound-decode": ("--disable-cuda-graph", "--cuda-graph-max-bs", "--cuda-graph-bs"),
     "kv-cache-full-pool-cast": ("--max-total-tokens", "--pool-slots", "--mem-fraction-static"),
+    HOST_BOUND: ("--max-num-seqs", "--max-running-requests"),
 }
 """Knobs (by flag) a diagnosis finding implicates when the knob names none itself: they are set to
 their `first` value in the first trial (launch-bound decode -> the CUDA-graph flags, a pass over
-the whole KV pool -> the pool's size)."""
+the whole KV pool -> the pool's size, host-bound decode -> the sequences decoded per step)."""
 
 
 class Knob(Model):

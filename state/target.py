@@ -113,28 +113,34 @@ class LaunchConfig(Model):
 
 
 class BenchServingConfig(Model):
-    """Measuring with SGLang's own benchmark, `python -m sglang.bench_serving`, on the host."""
+    """Measuring with the engine's own serving benchmark on the host: SGLang's `python -m
+    sglang.bench_serving`, or for `kind = "vllm"` targets `vllm bench serve`."""
 
     use: Literal["auto", "always", "never", "both"] = "auto"
     """`auto`: for `kind = "sglang"` targets, when the target's python has sglang's benchmark
-    module (else perfloop's client); `always`: required, for any target; `never`: perfloop's client;
+    module (else perfloop's client; vLLM's is asked for with `always` or `both`: each of its runs
+    imports vllm, ~20 s on a CPU host); `always`: required, for any target; `never`: perfloop's client;
     `both` (required like `always`): perfloop's client measures what the rule judges, then on the
     same launch bench_serving measures the same workload (its own warm-up, windows and levels),
     recorded beside (`Measurement.beside`) and shown next to the client's figures, never judged."""
     backend: Literal["sglang", "sglang-oai", "sglang-oai-chat"] = "sglang"
     """bench_serving `--backend`: SGLang's native `/generate`, or its OpenAI-compatible endpoints."""
+    vllm_backend: Literal["openai", "openai-chat", "vllm"] = "openai"
+    """`vllm bench serve --backend` (vllm targets): `/v1/completions`, `/v1/chat/completions`."""
     python: str = "{python}"
     """Interpreter on the host to run the benchmark with; `{python}` is the target's own."""
     tokenizer: str | None = None
     """bench_serving `--tokenizer`: a path on the host (`{repo}` is substituted) or a model id;
-    unset, bench_serving uses the model name."""
+    unset, bench_serving uses the model name (a served name that is no path needs it)."""
     input_len: int = Field(128, ge=1)
-    """Prompt length in tokens of its `random-ids` dataset (fixed seed: the same prompts each run)."""
+    """Prompt length in tokens of its `random-ids` (vLLM: `random`) dataset (fixed seed: the same
+    prompts each run)."""
     seed: int = 1
     """bench_serving `--seed`, fixed so that baseline and candidate get the same prompts."""
     env: dict[str, str] = Field(default_factory=dict)
     """Extra environment variables for the benchmark process, e.g. `HF_HUB_OFFLINE = "1"` (no
-    secrets: the benchmark inherits the host's own environment, e.g. its HF_TOKEN)."""
+    secrets: the benchmark inherits the host's own environment, e.g. its HF_TOKEN); `vllm bench
+    serve` substitutes `{repo}` in their values (`PYTHONPATH = "{repo}"`: the checkout's vllm)."""
 
     @field_validator("env")
     @classmethod

@@ -21,18 +21,22 @@ from tools.door import tool
 from tools.errors import ConfigError
 from tools.progress import report
 from tools.sglang.bench import find_bench, run_bench
+from tools.vllm.bench import MODULE as VLLM_MODULE
+from tools.vllm.bench import find_vllm_bench, run_vllm_bench
 
 
 @tool("bench.measure")
 def measure(args: MeasureArgs) -> MeasureResult:
-    """Measure with sglang.bench_serving where asked and present, else with perfloop's client;
-    with `both`, perfloop's client and then bench_serving (`Measurement.beside`)."""
+    """Measure with the engine's benchmark (sglang.bench_serving, `vllm bench serve`) where asked
+    and present, else with perfloop's client; with `both`, perfloop's client and then the
+    benchmark (`Measurement.beside`)."""
     python = args.config.bench_serving.python.replace("{python}", args.python)
-    found = find_bench(python) if args.bench_serving != "never" else None
+    found = find_engine_bench(python, args.engine) if args.bench_serving != "never" else None
     if found is None and args.bench_serving in ("always", "both"):
+        has = "vllm with its serving benchmark" if args.engine == "vllm" else "sglang with bench_serving"
         raise ConfigError(
-            f'measure.bench_serving.use = "{args.bench_serving}" but {python} has no sglang with '
-            "bench_serving; install sglang there, or set measure.bench_serving.python"
+            f'measure.bench_serving.use = "{args.bench_serving}" but {python} has no {has}; '
+            f"install {args.engine} there, or set measure.bench_serving.python"
         )
     both = args.bench_serving == "both"
     before = machine_probe_ms()
@@ -43,9 +47,17 @@ def measure(args: MeasureArgs) -> MeasureResult:
     else:
         m = measure_with_client(args)
     update: dict = {"probe_ms": [before, machine_probe_ms()]}
-    if found and both:  # the same launch again, by bench_serving: recorded beside, not judged
+    if found and both:  # the same launch again, by the engine's benchmark: recorded beside, not judged
         update["beside"] = measure_with_bench_serving(args, python, *found)
     return MeasureResult(measurement=m.model_copy(update=update))
+
+
+def find_engine_bench(python: str, engine: str) -> tuple[str, str] | None:
+    """(module, version) of the engine's serving benchmark in `python`, or None without one."""
+    if engine == "vllm":
+        version = find_vllm_bench(python)
+        return None if version is None else (VLLM_MODULE, version)
+    return find_bench(python)
 
 
 def measure_with_client(args: MeasureArgs) -> Measurement:
@@ -58,10 +70,10 @@ def measure_with_client(args: MeasureArgs) -> Measurement:
     for _rep in range(cfg.repeats):
         for i, prompt in enumerate(cfg.prompts):
             report(f"measuring {args.label}: request {len(records) + 1}/{total}")
-            arrivals, text, _ = stream_completion(
+            arrivals, text, usage = stream_completion(
                 args.base_url, chat_body(args.model, prompt, cfg.max_tokens), cfg.request_timeout_s
             )
-            records.append(to_record(i, arrivals, text))
+            records.append(to_record(i, arrivals, text, usage))
     return summarize(args.label, args.tree_sha256, records, len(cfg.prompts), time.perf_counter() - t0)
 
 
@@ -98,10 +110,10 @@ def measure_pair(args: PairArgs) -> PairResult:
             report(f"measuring both arms, interleaved: request pair {len(records[0]) + 1}/{total}")
             for which in pair_order(rep, i):
                 a = arms[which]
-                arrivals, text, _ = stream_completion(
+                arrivals, text, usage = stream_completion(
                     a.base_url, chat_body(a.model, prompt, cfg.max_tokens), cfg.request_timeout_s
                 )
-                records[which].append(to_record(i, arrivals, text))
+                records[which].append(to_record(i, arrivals, text, usage))
     wall = (time.perf_counter() - t0) / 2
     probes = [before, machine_probe_ms()]
     ref, cand = (
@@ -119,17 +131,24 @@ def measure_with_bench_serving(args: MeasureArgs, python: str, module: str, vers
     level (the warm-up windows' requests sent as bench_serving's warm-up), `repeats` at each level
     in turn, numbered as perfloop's client numbers them (repeat k of level j: k x levels + j)."""
     cfg, w = args.config, args.workload
-    n = len(cfg.prompts) if w is None else need_requests(w)
+    vllm = module == VLLM_MODULE
+    n = len(cfg.prompts) if w is None else need_requests(w, "vllm" if vllm else "sglang")
     warmups = cfg.warmup_requests if w is None else w.warmup_windows * n
     levels: list[WorkloadConfig | None] = [None] if w is None else [w.at(c) for c in w.levels]
     records: list[RequestRecord] = []
     windows: list[Window] = []
     duration = 0.0
     for j, at in enumerate(levels):
-        runs = run_bench(
-            python, module, cfg.bench_serving, args.base_url, args.model, n, cfg.max_tokens,
-            cfg.repeats, warmups, cfg.request_timeout_s, args.repo, args.label, at,
-        )  # fmt: skip
+        if vllm:
+            runs = run_vllm_bench(
+                python, cfg.bench_serving, args.base_url, args.model, n, cfg.max_tokens,
+                cfg.repeats, warmups, cfg.request_timeout_s, args.repo, args.label, at,
+            )  # fmt: skip
+        else:
+            runs = run_bench(
+                python, module, cfg.bench_serving, args.base_url, args.model, n, cfg.max_tokens,
+                cfg.repeats, warmups, cfg.request_timeout_s, args.repo, args.label, at,
+            )  # fmt: skip
         duration += sum(seconds for _, seconds in runs)
         for k, (run, seconds) in enumerate(runs):
             if at is None:
@@ -149,7 +168,8 @@ def measure_with_bench_serving(args: MeasureArgs, python: str, module: str, vers
             )
     windows.sort(key=lambda x: x.index)
     m = summarize(args.label, args.tree_sha256, records, n, duration, windows or None)
-    return m.model_copy(update={"client": f"{module} (sglang {version})"})
+    client = f"vllm bench serve (vllm {version})" if vllm else f"{module} (sglang {version})"
+    return m.model_copy(update={"client": client})
 
 
 @tool("bench.outputs")

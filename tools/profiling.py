@@ -30,6 +30,7 @@ from tools.http import post_json
 from tools.progress import report
 from tools.sglang.layout import parse_version
 from tools.sglang.server import rank_traces, start_profile_body
+from tools.vllm.trace import decode_phases_of
 
 T = TypeVar("T")
 
@@ -231,4 +232,7 @@ def read(args: PathArgs) -> ProfileSummary:
     """Read a Chrome trace (or a folder of one per rank, merged) into per-op statistics."""
     from tools.trace import read_profiles  # here, not at the top: numpy need not be on SSH hosts
 
-    return read_profiles([args.path])
+    summary = read_profiles([args.path])
+    if summary.step_source is not None and summary.step_source.startswith("vLLM"):
+        summary = summary.model_copy(update={"decode_phases": decode_phases_of(Path(args.path))})
+    return summary

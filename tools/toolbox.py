@@ -32,6 +32,7 @@ TOOLS = (
     repo.check_patch,
     repo.revert_commit,
     repo.sglang_site,
+    repo.vllm_site,
     # the reference tree beside it, for interleaved arms (tools/workspace/reference.py)
     reference.reference_copy,
     reference.remove_reference_copy,

@@ -24,10 +24,12 @@ import math
 from typing import TYPE_CHECKING
 
 from agent.proposer.knobs import config_of, describe_config, with_config
+from playbooks.engine import flag_value
+from playbooks.predict import BATCH_FLAGS, batching_gain_bound
 from playbooks.schema import SEARCH_ID
 from state.decision import ArmStats
 from state.loop import Decision, LoopState, Proposal
-from state.search import Knob, KnobValue, SearchConfig
+from state.search import HOST_BOUND, Knob, KnobValue, SearchConfig
 from state.workload import OBJECTIVES, Objective, WorkloadConfig
 
 ASKS = 20
@@ -132,6 +134,9 @@ def _fits(dist: BaseDistribution, value: KnobValue) -> bool:
 def first_config(state: LoopState, knobs: list[Knob]) -> dict[str, KnobValue]:
     """The first trial's config: the implicated knobs at their `first` value (pure)."""
     findings = [f.playbook for f in state.diagnosis.findings] if state.diagnosis else []
+    phases = state.diagnosis.decode_phases if state.diagnosis else None
+    if phases is not None and phases.host_bound:
+        findings.append(HOST_BOUND)
     return {
         k.name: k.first
         for k in knobs
@@ -202,18 +207,42 @@ def search_proposal(state: LoopState, now: float | None = None) -> tuple[Proposa
     what = describe_config(config, knobs)
     implicated = n == 1 and config == first_config(state, knobs) and bool(config)
     why = "the knobs the diagnosis implicates" if implicated else "optuna TPE over the search's history"
+    argv = with_config(state.argv, knobs, config)
+    predicted = batching_prediction(state, argv)
+    bound = ""
+    if predicted is not None and state.diagnosis is not None and state.diagnosis.decode_phases is not None:
+        bound = (
+            f" Predicted: at most {predicted:.2f}x output throughput (more sequences share each "
+            f"decode step; {state.diagnosis.decode_phases.line()})."
+        )
     return Proposal(
         iteration=state.iteration,
         source=f"search-{n}",
         title=f"search trial {n}: {what}",
-        explanation=f"Launch-option search, trial {n} of at most {cfg.max_trials} ({why}): {what}.",
+        explanation=f"Launch-option search, trial {n} of at most {cfg.max_trials} ({why}): {what}.{bound}",
         diff="",
         files=[],
         expected_gain_share=0.0,
         expected_gain_ms=None,
         evidence=[],
-        launch_argv=with_config(state.argv, knobs, config),
+        launch_argv=argv,
+        predicted_speedup=predicted,
     ), what
+
+
+def batching_prediction(state: LoopState, argv: list[str]) -> float | None:
+    """The output-throughput gain bound of the trial's change to the sequences decoded per step
+    (`predict.batching_gain_bound`), where the profile read vLLM's phase scopes, a `[workload]`
+    keeps requests in flight, and both launch commands set the kind's batch flag to different
+    numbers; None otherwise (pure)."""
+    d, w = state.diagnosis, state.target.workload
+    flag = BATCH_FLAGS.get(state.target.kind)
+    if d is None or d.decode_phases is None or w is None or flag is None:
+        return None
+    old, new = flag_value(state.argv, flag), flag_value(argv, flag)
+    if old is None or new is None or not (old.isdigit() and new.isdigit()) or old == new:
+        return None
+    return batching_gain_bound(w.primary, int(old), int(new))
 
 
 def trial_lines(state: LoopState) -> list[str]:
@@ -230,5 +259,6 @@ def trial_lines(state: LoopState) -> list[str]:
             name, unit, _ = OBJECTIVES[w.objective]
             tpot = f"{name} {value:.1f} {unit}"
         ci = f", {j.last.speedup:.2f}x [{j.last.ci_low:.2f}, {j.last.ci_high:.2f}] vs reference" if j else ""
-        lines.append(f"{d.source}: {what}: {tpot}{ci} -> {d.verdict}")
+        predicted = f" (predicted at most {d.predicted_speedup:.2f}x)" if d.predicted_speedup else ""
+        lines.append(f"{d.source}: {what}: {tpot}{ci}{predicted} -> {d.verdict}")
     return lines

@@ -93,6 +93,8 @@ def diagnose(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal
     if rule_for(state.options.decision_rule).checks_mechanisms:
         result = result.model_copy(update={"steps": summary.steps, "step_us": summary.step_us})
         update["mechanisms"] = mechanism_checks(state, summary)
+    if summary.decode_phases is not None:
+        result = result.model_copy(update={"decode_phases": summary.decode_phases})
     top = result.top_ops[0] if result.top_ops else None
     note = (
         f"top op {top.name} {top.input_dims} {top.share:.0%} of {summary.time_basis} time; "
@@ -100,6 +102,8 @@ def diagnose(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal
         else "no ops in trace; "
     )
     note += "findings: " + (", ".join(f.playbook for f in result.findings) or "none")
+    if result.decode_phases is not None:
+        note += f"; {result.decode_phases.line()}"
     for m in update.get("mechanisms", []):
         note += f"; {m.playbook}: {m.note}"
     update |= {"diagnosis": result, "transitions": transition("diagnose", note)}

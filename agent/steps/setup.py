@@ -15,6 +15,7 @@ from agent.steps.actions import instrument_if_needed, session_branch
 from state.calls import BranchArgs, CopyTreeArgs, PushTreeArgs, RepoArgs
 from state.loop import ForkStep, LoopState
 from state.updates import LoopUpdate
+from state.vllm import VllmSiteArgs
 from tools.hosts import transfer
 from tools.workspace import repo
 
@@ -53,6 +54,18 @@ def prepare(
         )
         update |= {"sglang": site.layout, "target": state.target.model_copy(update={"profile": profile})}
         note += f"; sglang {site.layout.version}, decode hook {hook.class_name}.{hook.method}"
+    if state.target.kind == "vllm" and state.target.profile.method == "patch":
+        env = state.target.launch.env
+        hook = call(runtime, repo.vllm_site, VllmSiteArgs(repo=checkout, env=env))
+        profile = state.target.profile.model_copy(
+            update={
+                "model_runner_path": hook.relpath,
+                "hook_class": hook.class_name,
+                "hook_method": hook.method,
+            }
+        )
+        update["target"] = state.target.model_copy(update={"profile": profile})
+        note += f"; vllm step hook {hook.class_name}.{hook.method} in {hook.relpath}"
     nxt: Literal["instrument", "launch"] = (
         "instrument" if state.target.profile.method == "patch" else "launch"
     )

@@ -16,11 +16,14 @@ from agent.context import LoopContext
 from agent.proposer.knobs import config_of, describe_config, with_config
 from agent.proposer.search import budget_left, next_config, search_proposal, trial_lines
 from agent.steps.propose import Goto, propose
+from playbooks.predict import batching_gain_bound
 from state.diagnosis import Diagnosis, Finding
 from state.loop import Decision, LoopState
 from state.options import LoopOptions
 from state.proposer import ProposerConfig
 from state.search import Knob, KnobValue, SearchConfig
+from state.vllm import DecodePhases
+from state.workload import WorkloadConfig
 from tests.recorders import MemoryRecorder
 from tools.door.live import LiveDoor
 
@@ -238,3 +241,40 @@ def test_a_budget_in_minutes_starts_no_trial_that_would_end_past_it(tmp_path: Pa
     assert late.target.search is not None
     assert budget_left(late, late.target.search, now - 300) is None  # the same at the second trial's start
     assert run(state(tmp_path, two))[1] == []  # no max_minutes: no clock read, the records as before
+
+
+def test_host_bound_decode_implicates_the_batch_cap_and_predicts_its_gain_bound(tmp_path: Path) -> None:
+    """vLLM's phase scopes said host-bound: the first trial raises the sequences per step, and its
+    prediction is the batching bound at the workload's concurrency (the decision carries it)."""
+    cap = Knob(name="--max-running-requests", type="choice", choices=[1, 2, 8], first=8)
+    phases = DecodePhases(
+        steps=10, step_ms=2.0, phase_ms={"preprocess": 1.2, "forward": 0.6}, host_ms=1.4, forward_ms=0.6,
+        host_bound=True,
+    )  # fmt: skip
+    s = state(tmp_path)
+    base = s.target.model_copy(
+        update={
+            "search": SearchConfig(knobs=[cap], seed=7),
+            "workload": WorkloadConfig(concurrency=4, requests=8),
+            "launch": s.target.launch.model_copy(update={"argv": [*ARGV, "--max-running-requests", "1"]}),
+        }
+    )
+    assert s.diagnosis is not None
+    host_bound = s.model_copy(
+        update={"target": base, "diagnosis": s.diagnosis.model_copy(update={"decode_phases": phases})}
+    )
+    p, what = search_proposal(host_bound)
+    assert p is not None and what == "--max-running-requests 8" and "implicates" in p.explanation
+    assert p.predicted_speedup == 4.0 and "at most 4.00x output throughput" in p.explanation  # min(4, 8) / 1
+    assert "host-bound decode" in p.explanation
+    model_bound = phases.model_copy(update={"host_bound": False})
+    other = host_bound.model_copy(
+        update={"diagnosis": s.diagnosis.model_copy(update={"decode_phases": model_bound})}
+    )
+    q = search_proposal(other)[0]  # not implicated: TPE's pick, still bounded when it changes the cap
+    assert q is not None and "implicates" not in q.explanation
+    assert q.predicted_speedup == batching_gain_bound(
+        4, 1, int(config_of(q.launch_argv or [], [cap])[cap.name])
+    )
+    no_phases = host_bound.model_copy(update={"diagnosis": s.diagnosis})  # e.g. an SGLang trace
+    assert search_proposal(no_phases)[0].predicted_speedup is None  # type: ignore[union-attr]

@@ -13,17 +13,18 @@ from pathlib import Path
 
 import pytest
 
-from state.calls import ProfileArgs, ServerArgs
-from state.target import VLLM_STARTED_LOG, LaunchConfig, TargetConfig
+from state.calls import MeasureArgs, ProfileArgs, ServerArgs
+from state.target import VLLM_STARTED_LOG, LaunchConfig, MeasureConfig, TargetConfig
+from state.workload import WorkloadConfig
 from tests.launching import launch_args
-from tools import profiling, server
+from tools import bench, profiling, server
 from tools.errors import ServerError
 from tools.hosts import local as host
 from tools.server import LISTEN_GRACE_S
 from tools.trace import read_profiles
 from tools.vllm.trace import phases
 
-from .conftest import CHECKOUT_VERSION
+from .conftest import CHECKOUT_VERSION, MODELS, VLLM_PYTHON
 
 pytestmark = pytest.mark.xdist_group("vllm")
 
@@ -140,6 +141,48 @@ def test_real_vllm_api_profile_has_decode_windows_from_its_markers_and_phase_sco
     keep = os.environ.get("PERFLOOP_KEEP_VLLM_TRACE")  # how tests/data/traces/vllm-tiny-llama was made
     if keep:
         shutil.copy(files.trace_path, keep)
+
+
+def test_perfloops_client_and_vllm_bench_serve_measure_the_same_windows(llama_server) -> None:
+    """`measure.bench_serving.use = "both"` on a vLLM target: perfloop's client measures (what the
+    rule would judge), then `vllm bench serve` measures the same workload's windows on the same
+    launch, recorded beside."""
+    handle, repo, _ = llama_server
+    measure = MeasureConfig.model_validate(
+        {
+            "prompts": ["Explain the KV cache in one sentence."],
+            "max_tokens": 16,
+            "repeats": 2,
+            "bench_serving": {
+                "use": "both",
+                "python": str(VLLM_PYTHON),
+                "tokenizer": str(MODELS / "tiny-llama"),  # the served name is no path
+                "env": {"HF_HUB_OFFLINE": "1", "VLLM_TARGET_DEVICE": "cpu", "PYTHONPATH": "{repo}"},
+            },
+        }
+    )
+    workload = WorkloadConfig(concurrency=2, requests=4, prompts=4, input_len=[8, 24], output_len=[12, 20])
+    args = MeasureArgs(
+        base_url=handle.base_url, model="tiny-llama", config=measure, label="both", tree_sha256="t",
+        bench_serving="both", engine="vllm", python=str(VLLM_PYTHON), repo=str(repo), workload=workload,
+    )  # fmt: skip
+    m = bench.measure(args).measurement
+    beside = m.beside
+    assert m.client == "perfloop" and beside is not None, m.client
+    assert beside.client.startswith("vllm bench serve (vllm 0.32.0"), beside.client
+    for got in (m, beside):
+        assert got.windows is not None and [w.concurrency for w in got.windows] == [2, 2]
+        assert [w.requests for w in got.windows] == [4, 4]
+    # vLLM's random lengths in [12, 20] (ignore-eos: each request its whole length)
+    assert all(12 <= r.completion_tokens <= 20 for r in beside.requests), [
+        r.completion_tokens for r in beside.requests
+    ]
+    ours = sum(w.output_tokens for w in m.windows or []) / sum(w.wall_s for w in m.windows or [])
+    theirs = sum(w.output_tokens for w in beside.windows or []) / sum(w.wall_s for w in beside.windows or [])
+    print(
+        f"\nvLLM output throughput at concurrency 2: perfloop {ours:.0f} tok/s, vllm bench serve {theirs:.0f} tok/s"
+    )
+    assert 0.2 < theirs / ours < 5, (ours, theirs)  # one server, one workload shape: the same order
 
 
 def test_real_vllm_stops_with_its_engine_process(llama_server) -> None:

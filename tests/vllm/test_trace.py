@@ -12,9 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from playbooks.predict import batching_gain_bound
+from state.calls import PathArgs
+from tools import profiling
 from tools.trace import read_profiles
 from tools.trace.windows import MARKERS, marker_kind
-from tools.vllm.trace import DECODE, batching_gain_bound, phases
+from tools.vllm.trace import DECODE, decode_phases_of, phases
 
 TRACE = Path(__file__).resolve().parents[1] / "data" / "traces" / "vllm-tiny-llama.pt.trace.json.gz"
 
@@ -61,6 +64,14 @@ def test_a_trace_without_vllm_markers_is_refused_with_what_is_missing(tmp_path: 
     path.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "aten::mm", "ts": 0, "dur": 5}]}))
     with pytest.raises(ValueError, match="no vLLM decode step markers"):
         phases(path)
+
+
+def test_the_profile_tool_attaches_the_phases_of_a_vllm_trace_only(tmp_path: Path) -> None:
+    summary = profiling.read(PathArgs(path=TRACE))
+    assert summary.decode_phases == phases(TRACE)  # what the diagnosis and the search read
+    other = tmp_path / "t.json"  # no vLLM markers: no phases, no error
+    other.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "aten::mm", "ts": 0, "dur": 5}]}))
+    assert decode_phases_of(other) is None and profiling.read(PathArgs(path=other)).decode_phases is None
 
 
 def test_the_batching_bound() -> None:

@@ -70,15 +70,24 @@ def stream_completion(base_url: str, body: dict, timeout_s: float) -> tuple[list
         conn.close()
 
 
-def to_record(prompt_index: int, arrivals: list[float], text: str) -> RequestRecord:
-    """Per-request timing record from delta arrival times in seconds (pure)."""
+def to_record(
+    prompt_index: int, arrivals: list[float], text: str, usage: dict | None = None
+) -> RequestRecord:
+    """Per-request timing record from delta arrival times in seconds (pure).
+
+    Tokens are the server's count (`usage.completion_tokens`, asked for with `include_usage`) where
+    it gives one: a server may put several tokens in one delta (vLLM merges the deltas of a request
+    whose stream the API server has not sent yet, under load), and counting deltas would then
+    undercount what it generated. Without usage, one token per delta."""
     if not arrivals:
         raise ServerError(f"prompt {prompt_index}: the server streamed no tokens")
     itl = [(b - a) * 1000 for a, b in itertools.pairwise(arrivals)]
+    counted = (usage or {}).get("completion_tokens")
+    tokens = counted if isinstance(counted, int) and counted >= len(arrivals) else len(arrivals)
     return RequestRecord(
         prompt_index=prompt_index,
         ttft_ms=arrivals[0] * 1000,
         itl_ms=itl,
         text=text,
-        completion_tokens=len(arrivals),
+        completion_tokens=tokens,
     )

@@ -17,6 +17,7 @@ from state.measure import Measurement, RequestRecord, Window
 from state.workload import WorkloadConfig
 from tools.client.stats import machine_probe_ms, pair_order, summarize
 from tools.client.stream import chat_body, stream_completion, to_record
+from tools.errors import ConfigError
 from tools.progress import report
 from tools.sglang.bench import bench_range_ratio
 
@@ -67,10 +68,10 @@ def run_window(args: MeasureArgs, w: WorkloadConfig, index: int) -> tuple[list[R
             time.sleep(max(0.0, at - time.perf_counter()))
             prompt, max_tokens = items[i % len(items)]
             start = time.perf_counter() - t0
-            times, text, _ = stream_completion(
+            times, text, usage = stream_completion(
                 args.base_url, chat_body(args.model, prompt, max_tokens), args.config.request_timeout_s
             )
-            rec = to_record(i % len(items), times, text)
+            rec = to_record(i % len(items), times, text, usage)
             done.append(rec.model_copy(update={"window": index, "start_ms": start * 1000}))
 
     with ThreadPoolExecutor(w.primary) as pool:
@@ -132,8 +133,15 @@ def measure_pair_windows(arms: tuple[MeasureArgs, MeasureArgs], w: WorkloadConfi
     return PairResult(reference=ref, candidate=cand)
 
 
-def need_requests(w: WorkloadConfig) -> int:
-    """A bench_serving window's request count (its runs are counted, not timed) (pure)."""
+def need_requests(w: WorkloadConfig, engine: str = "sglang") -> int:
+    """An engine benchmark's window request count (its runs are counted, not timed) (pure)."""
+    if engine == "vllm":  # input and output lengths each have a ratio of their own there
+        if w.requests is None:
+            raise ConfigError(
+                "vllm bench serve measures windows of a request count: set [workload] requests "
+                'instead of duration_s, or measure.bench_serving.use = "never"'
+            )
+        return w.requests
     bench_range_ratio(w)  # one clear line for what bench_serving cannot draw
     assert w.requests is not None  # bench_range_ratio refused a duration
     return w.requests

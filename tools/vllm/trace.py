@@ -17,39 +17,11 @@ import json
 import re
 from pathlib import Path
 
-from pydantic import Field
-
-from state.base import Model
+from state.vllm import DecodePhases
 
 DECODE = re.compile(r"^execute_context_0\(0\)_generation_([1-9]\d*)\((\d+)\)$")
 PHASE = re.compile(r"^gpu_model_runner: (preprocess|forward|postprocess|sample|bookkeep)$")
 HOST_PHASES = ("preprocess", "postprocess", "sample", "bookkeep")
-
-
-class DecodePhases(Model):
-    """Mean time per decode step of each vLLM phase scope, and the verdict."""
-
-    steps: int = Field(ge=0)
-    """Pure-decode steps (`execute_context_0(0)_...` markers) in the trace."""
-    step_ms: float = Field(ge=0)
-    """Mean wall of a decode step's marker, in ms."""
-    phase_ms: dict[str, float]
-    """Mean ms per decode step of each `gpu_model_runner: <phase>` scope inside the steps."""
-    host_ms: float = Field(ge=0)
-    """preprocess + postprocess + sample + bookkeep per step, in ms."""
-    forward_ms: float = Field(ge=0)
-    """The model's forward per step, in ms."""
-    host_bound: bool
-    """Whether the host phases outweigh the forward."""
-
-    def line(self) -> str:
-        """One line for a report."""
-        parts = ", ".join(f"{k} {v:.3f}" for k, v in self.phase_ms.items())
-        kind = "host-bound" if self.host_bound else "model-bound"
-        return (
-            f"{kind} decode over {self.steps} steps of {self.step_ms:.3f} ms: host {self.host_ms:.3f} ms "
-            f"vs forward {self.forward_ms:.3f} ms a step ({parts} ms)"
-        )
 
 
 def _events(path: Path) -> list[dict]:
@@ -93,8 +65,13 @@ def phases(path: Path) -> DecodePhases:
     )
 
 
-def batching_gain_bound(concurrency: int, max_num_seqs: int, new_max_num_seqs: int) -> float:
-    """Upper bound of the output-throughput gain of raising `--max-num-seqs` at `concurrency`
-    requests in flight, for host-bound decode (a step's cost does not grow with its batch): each
-    step then serves min(concurrency, new) sequences instead of min(concurrency, old) (pure)."""
-    return min(concurrency, new_max_num_seqs) / min(concurrency, max_num_seqs)
+def decode_phases_of(path: Path) -> DecodePhases | None:
+    """`phases` of a trace file with vLLM's decode markers and its forward scope, else None (a
+    trace of another engine, or vLLM run without `VLLM_CUSTOM_SCOPES_FOR_PROFILING=1`)."""
+    if not path.is_file():
+        return None
+    try:
+        found = phases(path)
+    except ValueError:
+        return None
+    return found if "forward" in found.phase_ms else None

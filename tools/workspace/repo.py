@@ -14,9 +14,12 @@ from state.calls import (
     RepoArgs,
     SglangSite,
 )
+from state.sglang import HookSite
+from state.vllm import VllmSiteArgs
 from state.workspace import CommitInfo, InstrumentationRecord, WorkspaceSnapshot
 from tools.door import tool
 from tools.sglang import layout as sglang_layout
+from tools.vllm import hook as vllm_hook
 from tools.workspace import instrumentation
 from tools.workspace.commands import sha256_hex
 from tools.workspace.git import GitWorkspace
@@ -111,6 +114,12 @@ def sglang_site(args: RepoArgs) -> SglangSite:
     """Locate the SGLang package in the repo, its release, and the decode method to instrument."""
     layout = sglang_layout.locate(args.repo)
     return SglangSite(layout=layout, hook=sglang_layout.hook_site(args.repo, layout))
+
+
+@tool("repo.vllm_site")
+def vllm_site(args: VllmSiteArgs) -> HookSite:
+    """The V1 model runner's per-step method in the vLLM checkout, where the profiler hook goes."""
+    return vllm_hook.hook_site(args.repo, args.env)
 
 
 @tool("repo.check_patch")
