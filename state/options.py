@@ -63,3 +63,7 @@ class LoopOptions(Model):
     """Whether a session paused for approval stops its servers while it waits, and approving
     launches them again (`agent/sessions/runner.py`): True for new sessions unless
     `--keep-servers-when-paused`; sessions recorded before it carry none and keep them."""
+    mechanism_ms: bool = False
+    """Whether the mechanism check's line (`MechanismCheck.note`, agent/decision/stats/mechanism.py)
+    gives its times in ms per step, as `perfloop analyze` does: True for new sessions; sessions
+    recorded before it carry none and replay with the us/step line they recorded."""

@@ -3,11 +3,14 @@ and the option types that several commands take.
 
 A command's body runs inside `run_command`: bad input (a `ToolError`, or a usage error) prints one
 line on stderr and exits 2; a bug prints one line and exits 3 (PERFLOOP_DEBUG=1 shows the traceback);
-a failed session exits 1.
+a failed session exits 1, but one whose first launch failed (a port in use, a server that exits at
+once: the environment's problem, nothing measured) ends like bad input, one line and exit 2.
 """
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 from pathlib import Path
 from typing import Annotated
 
@@ -18,7 +21,10 @@ from agent.cli.output import console, emit
 from agent.cli.running import choice, err, fail, run_command
 from agent.sessions.diffs import keep, proposal_diffs
 from agent.sessions.runner import Sessions
+from agent.sessions.summary import first_launch_failure
 from state.loop import LoopState
+from tools.errors import ServerError
+from tools.hosts.listeners import holders
 
 __all__ = ["choice", "err", "fail", "finish", "run_command"]
 
@@ -127,12 +133,24 @@ LlmSeconds = Annotated[
 ]
 
 
-def finish(sessions: Sessions, state: LoopState, as_json: bool) -> None:
+def finish(sessions: Sessions, state: LoopState, as_json: bool, workspace: Path | None = None) -> None:
     """Show where a session stands (approval request or summary; with `--json` on stderr, and the
-    summary as one JSON document on stdout); keep each proposal's diff in the session folder."""
+    summary as one JSON document on stdout); keep each proposal's diff in the session folder.
+
+    A session that failed at its first launch, leaving nothing behind, ends as bad input does:
+    one line on stderr and exit 2 (with `--json`, its summary still the one document on stdout);
+    `workspace` (the demo's copy of its server) is removed then."""
     keep(sessions.session_dir(state.session_id), proposal_diffs(sessions.history(state.session_id)))
     pending = sessions.pending_approval(state.session_id)
     info = sessions.info(state.session_id)
+    if (failure := first_launch_failure(state)) is not None and pending is None:
+        if workspace is not None:
+            shutil.rmtree(workspace, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                workspace.parent.rmdir()  # `workspaces/` when it held only this one
+        if as_json:
+            emit(info.summary.model_dump(mode="json") if info.summary else {"session": state.session_id})
+        raise ServerError(launch_failure_line(state, failure))
     if pending is not None:
         render.approval(console(as_json), pending)
     elif info.summary is not None:
@@ -143,3 +161,21 @@ def finish(sessions: Sessions, state: LoopState, as_json: bool) -> None:
         emit(payload)
     if info.status == "failed":
         raise typer.Exit(1)
+
+
+def launch_failure_line(state: LoopState, failure: str) -> str:
+    """The one line a first launch's failure ends with: what failed (the server's last log line, or
+    the port) and what to do (pure but for reading which processes hold a local fixed port)."""
+    port = state.target.launch.port
+    held = holders(port) if port and state.target.host.kind == "local" else []
+    if "launch.port = 0" in failure:  # the failure says what to do with the port already
+        todo = "then run again"
+    elif held:
+        who = ", ".join(map(str, held))
+        todo = f"launch.port {port} is in use by process {who}: stop it or set launch.port = 0"
+    else:
+        todo = "fix what its log says (the launch command, or what the server needs here) and run again"
+    return (
+        f"the server failed at its first launch: {failure}; {todo} "
+        f"(nothing measured or left running, the repo as found; session {state.session_id})"
+    )

@@ -17,13 +17,37 @@ from state.records import ToolCallRecord
 from state.session import SessionInfo, Summary
 from tools.workspace.hidden import visible
 
+NOT_MEASURED = "not measured"
+
 
 def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f} ms"
+    return NOT_MEASURED if value is None else f"{value:.1f} ms"
 
 
 def _num(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
+    return NOT_MEASURED if value is None else f"{value:.2f}"
+
+
+def _change(s: Summary, before: str, after: str, note: str = "", sep: str = " -> ") -> str:
+    """`before -> after (note)`; with nothing accepted the final figures are the baseline's own
+    (the JSON repeats them, and its `speedup` is 1.0): the baseline's alone, saying so."""
+    if s.accepted:
+        return f"{before}{sep}{after}" + (f" ({note})" if note else "")
+    if before == NOT_MEASURED:
+        return before
+    tried = s.rejected or s.decision is not None
+    return f"{before} (baseline; {'no candidate accepted' if tried else 'no candidate measured'})"
+
+
+def _outputs(s: Summary) -> str:
+    """The output gate's comparison of the final outputs with the baseline's, or that none was made."""
+    if s.outputs_identical is None:
+        return "not compared (no candidate accepted)"
+    return (
+        "identical to the baseline's"
+        if s.outputs_identical
+        else "differ from the baseline's (see output gate)"
+    )
 
 
 def _judged(s: Summary) -> str:
@@ -36,15 +60,15 @@ def _judged(s: Summary) -> str:
 def summary(console: Console, s: Summary) -> None:
     """The end-of-run summary."""
     t = Table(title=f"perfloop session {s.session} ({s.status})", show_header=False)
-    speed = "-" if s.speedup is None else f"{s.speedup:.2f}x baseline -> final"
+    speed = "" if s.speedup is None else f"{s.speedup:.2f}x baseline -> final"
     rows = [
-        ("TPOT", f"{_ms(s.tpot_ms_before)} -> {_ms(s.tpot_ms_after)} ({speed})"),
-        ("TTFT", f"{_ms(s.ttft_ms_before)} -> {_ms(s.ttft_ms_after)}"),
+        ("TPOT", _change(s, _ms(s.tpot_ms_before), _ms(s.tpot_ms_after), speed)),
+        ("TTFT", _change(s, _ms(s.ttft_ms_before), _ms(s.ttft_ms_after))),
         ("judged speedup", _judged(s)),
         ("decision", s.decision or "-"),
         ("mechanism", "\n".join(s.mechanisms) or "not checked (no profile after an accepted patch)"),
         ("measured by", s.measured_by or "-"),
-        ("outputs identical", str(s.outputs_identical)),
+        ("outputs", _outputs(s)),
         ("output gate", s.output_gate or "exact"),
         ("correctness set", s.correctness_set or "-"),
         ("accepted", ", ".join(s.accepted) or "none"),
@@ -59,14 +83,15 @@ def summary(console: Console, s: Summary) -> None:
         ("stopped because", s.stop_reason),
     ]
     if s.workload:
-        serving = f"{s.serving_before or '-'}\n-> {s.serving_after or '-'}"
+        serving = _change(s, s.serving_before or NOT_MEASURED, s.serving_after or NOT_MEASURED, sep="\n-> ")
         rows.insert(2, ("workload", f"{s.workload}\n{serving}"))
     if s.beside_before or s.beside_after:  # bench_serving on the same launches, beside the client
-        rows.insert(3, ("beside (not judged)", f"{s.beside_before or '-'}\n-> {s.beside_after or '-'}"))
+        beside = _change(s, s.beside_before or NOT_MEASURED, s.beside_after or NOT_MEASURED, sep="\n-> ")
+        rows.insert(3, ("beside (not judged)", beside))
     if s.objective:  # the speedup is the objective's: TPOT is its p50 and p99 at the concurrency
-        rows[0] = ("TPOT p50", f"{_ms(s.tpot_ms_before)} -> {_ms(s.tpot_ms_after)}")
-        rows.insert(1, ("TPOT p99", f"{_ms(s.tpot_ms_p99_before)} -> {_ms(s.tpot_ms_p99_after)}"))
-        rows.insert(0, (s.objective, f"{_num(s.objective_before)} -> {_num(s.objective_after)} ({speed})"))
+        rows[0] = ("TPOT p50", _change(s, _ms(s.tpot_ms_before), _ms(s.tpot_ms_after)))
+        rows.insert(1, ("TPOT p99", _change(s, _ms(s.tpot_ms_p99_before), _ms(s.tpot_ms_p99_after))))
+        rows.insert(0, (s.objective, _change(s, _num(s.objective_before), _num(s.objective_after), speed)))
     if s.llm_calls:
         rows.insert(-1, ("model calls / tokens", f"{s.llm_calls} / {s.llm_tokens}"))
     if s.trials:
@@ -161,7 +186,7 @@ def sessions(console: Console, infos: list[SessionInfo], held: dict[str, str]) -
                 i.target_name,
                 i.host or "-",
                 status,
-                f"{s.speedup:.2f}x" if s and s.speedup else "-",
+                f"{s.speedup:.2f}x" if s and s.speedup and s.accepted else "-",  # none kept: 1.00x of nothing
                 ", ".join(s.accepted) if s else "-",
             )
         )

@@ -99,3 +99,21 @@ def serving_figures(state: LoopState, before: Measurement | None, after: Measure
     a, b = out["objective_before"], out["objective_after"]
     out["speedup"] = w.gain(a, b) if a is not None and b is not None else None
     return out
+
+
+def first_launch_failure(state: LoopState) -> str | None:
+    """Why the session's first launch failed, when that is how it ended and its clean-up left
+    nothing behind (no server, the repo as found: `abort` met no problem); else None (pure).
+
+    Such a session measured nothing: the failure is the environment's or the launch command's
+    (a port in use, a server that exits at once), reported like bad input rather than as a session.
+    """
+    if state.status != "failed" or state.baseline is not None or state.launches or state.accepted:
+        return None
+    if len(state.transitions) < 2:
+        return None
+    failed, ended = state.transitions[-2:]
+    if failed.node != "launch" or not failed.note.startswith("error: ") or ended.node != "abort":
+        return None
+    message = failed.note.removeprefix("error: ")
+    return message if state.error == f"launch: {message}" and state.branch is None else None

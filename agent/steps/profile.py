@@ -114,7 +114,7 @@ def mechanism_checks(state: LoopState, summary: ProfileSummary) -> list[Mechanis
     """Predicted vs realized for accepted patches not yet checked against a later profile (pure)."""
     done = {m.iteration for m in state.mechanisms}
     return [
-        mechanism.check(d.iteration, d.source, d.prediction, summary)
+        mechanism.check(d.iteration, d.source, d.prediction, summary, ms=state.options.mechanism_ms)
         for d in state.decisions
         if d.verdict == "accepted" and d.prediction is not None and d.iteration not in done
     ]

@@ -3,6 +3,8 @@ user's repository exactly as before (no branch, no instrumentation, no stray fil
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import socket
 import subprocess
@@ -116,9 +118,27 @@ def test_set_up_failures_are_one_line_exit_2_and_leave_the_repo_as_it_was(scratc
     assert not (scratch.home / "workspaces").exists()  # the demo made no repo
 
 
-def test_a_server_that_fails_at_its_first_launch_leaves_the_repo_as_found(scratch) -> None:
-    """Not checkable beforehand: the session fails (exit 1) and gives the repo back on its branch,
-    the empty session branch deleted, the instrumentation removed, the user's edit kept."""
+def one_line_exit_2(proc: subprocess.CompletedProcess, *needles: str) -> str:
+    """A first launch's failure ends as bad input does: exit 2, one line on stderr (progress off)
+    naming what failed and what to do, no table; the error line."""
+    assert proc.returncode == 2, (proc.stdout[-2000:], proc.stderr[-2000:])
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: the server failed at its first launch: "), lines
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+QUIET = {"PERFLOOP_PROGRESS": "off"}
+"""No progress lines on stderr, so that it holds the error alone."""
+
+
+def test_a_server_that_exits_at_its_first_launch_is_one_line_exit_2_and_leaves_the_repo_as_found(
+    scratch,
+) -> None:
+    """Not checkable beforehand: the session ends at once (one line, exit 2, the summary still the
+    one `--json` document), its repo given back on its branch, the empty session branch deleted,
+    the instrumentation removed, the user's edit kept, no process left."""
     repo = make_repo(scratch.root / "engine")
     scratch.allow(repo)
     runner = repo / "mla_server" / "model_runner.py"
@@ -132,8 +152,51 @@ def test_a_server_that_fails_at_its_first_launch_leaves_the_repo_as_found(scratc
             'argv = ["bash", "launch.sh",', 'argv = ["bash", "-c", "echo no GPU here; exit 3", "x",'
         ),
     )
-    proc = perfloop(scratch.home, "run", str(target), "--json")
-    assert proc.returncode == 1, proc.stderr[-2000:]
-    assert "no GPU here" in proc.stderr  # --json: the summary table on stderr
+    proc = perfloop(scratch.home, "run", str(target), "--json", env=QUIET)
+    line = one_line_exit_2(proc, "server exited with code 3 during start-up", ": no GPU here;", "run again")
+    summary = json.loads(proc.stdout)  # one document, nothing else on stdout
+    assert (summary["status"], summary["server_launches"], summary["tpot_ms_before"]) == ("failed", 0, None)
+    assert summary["session"] in line
+    assert repo_state(repo) == before
+    assert processes_in(repo) == []
+
+
+def test_a_demo_whose_server_exits_at_launch_leaves_no_workspace(scratch) -> None:
+    """`perfloop demo --server-args` with a flag the demo server refuses: it exits at once; the one
+    line names the flag, and the workspace the demo copied is gone with its server."""
+    proc = perfloop(scratch.home, "demo", "--server-args=--no-such-flag", env=QUIET, timeout=120)
+    one_line_exit_2(proc, "--no-such-flag", "run again")
+    assert not (scratch.home / "workspaces").exists()
+    assert processes_in(scratch.home) == []
+
+
+def test_a_port_taken_before_a_resumed_first_launch_is_one_line_naming_the_port(scratch) -> None:
+    """The port check runs before a session starts; a session interrupted at its first launch
+    (SIGTERM) and resumed once another process holds its fixed port meets it at the launch: one
+    line naming the port and its holder, exit 2, the repo as found."""
+    repo = make_repo(scratch.root / "engine")
+    scratch.allow(repo)
+    before = repo_state(repo)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    text = write_target(scratch.inputs / "base.toml", repo).read_text()
+    scratch.allow(scratch.inputs / "base.toml")
+    target = scratch.write(
+        "t.toml", text.replace("startup_timeout_s = 120", f"port = {port}\nstartup_timeout_s = 120")
+    )
+    faults = scratch.write("faults", "server:spawned TERM\n")
+    first = perfloop(scratch.home, "run", str(target), env={"PERFLOOP_FAULTS_FILE": str(faults)})
+    assert first.returncode == 143 and "continue with `perfloop resume " in first.stderr, first.stderr[-2000:]
+    holder = socket.socket()
+    try:
+        holder.bind(("127.0.0.1", port))
+        holder.listen()
+        resumed = perfloop(scratch.home, "resume", "last", env=QUIET)
+        one_line_exit_2(
+            resumed, "Address already in use", f"launch.port {port} is in use by process {os.getpid()}"
+        )
+    finally:
+        holder.close()
     assert repo_state(repo) == before
     assert processes_in(repo) == []

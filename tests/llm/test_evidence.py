@@ -85,11 +85,11 @@ def test_kept_patches_come_with_their_mechanism_check(tmp_path: Path, engine: Pa
         step_us_before=500.0,
         step_us_after=90.0,
         confirmed=True,
-        note="aten::copy_ 412.0 -> 0.0 us/step (predicted -380.1): mechanism confirmed",
+        note="aten::copy_ 0.412 -> 0.000 ms/step (predicted -0.380); step 0.500 -> 0.090 ms: mechanism confirmed",
     )
     text = context(state.model_copy(update={"decisions": [kept], "mechanisms": [check], "iteration": 2}), {})
     assert (
-        "- llm (iteration 1): TPOT 3.10x [2.9, 3.3]\n  mechanism check: aten::copy_ 412.0 -> 0.0 us/step"
+        "- llm (iteration 1): TPOT 3.10x [2.9, 3.3]\n  mechanism check: aten::copy_ 0.412 -> 0.000 ms/step"
         in text
     )
 

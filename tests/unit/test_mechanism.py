@@ -2,12 +2,29 @@
 
 from __future__ import annotations
 
+import gzip
+import json
+from pathlib import Path
+
+from agent.cli.commands.flags import options
+from agent.cli.target import load_target
 from agent.decision.stats.mechanism import check, predict
+from agent.sessions.archive import import_session
+from agent.sessions.runner import Sessions
+from agent.steps.profile import mechanism_checks
 from state.diagnosis import Diagnosis, Evidence
-from state.loop import Proposal
+from state.loop import Decision, LoopState, Proposal
+from state.options import LoopOptions
 from state.profile import OpStat, ProfileSummary
 
 DIMS = [[24576, 1, 576], [24576, 1, 576], []]
+DEMO_TOML = Path(__file__).resolve().parents[2] / "examples" / "targets" / "mla_server.toml"
+RECORDING = (
+    Path(__file__).resolve().parents[2]
+    / "benchmarks"
+    / "h200-2026-11-30-ci-rule"
+    / "c-eager-ci-session.json.gz"
+)
 
 
 def profile(cast_us: float, other_us: float = 100.0, steps: int = 5) -> ProfileSummary:
@@ -36,7 +53,7 @@ def test_a_cast_that_vanished_confirms_the_mechanism() -> None:
     diag = Diagnosis(findings=[], top_ops=[], time_basis="cpu", steps=5, step_us=200.0)
     p = predict(proposal(), diag)
     assert p is not None and p.op_us_per_step == 180.0 and p.step_us == 200.0
-    c = check(1, "kv", p, profile(0.0))
+    c = check(1, "kv", p, profile(0.0), ms=True)
     assert c.confirmed and c.op_us_per_step_after == 0.0 and c.predicted_removed_us == 170.0
     assert "mechanism confirmed" in c.note
 
@@ -45,9 +62,54 @@ def test_a_gain_whose_op_did_not_shrink_is_flagged() -> None:
     diag = Diagnosis(findings=[], top_ops=[], time_basis="cpu", steps=5, step_us=200.0)
     p = predict(proposal(), diag)
     assert p is not None
-    c = check(1, "kv", p, profile(880.0))
+    c = check(1, "kv", p, profile(880.0), ms=True)
     assert not c.confirmed and "GAIN WITHOUT MECHANISM" in c.note
 
 
 def test_no_prediction_without_the_step_count() -> None:
     assert predict(proposal(), Diagnosis(findings=[], top_ops=[], time_basis="cpu")) is None
+
+
+def checked(tmp_path: Path, opts: LoopOptions) -> str:
+    """The mechanism line a session with `opts` writes for the cast fix (180 us/step of a 200 us step
+    predicted, 20% of it left after the patch)."""
+    diag = Diagnosis(findings=[], top_ops=[], time_basis="cpu", steps=5, step_us=200.0)
+    kept = Decision(
+        iteration=1, source="kv", verdict="accepted", reason="r", prediction=predict(proposal(), diag)
+    )
+    state = LoopState(
+        session_id="s-unit", target=load_target(DEMO_TOML), options=opts, decisions=[kept], iteration=2
+    )
+    (m,) = mechanism_checks(state, profile(180.0))
+    return m.note
+
+
+def test_a_new_session_writes_the_mechanism_line_in_ms_per_step_as_analyze_does(tmp_path: Path) -> None:
+    """One unit per quantity across commands (`analyze`, `diff`: ms per step)."""
+    new = LoopOptions(session_dir=tmp_path, **options("auto", "patch", 3, [], False))
+    assert checked(tmp_path, new) == (
+        "aten::copy_ 0.180 -> 0.036 ms/step (predicted -0.170); step 0.200 -> 0.056 ms: mechanism confirmed"
+    )
+
+
+def test_a_session_recorded_before_keeps_its_us_per_step_line_and_replays_to_it(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Options recorded without `mechanism_ms` write the line as they did; a recorded H200 session
+    (whose summary holds that line) replays to it, in us/step (its predicted figure comes from
+    this checkout's gain model, which has moved since: compared up to it)."""
+    old = LoopOptions.model_validate({"session_dir": str(tmp_path), "python": "python3"})
+    assert checked(tmp_path, old) == (
+        "aten::copy_ 180.0 -> 36.0 us/step (predicted -170.0); step 200 -> 56 us: mechanism confirmed"
+    )
+    recorded = json.loads(gzip.decompress(RECORDING.read_bytes()))["session"]["summary"]["mechanisms"]
+    assert recorded and all(" us/step " in line for line in recorded)
+    monkeypatch.setenv("PERFLOOP_HOME", str(tmp_path / "home"))
+    sessions = Sessions()
+    _, summary = sessions.replay(import_session(sessions.store, RECORDING))
+    assert [m.partition(" (predicted")[0] for m in summary.mechanisms] == [
+        m.partition(" (predicted")[0] for m in recorded
+    ]
+    assert [m.partition("; step ")[2] for m in summary.mechanisms] == [
+        m.partition("; step ")[2] for m in recorded
+    ]

@@ -37,7 +37,8 @@ def session(tmp_path: Path, w: WorkloadConfig | None, before: Measurement, after
         target=target,
         options=LoopOptions(session_dir=tmp_path, python="python3", decision_rule="ci-v1"),
         baseline=before,
-        reference=after,
+        reference=after,  # a kept candidate's, as only an accepted one replaces the baseline
+        decisions=[Decision(iteration=1, source="p", verdict="accepted", reason="r")],
     )
 
 

@@ -145,6 +145,7 @@ def options(
         "reference_host_aa": True,
         "launch_allowlist": True,
         "release_servers_when_paused": not keep_servers,
+        "mechanism_ms": True,
     }
 
 

@@ -78,7 +78,8 @@ def demo(
         if device == "cuda" and target.host.kind == "local":
             check_gpu()
         state = sessions.start(target, {**opts, "demo_source": DEMO_SOURCE}, sid, None)
-        finish(sessions, state, flags.as_json)
+        local = target.host.kind == "local"  # an SSH host's copy stays there (the session names it)
+        finish(sessions, state, flags.as_json, workspace=target.repo.parent if local else None)
 
     run_command(body)
 

@@ -31,8 +31,9 @@ def predict(proposal: Proposal, diagnosis: Diagnosis | None) -> Prediction | Non
     )
 
 
-def check(iteration: int, playbook: str, p: Prediction, after: ProfileSummary) -> MechanismCheck:
-    """Compare a prediction with the first profile after the patch."""
+def check(iteration: int, playbook: str, p: Prediction, after: ProfileSummary, *, ms: bool) -> MechanismCheck:
+    """Compare a prediction with the first profile after the patch; `ms`: its line in ms per step
+    (`LoopOptions.mechanism_ms`), else in us as sessions recorded before it wrote it."""
     same = [o for o in after.ops if o.name == p.op and o.input_dims == p.dims]
     op_after = sum(o.self_us for o in same) / max(after.steps, 1)
     if p.step_us is not None and p.expected_gain_share > 0:
@@ -44,7 +45,6 @@ def check(iteration: int, playbook: str, p: Prediction, after: ProfileSummary) -
     verdict = (
         "mechanism confirmed" if confirmed else "GAIN WITHOUT MECHANISM: the predicted op did not shrink"
     )
-    step = f"; step {p.step_us:.0f} -> {after.step_us:.0f} us" if p.step_us is not None else ""
     return MechanismCheck(
         iteration=iteration,
         playbook=playbook,
@@ -55,8 +55,20 @@ def check(iteration: int, playbook: str, p: Prediction, after: ProfileSummary) -
         step_us_before=p.step_us,
         step_us_after=after.step_us,
         confirmed=confirmed,
-        note=(
-            f"{p.op} {p.op_us_per_step:.1f} -> {op_after:.1f} us/step (predicted -{predicted:.1f})"
-            f"{step}: {verdict}"
-        ),
+        note=note(p, op_after, predicted, after.step_us, ms) + f": {verdict}",
     )
+
+
+def note(p: Prediction, op_after_us: float, predicted_us: float, step_after_us: float, ms: bool) -> str:
+    """The check's figures in one line, e.g. `aten::copy_ 0.412 -> 0.000 ms/step (predicted -0.380);
+    step 0.500 -> 0.090 ms`, or in us (`412.0 -> 0.0 us/step (predicted -380.1); step 500 -> 90 us`)
+    as sessions recorded before `LoopOptions.mechanism_ms` wrote it (pure)."""
+    if ms:
+        line = f"{p.op} {p.op_us_per_step / 1e3:.3f} -> {op_after_us / 1e3:.3f} ms/step"
+        line += f" (predicted -{predicted_us / 1e3:.3f})"
+        step = (
+            f"; step {p.step_us / 1e3:.3f} -> {step_after_us / 1e3:.3f} ms" if p.step_us is not None else ""
+        )
+        return line + step
+    line = f"{p.op} {p.op_us_per_step:.1f} -> {op_after_us:.1f} us/step (predicted -{predicted_us:.1f})"
+    return line + (f"; step {p.step_us:.0f} -> {step_after_us:.0f} us" if p.step_us is not None else "")
