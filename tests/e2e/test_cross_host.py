@@ -1,8 +1,8 @@
 """Cross-host arms on the CPU demo: a local `[[hosts]]` entry with its own checkout (as several
 GPUs of one machine are) runs the reference while the candidate runs here, swapping every round;
 the real fix (gather then cast) is judged on the crossover of the two hosts' launches, nothing is
-left running or checked out on either host, and the session replays offline with the same
-decision."""
+left running or checked out on either host, the session replays offline with the same decision,
+and its report shows each host's launches of each tree."""
 
 from __future__ import annotations
 
