@@ -3,6 +3,7 @@ or a replay of the recording for an imported session) and its recorded tool call
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -149,11 +150,13 @@ def arms(
     arm and confirmation arms, whatever the arms kind (`bench.measure` of sequential, alternating and
     cross-host arms; `bench.measure_pair` of interleaved ones), then, for cross-host arms, the
     reference host's candidate and reference arms (its `measure@HOST` calls, named `... on HOST`);
-    each A/A launch or pair. Candidates pair, in order, with the decisions that have a candidate TPOT.
+    each parallel trial's baseline and candidate on its host (`trial@HOST` calls); each A/A launch
+    or pair. Candidates pair, in order, with the decisions that have a candidate TPOT.
     Under `[workload]` each arm also holds its windows' objective."""
     base: list[Measurement] = []
     groups: list[dict[tuple[str, str], list[Measurement]]] = []  # (host, role): "" is this host
     aa: dict[str, list[Measurement]] = {}
+    trials: dict[tuple[str, str], list[Measurement]] = {}  # (name, verdict)
     for c in calls:
         if c.output is None:
             continue
@@ -170,6 +173,8 @@ def arms(
             kind = role(m.label)
             if kind == "aa":
                 aa.setdefault(m.label, []).append(m)
+            elif c.node.split("@")[0] == "trial":  # a parallel trial's launches, never the session's
+                trials.setdefault(trial_arm(m.label, c.node.partition("@")[2]), []).append(m)
             elif c.node == "baseline" or not groups:
                 base.append(m)
             elif c.node.split("@")[0] == "measure":  # `measure@HOST`: the reference host's launches
@@ -184,8 +189,23 @@ def arms(
             where = f"{kind} on {host}" if host else kind
             name = label if where == "candidate" else f"{label} ({where})"
             out.append(_arm(name, verdict if kind == "candidate" else "reference", ms, workload))
+    out += [_arm(name, verdict, ms, workload) for (name, verdict), ms in trials.items()]
     out += [_arm(label, "aa", ms, workload) for label, ms in aa.items()]
     return out
+
+
+TRIAL_LABEL = re.compile(r"trial-iteration-\d+-(?P<source>.+)-(?P<tree>baseline|candidate)")
+"""A parallel trial's measurement label (agent/hostrun.py `HostRun.measured`)."""
+
+
+def trial_arm(label: str, host: str) -> tuple[str, str]:
+    """(name, verdict) of a parallel trial's launch on `host` (pure): `SOURCE (trial on HOST)`, a
+    `trial`, or `SOURCE (trial baseline on HOST)`, a `baseline`; an unknown label as it is."""
+    if (m := TRIAL_LABEL.fullmatch(label)) is None:
+        return f"{label} (on {host})", "trial"
+    if m["tree"] == "baseline":
+        return f"{m['source']} (trial baseline on {host})", "baseline"
+    return f"{m['source']} (trial on {host})", "trial"
 
 
 ROLES = ("candidate", "reference", "confirm", "confirm reference")
