@@ -10,6 +10,35 @@ allows (`floor_us`): the device's remaining busy time, the host's remaining issu
 step less everything the fix removes (Amdahl over the measured windows). Each finding states its
 basis; without step windows on a GPU trace the prediction is unknown (None), not a guess.
 Pure functions.
+
+In detail. From each step window (`tools/trace/windows.py`; `StepBounds.windows` and
+`ProfileSummary.step_source` say which marker found them, or that they were inferred) the trace
+gives the host's time to issue the step's kernels (first to last launch call, syncs left out), the
+host work outside that span, and the device's busy time (`tools/trace/bounds.py`; `StepBounds`, with
+`bound` = `host launch` or `device`). Each finding's gain model becomes a `StepEffect` (device time
+removed, kernels removed, or CUDA graphs: the issue time goes, the step being one graph launch, and
+each kernel adds GRAPH_GAP_US of device idle), and the finding gets `step_ms`, `predicted_step_ms`,
+`predicted_speedup`, `bound`, `bound_after`. Given the measured TPOT (the loop's reference
+measurement, `diagnose --tpot-ms`), the host's terms (serial host, issue, residual) are first scaled
+until the model gives that TPOT (`calibrated`); where the profiled device time alone exceeds the
+TPOT (CUPTI slows graph replays too), the host terms go to their floor and the device time takes the
+rest. Two findings each held back by the bound the other removes (a cast fix and CUDA graphs on an
+eager step) are paired (`paired_with`, `paired_speedup`). Under CUDA graphs a replay has no
+operators, so a playbook's `[graph_signature]` matches by kernel names instead (the pool cast's copy
+kernel; `playbooks/match.py`). A fix without a step model (sync removal) shrinks the step by its
+share but not below `max(issue, device)`. `Finding.basis` names the bound, windows, the model's
+terms before and after, the floor and the paired fix. CPU traces keep the share-based gain (every op
+is on the step's path); a GPU trace without step windows gets no number (`predicted_speedup` None,
+basis `unknown: ...`). A trace without markers is never refused: only a trace with no events, or a
+CUDA trace with no kernels, is (`tools/trace/checks.py`). Without a TPOT, a GPU trace's host time is
+divided by how much the profiler inflated it, fitted on H200 traces (`playbooks/spread.py`: 1.92x
+eager, 11.17x graph-replayed), and every prediction is a range (`predicted_speedup_low`/`_high`)
+over the step windows and the inflations seen, which `diagnose` prints.
+
+Tests: the corpus in `tests/data/traces/served/` (real demo-server traces by each profile method,
+with `expected-*.json`: steps, bound, findings) is checked by `tests/unit/test_trace_windows.py`;
+`playbooks/heldout.py` (and `benchmarks/gain_heldout.py`) checks the model leaving one launch out
+on `tests/data/traces/gain/corpus.json` (`tests/unit/test_gain_heldout.py`).
 """
 
 from state.diagnosis import Finding, StepEffect

@@ -3,6 +3,7 @@ or a replay of the recording for an imported session) and its recorded tool call
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -147,12 +148,15 @@ def arms(
     """Every measured arm, in order (pure): the baseline; each candidate (its requests: the `measure`
     node's after its launch by `relaunch`, over all its launches and looks), followed by its reference
     arm and confirmation arms, whatever the arms kind (`bench.measure` of sequential, alternating and
-    cross-host arms; `bench.measure_pair` of interleaved ones); each A/A launch or pair. Candidates
-    pair, in order, with the decisions that have a candidate TPOT. Under `[workload]` each arm also
-    holds its windows' objective."""
+    cross-host arms; `bench.measure_pair` of interleaved ones), then, for cross-host arms, the
+    reference host's candidate and reference arms (its `measure@HOST` calls, named `... on HOST`);
+    each parallel trial's baseline and candidate on its host (`trial@HOST` calls); each A/A launch
+    or pair. Candidates pair, in order, with the decisions that have a candidate TPOT.
+    Under `[workload]` each arm also holds its windows' objective."""
     base: list[Measurement] = []
-    groups: list[dict[str, list[Measurement]]] = []
+    groups: list[dict[tuple[str, str], list[Measurement]]] = []  # (host, role): "" is this host
     aa: dict[str, list[Measurement]] = {}
+    trials: dict[tuple[str, str], list[Measurement]] = {}  # (name, verdict)
     for c in calls:
         if c.output is None:
             continue
@@ -169,20 +173,39 @@ def arms(
             kind = role(m.label)
             if kind == "aa":
                 aa.setdefault(m.label, []).append(m)
+            elif c.node.split("@")[0] == "trial":  # a parallel trial's launches, never the session's
+                trials.setdefault(trial_arm(m.label, c.node.partition("@")[2]), []).append(m)
             elif c.node == "baseline" or not groups:
                 base.append(m)
-            elif c.node == "measure":
-                groups[-1].setdefault(kind, []).append(m)
+            elif c.node.split("@")[0] == "measure":  # `measure@HOST`: the reference host's launches
+                host = c.node.partition("@")[2]
+                groups[-1].setdefault((host, kind), []).append(m)
     measured = [d for d in decisions if d.tpot_ms_after is not None]
     out = [_arm("baseline", "baseline", base, workload)] if base else []
     for i, group in enumerate(g for g in groups if g):
         d = measured[i] if i < len(measured) else None
         label, verdict = (d.label, d.verdict) if d else (f"candidate {i + 1}", "measuring")
-        for kind, ms in sorted(group.items(), key=lambda kv: ROLES.index(kv[0])):
-            name = label if kind == "candidate" else f"{label} ({kind})"
+        for (host, kind), ms in sorted(group.items(), key=lambda kv: (kv[0][0], ROLES.index(kv[0][1]))):
+            where = f"{kind} on {host}" if host else kind
+            name = label if where == "candidate" else f"{label} ({where})"
             out.append(_arm(name, verdict if kind == "candidate" else "reference", ms, workload))
+    out += [_arm(name, verdict, ms, workload) for (name, verdict), ms in trials.items()]
     out += [_arm(label, "aa", ms, workload) for label, ms in aa.items()]
     return out
+
+
+TRIAL_LABEL = re.compile(r"trial-iteration-\d+-(?P<source>.+)-(?P<tree>baseline|candidate)")
+"""A parallel trial's measurement label (agent/hostrun.py `HostRun.measured`)."""
+
+
+def trial_arm(label: str, host: str) -> tuple[str, str]:
+    """(name, verdict) of a parallel trial's launch on `host` (pure): `SOURCE (trial on HOST)`, a
+    `trial`, or `SOURCE (trial baseline on HOST)`, a `baseline`; an unknown label as it is."""
+    if (m := TRIAL_LABEL.fullmatch(label)) is None:
+        return f"{label} (on {host})", "trial"
+    if m["tree"] == "baseline":
+        return f"{m['source']} (trial baseline on {host})", "baseline"
+    return f"{m['source']} (trial on {host})", "trial"
 
 
 ROLES = ("candidate", "reference", "confirm", "confirm reference")

@@ -53,7 +53,7 @@ def pick(diffs: list[ProposalDiff], number: int | None) -> ProposalDiff:
         raise ToolError("the session has made no proposal yet")
     if number is not None and not 1 <= number <= len(diffs):
         raise ToolError(
-            f"--proposal {number}: the session made {len(diffs)} proposal(s), numbered 1-{len(diffs)}"
+            f"--diff {number}: the session made {len(diffs)} proposal(s), numbered 1-{len(diffs)}"
         )
     d = diffs[-1 if number is None else number - 1]
     if not d.diff:

@@ -29,7 +29,20 @@ from tools.workspace import repo
 
 def approve_batch(state: LoopState) -> Command:
     """One answer for a batch of parallel candidates before any is tried: all of them, the ones it
-    names (`playbooks`), or none; the others become rejected decisions."""
+    names (`playbooks`), or none; the others become rejected decisions.
+
+    With `--approve manual`, `propose` goes to `approve` with the batch in `LoopState.candidates`
+    and no `proposal`, and `approve` hands it here. It pauses once (`batch_request`, agent/steps/approval.py: the first candidate's view
+    with the batch's title, files and diffs, so every renderer of an approval works, plus each
+    candidate's view under `candidates`), and the answer (`state/fanout.BatchApproval`, an
+    `Approval` with `playbooks`: the ones to try, None for all; `perfloop approve --only ID`; the
+    state keeps the plain `Approval`) fans out the chosen ones (`fan_out`, the `Send`s `propose`
+    makes) and records the others as rejected; a rejection of the batch goes back to `propose`. The
+    batch's answer covers applying the best verified one (join's auto `Approval`).
+    `agent/sessions/approving.batch_refusal` refuses, before anything is recorded, an edited patch
+    for a batch, `--only` names outside it, and `--only` for a single proposal (the CLI and the
+    approval page share it; the page turns its ticked candidates into `--only`,
+    `agent/web/answers.only_args`)."""
     answer = BatchApproval.model_validate(interrupt(batch_request(state)))
     named = set(answer.playbooks or [p.source for p in state.candidates]) if answer.approved else set()
     chosen = [p for p in state.candidates if p.source in named]

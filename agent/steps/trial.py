@@ -9,6 +9,30 @@ candidate, launches and measures it, then stops its server and gives the checkou
 it. Its outcome, never an exception, goes to `trials`. `join` (agent/steps/fanout.py) sends the next
 batch or keeps the best verified candidate, which then goes through cleanup, apply, relaunch,
 measure and decide here, on the session's own host.
+
+A crash in the middle of a batch. How LangGraph (1.2) keeps a half-done super-step: each task has a
+deterministic id (from the checkpoint, step, node and the `Send`'s position), so the tasks prepared
+again on resume have the ids they had; when a task finishes, its writes are saved at once with
+`put_writes(config, writes, task_id)` against the checkpoint the step started from (the
+checkpointer's `writes` / `checkpoint_writes` table), and that checkpoint's tuple carries them as
+`pending_writes` (`task_id, channel, value`). On resume a task with an output write counts as
+finished (`langgraph/pregel/_task_status.py`: interrupts, errors and resume answers are control
+writes and do not count); its writes are applied again and it is not run, while the others run from
+their first line. The public view of this is `graph.get_state(config).tasks`: a task that finished
+has a `result` (at least `{}`), one that did not has `None`. So each recorded call has `task_id`
+(`ToolCallRecord`; a trial's door branch is made with `runtime.execution_info.task_id`, the main
+sequence records none), and on resume `Sessions.finished_tasks` names the finished tasks of the
+checkpoint's next step and `SessionStore.supersede_after(session, calls_done, finished)` marks
+superseded only the calls after `calls_done` whose task is not among them: the finished trials'
+calls stay the recording of what they did, the killed trials' calls are superseded, and their re-run
+is recorded after them; the replay then matches each branch against its current calls. A killed
+trial's host is tidied by its re-run: `server.launch` stops the server the killed attempt left (the
+host's `server.pid`), and a checkout found on the trial's own branch is first taken back to what was
+checked out before it (`repo.abandon_branch`: `@{-1}`, the branch and its commits deleted,
+uncommitted work carried along, or a one-line refusal when a switch would overwrite it), so the
+baseline is never measured on a killed attempt's candidate commit.
+`tests/e2e/test_parallel_resume.py` kills a session (SIGKILL, on SQLite and on Postgres) when host
+a's trial has finished while host b's launch waits on a gate file, resumes it and checks the replay.
 """
 
 from __future__ import annotations

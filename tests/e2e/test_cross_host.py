@@ -1,11 +1,12 @@
 """Cross-host arms on the CPU demo: a local `[[hosts]]` entry with its own checkout (as several
 GPUs of one machine are) runs the reference while the candidate runs here, swapping every round;
 the real fix (gather then cast) is judged on the crossover of the two hosts' launches, nothing is
-left running or checked out on either host, and the session replays offline with the same
-decision."""
+left running or checked out on either host, the session replays offline with the same decision,
+and its report shows each host's launches of each tree."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,23 @@ def test_the_fix_is_judged_on_a_crossover_with_another_host(tmp_path: Path, home
     assert sorted(c.input["target_key"] for c in reads) == sorted(keys)
     replayed = perfloop(home, "replay", s["session"], "--json")
     assert replayed.returncode == 0 and last_json(replayed)["matches_recording"] is True, replayed.stderr
+    # the report shows every measured arm: the baseline, each tree here and each tree on host x (its
+    # `measure@x` calls), with its requests (1 prompt x 3 per launch), in the table and the plots
+    report = perfloop(home, "report", s["session"], "-o", str(tmp_path / "r.html"))
+    assert report.returncode == 0, report.stderr[-2000:]
+    page = (tmp_path / "r.html").read_text()
+    table = page[page.index('<table id="arms">') : page.index("</table>", page.index('<table id="arms">'))]
+    rows = re.findall(
+        r'<tr><td>([^<]+)</td><td><span class="status verdict-(\w+)">\w+</span></td><td class="num">(\d+)',
+        table,
+    )
+    assert rows == [
+        ("baseline", "baseline", "3"),
+        ("fix", "accepted", "6"), ("fix (reference)", "reference", "3"),  # launches 2, 6 | 4
+        ("fix (candidate on x)", "accepted", "3"), ("fix (reference on x)", "reference", "6"),  # 5 | 3, 7
+    ], table  # fmt: skip
+    for fid in ("plot-tpot", "plot-dist"):
+        plot = page[
+            page.index(f'<figure id="{fid}"') : page.index("</figure>", page.index(f'<figure id="{fid}"'))
+        ]
+        assert [label for label, _, _ in rows if f">{label}<" not in plot] == [], fid

@@ -90,7 +90,11 @@ def perfloop(home: Path, *args: str, env: dict[str, str] | None = None) -> subpr
     return _ZYGOTE[0](*args, env={**os.environ, "PERFLOOP_HOME": str(home), **(env or {})})
 
 
-ONE_STORE = {"test_edited_patches_are_validated_and_recorded", "test_fork_keeps_what_its_parent_kept"}
+ONE_STORE = {
+    "test_edited_patches_are_validated_and_recorded",
+    "test_fork_keeps_what_its_parent_kept",
+    "test_show_diff_picks_a_proposal_by_number",
+}
 """Tests that prove nothing engine-specific: the patch checks run before any store write."""
 
 
@@ -498,6 +502,36 @@ def test_edited_patches_are_validated_and_recorded(tmp_path: Path, home: Path, r
     assert shown["decisions"][-1]["label"] == s["accepted"][0]
     assert "human-edited patch (replacing" in perfloop(home, "show", sid, env={"COLUMNS": "300"}).stdout
     assert_clean(repo, s["branch"])
+
+
+def test_show_diff_picks_a_proposal_by_number(recorded: dict, tmp_path: Path, monkeypatch) -> None:
+    """`show SESSION --diff [N]` on the recorded session (two proposals: the rolled-back one that
+    changes outputs, then the kept cast fix): `--diff 1` the first's patch, `--diff` alone the last,
+    each a plain unified diff that applies to the commit the session started from; a number past
+    the proposals, or a number without --diff, is one line and exit 2."""
+    on_recorded(recorded, monkeypatch)
+    home, sid = recorded["home"], recorded["summary"]["session"]
+    shown = last_json(perfloop(home, "show", sid, "--json"))
+    assert [d["playbook"] for d in shown["decisions"]] == ["bad-changes-outputs", "kv-cache-full-pool-cast"]
+    first, last, second = (
+        perfloop(home, "show", sid, *a) for a in (["--diff", "1"], ["--diff"], ["2", "--diff"])
+    )
+    for p in (first, last, second):
+        assert p.returncode == 0 and p.stdout.startswith(f"diff --git a/{BACKEND}"), p.stderr
+    assert "* self.scaling * 3.0" in first.stdout and "* self.scaling * 3.0" not in last.stdout
+    assert "k_buffer[kv_indices].to(q.dtype)" in last.stdout and last.stdout == second.stdout
+    start = tmp_path / "start"
+    subprocess.run(["git", "clone", "-q", "-b", "main", str(recorded["repo"]), str(start)], check=True)
+    for p in (first, last):
+        check = subprocess.run(
+            ["git", "-C", str(start), "apply", "--check", "-"], input=p.stdout, capture_output=True, text=True
+        )
+        assert check.returncode == 0, check.stderr
+    past, bare = perfloop(home, "show", sid, "--diff", "3"), perfloop(home, "show", sid, "1")
+    assert (past.returncode, past.stdout) == (2, "")
+    assert past.stderr == "error: --diff 3: the session made 2 proposal(s), numbered 1-2\n", past.stderr
+    assert (bare.returncode, bare.stdout) == (2, "")
+    assert bare.stderr == "error: N (1) selects a proposal's patch: add --diff (show SESSION --diff N)\n"
 
 
 def test_fork_refuses_to_move_a_dirty_tree(recorded: dict, monkeypatch) -> None:

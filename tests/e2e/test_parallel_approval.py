@@ -1,11 +1,13 @@
 """Manual approval in a parallel session: the candidates for `[[hosts]]` are approved as one batch
 before any is tried (all, or those named with `--only`); an edited patch or an unknown name is
-refused in one line with the session still paused. Two local hosts, the real CLI and servers."""
+refused in one line with the session still paused; the report shows the trial's launches as arms
+of their own. Two local hosts, the real CLI and servers."""
 
 from __future__ import annotations
 
 import pytest
 
+from agent.report.data import arms as report_arms
 from tests.e2e.conftest import git, last_json, make_repo, perfloop, write_target
 from tests.e2e.test_parallel_resume import noop_books, with_local_hosts
 from tests.procs import processes_in
@@ -54,6 +56,14 @@ def test_a_batch_is_approved_once_before_its_trials(tmp_path, home) -> None:
     assert git(repo, "rev-list", "--count", "main..HEAD").strip() == "1"  # the kept one, applied here
     assert git(repo_b, "branch", "--list", "perfloop/*").strip() == ""  # host b never touched
     assert [processes_in(r) for r in (repo, repo_a, repo_b)] == [[], [], []]
+    # the report's arms: the trial's two launches on host a, each its own arm, none in the baseline
+    shown_arms = [(a.label, a.verdict, len(a.tpot_ms)) for a in report_arms(store.tool_calls(sid), [])]
+    assert shown_arms == [
+        ("baseline", "baseline", 6),  # 2 prompts x 3 requests, here
+        ("candidate 1", "measuring", 6),  # the kept one, measured again here (no decisions given)
+        (f"{KV} (trial baseline on a)", "baseline", 6),
+        (f"{KV} (trial on a)", "trial", 6),
+    ], shown_arms
     out = tmp_path / "batch.json.gz"  # the batch's answer (with --only) travels in an export
     assert perfloop(home, "export", sid, "-o", str(out)).returncode == 0
     assert perfloop(tmp_path / "elsewhere", "import", str(out)).returncode == 0

@@ -18,7 +18,7 @@ from agent.sessions.holding import abandon
 from agent.sessions.runner import Sessions, new_session_id
 from state.session import Summary
 from tools.door.replay import ReplayDivergence
-from tools.errors import ConfigError, NotReplayable, one_line
+from tools.errors import ConfigError, NotReplayable, ToolError, one_line
 
 
 def not_compared(recorded: Summary) -> set[str]:
@@ -127,22 +127,30 @@ def sessions(as_json: Json = False) -> None:
 
 def show(
     session: SessionArg,
+    # `--diff [N]`: N is an argument, not --diff's value (typer never passes click's `flag_value`
+    # on, so an option cannot take an optional value); it may come before or after --diff
+    number: Annotated[
+        int | None,
+        typer.Argument(
+            metavar="N",
+            min=1,
+            show_default=False,
+            help="With --diff: the N-th proposal's patch (default: the last).",
+        ),
+    ] = None,
     as_json: Json = False,
     diff: Annotated[
         bool,
         typer.Option("--diff", help="Print a proposal's patch as a plain unified diff, and nothing else."),
     ] = False,
-    number: Annotated[
-        int | None,
-        typer.Option(
-            "--proposal", min=1, metavar="N", help="With --diff: the N-th proposal (default: the last)."
-        ),
-    ] = None,
 ) -> None:
-    """Show a session: transitions in order, measurements, patches, decisions (--diff: one patch)."""
+    """Show a session: transitions in order, measurements, patches, decisions (--diff [N]: the N-th
+    proposal's patch alone, the last without N)."""
 
     def body() -> None:
         s = Sessions()
+        if number is not None and not diff:
+            raise ToolError(f"N ({number}) selects a proposal's patch: add --diff (show SESSION --diff N)")
         if diff:  # applied if a human edited it, else proposed; `approve --patch` takes it back
             sys.stdout.write(pick(proposal_diffs(s.history(session)), number).diff)
             return
