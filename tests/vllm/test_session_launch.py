@@ -1,12 +1,12 @@
 """Session 1 on the real vLLM engine: a launch-option session on the tiny Llama.
 
 The target is launched as users often start: `--enforce-eager --max-num-seqs 1` (one sequence per
-decode step) while the workload keeps 4 requests in flight. The API profile reads vLLM's phase
+decode step) while the workload keeps 8 requests in flight. The API profile reads vLLM's phase
 scopes (host-bound or model-bound decode: which one depends on the machine's load, so the test
 asserts the line, not the verdict); the launch-option search (`--proposer search`, one knob:
 `--max-num-seqs`, choices 1 or 8, so its one trial is 8 whether the diagnosis implicates the knob
-or TPE picks it) predicts the trial's output-throughput gain bound (`batching_gain_bound`: min(4,
-8) / min(4, 1) = 4x), relaunches it beside the reference (interleaved arms: windows alternate
+or TPE picks it) predicts the trial's output-throughput gain bound (`batching_gain_bound`: min(8,
+8) / min(8, 1) = 8x), relaunches it beside the reference (interleaved arms: windows alternate
 between the two servers), checks its greedy outputs (exact policy: the model is served in float32
 from a seeded random checkpoint, since vLLM's dummy weights give every prompt the same output) and
 judges the windows' output throughput. The rule keeps it; the session replays offline.
@@ -64,10 +64,10 @@ save_file({k: v.to(torch.bfloat16) for k, v in t.items()}, str(folder / "model.s
 """Seeded random weights of the usual scale (std 1/sqrt(fan_in), norms 1) for the tiny Llama."""
 
 EXTRA = """
-[workload]                      # 4 requests in flight: one sequence per step leaves 3 waiting
-concurrency = 4
-requests = 12
-prompts = 4
+[workload]                      # 8 requests in flight: one sequence per step leaves 7 waiting
+concurrency = 8
+requests = 16
+prompts = 8
 input_len = [8, 24]
 output_len = [24, 32]
 objective = "output_throughput"
@@ -80,7 +80,7 @@ concurrent = 2
 long_prompts = 0
 
 [decide]
-looks = 1
+looks = 2                       # a second look of windows on the same pair while undecided
 arms = "interleaved"            # windows alternate between the reference and the candidate server
 auto_aa_pairs = 0
 
@@ -135,11 +135,11 @@ def test_the_search_keeps_more_sequences_per_step_within_its_predicted_bound_and
 
     (trial,) = shown["decisions"]
     assert trial["playbook"] == "search-1" and trial["launch_argv"][-2:] == ["--max-num-seqs", "8"], trial
-    assert trial["predicted_speedup"] == 4.0  # min(4, 8) / min(4, 1) at 4 requests in flight
+    assert trial["predicted_speedup"] == 8.0  # min(8, 8) / min(8, 1) at 8 requests in flight
     assert trial["verdict"] == "accepted" and trial["outputs_identical"] is True, trial["reason"]
     look = trial["judgement"]["looks"][-1]
     # the bound holds: what the windows realized lies within what batching can give
-    assert 1.0 < look["ci_low"] <= 4.0, look
+    assert 1.0 < look["ci_low"] <= 8.0, look
     assert (
         s["accepted"] == ["search-1"]
         and s["commits"] == []
@@ -148,7 +148,7 @@ def test_the_search_keeps_more_sequences_per_step_within_its_predicted_bound_and
     (line,) = s["search_trials"]
     assert (
         line.startswith("search-1: --max-num-seqs 8: output throughput ")
-        and "(predicted at most 4.00x)" in line
+        and "(predicted at most 8.00x)" in line
     )
     assert_clean(repo, s["branch"])
 
@@ -158,9 +158,9 @@ def test_the_search_keeps_more_sequences_per_step_within_its_predicted_bound_and
     ]
     print(
         f"\nvLLM tiny Llama launch-option session (session 1): output throughput "
-        f"{s['objective_before']:.1f} -> {s['objective_after']:.1f} tok/s at concurrency 4, judged "
+        f"{s['objective_before']:.1f} -> {s['objective_after']:.1f} tok/s at concurrency 8, judged "
         f"{look['speedup']:.2f}x (95% CI [{look['ci_low']:.2f}, {look['ci_high']:.2f}]) against a "
-        f"predicted bound of 4.00x; TPOT p50 {s['tpot_ms_before']:.2f} -> {s['tpot_ms_after']:.2f} ms; "
+        f"predicted bound of 8.00x; TPOT p50 {s['tpot_ms_before']:.2f} -> {s['tpot_ms_after']:.2f} ms; "
         f"{s['server_launches']} launches, {wall:.0f} s wall"
     )
     print(json.dumps({"diagnose": notes["diagnose"][-300:], "trial": line}))
