@@ -221,3 +221,40 @@ def test_the_postgres_store_restarted_then_down_mid_session(tmp_path: Path) -> N
         assert git(repo, "status", "--porcelain") == "" and processes_in(repo) == []
     finally:
         pg.stop()
+
+
+@pytest.mark.timeout(600)
+def test_a_trace_the_server_cannot_write_fails_the_session_cleanly(cli: ForkedCli, tmp_path: Path) -> None:
+    """The server cannot write its trace: its launch command sets `ulimit -f 64` (a 64 KiB file size
+    limit, RLIMIT_FSIZE), standing for a full disk (both fail the write; torch's export then leaves
+    an empty trace and reports it written). The trace is not taken as a profile: the session aborts
+    (exit 1) with one line naming the trace and the failed write; nothing runs; the repo is as it
+    was found, not held: the user frees space and runs again (the loop's own ending: nothing of
+    the session is worth resuming before a profile)."""
+    repo, home, faults = make_repo(tmp_path / "engine"), tmp_path / "home", tmp_path / "faults"
+    faults.write_text("")
+    dirty(repo)
+    found = tree(repo)
+    target = write_target(tmp_path / "t.toml", repo, looks=1)
+    target.write_text(
+        target.read_text().replace(
+            'argv = ["bash", "launch.sh",',
+            'argv = ["bash", "-c", "ulimit -f 64 && exec bash launch.sh \\"$@\\"", "launch",',
+        )
+    )
+    proc = run(cli, home, faults, "run", str(target), "--json", "--max-iterations", "1")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    s = last_json(proc)
+    assert s["status"] == "failed" and len(s["stop_reason"].splitlines()) == 1, s
+    assert s["stop_reason"].startswith(f"aborted: profile: {home / 'sessions' / s['session']}/"), s
+    assert s["stop_reason"].endswith(
+        "/trace.json.gz: the trace is empty: the server could not write it (a full disk, or a file size "
+        "limit); free space or raise the limit, and run again"
+    ), s
+    calls = SessionStore.open(home).tool_calls(s["session"])
+    [take] = [c for c in calls if c.name == "profile.take"]
+    assert take.error is not None and take.error.startswith("TraceError: ")
+    assert "profile.read" not in [c.name for c in calls]  # no trace was read as a profile
+    assert processes_in(repo) == [] and processes_in(home) == []
+    assert tree(repo) == found and git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == "main"
+    assert holder_line(SessionStore.open(home), load_target(target), "this store") is None  # not held
