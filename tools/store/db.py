@@ -29,13 +29,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from tools.errors import ConfigError, StoreUnreachable, first_line
-from tools.secrets import register
+from tools.secrets import redact, register
 
 STORE_ENV = "PERFLOOP_STORE"
 RECONNECT_ENV = "PERFLOOP_STORE_RECONNECT_SECONDS"
 
 
 def reconnect_seconds() -> float:
+    """How long a dropped connection to a PostgreSQL store is retried ($PERFLOOP_STORE_RECONNECT_SECONDS)."""
     raw = os.environ.get(RECONNECT_ENV, "60")
     try:
         return max(0.0, float(raw))
@@ -173,8 +174,10 @@ class Db:
                 time.sleep(1.0)
         self._conn, self._down = conn, False
         print(
-            f"warning: the connection to the session store {where} was lost ({lost}); "
-            f"reconnected after {time.monotonic() - t0:.0f} s",
+            redact(
+                f"warning: the connection to the session store {where} was lost ({lost}); "
+                f"reconnected after {time.monotonic() - t0:.0f} s"
+            ),
             file=sys.stderr,
         )
 
