@@ -156,9 +156,8 @@ class Sessions:
                     f"session {session_id} works on {known.target.repo}, which is not on this machine "
                     f"(it last ran on {info.host or 'another machine'}); resume or approve it there"
                 )
-            self.store.put_session(
-                info.model_copy(update={"status": "running", "host": socket.gethostname()})
-            )
+            running = {"status": "running", "host": socket.gethostname()}
+            self.store.put_session(info.model_copy(update=running))
             if answer is not None:
                 self.store.add_input(session_id, "answer", answer)
             progress.keep_in(known.options.session_dir)  # for the approval page (perfloop serve)
