@@ -52,12 +52,21 @@ class PgServer:
             shutil.chown(self.dir / "pw", "nobody", "nogroup")
         self._pg("initdb", "-D", str(self.dir / "data"), "-U", "perfloop", f"--pwfile={self.dir / 'pw'}",
                  "--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8", "--no-sync")  # fmt: skip
+        self.start()
+
+    def start(self) -> None:
+        """Start the cluster (again, after `halt`: its databases as they were)."""
         opts = (
             f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off"
         )
         self._pg(
             "pg_ctl", "-D", str(self.dir / "data"), "-l", str(self.dir / "log"), "-o", opts, "-w", "start"
         )
+
+    def halt(self, mode: str = "fast") -> None:
+        """Stop the server, its data kept (`fast`: an administrator's stop, every connection
+        ended; `immediate`: a crash, recovered from the WAL at the next start)."""
+        self._pg("pg_ctl", "-D", str(self.dir / "data"), "-m", mode, "-w", "stop")
 
     def _pg(self, prog: str, *args: str) -> str:
         proc = subprocess.run(
@@ -90,8 +99,9 @@ class PgServer:
         return name
 
     def stop(self) -> None:
+        """Stop the server and remove its cluster."""
         try:
-            self._pg("pg_ctl", "-D", str(self.dir / "data"), "-m", "immediate", "-w", "stop")
+            self.halt("immediate")
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)
 

@@ -33,6 +33,12 @@ class LlmError(ToolError):
     """A model endpoint could not be reached, refused the request, or answered unusably."""
 
 
+class StoreUnreachable(Exception):
+    """The PostgreSQL session store's connection dropped and could not be opened again in time
+    (tools/store/db.py). Not a ToolError: a step must not take it for its tool's failure (the
+    loop's `abort`); the session ends as interrupted, resumable once the store is back."""
+
+
 def first_line(exc: BaseException) -> str:
     """The first line of an exception's message, or its type's name when it has none."""
     text = str(exc).strip()

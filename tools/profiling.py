@@ -7,14 +7,22 @@ TP > 1 each other rank R the same under `<id>/rank<R>/`; the traces are then lin
 `api`: SGLang's `/start_profile` with `num_steps`; the server writes `<id>-TP-<rank>.trace.json.gz`.
 vLLM's `/start_profile` and `/stop_profile` around one request; its worker writes the trace into its
 `--profiler-config.torch_profiler_dir`.
+
+The patch method takes a trace only whole (`whole_trace`; its files are written atomically, then
+`done.json`): a server whose write of it failed (a full disk, a file size limit) may still report
+it written, empty or cut off (torch's export does), and that is a TraceError here, not a profile.
+(An API method's trace may be found while the server still writes it: it is read later, by
+`diagnose`, whose reader names a trace that is empty or cut off.)
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import secrets
 import time
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -44,6 +52,33 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+WRITE_FAILED = "the server could not write it (a full disk, or a file size limit); free space or raise the limit, and run again"
+
+
+def whole_trace(path: Path) -> Path:
+    """`path` when it holds one whole JSON document (a `{...}` object, gzip'd or not); else
+    TraceError naming it: empty, cut off, or gzip data that ends early."""
+    first = last = b""
+    size = 0
+    try:
+        with gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                size += len(chunk)
+                first = first or chunk.lstrip()[:1]
+                last = chunk.rstrip()[-1:] or last
+    except (OSError, EOFError, zlib.error) as err:
+        raise TraceError(
+            f"{path}: the trace's data ends early or is corrupt ({err}): {WRITE_FAILED}"
+        ) from None
+    if not first:
+        raise TraceError(f"{path}: the trace is empty: {WRITE_FAILED}")
+    if (first, last) != (b"{", b"}"):
+        raise TraceError(
+            f"{path}: the trace is cut off after {size} bytes (not a whole JSON document): {WRITE_FAILED}"
+        )
+    return path
 
 
 def attempt_id(profile_id: str) -> str:
@@ -96,7 +131,7 @@ def _profile_patch(args: ProfileArgs) -> ProfileFiles:
         return json.loads((out / "done.json").read_text()) if (out / "done.json").exists() else None
 
     info = _wait_for(f"{out / 'done.json'}", done, args.timeout_s)
-    trace, digest = out / "trace.json.gz", sha256_file(out / "trace.json.gz")
+    trace, digest = out / "trace.json.gz", sha256_file(whole_trace(out / "trace.json.gz"))
     if args.tp_size > 1:
         trace, digest = _rank_folder(out, pid, args)
     return ProfileFiles(
@@ -126,7 +161,7 @@ def _rank_folder(out: Path, pid: str, args: ProfileArgs) -> tuple[Path, str]:
             dest.hardlink_to(src / "trace.json.gz")
     if not (folder / "summary.txt").exists():
         (folder / "summary.txt").hardlink_to(out / "summary.txt")
-    files = sorted(folder.glob("*-TP-*.trace.json.gz"))
+    files = [whole_trace(p) for p in sorted(folder.glob("*-TP-*.trace.json.gz"))]
     return folder, hashlib.sha256("".join(sha256_file(p) for p in files).encode()).hexdigest()
 
 

@@ -17,7 +17,7 @@ import typer
 from agent.cli.output import quiet_pipe
 from agent.cli.terminal import console, styled
 from tools import progress
-from tools.errors import ToolError, one_line
+from tools.errors import StoreUnreachable, ToolError, one_line
 from tools.interrupts import Interrupted
 from tools.secrets import redact
 
@@ -58,7 +58,7 @@ def run_command(body: Callable[[], T]) -> T:
         return result
     except BrokenPipeError:  # stdout's reader went away (`| head`): end quietly
         raise typer.Exit(quiet_pipe()) from None
-    except ToolError as exc:
+    except (ToolError, StoreUnreachable) as exc:  # the latter: the session was left resumable
         raise fail(f"{exc}{_note(exc)}") from None
     except typer.BadParameter as exc:  # bad input too, whoever raised it
         raise fail(exc.format_message()) from None

@@ -1,13 +1,18 @@
 """LangGraph checkpointing: SQLite in $PERFLOOP_HOME, or LangGraph's PostgresSaver on the database
-of $PERFLOOP_STORE (shared by every machine on it); our state types allow-listed, secrets masked."""
+of $PERFLOOP_STORE (shared by every machine on it); our state types allow-listed, secrets masked.
+PostgresSaver takes its connection from a one-connection pool that checks it before each use, so a
+connection the server dropped (a restart) is opened again, waited for up to the store's reconnect
+window (tools/store/db.py), past which it is `StoreUnreachable`."""
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import logging
 import pkgutil
 import sqlite3
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +27,15 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite import SqliteSaver
-from psycopg.rows import dict_row
+from psycopg import Connection, Cursor
+from psycopg.rows import DictRow, dict_row
+from psycopg_pool import ConnectionPool, PoolTimeout
 from pydantic import BaseModel
 
 import state
+from tools.errors import ConfigError, first_line
 from tools.secrets import redact, redact_bytes
-from tools.store.db import pg_connect
+from tools.store.db import STORE_ENV, StoreUnreachable, describe, reconnect_seconds
 
 
 def _state_modules() -> list:
@@ -126,11 +134,37 @@ def open_checkpointer(home: Path, url: str | None = None) -> BaseCheckpointSaver
             sqlite3.connect(home / "checkpoints.sqlite", check_same_thread=False), serde=serializer()
         )
     else:
-        saver = RedactingPostgresSaver(
-            pg_connect(url, prepare_threshold=0, row_factory=dict_row), serde=serializer()
-        )
+        saver = RedactingPostgresSaver(_pool(url), serde=serializer())
+        saver.where = describe(url, Path())
     saver.setup()
     return saver
+
+
+logging.getLogger("psycopg.pool").addHandler(logging.NullHandler())  # its retries are not the user's
+
+
+def _pool(url: str) -> ConnectionPool[Connection[DictRow]]:
+    """One connection, checked before each use and opened again when the server dropped it."""
+    pool = ConnectionPool(
+        url,
+        connection_class=Connection[DictRow],
+        min_size=1,
+        max_size=1,
+        kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row, "connect_timeout": 10},
+        check=ConnectionPool.check_connection,
+        timeout=max(reconnect_seconds(), 1.0),
+        name="perfloop-checkpoints",
+        open=True,
+    )
+    try:
+        pool.wait(timeout=10)
+    except PoolTimeout:
+        pool.close()
+        raise ConfigError(
+            f"cannot connect to the session store {describe(url, Path())} for its checkpoints; "
+            f"check {STORE_ENV} / --store (and that the server is up)"
+        ) from None
+    return pool
 
 
 def _redact_json(value: Any) -> Any:
@@ -148,6 +182,9 @@ class RedactingPostgresSaver(Renaming, PostgresSaver):
     """PostgresSaver (reading old checkpoints' renamed channels under today's names) keeps primitive channel values (our state's plain strings) and the metadata as
     JSONB, outside the serializer: mask secrets in those too before they are written."""
 
+    where = "the PostgreSQL store"
+    """The store, for messages (no password)."""
+
     def put(
         self,
         config: RunnableConfig,
@@ -158,3 +195,15 @@ class RedactingPostgresSaver(Renaming, PostgresSaver):
         values = {k: redact(v) if isinstance(v, str) else v for k, v in checkpoint["channel_values"].items()}
         clean: Checkpoint = {**checkpoint, "channel_values": values}
         return super().put(config, clean, _redact_json(metadata), new_versions)
+
+    @contextmanager
+    def _cursor(self, *, pipeline: bool = False) -> Iterator[Cursor[DictRow]]:
+        """PostgresSaver's cursor; a pool that found no connection in the reconnect window is
+        StoreUnreachable (the session ends as interrupted)."""
+        try:
+            with super()._cursor(pipeline=pipeline) as cur:
+                yield cur
+        except PoolTimeout as exc:
+            raise StoreUnreachable(
+                f"the session store {self.where} is unreachable for its checkpoints ({first_line(exc)})"
+            ) from None

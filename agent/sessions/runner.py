@@ -32,7 +32,7 @@ from state.target import TargetConfig
 from tools import interrupts, progress
 from tools.door.live import LiveDoor
 from tools.door.replay import ReplayDivergence, ReplayDoor
-from tools.errors import ConfigError
+from tools.errors import ConfigError, StoreUnreachable
 from tools.hosts.client import RemoteExecutor
 from tools.interrupts import Interrupted
 from tools.paths import inside
@@ -156,19 +156,19 @@ class Sessions:
                     f"session {session_id} works on {known.target.repo}, which is not on this machine "
                     f"(it last ran on {info.host or 'another machine'}); resume or approve it there"
                 )
-            self.store.put_session(
-                info.model_copy(update={"status": "running", "host": socket.gethostname()})
-            )
+            running = {"status": "running", "host": socket.gethostname()}
+            self.store.put_session(info.model_copy(update=running))
             if answer is not None:
                 self.store.add_input(session_id, "answer", answer)
             progress.keep_in(known.options.session_dir)  # for the approval page (perfloop serve)
             try:
                 with interrupts.catching(), executor_for(known.target, known.options.session_dir) as ex:
                     self._run(session_id, inp, known, ex)
-            except (Interrupted, Exception):  # every ending but the loop's own: left resumable
-                with suppress(Exception):  # a store that is down must not hide why the session ended
-                    status = "paused" if self.pending_approval(session_id) is not None else "interrupted"
-                    self.store.put_session(self.info(session_id).model_copy(update={"status": status}))
+            except (Interrupted, Exception) as exc:  # every ending but the loop's own: left resumable
+                if not isinstance(exc, StoreUnreachable):  # (then its status cannot be written)
+                    with suppress(Exception):  # a store that is down must not hide why it ended
+                        status = "paused" if self.pending_approval(session_id) is not None else "interrupted"
+                        self.store.put_session(self.info(session_id).model_copy(update={"status": status}))
                 raise
             finally:
                 progress.keep_in(None)

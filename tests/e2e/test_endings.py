@@ -17,10 +17,11 @@ import pytest
 
 from agent.cli.target import load_target
 from agent.sessions.holding import holder_line
-from tests.e2e.conftest import PERFLOOP, git, last_json, make_repo, write_target
+from tests.e2e.conftest import PERFLOOP, git, last_json, make_repo, perfloop, write_target
 from tests.e2e.test_durable import dirty, tree
-from tests.e2e.test_interrupts import finished_like_uninterrupted, nothing_left, run
+from tests.e2e.test_interrupts import CAST_FIX, finished_like_uninterrupted, nothing_left, run
 from tests.forkcli import ForkedCli
+from tests.pg import PgServer
 from tests.procs import processes_in
 from tools.store.sessions import SessionStore
 
@@ -141,6 +142,119 @@ def test_a_server_killed_while_it_is_measured_fails_the_session_cleanly(tmp_path
     s = json.loads(out.strip().splitlines()[-1])
     assert s["status"] == "failed" and s["stop_reason"].startswith("aborted: baseline: "), s
     assert len(s["stop_reason"].splitlines()) == 1
+    assert processes_in(repo) == [] and processes_in(home) == []
+    assert tree(repo) == found and git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == "main"
+    assert holder_line(SessionStore.open(home), load_target(target), "this store") is None  # not held
+
+
+def progress_reaches(home: Path, text: str, proc: subprocess.Popen, timeout_s: float = 300) -> None:
+    """Wait until the running session's progress line (its progress.json) holds `text`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        if any(text in p.read_text(errors="replace") for p in home.glob("sessions/*/progress.json")):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the session never showed {text!r} (exit {proc.poll()})")
+
+
+@pytest.mark.timeout(900)
+def test_the_postgres_store_restarted_then_down_mid_session(tmp_path: Path) -> None:
+    """The PostgreSQL store restarted while the baseline is measured: the session reconnects (one
+    warning line) and goes on. Then stopped, and kept down past the reconnect window, while the
+    candidate is measured: one line naming the store, servers stopped, exit 2. Every record kept;
+    once the store is back, `perfloop resume` finishes the session like an uninterrupted one."""
+    pg = PgServer()  # its own server: stopping it hurts no other test
+    try:
+        db = pg.new_db()
+        url = pg.url(db)
+        repo, home = make_repo(tmp_path / "engine"), tmp_path / "home"
+        target = write_target(tmp_path / "t.toml", repo, looks=1)
+        env = {"PERFLOOP_STORE": url, "PERFLOOP_STORE_RECONNECT_SECONDS": "15"}
+        proc = subprocess.Popen(
+            [str(PERFLOOP), "run", str(target), "--json", "--max-iterations", "1"],
+            env={**os.environ, "PERFLOOP_HOME": str(home), **env},
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+
+        def recorded() -> int:
+            return int(pg.sql("SELECT COUNT(*) FROM tool_calls", db))
+
+        try:
+            progress_reaches(home, "measuring baseline: request 2/", proc)
+            before = recorded()
+            pg.halt("fast")  # every connection ended, as an administrator's restart does
+            pg.start()
+            assert recorded() >= before  # kept (more: the session may have recorded since)
+            progress_reaches(home, "measuring iteration-1: request 2/", proc)
+            before = recorded()
+            pg.halt("fast")  # and now it stays down
+            _, err = proc.communicate(timeout=300)
+        finally:
+            proc.kill()
+        pg.start()
+        assert proc.returncode == 2, err[-3000:]
+        [session] = [p.name for p in (home / "sessions").iterdir()]
+        where = f"postgresql://perfloop@127.0.0.1:{pg.port}/{db}"
+        lost = [ln for ln in err.splitlines() if ln.startswith("warning: the connection to the session")]
+        assert lost and all(
+            f"store {where} was lost (" in ln and "); reconnected after " in ln for ln in lost
+        )
+        [line] = [ln for ln in err.splitlines() if not ln.startswith("warning: ")]
+        assert line.startswith(f"error: the session store {where} is unreachable ("), err
+        assert line.endswith(f"; servers stopped; continue with `perfloop resume {session}`"), err
+        assert pg.password not in err
+        assert processes_in(repo) == [] and processes_in(home) == [], "a server was left running"
+        assert git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == f"perfloop/{session}"  # resumable
+        assert recorded() >= before  # the records made before it went down are all there
+
+        done = perfloop(home, "resume", session, "--json", env=env)
+        assert done.returncode == 0, done.stderr[-3000:]
+        s = last_json(done)
+        assert (s["status"], s["accepted"], s["rejected"], s["outputs_identical"]) == (
+            "done",
+            [CAST_FIX],
+            [],
+            True,
+        )
+        replayed = perfloop(home, "replay", session, "--json", env=env)
+        assert replayed.returncode == 0 and last_json(replayed)["matches_recording"] is True
+        assert git(repo, "status", "--porcelain") == "" and processes_in(repo) == []
+    finally:
+        pg.stop()
+
+
+@pytest.mark.timeout(600)
+def test_a_trace_the_server_cannot_write_fails_the_session_cleanly(cli: ForkedCli, tmp_path: Path) -> None:
+    """The server cannot write its trace: its launch command sets `ulimit -f 64` (a 64 KiB file size
+    limit, RLIMIT_FSIZE), standing for a full disk (both fail the write; torch's export then leaves
+    an empty trace and reports it written). The trace is not taken as a profile: the session aborts
+    (exit 1) with one line naming the trace and the failed write; nothing runs; the repo is as it
+    was found, not held: the user frees space and runs again (the loop's own ending: nothing of
+    the session is worth resuming before a profile)."""
+    repo, home, faults = make_repo(tmp_path / "engine"), tmp_path / "home", tmp_path / "faults"
+    faults.write_text("")
+    dirty(repo)
+    found = tree(repo)
+    target = write_target(tmp_path / "t.toml", repo, looks=1)
+    target.write_text(
+        target.read_text().replace(
+            'argv = ["bash", "launch.sh",',
+            'argv = ["bash", "-c", "ulimit -f 64 && exec bash launch.sh \\"$@\\"", "launch",',
+        )
+    )
+    proc = run(cli, home, faults, "run", str(target), "--json", "--max-iterations", "1")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    s = last_json(proc)
+    assert s["status"] == "failed" and len(s["stop_reason"].splitlines()) == 1, s
+    assert s["stop_reason"].startswith(f"aborted: profile: {home / 'sessions' / s['session']}/"), s
+    assert s["stop_reason"].endswith(
+        "/trace.json.gz: the trace is empty: the server could not write it (a full disk, or a file size "
+        "limit); free space or raise the limit, and run again"
+    ), s
+    calls = SessionStore.open(home).tool_calls(s["session"])
+    [take] = [c for c in calls if c.name == "profile.take"]
+    assert take.error is not None and take.error.startswith("TraceError: ")
+    assert "profile.read" not in [c.name for c in calls]  # no trace was read as a profile
     assert processes_in(repo) == [] and processes_in(home) == []
     assert tree(repo) == found and git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == "main"
     assert holder_line(SessionStore.open(home), load_target(target), "this store") is None  # not held

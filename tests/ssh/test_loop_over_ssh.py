@@ -172,6 +172,51 @@ def test_connection_dropped_mid_measurement_then_resumed(sshd: Sshd, tmp_path: P
         own.stop()
 
 
+def test_connection_dropped_during_a_launch_then_resumed(sshd: Sshd, tmp_path: Path) -> None:
+    """sshd is killed (every connection with it) and restarted while the baseline server is being
+    launched on the host (spawned, not yet healthy: the target's launch starts with a 3 s sleep, a
+    slow server's start-up): the executor reconnects, stops the interrupted attempt, launches again
+    (the relaunch stops the first attempt's server, which its pid file names), and the session ends
+    as the local run does, no server left on the host."""
+    own = Sshd(sshd.dir, free_port())  # its own daemon: restarting it hurts no other test
+    own.start()
+    repo, home = make_repo(tmp_path / "engine"), tmp_path / "home"
+    target = ssh_target(tmp_path / "t.toml", repo, own, tmp_path / "client", arms="sequential", looks=1)
+    target.write_text(
+        target.read_text().replace(
+            'argv = ["bash", "launch.sh",',
+            'argv = ["bash", "-c", "sleep 3 && exec bash launch.sh \\"$@\\"", "launch",',
+        )
+    )
+    dropped: list[int] = []
+
+    def drop_during_launch() -> None:
+        """Once the first launch waits for its server's health (the local progress line says so)."""
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            for latest in home.glob("sessions/*/progress.json"):
+                if "launch #1: waiting for" in latest.read_text(errors="replace"):
+                    dropped.extend(processes_in(repo))  # the attempt's server, still starting
+                    own.stop()
+                    own.start()
+                    return
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=drop_during_launch, daemon=True)
+    watcher.start()
+    try:
+        proc = perfloop(home, "run", str(target), "--json", timeout=400)
+        watcher.join(timeout=30)
+        assert dropped, "the launch was never seen waiting on the host"
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        s = last_json(proc)
+        log = (home / "sessions" / s["session"] / "remote.log").read_text()
+        assert "server.launch: connection lost" in log and "reconnect #1" in log, log
+        assert_same_result_as_local(home, s, repo, sshd, "sequential")  # no server left on the host
+    finally:
+        own.stop()
+
+
 def test_demo_on_a_new_host_creates_the_checkout_there(
     sshd: Sshd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -8,23 +8,41 @@ schema is perfloop's own, versioned in `perfloop_schema` and migrated forward on
 a time inside a transaction (on Postgres under an advisory lock, so two machines opening a new
 database at once do not race). LangGraph's checkpoint tables are migrated by LangGraph itself
 (agent/sessions/checkpoint.py).
+
+A PostgreSQL connection that drops (the server restarted, a network cut) is opened again, retried
+for up to $PERFLOOP_STORE_RECONNECT_SECONDS (default 60), and the statement it broke is sent again
+(a transaction's block cannot be: its start checks the connection first); past that the store is
+`StoreUnreachable`, which ends a session as interrupted (agent/sessions/runner.py).
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from tools.errors import ConfigError, first_line
-from tools.secrets import register
+from tools.errors import ConfigError, StoreUnreachable, first_line
+from tools.secrets import redact, register
 
 STORE_ENV = "PERFLOOP_STORE"
+RECONNECT_ENV = "PERFLOOP_STORE_RECONNECT_SECONDS"
+
+
+def reconnect_seconds() -> float:
+    """How long a dropped connection to a PostgreSQL store is retried ($PERFLOOP_STORE_RECONNECT_SECONDS)."""
+    raw = os.environ.get(RECONNECT_ENV, "60")
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        raise ConfigError(f"{RECONNECT_ENV} must be a number of seconds, not {raw!r}") from None
+
 
 _V1 = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -85,8 +103,10 @@ class Db:
 
     def __init__(self, url: str | None, sqlite_path: Path) -> None:
         self.dialect = "sqlite" if url is None else "postgres"
+        self._url = url
         self._lock = threading.RLock()
         self._depth = 0
+        self._down = False  # a reconnect gave up: later statements try once, not for the window
         if url is None:
             self._conn: Any = sqlite3.connect(
                 sqlite_path, check_same_thread=False, isolation_level=None, timeout=30
@@ -111,12 +131,55 @@ class Db:
 
     def rows(self, sql: str, params: tuple = ()) -> list[tuple]:
         with self._lock:
-            return list(self._conn.execute(self._sql(sql), params).fetchall())
+            return list(self._execute(sql, params).fetchall())
 
     def run(self, sql: str, params: tuple = ()) -> int:
         """Execute one statement; the number of rows it changed."""
         with self._lock:
-            return int(self._conn.execute(self._sql(sql), params).rowcount)
+            return int(self._execute(sql, params).rowcount)
+
+    def _execute(self, sql: str, params: tuple) -> Any:
+        """One statement; on Postgres, outside a transaction, sent again on a new connection when
+        the one it went out on had dropped."""
+        try:
+            return self._conn.execute(self._sql(sql), params)
+        except self.errors as exc:
+            if not self._dropped() or self._depth:
+                raise
+            self._reconnect(exc)
+        return self._conn.execute(self._sql(sql), params)
+
+    def _dropped(self) -> bool:
+        return self.dialect == "postgres" and bool(self._conn.closed)
+
+    def _reconnect(self, exc: Exception) -> None:
+        """Open the connection again, retrying for the reconnect window (once, when an earlier
+        window ran out); StoreUnreachable when it cannot. One warning line when it comes back."""
+        import psycopg
+
+        assert self._url is not None
+        where, lost, t0 = describe(self._url, Path()), first_line(exc), time.monotonic()
+        window = 0.0 if self._down else reconnect_seconds()
+        while True:
+            try:
+                conn = psycopg.connect(self._url, autocommit=True, connect_timeout=10)
+                break
+            except psycopg.Error as refused:
+                if time.monotonic() - t0 >= window:
+                    self._down = True
+                    tried = f"; tried for {window:.0f} s, {RECONNECT_ENV}" if window else ""
+                    raise StoreUnreachable(
+                        f"the session store {where} is unreachable ({first_line(refused)}{tried})"
+                    ) from None
+                time.sleep(1.0)
+        self._conn, self._down = conn, False
+        print(
+            redact(
+                f"warning: the connection to the session store {where} was lost ({lost}); "
+                f"reconnected after {time.monotonic() - t0:.0f} s"
+            ),
+            file=sys.stderr,
+        )
 
     @property
     def errors(self) -> tuple[type[Exception], ...]:
@@ -135,6 +198,8 @@ class Db:
             if self._depth:
                 yield
                 return
+            if self.dialect == "postgres":  # a dropped connection is found (and opened again) here
+                self.run("SELECT 1")
             self._depth = 1
             try:
                 if self.dialect == "sqlite":

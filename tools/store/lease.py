@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tools.errors import ToolError
+from tools.errors import StoreUnreachable, ToolError
 from tools.store.db import Db
 
 LEASE_ENV = "PERFLOOP_LEASE_SECONDS"
@@ -101,7 +101,10 @@ def hold(db: Db, session_id: str, home: Path) -> Iterator[None]:
     finally:
         stop.set()
         beat.join()
-        db.run("DELETE FROM session_leases WHERE session_id = ? AND holder = ?", (session_id, me))
+        try:
+            db.run("DELETE FROM session_leases WHERE session_id = ? AND holder = ?", (session_id, me))
+        except StoreUnreachable:  # the lease runs out by itself (at once for a resume on this machine)
+            pass
 
 
 def _renew(db: Db, session_id: str, me: str, ttl: float, stop: threading.Event) -> None:
