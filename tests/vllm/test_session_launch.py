@@ -83,6 +83,7 @@ long_prompts = 0
 looks = 2                       # a second look of windows on the same pair while undecided
 arms = "interleaved"            # windows alternate between the reference and the candidate server
 auto_aa_pairs = 0
+confirm_below = 1.5             # a second pair of launches only under 1.5x (a batching gain is large)
 
 [search]
 max_trials = 1
