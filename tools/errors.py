@@ -39,6 +39,14 @@ class StoreUnreachable(Exception):
     loop's `abort`); the session ends as interrupted, resumable once the store is back."""
 
 
+class ServerLost(Exception):
+    """The session's own server (the baseline's tree, no patch under test) vanished while a step
+    used it: its process group is gone (killed from outside: the OOM killer, a user's `kill`). Not
+    a ToolError, so no step takes it for the loop's `abort`: the session ends as interrupted, and
+    `resume` finds the server gone and launches it again (agent/sessions/revive.py). A candidate's
+    server that dies stays a rejection: it cannot be told from a patch that broke it."""
+
+
 def first_line(exc: BaseException) -> str:
     """The first line of an exception's message, or its type's name when it has none."""
     text = str(exc).strip()

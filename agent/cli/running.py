@@ -17,7 +17,7 @@ import typer
 from agent.cli.output import quiet_pipe
 from agent.cli.terminal import console, styled
 from tools import progress
-from tools.errors import StoreUnreachable, ToolError, one_line
+from tools.errors import ServerLost, StoreUnreachable, ToolError, one_line
 from tools.interrupts import Interrupted
 from tools.secrets import redact
 
@@ -60,6 +60,8 @@ def run_command(body: Callable[[], T]) -> T:
         raise typer.Exit(quiet_pipe()) from None
     except (ToolError, StoreUnreachable) as exc:  # the latter: the session was left resumable
         raise fail(f"{exc}{_note(exc)}") from None
+    except ServerLost as exc:  # the session was left resumable; not bad input, not a bug
+        raise fail(f"{exc}{_note(exc)}", code=1) from None
     except typer.BadParameter as exc:  # bad input too, whoever raised it
         raise fail(exc.format_message()) from None
     except Interrupted as exc:  # the session stopped its servers; resume continues it

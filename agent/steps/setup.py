@@ -12,10 +12,12 @@ from agent.decision.arms.measuring import beside_note, serving_note
 from agent.decision.rules import rule_for
 from agent.serving import start_server
 from agent.steps.actions import instrument_if_needed, session_branch
-from state.calls import BranchArgs, CopyTreeArgs, PushTreeArgs, RepoArgs
+from state.calls import BranchArgs, CopyTreeArgs, PushTreeArgs, RepoArgs, ServerArgs
 from state.loop import ForkStep, LoopState
 from state.updates import LoopUpdate
 from state.vllm import VllmSiteArgs
+from tools import server
+from tools.errors import ServerLost, ToolError, first_line
 from tools.hosts import transfer
 from tools.workspace import repo
 
@@ -100,8 +102,20 @@ def launch(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["
 
 @step
 def baseline(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["profile", "abort"]]:
-    """Measure TTFT/TPOT and record the outputs every candidate must reproduce (by the session's rule)."""
-    measured = rule_for(state.options.decision_rule).baseline(state, runtime)
+    """Measure TTFT/TPOT and record the outputs every candidate must reproduce (by the session's
+    rule). A measurement that failed because the server's process group is gone (killed from
+    outside) ends the session as interrupted (`ServerLost`), so `resume` launches it again; any
+    other failure is the loop's `abort`."""
+    try:
+        measured = rule_for(state.options.decision_rule).baseline(state, runtime)
+    except ToolError as exc:
+        handle = need(state.server, "server")
+        if call(runtime, server.status, ServerArgs(server=handle)).alive:
+            raise
+        raise ServerLost(
+            f"server #{handle.launch_number} (pid {handle.process.pid}) was killed from outside while "
+            f"the baseline was measured ({first_line(exc)})"
+        ) from exc
     m = measured.measurement
     note = (
         (
