@@ -67,8 +67,11 @@ format: $(STAMP)
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-test: lint system-deps vllm
-	$(PY) -m pytest -q -ra --durations=30 -n 2 --dist loadgroup tests
+# The set-ups run at once (-j3): the vLLM venv's install (minutes of download and unpacking) overlaps
+# perfloop's venv, the linters and the system packages; each target's output is printed whole.
+test:
+	$(MAKE) -j3 --output-sync=target lint system-deps vllm
+	$(PY) -m pytest -q -ra --durations=30 -n 2 --dist loadgroup --no-loadscope-reorder tests
 
 test-fast: lint system-deps
 	$(PY) -m pytest -q tests -m "not e2e"

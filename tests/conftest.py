@@ -83,17 +83,40 @@ def scratch(tmp_path):
 
 from tests.pg import pg_server, pg_url  # noqa: E402, F401  (the PostgreSQL fixtures, for every test folder)
 
+FIRST = ("tests/vllm/", "tests/ssh/", "tests/e2e/", "tests/web/", "tests/sglang/", "tests/llm/")
+"""Where the longest units of work are, longest first; every other folder after them, in collection order."""
 
+
+def _rank(item: pytest.Item) -> int:
+    if (m := item.get_closest_marker("xdist_group")) is not None and m.args == ("vllm",):
+        return 0
+    path = item.nodeid.split("::")[0]
+    return next((i + 1 for i, top in enumerate(FIRST) if path.startswith(top)), len(FIRST) + 1)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which names each test's group in its id
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """`make test` runs `-n 2 --dist loadgroup`: every test file is one group, as `--dist loadfile`
-    would make it, except the files marked `pytest.mark.xdist_group("vllm")` (tests/vllm), which are
-    one group together, so one worker runs the real vLLM servers one after another (~3 GB and both
-    cores each) while the other worker runs the rest. That group is the longest unit of work (~11
-    minutes): it is collected first, so a worker starts it at once instead of running it alone at
-    the end (collected last, it made the suite's last 8 minutes one worker's)."""
+    """`make test` runs `-n 2 --dist loadgroup --no-loadscope-reorder`: every test file is one
+    group, as `--dist loadfile` would make it (its module fixtures made once), except the files
+    marked `pytest.mark.xdist_group("vllm")` (tests/vllm), which are one group together, so one
+    worker runs the real vLLM servers one after another (~3 GB and both cores each) while the other
+    worker runs the rest. Groups are handed out in this order, longest first (the vLLM group, ~13
+    minutes, then the SSH, e2e and browser sessions), so the many short unit-test files fill the
+    end and neither worker finishes minutes before the other (the longest-first rule of thumb)."""
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
-    vllm = [i for i in items if (m := i.get_closest_marker("xdist_group")) and m.args == ("vllm",)]
-    first = set(map(id, vllm))
-    items[:] = vllm + [i for i in items if id(i) not in first]
+    items.sort(key=_rank)  # stable: each folder keeps its collection order
+
+
+def pytest_xdist_node_collection_finished(node, ids: list[str]) -> None:
+    """Under `--dist loadgroup`, stop before any test runs when the groups did not take:
+    pytest-xdist names a test's group in its node id (`...::test@group`), which pytest 9.2's
+    structured node ids silently drop (pytest-xdist issue #1386); every test would then be
+    scheduled on its own (the vLLM servers two at a time, module fixtures made once per worker)."""
+    if node.config.getvalue("dist") == "loadgroup" and (ungrouped := [i for i in ids if "@" not in i]):
+        pytest.exit(
+            f"--dist loadgroup did not group {ungrouped[0]} (pytest {pytest.__version__}, pytest-xdist "
+            "issue #1386): install the pytest that pyproject.toml pins (make venv)",
+            returncode=pytest.ExitCode.USAGE_ERROR,
+        )
