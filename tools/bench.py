@@ -46,7 +46,10 @@ def measure(args: MeasureArgs) -> MeasureResult:
         m = measure_windows(args, args.workload)
     else:
         m = measure_with_client(args)
-    update: dict = {"probe_ms": [before, machine_probe_ms()]}
+    # the CPU probe before, between the requests or windows (perfloop's client), and after: the
+    # median of many tells the machine's state during the arm, where two instants of a shared
+    # machine could read a passing spike as a drift (decision/stats/rule.py widens the CI by it)
+    update: dict = {"probe_ms": [before, *m.probe_ms, machine_probe_ms()]}
     if found and both:  # the same launch again, by the engine's benchmark: recorded beside, not judged
         update["beside"] = measure_with_bench_serving(args, python, *found)
     return MeasureResult(measurement=m.model_copy(update=update))
@@ -65,6 +68,8 @@ def measure_with_client(args: MeasureArgs) -> Measurement:
     cfg = args.config
     warm_up(args)
     records: list[RequestRecord] = []
+    probes: list[float] = []
+    probing = 0.0
     total = cfg.repeats * len(cfg.prompts)
     t0 = time.perf_counter()
     for _rep in range(cfg.repeats):
@@ -74,7 +79,12 @@ def measure_with_client(args: MeasureArgs) -> Measurement:
                 args.base_url, chat_body(args.model, prompt, cfg.max_tokens), cfg.request_timeout_s
             )
             records.append(to_record(i, arrivals, text, usage))
-    return summarize(args.label, args.tree_sha256, records, len(cfg.prompts), time.perf_counter() - t0)
+            t = time.perf_counter()
+            probes.append(machine_probe_ms())  # between requests, off the clock of both
+            probing += time.perf_counter() - t
+    wall = time.perf_counter() - t0 - probing
+    m = summarize(args.label, args.tree_sha256, records, len(cfg.prompts), wall)
+    return m.model_copy(update={"probe_ms": probes})
 
 
 def warm_up(args: MeasureArgs) -> None:

@@ -94,14 +94,17 @@ def measure_windows(args: MeasureArgs, w: WorkloadConfig) -> Measurement:
             run_window(args, w.at(c), -1)
     records: list[RequestRecord] = []
     windows: list[Window] = []
+    probes: list[float] = []  # after each window: the arm's machine state, not two instants of it
     for k in range(args.config.repeats):
         for j, c in enumerate(levels):
             report(f"measuring {args.label}: window {k + 1}/{args.config.repeats} at concurrency {c}")
             recs, window = run_window(args, w.at(c), k * len(levels) + j)
             records += recs
             windows.append(window)
+            probes.append(machine_probe_ms())
     wall = sum(x.wall_s for x in windows)
-    return summarize(args.label, args.tree_sha256, records, w.prompts, wall, windows)
+    m = summarize(args.label, args.tree_sha256, records, w.prompts, wall, windows)
+    return m.model_copy(update={"probe_ms": probes})
 
 
 def measure_pair_windows(arms: tuple[MeasureArgs, MeasureArgs], w: WorkloadConfig) -> PairResult:
