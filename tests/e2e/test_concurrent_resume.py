@@ -11,7 +11,15 @@ import time
 
 import pytest
 
-from tests.e2e.conftest import PERFLOOP, assert_clean, last_json, make_repo, perfloop, write_target
+from tests.e2e.conftest import (
+    PERFLOOP,
+    assert_clean,
+    kept_unless_drifted,
+    last_json,
+    make_repo,
+    perfloop,
+    write_target,
+)
 from tests.pg import PgServer
 from tests.procs import processes_in
 
@@ -69,10 +77,8 @@ def test_two_concurrent_resumes_one_runs_one_is_refused(
             p.kill()
     assert winner.returncode == 0, werr[-2000:]
     s = last_json(subprocess.CompletedProcess([], 0, wout, werr))
-    assert s["status"] == "done" and s["accepted"] == ["kv-cache-full-pool-cast"], (
-        s["decision"],
-        s["stop_reason"],
-    )
+    assert s["status"] == "done", (s["decision"], s["stop_reason"])
+    kept_unless_drifted(s["accepted"] == ["kv-cache-full-pool-cast"], s["decision"])
     assert s["server_launches"] == 2  # the killed run's server was reused, never a second one at once
     assert processes_in(repo) == []
     assert_clean(repo, s["branch"])

@@ -23,6 +23,7 @@ from tests.e2e.conftest import (
     PERFLOOP,
     edited_diff,
     git,
+    kept_unless_drifted,
     last_json,
     make_repo,
     perfloop,
@@ -102,7 +103,8 @@ def test_a_parallel_session_killed_mid_batch_resumes_and_replays(
     resumed = perfloop(home, "resume", sid, "--json")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     s = last_json(resumed)
-    assert s["status"] == "done" and s["accepted"] == ["kv-cache-full-pool-cast"], s
+    assert s["status"] == "done", s
+    kept_unless_drifted(s["accepted"] == ["kv-cache-full-pool-cast"], s["decision"])
     replayed = perfloop(home, "replay", sid, "--json")  # the finished session, played back
     assert replayed.returncode == 0, replayed.stderr[-2000:]
     again = last_json(replayed)

@@ -16,7 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import PERFLOOP, assert_clean, git, last_json, make_repo, perfloop, write_target
+from tests.e2e.conftest import (
+    PERFLOOP,
+    assert_clean,
+    git,
+    kept_unless_drifted,
+    last_json,
+    make_repo,
+    perfloop,
+    write_target,
+)
 from tests.pg import PgServer
 from tools.store.db import Db
 
@@ -170,9 +179,9 @@ def test_machines_take_turns_on_a_session_each_resuming_once_the_killed_ones_lea
     resumed = resume_once_free(machine_b, sid, env)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert faults.read_text() == ""
-    assert git(repo, "rev-list", "--count", "main..HEAD").strip() == "1"  # the patch committed once
     s = last_json(resumed)
-    assert s["accepted"] == ["kv-cache-full-pool-cast"], s
+    if kept_unless_drifted(s["accepted"] == ["kv-cache-full-pool-cast"], s["decision"]):
+        assert git(repo, "rev-list", "--count", "main..HEAD").strip() == "1"  # the patch committed once
     assert seen.read_text().split()[0] == hashlib.sha256(secret.encode()).hexdigest()  # it was passed
     assert last_json(perfloop(machine_b, "sessions", "--json", env=env))[-1]["status"] == "done"
     rep = perfloop(machine_b, "replay", sid, "--json", env=env)
