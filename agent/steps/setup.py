@@ -104,8 +104,8 @@ def launch(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["
 def baseline(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["profile", "abort"]]:
     """Measure TTFT/TPOT and record the outputs every candidate must reproduce (by the session's
     rule). A measurement that failed because the server's process group is gone (killed from
-    outside) ends the session as interrupted (`ServerLost`), so `resume` launches it again; any
-    other failure is the loop's `abort`."""
+    outside, or a crash of the unpatched tree) ends the session as interrupted (`ServerLost`), so
+    `resume` launches it again; any other failure is the loop's `abort`."""
     try:
         measured = rule_for(state.options.decision_rule).baseline(state, runtime)
     except ToolError as exc:
@@ -113,8 +113,9 @@ def baseline(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal
         if call(runtime, server.status, ServerArgs(server=handle)).alive:
             raise
         raise ServerLost(
-            f"server #{handle.launch_number} (pid {handle.process.pid}) was killed from outside while "
-            f"the baseline was measured ({first_line(exc)})"
+            f"server #{handle.launch_number} (pid {handle.process.pid}) stopped while the baseline was "
+            f"measured ({first_line(exc)}): killed from outside (the OOM killer?), or it crashed "
+            f"(its log: {handle.process.log_path})"
         ) from exc
     m = measured.measurement
     note = (
