@@ -35,6 +35,14 @@ class DecisionConfig(ArmsConfig):
     2-core machine shared with other jobs, A/A launches of the demo varied by 14% (SD) and one A/A
     pair by 1.9x. With it one launch per arm resolves only gains above ~2.4x: calibrate
     (`perfloop calibrate`) to resolve smaller ones."""
+    prior_df: int = Field(1, ge=1, le=20)
+    """Paired blocks: the degrees of freedom `default_launch_noise` counts for while no launch
+    noise is measured (agent/decision/stats/blocks.py); the first measured degree of freedom
+    replaces it (a prior, not a floor)."""
+    trial_budget_s: float = Field(1800.0, gt=0)
+    """Paired blocks: the most seconds a trial's blocks may take at the launch and measurement
+    cost the baseline showed; bounds the blocks planned (a 10-minute launch gets fewer blocks than
+    a 5-second one)."""
     min_aa_launches: int = Field(6, ge=3)
     """A/A launches needed (at least two of one tree) before their estimate replaces the default."""
     default_pair_noise: float = Field(0.05, gt=0, lt=1)
@@ -62,9 +70,11 @@ class LaunchNoise(Model):
     """The A/A point estimate (pooled SD over launches of the same tree), if there are any."""
     launches: int = 0
     """A/A launches the estimate pools."""
-    source: Literal["default", "aa", "replicates"] = "default"
+    source: Literal["default", "aa", "replicates", "pooled"] = "default"
     """`aa`: measured; `default`: too few A/A launches yet, the conservative default;
-    `replicates`: alternating arms, from the candidate's own replicate launches."""
+    `replicates`: alternating arms, from the candidate's own replicate launches; `pooled`: paired
+    blocks, the trial's blocks pooled with history and the weak prior
+    (agent/decision/stats/blocks.py)."""
     paired: bool = False
     """From interleaved A/A pairs (two launches measured together), for interleaved arms."""
     df: int = 0
@@ -75,6 +85,8 @@ class LaunchNoise(Model):
         unit = "interleaved A/A pairs" if self.paired else "A/A launches"
         if self.source == "replicates":
             return f"between-launch SD {self.sigma_log:.1%} ({self.df} df, {self.launches} launches)"
+        if self.source == "pooled":
+            return f"launch noise {self.sigma_log:.1%} (pooled, {self.df} df with the prior's)"
         if self.source == "aa":
             return f"launch noise {self.sigma_log:.1%} ({self.launches} {unit})"
         so_far = f", {self.estimate_log:.1%} measured" if self.estimate_log is not None else ""
@@ -212,6 +224,8 @@ class Judgement(Model):
             units = f"{n} windows at concurrency {at}"
         if self.arms in ("alternating", "cross-host"):  # a look's `requests_*` count launches then
             units = f"{n} launches"
+        if self.launch_noise.source == "pooled":  # paired blocks: they count blocks
+            units = f"{n} paired launches"
         return (
             f"{what} {lk.speedup:.2f}x [{lk.ci_low:.2f}, {lk.ci_high:.2f}] {self.confidence:.0%} CI, "
             f"n = {units} per arm, {self.launch_noise.describe()}, "

@@ -51,6 +51,12 @@ class LoopOptions(Model):
     arms' replicate launches, and with sequential arms one A/A launch at the baseline while the
     store holds no measured launch noise of the target on its host: True for new sessions;
     sessions recorded before it carry none and replay without."""
+    paired_blocks: bool = False
+    """Whether alternating arms are judged as paired blocks with pooled noise and a weak prior, and
+    the baseline prints the trial plan from what a launch costs (agent/decision/stats/blocks.py,
+    agent/decision/arms/blocks.py); sequential arms on a server that holds GPU memory are then not
+    widened by the CPU probe: True for new sessions; sessions recorded before it carry none and
+    replay as they ran (alternating arms' replicates, the probe everywhere)."""
     reference_host_aa: bool = False
     """Whether cross-host arms plan and judge with both hosts' A/A launches, the reference host's
     read from the store too (agent/decision/arms/crosshost.py): True for new sessions; sessions

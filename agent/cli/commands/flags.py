@@ -142,6 +142,7 @@ def options(
         "long_prompts": True,
         "power": True,
         "aa_evidence": True,
+        "paired_blocks": True,
         "reference_host_aa": True,
         "launch_allowlist": True,
         "release_servers_when_paused": not keep_servers,

@@ -91,12 +91,14 @@ def keep_replicates(
 
 
 def wants_launch(state: LoopState, samples: Sequence[AASample], baseline_number: int) -> bool:
-    """Whether the baseline step launches the tree once more: sequential arms, `auto_aa_pairs` > 0,
+    """Whether the baseline step launches the tree once more: sequential arms (and paired blocks'
+    alternating ones), `auto_aa_pairs` > 0,
     and the launch noise of the store's single launches (this session's own but its baseline left
     out: a resumed step's earlier A/A launch is replaced, not counted) still the default (pure)."""
     cfg = state.target.decide
     arms = state.arms.arms if state.arms is not None else cfg.arms  # (`auto` is never sequential)
-    if not state.options.aa_evidence or cfg.auto_aa_pairs < 1 or arms != "sequential":
+    sequential = ("sequential", "alternating") if state.options.paired_blocks else ("sequential",)
+    if not state.options.aa_evidence or cfg.auto_aa_pairs < 1 or arms not in sequential:
         return False
     evidence = [
         s

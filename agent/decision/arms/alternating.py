@@ -25,6 +25,7 @@ from typing import Literal
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, call, need
+from agent.decision.arms import blocks
 from agent.decision.arms.aalaunches import keep_replicates
 from agent.decision.arms.interleave import launch_beside, reference_tree, role_of, stop_reference
 from agent.decision.arms.measuring import (
@@ -38,6 +39,7 @@ from agent.decision.arms.measuring import (
 )
 from agent.decision.gate import outputs
 from agent.decision.judging import JudgedCandidate
+from agent.decision.stats.blocks import block_look, first_look, looks_planned, plan_blocks
 from agent.decision.stats.noise import launch_noise
 from agent.decision.stats.replicates import alternating_look, launches_per_arm, prior_of
 from agent.decision.stats.rule import arm_location, arm_of
@@ -89,6 +91,11 @@ def judge_alternating(state: LoopState, runtime: Runtime[LoopContext], label: st
     n, exact = len(ref0.outputs), not outputs.tolerant(state)
     noise = state.launch_noise or launch_noise([], cfg)
     k, prior = launches_per_arm(noise, cfg), prior_of(noise)
+    pool = (
+        blocks.history(state, runtime, blocks.group_of(state, label)) if state.options.paired_blocks else None
+    )
+    if pool is not None:  # paired blocks: planned from the pool and the launch cost
+        k = plan_blocks(pool, cfg, *blocks.cost(state)).blocks
     instrumented, base = state.instrumentation is not None, state.launches
     running = start_server(state, runtime, instrumented)  # a resumed step finds it dead: relaunched
     launched = 0 if running == state.server else 1
@@ -143,7 +150,13 @@ def judge_alternating(state: LoopState, runtime: Runtime[LoopContext], label: st
                 per_launch.append(
                     LaunchLocation(arm=arm, launch_number=number, location_log=location(state, m))
                 )
-            if r >= 2:
+            if pool is not None and r >= (first := first_look(pool)):
+                ds = blocks.differences(per_launch)
+                lk, replicates = block_look(ds, pool, cfg, r - first + 1, looks_planned(pool, k))
+                looks.append(lk)
+                if lk.verdict != "undecided":
+                    break
+            elif pool is None and r >= 2:
                 ref_locs = [p.location_log for p in per_launch if p.arm == "reference"]
                 cand_locs = [p.location_log for p in per_launch if p.arm == "candidate"]
                 lk, replicates = alternating_look(ref_locs, cand_locs, cfg, r - 1, k - 1, prior)
@@ -151,6 +164,8 @@ def judge_alternating(state: LoopState, runtime: Runtime[LoopContext], label: st
                 if lk.verdict != "undecided":
                     break
         keep_replicates(state, runtime, per_launch, arms)
+        if pool is not None:
+            blocks.keep_blocks(state, runtime, label, per_launch)
         if last == "reference":  # the candidate's server runs on only when it may be profiled next
             call(runtime, server.stop, ServerArgs(server=running, grace_s=grace))
             if looks[-1].verdict == "accepted":

@@ -29,6 +29,13 @@ def arms_in_use(state: LoopState) -> ArmsInUse:
     return "sequential" if arms == "auto" else arms
 
 
+def probe_widens(state: LoopState) -> bool:
+    """Whether the CPU probe's drift widens a sequential arm's interval: not in a paired-blocks
+    session whose server holds GPU memory (a CPU probe says nothing of a GPU-bound workload) (pure)."""
+    fit = state.arms.fit if state.arms is not None else None
+    return not (state.options.paired_blocks and fit is not None and fit.device == "gpu")
+
+
 def fits(fit: MemoryFit, margin: float) -> bool:
     """Whether a second server fits: free memory holds the server's own use times `margin` (pure)."""
     return fit.free_bytes >= fit.server_bytes * margin
@@ -61,9 +68,14 @@ def choice_of(cfg: DecisionConfig, fit: MemoryFit | None) -> ArmsChoice:
 
 
 def choose_arms(state: LoopState, runtime: Runtime[LoopContext]) -> ArmsChoice | None:
-    """`auto` resolved on the running baseline server (None when the target names its arms); a
+    """`auto` resolved on the running baseline server (None when the target names its arms; named
+    sequential arms of a paired-blocks session: where the server computes, for the CPU probe); a
     reference host not of this host's kind gives alternating arms instead of cross-host."""
     cfg = state.target.decide
+    if cfg.arms == "sequential" and state.options.paired_blocks and state.server is not None:
+        fit = call(runtime, info.memory_fit, MemoryFitArgs(pgid=state.server.process.pgid))
+        why = f"named by the target; its server computes on the {fit.device.upper()} ({fit.where})"
+        return ArmsChoice(arms="sequential", why=why, fit=fit)
     if cfg.arms != "auto":
         return None
     if cfg.two_servers_fit is not None:

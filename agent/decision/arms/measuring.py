@@ -21,7 +21,7 @@ from typing import Any
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, call, need
-from agent.decision.arms.arms import arms_in_use
+from agent.decision.arms.arms import arms_in_use, probe_widens
 from agent.decision.gate import outputs
 from agent.decision.judging import JudgedCandidate
 from agent.decision.stats.levels import at_level, level_looks, with_levels
@@ -170,10 +170,10 @@ def beside_note(m: Measurement) -> str:
     return f"; beside, {b.client}: {figures}"
 
 
-def machine_drift(reference: Measurement, candidate: Measurement) -> float:
+def machine_drift(reference: Measurement, candidate: Measurement, widens: bool = True) -> float:
     """How much faster or slower the host ran for one arm than for the other (>= 1; 1 when not
-    recorded): the ratio of their median CPU-probe times (pure)."""
-    if not reference.probe_ms or not candidate.probe_ms:
+    recorded, or not `widens`: `arms.probe_widens`): the ratio of their median CPU-probe times (pure)."""
+    if not widens or not reference.probe_ms or not candidate.probe_ms:
         return 1.0
     a, b = statistics.median(reference.probe_ms), statistics.median(candidate.probe_ms)
     return max(a / b, b / a) if a > 0 and b > 0 else 1.0
@@ -242,16 +242,17 @@ def judge_candidate(state: LoopState, runtime: Runtime[LoopContext], label: str)
         return JudgedCandidate(m, problem=problem, tolerance=tolerance)
     n, w = len(ref.outputs), state.target.workload
     ref_arm = arm_of(ref, n, w)
-    looks = [look(ref_arm, arm_of(m, n, w), noise, cfg, 1, machine_drift(ref, m))]
-    others = level_looks(ref, m, w, noise, cfg, 1, machine_drift(ref, m))  # other concurrency levels
+    widens = probe_widens(state)
+    looks = [look(ref_arm, arm_of(m, n, w), noise, cfg, 1, machine_drift(ref, m, widens))]
+    others = level_looks(ref, m, w, noise, cfg, 1, machine_drift(ref, m, widens))  # other concurrency levels
     while with_levels(looks[-1].verdict, others) == "undecided":
         k = len(looks) + 1
         with progress.within(f"look {k}/{cfg.looks}"):
             m = merge(m, measure_arm(state, runtime, label, reps, warm_up=False))
         if (problem := outputs_problem(ref, m, exact)) is not None:
             return JudgedCandidate(m, problem=problem, tolerance=tolerance)
-        looks.append(look(ref_arm, arm_of(m, n, w), noise, cfg, k, machine_drift(ref, m)))
-        others = level_looks(ref, m, w, noise, cfg, k, machine_drift(ref, m))
+        looks.append(look(ref_arm, arm_of(m, n, w), noise, cfg, k, machine_drift(ref, m, widens)))
+        others = level_looks(ref, m, w, noise, cfg, k, machine_drift(ref, m, widens))
     verdict = with_levels(looks[-1].verdict, others)
     judgement = judgement_of(verdict, looks, noise, cfg, (ref, m), n, workload=w, levels=others)
     more = state.iteration < state.options.max_iterations

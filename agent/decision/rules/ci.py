@@ -14,6 +14,7 @@ from __future__ import annotations
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, need
+from agent.decision.arms import blocks
 from agent.decision.arms.aalaunches import aa_launch
 from agent.decision.arms.alternating import judge_alternating
 from agent.decision.arms.arms import arms_in_use, arms_line, choose_arms, same_kind
@@ -76,7 +77,10 @@ class CiRule:
         if choice is not None:
             more["arms"] = choice
             note += f"; {arms_line(choice)}"
-        if arms_in_use(state) == "alternating":
+        if arms_in_use(state) == "alternating" and state.options.paired_blocks:
+            at = state.model_copy(update={"launch_noise": noise})
+            note += f"; {blocks.plan(at, runtime, m)}"
+        elif arms_in_use(state) == "alternating":
             note += f"; {plan_line(noise, state.target.decide)}"
         elif arms_in_use(state) == "cross-host":
             note += f"; {crossover_plan(noise, state.target.decide)}" + (f"; {kind}" if kind else "")

@@ -44,6 +44,18 @@ def target_key(target: TargetConfig, on: TrialHost | None = None) -> str:
     return f"{target.name}@{host}#{_digest(parts)}"
 
 
+def shape_key(target: TargetConfig) -> str:
+    """Which engine on which host at which workload shape, whatever its launch flags: paired blocks'
+    history is pooled under it, so every trial of a launch-option search (and every later session
+    of that shape) adds to one estimate, e.g. `blocks:mla_server@local#1a2b...`."""
+    host = target.host.url if target.host.kind == "ssh" else "local"
+    m = target.measure
+    shape: list = [m.max_tokens, len(m.prompts), m.warmup_requests]
+    if target.workload is not None:
+        shape = [target.workload.model_dump(mode="json")]
+    return f"blocks:{target.kind}@{host}#{_digest(shape)}"
+
+
 def sample_group(content_sha256: str, target: TargetConfig, client: str) -> str:
     """Launches comparable as A/A: same tree content, same workload, same client."""
     m = target.measure

@@ -1,0 +1,102 @@
+"""Paired blocks' door work (sessions with `LoopOptions.paired_blocks`): the history pooled into
+a trial's interval, the trial's plan from what a launch costs, and the trial's blocks kept for the
+next trial. The statistics are agent/decision/stats/blocks.py's; the launches are alternating
+arms' (agent/decision/arms/alternating.py), one block per round.
+
+History lives in the A/A store (`aa.record`, through the door, so a replay reads what the session
+read) under `noise.shape_key`: the engine on the host at the workload's shape, whatever the launch
+flags, so every trial of a launch-option search adds to one estimate. Each block is kept as one
+sample whose location is d / sqrt(2) (one launch's scale), grouped by session and trial: only a
+trial's own blocks are compared with each other (a trial's effect is its group's mean). A block's
+sample carries minus its candidate launch's number: the store keys samples by session and launch,
+and that launch's own replicate sample keeps the plus.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+
+from langgraph.runtime import Runtime
+
+from agent.context import LoopContext, call
+from agent.decision.stats.blocks import Pool, plan_blocks, pool_of
+from agent.decision.stats.noise import launch_noise, shape_key
+from state.aa import AARecordArgs, AASample
+from state.arms import LaunchLocation
+from state.loop import LoopState
+from state.measure import Measurement
+from tools.store import aa
+
+
+def history(state: LoopState, runtime: Runtime[LoopContext], leave_out: str | None = None) -> Pool:
+    """The pool before a trial: earlier trials' blocks of this shape (the group `leave_out`, a
+    resumed trial's own, left out) and the target's A/A launches, with the weak prior."""
+    cfg = state.target.decide
+    read = call(runtime, aa.record, AARecordArgs(target_key=shape_key(state.target)))
+    groups: dict[str, list[float]] = defaultdict(list)
+    for s in read.samples:
+        if s.group != leave_out:
+            groups[s.group].append(s.location_log)
+    return pool_of(list(groups.values()), state.launch_noise or launch_noise([], cfg), cfg)
+
+
+def measured_seconds(m: Measurement) -> float:
+    """Seconds a launch's measurement took, from what it recorded (its windows' wall time, or its
+    requests' times one after another) (pure)."""
+    if m.windows:
+        return sum(w.wall_s for w in m.windows)
+    return sum(r.ttft_ms + sum(r.itl_ms) for r in m.requests) / 1000.0
+
+
+def cost(state: LoopState, reference: Measurement | None = None) -> tuple[float, float]:
+    """(seconds the running server's launch took, seconds the reference measurement took) (pure)."""
+    launch_s = state.server.startup_s if state.server is not None else 0.0
+    m = reference or state.reference
+    return launch_s, measured_seconds(m) if m is not None else 0.0
+
+
+def plan(state: LoopState, runtime: Runtime[LoopContext], baseline: Measurement) -> str:
+    """The baseline's plan line for the session's trials, from the pool and the baseline's launch
+    and measurement cost."""
+    pool = history(state, runtime)
+    return plan_blocks(pool, state.target.decide, *cost(state, baseline)).line(pool)
+
+
+def group_of(state: LoopState, label: str) -> str:
+    """The store group of one trial's blocks (pure)."""
+    return f"blocks:{state.session_id}:{label}"
+
+
+def differences(per_launch: Sequence[LaunchLocation]) -> list[float]:
+    """Each complete block's d = location(reference) - location(candidate), in block order: the
+    i-th reference launch with the i-th candidate launch (pure)."""
+    ref = [p.location_log for p in per_launch if p.arm == "reference"]
+    cand = [p.location_log for p in per_launch if p.arm == "candidate"]
+    return [r - c for r, c in zip(ref, cand, strict=False)]
+
+
+def keep_blocks(
+    state: LoopState, runtime: Runtime[LoopContext], label: str, per_launch: Sequence[LaunchLocation]
+) -> int:
+    """Keep a trial's blocks in the store for the next trial (two or more: one block has no spread
+    of its own); how many were kept."""
+    ds = differences(per_launch)
+    if len(ds) < 2:
+        return 0
+    key, group = shape_key(state.target), group_of(state, label)
+    numbers = [p.launch_number for p in per_launch if p.arm == "candidate"]
+    samples = [
+        AASample(
+            target_key=key,
+            group=group,
+            session_id=state.session_id,
+            launch_number=-n,  # the store keys samples by (session, launch): a launch's own A/A sample is +n
+            location_log=d / math.sqrt(2.0),
+            requests=2,
+        )
+        for d, n in zip(ds, numbers, strict=False)
+    ]
+    call(runtime, aa.record, AARecordArgs(target_key=key, more=samples))
+    return len(samples)
