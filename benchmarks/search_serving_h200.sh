@@ -12,7 +12,7 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 rm -rf /tmp/mla_server && cp -r examples/targets/mla_server /tmp/mla_server
 (cd /tmp/mla_server && git init -q && git add -A && git -c user.name=perfloop -c user.email=perfloop@localhost commit -qm "mla_server")
 timeout 540 python3 -c "import sys; from agent.cli import app; sys.argv[0] = 'perfloop'; app()" \
-  run examples/targets/mla_server_glm5_serving.toml --proposer search --max-iterations 8 --json "$@" \
+  run examples/targets/mla_server_glm5_serving.toml --proposer search --max-iterations 8 --approve auto --json "$@" \
   >"$OUT/search-serving.log" 2>&1
 echo "run exit $?"
 sid=$(ls -t /tmp/plh/sessions | head -1)

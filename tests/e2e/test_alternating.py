@@ -1,9 +1,11 @@
 """Alternating arms on the CPU demo: `arms = "auto"` where the target says two servers do not fit,
 the real fix (gather then cast) judged on launches of the two trees in turn, one server at a time
-(C R R C), its CI from those launches alone; the session replays with the same choice."""
+(C R R C): two paired blocks, each block's difference the unit (agent/decision/stats/blocks.py),
+their spread the launch noise; the session replays with the same choice."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -30,21 +32,24 @@ def test_the_fix_is_judged_on_alternating_launches(tmp_path: Path, home: Path, r
     playbook_variant(books, "fix", 0.99, edited_diff(repo, tmp_path, {BACKEND: FIX}))
     target = write_target(tmp_path / "t.toml", repo, looks=1, arms="auto", prompts=("Explain the KV cache.",))
     decide = "two_servers_fit = false\nmax_launches_per_arm = 2\n"  # [decide] is the last table
-    target.write_text(target.read_text() + decide)
+    # one A/A launch of the baseline tree: a fresh host's first measured df for the pool
+    target.write_text(target.read_text().replace("auto_aa_pairs = 0", "auto_aa_pairs = 1") + decide)
     s, shown = run_playbooks(home, target, books)
     (d,) = shown["decisions"]
     j = d["judgement"]
     assert j["arms"] == "alternating" and "arms alternating" in d["reason"], d["reason"]
     # the candidate relaunch, the reference twice, the candidate again: C R R C, one look
     assert [p["arm"] for p in j["per_launch"]] == ["candidate", "reference", "reference", "candidate"]
-    assert [p["launch_number"] for p in j["per_launch"]] == [2, 3, 4, 5]
-    assert s["server_launches"] == 5 and len(j["looks"]) == 1
+    assert [p["launch_number"] for p in j["per_launch"]] == [3, 4, 5, 6]
+    assert s["server_launches"] == 6 and len(j["looks"]) == 1
     lk = j["looks"][0]
     assert (lk["requests_reference"], lk["requests_candidate"]) == (2, 2)
-    assert j["launch_noise"]["source"] == "replicates" and j["launch_noise"]["df"] == 2
-    # the fix removes the whole-pool cast: far outside the spread of two launches per tree
+    # two blocks (1 df) pooled with the baseline's A/A launch (1 df)
+    assert j["launch_noise"]["source"] == "pooled" and j["launch_noise"]["df"] == 2
+    # the fix removes the whole-pool cast: far outside the spread of two blocks, even at t(2)
     assert d["verdict"] == "accepted" and lk["ci_low"] > 1.02 and lk["speedup"] > 1.3, d["reason"]
-    assert "1 launches" not in d["reason"] and "n = 2 launches per arm" in d["reason"], d["reason"]
+    assert "n = 2 paired launches per arm" in d["reason"], d["reason"]
+    assert "paired blocks (C R | R C ...): up to 2 blocks" in json.dumps(shown)  # the plan, before the trial
     assert git(repo, "rev-list", "--count", "main..HEAD").strip() == "1"
     assert_clean(repo, s["branch"])
     assert not (home / "sessions" / s["session"] / "reference").exists()
@@ -59,12 +64,16 @@ def test_the_fix_is_judged_on_alternating_launches(tmp_path: Path, home: Path, r
     ]
     # each tree's two launches kept as A/A launches in one call, grouped by tree (and session),
     # beside the baseline's, so the next session's launch noise pools them
-    (kept,) = [c for c in calls if c.name == "aa.record" and c.node == "measure"]
+    on_shape = [c for c in calls if c.name == "aa.record" and c.input["target_key"].startswith("blocks:")]
+    (kept,) = [c for c in calls if c.name == "aa.record" and c.node == "measure" and c not in on_shape]
     more = kept.input["more"]
-    assert [x["launch_number"] for x in more] == [2, 5, 3, 4]  # the candidate's, the reference's
+    assert [x["launch_number"] for x in more] == [3, 6, 4, 5]  # the candidate's, the reference's
     assert more[0]["group"] == more[1]["group"] != more[2]["group"] == more[3]["group"]
     stored = SessionStore(home / "sessions.sqlite").aa_samples(kept.input["target_key"])
-    assert sorted(x.launch_number for x in stored) == [1, 2, 3, 4, 5]
+    assert sorted(x.launch_number for x in stored) == [1, 2, 3, 4, 5, 6]
+    # and the two blocks, under the engine's workload shape, for the next trial's pool
+    (blocks,) = [c for c in on_shape if c.input["more"]]
+    assert [x["launch_number"] for x in blocks.input["more"]] == [-3, -6]
     base, cand, ref = report_arms(calls, [])  # the candidate arm: its own launches only
     assert base.label == "baseline" and len(cand.tpot_ms) == 2 * 3  # 2 launches x 1 prompt x 3
     assert ref.verdict == "reference" and len(ref.tpot_ms) == 2 * 3  # the reference tree's launches
