@@ -286,7 +286,10 @@ class MechanismCheck(Model):
     step_us_after: float
     """Profiled step time after (us)."""
     confirmed: bool
-    """Whether the operator shrank by at least half of what was predicted."""
+    """Whether the operator's reduction lies in the prediction's range (0.5x to 2x of it; sessions
+    recorded before `LoopOptions.mechanism_range`: at least half of it)."""
+    realized_over_predicted: float | None = None
+    """The realized reduction over the predicted one (`mechanism_range` sessions); None before."""
     note: str
     """One line, e.g. `aten::copy_ 0.412 -> 0.000 ms/step (predicted -0.380); step 0.500 -> 0.090 ms:
     mechanism confirmed` (in us/step in sessions recorded before `LoopOptions.mechanism_ms`)."""

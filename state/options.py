@@ -73,3 +73,7 @@ class LoopOptions(Model):
     """Whether the mechanism check's line (`MechanismCheck.note`, agent/decision/stats/mechanism.py)
     gives its times in ms per step, as `perfloop analyze` does: True for new sessions; sessions
     recorded before it carry none and replay with the us/step line they recorded."""
+    mechanism_range: bool = False
+    """Whether the mechanism check calls a mechanism confirmed only when the realized reduction lies
+    in the prediction's range, saying how far off it was otherwise (agent/decision/stats/mechanism.py):
+    True for new sessions; sessions recorded before it replay with the half-of-it test."""

@@ -114,7 +114,14 @@ def mechanism_checks(state: LoopState, summary: ProfileSummary) -> list[Mechanis
     """Predicted vs realized for accepted patches not yet checked against a later profile (pure)."""
     done = {m.iteration for m in state.mechanisms}
     return [
-        mechanism.check(d.iteration, d.source, d.prediction, summary, ms=state.options.mechanism_ms)
+        mechanism.check(
+            d.iteration,
+            d.source,
+            d.prediction,
+            summary,
+            ms=state.options.mechanism_ms,
+            by_range=state.options.mechanism_range,
+        )
         for d in state.decisions
         if d.verdict == "accepted" and d.prediction is not None and d.iteration not in done
     ]

@@ -88,7 +88,8 @@ def test_a_new_session_writes_the_mechanism_line_in_ms_per_step_as_analyze_does(
     """One unit per quantity across commands (`analyze`, `diff`: ms per step)."""
     new = LoopOptions(session_dir=tmp_path, **options("auto", "patch", 3, [], False))
     assert checked(tmp_path, new) == (
-        "aten::copy_ 0.180 -> 0.036 ms/step (predicted -0.170); step 0.200 -> 0.056 ms: mechanism confirmed"
+        "aten::copy_ 0.180 -> 0.036 ms/step (predicted -0.170); step 0.200 -> 0.056 ms: "
+        "mechanism confirmed (85% of the predicted reduction)"
     )
 
 
@@ -113,3 +114,25 @@ def test_a_session_recorded_before_keeps_its_us_per_step_line_and_replays_to_it(
     assert [m.partition("; step ")[2] for m in summary.mechanisms] == [
         m.partition("; step ")[2] for m in recorded
     ]
+
+
+def test_by_magnitude_a_reduction_far_past_the_prediction_is_not_confirmed() -> None:
+    """The launch fix on an unseen geometry: 8.2 ms of GPU idle a step predicted removed, 48.8 ms
+    removed. Confirmed only within 0.5x-2x of the prediction; otherwise how far off it was."""
+    diag = Diagnosis(findings=[], top_ops=[], time_basis="cpu", steps=5, step_us=200.0)
+    p = predict(proposal(), diag)
+    assert p is not None
+    small = p.model_copy(update={"op_us_per_step": 60.0, "expected_gain_share": 0.0})  # predicts -60 us
+    far = check(
+        1, "kv", small.model_copy(update={"op_us_per_step": 360.0}), profile(0.0), ms=True, by_range=True
+    )
+    # removed 360 us/step against a prediction capped at 200 x 0.0 -> the op's own 360: in range
+    assert far.confirmed and far.realized_over_predicted == 1.0
+    short = check(1, "kv", p, profile(700.0), ms=True, by_range=True)  # 180 -> 140: 40 of 170 predicted
+    assert not short.confirmed and "short of the prediction: 24%" in short.note
+    assert short.realized_over_predicted is not None and abs(short.realized_over_predicted - 40 / 170) < 1e-9
+    tiny = p.model_copy(update={"expected_gain_share": 0.05})  # predicts 200 x 0.05 = 10 us, 180 removed
+    over = check(1, "kv", tiny, profile(0.0), ms=True, by_range=True)
+    assert not over.confirmed and "mechanism off by 18.0x" in over.note
+    assert check(1, "kv", tiny, profile(0.0), ms=True).confirmed  # as recorded before: at least half
+    assert "mechanism confirmed (106%" in check(1, "kv", p, profile(0.0), ms=True, by_range=True).note

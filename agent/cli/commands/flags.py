@@ -147,6 +147,7 @@ def options(
         "launch_allowlist": True,
         "release_servers_when_paused": not keep_servers,
         "mechanism_ms": True,
+        "mechanism_range": True,
     }
 
 

@@ -1,9 +1,11 @@
 """The mechanism check, as pure functions: did the operator a diagnosis blamed actually shrink?
 
 A playbook predicts what its patch changes (its evidence operator, and a share of decode time
-removed). After the patch is accepted, the next profile says what happened; a speedup whose
-predicted operator did not shrink by at least half the predicted amount is a gain with no
-mechanism, and is flagged (it may be noise, or the patch works for another reason).
+removed). After the patch is accepted, the next profile says what happened. Sessions with
+`LoopOptions.mechanism_range` call it confirmed only when the realized reduction lies within
+`IN_RANGE` (0.5x to 2x) of the predicted one, and otherwise say how far off it was (short of it,
+or several times larger: the prediction is wrong, or the gain has another cause); sessions
+recorded before it called a reduction of at least half the predicted one confirmed, however large.
 """
 
 from __future__ import annotations
@@ -31,9 +33,41 @@ def predict(proposal: Proposal, diagnosis: Diagnosis | None) -> Prediction | Non
     )
 
 
-def check(iteration: int, playbook: str, p: Prediction, after: ProfileSummary, *, ms: bool) -> MechanismCheck:
+IN_RANGE = (0.5, 2.0)
+"""By magnitude (`LoopOptions.mechanism_range`): the realized reduction must lie within these
+multiples of the predicted one for the mechanism to count as confirmed."""
+
+
+def by_magnitude(removed_us: float, predicted_us: float) -> tuple[bool, str, float | None]:
+    """(confirmed, the verdict's words, realized over predicted) when the realized reduction must lie
+    in the prediction's range `IN_RANGE` (pure)."""
+    if predicted_us <= 0:
+        return False, "no reduction was predicted: not checked", None
+    ratio = removed_us / predicted_us
+    low, high = IN_RANGE
+    if ratio < 0.05:
+        return False, "GAIN WITHOUT MECHANISM: the predicted op did not shrink", ratio
+    if ratio < low:
+        return False, f"mechanism short of the prediction: {ratio:.0%} of the predicted reduction", ratio
+    if ratio > high:
+        return (
+            False,
+            (
+                f"mechanism off by {ratio:.1f}x: the op shrank {ratio:.1f}x more than predicted "
+                "(the prediction is wrong, or the gain has another cause)"
+            ),
+            ratio,
+        )
+    return True, f"mechanism confirmed ({ratio:.0%} of the predicted reduction)", ratio
+
+
+def check(
+    iteration: int, playbook: str, p: Prediction, after: ProfileSummary, *, ms: bool, by_range: bool = False
+) -> MechanismCheck:
     """Compare a prediction with the first profile after the patch; `ms`: its line in ms per step
-    (`LoopOptions.mechanism_ms`), else in us as sessions recorded before it wrote it."""
+    (`LoopOptions.mechanism_ms`), else in us as sessions recorded before it wrote it; `by_range`
+    (`LoopOptions.mechanism_range`): confirmed only within `IN_RANGE` of the prediction, else
+    (as recorded before it) whenever at least half of it was removed."""
     same = [o for o in after.ops if o.name == p.op and o.input_dims == p.dims]
     op_after = sum(o.self_us for o in same) / max(after.steps, 1)
     if p.step_us is not None and p.expected_gain_share > 0:
@@ -41,10 +75,14 @@ def check(iteration: int, playbook: str, p: Prediction, after: ProfileSummary, *
     else:
         predicted = p.op_us_per_step
     removed = p.op_us_per_step - op_after
-    confirmed = removed >= CONFIRMED_FRACTION * predicted
-    verdict = (
-        "mechanism confirmed" if confirmed else "GAIN WITHOUT MECHANISM: the predicted op did not shrink"
-    )
+    ratio: float | None = None
+    if by_range:
+        confirmed, verdict, ratio = by_magnitude(removed, predicted)
+    else:
+        confirmed = removed >= CONFIRMED_FRACTION * predicted
+        verdict = (
+            "mechanism confirmed" if confirmed else "GAIN WITHOUT MECHANISM: the predicted op did not shrink"
+        )
     return MechanismCheck(
         iteration=iteration,
         playbook=playbook,
@@ -55,6 +93,7 @@ def check(iteration: int, playbook: str, p: Prediction, after: ProfileSummary, *
         step_us_before=p.step_us,
         step_us_after=after.step_us,
         confirmed=confirmed,
+        realized_over_predicted=ratio,
         note=note(p, op_after, predicted, after.step_us, ms) + f": {verdict}",
     )
 
