@@ -24,6 +24,9 @@ t-interval, launches per arm planned from each launch noise, a look after each r
 whichever tree it runs, the trees swapping hosts every round (agent/decision/stats/crossover.py: each
 host's reference-minus-candidate averaged, so the bias cancels; each verdict also gives the
 speedup with the hosts ignored, which the bias leaks into);
+`--arms blocks` judges as paired blocks do (agent/decision/stats/blocks.py: C R | R C | ..., each
+block's difference the unit, the noise pooled over the calibration and the earlier sessions' blocks
+(`calibrated`) or over the session's own blocks alone (`default`: a first trial on a new host));
 `--arms interleaved` launches both arms at once and alternates requests between them
 (`bench.measure_pair`), calibrates from interleaved A/A pairs, and confirms an acceptance below
 `confirm_below` on a fresh pair of launches, as the loop does with `[decide] arms = "interleaved"`.
@@ -60,6 +63,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from agent.decision.stats import blocks  # noqa: E402
 from agent.decision.stats.crossover import (  # noqa: E402
     crossover_look,
     first_look,
@@ -165,6 +169,8 @@ class Bench:
         self.tree, self.args, self.counter = tree, args, itertools.count(1)
         self.t0 = time.time()
         self.launches: list[tuple[int, float]] = []  # (thread, start-up s: process start to ready)
+        self.history: list[list[float]] = []  # paired blocks: each finished session's d / sqrt(2)
+        self.lock = threading.Lock()
         self.logs = Path(tempfile.mkdtemp(prefix="decisions-logs-"))
         argv = ["bash", "launch.sh", "--port", "{port}", "--preset", args.preset, "--device", args.device]
         if args.threads:
@@ -172,7 +178,7 @@ class Bench:
         self.argv = argv + shlex.split(args.server_args)  # e.g. a smaller geometry of a preset
         self.cfg = DecisionConfig(
             looks=args.looks,
-            arms=args.arms,
+            arms="alternating" if args.arms == "blocks" else args.arms,
             max_launches_per_arm=args.max_launches_per_arm,
             keep_power=args.keep_power,
         )
@@ -305,6 +311,44 @@ class Bench:
                 break
         return out
 
+    def pair_blocks(self, ref_slowdown, noises: dict[str, LaunchNoise]) -> dict:
+        """As the loop judges with paired blocks (agent/decision/stats/blocks.py): C R | R C | ...,
+        each launch measured with `repeats` requests per prompt, a block's difference the unit.
+        Variant `calibrated`: the pool holds the calibration launches and every earlier session's
+        blocks of this run, as a session on a host with history has; `default`: nothing but the
+        session's own blocks, as a first trial on a new host. Each variant plans its own blocks
+        and pre-registers its looks; {} for a session the deadline cuts."""
+        with self.lock:
+            history = [list(h) for h in self.history]
+        pools = {
+            "calibrated": blocks.pool_of(history, noises["calibrated"], self.cfg),
+            "default": blocks.pool_of([], None, self.cfg),
+        }
+        plans = {name: blocks.plan_blocks(p, self.cfg, 0.0, 0.0).blocks for name, p in pools.items()}
+        ds: list[float] = []
+        out: dict = {}
+        for b in range(1, max(plans.values()) + 1):
+            if self.past_deadline():
+                return {}
+            loc = {}
+            for arm in ("cand", "ref") if b % 2 else ("ref", "cand"):
+                loc[arm] = arm_location(self.arm(ref_slowdown if arm == "ref" else 0.0, self.args.repeats))
+            ds.append(loc["ref"] - loc["cand"])
+            for name in sorted(set(pools) - set(out)):
+                pool, k = pools[name], plans[name]
+                first = blocks.first_look(pool)
+                if first <= b <= k:
+                    lk, _ = blocks.block_look(
+                        ds, pool, self.cfg, b - first + 1, blocks.looks_planned(pool, k)
+                    )
+                    if lk.verdict != "undecided":
+                        out[name] = lk.model_dump() | {"launches": 2 * b}
+            if len(out) == len(pools):
+                break
+        with self.lock:
+            self.history.append([d / math.sqrt(2.0) for d in ds])
+        return out
+
     def pair_cross_host(self, ref_slowdown, noises: dict[str, LaunchNoise]) -> dict:
         """As the loop judges with cross-host arms (agent/decision/stats/crossover.py): two hosts at
         once, here and `there`, a machine `--host-bias` slower for whichever tree it runs (its
@@ -353,6 +397,8 @@ class Bench:
             return self.pair_interleaved(ref_slowdown, noises)
         if self.args.arms == "alternating":
             return self.pair_alternating(ref_slowdown, noises)
+        if self.args.arms == "blocks":
+            return self.pair_blocks(ref_slowdown, noises)
         if self.args.arms == "cross-host":
             return self.pair_cross_host(ref_slowdown, noises)
         reps = self.args.repeats
@@ -454,7 +500,9 @@ def main() -> None:
     p.add_argument("--max-launches-per-arm", type=int, default=4, help="alternating arms' budget")
     p.add_argument("--keep-power", type=float, default=0.8, help="[decide] keep_power: the plan's power")
     p.add_argument(
-        "--arms", choices=["sequential", "interleaved", "alternating", "cross-host"], default="sequential"
+        "--arms",
+        choices=["sequential", "interleaved", "alternating", "blocks", "cross-host"],
+        default="sequential",
     )
     p.add_argument("--host-bias", type=float, default=0.1, help="cross-host: the other host this much slower")
     p.add_argument("--server-args", default="", help="more launch.sh flags, e.g. '--layers 40'")

@@ -86,7 +86,7 @@ class LaunchNoise(Model):
         if self.source == "replicates":
             return f"between-launch SD {self.sigma_log:.1%} ({self.df} df, {self.launches} launches)"
         if self.source == "pooled":
-            return f"launch noise {self.sigma_log:.1%} (pooled, {self.df} df with the prior's)"
+            return f"launch noise {self.sigma_log:.1%} (pooled over {self.df} df)"
         if self.source == "aa":
             return f"launch noise {self.sigma_log:.1%} ({self.launches} {unit})"
         so_far = f", {self.estimate_log:.1%} measured" if self.estimate_log is not None else ""

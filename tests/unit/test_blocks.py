@@ -129,6 +129,39 @@ def test_no_op_trials_are_accepted_no_more_often_than_the_nominal_rate(sigma: fl
     assert accepted / len(verdicts) <= 1 - CFG.confidence, accepted
 
 
-def test_a_true_5_percent_gain_is_kept_at_least_80_percent_of_the_time_on_a_quiet_host() -> None:
+def test_a_true_5_percent_gain_is_kept_about_three_times_in_four_on_a_quiet_host() -> None:
+    """1% launch noise, 4 blocks at most: kept 74% of the time (simulated; the guard against a
+    louder host costs ~5 points, the Bonferroni over pre-registered looks the rest of 80%)."""
     verdicts = [v for s in range(10) for v in simulate(1.05, 0.01, 20, seed=100 + s)]
-    assert verdicts.count("accepted") / len(verdicts) >= 0.8, verdicts.count("accepted")
+    assert verdicts.count("accepted") / len(verdicts) >= 0.7, verdicts.count("accepted")
+
+
+def test_a_quieter_history_never_narrows_a_noisier_trial() -> None:
+    """The H200 finding: four calibration launches 0.2% apart, then sessions six at a time whose
+    blocks differ by a few percent: pooled, 2 of 6 A/A sessions read as regressions."""
+    quiet = pool_of([], LaunchNoise(sigma_log=0.25, estimate_log=0.002, df=3), CFG)
+    ds = [-0.03, 0.01]  # the trial's own spread: ~2% a launch
+    var, df = quiet.variance(sum((d - sum(ds) / 2) ** 2 for d in ds) / 2, 1)
+    assert df == 1 and math.sqrt(var) == pytest.approx(0.02)  # its own blocks alone
+    lk, _ = block_look(ds, quiet, CFG, 1, 3)
+    assert lk.verdict == "undecided"
+    like = pool_of([], LaunchNoise(sigma_log=0.25, estimate_log=0.02, df=3), CFG)
+    assert like.variance(0.0004, 1)[1] == 4  # as noisy as its history: pooled
+
+
+def test_no_op_trials_on_a_host_much_louder_than_its_history_are_seldom_called_different() -> None:
+    """A history 15x quieter than the trial's host (0.2% against 3%): the guard lets its own blocks
+    decide, but one or two blocks cannot always tell; at most 10% (~50% without the guard)."""
+    rng = np.random.default_rng(5)
+    different = 0
+    for _ in range(400):
+        pool = pool_of([], LaunchNoise(sigma_log=0.25, estimate_log=0.002, df=3), CFG)
+        ds: list[float] = []
+        for b in range(1, 5):
+            ds.append(float(rng.normal(0, 0.03 * math.sqrt(2))))
+            if b >= first_look(pool):
+                lk, _ = block_look(ds, pool, CFG, b - first_look(pool) + 1, looks_planned(pool, 4))
+                if lk.verdict != "undecided":
+                    different += lk.verdict in ("accepted", "regression")
+                    break
+    assert different / 400 <= 0.10, different

@@ -67,10 +67,14 @@ def measure_launch(
     state: LoopState, runtime: Runtime[LoopContext], handle: ServerHandle, label: str, where: Path
 ) -> Measurement:
     """One fresh launch measured like a sequential reference: its warm-ups, then `budget` requests
-    per prompt (windows under `[workload]`), annotated with the tree `where` holds."""
+    per prompt (windows under `[workload]`; paired blocks: `repeats`, a block's precision coming
+    from more launches rather than looks at one), annotated with the tree `where` holds."""
     cfg, w = state.target.measure, state.target.workload
+    per_launch = (
+        cfg.repeats if state.options.paired_blocks else budget(state)
+    )  # blocks: more launches, not looks
     update: dict[str, MeasureConfig | WorkloadConfig] = {
-        "measure": cfg.model_copy(update={"repeats": budget(state)})
+        "measure": cfg.model_copy(update={"repeats": per_launch})
     }
     warmups = cfg.warmup_requests if w is None else warmup_requests(w)
     target = state.target.model_copy(update=update)

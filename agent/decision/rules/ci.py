@@ -68,6 +68,8 @@ class CiRule:
             state, m, noise, evidence = p.state, p.measurement, p.noise, f"{p.note}{p.power.line()}"
             more.update({"power": p.power, "target": state.target, "launches": state.launches})
             measured = max(measured, budget(state) if arms_in_use(state) == "sequential" else 0)
+        if relaunched_arms and state.options.paired_blocks and arms_in_use(state) == "alternating":
+            evidence = "the launch noise in the plan below"  # (pooled: the default is no floor there)
         evidence = b.note + evidence
         update = outputs.reference_outputs(state, runtime)
         note = (

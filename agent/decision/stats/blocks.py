@@ -22,6 +22,14 @@ The effect is the mean of the blocks' d, its interval a t-interval whose varianc
   quiet GPU host's 1% launches for hundreds of df (0.25^2 = 625 x 0.01^2); the t quantile of the
   measured df is what keeps an estimate from two launches honest (t 12.7 at 95% for 1 df).
 
+Pooling assumes the trial is as noisy as its history; where its own blocks' spread exceeds the
+history's beyond chance (chi-square at `LOUDER`: the host got louder, or the history came from a
+quieter time), the trial's own blocks alone make the interval, with their own df. On one H200 with
+six sessions at once, a pool of four quiet calibration launches (0.2%) made 2 of 6 A/A sessions
+read as regressions without this (benchmarks/README.md, "Paired blocks on one H200"). With one or
+two blocks of its own a trial cannot always tell: against a history 15x quieter than the host it
+is still called different ~8% of the time (simulated), against ~50% without the guard.
+
 The t quantile has those degrees of freedom. Looks are
 pre-registered before the trial: after every block from the first when the pool already has
 `EARLY_DF` df, else from the second; Bonferroni over the looks planned. The verdict is three-way:
@@ -37,12 +45,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
+from agent.decision.stats.noise import chi2_quantile
 from agent.decision.stats.replicates import t_quantile
 from agent.decision.stats.rule import verdict_of
 from state.decision import DecisionConfig, LaunchNoise, Look
 
 EARLY_DF = 4
 """Pooled df from which a trial looks already after its first block."""
+LOUDER = 0.2
+"""A trial's own blocks replace the history when their spread exceeds the history's at this level
+(chi-square): a quieter history seldom narrows a noisier trial's interval. Simulated
+(tests/unit/test_blocks.py): at 0.05 a trial on a host 15x louder than its history was called
+different 8.5% of the time, at 0.2 7.8%, at 0.5 5.3%; a true 1.05x on a 1% host was kept 79%,
+74% and 67% of the time."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +80,8 @@ class Pool:
         first degree of freedom on (their t quantile is what keeps few df honest)."""
         if self.df + df == 0:
             return self.sigma0**2, self.nu0
+        if self.df and df and self.ss > 0 and ss / (self.ss / self.df) > chi2_quantile(1.0 - LOUDER, df):
+            return ss / df, df  # the trial is noisier than its history: its own blocks alone
         return (self.ss + ss) / (self.df + df), self.df + df
 
     def sd(self) -> float:
