@@ -60,3 +60,21 @@ class ServerHandle(Model):
     launch_argv: list[str] = []
     """The launch command as configured ({port}, {python} not substituted); empty in sessions
     recorded before it was kept."""
+
+
+class MarkedArgs(Model):
+    """The servers one session started on a host, found by the mark in their environment."""
+
+    folder: Path
+    """The session's folder on that host: every server launched for a pid file under it."""
+    keep: str | None = None
+    """The mark of the one server left running (the recorded one a resumed session checks)."""
+    grace_s: float = 10.0
+    """Seconds between SIGTERM and SIGKILL."""
+
+
+class StoppedServers(Model):
+    """What a sweep of marked servers found."""
+
+    pids: list[int]
+    """The processes it stopped (none: nothing of the session ran there)."""

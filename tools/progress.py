@@ -53,18 +53,18 @@ def within(what: str) -> Iterator[None]:
 
 
 def report(message: str) -> None:
-    """Show one progress line, e.g. `waiting for health: 12.3s; log: loading weights`."""
-    message = ": ".join([*_where(), message])
+    """Show one progress line, e.g. `waiting for health: 12.3s; log: loading weights`. A line may
+    quote a child process (a server's log, a host's progress): it goes out through
+    `tools.secrets.outside`, secrets masked and hidden characters escaped, wherever it is shown."""
+    from tools.secrets import outside  # here, not at the top: an SSH host's bare Python imports this module
+
+    message = outside(": ".join([*_where(), message]))
     _reporter(message)
     if _sink is not None:
-        from tools.secrets import (
-            redact,  # here, not at the top: an SSH host's bare Python imports this module
-        )
-
         try:
             _sink.parent.mkdir(parents=True, exist_ok=True)
             tmp = _sink.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(redact(json.dumps({"message": message, "at": time.time()})))
+            tmp.write_text(json.dumps({"message": message, "at": time.time()}))
             tmp.replace(_sink)
         except OSError:
             pass  # progress is a courtesy: a full disk must not stop the session

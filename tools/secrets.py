@@ -4,8 +4,9 @@ Secrets never enter the session state: a target names the environment variables 
 server (`launch.pass_env`), and their values are read from perfloop's own environment at launch
 (and registered here, whatever their names). As a second line of defence, every value known at
 write time (every secret-looking environment variable's, and every registered one) is masked in
-what perfloop stores and prints: `redact()` for text (the session store, exports, error lines) and
-`redact_bytes()` for the checkpoints (same-length masks, so serialized lengths stay valid). A later
+what perfloop stores and prints: `redact()` for text (the session store, exports, error lines),
+`redact_bytes()` for the checkpoints (same-length masks, so serialized lengths stay valid), and
+`outside()` for a child process's text shown to a person (key shapes masked too). A later
 `perfloop show` without the variables therefore has nothing to leak.
 
 The server's environment follows one policy (`server_env`): perfloop's own environment minus every
@@ -17,10 +18,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
 from state.base import SECRET_NAME
+from tools.workspace.hidden import visible
 
 MASK = "***"
 PERFLOOP_ONLY = frozenset({"PERFLOOP_STORE"})
@@ -67,6 +70,35 @@ def redact_bytes(data: bytes) -> bytes:
             raw = form.encode("utf-8", "surrogatepass")
             data = data.replace(raw, b"*" * len(raw))
     return data
+
+
+KEY_SHAPES = (
+    (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)", re.S), MASK),
+    (re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_-]{16,}"), MASK),
+    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"), MASK),
+    (re.compile(r"\bhf_[A-Za-z0-9]{20,}"), MASK),
+    (re.compile(r"\bxox[abpr]-[A-Za-z0-9-]{10,}"), MASK),
+    (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), MASK),
+    (re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{8,}"), rf"\g<1>{MASK}"),
+    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s/:@]+:)[^\s/@]+@"), rf"\g<1>{MASK}@"),
+)
+"""Strings shaped like keys, whoever's (pattern, replacement): private keys, `sk-...`, GitHub,
+Hugging Face, Slack and AWS keys, a `Bearer` token, the password in `scheme://user:password@host`."""
+
+
+def mask_shapes(text: str) -> str:
+    """`text` with every key-shaped string (KEY_SHAPES) masked (pure)."""
+    for shape, mask in KEY_SHAPES:
+        text = shape.sub(mask, text)
+    return text
+
+
+def outside(text: str) -> str:
+    """Text from outside perfloop (a server's log, a benchmark client's output, a model's reply)
+    as it may be shown or written for a person: known secret values (`redact`) and key-shaped
+    strings masked, hidden characters (escape sequences, CR, bidi controls) shown as escapes. The
+    one function every line carrying a child process's text goes through."""
+    return visible(mask_shapes(redact(text)))
 
 
 def scrub_file(path: Path) -> None:

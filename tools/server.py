@@ -1,4 +1,11 @@
-"""Target server control: launch and wait for health, check, stop by process group."""
+"""Target server control: launch and wait for health, check, stop by process group.
+
+No server runs that a later perfloop cannot find: before the spawn, the pid file records the
+intent (the launch's mark); every server gets the mark in its environment (`PERFLOOP_SERVER =
+<pid file>#<launch number>`, inherited by each process it starts), and stopping a pid file's
+server, or a whole session's (`stop_marked`), also stops every process marked for it, found in
+/proc of the host the tool runs on, however a SIGKILL of perfloop fell (docs/FAULTS.md).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +16,7 @@ import time
 from pathlib import Path
 
 from state.calls import LaunchArgs, PidFileArgs, ServerArgs, ServerStatus
-from state.process import ServerHandle
+from state.process import MarkedArgs, ProcessHandle, ServerHandle, StoppedServers
 from tools import interrupts, secrets
 from tools.door import tool
 from tools.door.faults import fault_point
@@ -26,8 +33,23 @@ def build_argv(argv: list[str], port: int, python: str) -> list[str]:
 
 
 def _last_line(text: str) -> str:
+    """The last non-empty line of a server's log, as it may be shown (`secrets.outside`)."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return lines[-1] if lines else "(empty log)"
+    return secrets.outside(lines[-1]) if lines else "(empty log)"
+
+
+def mark_of(pid_file: Path | None, log_path: Path, launch_number: int) -> str:
+    """The value of `host.MARK_ENV` in a launch's environment: `<pid file>#<launch number>` (the
+    log's path without a pid file), under the session's folder on its host (pure)."""
+    return f"{pid_file or log_path}#{launch_number}"
+
+
+def _record(pid_file: Path | None, record: dict) -> None:
+    """Replace the pid file at once (a SIGKILL leaves the page cache, and so the file, whole; a
+    power cut leaves no server to find)."""
+    if pid_file is not None:
+        pid_file.parent.mkdir(parents=True, exist_ok=True)
+        host.write_file_atomic(pid_file, json.dumps(record))
 
 
 def passed_env(names: list[str]) -> dict[str, str]:
@@ -45,35 +67,51 @@ def passed_env(names: list[str]) -> dict[str, str]:
 
 
 def stop_pid_file(pid_file: Path | None, cwd: Path, grace_s: float) -> bool:
-    """Stop the server a pid file records, if it still runs in `cwd`; True if one was stopped.
+    """Stop the server a pid file records, and every process marked as launched for it; True if
+    one was stopped.
 
     A killed perfloop may have started a server that never reached the checkpoint: the pid file,
-    written right after the spawn, is how the next attempt finds and stops it (no orphans).
+    written right after the spawn, and the mark in the server's environment, set before it, are how
+    the next attempt finds and stops it (no orphans). A recorded pgid counts only while its first
+    member runs in `cwd` (its pid may be another's since); the mark holds whatever the cwd became
+    (a reference copy made again is another folder).
     """
-    if pid_file is None or not pid_file.exists():
+    if pid_file is None:
         return False
-    pgid = json.loads(pid_file.read_text())["pgid"]
-    members = host.group_members(pgid)
+    try:
+        pgid = json.loads(pid_file.read_text()).get("pgid")
+    except (OSError, ValueError, AttributeError):
+        pgid = None
+    members = host.group_members(pgid) if isinstance(pgid, int) else []
     try:
         same_place = bool(members) and Path(os.readlink(f"/proc/{members[0]}/cwd")) == cwd.resolve()
     except OSError:
         same_place = False
-    if same_place:
+    if same_place and isinstance(pgid, int):
         host.stop_group(pgid, grace_s)
+    swept = host.stop_marked(lambda mark: mark.startswith(f"{pid_file}#"), grace_s)
     pid_file.unlink(missing_ok=True)
-    return same_place
+    return same_place or bool(swept)
 
 
-def _check_listener(args: LaunchArgs, port: int, pgid: int) -> None:
+def _given_up(args: LaunchArgs, proc: ProcessHandle) -> None:
+    """Stop a launch that failed: its process group, whatever else carries its mark, its record."""
+    host.stop_group(proc.pgid, args.launch.stop_grace_s)
+    mark = mark_of(args.pid_file, args.log_path, args.launch_number)
+    host.stop_marked(lambda m: m == mark, args.launch.stop_grace_s)
+    if args.pid_file is not None:
+        args.pid_file.unlink(missing_ok=True)
+
+
+def _check_listener(args: LaunchArgs, port: int, proc: ProcessHandle) -> None:
     """The health answer must come from the server perfloop started: the port's listening socket
     belongs to its process group. Otherwise (e.g. another server already holds the port) our
     server is stopped and the launch fails with who holds it."""
+    pgid = proc.pgid
     if not args.launch.check_listener or owned_by(port, host.group_members(pgid)) is not False:
         return
     others = [p for p in holders(port) if p not in host.group_members(pgid)]
-    host.stop_group(pgid, args.launch.stop_grace_s)
-    if args.pid_file is not None:
-        args.pid_file.unlink(missing_ok=True)
+    _given_up(args, proc)
     who = f"process {', '.join(map(str, others))}" if others else "another process"
     raise ServerError(
         f"port {port} answers {args.launch.health_path} but is held by {who}, not by the server "
@@ -120,26 +158,37 @@ def launch(args: LaunchArgs) -> ServerHandle:
     raise AssertionError("unreachable")
 
 
+def _spawn(args: LaunchArgs, port: int, env: dict[str, str]) -> ProcessHandle:
+    """Start the server marked as this launch's, the intent recorded first: the pid file names the
+    mark before the process exists, and its pid and pgid once it does."""
+    mark = mark_of(args.pid_file, args.log_path, args.launch_number)
+    record = {"mark": mark, "port": port, "launch_number": args.launch_number}
+    _record(args.pid_file, record)
+    fault_point("server:spawning")
+    argv = build_argv(args.launch.argv, port, args.python)
+    with interrupts.deferred():  # a signal here waits for the pid file (a SIGKILL: the mark finds it)
+        proc = host.start_background(
+            argv, args.repo, args.log_path, {**env, host.MARK_ENV: mark}, inherit=False
+        )
+        fault_point("server:forked")
+        _record(args.pid_file, {**record, "pid": proc.pid, "pgid": proc.pgid})
+    fault_point("server:spawned")
+    return proc
+
+
 def _launch_once(args: LaunchArgs, port: int) -> ServerHandle:
     """One attempt of `launch` on `port`."""
     subst = {k: build_argv([v], port, args.python)[0] for k, v in args.launch.env.items()}
     extra = {k: v.replace("{repo}", str(args.repo)) for k, v in subst.items()}
     passed_env(args.launch.pass_env)  # all set, and registered as secrets
+    for name in filter(secrets.looks_secret, extra):
+        secrets.register(extra[name])  # a `{...}` template in a secret-named launch.env variable
     env = secrets.server_env(os.environ, extra, args.launch.pass_env)
     if args.profile_dir is not None:
         args.profile_dir.mkdir(parents=True, exist_ok=True)
         env["PERFLOOP_PROFILE_DIR"] = str(args.profile_dir)
-    argv = build_argv(args.launch.argv, port, args.python)
     stop_pid_file(args.pid_file, args.repo, args.launch.stop_grace_s)
-    with interrupts.deferred():  # a signal here waits for the pid file: no server without a record
-        proc = host.start_background(argv, args.repo, args.log_path, env, inherit=False)
-        if args.pid_file is not None:
-            args.pid_file.write_text(
-                json.dumps(
-                    {"pid": proc.pid, "pgid": proc.pgid, "port": port, "launch_number": args.launch_number}
-                )
-            )
-    fault_point("server:spawned")
+    proc = _spawn(args, port, env)
     base_url = build_argv([args.launch.base_url], port, args.python)[0]
     health_path = args.launch.health_path
     t0 = time.monotonic()
@@ -163,14 +212,12 @@ def _launch_once(args: LaunchArgs, port: int) -> ServerHandle:
             if listening_at is None and started.search(host.tail(args.log_path, 50)):
                 listening_at = time.monotonic()
             elif listening_at is not None and time.monotonic() - listening_at > LISTEN_GRACE_S:
-                host.stop_group(proc.pgid, args.launch.stop_grace_s)
-                if args.pid_file is not None:
-                    args.pid_file.unlink(missing_ok=True)
+                _given_up(args, proc)
                 raise _NeverListened(
                     f"its log said it started, but nothing listened on port {port} for {LISTEN_GRACE_S:.0f}s"
                 )
         if code == 200 and (not args.launch.ready_completion or _completes(base_url)):
-            _check_listener(args, port, proc.pgid)
+            _check_listener(args, port, proc)
             return ServerHandle(
                 process=proc,
                 base_url=base_url,
@@ -189,10 +236,8 @@ def _launch_once(args: LaunchArgs, port: int) -> ServerHandle:
             f"({time.monotonic() - t0:.0f}s) - {_last_line(host.tail(args.log_path, 3))[:80]}"
         )
         time.sleep(0.25)
-    host.stop_group(proc.pgid, args.launch.stop_grace_s)
+    _given_up(args, proc)
     secrets.scrub_file(args.log_path)
-    if args.pid_file is not None:
-        args.pid_file.unlink(missing_ok=True)
     raise ServerError(
         f"server did not become healthy within {args.launch.startup_timeout_s:.0f}s and was stopped "
         f"(log {args.log_path}): {_last_line(host.tail(args.log_path))}"
@@ -210,13 +255,16 @@ def status(args: ServerArgs) -> ServerStatus:
 @tool("server.stop")
 def stop(args: ServerArgs) -> ServerStatus:
     """Stop the server's whole process group: SIGTERM, then SIGKILL after the grace period."""
-    killed = host.stop_group(args.server.process.pgid, args.grace_s)
-    secrets.scrub_file(args.server.process.log_path)
-    pid_file = args.server.pid_file
+    handle = args.server
+    killed = host.stop_group(handle.process.pgid, args.grace_s)
+    mark = mark_of(handle.pid_file, handle.process.log_path, handle.launch_number)
+    host.stop_marked(lambda m: m == mark, args.grace_s)  # processes that left its group
+    secrets.scrub_file(handle.process.log_path)
+    pid_file = handle.pid_file
     if (
         pid_file is not None
         and pid_file.exists()
-        and json.loads(pid_file.read_text())["pgid"] == args.server.process.pgid
+        and json.loads(pid_file.read_text()).get("pgid") == handle.process.pgid
     ):
         pid_file.unlink()  # only our own record: it may already name a newer server
     return ServerStatus(alive=False, healthy=False, killed=killed)
@@ -227,3 +275,12 @@ def stop_recorded(args: PidFileArgs) -> ServerStatus:
     """Stop the server a session's pid file names, if it still runs in the repo (orphan clean-up)."""
     stopped = stop_pid_file(args.pid_file, args.repo, args.grace_s)
     return ServerStatus(alive=False, healthy=False, killed=stopped)
+
+
+@tool("server.stop_marked")
+def stop_marked(args: MarkedArgs) -> StoppedServers:
+    """Stop every server of a session on this host (marked as launched for a pid file under its
+    folder) but the one marked `keep`: what a killed attempt spawned, recorded or not."""
+    folder = f"{args.folder}/"
+    chosen = lambda mark: mark.startswith(folder) and mark != args.keep
+    return StoppedServers(pids=host.stop_marked(chosen, args.grace_s))

@@ -41,6 +41,7 @@ TOOLS = (
     server.status,
     server.stop,
     server.stop_recorded,
+    server.stop_marked,  # every server of a session, by the mark in its environment
     limits.context_limit,
     limits.fit_prompts,
     bench.measure,

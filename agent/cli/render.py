@@ -15,6 +15,7 @@ from agent.proposer.search import trial_lines
 from state.loop import LoopState
 from state.records import ToolCallRecord
 from state.session import SessionInfo, Summary
+from tools.secrets import outside
 from tools.workspace.hidden import visible
 
 NOT_MEASURED = "not measured"
@@ -105,7 +106,8 @@ def summary(console: Console, s: Summary) -> None:
 
 def approval(console: Console, req: dict) -> None:
     """What a paused session asks a human to approve."""
-    console.print(styled((f"Session {req['session']} waits for approval", "bold"), f": {req['title']}"))
+    title = outside(req["title"])  # a model's words, like the rationale: masked as any child's text
+    console.print(styled((f"Session {req['session']} waits for approval", "bold"), f": {title}"))
     if req.get("auto_approval"):
         console.print(styled((req["auto_approval"], "bold yellow")))
     if req.get("servers"):
@@ -119,7 +121,7 @@ def approval(console: Console, req: dict) -> None:
             highlight=False,
         )
         console.print("model's rationale:", highlight=False)
-    console.print(visible(req["explanation"]), highlight=False)
+    console.print(outside(req["explanation"]), highlight=False)
     gain = req.get("expected_gain_ms")
     console.print(
         f"expected gain: {gain:.1f} ms/token"

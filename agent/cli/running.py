@@ -1,6 +1,7 @@
 """Running a command body: bad input becomes one line and exit 2, a bug one line and exit 3.
 
-Light on purpose (typer, rich, our errors and secrets only): `perfloop analyze | diagnose | diff`
+Every error line printed goes through `tools.secrets.outside` (it may quote a server's log or a
+benchmark client's output). Light on purpose (typer, rich, our errors and secrets only): `perfloop analyze | diagnose | diff`
 import this and not `agent.cli.common`, so that reading a trace never loads the loop (LangGraph,
 the session store).
 """
@@ -19,7 +20,7 @@ from agent.cli.terminal import console, styled
 from tools import progress
 from tools.errors import ServerLost, StoreUnreachable, ToolError, one_line
 from tools.interrupts import Interrupted
-from tools.secrets import redact
+from tools.secrets import outside
 
 err = console(stderr=True)
 T = TypeVar("T")
@@ -34,7 +35,7 @@ def choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
 
 def fail(message: str, code: int = 2) -> typer.Exit:
     """Print one error line on stderr; the exit to raise."""
-    err.print(styled(("error:", "red"), " " + redact(message)), highlight=False, soft_wrap=True)
+    err.print(styled(("error:", "red"), " " + outside(message)), highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -65,7 +66,7 @@ def run_command(body: Callable[[], T]) -> T:
     except typer.BadParameter as exc:  # bad input too, whoever raised it
         raise fail(exc.format_message()) from None
     except Interrupted as exc:  # the session stopped its servers; resume continues it
-        err.print(styled((redact(f"{exc}{exc.note}"), "yellow")), highlight=False, soft_wrap=True)
+        err.print(styled((outside(f"{exc}{exc.note}"), "yellow")), highlight=False, soft_wrap=True)
         raise typer.Exit(exc.exit_code) from None
     except (typer.Exit, typer.Abort):
         raise
@@ -76,7 +77,7 @@ def run_command(body: Callable[[], T]) -> T:
         err.print(
             styled(
                 ("internal error:", "red"),
-                f" {redact(one_line(exc) + stopped)} (PERFLOOP_DEBUG=1 shows the traceback)",
+                f" {outside(one_line(exc) + stopped)} (PERFLOOP_DEBUG=1 shows the traceback)",
             ),
             highlight=False,
             soft_wrap=True,

@@ -1,7 +1,10 @@
 """After SIGINT, SIGTERM or SIGHUP (`tools/interrupts.py`), or any exception that ends a session
 (a bug, a library's or a tool's error): stop every server the session started
 and remove its reference worktree, on the target's host and on its `[[hosts]]`; and, when a
-session starts, name the servers recorded in this store that still run.
+session starts, name the servers recorded in this store that still run. "Every server" is what
+the pid files name and every process marked as the session's in its environment (`server.
+stop_marked`), so a server spawned as a SIGKILL fell, before any record of it, is stopped too; a
+session that ends (`settled`) sweeps its host the same way.
 
 The clean-up runs the tools directly (locally or through the host's executor), not through the
 door: it is not a step of the loop, so a resumed session replays exactly as if it had been killed
@@ -25,6 +28,7 @@ from agent.decision.arms.arms import arms_in_use
 from agent.decision.arms.interleave import beside_files, reference_dir
 from state.calls import PathArgs, PidFileArgs
 from state.loop import LoopState
+from state.process import MarkedArgs, StoppedServers
 from state.workspace import RemoveCopyArgs
 from tools import server
 from tools.door.live import Executor, ExecutorFor
@@ -59,6 +63,8 @@ def stop_servers(state: LoopState, executor: Executor | None, executors: Executo
     for name, where in beside_files(state).items():
         args = PidFileArgs(pid_file=files / name, repo=where, grace_s=grace)
         jobs.append((name.removesuffix(".pid"), executor, server.stop_recorded, args))
+    marked = MarkedArgs(folder=files, grace_s=grace)
+    jobs.append(("servers marked as the session's", executor, server.stop_marked, marked))
     if arms_in_use(state) != "sequential":
         copy = RemoveCopyArgs(repo=state.target.repo, dest=reference_dir(state))
         jobs.append(("reference copy", executor, reference.remove_reference_copy, copy))
@@ -76,6 +82,7 @@ def stop_servers(state: LoopState, executor: Executor | None, executors: Executo
             continue
         pid_file = PidFileArgs(pid_file=path / "server.pid", repo=h.repo, grace_s=grace)
         jobs.append((f"trial host {h.name}", ex, server.stop_recorded, pid_file))
+        jobs.append((f"trial host {h.name}", ex, server.stop_marked, MarkedArgs(folder=path, grace_s=grace)))
         if h.name == state.target.decide.reference_host:  # cross-host arms' reference tree there
             there = path / "reference"
             ref = PidFileArgs(pid_file=path / "reference.pid", repo=there, grace_s=grace)
@@ -109,13 +116,27 @@ def stopped_after(
         setattr(exc, NOTE, note)  # on any exception: its class is not ours
 
 
-def released(state: LoopState, executor: Executor | None, executors: ExecutorFor) -> None:
-    """Stop the servers of a session that paused for approval (`LoopOptions.
-    release_servers_when_paused`); approving relaunches them, as the steps after approval launch
-    the server they need when it is not healthy (`agent/serving.py` start_server)."""
-    problems = stop_servers(state, executor, executors)
-    left = f"; not all: {'; '.join(problems)}" if problems else ""
-    print(f"paused for approval: its servers are stopped while it waits{left}", file=sys.stderr)
+def settled(state: LoopState, paused: bool, executor: Executor | None, executors: ExecutorFor) -> None:
+    """After the loop returned: a session that paused for approval stops its servers when told to
+    (`LoopOptions.release_servers_when_paused`; approving relaunches them, as the steps after
+    approval launch the server they need when it is not healthy, `agent/serving.py` start_server);
+    one that ended leaves nothing of its own running on its host, a server no step knew of (spawned
+    by an attempt killed before its pid file) included, and says so when there was one."""
+    if paused:
+        if state.options.release_servers_when_paused:
+            problems = stop_servers(state, executor, executors)
+            left = f"; not all: {'; '.join(problems)}" if problems else ""
+            print(f"paused for approval: its servers are stopped while it waits{left}", file=sys.stderr)
+        return
+    pids = unrecorded(state, executor, keep=None)
+    if pids:
+        print(f"stopped {len(pids)} process(es) of this session no step knew of: {pids}", file=sys.stderr)
+
+
+def unrecorded(state: LoopState, executor: Executor | None, keep: str | None) -> list[int]:
+    """Stop every server marked as the session's on its host but the one marked `keep`; their pids."""
+    args = MarkedArgs(folder=host_dir(state), keep=keep, grace_s=state.target.launch.stop_grace_s)
+    return StoppedServers.model_validate(run_tool(executor, server.stop_marked, args).model_dump()).pids
 
 
 def running_servers(home: Path) -> list[tuple[str, int]]:

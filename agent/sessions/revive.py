@@ -7,6 +7,10 @@ group and health endpoint, on its host, not through the door); when it is not he
 goes back to the checkpoint before the step that launched it (`launch`, `relaunch`, `reconcile`),
 which launches it again from the recorded tree. The calls made since that checkpoint are then
 superseded like a killed attempt's, so the recording still replays straight through.
+
+Every other server of the session still running on its host is stopped before it continues: what
+the killed attempt spawned (a reference beside the candidate, a launch SIGKILLed before its pid
+file), found by the mark in its environment (`server.stop_marked`), recorded or not.
 """
 
 from __future__ import annotations
@@ -17,11 +21,12 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.types import StateSnapshot
 
 from agent.graph import Graph
-from agent.sessions.interrupts import run_tool
+from agent.sessions.interrupts import run_tool, unrecorded
 from state.calls import ServerArgs, ServerStatus
 from state.loop import LoopState
 from tools import server
 from tools.door.live import Executor
+from tools.server import mark_of
 
 NEEDS_SERVER = frozenset({"baseline", "profile", "measure", "decide"})
 """Steps that talk to the recorded server (`decide` leads to `profile` with it)."""
@@ -75,7 +80,20 @@ def launch_point(graph: Graph, config: RunnableConfig) -> StateSnapshot | None:
 def resume_point(
     graph: Graph, config: RunnableConfig, executor: Executor | None
 ) -> tuple[RunnableConfig, LoopState, str | None]:
-    """Where a resumed session continues: (config, its state, why it went back or None)."""
+    """Where a resumed session continues: (config, its state, what was done about its servers,
+    or None), every server of the session but the one it continues with stopped first."""
+    config, state, why = _continue_at(graph, config, executor)
+    kept = state.server
+    keep = None if kept is None else mark_of(kept.pid_file, kept.process.log_path, kept.launch_number)
+    if stopped := unrecorded(state, executor, keep):
+        left = f"stopped the killed attempt's servers that still ran (pids {', '.join(map(str, stopped))})"
+        why = f"{why}; {left}" if why else left
+    return config, state, why
+
+
+def _continue_at(
+    graph: Graph, config: RunnableConfig, executor: Executor | None
+) -> tuple[RunnableConfig, LoopState, str | None]:
     snap = graph.get_state(config)
     state = LoopState.model_validate(snap.values)
     if not NEEDS_SERVER & set(snap.next) or healthy(state, executor):

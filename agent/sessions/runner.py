@@ -19,7 +19,7 @@ from agent.context import LoopContext
 from agent.graph import Graph, compile_graph
 from agent.sessions.binding import check_target, view
 from agent.sessions.checkpoint import open_checkpointer, serializer
-from agent.sessions.interrupts import released, running_line, stopped_after
+from agent.sessions.interrupts import running_line, settled, stopped_after
 from agent.sessions.remote import close_hosts, executor_for, host_executors, remote_options
 from agent.sessions.revive import lineage, repo_missing_here, resume_point
 from agent.sessions.summary import summarize as summarize_session
@@ -195,8 +195,8 @@ class Sessions:
                 self.store.supersede_after(session_id, known.calls_done, done)
             door = LiveDoor(session_id, self.store, executor, executors)
             self.graph.invoke(inp, config, context=LoopContext(door=door), durability="sync")
-            if known.options.release_servers_when_paused and self.pending_approval(session_id):
-                released(self.state(session_id), executor, executors)  # no GPU held while a human reads
+            paused = self.pending_approval(session_id) is not None  # no GPU held while a human reads
+            settled(self.state(session_id), paused, executor, executors)  # or after the end
         except (Interrupted, Exception) as exc:  # a signal, a bug, a library's or a tool's error
             stopped_after(exc, known, executor, executors)
             raise

@@ -13,7 +13,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -98,6 +98,8 @@ class Sshd:
 
     dir: Path
     port: int
+    env: dict[str, str] = field(default_factory=dict)
+    """More variables every SSH session gets (sshd's `SetEnv`; no spaces in values)."""
 
     @property
     def home(self) -> Path:
@@ -131,7 +133,7 @@ class Sshd:
                     "PermitRootLogin prohibit-password",
                     "AllowTcpForwarding yes",
                     f"Subsystem sftp internal-sftp -d {self.home}",
-                    f"SetEnv HOME={self.home}",
+                    " ".join(["SetEnv", f"HOME={self.home}", *(f"{k}={v}" for k, v in self.env.items())]),
                     "MaxStartups 50",
                     "",
                 ]

@@ -5,8 +5,9 @@ on the first line, that line is removed and the process kills itself with SIGKIL
 `finally`), exactly like a power cut or an OOM kill. Point names:
 - `node:<name>`: at the start of a node, i.e. right after the previous transition was checkpointed;
 - `tool:<name>`: after tool <name> did its side effect, before the door recorded it;
-- `<area>:<what>`: inside a tool (`git:ref-moved`, `git:revert-ref-moved`, `server:spawned`,
-  `profile:requested`).
+- `<area>:<what>`: inside a tool (`git:ref-moved`, `git:revert-ref-moved`, `profile:requested`;
+  a launch's `server:spawning` before the spawn, `server:forked` between the spawn and its pid
+  file, `server:spawned` as it waits for health).
 
 A line may name what happens instead of SIGKILL after the point: `server:spawned TERM` (or `INT`,
 `HUP`: that signal, which perfloop handles as an interrupt), `node:measure raise` (a RuntimeError

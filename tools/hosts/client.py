@@ -25,6 +25,7 @@ from tools.errors import ToolError, error_from
 from tools.hosts.remote import PROGRESS, RESULT, encode_request, request_body
 from tools.hosts.ssh import ConnectionLost, SSHHost
 from tools.progress import report
+from tools.secrets import outside
 from tools.server import passed_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -170,7 +171,7 @@ class RemoteExecutor:
             last = [ln for ln in done.stderr.splitlines() if ln.strip() and not ln.startswith(PROGRESS)]
             raise ToolError(
                 f"{name} on {self.host.conn.endpoint} ended (exit code {done.returncode}) "
-                f"without a result: {last[-1] if last else 'no output'}; check that "
+                f"without a result: {outside(last[-1]) if last else 'no output'}; check that "
                 f"{self.python} runs there"
             )
         result = json.loads(results[-1][len(RESULT) :])

@@ -2,7 +2,10 @@
 
 A background process is started with `start_new_session=True` (pid == pgid == sid), its output sent
 to a log file, stdin from /dev/null, so it survives perfloop and can be stopped as a group. Liveness
-ignores zombies: a group is alive while one of its members is not in state Z.
+ignores zombies: a group is alive while one of its members is not in state Z. A server carries a
+mark in its environment (`MARK_ENV`), which every process it starts inherits; `stop_marked` finds
+them all in /proc/*/environ (Linux), whatever group they moved to and whether or not perfloop
+lived to record their pid.
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ from state.base import utcnow
 from state.process import ProcessHandle, RunResult
 from tools.errors import ServerError
 from tools.interrupts import Interrupted
+
+MARK_ENV = "PERFLOOP_SERVER"
+"""The variable marking a server's processes with the launch that started them (tools/server.py)."""
 
 # Popen objects of children started by this process, so their exit codes can be read and reaped.
 _CHILDREN: dict[int, subprocess.Popen] = {}
@@ -123,6 +129,39 @@ def stop_group(pgid: int, grace_s: float = 10.0) -> bool:
     return True
 
 
+def marked(select: Callable[[str], bool]) -> dict[int, int]:
+    """pid -> pgid of each live process whose environment's MARK_ENV value `select` accepts
+    (processes we may not read, and zombies, whose environment is empty, are not listed)."""
+    needle = f"{MARK_ENV}=".encode()
+    found = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            variables = (entry / "environ").read_bytes().split(b"\0") if entry.name.isdigit() else []
+            mark = next((v[len(needle) :] for v in variables if v.startswith(needle)), None)
+            if mark is not None and select(mark.decode(errors="replace")):
+                found[int(entry.name)] = os.getpgid(int(entry.name))
+        except OSError:  # gone meanwhile, or another user's
+            continue
+    return found
+
+
+def stop_marked(select: Callable[[str], bool], grace_s: float = 10.0) -> list[int]:
+    """Stop the process group of every process `marked(select)` finds, all at once (SIGTERM, up
+    to `grace_s`, SIGKILL), and what is still marked after; returns the pids found."""
+    found = marked(select)
+    groups = set(found.values()) - {os.getpgid(0)}  # never our own group
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+        for pgid in groups:
+            _signal_group(pgid, sig)
+        deadline = time.monotonic() + wait_s
+        while (groups := {g for g in groups if group_members(g)}) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    for pid in marked(select):  # one that left its group after the scan
+        if pid != os.getpid():
+            _signal(pid, signal.SIGKILL)
+    return sorted(found)
+
+
 def tail(path: Path, lines: int = 20) -> str:
     """Last lines of a log file ('' if missing)."""
     try:
@@ -146,6 +185,13 @@ def _wait_gone(pgid: int, timeout_s: float) -> bool:
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
     try:
         os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.kill(pid, sig)
     except ProcessLookupError:
         pass
 

@@ -2,7 +2,8 @@
 
 `secret_file` names files the read-only tools refuse whatever their content (`.env`, keys,
 certificates, credentials); `redact` masks, in any text sent to the model, the values perfloop
-knows to be secret (`tools.secrets`) and strings shaped like keys, tokens and passwords;
+knows to be secret and strings shaped like keys, tokens and passwords (`tools.secrets`), and
+secrets assigned in code or environment files;
 `redact_argv` masks the values of secret-looking options of a launch command (`--api-key X`,
 `--hf-token=X`).
 """
@@ -44,14 +45,6 @@ SECRET_FILES = (
 )
 """File-name patterns (case-insensitive) the tools never read, list or search."""
 
-_SHAPES = [
-    re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)", re.S),
-    re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_-]{16,}"),
-    re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"),
-    re.compile(r"\bhf_[A-Za-z0-9]{20,}"),
-    re.compile(r"\bxox[abpr]-[A-Za-z0-9-]{10,}"),
-    re.compile(r"\bAKIA[0-9A-Z]{16}\b"),
-]
 _ASSIGNED = re.compile(
     r"(?i)(\b[\w-]*(?:api[_-]?key|secret|token|password|passwd)[\w-]*[\"']?\s*[:=]\s*)([\"'])([^\"'\s]{8,})\2"
 )
@@ -74,9 +67,7 @@ def secret_file(name: str) -> bool:
 
 def redact(text: str) -> str:
     """`text` with known secret values, key-shaped strings and assigned secrets masked."""
-    text = secrets.redact(text)
-    for shape in _SHAPES:
-        text = shape.sub(MASK, text)
+    text = secrets.mask_shapes(secrets.redact(text))
     text = _ASSIGNED.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}{m.group(2)}", text)
     return _ENV_LINE.sub(lambda m: m.group(1) + MASK, text)
 

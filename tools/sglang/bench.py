@@ -23,6 +23,7 @@ from state.target import BenchServingConfig
 from state.workload import WorkloadConfig
 from tools.errors import ConfigError, ToolError
 from tools.progress import report
+from tools.secrets import outside
 
 NEW_MODULE_FILE = "benchmark/serving.py"
 """Package-relative file of the benchmark's newer home, `sglang.benchmark.serving` (0.5.23 has it)."""
@@ -65,7 +66,7 @@ def find_bench(python: str) -> tuple[str, str] | None:
     if proc.returncode != 0:
         raise ConfigError(
             f"{python!r} failed looking for sglang's bench_serving: "
-            f"{(proc.stderr.strip().splitlines() or ['no output'])[-1]}"
+            f"{outside((proc.stderr.strip().splitlines() or ['no output'])[-1])}"
         )
     found = json.loads(proc.stdout.strip().splitlines()[-1])
     package = Path(found["dir"]) if found["dir"] else None
@@ -271,10 +272,10 @@ def run_bench(
                     f"(measure.request_timeout_s x requests + {IMPORT_TIMEOUT_S:.0f}s)"
                 ) from err
             if proc.returncode != 0:
-                last = (proc.stderr.strip() or proc.stdout.strip() or "no output").splitlines()[-1]
+                last = outside((proc.stderr.strip() or proc.stdout.strip() or "no output").splitlines()[-1])
                 fd, kept = tempfile.mkstemp(prefix="perfloop-bench-", suffix=".log")
                 with os.fdopen(fd, "w") as f:
-                    f.write(f"$ {shlex.join(argv)}\n{proc.stdout}\n{proc.stderr}")
+                    f.write(outside(f"$ {shlex.join(argv)}\n{proc.stdout}\n{proc.stderr}"))
                 raise BenchOutputError(
                     f"{module} exited with status {proc.returncode}: {last[:300]} "
                     f"(its whole output: {kept} on the host)"

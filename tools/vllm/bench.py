@@ -32,6 +32,7 @@ from state.target import BenchServingConfig
 from state.workload import WorkloadConfig
 from tools.errors import ConfigError
 from tools.progress import report
+from tools.secrets import outside
 from tools.sglang.bench import IMPORT_TIMEOUT_S, BenchOutputError, runs_from_jsonl
 
 MODULE = "vllm.entrypoints.cli.main"
@@ -65,7 +66,7 @@ def find_vllm_bench(python: str) -> str | None:
         ) from err
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ConfigError(f"{python!r} failed looking for vllm bench serve: {last}")
+        raise ConfigError(f"{python!r} failed looking for vllm bench serve: {outside(last)}")
     found = json.loads(proc.stdout.strip().splitlines()[-1])
     package = Path(found["dir"]) if found["dir"] else None
     if package is None or not (package / SERVE_FILE).is_file():
@@ -152,10 +153,10 @@ def run_vllm_bench(
                 ) from err
             path = Path(tmp) / name
             if proc.returncode != 0 or not path.is_file():
-                last = (proc.stderr.strip() or proc.stdout.strip() or "no output").splitlines()[-1]
+                last = outside((proc.stderr.strip() or proc.stdout.strip() or "no output").splitlines()[-1])
                 fd, kept = tempfile.mkstemp(prefix="perfloop-vllm-bench-", suffix=".log")
                 with os.fdopen(fd, "w") as f:
-                    f.write(f"$ {shlex.join(argv)}\n{proc.stdout}\n{proc.stderr}")
+                    f.write(outside(f"$ {shlex.join(argv)}\n{proc.stdout}\n{proc.stderr}"))
                 raise BenchOutputError(
                     f"vllm bench serve exited with status {proc.returncode}: {last[:300]} "
                     f"(its whole output: {kept} on the host)"
