@@ -193,7 +193,9 @@ class Web:
         self, sid: str, action: str, number: int, reason: str, patch: str, chosen: list[str]
     ) -> list[str]:
         """The `perfloop` command that answers; bad input raises ToolError (nothing claimed yet).
-        For a batch of candidates, `chosen` are the ones ticked (`approve --only`)."""
+        For a batch of candidates, `chosen` are the ones ticked (`approve --only`). A session this
+        user's key did not sign is refused first, before a claim or a file is made (signing.py)."""
+        self.sessions.verify(sid)
         answers.check(self.sessions, sid, number)
         if action == "approve":
             return ["approve", sid, *answers.only_args(self.sessions, sid, chosen)]
