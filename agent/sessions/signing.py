@@ -24,7 +24,7 @@ from pathlib import Path
 
 from state.loop import LoopState
 from tools.errors import ConfigError
-from tools.secrets import redact
+from tools.secrets import redact_bytes
 
 KEY_FILE = "signing.key"
 SIGNATURE = "perfloop_signature"
@@ -64,8 +64,10 @@ def bound_fields(state: LoopState) -> dict[str, object]:
 
 
 def digests(state: LoopState) -> dict[str, str]:
-    """sha256 of each bound field, with known secrets masked as the store holds them (pure)."""
-    return {k: hashlib.sha256(redact(_canon(v)).encode()).hexdigest() for k, v in bound_fields(state).items()}
+    """sha256 of each bound field, with known secrets masked as the checkpoint serializer masks
+    them (same-length `*`), so a state hashes alike before it is stored and once read back."""
+    fields = bound_fields(state).items()
+    return {k: hashlib.sha256(redact_bytes(_canon(v).encode())).hexdigest() for k, v in fields}
 
 
 def binding_digest(fields: dict[str, str]) -> str:
@@ -84,16 +86,14 @@ def seal(key: bytes, session_id: str, fields: dict[str, str]) -> dict:
 
 def problem(key: bytes, session_id: str, record: dict | None, now: dict[str, str]) -> str | None:
     """Why the stored state `now` is not what this key signed for the session (pure), or None."""
+    unsigned = f"session {session_id} is not signed by this user's key ($PERFLOOP_HOME/{KEY_FILE}): "
     if not isinstance(record, dict) or not isinstance(record.get("fields"), dict):
-        return (
-            f"session {session_id} was not signed by this user's key ($PERFLOOP_HOME/{KEY_FILE}): "
-            "made on another machine or by another user, or checkpointed before perfloop signed sessions"
-        )
+        return unsigned + "it carries no signature (checkpointed before perfloop signed sessions, or by hand)"
     signed = record["fields"]
     if not hmac.compare_digest(str(record.get("hmac", "")), _mac(key, session_id, signed)):
         return (
-            f"session {session_id}'s signature in the store is not this user's key's "
-            f"($PERFLOOP_HOME/{KEY_FILE}): another user's session, a copy, or a forgery"
+            unsigned
+            + "its signature is another key's (another machine's or user's session, a copy, or a forgery)"
         )
     changed = sorted(k for k in signed.keys() | now.keys() if signed.get(k) != now.get(k))
     if changed:

@@ -149,8 +149,8 @@ def test_a_planted_copy_is_not_last_and_is_refused_by_every_command(victim: Vict
     show = victim.cli("show", PLANTED, "--json")
     runs = json.loads(show.stdout)["runs"]
     assert runs["argv"] == victim.evil and runs["signed"] is False, runs
-    assert "not this user's key" in runs["unsigned_because"]
-    says = f"session {PLANTED}'s signature in the store is not this user's key's"
+    assert "its signature is another key's" in runs["unsigned_because"]
+    says = f"session {PLANTED} is not signed by this user's key"
     for args in (
         ["approve", PLANTED],
         ["reject", PLANTED, "--reason", "no"],
@@ -175,7 +175,7 @@ def test_the_approval_page_refuses_the_copy_and_shows_its_name_escaped(
         page.click("#approve")
         page.wait_for_selector("#error", timeout=120_000)
         error = page.inner_text("#error")
-        assert "not this user's key" in error and "nothing was run" in error, error
+        assert "not signed by this user's key" in error and "nothing was run" in error, error
         assert victim.world() == before and set(processes_in(victim.tmp)) - {served.proc.pid} <= procs
         assert not victim.marker.exists()
     finally:
