@@ -99,6 +99,7 @@ class Web:
         data, seq = self.data(sid)
         with self.lock:
             number = approval_number(self.sessions, sid)
+            unsigned = answers.unsigned(self.sessions, sid) if number is not None else None
         ctx = context(data, lambda p: _file_href(self.sessions, sid, p))
         return self.page(
             request,
@@ -112,6 +113,7 @@ class Web:
             answer_log=answers.last_answer_log(self.sessions, sid),
             error=error,
             ticked=ticked,
+            unsigned=unsigned,
         )
 
     def state(self, request: Request) -> Response:

@@ -5,7 +5,7 @@ access to the database then attacks it as a reviewer did, through LangGraph's ow
 perfloop's (`Peer`, a connection of its own, the same serializer perfloop reads with):
 - plants a copy of the paused session under a newer id, its launch command swapped for one that
   leaves a marker file: `last` still names the victim's own session, and `approve`, `reject`,
-  `resume`, `fork` of the copy by its full id, and approving it on the page of `perfloop serve`
+  `resume`, `fork`, `abandon` of the copy by its full id, and approving it on the page of `perfloop serve`
   (a real browser), are refused in one line; `show` prints the copy's whole launch command as
   not signed by this user's key; a right-to-left override in its stored name is shown escaped;
 - rewrites the victim's own session's options (approve manual -> auto, max_iterations,
@@ -156,6 +156,7 @@ def test_a_planted_copy_is_not_last_and_is_refused_by_every_command(victim: Vict
         ["reject", PLANTED, "--reason", "no"],
         ["resume", PLANTED],
         ["fork", PLANTED, "--at", "propose"],
+        ["abandon", PLANTED],
         ["approve", PLANTED, "--trust", "0123456789abcdef"],
     ):
         err = victim.refused(*args, says=says)
@@ -172,6 +173,7 @@ def test_the_approval_page_refuses_the_copy_and_shows_its_name_escaped(
         page = served.open(context, f"/sessions/{PLANTED}")
         html = page.content()
         assert "\u202e" not in html and "evil\\u202etxt.exe" in html
+        assert "its signature is another key's" in page.inner_text("#unsigned")
         page.click("#approve")
         page.wait_for_selector("#error", timeout=120_000)
         error = page.inner_text("#error")

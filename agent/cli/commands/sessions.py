@@ -209,13 +209,16 @@ def runs_here(s: Sessions, session: str, state: LoopState) -> dict:
     }
 
 
-def abandon_cmd(session: str) -> None:
+def abandon_cmd(session: str, trust: Trust = None) -> None:
     """Give up a running, paused or interrupted session: its servers stopped, the checkout back as
     the session found it (instrumentation removed, the branch it started on, your uncommitted
     changes kept; the session branch kept if it holds commits)."""
 
     def body() -> None:
-        print(abandon(Sessions(), session))
+        s = Sessions()
+        s.trust = trust
+        s.verify(session)  # it stops the servers and moves the checkout its state names
+        print(abandon(s, session))
 
     run_command(body)
 
