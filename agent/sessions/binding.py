@@ -19,6 +19,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from agent.steps.approval import approval_request, batch_request
 from state.loop import LoopState
 from tools.errors import ConfigError
 
@@ -32,6 +33,14 @@ def _digest(value: object) -> str:
 def target_digest(state: LoopState) -> str:
     """The digest of what the session's target makes run (pure)."""
     return _digest(state.target.model_dump(mode="json", exclude={"profile"}))
+
+
+def rebuilt(state: LoopState, stored: dict) -> dict:
+    """The approval request as the step that paused builds it from the (signed) state, not as a
+    store row holds it: what is shown is what approving runs (pure)."""
+    if stored.get("candidates") and state.candidates:
+        return batch_request(state)
+    return approval_request(state) if state.proposal is not None and not stored.get("candidates") else stored
 
 
 def view(state: LoopState, pending: dict) -> dict:

@@ -17,7 +17,7 @@ from langgraph.types import Command
 
 from agent.context import LoopContext
 from agent.graph import Graph, compile_graph
-from agent.sessions.binding import check_target, view
+from agent.sessions.binding import check_target, rebuilt, view
 from agent.sessions.checkpoint import open_checkpointer, serializer
 from agent.sessions.interrupts import released, running_line, stopped_after
 from agent.sessions.remote import close_hosts, executor_for, host_executors, remote_options
@@ -296,5 +296,5 @@ def _pending(graph: Graph, cfg: RunnableConfig) -> dict | None:
     """The approval request waited on, as shown: with the exact argv and its digest (binding.py)."""
     for task in (snap := graph.get_state(cfg)).tasks:
         for intr in task.interrupts:
-            return view(LoopState.model_validate(snap.values), intr.value)
+            return view(state := LoopState.model_validate(snap.values), rebuilt(state, intr.value))
     return None
