@@ -113,14 +113,21 @@ def refusal(session_id: str, why: str, now: dict[str, str], trust: str | None) -
 
 def check(session_id: str, values: dict, metadata: dict | None, home: Path, trust: str | None) -> bool:
     """Refuse a checkpoint (its state `values` and `metadata`) this user's key did not sign, unless
-    `trust` is the digest of what it holds now (the human reviewed it with `perfloop show`):
-    then True (accepted by the human's word, not by a signature)."""
-    now = digests(LoopState.model_validate(values))
+    `trust` is the digest of what it holds now (the human reviewed it with `perfloop show`) and
+    its session folder is the one this machine computes for it (`home/sessions/ID`: no store row
+    picks where its logs and traces are written): then True (accepted by the human's word)."""
+    state = LoopState.model_validate(values)
+    now = digests(state)
     why = problem(key_here(home), session_id, (metadata or {}).get(SIGNATURE), now)
     if why is None:
         return False
     if trust != binding_digest(now):
         raise refusal(session_id, why, now, trust)
+    if (here := (home / "sessions" / session_id).resolve()) != state.options.session_dir.resolve():
+        raise ConfigError(
+            f"--trust: session {session_id} keeps its logs and traces in {state.options.session_dir}, "
+            f"not in this machine's {here}; nothing was run: continue it where that folder is"
+        )
     return True
 
 

@@ -23,7 +23,9 @@ DEMO_TOML = Path(__file__).resolve().parents[2] / "examples" / "targets" / "mla_
 
 
 def state(tmp_path: Path, **options) -> LoopState:
-    opts = LoopOptions(session_dir=tmp_path / "s", python="python3", approve="manual", **options)
+    opts = LoopOptions(
+        session_dir=tmp_path / "sessions" / "s1", python="python3", approve="manual", **options
+    )
     return LoopState(session_id="s1", target=load_target(DEMO_TOML), options=opts)
 
 
@@ -41,6 +43,11 @@ def test_the_key_is_made_once_private_and_a_change_is_named(tmp_path: Path) -> N
         check("s1", changed.model_dump(mode="json"), meta, tmp_path, None)
     now = binding_digest(digests(changed))
     assert check("s1", changed.model_dump(mode="json"), meta, tmp_path, now) is True  # reviewed, trusted
+    elsewhere = changed.model_copy(
+        update={"options": changed.options.model_copy(update={"session_dir": tmp_path / ".ssh"})}
+    )
+    with pytest.raises(ConfigError, match="keeps its logs and traces in .*/.ssh, not in this machine's"):
+        check("s1", elsewhere.model_dump(mode="json"), meta, tmp_path, binding_digest(digests(elsewhere)))
     with pytest.raises(
         ConfigError, match="is not signed by this user's key .*its signature is another key's"
     ):
