@@ -52,6 +52,31 @@ FIXED = (
     "--model-loader-extra-config",
     "--allowed-local-media-path",
     "--profiler-config",
+    # what loads code, plugins or files, or sends data out (vLLM's and SGLang's families)
+    "--kv-transfer-config",
+    "--kv-events-config",
+    "--ec-transfer-config",
+    "--reasoning-parser-plugin",
+    "--log-config-file",
+    "--otlp-traces-endpoint",
+    "--collect-detailed-traces",
+    "--lora-modules",
+    "--lora-paths",
+    "--enable-lora",
+    "--speculative-config",
+    "--speculative-draft-model-path",
+    "--speculative-draft-model-revision",
+    "--generation-config",
+    "--override-generation-config",
+    "--additional-config",
+    "--compilation-config",
+    "--json-model-override-args",
+    "--custom-weight-loader",
+    "--enable-custom-logit-processor",
+    "--tool-server",
+    "--preferred-sampling-params",
+    "--crash-dump-folder",
+    "--response-role",
 )
 """Where the server listens, what model, tokenizer, code and credentials it loads: no edit ever
 changes them (nor a prefix of them)."""
@@ -139,9 +164,21 @@ CHANGEABLE: dict[str, tuple[str, ...]] = {
 _FLAG = re.compile(r"--[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
+def normal(flag: str) -> str:
+    """`flag` as the engine reads it (pure): vLLM's parser turns `_` into `-` in a flag's name
+    (`--trust_remote_code` is `--trust-remote-code`); every check reads this spelling."""
+    name, eq, value = flag.partition("=")
+    return name.replace("_", "-") + eq + value
+
+
 def fixed_problem(flag: str) -> str | None:
     """Why no edit may touch `flag`: it is a fixed flag, or a prefix of one that argparse would
-    read as it (`--hos` for `--host`); None when it is not (pure)."""
+    read as it (`--hos` for `--host`), spelled with `-` or `_`; None when it is not (pure)."""
+    spelled, flag = flag, normal(flag)
+    if spelled != flag:
+        return f"{spelled} is read by the engine as {flag}; " + (
+            fixed_problem(flag) or "spell flags with `-`"
+        )
     if flag in FIXED:
         return f"{flag} is fixed (where the server listens, what model and code it loads): never changed"
     prefixed = [f for f in FIXED if f.startswith(flag)]

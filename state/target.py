@@ -138,9 +138,12 @@ class BenchServingConfig(Model):
     seed: int = 1
     """bench_serving `--seed`, fixed so that baseline and candidate get the same prompts."""
     env: dict[str, str] = Field(default_factory=dict)
-    """Extra environment variables for the benchmark process, e.g. `HF_HUB_OFFLINE = "1"` (no
-    secrets: the benchmark inherits the host's own environment, e.g. its HF_TOKEN); `vllm bench
-    serve` substitutes `{repo}` in their values (`PYTHONPATH = "{repo}"`: the checkout's vllm)."""
+    """Extra environment variables for the benchmark, e.g. `HF_HUB_OFFLINE = "1"` (no secrets: it
+    gets perfloop's environment minus secret-looking ones, as the server does); `vllm bench serve`
+    substitutes `{repo}` in their values (`PYTHONPATH = "{repo}"`: the checkout's vllm)."""
+    pass_env: list[str] = Field(default_factory=list)
+    """Names of secret variables passed to the benchmark from perfloop's environment (e.g. HF_TOKEN
+    for a gated tokenizer): it imports the patched checkout, so none is passed unless named."""
 
     @field_validator("env")
     @classmethod

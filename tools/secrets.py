@@ -118,3 +118,21 @@ def server_env(environ: Mapping[str, str], extra: Mapping[str, str], pass_env: l
     named = set(pass_env)
     env = {k: v for k, v in environ.items() if k in named or not (looks_secret(k) or k in PERFLOOP_ONLY)}
     return {**env, **extra, **{k: environ[k] for k in pass_env if k in environ}}
+
+
+def child_env(environ: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
+    """The environment of a child that is not the server (benchmark clients, probes): the server's
+    policy with no variable passed on, so no secret (pure)."""
+    return server_env(environ, extra, [])
+
+
+def kept_log(prefix: str, text: str) -> Path:
+    """A failed child's output kept for the user: secrets masked, mode 0600, in $PERFLOOP_HOME/logs
+    (the user's 0700 folder on the host that ran it, not the system temp folder)."""
+    folder = Path(os.environ.get("PERFLOOP_HOME") or Path.home() / ".perfloop").expanduser() / "logs"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = folder / f"{prefix}-{os.getpid()}-{os.urandom(3).hex()}.log"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(redact(text))
+    return path

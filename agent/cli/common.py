@@ -32,6 +32,14 @@ Json = Annotated[
     bool,
     typer.Option("--json", help="Print one JSON document on stdout (what a person reads goes to stderr)."),
 ]
+Trust = Annotated[
+    str | None,
+    typer.Option(
+        metavar="DIGEST",
+        help="Run a session this user's key did not sign (another machine's or user's, or one from "
+        "before signing) if it still holds what `perfloop show` printed with this digest.",
+    ),
+]
 Approve = Annotated[
     str,
     typer.Option(metavar="auto|manual", help="auto: apply proposals at once; manual: pause for approval."),

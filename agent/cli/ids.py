@@ -3,7 +3,9 @@
 An id (`20261202-204512-a1b2`), a unique prefix of one (`20261202-2045`, `a` is ambiguous once
 there are two), `last` (the newest session in the store) or `last~N` (the N-th before it, as git's
 `HEAD~N`). Resolved when the command line is parsed, so a command body sees a full id; a name that
-matches none, or several, is one line and exit 2.
+matches none, or several, is one line and exit 2. The shorthands (`last`, a prefix) name only this
+machine's sessions (those with a folder under $PERFLOOP_HOME/sessions, which a store peer cannot
+make): another machine's session, or one a peer planted in a shared store, is named by its full id.
 """
 
 from __future__ import annotations
@@ -23,31 +25,41 @@ SHOWN = 6
 """Candidates named in an ambiguous prefix's error."""
 
 
-def resolve(ids: list[str], text: str) -> str:
-    """The id `text` names among `ids` (oldest first) (pure); ToolError when it names none or several."""
+def resolve(ids: list[str], text: str, mine: set[str] | None = None) -> str:
+    """The id `text` names among `ids` (oldest first) (pure): a shorthand among those in `mine`
+    (this machine's; None: all); ToolError when it names none or several."""
+    local = ids if mine is None else [i for i in ids if i in mine]
     if m := LAST.fullmatch(text):
         back = int(m.group(1) or 0)
-        if back >= len(ids):
-            raise ToolError(f"{text}: the store holds {len(ids)} session(s); perfloop sessions lists them")
-        return ids[-1 - back]
+        if back >= len(local):
+            raise ToolError(
+                f"{text}: the store holds {len(local)} session(s) of this machine; perfloop sessions "
+                "lists every machine's: name another machine's by its full id"
+            )
+        return local[-1 - back]
     if problem := session_id_problem(text):  # a path, a quote: refused as the store would refuse it
         raise ToolError(f"SESSION: {problem}")
     if text in ids:
         return text
-    hits = [i for i in ids if i.startswith(text)]
+    hits = [i for i in local if i.startswith(text)]
     if len(hits) == 1:
         return hits[0]
     if not hits:
-        raise ToolError(f"no session {text!r} in the store (perfloop sessions lists them)")
+        raise ToolError(
+            f"no session {text!r} of this machine in the store (perfloop sessions lists every "
+            "machine's: name another machine's by its full id)"
+        )
     more = f", ... ({len(hits)} in all)" if len(hits) > SHOWN else ""
     raise ToolError(f"{text!r} is the start of several sessions: {', '.join(hits[:SHOWN])}{more}")
 
 
 def resolve_in_store(text: str) -> str:
     """The full id `text` names in this process's store."""
-    store = SessionStore.open(perfloop_home())
+    home = perfloop_home()
+    store = SessionStore.open(home)
     try:
-        return resolve([i.id for i in store.list_sessions()], text)
+        ids = [i.id for i in store.list_sessions()]
+        return resolve(ids, text, {i for i in ids if (home / "sessions" / i).is_dir()})
     finally:
         store.close()
 

@@ -135,6 +135,12 @@ def approval(console: Console, req: dict) -> None:
         console.print("files touched: " + ", ".join(req["files"]))
         if req.get("argv_now"):
             console.print("launch command: " + shlex.join(req["argv_now"]), highlight=False)
+    if env := req.get("env_now"):
+        pairs = " ".join(f"{k}={v}" for k, v in env["env"].items()) or "(none)"
+        console.print(
+            f"environment: {pairs}; passed from yours: {', '.join(env['pass_env']) or '(none)'}",
+            highlight=False,
+        )
     if req.get("predicted_speedup") is not None:
         paired = f", {req['paired_speedup']:.2f}x with {req['paired_with']}" if req.get("paired_with") else ""
         console.print(f"predicted: {req['predicted_speedup']:.2f}x{paired}")
@@ -264,3 +270,26 @@ def show(console: Console, info: SessionInfo, state: LoopState, calls: list[Tool
         )
     if info.summary:
         summary(console, info.summary)
+
+
+def runs(console: Console, bound: dict) -> None:
+    """What the session runs on this machine, whole, and whether this user's key signed it."""
+    console.print(styled(("runs on this machine:", "bold"), " " + shlex.join(bound["argv"])), highlight=False)
+    env = " ".join(f"{k}={v}" for k, v in bound["env"].items()) or "(none)"
+    console.print(
+        f"  environment: {env}; passed from yours: {', '.join(bound['pass_env']) or '(none)'}",
+        highlight=False,
+    )
+    console.print(f"  host: {bound['host']}", highlight=False)
+    console.print("  options: " + ", ".join(f"{k}={v}" for k, v in bound["options"].items()), highlight=False)
+    if bound["signed"]:
+        console.print(f"  signed by this user's key: yes (digest {bound['digest']})", highlight=False)
+    elif bound["digest"] is not None:
+        console.print(
+            styled((f"  NOT signed by this user's key: {bound['unsigned_because']}", "bold red")),
+            highlight=False,
+        )
+        console.print(
+            f"  to run it here as shown, add --trust {bound['digest']} to approve|reject|resume|fork",
+            highlight=False,
+        )

@@ -20,6 +20,7 @@ from pygments.lexers import DiffLexer
 from agent.report import plots
 from agent.report.data import ReportData
 from state.workload import OBJECTIVES
+from tools.workspace.hidden import visible
 
 Linker = Callable[[Path], str | None]
 """Where a file of the session is linked from the page (None: not reachable from here)."""
@@ -34,8 +35,14 @@ def environment(*extra: str) -> Environment:
     """The templates of this package (and of the packages named, e.g. `agent.web`)."""
     loaders = [PackageLoader(pkg, "templates") for pkg in (*extra, "agent.report")]
     env = Environment(loader=ChoiceLoader(loaders), autoescape=select_autoescape(default=True))
-    env.filters["shell"] = shlex.join  # an argv as the exact shell-quoted command that runs
+    env.filters["shell"] = lambda argv: visible(shlex.join(argv))  # the exact command that runs
+    env.finalize = _shown  # every stored text on a page: bidi overrides, controls as escapes
     return env
+
+
+def _shown(value: object) -> object:
+    """A value as the page shows it: text with hidden characters as escapes (tools/workspace/hidden.py)."""
+    return visible(value) if isinstance(value, str) and not isinstance(value, Markup) else value
 
 
 def file_link(path: Path) -> str | None:
@@ -44,7 +51,7 @@ def file_link(path: Path) -> str | None:
 
 
 def diff_html(diff: str) -> Markup:
-    return Markup(highlight(diff, DiffLexer(), _FORMATTER))
+    return Markup(highlight(visible(diff), DiffLexer(), _FORMATTER))
 
 
 def context(data: ReportData, link: Linker = file_link) -> dict:

@@ -3,14 +3,14 @@ to the patch and launch command shown, and a session to the target it was create
 
 A store shared by several machines can be written by any of them: a peer could rewrite a paused
 session's proposal or launch command in the checkpoint. Two checks:
-- `view`: the approval request with `argv_now` (the exact argv each candidate runs) and `digest`
-  (of the target, every patch and every argv); `perfloop approve --digest D` (the command the view
+- `view`: the approval request with `argv_now` (the exact argv each candidate runs), `env_now`
+  (the environment it is given) and `digest` (of the target, the options, every patch and argv); `perfloop approve --digest D` (the command the view
   prints, and the approval page) refuses when the stored state no longer gives D.
 - `check_target`: the machine that created a session keeps the digest of its target (launch
   command, repo, host, proposer; not the profile site, which set-up fills in) in the session's
   folder under $PERFLOOP_HOME, out of the store's reach; resuming or approving it there refuses a
-  stored target that no longer gives it. A session continued on another machine has no such file
-  there: that machine trusts the store (what `perfloop show` displays).
+  stored target that no longer gives it. Every checkpoint is moreover signed with the user's key
+  (signing.py), checked before any session is continued.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from agent.steps.approval import approval_request, batch_request
 from state.loop import LoopState
 from tools.errors import ConfigError
 
@@ -34,13 +35,23 @@ def target_digest(state: LoopState) -> str:
     return _digest(state.target.model_dump(mode="json", exclude={"profile"}))
 
 
+def rebuilt(state: LoopState, stored: dict) -> dict:
+    """The approval request as the step that paused builds it from the (signed) state, not as a
+    store row holds it: what is shown is what approving runs (pure)."""
+    if stored.get("candidates") and state.candidates:
+        return batch_request(state)
+    return approval_request(state) if state.proposal is not None and not stored.get("candidates") else stored
+
+
 def view(state: LoopState, pending: dict) -> dict:
     """The approval request `pending` of the paused session `state`, with the argv each candidate
     runs (`argv_now`; per candidate in a batch) and the digest that binds an approval to them (pure)."""
     views = pending.get("candidates") or [pending]
     runs = [{"diff": v.get("diff", ""), "argv": v.get("launch_argv") or state.argv} for v in views]
-    digest = _digest({"target": target_digest(state), "runs": runs})[:16]
-    out = pending | {"argv_now": runs[0]["argv"], "digest": digest}
+    env = {"env": state.target.launch.env, "pass_env": state.target.launch.pass_env}
+    options = state.options.model_dump(mode="json")  # approve, max_iterations, python, paths, ...
+    digest = _digest({"target": target_digest(state), "runs": runs, "options": options})[:16]
+    out = pending | {"argv_now": runs[0]["argv"], "env_now": env, "digest": digest}
     if pending.get("candidates"):
         out["candidates"] = [
             c | {"argv_now": r["argv"]} for c, r in zip(pending["candidates"], runs, strict=True)

@@ -33,6 +33,8 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from pydantic import BaseModel
 
 import state
+from agent.sessions.signing import SIGNATURE, digests, seal, user_key
+from state.loop import LoopState
 from tools.errors import ConfigError, first_line
 from tools.secrets import redact, redact_bytes
 from tools.store.db import STORE_ENV, StoreUnreachable, describe, reconnect_seconds
@@ -121,7 +123,32 @@ class Renaming(BaseCheckpointSaver):
             yield renamed(found) or found
 
 
-class RenamingSqliteSaver(Renaming, SqliteSaver):
+class Signing(BaseCheckpointSaver):
+    """Signs each checkpoint of a session it writes (agent/sessions/signing.py): the digests of
+    its state's fields and their HMAC under this user's key, in the checkpoint's metadata."""
+
+    home: Path | None = None
+    """Where the user's key is (made at the first checkpoint); None: nothing signed."""
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        values = checkpoint["channel_values"]
+        if self.home is not None and {"session_id", "target", "options"} <= values.keys():
+            sid = str(config["configurable"]["thread_id"])
+            state_values = {
+                k: v for k, v in values.items() if k in LoopState.model_fields
+            }  # no graph channels
+            fields = digests(LoopState.model_validate(state_values))
+            metadata = {**metadata, SIGNATURE: seal(user_key(self.home), sid, fields)}  # type: ignore[misc]
+        return super().put(config, checkpoint, metadata, new_versions)
+
+
+class RenamingSqliteSaver(Signing, Renaming, SqliteSaver):
     """SqliteSaver reading old checkpoints' renamed channels under today's names."""
 
 
@@ -136,6 +163,7 @@ def open_checkpointer(home: Path, url: str | None = None) -> BaseCheckpointSaver
     else:
         saver = RedactingPostgresSaver(_pool(url), serde=serializer())
         saver.where = describe(url, Path())
+    saver.home = home
     saver.setup()
     return saver
 
@@ -178,7 +206,7 @@ def _redact_json(value: Any) -> Any:
     return value
 
 
-class RedactingPostgresSaver(Renaming, PostgresSaver):
+class RedactingPostgresSaver(Signing, Renaming, PostgresSaver):
     """PostgresSaver (reading old checkpoints' renamed channels under today's names) keeps primitive channel values (our state's plain strings) and the metadata as
     JSONB, outside the serializer: mask secrets in those too before they are written."""
 

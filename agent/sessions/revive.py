@@ -1,4 +1,4 @@
-"""`resume` never trusts a server it did not just check.
+"""`resume` never trusts a server it did not just check; `forked`, the initial state of a fork.
 
 A session stopped by a signal (its servers stopped on the way out), by SIGKILL, a crash or a
 reboot may come back to a step that talks to the server the state records (`NEEDS_SERVER`) while
@@ -15,6 +15,7 @@ file), found by the mark in its environment (`server.stop_marked`), recorded or 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -115,3 +116,30 @@ def repo_missing_here(inp: Any, known: LoopState) -> bool:
     one stopped before `prepare` made the demo's repo, has none yet by design)."""
     resumed = not isinstance(inp, LoopState) and known.transitions
     return bool(resumed) and known.target.host.kind == "local" and not known.target.repo.is_dir()
+
+
+def forked(parent: LoopState, step: str, new_id: str, session_dir: Path, approve: str | None) -> LoopState:
+    """A new session `new_id` starting at `step` from `parent` (a signed checkpoint's state)."""
+    options = parent.options.model_copy(
+        update={
+            "session_dir": session_dir,
+            "demo_source": None,
+            "host_dir": parent.options.host_dir and parent.options.host_dir.parent / new_id,
+            **({"approve": approve} if approve else {}),
+        }
+    )
+    return parent.model_copy(
+        update={
+            "session_id": new_id,
+            "options": options,
+            "fork_at": step,
+            "seed_session": parent.seed_session or parent.session_id,  # the reference's prompts
+            "server": None,
+            "instrumentation": None,
+            "pending_commit": None,
+            "launches": 0,
+            "transitions": [],
+            "calls_done": 0,
+            "status": "running",
+        }
+    )

@@ -17,11 +17,12 @@ from langgraph.types import Command
 
 from agent.context import LoopContext
 from agent.graph import Graph, compile_graph
-from agent.sessions.binding import check_target, view
+from agent.sessions.binding import check_target, rebuilt, view
 from agent.sessions.checkpoint import open_checkpointer, serializer
 from agent.sessions.interrupts import running_line, settled, stopped_after
 from agent.sessions.remote import close_hosts, executor_for, host_executors, remote_options
-from agent.sessions.revive import lineage, repo_missing_here, resume_point
+from agent.sessions.revive import forked, lineage, repo_missing_here, resume_point
+from agent.sessions.signing import check
 from agent.sessions.summary import summarize as summarize_session
 from agent.steps.setup import FORK_STEPS
 from state.base import utcnow
@@ -54,8 +55,11 @@ class Sessions:
     """The sessions of this store ($PERFLOOP_STORE's database, else SQLite under $PERFLOOP_HOME):
     their index, recordings, checkpoints and graph. Session folders stay under $PERFLOOP_HOME."""
 
+    trust: str | None = None
+    """`--trust DIGEST`: run a session not signed by this user's key if it holds that (signing.py)."""
+
     def __init__(self, home: Path | None = None) -> None:
-        self.home = home or perfloop_home()
+        self.home, self.trusted = home or perfloop_home(), set[str]()
         self.store = SessionStore.open(self.home)
         self.graph = compile_graph(open_checkpointer(self.home, self.store.url))
 
@@ -146,8 +150,22 @@ class Sessions:
         with hold(self.store.db, checked_id(session_id), self.home):
             yield
 
+    def verify(self, session_id: str, config: RunnableConfig | None = None) -> None:
+        """Refuse a checkpoint this user's key did not sign, before anything runs (signing.py);
+        once `--trust` accepted a session's latest one, this process takes its others as they are."""
+        snap = self.graph.get_state(config or self.config(checked_id(session_id)))
+        meta = dict(snap.metadata or {})
+        if (
+            snap.values
+            and session_id not in self.trusted
+            and check(session_id, snap.values, meta, self.home, self.trust)
+        ):
+            self.trusted.add(session_id)
+
     def _invoke(self, session_id: str, inp: Any, answer: dict | None = None) -> LoopState:
         with self.lock(session_id):
+            if not isinstance(inp, LoopState):
+                self.verify(session_id)
             known = inp if isinstance(inp, LoopState) else self.state(session_id)
             check_target(self.session_dir(session_id), known, new=isinstance(inp, LoopState))
             info = self.info(session_id)
@@ -190,6 +208,7 @@ class Sessions:
                 if inp is None:
                     config, known, why = resume_point(self.graph, config, executor)
                     if why is not None:
+                        self.verify(session_id, config)  # the earlier checkpoint it goes back to
                         print(why, file=sys.stderr)
                 done = self.finished_tasks(session_id, config)
                 self.store.supersede_after(session_id, known.calls_done, done)
@@ -207,6 +226,7 @@ class Sessions:
         if step not in FORK_STEPS:
             raise ConfigError(f"cannot fork at {step!r}; fork at one of: {', '.join(FORK_STEPS)}")
         with self.lock(session_id):  # its checkpoints must not move while they are read
+            self.verify(session_id)
             info = self.info(session_id)
             if info.status in ("running", "paused", "interrupted"):
                 raise ConfigError(
@@ -220,29 +240,9 @@ class Sessions:
             raise ConfigError(
                 f"session {session_id} reached {step} {len(hits)} time(s); there is no {step}#{n} to fork at"
             )
-        parent = LoopState.model_validate(hits[n - 1].values)
-        options = parent.options.model_copy(
-            update={
-                "session_dir": self.session_dir(new_id),
-                "demo_source": None,
-                "host_dir": parent.options.host_dir and parent.options.host_dir.parent / new_id,
-                **({"approve": approve} if approve else {}),
-            }
-        )
-        inp = parent.model_copy(
-            update={
-                "session_id": new_id,
-                "options": options,
-                "fork_at": step,
-                "seed_session": parent.seed_session or parent.session_id,  # the reference's prompts
-                "server": None,
-                "instrumentation": None,
-                "pending_commit": None,
-                "launches": 0,
-                "transitions": [],
-                "calls_done": 0,
-                "status": "running",
-            }
+        self.verify(session_id, hits[n - 1].config)  # the checkpoint it forks from, too
+        inp = forked(
+            LoopState.model_validate(hits[n - 1].values), step, new_id, self.session_dir(new_id), approve
         )
         return self.start_from(inp, info.target_path, parent=session_id)
 
@@ -296,5 +296,5 @@ def _pending(graph: Graph, cfg: RunnableConfig) -> dict | None:
     """The approval request waited on, as shown: with the exact argv and its digest (binding.py)."""
     for task in (snap := graph.get_state(cfg)).tasks:
         for intr in task.interrupts:
-            return view(LoopState.model_validate(snap.values), intr.value)
+            return view(state := LoopState.model_validate(snap.values), rebuilt(state, intr.value))
     return None

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from agent.sessions.approving import approval_number, batch_refusal
 from agent.sessions.runner import Sessions
+from agent.sessions.signing import status
 from tools.errors import ToolError
 
 
@@ -112,3 +113,12 @@ def last_answer_log(sessions: Sessions, session: str) -> str | None:
     latest = max(logs, key=lambda p: int(p.stem.removeprefix("answer-")))
     text = latest.read_text(errors="replace").strip()
     return text[-2000:] or None
+
+
+def unsigned(sessions: Sessions, session: str) -> str | None:
+    """Why this user's key did not sign what the paused session would run (the page says so
+    above its approval, which is refused), or None (agent/sessions/signing.py)."""
+    snap = sessions.graph.get_state(sessions.config(session))
+    if not snap.values:
+        return None
+    return status(session, snap.values, dict(snap.metadata or {}), sessions.home)[1]

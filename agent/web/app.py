@@ -99,6 +99,7 @@ class Web:
         data, seq = self.data(sid)
         with self.lock:
             number = approval_number(self.sessions, sid)
+            unsigned = answers.unsigned(self.sessions, sid) if number is not None else None
         ctx = context(data, lambda p: _file_href(self.sessions, sid, p))
         return self.page(
             request,
@@ -112,6 +113,7 @@ class Web:
             answer_log=answers.last_answer_log(self.sessions, sid),
             error=error,
             ticked=ticked,
+            unsigned=unsigned,
         )
 
     def state(self, request: Request) -> Response:
@@ -193,7 +195,9 @@ class Web:
         self, sid: str, action: str, number: int, reason: str, patch: str, chosen: list[str]
     ) -> list[str]:
         """The `perfloop` command that answers; bad input raises ToolError (nothing claimed yet).
-        For a batch of candidates, `chosen` are the ones ticked (`approve --only`)."""
+        For a batch of candidates, `chosen` are the ones ticked (`approve --only`). A session this
+        user's key did not sign is refused first, before a claim or a file is made (signing.py)."""
+        self.sessions.verify(sid)
         answers.check(self.sessions, sid, number)
         if action == "approve":
             return ["approve", sid, *answers.only_args(self.sessions, sid, chosen)]

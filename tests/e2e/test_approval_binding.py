@@ -2,9 +2,11 @@
 by two "machines" (two $PERFLOOP_HOMEs): a peer with write access to the database rewrites a paused
 session's launch command in its checkpoint (LangGraph's own tables, through a connection of its
 own). `perfloop show` displays what is stored now; `perfloop approve` on the machine that created
-the session refuses in one line (the target's digest it recorded there no longer matches), and on
-the other machine `approve --digest D` with the digest its view showed before the rewrite refuses
-too. Nothing is run: no answer recorded, the session still paused."""
+the session refuses in one line naming the field that changed (its checkpoints are signed with the
+user's key, agent/sessions/signing.py), and on the other machine (another key) `approve --digest D`
+with the digest its view showed before the rewrite refuses too, as not signed by its user's key,
+and so does `--trust` with the digest of what was reviewed before the rewrite. Nothing is run: no
+answer recorded, the session still paused."""
 
 from __future__ import annotations
 
@@ -66,6 +68,8 @@ def test_a_store_peer_cannot_swap_what_a_paused_session_runs(tmp_path: Path, pg_
         view_b = perfloop(home_b, "show", sid, "--json", env=env)  # machine B reviews it
         digest_b = json.loads(view_b.stdout)["pending_approval"]["digest"]
         assert digest_b == shown[1]
+        trust_b = json.loads(view_b.stdout)["runs"]["digest"]
+        assert json.loads(view_b.stdout)["runs"]["signed"] is False
 
         argv = json.loads(view_b.stdout)["pending_approval"]["argv_now"]
         swap = [*argv, "--host", "0.0.0.0"]
@@ -80,12 +84,15 @@ def test_a_store_peer_cannot_swap_what_a_paused_session_runs(tmp_path: Path, pg_
         approve_a = perfloop(home_a, "approve", sid, env=env)
         assert approve_a.returncode == 2, (approve_a.stdout[-2000:], approve_a.stderr[-2000:])
         err = approve_a.stderr.strip()
-        assert "not the one it was created with on this machine" in err and "\n" not in err, err
+        assert f"session {sid} changed in the store since this user last ran it: target.launch changed" in err
+        assert "\n" not in err, err
 
         approve_b = perfloop(home_b, "approve", sid, "--digest", digest_b, env=env)
         assert approve_b.returncode == 2, (approve_b.stdout[-2000:], approve_b.stderr[-2000:])
         err = approve_b.stderr.strip()
-        assert f"--digest {digest_b}: session {sid} changed in the store" in err and "\n" not in err, err
+        assert f"session {sid} is not signed by this user's key" in err and "\n" not in err, err
+        trusted_b = perfloop(home_b, "approve", sid, "--trust", trust_b, env=env)  # reviewed before the swap
+        assert trusted_b.returncode == 2 and f"--trust {trust_b} is not its digest now" in trusted_b.stderr
 
         listed = json.loads(perfloop(home_a, "sessions", "--json", env=env).stdout)
         assert [x["status"] for x in listed] == ["paused"]

@@ -130,7 +130,7 @@ def test_machines_take_turns_on_a_session_each_resuming_once_the_killed_ones_lea
     runs: dict, tmp_path: Path, pg_server: PgServer
 ) -> None:
     """Machine A runs a session (a secret passed to the server) until it pauses for approval;
-    machine B lists it and approves it, and is killed as the patch commits; A is refused while B's
+    machine B (the same user: A's signing key copied to it) lists it and approves it, and is killed as the patch commits; A is refused while B's
     lease is live, then resumes and is killed inside `measure`; B resumes it to the end. One commit,
     the recording replays, the database holds no secret."""
     secret = "sk-planted-" + os.urandom(8).hex()
@@ -158,6 +158,9 @@ def test_machines_take_turns_on_a_session_each_resuming_once_the_killed_ones_lea
     )
     table = perfloop(machine_b, "sessions", env={**env, "COLUMNS": "250"}).stdout
     assert "host" in table and socket.gethostname() in table
+    key = machine_b / "signing.key"  # one user's two machines share the key that signs sessions
+    key.write_bytes((machine_a / "signing.key").read_bytes())
+    key.chmod(0o600)
     repo.rename(tmp_path / "elsewhere")  # as seen from a machine without the target's checkout
     refused = perfloop(machine_b, "approve", sid, env=env)
     assert refused.returncode == 2 and refused.stderr == (

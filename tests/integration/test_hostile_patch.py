@@ -47,6 +47,17 @@ HIDDEN = {
     "word joiner": "\u2060",
     "invisible times": "\u2062",
     "BOM mid-file": "\ufeff",
+    "Hangul filler": "\u3164",
+    "Hangul choseong filler": "\u115f",
+    "Hangul jungseong filler": "\u1160",
+    "halfwidth Hangul filler": "\uffa0",
+    "combining grapheme joiner": "\u034f",
+    "variation selector-1": "\ufe00",
+    "variation selector-16": "\ufe0f",
+    "variation selector-17": "\U000e0100",
+    "variation selector-256": "\U000e01ef",
+    "soft hyphen": "\u00ad",
+    "tag character": "\U000e0041",
 }
 # What a reviewer's terminal shows as `+import sys`; the line committed runs a shell command.
 PAYLOAD = "import os; os.system('touch PWNED')  # \x1b[2K\r+import sys"
@@ -68,6 +79,30 @@ def test_a_patch_adding_a_hidden_character_is_refused_naming_file_and_line(tmp_p
     problem = gate_problem(diff, 1 << 20)  # a model's patch: the same rule, told to the model
     assert problem is not None and code in problem and "pkg/mod.py line 10" in problem
     assert world(ws) == before
+
+
+def test_every_line_after_a_signature_line_is_read_too(tmp_path: Path) -> None:
+    """`git apply` applies a diff that follows a `-- ` line: the gate reads on, and refuses a
+    hidden character there, or any diff after the signature."""
+    ws = _ws(tmp_path)
+    before = world(ws)
+    second = PATCH.replace("+line 10 patched", "+line 10 pa\u3164tched")
+    for tail, says in (
+        ("-- \n2.43.0\n" + second, "line 15: diff text after the `-- ` signature line"),
+        ("-- \n2.43\u202e.0\n", "U+202E"),
+    ):
+        with pytest.raises(PatchError, match=re.escape(says)):
+            gate_patch(ws.root, PATCH + tail)
+    assert gate_patch(ws.root, PATCH + "-- \n2.43.0\n\n")  # a plain signature passes
+    assert world(ws) == before
+
+
+def test_a_hidden_file_name_is_refused(tmp_path: Path) -> None:
+    ws = _ws(tmp_path)
+    for ch in ("\u3164", "\u034f", "\ufe0f"):
+        diff = PATCH.replace("pkg/mod.py", f"pkg/mod{ch}.py")
+        with pytest.raises(PatchError, match=f"U\\+{ord(ch):04X}"):
+            gate_patch(ws.root, diff)
 
 
 def test_plain_text_crlf_endings_and_a_leading_bom_pass(tmp_path: Path) -> None:

@@ -28,10 +28,20 @@ def test_prefixes_and_last() -> None:
     )
     with pytest.raises(ToolError, match=r"'20261202-0930' is the start of several sessions: 20261202-093000"):
         resolve(IDS, "20261202-0930")
-    with pytest.raises(ToolError, match=r"no session 'zz' in the store \(perfloop sessions lists them\)"):
+    with pytest.raises(ToolError, match=r"no session 'zz' of this machine in the store \(perfloop sessions"):
         resolve(IDS, "zz")
     with pytest.raises(ToolError, match="last~3: the store holds 3 session"):
         resolve(IDS, "last~3")
+
+
+def test_shorthands_name_only_this_machines_sessions() -> None:
+    """`last` and prefixes skip another machine's (or a planted) session; its full id still names it."""
+    mine = {IDS[0], IDS[1]}
+    assert resolve(IDS, "last", mine) == IDS[1] and resolve(IDS, "last~1", mine) == IDS[0]
+    assert resolve(IDS, "20261202-0930", mine) == IDS[1]  # IDS[2] shares the prefix but is not ours
+    assert resolve(IDS, IDS[2], mine) == IDS[2]
+    with pytest.raises(ToolError, match="last~2: the store holds 2 session.s. of this machine"):
+        resolve(IDS, "last~2", mine)
 
 
 def test_the_sessions_table_never_cuts_an_id() -> None:

@@ -125,3 +125,31 @@ def test_the_approval_view_shows_the_exact_argv_shell_quoted() -> None:
     }
     render.approval(out, req)
     assert "    runs now:   " + shlex.join(after) in out.file.getvalue().replace("\n", "")
+
+
+CODE_LOADING = {
+    "set --trust_remote_code": "--trust_remote_code is read by the engine as --trust-remote-code; --trust-remote-code is fixed",
+    "set --trust_remote 1": "is a prefix of --trust-remote-code",
+    "set --kv-transfer-config {}": "--kv-transfer-config is fixed",
+    "set --kv_transfer_config {}": "--kv-transfer-config is fixed",
+    "set --reasoning-parser-plugin /tmp/p.py": "--reasoning-parser-plugin is fixed",
+    "set --log-config-file /tmp/l.json": "--log-config-file is fixed",
+    "set --otlp-traces-endpoint http://x": "--otlp-traces-endpoint is fixed",
+    "set --lora-modules a=/tmp/a": "--lora-modules is fixed",
+    "set --speculative-config {}": "--speculative-config is fixed",
+    "set --generation-config /tmp/g": "--generation-config is fixed",
+    "set --max_num_seqs 4": "read by the engine as --max-num-seqs; spell flags with `-`",
+}
+
+
+@pytest.mark.parametrize("line", sorted(CODE_LOADING))
+@pytest.mark.parametrize("kind", ["vllm", None])
+def test_code_loading_flags_and_underscore_spellings_are_refused_with_or_without_the_allowlist(
+    line: str, kind: str | None
+) -> None:
+    """`kind=None` is a session recorded before the allowlist (any flag but the fixed ones): the
+    code- and file-loading families and `_` spellings (vLLM reads `_` as `-`) are refused there too."""
+    argv = ["vllm", "serve", "m", "--port", "{port}", "--max-num-seqs", "8"]
+    found = launch_answer(f"why\nLAUNCH: {line}\n", argv, [], kind=kind)
+    assert isinstance(found, str), (line, found)
+    assert CODE_LOADING[line] in found and "\n" not in found, found

@@ -23,7 +23,7 @@ from state.target import BenchServingConfig
 from state.workload import WorkloadConfig
 from tools.errors import ConfigError, ToolError
 from tools.progress import report
-from tools.secrets import outside
+from tools.secrets import child_env, kept_log, outside, server_env
 
 NEW_MODULE_FILE = "benchmark/serving.py"
 """Package-relative file of the benchmark's newer home, `sglang.benchmark.serving` (0.5.23 has it)."""
@@ -57,7 +57,9 @@ def bench_module(has_new_module_file: bool) -> str:
 def find_bench(python: str) -> tuple[str, str] | None:
     """(module, sglang version) of the benchmark in `python`'s sglang, or None without one."""
     try:
-        proc = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            [python, "-c", _PROBE], capture_output=True, text=True, timeout=60, env=child_env(os.environ, {})
+        )
     except (OSError, subprocess.TimeoutExpired) as err:
         raise ConfigError(
             f"cannot run {python!r} to look for sglang's bench_serving: {err}; "
@@ -237,7 +239,7 @@ def run_bench(
 ) -> list[tuple[list[RequestRecord], float]]:
     """Run bench_serving `repeats` times (warm-up before the first) into one JSONL file; read each
     run (under `[workload]` a window) back."""
-    env = os.environ | cfg.env
+    env = server_env(os.environ, cfg.env, cfg.pass_env)  # it imports the patched checkout
     timeout_s = request_timeout_s * (num_prompts + warmup) + IMPORT_TIMEOUT_S
     with tempfile.TemporaryDirectory(prefix="perfloop-bench-") as tmp:
         out = Path(tmp) / "bench.jsonl"
@@ -273,9 +275,9 @@ def run_bench(
                 ) from err
             if proc.returncode != 0:
                 last = outside((proc.stderr.strip() or proc.stdout.strip() or "no output").splitlines()[-1])
-                fd, kept = tempfile.mkstemp(prefix="perfloop-bench-", suffix=".log")
-                with os.fdopen(fd, "w") as f:
-                    f.write(outside(f"$ {shlex.join(argv)}\n{proc.stdout}\n{proc.stderr}"))
+                kept = kept_log(
+                    "perfloop-bench", outside(f"$ {shlex.join(argv)}\n{proc.stdout}\n{proc.stderr}")
+                )
                 raise BenchOutputError(
                     f"{module} exited with status {proc.returncode}: {last[:300]} "
                     f"(its whole output: {kept} on the host)"

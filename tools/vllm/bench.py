@@ -32,7 +32,7 @@ from state.target import BenchServingConfig
 from state.workload import WorkloadConfig
 from tools.errors import ConfigError
 from tools.progress import report
-from tools.secrets import outside
+from tools.secrets import child_env, kept_log, outside, server_env
 from tools.sglang.bench import IMPORT_TIMEOUT_S, BenchOutputError, runs_from_jsonl
 
 MODULE = "vllm.entrypoints.cli.main"
@@ -59,7 +59,9 @@ print(json.dumps({"dir": spec.submodule_search_locations[0] if spec and spec.sub
 def find_vllm_bench(python: str) -> str | None:
     """vLLM's version when `python` has vLLM's serving benchmark, else None."""
     try:
-        proc = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            [python, "-c", _PROBE], capture_output=True, text=True, timeout=60, env=child_env(os.environ, {})
+        )
     except (OSError, subprocess.TimeoutExpired) as err:
         raise ConfigError(
             f"cannot run {python!r} to look for vllm bench serve: {err}; check measure.bench_serving.python"
@@ -130,7 +132,7 @@ def run_vllm_bench(
 ) -> list[tuple[list[RequestRecord], float]]:
     """Run `vllm bench serve` `repeats` times (warm-up requests in each, as vLLM's own are per
     run); each run's requests (under `[workload]` a window) and its duration."""
-    env = os.environ | {k: v.replace("{repo}", repo) for k, v in cfg.env.items()}
+    env = server_env(os.environ, {k: v.replace("{repo}", repo) for k, v in cfg.env.items()}, cfg.pass_env)
     timeout_s = request_timeout_s * (num_prompts + warmup) + IMPORT_TIMEOUT_S
     lines = []
     with tempfile.TemporaryDirectory(prefix="perfloop-vllm-bench-") as tmp:
@@ -154,9 +156,9 @@ def run_vllm_bench(
             path = Path(tmp) / name
             if proc.returncode != 0 or not path.is_file():
                 last = outside((proc.stderr.strip() or proc.stdout.strip() or "no output").splitlines()[-1])
-                fd, kept = tempfile.mkstemp(prefix="perfloop-vllm-bench-", suffix=".log")
-                with os.fdopen(fd, "w") as f:
-                    f.write(outside(f"$ {shlex.join(argv)}\n{proc.stdout}\n{proc.stderr}"))
+                kept = kept_log(
+                    "perfloop-vllm-bench", outside(f"$ {shlex.join(argv)}\n{proc.stdout}\n{proc.stderr}")
+                )
                 raise BenchOutputError(
                     f"vllm bench serve exited with status {proc.returncode}: {last[:300]} "
                     f"(its whole output: {kept} on the host)"

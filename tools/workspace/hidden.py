@@ -9,7 +9,10 @@ cursor, recolour the screen, or reorder what the reviewer reads.
 Hidden: the C0 controls except tab and newline (ESC, CR, backspace, ...), DEL, the C1 controls
 (U+0080-U+009F, CSI among them), and Unicode category Cf: the bidi embeddings, overrides and
 isolates (U+202A-U+202E, U+2066-U+2069, "Trojan Source"), zero-width spaces and joiners
-(U+200B-U+200F), the invisible operators U+2060-U+2064, and U+FEFF.
+(U+200B-U+200F), the invisible operators U+2060-U+2064, U+FEFF and the tag characters; and the
+characters of other categories that render as nothing or as a blank that is not a space
+(`INVISIBLE`): the Hangul fillers, the combining grapheme joiner, the variation selectors, the
+Mongolian free variation selectors and the Braille blank.
 """
 
 from __future__ import annotations
@@ -21,12 +24,27 @@ KEPT = frozenset("\t\n")
 ending, which moves nothing on the screen)."""
 
 
+INVISIBLE = (
+    (0x034F, 0x034F),  # COMBINING GRAPHEME JOINER (Mn)
+    (0x115F, 0x1160),  # HANGUL CHOSEONG / JUNGSEONG FILLER (Lo)
+    (0x180B, 0x180F),  # MONGOLIAN FREE VARIATION SELECTORS (Mn; U+180E is Cf)
+    (0x2800, 0x2800),  # BRAILLE PATTERN BLANK (So)
+    (0x3164, 0x3164),  # HANGUL FILLER (Lo)
+    (0xFE00, 0xFE0F),  # VARIATION SELECTOR-1..16 (Mn)
+    (0xFFA0, 0xFFA0),  # HALFWIDTH HANGUL FILLER (Lo)
+    (0xE0100, 0xE01EF),  # VARIATION SELECTOR-17..256 (Mn)
+)
+"""Code point ranges outside category Cf that render invisibly (tested one by one)."""
+
+
 def is_hidden(ch: str) -> bool:
     """Whether the character `ch` is not shown as itself (pure)."""
     if ch in KEPT:
         return False
     code = ord(ch)
-    return code < 0x20 or 0x7F <= code <= 0x9F or unicodedata.category(ch) == "Cf"
+    if code < 0x20 or 0x7F <= code <= 0x9F or unicodedata.category(ch) == "Cf":
+        return True
+    return any(lo <= code <= hi for lo, hi in INVISIBLE)
 
 
 def describe(ch: str) -> str:

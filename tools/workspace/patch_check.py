@@ -25,6 +25,7 @@ from tools.workspace.git import GitWorkspace
 from tools.workspace.hidden import describe, first_hidden
 
 REGULAR_MODES = ("100644", "100755")
+_DIFF_STARTS = ("diff ", "--- ", "+++ ", "@@", "GIT binary patch", "Binary files ", "new file mode", "index ")
 _HUNK = re.compile(r"@@ -\d+(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _DIFF_GIT = re.compile(r"diff --git (\S+) (\S+)$")
 _MODE_LINE = re.compile(r"(new file mode|deleted file mode|old mode|new mode) (\d+)$")
@@ -97,8 +98,14 @@ def scan_patch(diff: str, policy: PatchPolicy) -> list[str]:
     lines = diff.split("\n")  # git's line breaks: \n only
     if lines and lines[-1] == "":
         lines.pop()
+    signed = False  # past a `git format-patch` signature line (`-- `)
     for n, line in enumerate(lines, 1):
         where = f"line {n}"
+        if signed:  # every line is read: `git apply` applies a diff that follows a signature
+            _hidden(line, where)
+            if line.startswith(_DIFF_STARTS):
+                raise refuse(f"{where}: diff text after the `-- ` signature line; send one plain diff")
+            continue
         if old > 0 or new > 0:
             tag = line[:1]
             if tag in (" ", ""):
@@ -117,7 +124,8 @@ def scan_patch(diff: str, policy: PatchPolicy) -> list[str]:
                 raise refuse(f"{where}: hunk has more lines than its header says; not a unified diff")
             continue
         if line == "-- ":  # `git format-patch` signature: the diff is over
-            break
+            signed = True
+            continue
         _hidden(line, where)
         if m := _DIFF_GIT.match(line):
             sections += 1

@@ -13,6 +13,7 @@ from agent.cli.common import (
     Json,
     Method,
     Parallel,
+    Trust,
     choice,
     finish,
     run_command,
@@ -131,11 +132,19 @@ def run(
 run = loop_flags(run)
 
 
-def resume(session: SessionArg, as_json: Json = False) -> None:
+def trusting(trust: str | None) -> Sessions:
+    """The sessions, with `--trust DIGEST` for a session this user's key did not sign."""
+    sessions = Sessions()
+    sessions.trust = trust
+    return sessions
+
+
+def resume(session: SessionArg, as_json: Json = False, trust: Trust = None) -> None:
     """Continue a session from its last checkpoint."""
 
     def body() -> None:
-        sessions = Sessions()
+        sessions = trusting(trust)
+        sessions.verify(session)  # first: nothing of an unsigned session is acted on
         if sessions.pending_approval(session) is not None:
             raise ToolError(
                 f"session {session} waits for approval: `perfloop approve {session}` "
@@ -146,8 +155,11 @@ def resume(session: SessionArg, as_json: Json = False) -> None:
     run_command(body)
 
 
-def _answer(session: str, answer: dict, as_json: bool, digest: str | None = None) -> None:
-    sessions = Sessions()
+def _answer(session: str, answer: dict, as_json: bool, digest: str | None, trust: str | None) -> None:
+    sessions = trusting(trust)
+    sessions.verify(session)  # before anything reads or runs what it names (an edited patch's check)
+    if answer.get("diff") is not None:
+        answer["diff"] = edited_patch(session, answer["diff"])
     finish(sessions, answer_session(sessions, session, answer, digest), as_json)
 
 
@@ -170,6 +182,7 @@ def approve(
         ),
     ] = None,
     as_json: Json = False,
+    trust: Trust = None,
 ) -> None:
     """Approve the patch a paused session proposes (or your edit of it), or the batch of candidates
     it would try at once on the target's [[hosts]], and continue the loop."""
@@ -179,17 +192,21 @@ def approve(
         if only:
             answer["playbooks"] = only
         if patch is not None:
-            answer |= {"diff": edited_patch(session, patch), "reason": f"edited patch from {patch}"}
-        _answer(session, answer, as_json, digest)
+            answer |= {"diff": patch, "reason": f"edited patch from {patch}"}  # read once verified
+        _answer(session, answer, as_json, digest, trust)
 
     run_command(body)
 
 
 def reject(
-    session: SessionArg, reason: Annotated[str, typer.Option(help="Why (recorded).")], as_json: Json = False
+    session: SessionArg,
+    reason: Annotated[str, typer.Option(help="Why (recorded).")],
+    as_json: Json = False,
+    trust: Trust = None,
 ) -> None:
     """Reject the patch a paused session proposes, and continue the loop."""
-    run_command(lambda: _answer(session, {"approved": False, "by": "human", "reason": reason}, as_json))
+    answer = {"approved": False, "by": "human", "reason": reason}
+    run_command(lambda: _answer(session, answer, as_json, None, trust))
 
 
 COMMANDS = {"demo": demo, "run": run, "resume": resume, "approve": approve, "reject": reject}

@@ -9,16 +9,19 @@ from typing import Annotated
 import typer
 
 from agent.cli import render, terminal
-from agent.cli.common import Json, choice, err, finish, run_command
+from agent.cli.common import Json, Trust, choice, err, finish, run_command
 from agent.cli.ids import SessionArg
 from agent.cli.output import console, emit
 from agent.sessions.archive import export_session, import_session
 from agent.sessions.diffs import pick, proposal_diffs
 from agent.sessions.holding import abandon
 from agent.sessions.runner import Sessions, new_session_id
+from agent.sessions.signing import status
+from state.loop import LoopState
 from state.session import Summary
 from tools.door.replay import ReplayDivergence
 from tools.errors import ConfigError, NotReplayable, ToolError, one_line
+from tools.workspace.hidden import visible
 
 
 def not_compared(recorded: Summary) -> set[str]:
@@ -81,7 +84,9 @@ def import_cmd(file: Path) -> None:
     """Import a session exported with `perfloop export`; then `perfloop replay` it."""
 
     def body() -> None:
-        sid = import_session(Sessions().store, file)
+        s = Sessions()
+        sid = import_session(s.store, file)
+        s.session_dir(sid).mkdir(parents=True, exist_ok=True)  # this machine's: `last` names it
         console().print(f"imported session {sid}; replay it with `perfloop replay {sid}`")
 
     run_command(body)
@@ -98,6 +103,7 @@ def fork(
     ],
     approve: Annotated[str | None, typer.Option(help="auto or manual (default: the parent's).")] = None,
     as_json: Json = False,
+    trust: Trust = None,
 ) -> None:
     """Start a new session from a checkpoint of an ended one, and run it live."""
 
@@ -105,6 +111,7 @@ def fork(
         if approve is not None:
             choice("approve", approve, ("auto", "manual"))
         s = Sessions()
+        s.trust = trust
         state = s.fork(session, at, new_session_id(), approve)
         finish(s, state, as_json)
 
@@ -152,7 +159,7 @@ def show(
         if number is not None and not diff:
             raise ToolError(f"N ({number}) selects a proposal's patch: add --diff (show SESSION --diff N)")
         if diff:  # applied if a human edited it, else proposed; `approve --patch` takes it back
-            sys.stdout.write(pick(proposal_diffs(s.history(session)), number).diff)
+            sys.stdout.write(visible(pick(proposal_diffs(s.history(session)), number).diff))  # as text
             return
         info = s.info(session)
         try:
@@ -166,24 +173,52 @@ def show(
                 ) from None
         calls = s.store.tool_calls(session)
         pending = s.pending_approval(session)  # as stored now, with the argv it runs and its digest
+        bound = runs_here(s, session, state)  # what this machine would run, and whether it is signed
         if as_json:
-            emit(render.show_json(info, state, calls) | {"pending_approval": pending})
+            emit(render.show_json(info, state, calls) | {"pending_approval": pending, "runs": bound})
         else:
             out = console()
             render.show(out, info, state, calls)
             if pending is not None:
                 render.approval(out, pending)
+            render.runs(out, bound)
 
     run_command(body)
 
 
-def abandon_cmd(session: str) -> None:
+def runs_here(s: Sessions, session: str, state: LoopState) -> dict:
+    """What the session would run on this machine (its whole launch command, environment and the
+    options that drive it) and whether this user's key signed it (agent/sessions/signing.py)."""
+    snap = s.graph.get_state(s.config(session))
+    digest, why = (
+        status(session, snap.values, dict(snap.metadata or {}), s.home)
+        if snap.values
+        else (None, "no checkpoint")
+    )
+    opts = state.options
+    return {
+        "argv": state.argv,
+        "env": state.target.launch.env,
+        "pass_env": state.target.launch.pass_env,
+        "host": state.target.host.model_dump(mode="json"),
+        "options": {k: getattr(opts, k) for k in ("approve", "max_iterations", "python", "launch_allowlist")}
+        | {"session_dir": str(opts.session_dir), "playbook_dirs": [str(p) for p in opts.playbook_dirs]},
+        "digest": digest,
+        "signed": why is None,
+        "unsigned_because": why,
+    }
+
+
+def abandon_cmd(session: str, trust: Trust = None) -> None:
     """Give up a running, paused or interrupted session: its servers stopped, the checkout back as
     the session found it (instrumentation removed, the branch it started on, your uncommitted
     changes kept; the session branch kept if it holds commits)."""
 
     def body() -> None:
-        print(abandon(Sessions(), session))
+        s = Sessions()
+        s.trust = trust
+        s.verify(session)  # it stops the servers and moves the checkout its state names
+        print(abandon(s, session))
 
     run_command(body)
 

@@ -1,0 +1,137 @@
+"""Sessions in a shared store are authenticated, not trusted (docs/SECURITY.md, "store peer").
+
+Everything this machine would execute for a session is read from its latest checkpoint: the whole
+`LoopState` (target, options with their paths, launch state, proposals) and the approval request
+it waits on. After each run of a session this machine signs a digest of every such field with
+the user's key (`$PERFLOOP_HOME/signing.key`, 0600, made once, never in the store) and writes the
+digests and their HMAC into the store beside the session (an input of kind `signature`).
+Before `approve`, `reject`, `resume`, `fork` (and the approval page, which runs those) act, the
+stored state must give exactly the signed digests under this key; anything else is refused in one
+line naming the fields that changed, before a file is written or a process started. A session this
+key did not sign (another user's or machine's, a planted copy, one checkpointed before signing)
+is run only with `--trust DIGEST`, the digest `perfloop show` prints beside its whole launch
+command: the human saw what runs. The same user's other machines share the key by copying it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import secrets
+from pathlib import Path
+
+from state.loop import LoopState
+from tools.errors import ConfigError
+from tools.secrets import redact_bytes
+
+KEY_FILE = "signing.key"
+SIGNATURE = "perfloop_signature"
+"""The checkpoint metadata key holding the signed digests of its state."""
+
+
+def key_here(home: Path) -> bytes:
+    """This user's key if it was made (verifying makes none: nothing is written then)."""
+    path = home / KEY_FILE
+    return path.read_bytes().strip() if path.is_file() else b""
+
+
+def user_key(home: Path) -> bytes:
+    """This user's signing key (made once: 32 random bytes, hex, mode 0600 in `home`)."""
+    path = home / KEY_FILE
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_bytes().strip()
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32))
+    return path.read_bytes().strip()
+
+
+def _canon(value: object) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def bound_fields(state: LoopState) -> dict[str, object]:
+    """What the session would execute, field by field (pure): every option and target field
+    under its own name (`options.approve`, `target.launch`), then every other state field (the
+    approval request a paused session shows is rebuilt from these by the step that made it)."""
+    data = state.model_dump(mode="json", by_alias=True)
+    out: dict[str, object] = {f"options.{k}": v for k, v in data.pop("options").items()}
+    out |= {f"target.{k}": v for k, v in data.pop("target").items()}
+    return out | data
+
+
+def digests(state: LoopState) -> dict[str, str]:
+    """sha256 of each bound field, with known secrets masked as the checkpoint serializer masks
+    them (same-length `*`), so a state hashes alike before it is stored and once read back."""
+    fields = bound_fields(state).items()
+    return {k: hashlib.sha256(redact_bytes(_canon(v).encode())).hexdigest() for k, v in fields}
+
+
+def binding_digest(fields: dict[str, str]) -> str:
+    """The one digest of every bound field (pure): what `perfloop show` prints and `--trust` takes."""
+    return hashlib.sha256(_canon(fields).encode()).hexdigest()[:16]
+
+
+def _mac(key: bytes, session_id: str, fields: dict[str, str]) -> str:
+    return hmac.new(key, _canon({"session": session_id, "fields": fields}).encode(), "sha256").hexdigest()
+
+
+def seal(key: bytes, session_id: str, fields: dict[str, str]) -> dict:
+    """The store record that binds `fields` to the session under `key`."""
+    return {"fields": fields, "hmac": _mac(key, session_id, fields)}
+
+
+def problem(key: bytes, session_id: str, record: dict | None, now: dict[str, str]) -> str | None:
+    """Why the stored state `now` is not what this key signed for the session (pure), or None."""
+    unsigned = f"session {session_id} is not signed by this user's key ($PERFLOOP_HOME/{KEY_FILE}): "
+    if not isinstance(record, dict) or not isinstance(record.get("fields"), dict):
+        return unsigned + "it carries no signature (checkpointed before perfloop signed sessions, or by hand)"
+    signed = record["fields"]
+    if not hmac.compare_digest(str(record.get("hmac", "")), _mac(key, session_id, signed)):
+        return (
+            unsigned
+            + "its signature is another key's (another machine's or user's session, a copy, or a forgery)"
+        )
+    changed = sorted(k for k in signed.keys() | now.keys() if signed.get(k) != now.get(k))
+    if changed:
+        shown = ", ".join(changed[:8]) + (f" (+{len(changed) - 8} more)" if len(changed) > 8 else "")
+        return f"session {session_id} changed in the store since this user last ran it: {shown} changed"
+    return None
+
+
+def refusal(session_id: str, why: str, now: dict[str, str], trust: str | None) -> ConfigError:
+    """The one line that refuses to act on an unsigned or changed session."""
+    wrong = f"--trust {trust} is not its digest now; " if trust else ""
+    return ConfigError(
+        f"{why}; {wrong}nothing was run: review what it runs with `perfloop show {session_id}`, then "
+        f"repeat the command with --trust {binding_digest(now)} to run it on this machine as shown"
+    )
+
+
+def check(session_id: str, values: dict, metadata: dict | None, home: Path, trust: str | None) -> bool:
+    """Refuse a checkpoint (its state `values` and `metadata`) this user's key did not sign, unless
+    `trust` is the digest of what it holds now (the human reviewed it with `perfloop show`) and
+    its session folder is the one this machine computes for it (`home/sessions/ID`: no store row
+    picks where its logs and traces are written): then True (accepted by the human's word)."""
+    state = LoopState.model_validate(values)
+    now = digests(state)
+    why = problem(key_here(home), session_id, (metadata or {}).get(SIGNATURE), now)
+    if why is None:
+        return False
+    if trust != binding_digest(now):
+        raise refusal(session_id, why, now, trust)
+    if (here := (home / "sessions" / session_id).resolve()) != state.options.session_dir.resolve():
+        raise ConfigError(
+            f"--trust: session {session_id} keeps its logs and traces in {state.options.session_dir}, "
+            f"not in this machine's {here}; nothing was run: continue it where that folder is"
+        )
+    return True
+
+
+def status(session_id: str, values: dict, metadata: dict | None, home: Path) -> tuple[str, str | None]:
+    """(the binding digest, why it is not this key's signature or None) of a checkpoint, for `show`."""
+    now = digests(LoopState.model_validate(values))
+    return binding_digest(now), problem(key_here(home), session_id, (metadata or {}).get(SIGNATURE), now)

@@ -1,0 +1,70 @@
+"""agent/sessions/signing.py: a checkpoint's state is bound to the user's key field by field; a
+changed field is named, another key's or a missing signature refused, `--trust` takes exactly
+the digest of what is stored now; a secret in the state hashes alike before and after the
+serializer masks it."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from agent.cli.target import load_target
+from agent.sessions.checkpoint import serializer
+from agent.sessions.signing import SIGNATURE, binding_digest, check, digests, seal, user_key
+from state.loop import LoopState
+from state.options import LoopOptions
+from tools.errors import ConfigError
+from tools.secrets import register
+
+DEMO_TOML = Path(__file__).resolve().parents[2] / "examples" / "targets" / "mla_server.toml"
+
+
+def state(tmp_path: Path, **options) -> LoopState:
+    opts = LoopOptions(
+        session_dir=tmp_path / "sessions" / "s1", python="python3", approve="manual", **options
+    )
+    return LoopState(session_id="s1", target=load_target(DEMO_TOML), options=opts)
+
+
+def test_the_key_is_made_once_private_and_a_change_is_named(tmp_path: Path) -> None:
+    key = user_key(tmp_path)
+    assert user_key(tmp_path) == key and stat.S_IMODE((tmp_path / "signing.key").stat().st_mode) == 0o600
+    signed = state(tmp_path)
+    meta = {SIGNATURE: seal(key, "s1", digests(signed))}
+    values = signed.model_dump(mode="json")
+    assert check("s1", values, meta, tmp_path, None) is False  # signed: passes on its signature
+    changed = signed.model_copy(
+        update={"options": signed.options.model_copy(update={"approve": "auto", "python": "/tmp/x"})}
+    )
+    with pytest.raises(ConfigError, match=r"options\.approve, options\.python changed; nothing was run"):
+        check("s1", changed.model_dump(mode="json"), meta, tmp_path, None)
+    now = binding_digest(digests(changed))
+    assert check("s1", changed.model_dump(mode="json"), meta, tmp_path, now) is True  # reviewed, trusted
+    elsewhere = changed.model_copy(
+        update={"options": changed.options.model_copy(update={"session_dir": tmp_path / ".ssh"})}
+    )
+    with pytest.raises(ConfigError, match="keeps its logs and traces in .*/.ssh, not in this machine's"):
+        check("s1", elsewhere.model_dump(mode="json"), meta, tmp_path, binding_digest(digests(elsewhere)))
+    with pytest.raises(
+        ConfigError, match="is not signed by this user's key .*its signature is another key's"
+    ):
+        check("s2", values, meta, tmp_path, None)  # a copy under another id
+    with pytest.raises(ConfigError, match="it carries no signature"):
+        check("s1", values, {}, tmp_path, None)
+    other = tmp_path / "other"
+    other.mkdir()
+    with pytest.raises(ConfigError, match="its signature is another key's"):
+        check("s1", values, meta, other, None)  # another user's home: another key (none made there)
+    assert not (other / "signing.key").exists()  # verifying writes nothing
+
+
+def test_a_secret_in_the_state_hashes_alike_once_the_serializer_masked_it(tmp_path: Path) -> None:
+    secret = "sk-sign-" + os.urandom(6).hex()
+    register(secret)
+    s = state(tmp_path).model_copy(update={"error": f"server said {secret}"})
+    serde = serializer()
+    back = serde.loads_typed(serde.dumps_typed(s))
+    assert secret not in str(back.error) and digests(back) == digests(s)
