@@ -185,7 +185,8 @@ def test_the_shipped_serving_target_loads_at_concurrency_8() -> None:
     assert (t.workload.concurrency, t.workload.objective, t.decide.arms) == (
         8,
         "output_throughput",
-        "sequential",
+        "alternating",  # one glm5 server at a time: paired blocks
     )
-    assert t.search.max_minutes == 6 and len(t.search.knobs) == 3 and "glm5" in t.launch.argv
+    assert t.search.max_minutes == 7 and len(t.search.knobs) == 3 and "glm5" in t.launch.argv
+    assert t.search.max_launches == 34  # the baseline's two and four blocks a trial
     assert "--max-running-requests" not in {k.name for k in t.search.knobs}  # it changed numerics
