@@ -10,7 +10,7 @@ import typer
 
 from agent.cli.common import HostPython, HostUrl, Json, TrustNew, run_command
 from agent.cli.output import console, emit
-from agent.cli.preflight import check_repo
+from agent.cli.preflight import check_port_argv, check_repo
 from agent.cli.target import load_target, with_host
 from agent.decision.calibration.calibrate import calibrate as run_calibration
 from agent.sessions.remote import close_hosts, executor_for, host_executors, remote_options
@@ -33,6 +33,7 @@ def calibrate(
 
     def body() -> None:
         target = with_host(load_target(target_toml), host, trust_new_host, host_python)
+        check_port_argv(target)
         check_repo(target)
         sessions = Sessions()
         sid = f"calibrate-{new_session_id()}"
