@@ -19,6 +19,7 @@ import typer
 from agent.cli import render
 from agent.cli.output import console, emit
 from agent.cli.running import choice, err, fail, run_command
+from agent.report.headline import summary_json
 from agent.sessions.diffs import keep, proposal_diffs
 from agent.sessions.runner import Sessions
 from agent.sessions.summary import first_launch_failure
@@ -149,14 +150,14 @@ def finish(sessions: Sessions, state: LoopState, as_json: bool, workspace: Path 
             with contextlib.suppress(OSError):
                 workspace.parent.rmdir()  # `workspaces/` when it held only this one
         if as_json:
-            emit(info.summary.model_dump(mode="json") if info.summary else {"session": state.session_id})
+            emit(summary_json(info.summary) if info.summary else {"session": state.session_id})
         raise ServerError(launch_failure_line(state, failure))
     if pending is not None:
         render.approval(console(as_json), pending)
     elif info.summary is not None:
         render.summary(console(as_json), info.summary)
     if as_json:
-        payload = info.summary.model_dump(mode="json") if info.summary else {"session": state.session_id}
+        payload = summary_json(info.summary) if info.summary else {"session": state.session_id}
         payload["status"] = info.status
         emit(payload)
     if info.status == "failed":

@@ -12,6 +12,7 @@ from rich.text import Text
 from agent.cli.output import diff_text, table
 from agent.cli.terminal import styled
 from agent.proposer.search import trial_lines
+from agent.report.headline import baseline_final, best_command, headline, judged
 from state.loop import LoopState
 from state.records import ToolCallRecord
 from state.session import SessionInfo, Summary
@@ -50,21 +51,14 @@ def _outputs(s: Summary) -> str:
     )
 
 
-def _judged(s: Summary) -> str:
-    """The decisive candidate's speedup over its reference with its CI (one comparison)."""
-    if s.speedup_judged is None or s.speedup_ci is None:
-        return "-"
-    return f"{s.speedup_judged:.2f}x [{s.speedup_ci[0]:.2f}, {s.speedup_ci[1]:.2f}] (decisive candidate vs its reference)"
-
-
 def summary(console: Console, s: Summary) -> None:
     """The end-of-run summary."""
     t = Table(title=f"perfloop session {s.session} ({s.status})", show_header=False)
-    speed = "" if s.speedup is None else f"{s.speedup:.2f}x baseline -> final"
+    ratio = baseline_final(s)
+    speed = "" if ratio is None else f"{ratio:.2f}x baseline -> final, not judged"
     rows = [
         ("TPOT", _change(s, _ms(s.tpot_ms_before), _ms(s.tpot_ms_after), speed)),
         ("TTFT", _change(s, _ms(s.ttft_ms_before), _ms(s.ttft_ms_after))),
-        ("judged speedup", _judged(s)),
         ("decision", s.decision or "-"),
         ("mechanism", "\n".join(s.mechanisms) or "not checked (no profile after an accepted patch)"),
         ("measured by", s.measured_by or "-"),
@@ -75,7 +69,6 @@ def summary(console: Console, s: Summary) -> None:
         ("rejected / failed", ", ".join(s.rejected) or "none"),
         ("commits", ", ".join(c[:10] for c in s.commits) or "none"),
         ("branch", s.branch or "-"),
-        ("launch command", shlex.join(s.launch_argv) or "-"),
         ("repo", str(s.repo)),
         ("server launches", str(s.server_launches)),
         ("profile method", s.profile_method),
@@ -92,6 +85,7 @@ def summary(console: Console, s: Summary) -> None:
         rows[0] = ("TPOT p50", _change(s, _ms(s.tpot_ms_before), _ms(s.tpot_ms_after)))
         rows.insert(1, ("TPOT p99", _change(s, _ms(s.tpot_ms_p99_before), _ms(s.tpot_ms_p99_after))))
         rows.insert(0, (s.objective, _change(s, _num(s.objective_before), _num(s.objective_after), speed)))
+    rows.insert(0, ("speedup", headline(s)))  # the one headline: the judged figure, or why none
     if s.llm_calls:
         rows.insert(-1, ("model calls / tokens", f"{s.llm_calls} / {s.llm_tokens}"))
     if s.trials:
@@ -101,6 +95,14 @@ def summary(console: Console, s: Summary) -> None:
     for k, v in rows:
         t.add_row(k, Text(v))  # stored text as written: no markup read in it
     console.print(t)
+    if (command := best_command(s)) is not None:  # whole, never cut by the table's width
+        label = "best configuration" if s.accepted else "launch command (unchanged)"
+        console.print(f"{label}, to copy:\n  {command}", highlight=False, soft_wrap=True, markup=False)
+    console.print(
+        f"next: perfloop show {s.session}   perfloop report {s.session} -o report.html",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def approval(console: Console, req: dict) -> None:
@@ -186,7 +188,7 @@ def sessions(console: Console, infos: list[SessionInfo], held: dict[str, str]) -
                 i.target_name,
                 i.host or "-",
                 status,
-                f"{s.speedup:.2f}x" if s and s.speedup and s.accepted else "-",  # none kept: 1.00x of nothing
+                (judged(s) if s and s.accepted else None) or "-",  # the judged figure; none kept: -
                 ", ".join(s.accepted) if s else "-",
             )
         )

@@ -19,6 +19,7 @@ from pygments.lexers import DiffLexer
 
 from agent.report import plots
 from agent.report.data import ReportData
+from agent.report.headline import baseline_final, best_command, headline, judged
 from state.workload import OBJECTIVES
 
 Linker = Callable[[Path], str | None]
@@ -35,6 +36,10 @@ def environment(*extra: str) -> Environment:
     loaders = [PackageLoader(pkg, "templates") for pkg in (*extra, "agent.report")]
     env = Environment(loader=ChoiceLoader(loaders), autoescape=select_autoescape(default=True))
     env.filters["shell"] = shlex.join  # an argv as the exact shell-quoted command that runs
+    env.filters["headline"] = headline  # a summary's one speedup: judged, with its interval
+    env.filters["judged"] = judged
+    env.filters["baseline_final"] = baseline_final
+    env.filters["best_command"] = best_command
     return env
 
 

@@ -12,11 +12,12 @@ from agent.cli import render, terminal
 from agent.cli.common import Json, choice, err, finish, run_command
 from agent.cli.ids import SessionArg
 from agent.cli.output import console, emit
+from agent.report.headline import summary_json
 from agent.sessions.archive import export_session, import_session
 from agent.sessions.diffs import pick, proposal_diffs
 from agent.sessions.holding import abandon
 from agent.sessions.runner import Sessions, new_session_id
-from state.session import Summary
+from state.session import SessionInfo, Summary
 from tools.door.replay import ReplayDivergence
 from tools.errors import ConfigError, NotReplayable, ToolError, one_line
 
@@ -57,7 +58,7 @@ def replay(session: SessionArg, as_json: Json = False) -> None:
         verdict = "same summary as recorded" if same else "DIFFERENT summary than recorded"
         terminal.console(stderr=True).print(f"replayed {len(state.transitions)} transitions: {verdict}")
         if as_json:
-            emit({**summary.model_dump(mode="json"), "matches_recording": same})
+            emit({**summary_json(summary), "matches_recording": same})
         if not same:
             raise typer.Exit(1)
 
@@ -111,6 +112,14 @@ def fork(
     run_command(body)
 
 
+def _listed(info: SessionInfo, held_by: str | None) -> dict:
+    """A session as `sessions --json` lists it: its summary's `speedup` the judged one."""
+    out = info.model_dump(mode="json") | {"held_by": held_by}
+    if info.summary is not None:
+        out["summary"] = summary_json(info.summary)
+    return out
+
+
 def sessions(as_json: Json = False) -> None:
     """List the store's sessions (of every machine using it), with the host and status."""
 
@@ -118,7 +127,7 @@ def sessions(as_json: Json = False) -> None:
         store = Sessions().store
         infos, held = store.list_sessions(), store.held()
         if as_json:
-            emit([{**i.model_dump(mode="json"), "held_by": held.get(i.id)} for i in infos])
+            emit([_listed(i, held.get(i.id)) for i in infos])
         else:
             render.sessions(console(), infos, held)
 
