@@ -12,7 +12,7 @@ from rich.text import Text
 from agent.cli.output import diff_text, table
 from agent.cli.terminal import styled
 from agent.proposer.search import trial_lines
-from agent.report.headline import baseline_final, best_command, headline, judged
+from agent.report.headline import baseline_final, best_command, flag_change, headline, judged
 from state.loop import LoopState
 from state.records import ToolCallRecord
 from state.session import SessionInfo, Summary
@@ -122,25 +122,30 @@ def approval(console: Console, req: dict) -> None:
         )
         console.print("model's rationale:", highlight=False)
     console.print(visible(req["explanation"]), highlight=False)
+    launch = req.get("launch_argv") is not None
     gain = req.get("expected_gain_ms")
-    console.print(
-        f"expected gain: {gain:.1f} ms/token"
-        if gain is not None
-        else f"expected gain: {req['expected_gain_share']:.0%} of decode time"
-    )
-    if req.get("launch_argv") is not None:
-        console.print("launch command: " + shlex.join(req.get("launch_argv_before") or []), highlight=False)
-        console.print("    runs now:   " + shlex.join(req["launch_argv"]), highlight=False)
+    if gain is not None:
+        console.print(f"expected gain: {gain:.1f} ms/token")
+    elif not (launch and req.get("predicted_speedup") is not None):  # a launch option has its bound
+        console.print(f"expected gain: {req['expected_gain_share']:.0%} of decode time")
+    if launch:
+        before = req.get("launch_argv_before") or []
+        console.print("launch options: " + flag_change(before, req["launch_argv"]), highlight=False)
+        console.print("  now:      " + shlex.join(before), highlight=False, soft_wrap=True)
+        console.print("  proposed: " + shlex.join(req["launch_argv"]), highlight=False, soft_wrap=True)
     else:
         console.print("files touched: " + ", ".join(req["files"]))
         if req.get("argv_now"):
             console.print("launch command: " + shlex.join(req["argv_now"]), highlight=False)
     if req.get("predicted_speedup") is not None:
         paired = f", {req['paired_speedup']:.2f}x with {req['paired_with']}" if req.get("paired_with") else ""
-        console.print(f"predicted: {req['predicted_speedup']:.2f}x{paired}")
+        bound = "at most " if launch else ""
+        console.print(f"predicted: {bound}{req['predicted_speedup']:.2f}x{paired}")
     for line in req.get("mechanisms", []):
         console.print(f"earlier accepted patch, predicted vs realized: {line}", highlight=False)
     t = Table("op", "dims", "share", "self time", "calls", "where", title="evidence")
+    if not req["evidence"]:
+        console.print("evidence: " + ("the profile's diagnosis above" if launch else "none recorded"))
     for e in req["evidence"]:
         t.add_row(
             e["op"],
@@ -150,11 +155,13 @@ def approval(console: Console, req: dict) -> None:
             str(e["calls"]),
             e.get("location") or "-",
         )
-    console.print(t)
+    if req["evidence"]:
+        console.print(t)
     for e in req["evidence"]:
         console.print(e["note"], highlight=False)
     hunks = re.findall(r"^\+\+\+ b/(\S+)\n@@ -(\d+)", req["diff"], flags=re.M)
-    console.print("patch changes: " + ", ".join(f"{f}:{line}" for f, line in hunks))
+    if hunks:
+        console.print("patch changes: " + ", ".join(f"{f}:{line}" for f, line in hunks))
     console.print(
         diff_text(visible(req["diff"])), soft_wrap=True, end=""
     )  # Text strips controls: show them first

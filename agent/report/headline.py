@@ -76,3 +76,30 @@ def summary_json(s: Summary) -> dict:
     out["speedup_baseline_final"] = baseline_final(s)
     out["best_command"] = best_command(s)
     return out
+
+
+def _flags(argv: list[str]) -> dict[str, str | None]:
+    """`--flag value`, `--flag=value` and bare `--flag` of a command line; the last of a repeated
+    flag wins, as argparse reads it (pure)."""
+    out: dict[str, str | None] = {}
+    for i, arg in enumerate(argv):
+        if not arg.startswith("--"):
+            continue
+        name, eq, value = arg.partition("=")
+        nxt = argv[i + 1] if i + 1 < len(argv) else None
+        out[name] = value if eq else (nxt if nxt is not None and not nxt.startswith("--") else None)
+    return out
+
+
+def flag_change(before: list[str], after: list[str]) -> str:
+    """What a launch-option proposal changes, flag by flag: `--max-num-seqs 1 -> 8`, `--x (added)
+    3`, `--y removed` (pure); `no launch flag changed` where none did."""
+    old, new = _flags(before), _flags(after)
+    show = lambda v: "(set)" if v is None else v
+    lines = [
+        f"{k} {show(old[k])} -> {show(v)}" if k in old else f"{k} (added) {show(v)}"
+        for k, v in new.items()
+        if k not in old or old[k] != v
+    ]
+    lines += [f"{k} removed" for k in old if k not in new]
+    return "; ".join(lines) or "no launch flag changed"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -12,11 +13,12 @@ from agent.cli import render, terminal
 from agent.cli.common import Json, choice, err, finish, run_command
 from agent.cli.ids import SessionArg
 from agent.cli.output import console, emit
-from agent.report.headline import summary_json
+from agent.report.headline import flag_change, summary_json
 from agent.sessions.archive import export_session, import_session
 from agent.sessions.diffs import pick, proposal_diffs
 from agent.sessions.holding import abandon
 from agent.sessions.runner import Sessions, new_session_id
+from state.loop import LoopState
 from state.session import SessionInfo, Summary
 from tools.door.replay import ReplayDivergence
 from tools.errors import ConfigError, NotReplayable, ToolError, one_line
@@ -120,6 +122,26 @@ def _listed(info: SessionInfo, held_by: str | None) -> dict:
     return out
 
 
+def diff_or_launch(history: list[LoopState], number: int | None) -> str:
+    """Proposal `number`'s patch (the last without it); for a proposal of launch options, which
+    has no patch, its flag change and both commands (pure)."""
+    diffs = proposal_diffs(history)
+    if (diffs and number is None) or (number is not None and 1 <= number <= len(diffs)):
+        chosen = diffs[-1 if number is None else number - 1]
+        launch = [st for st in history if st.proposal is not None and st.proposal.launch_argv is not None]
+        if not chosen.diff and (
+            mine := [st for st in launch if st.proposal and st.proposal.source == chosen.source]
+        ):
+            st, p = mine[0], mine[0].proposal
+            assert p is not None and p.launch_argv is not None
+            return (
+                f"# proposal {chosen.number} ({chosen.source}) changes launch options, not code\n"
+                f"launch options: {flag_change(st.argv, p.launch_argv)}\n"
+                f"now:      {shlex.join(st.argv)}\nproposed: {shlex.join(p.launch_argv)}\n"
+            )
+    return pick(diffs, number).diff
+
+
 def sessions(as_json: Json = False) -> None:
     """List the store's sessions (of every machine using it), with the host and status."""
 
@@ -161,7 +183,7 @@ def show(
         if number is not None and not diff:
             raise ToolError(f"N ({number}) selects a proposal's patch: add --diff (show SESSION --diff N)")
         if diff:  # applied if a human edited it, else proposed; `approve --patch` takes it back
-            sys.stdout.write(pick(proposal_diffs(s.history(session)), number).diff)
+            sys.stdout.write(diff_or_launch(s.history(session), number))
             return
         info = s.info(session)
         try:
