@@ -62,3 +62,13 @@ def test_a_failed_fit_stops_the_launch_it_was_measured_on(tmp_path: Path) -> Non
     with pytest.raises(RuntimeError, match="nvidia-smi failed"):
         resolve_arms(session(tmp_path, arms="auto"), runtime_of(door), print)
     assert door.names()[-1] == "server.stop" and door.running == set()
+
+
+def test_calibrate_says_what_it_will_launch_before_it_starts() -> None:
+    """`calibrate --launches 2` once ran 4 launches in 240 s unannounced (interleaved: pairs)."""
+    from agent.cli.commands.calibrate import plan
+
+    assert plan("interleaved", 2, 300).startswith("calibrate: 4 server launches (2 A/A pairs side by side")
+    assert "up to 300 s" in plan("interleaved", 2, 300)
+    assert plan("sequential", 2, 60).startswith("calibrate: 2 server launches, one after another")
+    assert "or 4 (2 A/A pairs side by side) if arms = auto resolves to interleaved" in plan("auto", 2, 60)
