@@ -32,7 +32,7 @@ def states(tmp_path: Path) -> list[LoopState]:
         options=LoopOptions(session_dir=tmp_path, python="python3", decision_rule="ci-v1", approve="manual"),
     )
     proposal = Proposal(
-        iteration=1, playbook="search-1", title="search trial 1: --max-num-seqs 8",
+        iteration=1, source="search-1", title="search trial 1: --max-num-seqs 8",
         explanation="host-bound decode over 5 steps implicates --max-num-seqs", diff="", files=[],
         expected_gain_share=0.0, expected_gain_ms=None, evidence=[], launch_argv=AFTER, predicted_speedup=8.0,
     )  # fmt: skip

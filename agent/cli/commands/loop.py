@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from agent.cli.asking import default_approve
 from agent.cli.commands.flags import LoopFlags, loop_flags
 from agent.cli.common import (
     Json,
@@ -112,7 +113,7 @@ def run(
     def body() -> None:
         target = flags.target(load_target(target_toml))
         method = profile_method or target.profile.method
-        opts = flags.options(method)
+        opts = flags.options(method, default_approve(flags.approve))  # your target: manual on a terminal
         if parallel is not None and not target.hosts:
             raise ConfigError(
                 f"--parallel {parallel} needs [[hosts]] in {target_toml}: list the hosts to try candidates on"
