@@ -41,14 +41,23 @@ def _change(s: Summary, before: str, after: str, note: str = "", sep: str = " ->
 
 
 def _outputs(s: Summary) -> str:
-    """The output gate's comparison of the final outputs with the baseline's, or that none was made."""
+    """The output gate's comparison of the final outputs with the baseline's, or that none was made;
+    under vLLM's `--load-format dummy` weights, that an exact gate is blind there."""
     if s.outputs_identical is None:
         return "not compared (no candidate accepted)"
-    return (
+    said = (
         "identical to the baseline's"
         if s.outputs_identical
         else "differ from the baseline's (see output gate)"
     )
+    argv = s.launch_argv
+    dummy = any(
+        a == "--load-format=dummy" or (a == "dummy" and argv[i - 1] == "--load-format")
+        for i, a in enumerate(argv)
+    )
+    if dummy and (s.output_gate or "exact") == "exact":
+        said += " (blind here: --load-format dummy weights give every prompt the same greedy output)"
+    return said
 
 
 def summary(console: Console, s: Summary) -> None:

@@ -88,3 +88,16 @@ def test_a_kept_candidate_still_shows_before_after_and_identical_outputs(tmp_pat
     shown = rows(s)
     assert shown["TPOT"] == "30.0 ms -> 10.0 ms (3.00x baseline -> final, not judged)", shown
     assert shown["outputs"] == "identical to the baseline's", shown
+
+
+def test_outputs_under_dummy_weights_say_the_exact_gate_is_blind(tmp_path: Path) -> None:
+    """vLLM's `--load-format dummy` gives every prompt the same greedy output: "identical" says nothing."""
+    kept = Decision(iteration=1, source="p", verdict="accepted", reason="r")
+    s = summarize(
+        state(tmp_path, baseline=m(["a"], 30.0), reference=m(["a"], 10.0), decisions=[kept]), "done"
+    )
+    dummy = s.model_copy(
+        update={"launch_argv": ["vllm", "serve", "m", "--load-format", "dummy", "--port", "{port}"]}
+    )
+    assert rows(dummy)["outputs"].startswith("identical to the baseline's (blind here: --load-format dummy")
+    assert rows(s)["outputs"] == "identical to the baseline's"
