@@ -48,7 +48,8 @@ vllm: $(VLLM_STAMP)
 
 # The two real-vLLM sessions of docs/VLLM.md on this CPU, each one command from a fresh clone:
 # `python -m tools.vllm.cases` writes the target (a clone of .venv-vllm/source, the model with a
-# seeded checkpoint, target.toml) under $PERFLOOP_HOME/vllm-demo, then perfloop runs it.
+# seeded checkpoint, target.toml) under $PERFLOOP_HOME/vllm-demo, then perfloop runs it;
+# PERFLOOP_ARGS adds options (e.g. PERFLOOP_ARGS="--playbooks DIR": tests/vllm adds a wrong playbook).
 VLLM_DEMO = $${PERFLOOP_HOME:-$$HOME/.perfloop}/vllm-demo
 
 vllm-demo: $(STAMP) $(VLLM_STAMP)
