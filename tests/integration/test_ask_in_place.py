@@ -52,6 +52,14 @@ def test_run_on_a_terminal_asks_in_place_and_a_rejection_there_continues_the_ses
             break
         assert time.monotonic() < end, pane[-3000:]
         time.sleep(0.5)
+    # no spinner frame left on the terminal before the question or the summary's title
+    spinner = set("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏")
+    lines = pane.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith(PROMPT[:20]) or "perfloop session " in line:
+            assert not spinner & set(line + (lines[i - 1] if i else "")), "\n".join(
+                lines[max(0, i - 2) : i + 1]
+            )
     shown = json.loads(perfloop(home, "show", "last", "--json").stdout)
     first = shown["decisions"][0]
     assert first["verdict"] == "rejected" and "not this one" in first["reason"], first
