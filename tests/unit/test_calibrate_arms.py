@@ -72,3 +72,19 @@ def test_calibrate_says_what_it_will_launch_before_it_starts() -> None:
     assert "up to 300 s" in plan("interleaved", 2, 300)
     assert plan("sequential", 2, 60).startswith("calibrate: 2 server launches, one after another")
     assert "or 4 (2 A/A pairs side by side) if arms = auto resolves to interleaved" in plan("auto", 2, 60)
+
+
+def test_run_says_what_a_session_will_cost_and_why_it_launches_again() -> None:
+    from agent.cli.commands.loop import session_plan
+    from agent.cli.target import load_target
+    from tests.unit.test_target import DEMO_TOML
+
+    target = load_target(DEMO_TOML)
+    inter = target.model_copy(update={"decide": target.decide.model_copy(update={"arms": "interleaved"})})
+    text = session_plan(inter, 3)
+    assert text.startswith(
+        "plan: the baseline's launch, then up to 3 round(s); each candidate costs 1 launch (+1"
+    )
+    assert "confirmed on a second pair" in text and f"up to {inter.decide.looks} look(s)" in text
+    seq = target.model_copy(update={"decide": target.decide.model_copy(update={"arms": "sequential"})})
+    assert "+1" not in session_plan(seq, 1) and "second pair" not in session_plan(seq, 1)
