@@ -4,15 +4,22 @@ VENV  := .venv
 PY    := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint format gpu-test venv vllm system-deps clean
+.PHONY: demo vllm-demo vllm-demo-mla test test-fast lint format gpu-test venv vllm system-deps clean
+
+TEST_STAMP := $(VENV)/.installed-test
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# torch 2.13.0 CPU lies on this kind of machine's disk; pin it so no CUDA build is downloaded.
 	$(PY) -m pip install -q "torch==2.13.0" || $(PY) -m pip install -q "torch>=2.4,<=2.14.1"
-	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -m pip install -q -e .
 	touch $(STAMP)
+
+# The test tools (pytest, ruff, mypy, playwright) only where tests or linters run: `make demo` needs none.
+$(TEST_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e ".[test]"
+	touch $(TEST_STAMP)
 
 venv: $(STAMP)
 
@@ -39,6 +46,20 @@ $(VLLM_STAMP): tools/vllm/models.py tools/vllm/checkout.py
 
 vllm: $(VLLM_STAMP)
 
+# The two real-vLLM sessions of docs/VLLM.md on this CPU, each one command from a fresh clone:
+# `python -m tools.vllm.cases` writes the target (a clone of .venv-vllm/source, the model with a
+# seeded checkpoint, target.toml) under $PERFLOOP_HOME/vllm-demo, then perfloop runs it;
+# PERFLOOP_ARGS adds options (e.g. PERFLOOP_ARGS="--playbooks DIR": tests/vllm adds a wrong playbook).
+VLLM_DEMO = $${PERFLOOP_HOME:-$$HOME/.perfloop}/vllm-demo
+
+vllm-demo: $(STAMP) $(VLLM_STAMP)
+	$(PY) -m tools.vllm.cases llama $(VLLM_DEMO)/llama
+	$(VENV)/bin/perfloop run $(VLLM_DEMO)/llama/target.toml --approve auto --proposer search --max-iterations 1 $(PERFLOOP_ARGS)
+
+vllm-demo-mla: $(STAMP) $(VLLM_STAMP)
+	$(PY) -m tools.vllm.cases mla $(VLLM_DEMO)/mla
+	$(VENV)/bin/perfloop run $(VLLM_DEMO)/mla/target.toml --approve auto --proposer playbook --max-iterations 1 $(PERFLOOP_ARGS)
+
 # The SSH tests run against a real OpenSSH sshd on 127.0.0.1, the shared-store tests against a real
 # PostgreSQL server in a throwaway cluster (both started by the tests themselves); the browser tests
 # (tests/web) drive Debian's chromium through Playwright, and the hidden-code test reads the CLI in tmux.
@@ -56,14 +77,14 @@ demo: $(STAMP)
 	$(VENV)/bin/perfloop demo
 
 # Lint, format and types first: they take seconds, the tests take minutes.
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/mypy tests
 
 # Rewrites files: the formatter, then the linter's safe fixes.
-format: $(STAMP)
+format: $(TEST_STAMP)
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
@@ -76,7 +97,7 @@ test:
 test-fast: lint system-deps
 	$(PY) -m pytest -q tests -m "not e2e"
 
-gpu-test: $(STAMP)
+gpu-test: $(TEST_STAMP)
 	$(PY) -m pytest -q -m gpu tests
 
 clean:

@@ -52,6 +52,15 @@ def _record(pid_file: Path | None, record: dict) -> None:
         host.write_file_atomic(pid_file, json.dumps(record))
 
 
+def _port_line(text: str, port: int) -> str:
+    """The log's line naming the address the server listens on, when it is not `port` (pure)."""
+    for line in text.splitlines():
+        ports = re.findall(r"(?:https?://[^\s:/]+:|\bport[ =:]+)(\d{2,5})\b", line, flags=re.IGNORECASE)
+        if ports and str(port) not in ports:
+            return f'; its log names another port: "{line.strip()[:160]}"'
+    return ""
+
+
 def passed_env(names: list[str]) -> dict[str, str]:
     """Values of `launch.pass_env` from perfloop's own environment (read now, never stored; each
     registered as a secret, so it is masked in whatever perfloop writes from now on)."""
@@ -214,7 +223,9 @@ def _launch_once(args: LaunchArgs, port: int) -> ServerHandle:
             elif listening_at is not None and time.monotonic() - listening_at > LISTEN_GRACE_S:
                 _given_up(args, proc)
                 raise _NeverListened(
-                    f"its log said it started, but nothing listened on port {port} for {LISTEN_GRACE_S:.0f}s"
+                    f"its log said it started, but nothing listened on port {port} for "
+                    f"{LISTEN_GRACE_S:.0f}s (log {args.log_path})"
+                    f"{_port_line(host.tail(args.log_path, 200), port)}"
                 )
         if code == 200 and (not args.launch.ready_completion or _completes(base_url)):
             _check_listener(args, port, proc)
@@ -241,6 +252,7 @@ def _launch_once(args: LaunchArgs, port: int) -> ServerHandle:
     raise ServerError(
         f"server did not become healthy within {args.launch.startup_timeout_s:.0f}s and was stopped "
         f"(log {args.log_path}): {_last_line(host.tail(args.log_path))}"
+        f"{_port_line(host.tail(args.log_path, 200), port)}"
     )
 
 

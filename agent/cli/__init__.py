@@ -45,7 +45,11 @@ def store_option(
     version: Annotated[
         bool,
         typer.Option(
-            "--version", is_eager=True, callback=print_version, help="Print perfloop's version and exit."
+            "--version",
+            "-V",
+            is_eager=True,
+            callback=print_version,
+            help="Print perfloop's version and exit.",
         ),
     ] = False,
 ) -> None:
@@ -107,6 +111,8 @@ def main() -> None:
     Everything perfloop writes (the store, logs, session folders, traces, and what its servers
     write) is for this user alone: umask 077, set here, the one place."""
     os.umask(0o077)
+    if sys.argv[1:2] == ["help"]:  # `perfloop help [COMMAND]`: the command's -h (the whole list without)
+        sys.argv[1:] = [*sys.argv[2:], "-h"]
     light = len(sys.argv) > 1 and sys.argv[1] in ANALYSIS_COMMANDS
     build(analysis_only=light)()
 

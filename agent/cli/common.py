@@ -17,8 +17,11 @@ from typing import Annotated
 import typer
 
 from agent.cli import render
+from agent.cli.asking import ask, interactive
 from agent.cli.output import console, emit
-from agent.cli.running import choice, err, fail, run_command
+from agent.cli.running import choice, err, fail, run_command, status_line
+from agent.report.headline import summary_json
+from agent.sessions.approving import answer_session
 from agent.sessions.diffs import keep, proposal_diffs
 from agent.sessions.runner import Sessions
 from agent.sessions.summary import first_launch_failure
@@ -41,8 +44,14 @@ Trust = Annotated[
     ),
 ]
 Approve = Annotated[
-    str,
-    typer.Option(metavar="auto|manual", help="auto: apply proposals at once; manual: pause for approval."),
+    str | None,
+    typer.Option(
+        metavar="auto|manual",
+        help="auto: apply proposals at once; manual: ask for approval (on a terminal in place, else "
+        "the session pauses for perfloop approve). Default: demo auto; run manual on a terminal, "
+        "else auto.",
+        show_default=False,
+    ),
 ]
 Method = Annotated[
     str,
@@ -149,6 +158,7 @@ def finish(sessions: Sessions, state: LoopState, as_json: bool, workspace: Path 
     one line on stderr and exit 2 (with `--json`, its summary still the one document on stdout);
     `workspace` (the demo's copy of its server) is removed then."""
     keep(sessions.session_dir(state.session_id), proposal_diffs(sessions.history(state.session_id)))
+    status_line(False)  # no spinner frame left before the table or the question
     pending = sessions.pending_approval(state.session_id)
     info = sessions.info(state.session_id)
     if (failure := first_launch_failure(state)) is not None and pending is None:
@@ -157,14 +167,20 @@ def finish(sessions: Sessions, state: LoopState, as_json: bool, workspace: Path 
             with contextlib.suppress(OSError):
                 workspace.parent.rmdir()  # `workspaces/` when it held only this one
         if as_json:
-            emit(info.summary.model_dump(mode="json") if info.summary else {"session": state.session_id})
+            emit(summary_json(info.summary) if info.summary else {"session": state.session_id})
         raise ServerError(launch_failure_line(state, failure))
     if pending is not None:
         render.approval(console(as_json), pending)
+        if interactive(as_json):  # a person at a terminal: asked in place
+            answer = ask(console(as_json), pending, sessions.session_dir(state.session_id))
+            if answer is not None:
+                status_line(True)
+                state = answer_session(sessions, state.session_id, answer, pending.get("digest"))
+                return finish(sessions, state, as_json, workspace)
     elif info.summary is not None:
         render.summary(console(as_json), info.summary)
     if as_json:
-        payload = info.summary.model_dump(mode="json") if info.summary else {"session": state.session_id}
+        payload = summary_json(info.summary) if info.summary else {"session": state.session_id}
         payload["status"] = info.status
         emit(payload)
     if info.status == "failed":

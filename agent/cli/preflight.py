@@ -13,6 +13,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from agent.cli.targetcheck import port_problem
 from playbooks.engine import load_playbooks
 from state.target import TargetConfig
 from state.workspace import PatchPolicy
@@ -93,6 +94,12 @@ def check_launch(target: TargetConfig, python: str) -> None:
             raise ConfigError(f"launch.argv[1]: script {script} not found in {target.repo}; fix launch.argv")
 
 
+def check_port_argv(target: TargetConfig) -> None:
+    """The launch command takes perfloop's port (`{port}`), never a number of its own."""
+    if (problem := port_problem(target.launch)) is not None:
+        raise ConfigError(problem)
+
+
 def check_port(target: TargetConfig) -> None:
     """A fixed `launch.port` is free now."""
     port = target.launch.port
@@ -116,6 +123,7 @@ def check_gpu() -> None:
 
 def check_setup(target: TargetConfig, options: dict, *, repo_exists: bool = True) -> None:
     """Every set-up check that can run before the session starts (see the module docstring)."""
+    check_port_argv(target)
     if repo_exists:
         check_repo(target)
     check_playbooks(options.get("playbook_dirs", []), options.get("builtin_playbooks", True), target.kind)

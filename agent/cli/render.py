@@ -12,6 +12,7 @@ from rich.text import Text
 from agent.cli.output import diff_text, table
 from agent.cli.terminal import styled
 from agent.proposer.search import trial_lines
+from agent.report.headline import baseline_final, best_command, flag_change, headline, judged
 from state.loop import LoopState
 from state.records import ToolCallRecord
 from state.session import SessionInfo, Summary
@@ -41,31 +42,33 @@ def _change(s: Summary, before: str, after: str, note: str = "", sep: str = " ->
 
 
 def _outputs(s: Summary) -> str:
-    """The output gate's comparison of the final outputs with the baseline's, or that none was made."""
+    """The output gate's comparison of the final outputs with the baseline's, or that none was made;
+    under vLLM's `--load-format dummy` weights, that an exact gate is blind there."""
     if s.outputs_identical is None:
         return "not compared (no candidate accepted)"
-    return (
+    said = (
         "identical to the baseline's"
         if s.outputs_identical
         else "differ from the baseline's (see output gate)"
     )
-
-
-def _judged(s: Summary) -> str:
-    """The decisive candidate's speedup over its reference with its CI (one comparison)."""
-    if s.speedup_judged is None or s.speedup_ci is None:
-        return "-"
-    return f"{s.speedup_judged:.2f}x [{s.speedup_ci[0]:.2f}, {s.speedup_ci[1]:.2f}] (decisive candidate vs its reference)"
+    argv = s.launch_argv
+    dummy = any(
+        a == "--load-format=dummy" or (a == "dummy" and argv[i - 1] == "--load-format")
+        for i, a in enumerate(argv)
+    )
+    if dummy and (s.output_gate or "exact") == "exact":
+        said += " (blind here: --load-format dummy weights give every prompt the same greedy output)"
+    return said
 
 
 def summary(console: Console, s: Summary) -> None:
     """The end-of-run summary."""
     t = Table(title=f"perfloop session {s.session} ({s.status})", show_header=False)
-    speed = "" if s.speedup is None else f"{s.speedup:.2f}x baseline -> final"
+    ratio = baseline_final(s)
+    speed = "" if ratio is None else f"{ratio:.2f}x baseline -> final, not judged"
     rows = [
         ("TPOT", _change(s, _ms(s.tpot_ms_before), _ms(s.tpot_ms_after), speed)),
         ("TTFT", _change(s, _ms(s.ttft_ms_before), _ms(s.ttft_ms_after))),
-        ("judged speedup", _judged(s)),
         ("decision", s.decision or "-"),
         ("mechanism", "\n".join(s.mechanisms) or "not checked (no profile after an accepted patch)"),
         ("measured by", s.measured_by or "-"),
@@ -76,7 +79,6 @@ def summary(console: Console, s: Summary) -> None:
         ("rejected / failed", ", ".join(s.rejected) or "none"),
         ("commits", ", ".join(c[:10] for c in s.commits) or "none"),
         ("branch", s.branch or "-"),
-        ("launch command", shlex.join(s.launch_argv) or "-"),
         ("repo", str(s.repo)),
         ("server launches", str(s.server_launches)),
         ("profile method", s.profile_method),
@@ -93,6 +95,7 @@ def summary(console: Console, s: Summary) -> None:
         rows[0] = ("TPOT p50", _change(s, _ms(s.tpot_ms_before), _ms(s.tpot_ms_after)))
         rows.insert(1, ("TPOT p99", _change(s, _ms(s.tpot_ms_p99_before), _ms(s.tpot_ms_p99_after))))
         rows.insert(0, (s.objective, _change(s, _num(s.objective_before), _num(s.objective_after), speed)))
+    rows.insert(0, ("speedup", headline(s)))  # the one headline: the judged figure, or why none
     if s.llm_calls:
         rows.insert(-1, ("model calls / tokens", f"{s.llm_calls} / {s.llm_tokens}"))
     if s.trials:
@@ -102,6 +105,14 @@ def summary(console: Console, s: Summary) -> None:
     for k, v in rows:
         t.add_row(k, Text(v))  # stored text as written: no markup read in it
     console.print(t)
+    if (command := best_command(s)) is not None:  # whole, never cut by the table's width
+        label = "best configuration" if s.accepted else "launch command (unchanged)"
+        console.print(f"{label}, to copy:\n  {command}", highlight=False, soft_wrap=True, markup=False)
+    console.print(
+        f"next: perfloop show {s.session}   perfloop report {s.session} -o report.html",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def approval(console: Console, req: dict) -> None:
@@ -122,15 +133,17 @@ def approval(console: Console, req: dict) -> None:
         )
         console.print("model's rationale:", highlight=False)
     console.print(outside(req["explanation"]), highlight=False)
+    launch = req.get("launch_argv") is not None
     gain = req.get("expected_gain_ms")
-    console.print(
-        f"expected gain: {gain:.1f} ms/token"
-        if gain is not None
-        else f"expected gain: {req['expected_gain_share']:.0%} of decode time"
-    )
-    if req.get("launch_argv") is not None:
-        console.print("launch command: " + shlex.join(req.get("launch_argv_before") or []), highlight=False)
-        console.print("    runs now:   " + shlex.join(req["launch_argv"]), highlight=False)
+    if gain is not None:
+        console.print(f"expected gain: {gain:.1f} ms/token")
+    elif not (launch and req.get("predicted_speedup") is not None):  # a launch option has its bound
+        console.print(f"expected gain: {req['expected_gain_share']:.0%} of decode time")
+    if launch:
+        before = req.get("launch_argv_before") or []
+        console.print("launch options: " + flag_change(before, req["launch_argv"]), highlight=False)
+        console.print("  now:      " + shlex.join(before), highlight=False, soft_wrap=True)
+        console.print("  proposed: " + shlex.join(req["launch_argv"]), highlight=False, soft_wrap=True)
     else:
         console.print("files touched: " + ", ".join(req["files"]))
         if req.get("argv_now"):
@@ -143,10 +156,13 @@ def approval(console: Console, req: dict) -> None:
         )
     if req.get("predicted_speedup") is not None:
         paired = f", {req['paired_speedup']:.2f}x with {req['paired_with']}" if req.get("paired_with") else ""
-        console.print(f"predicted: {req['predicted_speedup']:.2f}x{paired}")
+        bound = "at most " if launch else ""
+        console.print(f"predicted: {bound}{req['predicted_speedup']:.2f}x{paired}")
     for line in req.get("mechanisms", []):
         console.print(f"earlier accepted patch, predicted vs realized: {line}", highlight=False)
     t = Table("op", "dims", "share", "self time", "calls", "where", title="evidence")
+    if not req["evidence"]:
+        console.print("evidence: " + ("the profile's diagnosis above" if launch else "none recorded"))
     for e in req["evidence"]:
         t.add_row(
             e["op"],
@@ -156,11 +172,13 @@ def approval(console: Console, req: dict) -> None:
             str(e["calls"]),
             e.get("location") or "-",
         )
-    console.print(t)
+    if req["evidence"]:
+        console.print(t)
     for e in req["evidence"]:
         console.print(e["note"], highlight=False)
     hunks = re.findall(r"^\+\+\+ b/(\S+)\n@@ -(\d+)", req["diff"], flags=re.M)
-    console.print("patch changes: " + ", ".join(f"{f}:{line}" for f, line in hunks))
+    if hunks:
+        console.print("patch changes: " + ", ".join(f"{f}:{line}" for f, line in hunks))
     console.print(
         diff_text(visible(req["diff"])), soft_wrap=True, end=""
     )  # Text strips controls: show them first
@@ -194,7 +212,7 @@ def sessions(console: Console, infos: list[SessionInfo], held: dict[str, str]) -
                 i.target_name,
                 i.host or "-",
                 status,
-                f"{s.speedup:.2f}x" if s and s.speedup and s.accepted else "-",  # none kept: 1.00x of nothing
+                (judged(s) if s and s.accepted else None) or "-",  # the judged figure; none kept: -
                 ", ".join(s.accepted) if s else "-",
             )
         )
@@ -270,26 +288,3 @@ def show(console: Console, info: SessionInfo, state: LoopState, calls: list[Tool
         )
     if info.summary:
         summary(console, info.summary)
-
-
-def runs(console: Console, bound: dict) -> None:
-    """What the session runs on this machine, whole, and whether this user's key signed it."""
-    console.print(styled(("runs on this machine:", "bold"), " " + shlex.join(bound["argv"])), highlight=False)
-    env = " ".join(f"{k}={v}" for k, v in bound["env"].items()) or "(none)"
-    console.print(
-        f"  environment: {env}; passed from yours: {', '.join(bound['pass_env']) or '(none)'}",
-        highlight=False,
-    )
-    console.print(f"  host: {bound['host']}", highlight=False)
-    console.print("  options: " + ", ".join(f"{k}={v}" for k, v in bound["options"].items()), highlight=False)
-    if bound["signed"]:
-        console.print(f"  signed by this user's key: yes (digest {bound['digest']})", highlight=False)
-    elif bound["digest"] is not None:
-        console.print(
-            styled((f"  NOT signed by this user's key: {bound['unsigned_because']}", "bold red")),
-            highlight=False,
-        )
-        console.print(
-            f"  to run it here as shown, add --trust {bound['digest']} to approve|reject|resume|fork",
-            highlight=False,
-        )

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import typer
+from rich.status import Status
 
 from agent.cli.output import quiet_pipe
 from agent.cli.terminal import console, styled
@@ -45,6 +46,17 @@ def plain_progress() -> bool:
     return not err.is_terminal and os.environ.get("PERFLOOP_PROGRESS", "plain") != "off"
 
 
+_STATUS: list[Status] = []
+"""The terminal's status line of the running command, if any."""
+
+
+def status_line(on: bool) -> None:
+    """Stop the terminal's status line (its spinner) before a result is printed or a question asked,
+    so that no frame is left before them; start it again when the work goes on."""
+    for status in _STATUS:
+        status.start() if on else status.stop()
+
+
 def run_command(body: Callable[[], T]) -> T:
     """Run a command body with its progress shown; errors become one line and an exit code."""
     try:
@@ -54,7 +66,11 @@ def run_command(body: Callable[[], T]) -> T:
                 return body()
         with err.status("perfloop") as status:
             progress.set_reporter(lambda msg: status.update(styled(msg)))
-            result = body()
+            _STATUS.append(status)
+            try:
+                result = body()
+            finally:
+                _STATUS.remove(status)
         sys.stdout.flush()  # a closed pipe is met here, not at the interpreter's exit
         return result
     except BrokenPipeError:  # stdout's reader went away (`| head`): end quietly

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agent.cli.targetcheck import said
+from agent.cli.targetcheck import example_for, said
 from playbooks.flags import fixed_problem
 from state.proposer import ProposerConfig, cleartext_refusal
 from state.ssh import SSHHostConfig
@@ -34,13 +34,12 @@ def load_target(path: Path, **overrides: Any) -> TargetConfig:
     try:
         target = TargetConfig.model_validate(data)
     except ValidationError as exc:
+        for each in exc.errors():  # an unknown key or section first: a missing one follows from it
+            if (line := said(path, text, each)) is not None:
+                raise ConfigError(line) from None
         err = exc.errors()[0]
-        if (line := said(path, text, err)) is not None:
-            raise ConfigError(line) from None
         where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        raise ConfigError(
-            f"{path}: field `{where}`: {err['msg']} (see examples/targets/mla_server.toml)"
-        ) from exc
+        raise ConfigError(f"{path}: field `{where}`: {err['msg']} (see {example_for(text)})") from exc
     knobs = [k.name for k in target.search.knobs if not k.env] if target.search else []
     for where, flag in [
         *(("[search] knob", k) for k in knobs),

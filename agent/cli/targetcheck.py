@@ -11,10 +11,36 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic_core import ErrorDetails
 
-from state.target import TARGET_KINDS, TargetConfig
+from state.target import TARGET_KINDS, LaunchConfig, TargetConfig
 
 HEADER = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
 KEY = re.compile(r"""^\s*["']?([A-Za-z0-9_-]+)["']?\s*=""")
+PORT_FLAGS = ("--port", "--server-port", "--http-port", "--listen-port")
+"""Launch flags that set the port a server listens on."""
+
+
+def port_problem(launch: LaunchConfig) -> str | None:
+    """What is wrong with where the launch command puts the port, or None (pure): perfloop picks a
+    port at each launch (`launch.port = 0`) and the command must take it from `{port}`; a number
+    written after a port flag is a server listening where perfloop never looks."""
+    argv = launch.argv
+    for i, arg in enumerate(argv):
+        flag, eq, value = arg.partition("=")
+        if flag not in PORT_FLAGS:
+            continue
+        value = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+        if value.isdigit() and int(value) != launch.port:
+            return (
+                f"launch.argv sets a fixed port ({flag} {value}): perfloop launches every server on "
+                "a port of its own; write `{port}` there instead"
+            )
+    places = [*argv, *launch.env.values()]
+    if launch.port == 0 and not any("{port}" in a for a in places):
+        return (
+            "launch.argv has no `{port}`: perfloop picks a free port at each launch and waits for "
+            'the server there; add it where the port goes, e.g. "--port", "{port}"'
+        )
+    return None
 
 
 def line_of(text: str, loc: tuple[str, ...]) -> int | None:
@@ -24,9 +50,21 @@ def line_of(text: str, loc: tuple[str, ...]) -> int | None:
     for n, line in enumerate(text.splitlines(), 1):
         if m := HEADER.match(line):
             table = tuple(p.strip().strip("\"'") for p in m.group(1).split("."))
+            if table == loc:  # an unknown `[section]`: its header's line
+                return n
         elif (m := KEY.match(line)) and (*table, m.group(1)) == loc:
             return n
     return None
+
+
+def example_for(text: str) -> str:
+    """The shipped example target closest to the file's `kind` (read from its text: the file may not
+    validate), for the hint after an error (pure)."""
+    kind = re.search(r"""^\s*kind\s*=\s*["']([^"']+)["']""", text, flags=re.MULTILINE)
+    return {
+        "vllm": "examples/targets/vllm-tiny-llama.toml",
+        "sglang": "examples/targets/sglang-glm5.toml",
+    }.get(kind.group(1) if kind else "", "examples/targets/mla_server.toml")
 
 
 def field_names(model: type[BaseModel], loc: tuple[str, ...]) -> list[str]:
@@ -59,8 +97,11 @@ def said(path: Path, text: str, err: ErrorDetails) -> str | None:
         key, table = loc[-1], ".".join(loc[:-1])
         close = difflib.get_close_matches(key, field_names(TargetConfig, loc[:-1]), n=1)
         where = f" in [{table}]" if table else ""
+        if isinstance(err.get("input"), dict):  # a whole table: an unknown `[section]`
+            hint = f"; did you mean `[{'.'.join((*loc[:-1], close[0]))}]`?" if close else ""
+            return f"{at}: unknown section `[{'.'.join(loc)}]`{hint} (see {example_for(text)})"
         hint = f"; did you mean `{close[0]}`?" if close else ""
-        return f"{at}: unknown key `{key}`{where}{hint} (see examples/targets/mla_server.toml)"
+        return f"{at}: unknown key `{key}`{where}{hint} (see {example_for(text)})"
     if loc == ("kind",) and err["type"] == "value_error":
         value = str(err.get("input"))
         close = difflib.get_close_matches(value, TARGET_KINDS, n=1)

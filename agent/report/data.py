@@ -19,6 +19,7 @@ from state.profile import ProfileSummary
 from state.records import ToolCallRecord
 from state.session import SessionInfo, Summary
 from state.workload import WorkloadConfig
+from tools.client.stats import timed, tpot_samples
 from tools.door.replay import ReplayDivergence
 from tools.errors import NotReplayable
 
@@ -228,8 +229,8 @@ def _arm(label: str, verdict: str, ms: list[Measurement], workload: WorkloadConf
         arm.levels = others
         return arm
     reqs = [r for m in ms for r in m.requests]
-    tpot = [r.tpot_ms for r in reqs]
-    arm = Arm(label, verdict, tpot, [x for r in reqs for x in r.itl_ms])
+    tpot = tpot_samples(reqs)  # streams that timed their tokens (a merged one reads ~0 ms)
+    arm = Arm(label, verdict, tpot, [x for r in timed(reqs) or reqs for x in r.itl_ms])
     if tpot:
         arm.median_ms, arm.ci_ms = median_ci(tpot)
     if workload is not None and any(m.windows for m in ms):

@@ -19,6 +19,7 @@ from pygments.lexers import DiffLexer
 
 from agent.report import plots
 from agent.report.data import ReportData
+from agent.report.headline import baseline_final, best_command, headline, judged
 from state.workload import OBJECTIVES
 from tools.workspace.hidden import visible
 
@@ -37,6 +38,10 @@ def environment(*extra: str) -> Environment:
     env = Environment(loader=ChoiceLoader(loaders), autoescape=select_autoescape(default=True))
     env.filters["shell"] = lambda argv: visible(shlex.join(argv))  # the exact command that runs
     env.finalize = _shown  # every stored text on a page: bidi overrides, controls as escapes
+    env.filters["headline"] = headline  # a summary's one speedup: judged, with its interval
+    env.filters["judged"] = judged
+    env.filters["baseline_final"] = baseline_final
+    env.filters["best_command"] = best_command
     return env
 
 

@@ -12,6 +12,7 @@ from state.loop import LoopState
 from state.measure import Measurement
 from state.session import Summary
 from state.workload import OBJECTIVES
+from tools.client.stats import tpot_samples
 
 
 def summarize(state: LoopState, status: str) -> Summary:
@@ -92,7 +93,7 @@ def serving_figures(state: LoopState, before: Measurement | None, after: Measure
     out: dict = {"objective": f"{name} ({unit})"}
     for k, m in (("before", before), ("after", after)):
         at = at_level(m, w.primary) if m and m.windows else None
-        tpot = [r.tpot_ms for r in at.requests] if at else []  # as Measurement.tpot_ms: every request
+        tpot = tpot_samples(at.requests) if at else []  # as Measurement.tpot_ms: the timed requests
         out[f"objective_{k}"] = pooled_metric(at, w) if at else None
         out[f"tpot_ms_{k}"] = percentile(tpot, 0.5) if tpot else None
         out[f"tpot_ms_p99_{k}"] = serving_stats(at.requests, at.windows)["tpot_ms_p99"] if at else None

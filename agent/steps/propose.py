@@ -177,7 +177,7 @@ def propose(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Goto]:
         proposal = playbook_proposal(state, skipped)
         if proposal is not None:
             return _proposed(proposal, state)
-    if mode != LLM and state.target.search is not None:  # the launch-option search (`[search]`)
+    if mode not in (LLM, "playbook") and state.target.search is not None:  # the search (`[search]`)
         cfg = state.target.search
         now = call(runtime, info.clock, ClockArgs()).epoch_s if cfg.max_minutes is not None else None
         trial, what = search_proposal(state, now)

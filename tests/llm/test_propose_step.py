@@ -8,6 +8,7 @@ import pytest
 
 from agent.steps.propose import propose
 from state.proposer import ProposerConfig
+from state.search import Knob, SearchConfig
 from state.target import TrialHost
 from tests.llm.conftest import NEW, fix_answer, loop_state, runtime
 from tests.llm.fake_openai import ScriptedModel, reply
@@ -38,6 +39,22 @@ def test_playbook_mode_never_asks_a_model(tmp_path: Path, engine: Path) -> None:
     cmd, model = run_propose(tmp_path, engine, [], mode="playbook")
     assert cmd.goto == "finish" and model.requests == []
     assert cmd.update["stop_reason"].endswith("--proposer playbook: no model is asked")
+
+
+def test_playbook_mode_never_runs_a_search_trial(tmp_path: Path, engine: Path) -> None:
+    """`--proposer playbook` on a target with a `[search]` (the vLLM MLA example once ran one)."""
+    knob = Knob(name="--max-running-requests", type="choice", choices=[1, 8])
+    with ScriptedModel([]) as model:
+        state = loop_state(tmp_path, engine, model.base_url)
+        target = state.target.model_copy(
+            update={
+                "proposer": state.target.proposer.model_copy(update={"mode": "playbook"}),
+                "search": SearchConfig(knobs=[knob]),
+            }
+        )
+        cmd = propose(state.model_copy(update={"target": target}), runtime(LiveDoor("s", MemoryRecorder())))
+    assert cmd.goto == "finish" and cmd.update.get("proposal") is None, cmd.update
+    assert "search" not in cmd.update["stop_reason"], cmd.update["stop_reason"]
 
 
 def test_auto_without_a_model_stops_as_before(tmp_path: Path, engine: Path) -> None:

@@ -62,3 +62,29 @@ def test_a_failed_fit_stops_the_launch_it_was_measured_on(tmp_path: Path) -> Non
     with pytest.raises(RuntimeError, match="nvidia-smi failed"):
         resolve_arms(session(tmp_path, arms="auto"), runtime_of(door), print)
     assert door.names()[-1] == "server.stop" and door.running == set()
+
+
+def test_calibrate_says_what_it_will_launch_before_it_starts() -> None:
+    """`calibrate --launches 2` once ran 4 launches in 240 s unannounced (interleaved: pairs)."""
+    from agent.cli.commands.calibrate import plan
+
+    assert plan("interleaved", 2, 300).startswith("calibrate: 4 server launches (2 A/A pairs side by side")
+    assert "up to 300 s" in plan("interleaved", 2, 300)
+    assert plan("sequential", 2, 60).startswith("calibrate: 2 server launches, one after another")
+    assert "or 4 (2 A/A pairs side by side) if arms = auto resolves to interleaved" in plan("auto", 2, 60)
+
+
+def test_run_says_what_a_session_will_cost_and_why_it_launches_again() -> None:
+    from agent.cli.commands.loop import session_plan
+    from agent.cli.target import load_target
+    from tests.unit.test_target import DEMO_TOML
+
+    target = load_target(DEMO_TOML)
+    inter = target.model_copy(update={"decide": target.decide.model_copy(update={"arms": "interleaved"})})
+    text = session_plan(inter, 3)
+    assert text.startswith(
+        "plan: the baseline's launch, then up to 3 round(s); each candidate costs 1 launch (+1"
+    )
+    assert "confirmed on a second pair" in text and f"up to {inter.decide.looks} look(s)" in text
+    seq = target.model_copy(update={"decide": target.decide.model_copy(update={"arms": "sequential"})})
+    assert "+1" not in session_plan(seq, 1) and "second pair" not in session_plan(seq, 1)

@@ -25,3 +25,20 @@ def test_help_is_plain_text_with_choices() -> None:
 def test_version() -> None:
     out = CliRunner().invoke(app, ["--version"])
     assert out.exit_code == 0 and out.output == f"perfloop {version('perfloop')}\n"
+
+
+def test_dash_v_and_help_as_a_command() -> None:
+    """`perfloop -V` and `perfloop help [COMMAND]` (both once errors), through the script's `main`."""
+    import subprocess
+    import sys
+
+    def script(*argv: str) -> subprocess.CompletedProcess:
+        code = f"import sys; sys.argv = ['perfloop', *{list(argv)!r}]; from agent.cli import main; main()"
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+    short = script("-V")
+    assert short.returncode == 0 and short.stdout == f"perfloop {version('perfloop')}\n", short.stderr
+    listed = script("help")
+    assert listed.returncode == 0 and "calibrate" in listed.stdout and "Usage: perfloop" in listed.stdout
+    run_help = script("help", "run")
+    assert run_help.returncode == 0 and "TARGET.toml" in run_help.stdout and "--approve" in run_help.stdout

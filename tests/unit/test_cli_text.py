@@ -12,22 +12,32 @@ from pathlib import Path
 from rich.console import Console
 
 from agent.cli import render
+from agent.report.headline import summary_json
 from state.session import SessionInfo
 
 RECORDING = Path(__file__).resolve().parents[1] / "data" / "sessions" / "demo-session.json.gz"
 
 
-def test_the_summary_prints_the_launch_command_shell_quoted() -> None:
+def test_the_summary_prints_the_best_configuration_whole_and_shell_quoted() -> None:
+    """The best configuration to copy: shell-quoted, whole at 80 columns (once cut with "…" by the
+    table), without perfloop's own profiling flags and without `'{port}'`; `--json` carries it."""
     with gzip.open(RECORDING) as f:
         info = SessionInfo.model_validate(json.loads(f.read())["session"])
     assert info.summary is not None
-    argv = [*info.summary.launch_argv, "--server-args", "--chunked-prefill-size 4096", "[x]"]
+    own = ["--profiler-config.profiler=torch", "--profiler-config.torch_profiler_dir", "/tmp/t"]
+    base = ["bash", "launch.sh", "--port", "{port}", "--preset", "cpu", "--max-running-requests", "8"]
+    argv = [*base, *own, "--server-args", "--chunked-prefill-size 4096", "[x]"]
+    s = info.summary.model_copy(update={"launch_argv": argv})
+    assert s.accepted
     out = io.StringIO()
-    render.summary(
-        Console(file=out, width=400, color_system=None), info.summary.model_copy(update={"launch_argv": argv})
-    )
-    line = next(x for x in out.getvalue().splitlines() if "launch command" in x)
-    assert shlex.join(argv) in line and shlex.split(shlex.join(argv)) == argv
+    render.summary(Console(file=out, width=80, color_system=None), s)
+    lines = out.getvalue().splitlines()
+    command = lines[lines.index("best configuration, to copy:") + 1].strip()
+    expected = [a.replace("{port}", "8000") for a in argv if a not in own]
+    assert shlex.split(command) == expected, command
+    assert "…" not in command and "{port}" not in out.getvalue() and "profiler-config" not in out.getvalue()
+    assert summary_json(s)["best_command"] == command
+    assert lines[-1] == f"next: perfloop show {s.session}   perfloop report {s.session} -o report.html"
 
 
 def test_analyze_and_diff_speak_ms_per_step() -> None:

@@ -6,6 +6,7 @@ and what the CLI and the JSON print name which figure is which."""
 from __future__ import annotations
 
 import io
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -17,9 +18,12 @@ from agent.cli.target import load_target
 from agent.decision.stats.crossover import Cells, crossover_look
 from agent.decision.stats.replicates import alternating_look
 from agent.decision.stats.rule import look
+from agent.report.headline import summary_json
+from agent.report.html import environment
 from agent.sessions.summary import summarize
 from state.decision import DecisionConfig, Judgement, LaunchNoise, Look
 from state.loop import Decision, LoopOptions, LoopState
+from state.session import SessionInfo
 from tests.unit.test_measuring import m
 from tests.unit.test_target import DEMO_TOML
 
@@ -70,9 +74,25 @@ def test_the_judged_speedup_lies_within_its_own_ci(tmp_path: Path, arms: str) ->
     out = io.StringIO()
     render.summary(Console(file=out, width=300, color_system=None), s)
     text = out.getvalue()
-    assert "5.49x baseline -> final" in text
+    assert "5.49x baseline -> final, not judged" in text
     low, high = s.speedup_ci
-    assert f"{lk.speedup:.2f}x [{low:.2f}, {high:.2f}] (decisive candidate vs its reference)" in text
+    figure = f"{lk.speedup:.2f}x [{low:.2f}, {high:.2f}]"
+    # one headline: the judged figure heads the table, the unjudged ratio comes after, named
+    first = next(line for line in text.splitlines() if "│" in line)
+    assert first.split("│")[1].strip() == "speedup" and figure in first, text
+    assert text.index(figure) < text.index("baseline -> final"), text
+    payload = summary_json(s)  # --json: `speedup` is the judged figure, the ratio is named apart
+    assert payload["speedup"] == lk.speedup and payload["speedup_ci"] == [low, high]
+    assert payload["speedup_baseline_final"] == pytest.approx(5.49)
+    info = SessionInfo(
+        id="s", created_at=datetime.now(UTC), target_name="t", target_path=None, repo=s.repo,
+        status="done", summary=s,
+    )  # fmt: skip
+    out = io.StringIO()
+    render.sessions(Console(file=out, width=300, color_system=None), [info], {})
+    assert figure in out.getvalue() and "5.49x" not in out.getvalue()  # `perfloop sessions`
+    index = render_index([info])  # the `serve` index
+    assert figure in index and "5.49x" not in index, index
 
 
 def test_outputs_identical_is_none_when_nothing_was_kept(tmp_path: Path) -> None:
@@ -91,3 +111,9 @@ def test_outputs_identical_is_none_when_nothing_was_kept(tmp_path: Path) -> None
         update={"decisions": [Decision(iteration=1, source="p", verdict="accepted", reason="r")]}
     )
     assert summarize(kept, "done").outputs_identical is True
+
+
+def render_index(infos: list[SessionInfo]) -> str:
+    """The `perfloop serve` index page as the app renders it."""
+    template = environment("agent.web").get_template("index.html.j2")
+    return template.render(csrf="c", nonce="n", infos=infos, page=1, pages=1, digest="d")

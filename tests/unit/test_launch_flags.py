@@ -124,7 +124,7 @@ def test_the_approval_view_shows_the_exact_argv_shell_quoted() -> None:
         "diff": "",
     }
     render.approval(out, req)
-    assert "    runs now:   " + shlex.join(after) in out.file.getvalue().replace("\n", "")
+    assert "  proposed: " + shlex.join(after) in out.file.getvalue().replace("\n", "")
 
 
 CODE_LOADING = {

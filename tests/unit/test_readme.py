@@ -57,3 +57,17 @@ def test_every_perfloop_command_and_option_exists() -> None:
         takes = {name for p in cmd.params for name in p.opts if name.startswith("-")}
         used = {w.split("=")[0] for w in words if w.startswith("-")}
         assert used <= takes, f"{line}: {sorted(used - takes)} not options of perfloop {' '.join(path)}"
+
+
+def test_make_demo_installs_no_test_tools() -> None:
+    """`make demo` (a user's first command) installs perfloop alone; the test extras (pytest, ruff,
+    mypy, playwright) come with the targets that lint or test."""
+
+    def recipe(target: str) -> str:
+        proc = subprocess.run(["make", "-n", "-B", target], cwd=ROOT, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    demo = recipe("demo")
+    assert "pip install -q -e .\n" in demo and ".[test]" not in demo, demo
+    assert ".[test]" in recipe("lint")

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from agent.cli import app
 from agent.cli.target import load_target
+from agent.cli.targetcheck import port_problem
 from state.target import TARGET_KINDS
 from tools.errors import ConfigError
 
@@ -78,3 +79,56 @@ def test_demo_on_cuda_without_a_gpu_is_one_line_and_leaves_nothing(tmp_path: Pat
         "use --device cpu, or --host ssh://GPU-HOST"
     ]
     assert not (home / "workspaces").exists() and not (home / "sessions").exists()
+
+
+def test_an_unknown_section_names_its_line_and_a_vllm_file_names_the_vllm_example(tmp_path: Path) -> None:
+    t = edited(tmp_path, "[measure]", "[mesure]")
+    n = line_with(t, "[mesure]")
+    with pytest.raises(ConfigError) as exc:
+        load_target(t)
+    assert str(exc.value) == (
+        f"{t}:{n}: unknown section `[mesure]`; did you mean `[measure]`? (see examples/targets/mla_server.toml)"
+    )
+    vllm = Path(__file__).resolve().parents[2] / "examples" / "targets" / "vllm-tiny-llama.toml"
+    for old, new, needle in (
+        ("[measure]", "[mesure]", "unknown section"),
+        ("max_tokens", "max_token", "unknown key"),
+    ):
+        bad = tmp_path / f"v-{needle[-3:]}.toml"
+        bad.write_text(vllm.read_text().replace(old, new, 1))
+        with pytest.raises(ConfigError) as exc:
+            load_target(bad)
+        assert needle in str(exc.value) and f"{bad}:" in str(exc.value), exc.value
+        assert "(see examples/targets/vllm-tiny-llama.toml)" in str(exc.value) and "mla_server" not in str(
+            exc.value
+        )
+
+
+def test_a_launch_without_port_or_with_a_fixed_port_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    """A vLLM launch with `--port 8000` once passed, then 5 launches and ~4 minutes later failed
+    with "fix what its log says"; now `run` and `calibrate` refuse it in one line, nothing launched."""
+    cases = {
+        "fixed": ('"--port", "{port}"', '"--port", "8000"', "launch.argv sets a fixed port (--port 8000)"),
+        "fixed=": ('"--port", "{port}"', '"--port=8000"', "launch.argv sets a fixed port (--port 8000)"),
+        "none": ('"--port", "{port}", ', "", "launch.argv has no `{port}`"),
+    }
+    for name, (old, new, needle) in cases.items():
+        (tmp_path / name).mkdir()
+        t = edited(tmp_path / name, old, new)
+        home = tmp_path / name / "home"
+        for cmd in ("run", "calibrate"):
+            result = CliRunner().invoke(
+                app, [cmd, str(t)], env={"PERFLOOP_HOME": str(home), "COLUMNS": "400"}
+            )
+            assert result.exit_code == 2, (name, cmd, result.output)
+            (line,) = result.output.strip().splitlines()
+            assert line.startswith(f"error: {needle}") and ("write `{port}`" in line or "add it" in line), (
+                line
+            )
+            assert not (home / "sessions").exists() or not any((home / "sessions").iterdir())
+    ok = load_target(DEMO)  # the shipped examples all pass it
+    assert port_problem(ok.launch) is None
+    for example in DEMO.parent.glob("*.toml"):
+        assert port_problem(load_target(example).launch) is None, example
+    fixed = ok.launch.model_copy(update={"port": 8000, "argv": ["srv", "--port", "8000"]})
+    assert port_problem(fixed) is None  # launch.port = 8000 said so: the number is perfloop's too

@@ -14,6 +14,7 @@ from rich.console import Console
 
 from agent.cli import render
 from agent.cli.target import load_target
+from agent.report.headline import summary_json
 from agent.sessions.summary import summarize
 from state.loop import Decision, LoopOptions, LoopState
 from state.session import SessionInfo, Summary
@@ -60,6 +61,8 @@ def test_a_session_that_rejected_every_candidate_says_none_was_accepted(tmp_path
     s = summarize(state(tmp_path, baseline=base, reference=base, decisions=[rejected]), "done")
     shown = rows(s)
     assert shown["TPOT"] == "30.0 ms (baseline; no candidate accepted)", shown
+    assert shown["speedup"].startswith("none kept"), shown  # nothing kept reads so, never 1.00x
+    assert summary_json(s)["speedup"] is None and summary_json(s)["speedup_baseline_final"] is None
     assert shown["outputs"] == "not compared (no candidate accepted)", shown
     info = SessionInfo(
         id="s", created_at=datetime.now(UTC), target_name="t", target_path=None, repo=s.repo,
@@ -73,6 +76,7 @@ def test_a_session_that_rejected_every_candidate_says_none_was_accepted(tmp_path
 def test_a_session_that_failed_before_its_baseline_shows_nothing_measured(tmp_path: Path) -> None:
     shown = rows(summarize(state(tmp_path, stop_reason="aborted: launch: x"), "failed"))
     assert shown["TPOT"] == shown["TTFT"] == "not measured", shown
+    assert shown["speedup"] == "not measured (no baseline)", shown
     assert shown["outputs"] == "not compared (no candidate accepted)", shown
 
 
@@ -82,5 +86,18 @@ def test_a_kept_candidate_still_shows_before_after_and_identical_outputs(tmp_pat
         state(tmp_path, baseline=m(["a"], 30.0), reference=m(["a"], 10.0), decisions=[kept]), "done"
     )
     shown = rows(s)
-    assert shown["TPOT"] == "30.0 ms -> 10.0 ms (3.00x baseline -> final)", shown
+    assert shown["TPOT"] == "30.0 ms -> 10.0 ms (3.00x baseline -> final, not judged)", shown
     assert shown["outputs"] == "identical to the baseline's", shown
+
+
+def test_outputs_under_dummy_weights_say_the_exact_gate_is_blind(tmp_path: Path) -> None:
+    """vLLM's `--load-format dummy` gives every prompt the same greedy output: "identical" says nothing."""
+    kept = Decision(iteration=1, source="p", verdict="accepted", reason="r")
+    s = summarize(
+        state(tmp_path, baseline=m(["a"], 30.0), reference=m(["a"], 10.0), decisions=[kept]), "done"
+    )
+    dummy = s.model_copy(
+        update={"launch_argv": ["vllm", "serve", "m", "--load-format", "dummy", "--port", "{port}"]}
+    )
+    assert rows(dummy)["outputs"].startswith("identical to the baseline's (blind here: --load-format dummy")
+    assert rows(s)["outputs"] == "identical to the baseline's"

@@ -56,6 +56,7 @@ import http.server, json, pathlib, sys, time
 port, marker = int(sys.argv[1]), pathlib.Path(sys.argv[2])
 first = not marker.exists()
 marker.write_text(marker.read_text() + f"{port}\n" if marker.exists() else f"{port}\n")
+print(f"INFO: Starting vLLM server on http://127.0.0.1:{8000 if first else port}", flush=True)
 print("INFO:     Application startup complete.", flush=True)
 if first:
     time.sleep(600)
@@ -89,8 +90,13 @@ def test_a_launch_that_says_it_started_but_never_listens_is_retried_on_a_fresh_p
     # with no retry left the launch fails, naming what happened, and leaves nothing running
     marker.unlink()
     none = launch.model_copy(update={"listen_retries": 0})
-    with pytest.raises(ServerError, match="said it started, but nothing listened on port"):
+    with pytest.raises(ServerError, match="said it started, but nothing listened on port") as exc:
         server.launch(launch_args(tmp_path, none, tmp_path / "log2", pid_file=tmp_path / "pid"))
+    # it names the log and quotes the line that explains it (a server on a port of its own)
+    assert f"(log {tmp_path / 'log2'})" in str(exc.value), exc.value
+    assert str(exc.value).endswith(
+        'its log names another port: "INFO: Starting vLLM server on http://127.0.0.1:8000"'
+    ), exc.value
     assert not (tmp_path / "pid").exists()
 
 

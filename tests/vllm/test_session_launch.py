@@ -1,133 +1,51 @@
-"""Session 1 on the real vLLM engine: a launch-option session on the tiny Llama.
+"""Session 1 on the real vLLM engine, from its documented command: docs/VLLM.md's `### Session 1`
+commands (the README's `make vllm-demo` step, the same line), read from the files and run verbatim
+in the repository's root with a fresh PERFLOOP_HOME, as a user who cloned it would.
 
-The target is launched as users often start: `--enforce-eager --max-num-seqs 1` (one sequence per
-decode step) while the workload keeps 8 requests in flight. The API profile reads vLLM's phase
-scopes (host-bound or model-bound decode: which one depends on the machine's load, so the test
-asserts the line, not the verdict); the launch-option search (`--proposer search`, one knob:
+The target (tools/vllm/cases.py `llama`) is launched as users often start: `--enforce-eager
+--max-num-seqs 1` (one sequence per decode step) while the workload keeps 8 requests in flight. The
+API profile reads vLLM's phase scopes (host-bound or model-bound decode: which one depends on the
+machine's load, so the test asserts the line, not the verdict); the launch-option search (one knob:
 `--max-num-seqs`, choices 1 or 8, so its one trial is 8 whether the diagnosis implicates the knob
 or TPE picks it) predicts the trial's output-throughput gain bound (`batching_gain_bound`: min(8,
-8) / min(8, 1) = 8x), relaunches it beside the reference (interleaved arms: windows alternate
-between the two servers), checks its greedy outputs (exact policy: the model is served in float32
-from a seeded random checkpoint, since vLLM's dummy weights give every prompt the same output) and
-judges the windows' output throughput. The rule keeps it; the session replays offline.
+8) / min(8, 1) = 8x), relaunches it beside the reference (interleaved arms), checks its greedy
+outputs (exact policy: a seeded random checkpoint in float32) and judges the windows' output
+throughput. The rule keeps it; the documented `perfloop replay last` replays it offline. What the
+session printed is checked too: one judged speedup at the head, no impossible 0.0 ms figure, the
+best configuration whole and without perfloop's own flags, what to run next.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
+import os
+import shlex
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.conftest import assert_clean, last_json, perfloop
-from tests.vllm.conftest import MODELS, VLLM_PYTHON
-from tools.vllm.target import write_target
+from tests.vllm.documented import ROOT, readme_vllm_commands, run, session_commands
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(2400), pytest.mark.xdist_group("vllm")]
 
-LLAMA_WEIGHTS = """
-import json, sys
-from pathlib import Path
-import torch
-from safetensors.torch import save_file
-
-folder = Path(sys.argv[1])
-c = json.loads((folder / "config.json").read_text())
-g = torch.Generator().manual_seed(0)
-hidden, vocab, inter = c["hidden_size"], c["vocab_size"], c["intermediate_size"]
-heads, kv, dim = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
-
-def w(*shape):
-    return torch.randn(*shape, generator=g) / shape[-1] ** 0.5
-
-t = {"model.embed_tokens.weight": w(vocab, hidden), "model.norm.weight": torch.ones(hidden),
-     "lm_head.weight": w(vocab, hidden)}
-for i in range(c["num_hidden_layers"]):
-    p = f"model.layers.{i}."
-    t |= {
-        p + "self_attn.q_proj.weight": w(heads * dim, hidden),
-        p + "self_attn.k_proj.weight": w(kv * dim, hidden),
-        p + "self_attn.v_proj.weight": w(kv * dim, hidden),
-        p + "self_attn.o_proj.weight": w(hidden, heads * dim),
-        p + "mlp.gate_proj.weight": w(inter, hidden),
-        p + "mlp.up_proj.weight": w(inter, hidden),
-        p + "mlp.down_proj.weight": w(hidden, inter),
-        p + "input_layernorm.weight": torch.ones(hidden),
-        p + "post_attention_layernorm.weight": torch.ones(hidden),
-    }
-save_file({k: v.to(torch.bfloat16) for k, v in t.items()}, str(folder / "model.safetensors"),
-          metadata={"format": "pt"})
-"""
-"""Seeded random weights of the usual scale (std 1/sqrt(fan_in), norms 1) for the tiny Llama."""
-
-EXTRA = """
-[workload]                      # 8 requests in flight: one sequence per step leaves 7 waiting
-concurrency = 8
-requests = 16
-prompts = 8
-input_len = [8, 24]
-output_len = [24, 32]
-objective = "output_throughput"
-
-[correctness]
-random_prompts = 1
-max_prompt_chars = 200
-max_tokens = 16
-concurrent = 2
-long_prompts = 0
-
-[decide]
-looks = 2                       # a second look of windows on the same pair while undecided
-arms = "interleaved"            # windows alternate between the reference and the candidate server
-auto_aa_pairs = 0
-confirm_below = 1.5             # a second pair of launches only under 1.5x (a batching gain is large)
-
-[search]
-max_trials = 1
-max_launches = 6                # the baseline, the trial and its reference, a confirming pair
-seed = 0
-
-[[search.knobs]]
-name = "--max-num-seqs"
-type = "choice"
-choices = [1, 8]
-first = 8
-"""
-
-
-def weighted_llama(dest: Path) -> Path:
-    """`dest/tiny-llama`: the tiny Llama with a seeded random checkpoint (about 1 MB)."""
-    folder = dest / "tiny-llama"
-    shutil.copytree(MODELS / "tiny-llama", folder)
-    subprocess.run(
-        [str(VLLM_PYTHON), "-c", LLAMA_WEIGHTS, str(folder)], check=True, capture_output=True, timeout=300
-    )
-    return folder
+USER_PATH = {"PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}"}
+"""The environment of a user who made the venv (`perfloop` on PATH)."""
 
 
 def test_the_search_keeps_more_sequences_per_step_within_its_predicted_bound_and_replays(
     tmp_path: Path,
 ) -> None:
     t0 = time.monotonic()
-    weighted_llama(tmp_path / "models")
-    flags = ("--enforce-eager", "--max-num-seqs", "1", "--dtype", "float32")
-    toml = write_target(tmp_path / "t", flags=flags, extra_toml=EXTRA, models=tmp_path / "models")
-    text = toml.read_text()
-    assert text.count('"--load-format", "dummy"') == 1
-    assert text.count("repeats = 3") == 1
-    text = text.replace("repeats = 3", "repeats = 6")  # windows per arm: six short ones, ~2 s each
-    toml.write_text(text.replace('"--load-format", "dummy"', '"--load-format", "safetensors"'))
-    repo, home = tmp_path / "t" / "vllm", tmp_path / "home"
-    proc = perfloop(
-        home, "run", str(toml), "--json", "--proposer", "search", "--max-iterations", "1", timeout=2200
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    s = last_json(proc)
+    lines = session_commands(1)
+    assert lines[0] in readme_vllm_commands(), (lines, readme_vllm_commands())  # the README's step
+    home = tmp_path / "home"
+    printed = run(lines, home, 2200, USER_PATH)
     wall = time.monotonic() - t0
-    shown = last_json(perfloop(home, "show", s["session"], "--json"))
+    shown = last_json(perfloop(home, "show", "last", "--json"))
+    s = shown["session"]["summary"]
+    repo = home / "vllm-demo" / "llama" / "vllm"
     notes = {t["node"]: t["note"] for t in shown["transitions"]}
 
     # the API profile's phase scopes, read in the diagnosis
@@ -146,17 +64,25 @@ def test_the_search_keeps_more_sequences_per_step_within_its_predicted_bound_and
         and s["commits"] == []
         and s["launch_argv"][-2:] == ["--max-num-seqs", "8"]
     )
-    (line,) = s["search_trials"]
+    (line,) = shown["search_trials"]
     assert (
         line.startswith("search-1: --max-num-seqs 8: output throughput ")
         and "(predicted at most 8.00x)" in line
     )
     assert_clean(repo, s["branch"])
 
-    replayed = perfloop(home, "replay", s["session"], "--json")
-    assert replayed.returncode == 0 and last_json(replayed)["matches_recording"] is True, replayed.stderr[
-        -2000:
-    ]
+    assert "same summary as recorded" in printed[-1], printed[-1][-2000:]  # `perfloop replay last`
+    # what the session printed: the judged speedup heads, the figures are possible, the best
+    # configuration is whole and copyable, and the next step is named
+    table = printed[0]
+    rows = [r.split("│")[1:3] for r in table.splitlines() if r.count("│") >= 3]
+    assert rows[0][0].strip() == "speedup" and f"{look['speedup']:.2f}x [" in rows[0][1], rows[0]
+    assert " 0.0 ms" not in table and "TPOT 0.0" not in table, table[-3000:]
+    lines_out = table.splitlines()
+    best = lines_out[lines_out.index("best configuration, to copy:") + 1].strip()
+    assert shlex.split(best)[-2:] == ["--max-num-seqs", "8"] and "{port}" not in best, best
+    assert "profiler-config" not in best and "…" not in best, best
+    assert f"next: perfloop show {s['session']}" in table
     print(
         f"\nvLLM tiny Llama launch-option session (session 1): output throughput "
         f"{s['objective_before']:.1f} -> {s['objective_after']:.1f} tok/s at concurrency 8, judged "

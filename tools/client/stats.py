@@ -32,6 +32,20 @@ def stat(values: list[float]) -> Stat:
     )
 
 
+def timed(records: list[RequestRecord]) -> list[RequestRecord]:
+    """The requests whose stream timed their tokens: at least one delta after the first and about
+    one token a delta (at least half of the tokens after the first in deltas of their own). A
+    server that merges a queued request's deltas (vLLM, under load) sends its whole output at once:
+    its gaps (0.0 ms, or microseconds inside a burst) are the API server's, not the model's, and a
+    TPOT made of them is no decode time at all (pure)."""
+    return [r for r in records if r.itl_ms and 2 * len(r.itl_ms) >= r.completion_tokens - 1]
+
+
+def tpot_samples(records: list[RequestRecord]) -> list[float]:
+    """Per-request TPOT of the timed requests (`timed`); all of them where none was timed."""
+    return [r.tpot_ms for r in timed(records) or records]
+
+
 def summarize(
     label: str,
     tree_sha256: str,
@@ -47,7 +61,7 @@ def summarize(
     return Measurement(
         label=label,
         tree_sha256=tree_sha256,
-        tpot_ms=stat([r.tpot_ms for r in records]),
+        tpot_ms=stat(tpot_samples(records)),
         ttft_ms=stat([r.ttft_ms for r in records]),
         output_tok_per_s=sum(r.completion_tokens for r in records) / wall_s,
         outputs=[by_prompt[i][0] for i in range(n_prompts)],

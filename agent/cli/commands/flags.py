@@ -46,7 +46,7 @@ KeepServers = Annotated[
 ]
 
 SHARED: tuple[tuple[str, Any, Any], ...] = (
-    ("approve", Approve, "auto"),
+    ("approve", Approve, None),
     ("max_iterations", Iters, 3),
     ("floor_ms", FloorMs, None),
     ("floor_factor", FloorFactor, 2.0),
@@ -72,7 +72,8 @@ SHARED: tuple[tuple[str, Any, Any], ...] = (
 class LoopFlags:
     """The shared options as one command received them."""
 
-    approve: str
+    approve: str | None
+    """None: the command's default (`demo`: auto; `run`: manual on a terminal, asked in place)."""
     max_iterations: int
     floor_ms: float | None
     floor_factor: float
@@ -105,10 +106,11 @@ class LoopFlags:
             approve=self.llm_approve,
         )
 
-    def options(self, method: str) -> dict:
-        """A new session's `LoopOptions` values (every flag new sessions carry set)."""
+    def options(self, method: str, approve: str = "auto") -> dict:
+        """A new session's `LoopOptions` values (every flag new sessions carry set); `approve` where
+        the command line gave none."""
         return options(
-            self.approve,
+            self.approve or approve,
             method,
             self.max_iterations,
             self.playbooks or [],

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from agent.cli.asking import default_approve
 from agent.cli.commands.flags import LoopFlags, loop_flags
 from agent.cli.common import (
     Json,
@@ -15,6 +17,7 @@ from agent.cli.common import (
     Parallel,
     Trust,
     choice,
+    err,
     finish,
     run_command,
 )
@@ -27,6 +30,7 @@ from agent.sessions.remote import remote_base
 from agent.sessions.runner import Sessions, new_session_id
 from playbooks.launch import with_flag, without_flag
 from state.correctness import CorrectnessConfig
+from state.target import TargetConfig
 from tools.errors import ConfigError, ToolError
 
 
@@ -99,6 +103,29 @@ def _tp_size(argv: list[str]) -> int:
     return 1
 
 
+def session_plan(target: TargetConfig, max_iterations: int) -> str:
+    """What a session will cost, said before it starts (pure): its launches per candidate and why
+    it may launch again (a reference beside the candidate; a confirming pair), its looks, its rounds."""
+    d = target.decide
+    beside = d.arms in ("interleaved", "auto")
+    per = "1 launch" + (" (+1: the unchanged tree beside it, interleaved arms)" if beside else "")
+    confirm = (
+        f"; an acceptance whose interval starts below {d.confirm_below:g}x is confirmed on a second pair"
+        if beside and d.confirm_below
+        else ""
+    )
+    budget = (
+        f"; [search] at most {target.search.max_launches} launches"
+        if target.search and target.search.max_launches
+        else ""
+    )
+    return (
+        f"plan: the baseline's launch, then up to {max_iterations} round(s); each candidate costs {per} "
+        f"and up to {d.looks} look(s) of measurement{confirm}{budget}; a launch may take up to "
+        f"{target.launch.startup_timeout_s:.0f} s"
+    )
+
+
 def run(
     target_toml: Annotated[Path, typer.Argument(metavar="TARGET.toml", help="Target config (TOML).")],
     profile_method: Annotated[
@@ -113,7 +140,7 @@ def run(
     def body() -> None:
         target = flags.target(load_target(target_toml))
         method = profile_method or target.profile.method
-        opts = flags.options(method)
+        opts = flags.options(method, default_approve(flags.approve))  # your target: manual on a terminal
         if parallel is not None and not target.hosts:
             raise ConfigError(
                 f"--parallel {parallel} needs [[hosts]] in {target_toml}: list the hosts to try candidates on"
@@ -123,6 +150,8 @@ def run(
         check_setup(target, opts)
         sessions = Sessions()
         refuse_if_held(sessions.store, target, sessions.where())  # another session's checkout
+        if os.environ.get("PERFLOOP_PROGRESS") != "off":  # said before it starts, kept on screen
+            err.print(session_plan(target, opts["max_iterations"]), highlight=False, soft_wrap=True)
         state = sessions.start(target, opts, new_session_id(), target_toml.resolve())
         finish(sessions, state, flags.as_json)
 

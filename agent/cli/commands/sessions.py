@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
 
 from agent.cli import render, terminal
 from agent.cli.common import Json, Trust, choice, err, finish, run_command
 from agent.cli.ids import SessionArg
 from agent.cli.output import console, emit
+from agent.report.headline import flag_change, summary_json
 from agent.sessions.archive import export_session, import_session
 from agent.sessions.diffs import pick, proposal_diffs
 from agent.sessions.holding import abandon
 from agent.sessions.runner import Sessions, new_session_id
 from agent.sessions.signing import status
 from state.loop import LoopState
-from state.session import Summary
+from state.session import SessionInfo, Summary
 from tools.door.replay import ReplayDivergence
 from tools.errors import ConfigError, NotReplayable, ToolError, one_line
 from tools.workspace.hidden import visible
@@ -60,7 +63,7 @@ def replay(session: SessionArg, as_json: Json = False) -> None:
         verdict = "same summary as recorded" if same else "DIFFERENT summary than recorded"
         terminal.console(stderr=True).print(f"replayed {len(state.transitions)} transitions: {verdict}")
         if as_json:
-            emit({**summary.model_dump(mode="json"), "matches_recording": same})
+            emit({**summary_json(summary), "matches_recording": same})
         if not same:
             raise typer.Exit(1)
 
@@ -118,6 +121,34 @@ def fork(
     run_command(body)
 
 
+def _listed(info: SessionInfo, held_by: str | None) -> dict:
+    """A session as `sessions --json` lists it: its summary's `speedup` the judged one."""
+    out = info.model_dump(mode="json") | {"held_by": held_by}
+    if info.summary is not None:
+        out["summary"] = summary_json(info.summary)
+    return out
+
+
+def diff_or_launch(history: list[LoopState], number: int | None) -> str:
+    """Proposal `number`'s patch (the last without it); for a proposal of launch options, which
+    has no patch, its flag change and both commands (pure)."""
+    diffs = proposal_diffs(history)
+    if (diffs and number is None) or (number is not None and 1 <= number <= len(diffs)):
+        chosen = diffs[-1 if number is None else number - 1]
+        launch = [st for st in history if st.proposal is not None and st.proposal.launch_argv is not None]
+        if not chosen.diff and (
+            mine := [st for st in launch if st.proposal and st.proposal.source == chosen.source]
+        ):
+            st, p = mine[0], mine[0].proposal
+            assert p is not None and p.launch_argv is not None
+            return (
+                f"# proposal {chosen.number} ({chosen.source}) changes launch options, not code\n"
+                f"launch options: {flag_change(st.argv, p.launch_argv)}\n"
+                f"now:      {shlex.join(st.argv)}\nproposed: {shlex.join(p.launch_argv)}\n"
+            )
+    return pick(diffs, number).diff
+
+
 def sessions(as_json: Json = False) -> None:
     """List the store's sessions (of every machine using it), with the host and status."""
 
@@ -125,7 +156,7 @@ def sessions(as_json: Json = False) -> None:
         store = Sessions().store
         infos, held = store.list_sessions(), store.held()
         if as_json:
-            emit([{**i.model_dump(mode="json"), "held_by": held.get(i.id)} for i in infos])
+            emit([_listed(i, held.get(i.id)) for i in infos])
         else:
             render.sessions(console(), infos, held)
 
@@ -159,7 +190,7 @@ def show(
         if number is not None and not diff:
             raise ToolError(f"N ({number}) selects a proposal's patch: add --diff (show SESSION --diff N)")
         if diff:  # applied if a human edited it, else proposed; `approve --patch` takes it back
-            sys.stdout.write(visible(pick(proposal_diffs(s.history(session)), number).diff))  # as text
+            sys.stdout.write(visible(diff_or_launch(s.history(session), number)))  # as text
             return
         info = s.info(session)
         try:
@@ -181,7 +212,7 @@ def show(
             render.show(out, info, state, calls)
             if pending is not None:
                 render.approval(out, pending)
-            render.runs(out, bound)
+            runs(out, bound)
 
     run_command(body)
 
@@ -232,3 +263,28 @@ COMMANDS = {
     "fork": fork,
     "abandon": abandon_cmd,
 }
+
+
+def runs(console: Console, bound: dict) -> None:
+    """What the session runs on this machine, whole, and whether this user's key signed it."""
+    console.print(
+        terminal.styled(("runs on this machine:", "bold"), " " + shlex.join(bound["argv"])), highlight=False
+    )
+    env = " ".join(f"{k}={v}" for k, v in bound["env"].items()) or "(none)"
+    console.print(
+        f"  environment: {env}; passed from yours: {', '.join(bound['pass_env']) or '(none)'}",
+        highlight=False,
+    )
+    console.print(f"  host: {bound['host']}", highlight=False)
+    console.print("  options: " + ", ".join(f"{k}={v}" for k, v in bound["options"].items()), highlight=False)
+    if bound["signed"]:
+        console.print(f"  signed by this user's key: yes (digest {bound['digest']})", highlight=False)
+    elif bound["digest"] is not None:
+        console.print(
+            terminal.styled((f"  NOT signed by this user's key: {bound['unsigned_because']}", "bold red")),
+            highlight=False,
+        )
+        console.print(
+            f"  to run it here as shown, add --trust {bound['digest']} to approve|reject|resume|fork",
+            highlight=False,
+        )
