@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tools.trace.collect import ANNOTATION, GRAPH_LAUNCH, LAUNCH, OP, PYFUNC, SYNC, Collected
-from tools.trace.tree import Tree, parents, tree
+from tools.trace.tree import Tree, parents, tree, walk_order
 from tools.trace.windows import marker_kind
 
 STEP_MARKER = "ProfilerStep#"
@@ -155,7 +155,7 @@ def _host(col: Collected, flags: _KeyFlags) -> _Host:
     thread = np.repeat(np.arange(len(times)), [len(t) for t in times])
     t = np.concatenate(times) if times else np.zeros((0, 2))
     i = np.concatenate(ints) if ints else np.zeros((0, 2), dtype=np.int64)
-    order = np.lexsort((-t[:, 1], t[:, 0], thread))
+    order = walk_order(t[:, 0], t[:, 1], [len(x) for x in times])
     start, dur, kind, payload, thread = t[order, 0], t[order, 1], i[order, 0], i[order, 1], thread[order]
     frame = _frames(kind)
     shape = parents(start, start + dur, frame, thread)
