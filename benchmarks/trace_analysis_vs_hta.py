@@ -200,7 +200,12 @@ def ranks(
     label = f"{size / 1e6:.0f} MB, {args.ranks} ranks"
     slow = min(h200_traces.SLOW_RANK, args.ranks - 1)
     notes.append(
-        f"{label}: each {what}" + (f"; rank {slow}'s kernels {h200_traces.SLOW_FACTOR - 1:.0%} longer" if args.shape == "h200" else "")
+        f"{label}: each {what}"
+        + (
+            f"; rank {slow}'s kernels {h200_traces.SLOW_FACTOR - 1:.0%} longer"
+            if args.shape == "h200"
+            else ""
+        )
     )
     rows = []
     if has_hta and args.hta_ranks:
