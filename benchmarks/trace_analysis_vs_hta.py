@@ -16,10 +16,11 @@ synthetic MLA step of `kineto_trace.py` instead. Then:
     `perfloop analyze RANKS_DIR --by kernel --json --top 10` (each rank's table, the slowest rank,
     each rank's wait in collectives), --repeats times.
 Each command runs in its own process tree: wall time from here, peak memory as the largest sum of
-the Pss of the whole tree (parent and workers), sampled every 100 ms, the 1-minute load average
-before and after it (the machine is shared: MB per CPU second does not depend on the load). Rows
-give MB/s (uncompressed bytes / median wall time), CPU seconds of the tree, the ratios to HTA in
-the same run, and whether the top-10 kernels and their shares agree with HTA within 0.5 points.
+the Pss of the whole tree (parent and workers), sampled every 100 ms (the tree found again every
+0.5 s), the 1-minute load average before and after it (the machine is shared: MB per CPU second
+does not depend on the load). Rows give MB/s (uncompressed bytes / median wall time), CPU seconds
+of the tree, the ratios to HTA in the same run, and whether the top-10 kernels and their shares
+agree with HTA within 0.5 percentage points.
 
 Usage: python benchmarks/trace_analysis_vs_hta.py [--size-mb 640] [--ranks 8] [--rank-size-mb 640]
        [--repeats 3] [--hta-python PY] [--hta-ranks] [--shape h200|kineto] [--keep]
@@ -62,9 +63,9 @@ Run = tuple[float, float, str, float, str]
 """wall s, peak GB, last stdout line, CPU s, load average before -> after."""
 
 
-def _tree_pss_kb(pid: int) -> int:
-    """Summed proportional set size (Pss: a page shared by n processes counts 1/n in each, so forked
-    workers' shared pages count once) of `pid` and all its descendants (0 for those gone meanwhile)."""
+def _descendants(pid: int) -> list[int]:
+    """`pid` and every process below it (a scan of all of /proc: done twice a second, not at every
+    sample, so that the sampler takes little of the CPU the measured command runs on)."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -73,10 +74,19 @@ def _tree_pss_kb(pid: int) -> int:
             except (OSError, IndexError, ValueError):
                 continue
             children.setdefault(ppid, []).append(int(entry))
-    total, todo = 0, [pid]
+    out, todo = [], [pid]
     while todo:
         p = todo.pop()
+        out.append(p)
         todo += children.get(p, [])
+    return out
+
+
+def _pss_kb(pids: list[int]) -> int:
+    """Summed proportional set size (Pss: a page shared by n processes counts 1/n in each, so forked
+    workers' shared pages count once) of the processes (0 for those gone meanwhile)."""
+    total = 0
+    for p in pids:
         try:
             rollup = Path(f"/proc/{p}/smaps_rollup").read_text()
         except OSError:
@@ -93,9 +103,11 @@ def measure(argv: list[str], env: dict[str, str] | None = None, cwd: Path = ROOT
     start = time.perf_counter()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(argv, stdout=out, stderr=err, cwd=cwd, env={**os.environ, **(env or {})})
-        peak = 0
+        peak, pids, rescan = 0, [proc.pid], 0.0
         while proc.poll() is None:
-            peak = max(peak, _tree_pss_kb(proc.pid))
+            if time.perf_counter() >= rescan:
+                pids, rescan = _descendants(proc.pid), time.perf_counter() + 0.5
+            peak = max(peak, _pss_kb(pids))
             time.sleep(0.1)
         wall = time.perf_counter() - start
         out.seek(0), err.seek(0)
