@@ -39,26 +39,26 @@ def walk_order(start: np.ndarray, dur: np.ndarray, sizes: list[int]) -> np.ndarr
 
 
 def parents(start: np.ndarray, end: np.ndarray, frame: np.ndarray, thread: np.ndarray) -> np.ndarray:
-    """Index of each event's parent frame (-1 for none); see the module docstring. The first
-    candidate is the latest frame before the event (a launch or sync is never a parent); a
-    candidate in another thread means none (the thread's earlier frames have all closed)."""
+    """Index of each event's parent frame (-1 for none); see the module docstring. Events are in
+    walk order (`thread` ascending). The first candidate is the latest frame before the event in
+    its own thread (a launch or sync is never a parent; none when the thread has no earlier frame).
+    Every later candidate is a candidate's parent or candidate, so it stays in the thread too."""
     n = len(start)
     parent = np.full(n, -1, dtype=np.int64)
     index = np.arange(n, dtype=np.int64)
     latest = np.maximum.accumulate(np.where(frame, index, -1))
     cand = np.concatenate([[-1], latest[:-1]])
-    todo = index[1:]
+    cand[cand < np.searchsorted(thread, thread, side="left")] = -1  # before the thread's first event
+    todo = np.flatnonzero(cand >= 0)
     while todo.size:
         p = cand[todo]
-        mine = p >= 0
-        todo, p = todo[mine], p[mine]
-        mine = thread[p] == thread[todo]
-        todo, p = todo[mine], p[mine]
         found = end[p] > start[todo]
         parent[todo[found]] = p[found]
         cand[todo[found]] = p[found]
         todo, p = todo[~found], p[~found]
-        cand[todo] = cand[p]
+        up = cand[p]
+        cand[todo] = up
+        todo = todo[up >= 0]
     return parent
 
 
@@ -86,6 +86,6 @@ def tree(parent: np.ndarray) -> Tree:
     # indices in order within each depth (a stable argsort by depth, without its n log n sort)
     levels = [np.flatnonzero(depth == d) for d in range(int(depth.max(initial=0)) + 1)]
     size = np.ones(n, dtype=np.int64)
-    for level in reversed(levels[1:]):  # bincount: np.add.at is several times slower
-        size += np.bincount(parent[level], size[level], minlength=n).astype(np.int64)
+    for level in reversed(levels[1:]):
+        np.add.at(size, parent[level], size[level])
     return Tree(parent=parent, depth=depth, after=np.arange(n) + size, levels=levels)
