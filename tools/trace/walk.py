@@ -189,7 +189,9 @@ def _totals(host: _Host, at: np.ndarray, owner: np.ndarray, dur: np.ndarray) -> 
         sub = np.concatenate([np.ones(int(mine.sum()), dtype=np.int64), -t.depth[kids]])
         value = np.concatenate([dur[mine], total[kids]])
         order = np.lexsort((sub, clock))
-        total += np.bincount(target[order], value[order], minlength=n)
+        # every target is a frame of this depth, still 0: adding in order gives bincount's floats
+        # without a bincount's n-long array per depth
+        np.add.at(total, target[order], value[order])
     return total
 
 
