@@ -13,7 +13,7 @@ from tools.trace.collect import Collected
 from tools.trace.device import work_by_correlation
 from tools.trace.stream import Args, Event
 from tools.trace.tree import walk_order
-from tools.trace.walk import GRAPH_ROW, SYNC_OPS, walk
+from tools.trace.walk import GRAPH_ROW, SYNC_OPS, _by_clock, walk
 
 from .trace_reference import walk as reference_walk
 
@@ -157,3 +157,10 @@ def test_walk_order_is_the_lexsort_by_thread_start_longer_first(seed: int) -> No
         dur = rng.integers(0, 4, size=sum(sizes)).astype(float)
         thread = np.repeat(np.arange(len(sizes)), sizes)
         assert (walk_order(start, dur, sizes) == np.lexsort((-dur, start, thread))).all()
+
+
+def test_by_clock_is_the_lexsort_by_clock_then_sub() -> None:
+    rng = np.random.default_rng(7)
+    for n in (0, 1, 2, 50, 500):
+        clock, sub = rng.integers(0, 30, size=n), rng.integers(-6, 2, size=n)
+        assert (_by_clock(clock, sub) == np.lexsort((sub, clock))).all()
