@@ -17,7 +17,7 @@ from tools.trace.merge import merge_summaries
 from tools.trace.parallel import read_trace, read_traces, workers
 from tools.trace.table import read_key_averages_table, read_table_file
 
-__all__ = ["read_chrome_trace", "read_key_averages_table", "read_profiles", "trace_files"]
+__all__ = ["read_chrome_trace", "read_key_averages_table", "read_profiles", "read_ranks", "trace_files"]
 
 
 def read_chrome_trace(
@@ -59,9 +59,18 @@ def read_profiles(
     """Read traces or key_averages tables (files or directories, e.g. one trace per TP rank) and
     merge them into one summary (each rank's step bounds kept in `ranks`); `jobs` processes read
     the traces (one per file, or byte ranges of one large file)."""
+    return merge_summaries(read_ranks(paths, steps, jobs=jobs))
+
+
+def read_ranks(
+    paths: Sequence[str | Path],
+    steps: int | None = None,
+    *,
+    jobs: int | None = None,
+) -> list[ProfileSummary]:
+    """Each file's own summary, in `trace_files` order (one per rank): `merge_summaries` of them is
+    `read_profiles`. Rank files are read `jobs` at a time, each by one process in bounded memory."""
     files = trace_files(paths)
     traces = [p for p in files if not p.name.endswith((".txt", ".txt.gz"))]
     read = iter(read_traces(traces, steps, jobs or workers()))
-    return merge_summaries(
-        [read_table_file(p) if p.name.endswith((".txt", ".txt.gz")) else next(read) for p in files]
-    )
+    return [read_table_file(p) if p.name.endswith((".txt", ".txt.gz")) else next(read) for p in files]

@@ -6,7 +6,7 @@ kernel intervals of each step window (`tools.trace.windows`: marked or inferred;
 `tools.trace.device.windows_of`), on numpy arrays.
 """
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from statistics import median
 
 import numpy as np
@@ -82,6 +82,7 @@ def step_bounds(col: Collected, found: StepWindows, windows: Windows) -> StepBou
         return None
     launch_start, launch_end, is_graph, syncs, graphs = _host_calls(col)
     sync_starts = [a for a, _ in syncs]
+    reach = np.maximum.accumulate([b for _, b in syncs]).tolist() if syncs else []
     rows = []
     for index, (_, start, wall) in enumerate(steps):
         end = start + wall
@@ -97,7 +98,8 @@ def step_bounds(col: Collected, found: StepWindows, windows: Windows) -> StepBou
                 (a, b) for a, b in zip(issued[graph].tolist(), ends[graph].tolist(), strict=True) if b > a
             ]
             first, last = float(starts[0]), float(ends.max())
-            waited = syncs[: bisect_left(sync_starts, last)] + waits
+            # syncs that end by `first` (the latest end so far at most `first`) cover none of it
+            waited = syncs[bisect_right(reach, first) : bisect_left(sync_starts, last)] + waits
             issue = max(last - first - _covered(waited, first, last), 0.0)
         else:
             issue = 0.0

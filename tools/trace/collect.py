@@ -118,6 +118,8 @@ class Collected:
         kernel_names, threads, raw_keys = self.kernel_names, self.threads, self.raw_keys
         intern, intern_raw = self.intern, self.intern_raw
         api_calls = 0
+        pid = tid = None  # the thread of the last host event, and its columns' extend methods
+        times = ints = kernel_times
         for e in events:
             if e.ph != "X":
                 continue
@@ -158,11 +160,14 @@ class Collected:
                 kind, payload = HOST_KINDS[cat], intern((name, (), ()))
             else:
                 continue
-            cols = threads.get((e.pid, e.tid))
-            if cols is None:
-                cols = threads[(e.pid, e.tid)] = HostColumns()
-            cols.times.extend((e.ts, e.dur))
-            cols.ints.extend((kind, payload))
+            if e.tid != tid or e.pid != pid:  # host events come in long runs of one thread
+                pid, tid = e.pid, e.tid
+                cols = threads.get((pid, tid))
+                if cols is None:
+                    cols = threads[(pid, tid)] = HostColumns()
+                times, ints = cols.times.extend, cols.ints.extend
+            times((e.ts, e.dur))
+            ints((kind, payload))
         self.cuda_api_calls += api_calls
 
 

@@ -77,3 +77,15 @@ def collective_stats(summaries: Sequence[ProfileSummary]) -> CollectiveStats | N
         transfer_us=min(coll_us),
         straggler=straggler,
     )
+
+
+def rank_waits(summaries: Sequence[ProfileSummary]) -> tuple[list[float], list[float], int]:
+    """Per rank (file order): its wait in collectives per step (its time in collectives less the
+    least of any rank: the collectives' own cost), its work per step outside collectives (step
+    time less collectives), both in microseconds, and the slowest rank: the most work outside
+    collectives, the rank the others wait for."""
+    step_us = [step_time_us(s) for s in summaries]
+    coll_us = [collective_us(s) / s.steps for s in summaries]
+    least = min(coll_us)
+    work = [max(step - coll, 0.0) for step, coll in zip(step_us, coll_us, strict=True)]
+    return [c - least for c in coll_us], work, work.index(max(work))

@@ -28,6 +28,9 @@ MAX_CUT_TRIES = 8
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _BYTE = re.compile(r"\(byte (\d+)\)")
+_NO_RAW = msgspec.Raw(b"")
+"""The default of an absent raw field, shared (Raw is immutable): a factory call per kernel and
+launch event, which carry no dims, was 4% of decoding."""
 
 
 class Args(msgspec.Struct, gc=False):
@@ -37,8 +40,8 @@ class Args(msgspec.Struct, gc=False):
     are interned by their bytes and parsed once per distinct value."""
 
     correlation: int | None = None
-    input_dims: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input Dims")
-    input_type: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input type")
+    input_dims: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input Dims")
+    input_type: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input type")
     device: int | None = None
 
 

@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agent.cli import terminal
+from agent.cli.commands.ranks import bounds_line, print_ranks, rank_doc
 from agent.cli.output import console, emit
 from agent.cli.running import run_command
 from playbooks.engine import diagnose as run_diagnosis
@@ -21,9 +22,10 @@ from playbooks.engine import load_playbooks
 from state.diagnosis import Diagnosis, DiagnosisContext
 from state.profile import ProfileDiff, ProfileSummary
 from tools.errors import ToolError
-from tools.trace import read_profiles
+from tools.trace import read_profiles, read_ranks
 from tools.trace.bandwidth import measure_copy_bandwidth_gbs
 from tools.trace.diff import diff_profiles
+from tools.trace.merge import merge_summaries
 
 DEFAULT_ACTIVE_TOKENS = 1024
 """Default tokens live in the KV cache while profiling: a short chat's prompt and answer (a few
@@ -109,12 +111,16 @@ def analyze(
     def body() -> None:
         if by not in ("op", "kernel"):
             raise ToolError(f"--by must be op or kernel, not {by!r}")
-        profile = read_profiles(traces, steps)
-        doc = analysis_json(profile, by, top)
+        ranks = read_ranks(traces, steps)
+        profile = merge_summaries(ranks)
+        doc = analysis_json(profile, by, top) | rank_doc(
+            ranks, [analysis_json(r, by, top)["ops"] for r in ranks]
+        )
         if as_json:
             emit(doc)
         else:
             _print_analysis(console(), doc, profile)
+            print_ranks(console(), doc)
 
     run_command(body)
 
@@ -207,29 +213,12 @@ def _print_analysis(console: Console, doc: dict, profile: ProfileSummary) -> Non
             f"device idle {act.idle_share:.0%} of its span over {act.gaps} gaps; median kernel "
             f"{act.median_kernel_us:.1f} us; launch-bound: {'yes' if act.launch_bound else 'no'}"
         )
-    console.print(_bounds_line(profile), highlight=False)
+    console.print(bounds_line(profile), highlight=False)
     for s in profile.syncs[:5]:
         console.print(
             f"sync {s.name} from {s.caller}: {s.calls} calls ({s.decode_calls} in decode), "
             f"{s.host_us / 1e3:.3f} ms on the host"
         )
-
-
-def _bounds_line(profile: ProfileSummary) -> str:
-    """How the steps were found and what bounds them (each rank's when several)."""
-    out = f"steps: {profile.step_source or 'unknown (no marker, nothing repeats)'}"
-    rows = [(r.source, r.step_bounds) for r in profile.ranks] or [("", profile.step_bounds)]
-    for source, b in rows:
-        where = f"{source}: " if source else ""
-        if b is None:
-            out += f"\n{where}bound unknown (no step windows with kernels)"
-        else:
-            out += (
-                f"\n{where}bound {b.bound}: host issues a step's {b.kernels:.0f} kernels in "
-                f"{b.issue_us / 1000:.3f} ms, device busy {b.device_us / 1000:.3f} ms, step "
-                f"{b.wall_us / 1000:.3f} ms (medians over {b.steps} {b.windows} windows)"
-            )
-    return out
 
 
 def _print_diagnosis(console: Console, result: Diagnosis) -> None:
