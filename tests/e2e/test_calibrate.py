@@ -22,6 +22,12 @@ def test_calibrate_keeps_a_a_samples(tmp_path: Path, home: Path, repo: Path, arm
     # two launches of one tree never measure the same TPOT: a zero would mean they were not pooled
     # as one tree (an estimate over no degrees of freedom); over 1.0 (a 2.7x SD) would be nonsense
     assert out["estimate_log"] is not None and 0 < out["estimate_log"] < 1.0, out
+    # published: each A/A comparison judged with the others' noise (two pairs: each with the
+    # other's; two single launches: one comparison with no other noise, not judged), and the
+    # smallest gain kept with this noise
+    assert out["aa_comparisons"] == (2 if arms == "interleaved" else 0), out
+    assert abs(out["nominal_rate"] - 0.05) < 1e-9 and out["smallest_gain_kept"] > 1.02, out
+    assert "false calls: " in proc.stdout + proc.stderr
     store = SessionStore.open(home)
     try:
         calls = store.tool_calls(out["calibration"])

@@ -13,6 +13,8 @@ from agent.cli.output import console, emit
 from agent.cli.preflight import check_port_argv, check_repo
 from agent.cli.target import load_target, with_host
 from agent.decision.calibration.calibrate import calibrate as run_calibration
+from agent.decision.calibration.published import published
+from agent.decision.stats.noise import target_key
 from agent.sessions.remote import close_hosts, executor_for, host_executors, remote_options
 from agent.sessions.runner import Sessions, new_session_id
 from tools.door.live import LiveDoor
@@ -74,9 +76,11 @@ def calibrate(
             finally:
                 close_hosts()
         out.print(f"{target.name}: {noise.describe()} (for {arms} arms)", highlight=False)
+        shown = published(sessions.store.aa_samples(target_key(target)), noise, target.decide, arms)
+        out.print(shown.line(), highlight=False)
         out.print(f"next: perfloop run {target_toml} (its sessions use this noise)", highlight=False)
         if as_json:
-            emit({"calibration": sid, "arms": arms, **noise.model_dump(mode="json")})
+            emit({"calibration": sid, "arms": arms, **noise.model_dump(mode="json"), **shown.as_json()})
 
     run_command(body)
 

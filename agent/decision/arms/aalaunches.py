@@ -120,6 +120,8 @@ class Baseline:
     """The launch noise from every sample of the target on its host."""
     note: str
     """`1 A/A launch of the baseline tree (#1 -> #2: shift +1.3%, ...); `, or ""."""
+    samples: list[AASample]
+    """Every A/A sample of the target on its host, this baseline's (and its A/A launch's) included."""
 
 
 def aa_launch(
@@ -130,13 +132,14 @@ def aa_launch(
     first), kept as an A/A sample too."""
     cfg, first = state.target.decide, need(state.server, "baseline server")
     if not wants_launch(state, samples, first.launch_number):
-        return Baseline(state, m, noise_for(samples, cfg, arms_in_use(state)), "")
+        return Baseline(state, m, noise_for(samples, cfg, arms_in_use(state)), "", samples)
     call(runtime, server.stop, ServerArgs(server=first, grace_s=state.target.launch.stop_grace_s))
     at = state.model_copy(update={"server": None})
     second = start_server(at, runtime, instrumented=state.instrumentation is not None)
     state = state.model_copy(update={"server": second, "launches": second.launch_number})
     again = measure_arm(state, runtime, "baseline-aa", repeats, warm_up=True)
-    noise = noise_for(keep_aa(state, runtime, again), cfg, arms_in_use(state))
+    samples = keep_aa(state, runtime, again)
+    noise = noise_for(samples, cfg, arms_in_use(state))
     w = state.target.workload
     shift = arm_location(arm_of(m, len(m.outputs), w)) - arm_location(arm_of(again, len(again.outputs), w))
     note = (
@@ -145,4 +148,4 @@ def aa_launch(
     )
     if again.outputs != m.outputs:
         note += " WARNING: the two launches' outputs differ"
-    return Baseline(state, again, noise, note + "; ")
+    return Baseline(state, again, noise, note + "; ", samples)

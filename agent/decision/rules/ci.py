@@ -29,6 +29,7 @@ from agent.decision.arms.measuring import (
     unlike,
 )
 from agent.decision.calibration.autoaa import powered
+from agent.decision.calibration.published import published
 from agent.decision.gate import correctness, outputs
 from agent.decision.judging import JudgedCandidate, MeasuredBaseline, RuleVerdict
 from agent.decision.stats.crossover import plan_line as crossover_plan
@@ -84,6 +85,8 @@ class CiRule:
             note += f"; {blocks.plan(at, runtime, m)}"
         elif arms_in_use(state) == "alternating":
             note += f"; {plan_line(noise, state.target.decide)}"
+        if state.options.paired_blocks:  # what calibration publishes, so far on this host
+            note += f"; {published(b.samples, noise, state.target.decide, arms_in_use(state)).line()}"
         elif arms_in_use(state) == "cross-host":
             note += f"; {crossover_plan(noise, state.target.decide)}" + (f"; {kind}" if kind else "")
         return MeasuredBaseline(m, {**update, **more, "launch_noise": noise}, note)
