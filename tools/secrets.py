@@ -80,10 +80,11 @@ KEY_SHAPES = (
     (re.compile(r"\bxox[abpr]-[A-Za-z0-9-]{10,}"), MASK),
     (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), MASK),
     (re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{8,}"), rf"\g<1>{MASK}"),
-    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s/:@]+:)[^\s/@]+@"), rf"\g<1>{MASK}@"),
+    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s/:@]+:)(?!PASSWORD@)[^\s/@]+@"), rf"\g<1>{MASK}@"),
 )
 """Strings shaped like keys, whoever's (pattern, replacement): private keys, `sk-...`, GitHub,
-Hugging Face, Slack and AWS keys, a `Bearer` token, the password in `scheme://user:password@host`."""
+Hugging Face, Slack and AWS keys, a `Bearer` token, the password in `scheme://user:password@host`
+(but the placeholder `PASSWORD` of a message that shows the form)."""
 
 
 def mask_shapes(text: str) -> str:

@@ -33,6 +33,7 @@ from state.workspace import RemoveCopyArgs
 from tools import server
 from tools.door.live import Executor, ExecutorFor
 from tools.door.registry import spec_of
+from tools.errors import ToolError, one_line
 from tools.hosts import info
 from tools.hosts import local as local_host
 from tools.interrupts import Interrupted
@@ -128,7 +129,14 @@ def settled(state: LoopState, paused: bool, executor: Executor | None, executors
             left = f"; not all: {'; '.join(problems)}" if problems else ""
             print(f"paused for approval: its servers are stopped while it waits{left}", file=sys.stderr)
         return
-    pids = unrecorded(state, executor, keep=None)
+    try:
+        pids = unrecorded(state, executor, keep=None)
+    except (
+        ToolError,
+        OSError,
+    ) as exc:  # e.g. a host where perfloop's tools cannot run yet: the session's own ending stands
+        print(f"could not look for servers of this session no step knew of: {one_line(exc)}", file=sys.stderr)
+        return
     if pids:
         print(f"stopped {len(pids)} process(es) of this session no step knew of: {pids}", file=sys.stderr)
 

@@ -151,15 +151,14 @@ class Sessions:
             yield
 
     def verify(self, session_id: str, config: RunnableConfig | None = None) -> None:
-        """Refuse a checkpoint this user's key did not sign, before anything runs (signing.py);
-        once `--trust` accepted a session's latest one, this process takes its others as they are."""
+        """Refuse a checkpoint this user's key did not sign, before anything runs (signing.py), as
+        signed: by its config (a killed batch's finished tasks' pending writes not applied); once
+        `--trust` accepted a session's latest one, this process takes its others as they are."""
         snap = self.graph.get_state(config or self.config(checked_id(session_id)))
-        meta = dict(snap.metadata or {})
-        if (
-            snap.values
-            and session_id not in self.trusted
-            and check(session_id, snap.values, meta, self.home, self.trust)
-        ):
+        snap, known = (
+            (self.graph.get_state(snap.config), session_id in self.trusted) if snap.values else (snap, True)
+        )
+        if not known and check(session_id, snap.values, dict(snap.metadata or {}), self.home, self.trust):
             self.trusted.add(session_id)
 
     def _invoke(self, session_id: str, inp: Any, answer: dict | None = None) -> LoopState:

@@ -354,7 +354,10 @@ def test_shipped_demo_recording_replays(tmp_path: Path) -> None:
     elapsed = time.monotonic() - t0
     assert rep.returncode == 0, rep.stderr[-2000:]
     s = last_json(rep)
-    assert s["matches_recording"] and s["accepted"] == ["kv-cache-full-pool-cast"] and s["speedup"] > 3
+    assert s["matches_recording"] and s["accepted"] == ["kv-cache-full-pool-cast"]
+    assert (
+        s["speedup"] or s["speedup_baseline_final"]
+    ) > 3  # judged, or (recorded before the CI rule) baseline -> final
     # Played back, not re-run: the live session took minutes (two launches, a profile); the bound
     # is loose because CI machines are shared (a timing claim belongs in benchmarks/).
     assert elapsed < 30

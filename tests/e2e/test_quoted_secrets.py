@@ -45,7 +45,9 @@ def test_a_key_the_starting_server_prints_is_masked_on_a_terminal_and_in_a_log(t
     term, raw = Tmux({**env, "TERM": "xterm-256color"}), tmp_path / "terminal.bytes"
     try:
         term._tmux("pipe-pane", "-o", "-t", "t", f"cat >> {shlex.quote(str(raw))}")
-        pane = term.run(f"{PERFLOOP} run {shlex.quote(str(target))} --max-iterations 1; echo exit=$?")
+        pane = term.run(
+            f"{PERFLOOP} run {shlex.quote(str(target))} --max-iterations 1 --approve auto; echo exit=$?"
+        )
     finally:
         term.close()
     assert "exit=143" in pane and faults.read_text() == "", pane
