@@ -111,7 +111,18 @@ def one_session(
     toml = target(work / "t.toml", repo, hosts, a)
     home = work / "home"
     t0 = time.monotonic()
-    args = ("run", str(toml), "--json", *source, "--max-iterations", "1", "--parallel", str(parallel))
+    args = (
+        "run",
+        str(toml),
+        "--approve",
+        "auto",
+        "--json",
+        *source,
+        "--max-iterations",
+        "1",
+        "--parallel",
+        str(parallel),
+    )
     proc = cli(home, *args, env=env)
     wall = time.monotonic() - t0
     if proc.returncode != 0:

@@ -24,10 +24,9 @@ def interactive(as_json: bool) -> bool:
 
 
 def default_approve(given: str | None) -> str:
-    """`run`'s approval mode: as given; else manual on a terminal (asked in place), auto without one."""
-    if given is not None:
-        return given
-    return "manual" if interactive(False) else "auto"
+    """`run`'s approval mode: as given; else manual (a user's own target: asked in place on a
+    terminal, paused for `perfloop approve` without one); `--approve auto` applies proposals at once."""
+    return given if given is not None else "manual"
 
 
 def ask(console: Console, pending: dict, folder: Path) -> dict | None:

@@ -48,8 +48,7 @@ Approve = Annotated[
     typer.Option(
         metavar="auto|manual",
         help="auto: apply proposals at once; manual: ask for approval (on a terminal in place, else "
-        "the session pauses for perfloop approve). Default: demo auto; run manual on a terminal, "
-        "else auto.",
+        "the session pauses for perfloop approve). Default: demo auto; run manual.",
         show_default=False,
     ),
 ]

@@ -136,7 +136,7 @@ def run_playbooks(home: Path, target: Path, books: Path) -> tuple[dict, dict]:
     """One iteration of `perfloop run` with only the playbooks in `books`: its summary and what
     `perfloop show --json` says of the session."""
     proc = perfloop(
-        home, "run", str(target), "--json", "--playbooks", str(books), "--no-builtin-playbooks",
+        home, "run", "--approve", "auto", str(target), "--json", "--playbooks", str(books), "--no-builtin-playbooks",
         "--max-iterations", "1",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]

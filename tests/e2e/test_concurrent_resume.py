@@ -38,7 +38,7 @@ def test_two_concurrent_resumes_one_runs_one_is_refused(
     faults = scratch.write("faults.txt", "node:baseline\n")
     env = {**os.environ, "PERFLOOP_HOME": str(scratch.home)}
     killed = subprocess.run(
-        [str(PERFLOOP), "run", str(target), "--json", "--max-iterations", "1"],
+        [str(PERFLOOP), "run", "--approve", "auto", str(target), "--json", "--max-iterations", "1"],
         env={**env, "PERFLOOP_FAULTS_FILE": str(faults)},
         capture_output=True,
         text=True,

@@ -169,6 +169,8 @@ def recorded(tmp_path_factory, engine: str, pg_server: PgServer) -> dict:
         [
             str(PERFLOOP),
             "run",
+            "--approve",
+            "auto",
             str(write_target(tmp / "t.toml", repo, looks=1)),
             "--json",
             "--playbooks",
@@ -230,7 +232,13 @@ def test_sigkill_at_every_point_then_resume_matches_uninterrupted(
         return perfloop(home, *args, env={"PERFLOOP_FAULTS_FILE": str(faults)})
 
     first = cli(
-        "run", str(write_target(tmp_path / "t.toml", repo, looks=1)), "--json", "--playbooks", str(books)
+        "run",
+        "--approve",
+        "auto",
+        str(write_target(tmp_path / "t.toml", repo, looks=1)),
+        "--json",
+        "--playbooks",
+        str(books),
     )
     assert first.returncode == -signal.SIGKILL, first.stderr[-2000:]
     session = last_json(cli("sessions", "--json"))[0]["id"]
@@ -375,6 +383,8 @@ def finished(tmp_path_factory, engine: str, pg_server: PgServer, zygote: ForkedC
         [
             str(PERFLOOP),
             "run",
+            "--approve",
+            "auto",
             str(write_target(tmp / "t.toml", repo, looks=1)),
             "--json",
             "--max-iterations",
@@ -653,7 +663,18 @@ def test_secrets_never_reach_store_recordings_exports_or_logs(
     )
     env = {**os.environ, "PERFLOOP_HOME": str(home), "PERFLOOP_TEST_API_KEY": secret}
     proc = subprocess.run(  # stopped by the floor once the fix is in (else a second iteration)
-        [str(PERFLOOP), "run", str(target), "--json", "--max-iterations", "2", "--floor-ms", "1000"],
+        [
+            str(PERFLOOP),
+            "run",
+            "--approve",
+            "auto",
+            str(target),
+            "--json",
+            "--max-iterations",
+            "2",
+            "--floor-ms",
+            "1000",
+        ],
         env=env,
         capture_output=True,
         text=True,

@@ -47,7 +47,7 @@ def test_internal_error_stops_every_server_and_resume_finishes(cli: ForkedCli, t
     repo, home, faults = make_repo(tmp_path / "engine"), tmp_path / "home", tmp_path / "faults"
     target = write_target(tmp_path / "t.toml", repo, looks=1, arms="interleaved")
     faults.write_text("node:measure raise\n")  # the candidate and the reference beside it run
-    first = run(cli, home, faults, "run", str(target), "--json", "--max-iterations", "1")
+    first = run(cli, home, faults, "run", "--approve", "auto", str(target), "--json", "--max-iterations", "1")
     assert first.returncode == 3, first.stderr[-2000:]
     session = last_json(run(cli, home, faults, "sessions", "--json"))[0]["id"]
     [line] = [ln for ln in first.stderr.splitlines() if "error" in ln]
@@ -56,7 +56,9 @@ def test_internal_error_stops_every_server_and_resume_finishes(cli: ForkedCli, t
     nothing_left(repo, home, session)
     info = SessionStore.open(home).get_session(session)
     assert info is not None and info.status == "interrupted"  # resumable
-    again = run(cli, home, faults, "run", str(target), "--json")  # a new session on its checkout
+    again = run(
+        cli, home, faults, "run", "--approve", "auto", str(target), "--json"
+    )  # a new session on its checkout
     assert again.returncode == 2 and len(again.stderr.strip().splitlines()) == 1, again.stderr
     assert f"is held by session {session} (interrupted); continue it with `perfloop resume {session}`" in (
         again.stderr
@@ -86,13 +88,15 @@ def test_a_held_checkout_is_refused_and_abandon_gives_it_back(cli: ForkedCli, tm
     held = tree(repo)
     assert held != found  # the dormant profiler is in the hook file
 
-    second = run(cli, home, faults, "run", str(target), "--json")
+    second = run(cli, home, faults, "run", "--approve", "auto", str(target), "--json")
     assert second.returncode == 2 and len(second.stderr.strip().splitlines()) == 1, second.stderr
     assert f"is held by session {session} (paused); continue it with `perfloop approve {session}`" in (
         second.stderr
     )
     assert f"`perfloop abandon {session}`" in second.stderr
-    elsewhere = run(cli, tmp_path / "other-home", faults, "run", str(target), "--json")  # another store
+    elsewhere = run(
+        cli, tmp_path / "other-home", faults, "run", "--approve", "auto", str(target), "--json"
+    )  # another store
     assert elsewhere.returncode == 2, elsewhere.stderr
     assert f"is on branch perfloop/{session} of a perfloop session not in " in elsewhere.stderr
     assert tree(repo) == held and len(SessionStore.open(home).list_sessions()) == 1
@@ -127,7 +131,7 @@ def test_a_server_killed_while_the_baseline_is_measured_leaves_the_session_resum
     target = write_target(tmp_path / "t.toml", repo, looks=1)
     env = {**os.environ, "PERFLOOP_HOME": str(home)}
     proc = subprocess.Popen(
-        [str(PERFLOOP), "run", str(target), "--json", "--max-iterations", "1"],
+        [str(PERFLOOP), "run", "--approve", "auto", str(target), "--json", "--max-iterations", "1"],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -188,7 +192,7 @@ def test_the_postgres_store_restarted_then_down_mid_session(tmp_path: Path) -> N
         target = write_target(tmp_path / "t.toml", repo, looks=1)
         env = {"PERFLOOP_STORE": url, "PERFLOOP_STORE_RECONNECT_SECONDS": "15"}
         proc = subprocess.Popen(
-            [str(PERFLOOP), "run", str(target), "--json", "--max-iterations", "1"],
+            [str(PERFLOOP), "run", "--approve", "auto", str(target), "--json", "--max-iterations", "1"],
             env={**os.environ, "PERFLOOP_HOME": str(home), **env},
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
         )  # fmt: skip
@@ -256,7 +260,7 @@ def test_a_trace_the_server_cannot_write_fails_the_session_cleanly(cli: ForkedCl
             'argv = ["bash", "-c", "ulimit -f 64 && exec bash launch.sh \\"$@\\"", "launch",',
         )
     )
-    proc = run(cli, home, faults, "run", str(target), "--json", "--max-iterations", "1")
+    proc = run(cli, home, faults, "run", "--approve", "auto", str(target), "--json", "--max-iterations", "1")
     assert proc.returncode == 1, proc.stderr[-2000:]
     s = last_json(proc)
     assert s["status"] == "failed" and len(s["stop_reason"].splitlines()) == 1, s

@@ -49,7 +49,7 @@ def test_a_hostile_model_keeps_neither_hidden_code_nor_a_prefixed_flag(
                 "--max-iterations",
                 "1",
             )
-            proc = perfloop(home, "run", str(target), *args, "--json", env=env)
+            proc = perfloop(home, "run", "--approve", "auto", str(target), *args, "--json", env=env)
     finally:
         for pid in processes_in(tmp_path):  # the paused session's servers
             os.kill(pid, 9)

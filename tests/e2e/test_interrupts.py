@@ -76,7 +76,7 @@ def leftovers_named(cli: ForkedCli, tmp_path: Path, home: Path, faults: Path) ->
         broken.read_text().replace('argv = ["bash", "launch.sh"', 'argv = ["false", "launch.sh"')
     )
     faults.write_text("")
-    started = run(cli, home, faults, "run", str(broken), "--json")
+    started = run(cli, home, faults, "run", "--approve", "auto", str(broken), "--json")
     assert started.returncode != 0
     return [ln for ln in started.stderr.splitlines() if "still run" in ln]
 
@@ -88,7 +88,7 @@ def test_interrupts_leave_nothing_running_and_resume_relaunches_dead_servers(
     repo, home, faults = make_repo(tmp_path / "engine"), tmp_path / "home", tmp_path / "faults"
     target = write_target(tmp_path / "t.toml", repo, looks=1, arms="interleaved")
     faults.write_text("server:spawned TERM\n")  # the first launch, waiting for health
-    first = run(cli, home, faults, "run", str(target), "--json", "--max-iterations", "1")
+    first = run(cli, home, faults, "run", "--approve", "auto", str(target), "--json", "--max-iterations", "1")
     assert first.returncode == 143, first.stderr[-2000:]
     session = last_json(run(cli, home, faults, "sessions", "--json"))[0]["id"]
     assert (

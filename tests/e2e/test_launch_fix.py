@@ -73,7 +73,17 @@ confirm_below = 1000.0  # every acceptance is judged again on a fresh pair of la
 auto_aa_pairs = 0  # no A/A pairs beside the baseline: the launch count is the fixes' alone
 """)
     proc = perfloop(
-        home, "run", str(target), "--json", "--playbooks", str(books), "--max-iterations", "1", timeout=1200
+        home,
+        "run",
+        "--approve",
+        "auto",
+        str(target),
+        "--json",
+        "--playbooks",
+        str(books),
+        "--max-iterations",
+        "1",
+        timeout=1200,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     s = last_json(proc)

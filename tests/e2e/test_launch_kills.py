@@ -46,7 +46,9 @@ def test_sigkill_at_each_point_of_a_launch_then_resume_leaves_no_server(
     repo, home, faults = make_repo(tmp_path / "engine"), tmp_path / "home", tmp_path / "faults"
     target = write_target(tmp_path / "t.toml", repo, looks=1, arms="interleaved")
     faults.write_text("server:spawning pass\nserver:spawning pass\nserver:spawning\n")  # launch #3
-    killed = run(cli, home, faults, "run", str(target), "--json", "--max-iterations", "1")
+    killed = run(
+        cli, home, faults, "run", "--approve", "auto", str(target), "--json", "--max-iterations", "1"
+    )
     session = last_json(run(cli, home, faults, "sessions", "--json"))[0]["id"]
     folder, left = home / "sessions" / session, set[int]()
     for point, after in zip(POINTS, [*POINTS[1:], None], strict=True):

@@ -81,7 +81,7 @@ def test_demo_model_learns_from_a_rejected_patch_then_replay_offline(
     target = write_target(tmp_path / "t.toml", repo, looks=1)
     with ScriptedModel(learns_from_its_first_trial()) as model:
         args = (*MODEL_ONLY, "--max-iterations", "1", "--json")
-        proc = perfloop(home, "run", str(target), *args, env=llm_env(model))
+        proc = perfloop(home, "run", "--approve", "auto", str(target), *args, env=llm_env(model))
     assert proc.returncode == 0, proc.stderr[-3000:]
     s = last_json(proc)
     assert s["status"] == "done" and s["accepted"] == ["llm"] and s["rejected"] == ["llm"], s
@@ -119,7 +119,7 @@ def test_killed_mid_conversation_resumes_unpaid_then_the_output_gate_rejects_a_w
     args = (*MODEL_ONLY, "--llm-max-tokens", "2000")
     with ScriptedModel(reads_then_answers(fix_answer(new=WRONG))) as model:
         env = {**llm_env(model), "PERFLOOP_FAULTS_FILE": str(faults)}
-        killed = perfloop(home, "run", str(target), *args, "--json", env=env)
+        killed = perfloop(home, "run", "--approve", "auto", str(target), *args, "--json", env=env)
         assert killed.returncode == -9 and faults.read_text() == "", killed.stderr[-2000:]
         assert len(model.requests) == 2
         sid = last_json(perfloop(home, "sessions", "--json"))[0]["id"]

@@ -113,7 +113,9 @@ def test_dirty_tree_keeps_user_changes_in_instrumented_and_patched_files(
     before = {p: (repo / p).read_text() for p in (RUNNER, BACKEND, "NOTES.md")}
     staged = git(repo, "diff", "--cached")
 
-    proc = perfloop(home, "run", str(write_target(tmp_path / "t.toml", repo, looks=1)), "--json")
+    proc = perfloop(
+        home, "run", "--approve", "auto", str(write_target(tmp_path / "t.toml", repo, looks=1)), "--json"
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     s = last_json(proc)
     assert s["accepted"] == ["kv-cache-full-pool-cast"] and s["profile_method"] == "patch"
@@ -174,6 +176,8 @@ def test_bad_patches_are_refused_rolled_back_then_the_good_one_lands(
     proc = perfloop(
         home,
         "run",
+        "--approve",
+        "auto",
         str(write_target(tmp_path / "t.toml", repo, looks=1)),
         "--json",
         "--playbooks",
@@ -218,7 +222,7 @@ def test_a_hanging_patch_is_rolled_back_then_abort_cleans_up_what_is_live(
     # 20 s, the hung launch's wait: 6x the healthy launches' start-up (2.2-3.3 s here at one layer)
     target = write_target(tmp_path / "t.toml", repo, startup_timeout_s=20, looks=1)
 
-    proc = perfloop(home, "run", str(target), "--json", "--playbooks", str(books))
+    proc = perfloop(home, "run", "--approve", "auto", str(target), "--json", "--playbooks", str(books))
     assert proc.returncode == 1, proc.stderr[-2000:]
     s = last_json(proc)
     assert s["status"] == "failed" and s["server_launches"] == 3

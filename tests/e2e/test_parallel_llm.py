@@ -43,7 +43,7 @@ def test_two_model_candidates_are_tried_at_once_on_two_hosts_then_replay(tmp_pat
     home = tmp_path / "home"
     args = (*MODEL_ONLY, "--max-iterations", "1")
     with ScriptedModel([*reads_then_answers(fix_answer()), a_different_patch]) as model:
-        proc = perfloop(home, "run", str(target), *args, "--json", env=llm_env(model))
+        proc = perfloop(home, "run", "--approve", "auto", str(target), *args, "--json", env=llm_env(model))
         assert len(model.requests) == 3
     assert proc.returncode == 0, proc.stderr[-3000:]
     s = last_json(proc)

@@ -82,7 +82,7 @@ def test_a_parallel_session_killed_mid_batch_resumes_and_replays(
     home = tmp_path / "home"
     env = {**os.environ, "PERFLOOP_HOME": str(home)}
     proc = subprocess.Popen(
-        [str(PERFLOOP), "run", str(target), "--json", "--playbooks", str(books), "--max-iterations", "1"],
+        [str(PERFLOOP), "run", "--approve", "auto", str(target), "--json", "--playbooks", str(books), "--max-iterations", "1"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     try:

@@ -44,7 +44,7 @@ def runs(tmp_path_factory, pg_server: PgServer) -> dict:
         repo = make_repo(tmp / f"engine-{name}")
         target = write_target(tmp / f"{name}.toml", repo, looks=1)
         procs[name] = subprocess.Popen(
-            [str(PERFLOOP), "run", str(target), "--json", "--max-iterations", "1"],
+            [str(PERFLOOP), "run", "--approve", "auto", str(target), "--json", "--max-iterations", "1"],
             env={**os.environ, "PERFLOOP_HOME": str(tmp / f"home-{name}"), "PERFLOOP_STORE": store},
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
         )  # fmt: skip

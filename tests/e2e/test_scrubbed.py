@@ -26,7 +26,15 @@ def test_a_key_printed_by_the_server_is_scrubbed_everywhere(scratch) -> None:
             'argv = ["bash", "-c", "echo \\"auth failed for key $PERFLOOP_E2E_SERVER_TOKEN\\"; exit 1", "launch",',
         ),
     )
-    run = perfloop(scratch.home, "run", str(target), "--json", env={"PERFLOOP_E2E_SERVER_TOKEN": secret})
+    run = perfloop(
+        scratch.home,
+        "run",
+        "--approve",
+        "auto",
+        str(target),
+        "--json",
+        env={"PERFLOOP_E2E_SERVER_TOKEN": secret},
+    )
     assert run.returncode == 2, run.stderr[-2000:]  # its first launch failed: one line, as bad input
     assert "auth failed for key" in run.stderr  # the server's last log line, masked
     sid = next(p.name for p in (scratch.home / "sessions").iterdir())

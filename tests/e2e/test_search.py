@@ -40,7 +40,18 @@ choices = [1, 2, 4, 8]
 def test_search_keeps_a_config_within_its_budget_and_replays(tmp_path: Path, home: Path, repo: Path) -> None:
     target = write_target(tmp_path / "t.toml", repo, looks=1)
     target.write_text(target.read_text() + SEARCH)
-    proc = perfloop(home, "run", str(target), "--proposer", "search", "--max-iterations", "1", "--json")
+    proc = perfloop(
+        home,
+        "run",
+        "--approve",
+        "auto",
+        str(target),
+        "--proposer",
+        "search",
+        "--max-iterations",
+        "1",
+        "--json",
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     s = last_json(proc)
     assert s["status"] == "done" and s["accepted"] == ["search-1"], s
@@ -86,7 +97,18 @@ def test_search_at_concurrency_judges_windows_within_minutes_and_replays(
     search = SEARCH.replace("max_trials = 3", "max_trials = 1\nmax_minutes = 30")
     text = target.read_text().replace("repeats = 3", "repeats = 2")  # 2 windows per arm
     target.write_text(text + WORKLOAD + search)
-    proc = perfloop(home, "run", str(target), "--proposer", "search", "--max-iterations", "1", "--json")
+    proc = perfloop(
+        home,
+        "run",
+        "--approve",
+        "auto",
+        str(target),
+        "--proposer",
+        "search",
+        "--max-iterations",
+        "1",
+        "--json",
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     s = last_json(proc)
     assert s["status"] == "done" and s["workload"].startswith("concurrency 4, 4 requests per window"), s

@@ -152,7 +152,7 @@ def test_a_server_that_exits_at_its_first_launch_is_one_line_exit_2_and_leaves_t
             'argv = ["bash", "launch.sh",', 'argv = ["bash", "-c", "echo no GPU here; exit 3", "x",'
         ),
     )
-    proc = perfloop(scratch.home, "run", str(target), "--json", env=QUIET)
+    proc = perfloop(scratch.home, "run", "--approve", "auto", str(target), "--json", env=QUIET)
     line = one_line_exit_2(proc, "server exited with code 3 during start-up", ": no GPU here;", "run again")
     summary = json.loads(proc.stdout)  # one document, nothing else on stdout
     assert (summary["status"], summary["server_launches"], summary["tpot_ms_before"]) == ("failed", 0, None)
@@ -186,7 +186,9 @@ def test_a_port_taken_before_a_resumed_first_launch_is_one_line_naming_the_port(
         "t.toml", text.replace("startup_timeout_s = 120", f"port = {port}\nstartup_timeout_s = 120")
     )
     faults = scratch.write("faults", "server:spawned TERM\n")
-    first = perfloop(scratch.home, "run", str(target), env={"PERFLOOP_FAULTS_FILE": str(faults)})
+    first = perfloop(
+        scratch.home, "run", "--approve", "auto", str(target), env={"PERFLOOP_FAULTS_FILE": str(faults)}
+    )
     assert first.returncode == 143 and "continue with `perfloop resume " in first.stderr, first.stderr[-2000:]
     holder = socket.socket()
     try:

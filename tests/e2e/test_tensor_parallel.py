@@ -40,7 +40,14 @@ def test_tp2_keeps_the_cast_fix_with_identical_outputs(tmp_path: Path, home: Pat
     cast fix accepted with the same greedy outputs, the instrumentation removed, every rank of every
     launch gone at the end, and the session replays."""
     proc = perfloop(
-        home, "run", str(tp2_target(tmp_path / "t.toml", repo)), "--json", "--max-iterations", "1"
+        home,
+        "run",
+        "--approve",
+        "auto",
+        str(tp2_target(tmp_path / "t.toml", repo)),
+        "--json",
+        "--max-iterations",
+        "1",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     s = last_json(proc)

@@ -56,7 +56,7 @@ def target(tmp_path: Path, repo: Path, policy: str, arms: str) -> Path:
 
 
 def run(tmp_path: Path, home: Path, repo: Path, books: Path, toml: Path) -> tuple[dict, dict, str]:
-    proc = perfloop(home, "run", str(toml), "--json", "--playbooks", str(books), "--no-builtin-playbooks",
+    proc = perfloop(home, "run", "--approve", "auto", str(toml), "--json", "--playbooks", str(books), "--no-builtin-playbooks",
                     "--max-iterations", "1")  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     s = last_json(proc)

@@ -1,11 +1,13 @@
-"""On a terminal, approval is a prompt: `perfloop run` of a user's own target (no --approve: manual
-on a terminal) shows the proposal and asks in place (approve, reject, edit, later) instead of
-exiting and waiting for a second command; without a terminal it pauses as before. In a real
+"""On a terminal, approval is a prompt: `perfloop run` of a user's own target (no --approve: manual,
+everywhere) shows the proposal and asks in place (approve, reject, edit, later) instead of
+exiting and waiting for a second command; without a terminal it pauses as `--approve manual` does. In a real
 terminal (tmux), the proposal is rejected at the prompt with a reason, and the session goes on."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -64,8 +66,26 @@ def test_run_on_a_terminal_asks_in_place_and_a_rejection_there_continues_the_ses
     first = shown["decisions"][0]
     assert first["verdict"] == "rejected" and "not this one" in first["reason"], first
     assert shown["session"]["status"] in ("done", "paused"), shown["session"]["status"]
-    # without a terminal the same default would not ask: nothing to read from, a session never waits on stdin
     for pid in processes_in(tmp_path):  # a paused session's servers
-        import os
-
         os.kill(pid, 9)
+
+
+@pytest.mark.e2e
+def test_run_without_a_terminal_and_without_approve_pauses_at_the_first_proposal(tmp_path: Path) -> None:
+    """A user's own target is manual unless `--approve auto` is chosen: with no terminal (stdin
+    /dev/null, stdout a pipe) nothing is applied; the session pauses as `--approve manual` does."""
+    home, repo = tmp_path / "home", make_repo(tmp_path / "engine")
+    target = write_target(tmp_path / "t.toml", repo, looks=1)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout
+    run = perfloop(home, "run", str(target), "--json", "--max-iterations", "1")
+    assert run.returncode == 0, run.stderr[-2000:]
+    summary = json.loads(run.stdout)
+    assert summary["status"] == "paused", summary
+    shown = json.loads(perfloop(home, "show", "last", "--json").stdout)
+    assert shown["session"]["status"] == "paused" and not shown["decisions"], shown["decisions"]
+    assert "waits for approval" in run.stderr + run.stdout, run.stderr[-2000:]
+    for pid in processes_in(tmp_path):  # the paused session's servers
+        os.kill(pid, 9)
+    assert (
+        subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout == head
+    )

@@ -178,7 +178,7 @@ env = {{ HF_HUB_OFFLINE = "1" }}
 """
     )
     home = tmp_path / "home"
-    proc = perfloop(home, "run", str(target), "--json", "--max-iterations", "1")
+    proc = perfloop(home, "run", "--approve", "auto", str(target), "--json", "--max-iterations", "1")
     assert proc.returncode == 0, proc.stderr[-2000:]
     s = last_json(proc)
     assert s["status"] == "done" and s["accepted"] == ["kv-cache-full-pool-cast"], s

@@ -124,7 +124,7 @@ prompts = ["Explain the KV cache."]
     question = f"{bare} on root@127.0.0.1:{sshd.port} lacks perfloop's dependencies"
     told = "cannot import perfloop's tools"
 
-    unasked = perfloop(home, "run", str(target), "--json")  # stdin: /dev/null
+    unasked = perfloop(home, "run", "--approve", "auto", str(target), "--json")  # stdin: /dev/null
     assert unasked.returncode == 1, (unasked.returncode, unasked.stderr[-2000:])
     assert "lacks perfloop's dependencies" not in unasked.stderr
     failed = last_json(unasked)
@@ -133,7 +133,7 @@ prompts = ["Explain the KV cache."]
 
     primary, secondary = pty.openpty()
     proc = subprocess.Popen(
-        [str(PERFLOOP), "run", str(target), "--json"],
+        [str(PERFLOOP), "run", "--approve", "auto", str(target), "--json"],
         env={**os.environ, "PERFLOOP_HOME": str(home)},
         stdin=secondary,
         stdout=subprocess.PIPE,

@@ -48,7 +48,7 @@ def test_sigkill_between_spawn_and_pid_file_on_the_host_then_resume(sshd: Sshd, 
     repo, home = make_repo(tmp_path / "engine"), tmp_path / "home"
     target = ssh_target(tmp_path / "t.toml", repo, own, tmp_path / "client", arms="sequential", looks=1)
     cli = subprocess.Popen(
-        [str(PERFLOOP), "run", str(target), "--json", "--max-iterations", "1"],
+        [str(PERFLOOP), "run", "--approve", "auto", str(target), "--json", "--max-iterations", "1"],
         env={**os.environ, "PERFLOOP_HOME": str(home)},
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,

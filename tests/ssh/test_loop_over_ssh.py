@@ -125,7 +125,7 @@ def test_whole_loop_over_ssh_in_a_path_with_shell_syntax(sshd: Sshd, tmp_path: P
     repo = make_repo(nasty / "engine")
     home = tmp_path / "home"
     target = ssh_target(tmp_path / "t.toml", repo, sshd, tmp_path / "client", arms="sequential", looks=1)
-    proc = perfloop(home, "run", str(target), "--json", timeout=400)
+    proc = perfloop(home, "run", "--approve", "auto", str(target), "--json", timeout=400)
     assert proc.returncode == 0, proc.stderr[-2000:]
     s = last_json(proc)
     assert_same_result_as_local(home, s, repo, sshd, "sequential")
@@ -169,7 +169,7 @@ def test_connection_dropped_mid_measurement_then_resumed(sshd: Sshd, tmp_path: P
     watcher = threading.Thread(target=drop_during_measure, daemon=True)
     watcher.start()
     try:
-        proc = perfloop(home, "run", str(target), "--json", timeout=400)
+        proc = perfloop(home, "run", "--approve", "auto", str(target), "--json", timeout=400)
         watcher.join(timeout=30)
         assert dropped.is_set(), "the measurement was never seen running on the host"
         assert proc.returncode == 0, proc.stderr[-2000:]
@@ -214,7 +214,7 @@ def test_connection_dropped_during_a_launch_then_resumed(sshd: Sshd, tmp_path: P
     watcher = threading.Thread(target=drop_during_launch, daemon=True)
     watcher.start()
     try:
-        proc = perfloop(home, "run", str(target), "--json", timeout=400)
+        proc = perfloop(home, "run", "--approve", "auto", str(target), "--json", timeout=400)
         watcher.join(timeout=30)
         assert dropped, "the launch was never seen waiting on the host"
         assert proc.returncode == 0, proc.stderr[-2000:]
@@ -275,7 +275,9 @@ def test_sigkill_mid_session_over_ssh_then_resume(sshd: Sshd, tmp_path: Path) ->
     points = ["tool:server.launch", "tool:repo.apply_patch", "node:measure"]
     faults.write_text("".join(p + "\n" for p in points))
     env = {"PERFLOOP_FAULTS_FILE": str(faults)}
-    first = perfloop(home, "run", str(target), "--json", "--max-iterations", "1", timeout=400, env=env)
+    first = perfloop(
+        home, "run", "--approve", "auto", str(target), "--json", "--max-iterations", "1", timeout=400, env=env
+    )
     assert first.returncode == -signal.SIGKILL, first.stderr[-2000:]
     session = last_json(perfloop(home, "sessions", "--json"))[0]["id"]
     kills = 1

@@ -125,6 +125,8 @@ def test_two_candidates_on_two_hosts_one_dropped(sshd: Sshd, tmp_path: Path) -> 
         proc = perfloop(
             home,
             "run",
+            "--approve",
+            "auto",
             str(target),
             "--json",
             "--playbooks",

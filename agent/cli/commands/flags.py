@@ -73,7 +73,7 @@ class LoopFlags:
     """The shared options as one command received them."""
 
     approve: str | None
-    """None: the command's default (`demo`: auto; `run`: manual on a terminal, asked in place)."""
+    """None: the command's default (`demo`: auto; `run`: manual, asked in place on a terminal)."""
     max_iterations: int
     floor_ms: float | None
     floor_factor: float

@@ -140,7 +140,7 @@ def run(
     def body() -> None:
         target = flags.target(load_target(target_toml))
         method = profile_method or target.profile.method
-        opts = flags.options(method, default_approve(flags.approve))  # your target: manual on a terminal
+        opts = flags.options(method, default_approve(flags.approve))  # your target: manual
         if parallel is not None and not target.hosts:
             raise ConfigError(
                 f"--parallel {parallel} needs [[hosts]] in {target_toml}: list the hosts to try candidates on"
