@@ -14,6 +14,7 @@ import pytest
 from rich.console import Console
 
 from agent.cli import render
+from agent.decision.stats.rule import arm_stats
 from agent.report.data import arms
 from agent.sessions.summary import summarize
 from state.loop import Decision
@@ -70,3 +71,16 @@ def test_the_report_arm_median_and_ci_read_the_timed_requests() -> None:
             arm.ci_ms,
         )  # was 0.01 [0.01, ...]
         assert min(arm.itl_ms) >= low  # the ITLs of the timed streams only: no burst's 0.02 ms
+
+
+def test_the_decision_line_itl_p50_p99_read_the_timed_requests() -> None:
+    """The decision line's "ITL p50/p99" (`arm_stats`): one request timed at 8 ms a token, four
+    whose deltas came in bursts (7 gaps of 0.0 ms for 15 tokens): most gaps are 0.0, none is decode time."""
+    burst = [0.0] * 7
+    records = [
+        RequestRecord(prompt_index=i, ttft_ms=200.0, itl_ms=itl, text="t", completion_tokens=TOKENS)
+        for i, itl in enumerate([[8.0] * (TOKENS - 1), burst, burst, burst, burst])
+    ]
+    a = arm_stats(records, 5, 0)
+    assert a.itl_ms_p50 == pytest.approx(8.0) and a.itl_ms_p99 == pytest.approx(8.0), a  # p50 was 0.0
+    assert f"{a.itl_ms_p50:.1f}/{a.itl_ms_p99:.1f}" == "8.0/8.0"
