@@ -9,9 +9,11 @@ from langgraph.types import Command
 
 from agent.context import LoopContext, need, step, transition
 from agent.decision.arms.arms import arms_in_use
+from agent.decision.arms.interleave import confirming_line
 from agent.decision.arms.measuring import beside_note, serving_note
 from agent.decision.rules import rule_for
 from agent.decision.stats.mechanism import predict
+from state.decision import Look
 from state.loop import Decision, LoopState
 from state.updates import LoopUpdate
 
@@ -33,6 +35,14 @@ def relaunches_note(state: LoopState, launches: int) -> str:
     )
 
 
+def looks_words(looks: list[Look]) -> str:
+    """`1/3 1.43x [1.10, 1.90] accepted, ...` (pure)."""
+    return ", ".join(
+        f"{lk.look}/{lk.of} {lk.speedup:.2f}x [{lk.ci_low:.2f}, {lk.ci_high:.2f}] {lk.verdict}"
+        for lk in looks
+    )
+
+
 @step
 def measure(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["decide", "abort"]]:
     """Measure the patched server with the same workload as the reference (by the session's rule)."""
@@ -47,10 +57,10 @@ def measure(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
         + beside_note(m)
     )
     if judgement is not None:
-        note += "; looks: " + ", ".join(
-            f"{lk.look}/{lk.of} {lk.speedup:.2f}x [{lk.ci_low:.2f}, {lk.ci_high:.2f}] {lk.verdict}"
-            for lk in judgement.looks
-        )
+        note += f"; looks: {looks_words(judgement.looks)}"
+        if judgement.confirmation:  # the second pair of launches, and why it started
+            why = confirming_line(judgement.looks[-1], state.target.decide.confirm_below)
+            note += f"; {why}: {looks_words(judgement.confirmation)}"
     elif judged.problem is not None:
         note += f"; not timed further: {judged.problem}"
     if judged.tolerance is not None and judged.tolerance.passed:

@@ -4,6 +4,7 @@ confirmed on a second pair of launches (forced by `confirm_below`)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -84,6 +85,7 @@ auto_aa_pairs = 0  # no A/A pairs beside the baseline: the launch count is the f
         "--max-iterations",
         "1",
         timeout=1200,
+        env={"PERFLOOP_PROGRESS": "plain"},  # the progress lines, on stderr
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     s = last_json(proc)
@@ -109,6 +111,12 @@ auto_aa_pairs = 0  # no A/A pairs beside the baseline: the launch count is the f
     confirmation = good["judgement"]["confirmation"]
     assert len(confirmation) >= 1 and confirmation[-1]["verdict"] == "accepted", good["reason"]
     assert "second pair of launches" in good["reason"] and "arms interleaved" in good["reason"]
+    why = "on a fresh pair: its low end is under confirm_below 1000.0"  # said before it launches, and kept
+    assert re.search(r"confirming \d+\.\d\dx \[\d+\.\d\d, \d+\.\d\d\] " + re.escape(why), proc.stderr), (
+        proc.stderr[-3000:]
+    )
+    measured = [t["note"] for t in shown["transitions"] if t["node"] == "measure" and why in t["note"]]
+    assert len(measured) == 1 and f"{why}: 1/" in measured[0], [t["note"] for t in shown["transitions"]]
     assert s["server_launches"] == 1 + 1 + 2 + 2, (s["server_launches"], good["reason"])
     assert_clean(repo, s["branch"])
     rep = perfloop(home, "replay", s["session"], "--json")

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from agent.decision.arms.interleave import confirming_line
 from agent.decision.stats.noise import noise_for, pair_noise
 from agent.decision.stats.rule import needs_confirmation, replicated
 from state.aa import AASample
@@ -128,6 +129,14 @@ def a_look(verdict: str, ci_low: float) -> Look:
         look=1, of=3, speedup=ci_low * 1.2, ci_low=ci_low, ci_high=ci_low * 1.5, level=0.98, prompts=3,
         requests_reference=3, requests_candidate=3, verdict=verdict,
     )  # fmt: skip
+
+
+def test_a_confirming_pair_says_why_it_launches() -> None:
+    """The progress line and the measure step's note before a second pair of launches."""
+    lk = a_look("accepted", 1.1).model_copy(update={"speedup": 1.43, "ci_high": 1.9})
+    assert confirming_line(lk, 2.0) == (
+        "confirming 1.43x [1.10, 1.90] on a fresh pair: its low end is under confirm_below 2.0"
+    )
 
 
 def test_an_acceptance_below_confirm_below_needs_a_second_pair_that_accepts_too() -> None:

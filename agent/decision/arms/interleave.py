@@ -169,6 +169,15 @@ def judge_pair(
     return need(ref_m, "reference arm"), need(cand_m, "candidate arm"), looks, None
 
 
+def confirming_line(lk: Look, confirm_below: float | None) -> str:
+    """Why a second pair of launches starts after an accepted look: `confirming 1.43x [1.10, 1.90]
+    on a fresh pair: its low end is under confirm_below 2.0` (pure)."""
+    return (
+        f"confirming {lk.speedup:.2f}x [{lk.ci_low:.2f}, {lk.ci_high:.2f}] on a fresh pair: "
+        f"its low end is under confirm_below {confirm_below}"
+    )
+
+
 def judge_interleaved(state: LoopState, runtime: Runtime[LoopContext], label: str) -> JudgedCandidate:
     """Launch the reference beside the running candidate, measure both look by look, judge; an
     acceptance below `confirm_below` is judged again on a fresh pair of launches."""
@@ -192,14 +201,15 @@ def judge_interleaved(state: LoopState, runtime: Runtime[LoopContext], label: st
         verdict, confirmation = with_levels(looks[-1].verdict, others), list[Look]()
         if needs_confirmation(looks[-1], cfg):
             call(runtime, server.stop, ServerArgs(server=ref, grace_s=state.target.launch.stop_grace_s))
-            ref2 = launch_beside(state, runtime, where, argv, state.launches + 2, role_of(state, where))
-            cand2 = launch_beside(
-                state, runtime, state.target.repo, state.argv, state.launches + 3, "confirm"
-            )
-            launches += 2
-            _, _, confirmation, problem = judge_pair(
-                state, runtime, f"{label}-confirm", (ref2, cand2), where, noise
-            )
+            with progress.within(confirming_line(looks[-1], cfg.confirm_below)):  # on every line of the pair
+                ref2 = launch_beside(state, runtime, where, argv, state.launches + 2, role_of(state, where))
+                cand2 = launch_beside(
+                    state, runtime, state.target.repo, state.argv, state.launches + 3, "confirm"
+                )
+                launches += 2
+                _, _, confirmation, problem = judge_pair(
+                    state, runtime, f"{label}-confirm", (ref2, cand2), where, noise
+                )
             if problem is not None:
                 problem = f"on the confirming pair of launches: {problem}"
                 return JudgedCandidate(cand_m, problem=problem, tolerance=tolerance, launches_beside=launches)
