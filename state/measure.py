@@ -22,6 +22,13 @@ class RequestRecord(Model):
     """`[workload]`: when it was sent, in ms from its window's start."""
 
     @property
+    def timed(self) -> bool:
+        """Whether its stream timed its tokens: a delta after the first and about one token a delta
+        (at least half of the tokens after the first in deltas of their own); a merged stream's
+        gaps are the API server's, not the model's (tools/client/stats.py `timed`)."""
+        return bool(self.itl_ms) and 2 * len(self.itl_ms) >= self.completion_tokens - 1
+
+    @property
     def tpot_ms(self) -> float:
         """Mean time per output token after the first: the stream's time after its first delta
         over the tokens after the first (a delta may carry several tokens: then `itl_ms` has fewer

@@ -38,7 +38,7 @@ def timed(records: list[RequestRecord]) -> list[RequestRecord]:
     server that merges a queued request's deltas (vLLM, under load) sends its whole output at once:
     its gaps (0.0 ms, or microseconds inside a burst) are the API server's, not the model's, and a
     TPOT made of them is no decode time at all (pure)."""
-    return [r for r in records if r.itl_ms and 2 * len(r.itl_ms) >= r.completion_tokens - 1]
+    return [r for r in records if r.timed]
 
 
 def tpot_samples(records: list[RequestRecord]) -> list[float]:

@@ -26,7 +26,6 @@ import numpy as np
 from state.decision import ArmStats, DecisionConfig, LaunchNoise, Look, Verdict
 from state.measure import Measurement, RequestRecord, Window
 from state.workload import OBJECTIVES, WorkloadConfig
-from tools.client.stats import timed
 
 Arm = list[np.ndarray]
 """One arm: log TPOT of each request, one array per prompt (in prompt order)."""
@@ -226,8 +225,9 @@ def arm_stats(
 ) -> ArmStats:
     """Per-arm medians and tails for the report; outliers are flagged (counted), never dropped;
     with `windows` (`[workload]`) also throughputs and p99s over them. ITLs are the timed streams'
-    (`timed`: a merged stream's 0.0 ms gaps are the API server's, not the model's), all where none is."""
-    gaps = [r.itl_ms for r in timed(list(requests)) or requests if r.itl_ms]
+    (`RequestRecord.timed`: a merged stream's 0.0 ms gaps are the API server's, not the model's),
+    all where none is."""
+    gaps = [r.itl_ms for r in [x for x in requests if x.timed] or requests if r.itl_ms]
     itl = np.concatenate([np.asarray(g, dtype=float) for g in gaps] or [np.zeros(1)])
     outliers = 0
     for a in by_prompt(requests, n_prompts):
