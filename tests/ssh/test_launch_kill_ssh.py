@@ -1,11 +1,13 @@
-"""SIGKILL between a server's spawn and its pid file on an SSH host, then `resume`: no server of
-the session runs on the host after it ends.
+"""SIGKILL at each point of a launch on an SSH host (before the spawn, between the spawn and its pid
+file, during readiness), then `resume`: no server of the session runs on the host after it ends.
 
 Over SSH the launch runs on the host (`python -m tools.hosts.remote`): the host's sessions get a
 fault file from sshd (`SetEnv`; a daemon of the test's own, so no other test sees it) whose
-`server:forked STOP` freezes that process right after the spawn, before its pid file. Then perfloop
-is SIGKILLed here and the frozen process there (the OOM killer's way): the server runs on, named
-by no pid file and no checkpoint. Real sshd, CLI, demo server and git repo.
+`POINT STOP` freezes that process there: `server:spawning` before the spawn (its intent written),
+`server:forked` right after it, before its pid file (the server runs on, named by no pid file and no
+checkpoint), `server:spawned` with its pid file written, before readiness. Then perfloop is
+SIGKILLed here and the frozen process there (the OOM killer's way). Real sshd, CLI, demo server
+and git repo.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+
+import pytest
 
 from tests.e2e.conftest import PERFLOOP, git, kept_unless_drifted, last_json, make_repo, perfloop
 from tests.procs import processes_in
@@ -40,9 +44,12 @@ def stopped_host_tool(faults: Path) -> int | None:
     return None
 
 
-def test_sigkill_between_spawn_and_pid_file_on_the_host_then_resume(sshd: Sshd, tmp_path: Path) -> None:
+@pytest.mark.parametrize("point", ["server:spawning", "server:forked", "server:spawned"])
+def test_sigkill_at_each_point_of_a_launch_on_the_host_then_resume(
+    sshd: Sshd, tmp_path: Path, point: str
+) -> None:
     faults = tmp_path / "host-faults"
-    faults.write_text("server:forked STOP\n")  # the first launch: the baseline server
+    faults.write_text(f"{point} STOP\n")  # the first launch: the baseline server
     own = Sshd(sshd.dir, free_port(), env={"PERFLOOP_FAULTS_FILE": str(faults)})
     own.start()
     repo, home = make_repo(tmp_path / "engine"), tmp_path / "home"
@@ -62,14 +69,18 @@ def test_sigkill_between_spawn_and_pid_file_on_the_host_then_resume(sshd: Sshd, 
             and time.monotonic() < deadline
         ):
             time.sleep(0.05)
-        assert frozen is not None and faults.read_text() == "", "the launch never reached server:forked"
+        assert frozen is not None and faults.read_text() == "", f"the launch never reached {point}"
         cli.kill()
         cli.wait()
         os.kill(frozen, signal.SIGKILL)
         session = last_json(perfloop(home, "sessions", "--json"))[0]["id"]
         host_dir = remote_session_dir(own, session)
-        assert processes_in(repo), "the spawned server runs on the host"
-        assert "pid" not in json.loads((host_dir / "server.pid").read_text())  # the intent only
+        recorded = json.loads((host_dir / "server.pid").read_text())
+        if point == "server:spawning":
+            assert "pid" not in recorded and processes_in(repo) == []  # the intent only, nothing spawned
+        else:  # the server runs on the host; its pid file names it only after the spawn's record
+            assert processes_in(repo), "the spawned server runs on the host"
+            assert ("pid" in recorded) is (point == "server:spawned"), recorded
 
         done = perfloop(home, "resume", session, "--json", timeout=400)
         assert done.returncode == 0, done.stderr[-3000:]
