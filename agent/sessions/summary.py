@@ -12,7 +12,6 @@ from state.loop import LoopState
 from state.measure import Measurement
 from state.session import Summary
 from state.workload import OBJECTIVES
-from tools.client.stats import tpot_samples
 
 
 def summarize(state: LoopState, status: str) -> Summary:
@@ -34,11 +33,8 @@ def summarize(state: LoopState, status: str) -> Summary:
     if (lp := state.long_prompts) is not None:
         reach = lp.line(state.target.correctness.max_tokens)
         reach += f"; {why}" if (why := refusal(state)) is not None else ""
-    timing = {
-        "tpot_ms_before": before.tpot_ms.median if before else None,
-        "tpot_ms_after": after.tpot_ms.median if after else None,
-        "speedup": before.tpot_ms.median / after.tpot_ms.median if before and after else None,
-    }
+    a, b = timed_tpot(before), timed_tpot(after)  # a merged stream timed nothing: not measured, never 0.0
+    timing = {"tpot_ms_before": a, "tpot_ms_after": b, "speedup": a / b if a and b else None}
     return Summary(
         session=state.session_id,
         status=status,
@@ -81,6 +77,14 @@ def summarize(state: LoopState, status: str) -> Summary:
     )
 
 
+def timed_tpot(m: Measurement | None) -> float | None:
+    """The measurement's TPOT median over the requests whose stream timed their tokens; None when
+    none did (the server merged every stream: no decode time can be read from it) (pure)."""
+    if m is None or not any(r.timed for r in m.requests):
+        return None
+    return m.tpot_ms.median
+
+
 def serving_figures(state: LoopState, before: Measurement | None, after: Measurement | None) -> dict:
     """Under `[workload]`, at its primary concurrency level: the objective before and after (over
     all of each arm's windows at that level), the speedup as its ratio (after / before for a
@@ -93,7 +97,7 @@ def serving_figures(state: LoopState, before: Measurement | None, after: Measure
     out: dict = {"objective": f"{name} ({unit})"}
     for k, m in (("before", before), ("after", after)):
         at = at_level(m, w.primary) if m and m.windows else None
-        tpot = tpot_samples(at.requests) if at else []  # as Measurement.tpot_ms: the timed requests
+        tpot = [r.tpot_ms for r in at.requests if r.timed] if at else []  # the timed requests only
         out[f"objective_{k}"] = pooled_metric(at, w) if at else None
         out[f"tpot_ms_{k}"] = percentile(tpot, 0.5) if tpot else None
         out[f"tpot_ms_p99_{k}"] = serving_stats(at.requests, at.windows)["tpot_ms_p99"] if at else None

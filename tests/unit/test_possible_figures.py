@@ -57,6 +57,19 @@ def test_the_summary_tpot_p50_reads_the_timed_requests(tmp_path: Path) -> None:
     assert " 0.0 ms" not in out.getvalue()
 
 
+def test_a_baseline_whose_every_stream_merged_reads_not_measured_never_zero(tmp_path: Path) -> None:
+    """Under load vLLM merged every stream of the tiny Llama's baseline (CI, 2026-12-04): the table
+    read `TPOT p50 0.0 ms -> 3.9 ms`. No request timed its tokens: no TPOT, said so."""
+    w = WorkloadConfig(concurrency=8, requests=8, prompts=8)
+    merged = merged_run(8.0)
+    merged = merged.model_copy(update={"requests": [r for r in merged.requests if not r.timed]})
+    s = summarize(session(tmp_path, w, merged, merged_run(4.0, "b")), "done")
+    assert s.tpot_ms_before is None and s.tpot_ms_after == pytest.approx(4.1), s
+    out = io.StringIO()
+    render.summary(Console(file=out, width=300, color_system=None), s)
+    assert " 0.0 ms" not in out.getvalue() and "not measured -> 4.1 ms" in out.getvalue(), out.getvalue()
+
+
 def test_the_report_arm_median_and_ci_read_the_timed_requests() -> None:
     calls = [
         record(0, "baseline", "bench.measure", {"measurement": merged_run(8.0).model_dump(mode="json")}),

@@ -116,8 +116,8 @@ def test_the_documented_planted_case_is_found_fixed_and_kept_and_a_fast_wrong_ga
 
     look = fix["judgement"]["looks"][-1]
     print(
-        f"\nvLLM MLA planted cast (session 2+3): TPOT {s['tpot_ms_before']:.2f} -> "
-        f"{s['tpot_ms_after']:.2f} ms, speedup {look['speedup']:.2f}x "
+        f"\nvLLM MLA planted cast (session 2+3): TPOT {s['tpot_ms_before'] or 0:.2f} -> "
+        f"{s['tpot_ms_after'] or 0:.2f} ms, speedup {look['speedup']:.2f}x "
         f"(95% CI [{look['ci_low']:.2f}, {look['ci_high']:.2f}]), wrong gather rejected: "
         f"{wrong['reason'][:80]}; {s['server_launches']} launches, {wall:.0f} s wall"
     )

@@ -87,7 +87,7 @@ def test_the_search_keeps_more_sequences_per_step_within_its_predicted_bound_and
         f"\nvLLM tiny Llama launch-option session (session 1): output throughput "
         f"{s['objective_before']:.1f} -> {s['objective_after']:.1f} tok/s at concurrency 8, judged "
         f"{look['speedup']:.2f}x (95% CI [{look['ci_low']:.2f}, {look['ci_high']:.2f}]) against a "
-        f"predicted bound of 8.00x; TPOT p50 {s['tpot_ms_before']:.2f} -> {s['tpot_ms_after']:.2f} ms; "
+        f"predicted bound of 8.00x; TPOT p50 {s['tpot_ms_before'] or 0:.2f} -> {s['tpot_ms_after'] or 0:.2f} ms; "
         f"{s['server_launches']} launches, {wall:.0f} s wall"
     )
     print(json.dumps({"diagnose": notes["diagnose"][-300:], "trial": line}))

@@ -147,12 +147,17 @@ def serving_note(m: Measurement) -> str:
     for c in dict.fromkeys(w.concurrency for w in m.windows):
         at = at_level(m, c)
         s = serving_stats(at.requests, at.windows)
-        tpot = percentile([r.tpot_ms for r in at.requests if r.itl_ms], 0.5)
+        timed = [r.tpot_ms for r in at.requests if r.timed]  # a merged stream times no token
         ttft = percentile([r.ttft_ms for r in at.requests], 0.5)
         notes.append(
             f"; at concurrency {c}: {s['output_tok_per_s']:.1f} tok/s, "
-            f"{s['requests_per_s']:.2f} req/s, TPOT p50/p99 {tpot:.1f}/{s['tpot_ms_p99']:.1f} ms, "
-            f"TTFT p50/p99 {ttft:.1f}/{s['ttft_ms_p99']:.1f} ms over {s['windows']} windows"
+            f"{s['requests_per_s']:.2f} req/s, "
+            + (
+                f"TPOT p50/p99 {percentile(timed, 0.5):.1f}/{percentile(timed, 0.99):.1f} ms, "
+                if timed
+                else "TPOT not timed (every stream merged), "
+            )
+            + f"TTFT p50/p99 {ttft:.1f}/{s['ttft_ms_p99']:.1f} ms over {s['windows']} windows"
         )
     return "".join(notes)
 

@@ -248,7 +248,7 @@ def arm_stats(
 
 def serving_stats(
     requests: Sequence[RequestRecord], windows: Sequence[Window], workload: WorkloadConfig | None = None
-) -> dict[str, float | int]:
+) -> dict[str, float | int | None]:
     """An arm's serving figures over its windows: throughputs (total over wall time) and p99s;
     goodput where the workload is judged on it."""
     wall = sum(w.wall_s for w in windows) or 1.0
@@ -258,6 +258,8 @@ def serving_stats(
         "concurrency": windows[0].concurrency,
         "output_tok_per_s": sum(w.output_tokens for w in windows) / wall,
         "requests_per_s": sum(w.requests for w in windows) / wall,
-        "tpot_ms_p99": percentile([r.tpot_ms for r in requests if r.itl_ms], 0.99),
+        "tpot_ms_p99": percentile(timed, 0.99)
+        if (timed := [r.tpot_ms for r in requests if r.timed])
+        else None,
         "ttft_ms_p99": percentile([r.ttft_ms for r in requests], 0.99),
     }
