@@ -2,6 +2,10 @@
 
 from state.base import Model
 
+BURST_MS = 0.05
+"""Gaps between a stream's deltas shorter than this are a burst: the API server flushing deltas it
+held (vLLM under load: ~8 us apart), not decode steps (no model decodes a token in 50 us)."""
+
 
 class RequestRecord(Model):
     """One streamed request of the measurement workload (cf. sglang bench_serving's output)."""
@@ -23,10 +27,13 @@ class RequestRecord(Model):
 
     @property
     def timed(self) -> bool:
-        """Whether its stream timed its tokens: a delta after the first and about one token a delta
-        (at least half of the tokens after the first in deltas of their own); a merged stream's
-        gaps are the API server's, not the model's (tools/client/stats.py `timed`)."""
-        return bool(self.itl_ms) and 2 * len(self.itl_ms) >= self.completion_tokens - 1
+        """Whether its stream timed its tokens: a delta after the first, about one token a delta
+        (at least half of the tokens after the first in deltas of their own), and gaps of a decode
+        step, not of a burst (their median at least `BURST_MS`): a merged or flushed stream's gaps
+        are the API server's, not the model's (tools/client/stats.py `timed`)."""
+        if not self.itl_ms or 2 * len(self.itl_ms) < self.completion_tokens - 1:
+            return False
+        return sorted(self.itl_ms)[len(self.itl_ms) // 2] >= BURST_MS
 
     @property
     def tpot_ms(self) -> float:

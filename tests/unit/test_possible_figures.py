@@ -70,6 +70,14 @@ def test_a_baseline_whose_every_stream_merged_reads_not_measured_never_zero(tmp_
     assert " 0.0 ms" not in out.getvalue() and "not measured -> 4.1 ms" in out.getvalue(), out.getvalue()
 
 
+def test_a_stream_flushed_in_a_burst_is_not_timed() -> None:
+    """The tiny Llama at 8 requests in flight and one sequence a step (CI, 2026-12-04): streams of a
+    delta a token, ~8 us apart: the API server flushing held deltas, not decode steps."""
+    burst = RequestRecord(prompt_index=0, ttft_ms=400.0, itl_ms=[0.008] * 15, text="t", completion_tokens=16)
+    decode = burst.model_copy(update={"itl_ms": [4.0] * 15})
+    assert not burst.timed and decode.timed and stats.timed([burst, decode]) == [decode]
+
+
 def test_the_report_arm_median_and_ci_read_the_timed_requests() -> None:
     calls = [
         record(0, "baseline", "bench.measure", {"measurement": merged_run(8.0).model_dump(mode="json")}),
