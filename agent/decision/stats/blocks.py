@@ -46,8 +46,7 @@ from dataclasses import dataclass
 from statistics import NormalDist
 
 from agent.decision.stats.noise import chi2_quantile
-from agent.decision.stats.replicates import t_quantile
-from agent.decision.stats.rule import verdict_of
+from agent.decision.stats.replicates import launches_look, t_quantile
 from state.decision import DecisionConfig, LaunchNoise, Look
 
 EARLY_DF = 4
@@ -130,20 +129,9 @@ def block_look(
     """The rule once on the blocks so far (`look` of `of` pre-registered looks), and the pooled
     launch noise it rests on (pure); the Look's `requests_*` count blocks."""
     level = 1.0 - (1.0 - cfg.confidence) / of
-    shift, low, high, sd, df = block_effect(ds, pool, level)
-    ci_low, ci_high = math.exp(low), math.exp(high)
-    lk = Look(
-        look=look,
-        of=of,
-        speedup=math.exp(shift),
-        ci_low=ci_low,
-        ci_high=ci_high,
-        level=level,
-        prompts=1,
-        requests_reference=len(ds),
-        requests_candidate=len(ds),
-        verdict=verdict_of(ci_low, ci_high, cfg.min_gain, last_look=look >= of),
-    )
+    est = block_effect(ds, pool, level)
+    lk, _ = launches_look(cfg, look, of, est, len(ds), len(ds))  # a Look over launches, counted in blocks
+    sd, df = est[3], est[4]
     noise = LaunchNoise(sigma_log=sd, estimate_log=sd, launches=2 * len(ds), source="pooled", df=df)
     return lk, noise
 
