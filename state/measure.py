@@ -28,12 +28,14 @@ class RequestRecord(Model):
     @property
     def timed(self) -> bool:
         """Whether its stream timed its tokens: a delta after the first, about one token a delta
-        (at least half of the tokens after the first in deltas of their own), and gaps of a decode
-        step, not of a burst (their median at least `BURST_MS`): a merged or flushed stream's gaps
-        are the API server's, not the model's (tools/client/stats.py `timed`)."""
+        (at least half of the tokens after the first in deltas of their own), and a span of decode
+        steps, not of a burst (its mean gap, `tpot_ms`, at least `BURST_MS`): a merged or flushed
+        stream's gaps are the API server's, not the model's (tools/client/stats.py `timed`). The
+        mean, not the median: a client that fell behind reads the deltas it missed in one burst
+        (microseconds apart), but the stream's span still holds the decode steps it timed."""
         if not self.itl_ms or 2 * len(self.itl_ms) < self.completion_tokens - 1:
             return False
-        return sorted(self.itl_ms)[len(self.itl_ms) // 2] >= BURST_MS
+        return self.tpot_ms >= BURST_MS
 
     @property
     def tpot_ms(self) -> float:
