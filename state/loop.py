@@ -171,6 +171,8 @@ class LoopState(Model):
     """The repo as the session found it (the user's uncommitted work included)."""
     branch: str | None = None
     """Session branch `perfloop/<session>`."""
+    checkout: str | None = None
+    """Where the ended session gave the checkout back: the branch (or short commit) it was found on."""
     sglang: SglangLayout | None = None
     """For `kind = "sglang"`: where the package lies in the repo and its release."""
     instrumentation: InstrumentationRecord | None = None

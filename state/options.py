@@ -77,3 +77,7 @@ class LoopOptions(Model):
     """Whether the mechanism check calls a mechanism confirmed only when the realized reduction lies
     in the prediction's range, saying how far off it was otherwise (agent/decision/stats/mechanism.py):
     True for new sessions; sessions recorded before it replay with the half-of-it test."""
+    give_back_checkout: bool = False
+    """Whether an ended session (done or failed) switches the checkout back to the branch it was
+    found on, its accepted commits kept on the session branch (`agent/steps/end.py`): True for new
+    `run` sessions (the demo's copy stays on its branch); sessions recorded before end on their branch."""

@@ -42,6 +42,10 @@ class Summary(Model):
     """Commit shas of accepted patches on the session branch."""
     branch: str | None
     """The session branch in the target repo."""
+    checkout: str | None = None
+    """The branch (or short commit) the ended session gave the target's checkout back on, the one
+    it was found on (the accepted commits stay on `branch`); None: the checkout is on `branch` (a
+    paused session, a switch the user's uncommitted edit refused, a session recorded before)."""
     server_launches: int
     """How many times the target server was started."""
     profile_method: str

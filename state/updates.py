@@ -36,6 +36,7 @@ class LoopUpdate(TypedDict, total=False):
     iteration: int
     start: WorkspaceSnapshot | None
     branch: str | None
+    checkout: str | None
     sglang: SglangLayout | None
     instrumentation: InstrumentationRecord | None
     server: ServerHandle | None

@@ -61,6 +61,14 @@ def _outputs(s: Summary) -> str:
     return said
 
 
+def branch_words(branch: str | None, checkout: str | None) -> str:
+    """The summary's branch row: the session branch, and where the checkout was given back (pure)."""
+    if checkout is None:
+        return branch or "-"
+    kept = f"{branch} holds the accepted commits" if branch else "no commit kept"
+    return f"{kept}; your checkout is back on {checkout}"
+
+
 def summary(console: Console, s: Summary) -> None:
     """The end-of-run summary."""
     t = Table(title=f"perfloop session {s.session} ({s.status})", show_header=False)
@@ -78,7 +86,7 @@ def summary(console: Console, s: Summary) -> None:
         ("accepted", ", ".join(s.accepted) or "none"),
         ("rejected / failed", ", ".join(s.rejected) or "none"),
         ("commits", ", ".join(c[:10] for c in s.commits) or "none"),
-        ("branch", s.branch or "-"),
+        ("branch", branch_words(s.branch, s.checkout)),
         ("repo", str(s.repo)),
         ("server launches", str(s.server_launches)),
         ("profile method", s.profile_method),

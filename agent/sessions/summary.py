@@ -46,6 +46,7 @@ def summarize(state: LoopState, status: str) -> Summary:
         rejected=rejected,
         commits=[c.sha for c in state.accepted],
         branch=state.branch,
+        checkout=state.checkout,
         server_launches=state.launches,
         profile_method=state.target.profile.method,
         measured_by=before.client if before else None,

@@ -71,15 +71,43 @@ def _teardown(state: LoopState, runtime: Runtime[LoopContext]) -> list[str]:
     return problems
 
 
+GivenBack = tuple[str | None, str | None, str | None]
+"""(the session branch left, None where deleted; where the checkout went back, None where it stays;
+why it stays, None where it was given back)."""
+
+
+def give_back(state: LoopState, runtime: Runtime[LoopContext], tool: Callable) -> GivenBack:
+    """Switch the checkout back to the branch (or commit) it was found on; the session branch
+    stays only if it holds accepted commits. A switch refused (the user's uncommitted edit in a
+    file the commits change) leaves the checkout on the session branch, and says why."""
+    if not state.branch or state.start is None:
+        return state.branch, None, None
+    back = LeaveBranchArgs(
+        repo=state.target.repo, name=state.branch, back_to=state.start.branch, head_sha=state.start.head_sha
+    )
+    try:
+        call(runtime, tool, back)
+    except ToolError as exc:
+        return state.branch, None, f"leave the session branch: {exc}"
+    return (state.branch if state.accepted else None), state.start.branch or state.start.head_sha[:10], None
+
+
 @step(guarded=False)
 def finish(state: LoopState, runtime: Runtime[LoopContext]) -> Command:
-    """Stop the server and take the instrumentation out: the repo keeps only accepted commits."""
+    """Stop the server and take the instrumentation out: the repo keeps only accepted commits, on
+    the session branch; the checkout goes back to the branch it was found on."""
     problems = _teardown(state, runtime)
+    branch, back_on, why = state.branch, None, None
+    if state.options.give_back_checkout:  # sessions recorded before end on their branch
+        branch, back_on, why = give_back(state, runtime, repo.give_back)
     reason = state.stop_reason or "done"
     status: SessionStatus = "failed" if problems else "done"
     note = f"{status}: {reason}" + (f"; cleanup problems: {'; '.join(problems)}" if problems else "")
+    note += f"; the checkout stays on {branch}: {why}" if why else ""  # e.g. the user's edit in the way
     return Command(
         update=LoopUpdate(
+            branch=branch,
+            checkout=back_on,
             server=None,
             instrumentation=None,
             pending_commit=None,
@@ -95,29 +123,20 @@ def finish(state: LoopState, runtime: Runtime[LoopContext]) -> Command:
 def abort(state: LoopState, runtime: Runtime[LoopContext]) -> Command:
     """After an unexpected tool error: clean up as finish does, and mark the session failed.
 
-    When nothing was accepted (e.g. a set-up failure at the first launch), the repo is also given
-    back on the branch it was found on, and the empty session branch deleted."""
+    The checkout is given back on the branch it was found on as finish does (sessions recorded
+    before `give_back_checkout`: only when nothing was accepted)."""
     problems = _teardown(state, runtime)
-    branch = state.branch
-    if branch and not state.accepted and state.start is not None:
-        try:
-            call(
-                runtime,
-                repo.leave_branch,
-                LeaveBranchArgs(
-                    repo=state.target.repo,
-                    name=branch,
-                    back_to=state.start.branch,
-                    head_sha=state.start.head_sha,
-                ),
-            )
-            branch = None
-        except ToolError as exc:
-            problems.append(f"leave the session branch: {exc}")
+    branch, back_on, why = state.branch, None, None
+    if state.options.give_back_checkout:
+        branch, back_on, why = give_back(state, runtime, repo.give_back)
+    elif not state.accepted:  # sessions recorded before: given back only when nothing was accepted
+        branch, _, why = give_back(state, runtime, repo.leave_branch)
+    problems += [why] if why else []
     error = "; ".join([state.error or "aborted", *problems])
     return Command(
         update=LoopUpdate(
             branch=branch,
+            checkout=back_on,
             server=None,
             instrumentation=None,
             pending_commit=None,

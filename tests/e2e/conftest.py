@@ -150,13 +150,22 @@ def last_json(proc: subprocess.CompletedProcess) -> dict:
     return json.loads(proc.stdout)
 
 
-def assert_clean(repo: Path, session_branch: str | None = None) -> None:
-    """No instrumentation in the tree, no server left running in it."""
+def assert_clean(repo: Path, ended: dict | str | None = None) -> None:
+    """No instrumentation in the tree, no server left running in it. With `ended` (a session's
+    summary): the checkout is back on the branch the session found it on (`checkout`) and the
+    session branch, kept where it holds the accepted commits, is there; a branch name: HEAD is on it."""
     for f in repo.rglob("*.py"):
         assert "perfloop-instrumentation" not in f.read_text(), f"instrumentation left in {f}"
     assert processes_in(repo) == [], "server process left running"
-    if session_branch:
-        assert git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == session_branch
+    if isinstance(ended, str):
+        assert git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == ended
+    elif ended is not None:  # back where it was found, else (a switch refused: the user's edit) on its branch
+        on = ended["checkout"] or ended["branch"]
+        assert git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == on, ended
+        if ended["commits"]:
+            assert git(repo, "rev-parse", ended["branch"]).strip() == ended["commits"][-1]
+        elif ended["checkout"]:  # no commit kept: no branch left behind
+            assert ended["branch"] is None and git(repo, "branch", "--list", "perfloop/*") == "", ended
 
 
 DRIFTED = "faster for one arm: CI widened by it"

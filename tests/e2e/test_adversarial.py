@@ -94,7 +94,7 @@ def test_wrong_for_one_prompt_slower_and_no_op_are_never_kept(tmp_path: Path, ho
     assert s["server_launches"] == 4  # the baseline and one launch per candidate: none is judged twice
     assert git(repo, "rev-list", "--count", "main..HEAD").strip() == "0"
     assert git(repo, "status", "--porcelain") == ""
-    assert_clean(repo, s["branch"])
+    assert_clean(repo, s)
 
 
 def test_no_op_is_never_accepted_with_interleaved_arms(tmp_path: Path, home: Path, repo: Path) -> None:

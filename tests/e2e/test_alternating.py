@@ -54,8 +54,8 @@ def test_the_fix_is_judged_on_alternating_launches(tmp_path: Path, home: Path, r
     assert d["verdict"] == "accepted" and lk["ci_low"] > 1.02 and lk["speedup"] > 1.3, d["reason"]
     assert f"n = {n} paired launches per arm" in d["reason"], d["reason"]
     assert "paired blocks (C R | R C ...): up to 3 blocks" in json.dumps(shown)  # the plan, before the trial
-    assert git(repo, "rev-list", "--count", "main..HEAD").strip() == "1"
-    assert_clean(repo, s["branch"])
+    assert git(repo, "rev-list", "--count", f"main..{s['branch']}").strip() == "1"
+    assert_clean(repo, s)
     assert not (home / "sessions" / s["session"] / "reference").exists()
     assert (
         s["arms"]

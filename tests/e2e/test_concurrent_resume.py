@@ -81,4 +81,4 @@ def test_two_concurrent_resumes_one_runs_one_is_refused(
     kept_unless_drifted(s["accepted"] == ["kv-cache-full-pool-cast"], s["decision"])
     assert s["server_launches"] == 2  # the killed run's server was reused, never a second one at once
     assert processes_in(repo) == []
-    assert_clean(repo, s["branch"])
+    assert_clean(repo, s)

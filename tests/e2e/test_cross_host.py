@@ -58,8 +58,8 @@ def test_the_fix_is_judged_on_a_crossover_with_another_host(tmp_path: Path, home
     assert "n = 3 launches per arm" in d["reason"], d["reason"]
     # the fix kept here; the candidate (the last launch here) runs on for the next profile, then
     # the session stops it; the reference host is back on main, nothing of the session left there
-    assert git(repo, "rev-list", "--count", "main..HEAD").strip() == "1"
-    assert_clean(repo, s["branch"])
+    assert git(repo, "rev-list", "--count", f"main..{s['branch']}").strip() == "1"
+    assert_clean(repo, s)
     assert processes_in(other) == [] and git(other, "rev-parse", "--abbrev-ref", "HEAD").strip() == "main"
     assert git(other, "branch", "--list", "perfloop/*").strip() == ""
     assert git(other, "status", "--porcelain").strip() == ""

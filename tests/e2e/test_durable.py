@@ -255,11 +255,11 @@ def test_sigkill_at_every_point_then_resume_matches_uninterrupted(
     kept = kept_unless_drifted(s["accepted"] == ref["accepted"], s["decision"])
     if kept:
         assert (s["rejected"], s["outputs_identical"]) == (ref["rejected"], True)
-        assert git(repo, "rev-list", "--count", "main..HEAD").strip() == "1"
+        assert git(repo, "rev-list", "--count", f"main..{s['branch']}").strip() == "1"
         assert tree(repo) == tree(recorded["repo"])  # same files, byte for byte, as the uninterrupted run
     for rel, mark in user.items():
         assert mark in (repo / rel).read_text()
-    assert_clean(repo, s["branch"])
+    assert_clean(repo, s)
     shown = last_json(cli("show", session, "--json"))
     assert [d["verdict"] for d in shown["decisions"]] == ["rejected", "accepted" if kept else "inconclusive"]
     # The recording holds every killed attempt's calls, marked superseded; replay follows the rest.
@@ -508,16 +508,16 @@ def test_edited_patches_are_validated_and_recorded(tmp_path: Path, home: Path, r
         s["rejected"],
         s["decision"],
     )
-    commit = git(repo, "show", "HEAD")
+    commit = git(repo, "show", s["branch"])
     assert "# reviewed" in commit and "Perfloop-Edited: human" in commit
     assert "Perfloop-Playbook" not in commit and "Perfloop-Replaces: kv-cache-full-pool-cast" in commit
-    assert "human-edited patch" in git(repo, "log", "-1", "--format=%s")
+    assert "human-edited patch" in git(repo, "log", "-1", "--format=%s", s["branch"])
     shown = last_json(perfloop(home, "show", sid, "--json"))
     assert "human-edited patch" in shown["decisions"][-1]["reason"]
     assert shown["decisions"][-1]["edited"] is True
     assert shown["decisions"][-1]["label"] == s["accepted"][0]
     assert "human-edited patch (replacing" in perfloop(home, "show", sid, env={"COLUMNS": "300"}).stdout
-    assert_clean(repo, s["branch"])
+    assert_clean(repo, s)
 
 
 def test_show_diff_picks_a_proposal_by_number(recorded: dict, tmp_path: Path, monkeypatch) -> None:
@@ -561,7 +561,7 @@ def test_fork_refuses_to_move_a_dirty_tree(recorded: dict, monkeypatch) -> None:
     assert forked.returncode == 1
     assert "without losing uncommitted changes" in last_json(forked)["stop_reason"]
     assert tree(repo) == before and git(repo, "rev-parse", "HEAD") == head
-    assert_clean(repo, recorded["summary"]["branch"])
+    assert_clean(repo, recorded["summary"])
 
 
 def test_fork_at_every_decision_step(finished: dict, monkeypatch) -> None:
@@ -578,7 +578,7 @@ def test_fork_at_every_decision_step(finished: dict, monkeypatch) -> None:
     def reject(fork: dict, reason: str) -> dict:
         done = last_json(perfloop(home, "reject", fork["session"], "--reason", reason, "--json"))
         assert done["status"] == "done" and done["accepted"] == []
-        assert git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == done["branch"]
+        assert git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == (done["checkout"] or done["branch"])
         assert git(repo, "rev-list", "--count", "main..HEAD").strip() == "0"
         assert "Gather-then-cast" not in (repo / BACKEND).read_text()
         assert git(repo, "status", "--porcelain") == ""
@@ -644,7 +644,7 @@ def test_fork_keeps_what_its_parent_kept(finished: dict, monkeypatch) -> None:
     assert f["status"] == "done"
     if kept_unless_drifted(f["accepted"] == parent["accepted"], decision["reason"]):
         assert f["outputs_identical"] is True
-    assert_clean(repo, f["branch"])
+    assert_clean(repo, f)
 
 
 def test_secrets_never_reach_store_recordings_exports_or_logs(

@@ -118,7 +118,7 @@ auto_aa_pairs = 0  # no A/A pairs beside the baseline: the launch count is the f
     measured = [t["note"] for t in shown["transitions"] if t["node"] == "measure" and why in t["note"]]
     assert len(measured) == 1 and f"{why}: 1/" in measured[0], [t["note"] for t in shown["transitions"]]
     assert s["server_launches"] == 1 + 1 + 2 + 2, (s["server_launches"], good["reason"])
-    assert_clean(repo, s["branch"])
+    assert_clean(repo, s)
     rep = perfloop(home, "replay", s["session"], "--json")
     assert rep.returncode == 0, rep.stderr[-2000:]
     replayed = last_json(rep)

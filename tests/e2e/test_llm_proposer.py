@@ -88,10 +88,10 @@ def test_demo_model_learns_from_a_rejected_patch_then_replay_offline(
     assert s["speedup"] >= 3.0 and s["outputs_identical"] is True, s
     assert s["llm_calls"] == 4 and len(model.requests) == 4
     assert all(a == f"Bearer {KEY}" for a in model.auth)
-    assert_clean(repo, s["branch"])
-    log = git(repo, "log", "-1", "--format=%B")
+    assert_clean(repo, s)
+    log = git(repo, "log", "-1", "--format=%B", s["branch"])
     assert "Perfloop-Proposer: llm scripted-coder" in log and "Perfloop-Playbook: llm" in log
-    assert "kv = k_buffer[kv_indices].to(q.dtype)" in git(repo, "show", "HEAD", "--", BACKEND)
+    assert "kv = k_buffer[kv_indices].to(q.dtype)" in git(repo, "show", s["branch"], "--", BACKEND)
     for f in home.rglob("*"):  # the key is never written anywhere (store, checkpoints, logs)
         if f.is_file():
             assert KEY.encode() not in f.read_bytes(), f

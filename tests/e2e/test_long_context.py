@@ -83,4 +83,4 @@ def test_a_patch_wrong_past_position_160_of_256_is_rejected_naming_the_length(
     assert f"long prompt 1: {short} + 16" not in reason, reason
     assert "they cost 3 requests alone and 3 in the batch" in baseline, baseline
     assert s["server_launches"] == 3
-    assert_clean(repo, s["branch"])
+    assert_clean(repo, s)

@@ -81,7 +81,7 @@ def test_demo_accepts_gather_then_cast(home: Path) -> None:
     assert s["power"].startswith("power: keeps gains >= ") and "interleaved A/A pairs" in s["power"], s
     assert s["profile_method"] == "patch"
     repo = Path(s["repo"])
-    assert_clean(repo, s["branch"])
+    assert_clean(repo, s)
     assert git(repo, "status", "--porcelain") == ""
     log = git(repo, "log", "--format=%H%n%B", "-1")
     assert s["commits"][0] in log
@@ -120,7 +120,7 @@ def test_dirty_tree_keeps_user_changes_in_instrumented_and_patched_files(
     s = last_json(proc)
     assert s["accepted"] == ["kv-cache-full-pool-cast"] and s["profile_method"] == "patch"
     assert s["server_launches"] == 2
-    assert_clean(repo, s["branch"])
+    assert_clean(repo, s)
     # The commit holds the playbook patch only; the user's work is still uncommitted, intact.
     committed = git(repo, "show", "HEAD", "--format=")
     assert "user:" not in committed and "Gather-then-cast" in committed
@@ -197,11 +197,14 @@ def test_bad_patches_are_refused_rolled_back_then_the_good_one_lands(
     assert "outputs changed" in verdicts["bad-changes-outputs"][1]
     assert verdicts["kv-cache-full-pool-cast"][0] == "accepted"
     assert s["accepted"] == ["kv-cache-full-pool-cast"] and s["outputs_identical"] is True
-    # Exactly one commit on the branch: the rolled-back candidates left nothing behind.
-    assert git(repo, "rev-list", "--count", "main..HEAD").strip() == "1"
-    assert "scaling * 3.0" not in (repo / BACKEND).read_text()
+    # Exactly one commit on the branch: the rolled-back candidates left nothing behind. The
+    # checkout is given back on main, as it was found; the fix stays on the session branch.
+    assert s["checkout"] == "main" and git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == "main"
+    assert git(repo, "rev-list", "--count", f"main..{s['branch']}").strip() == "1"
+    assert "Gather-then-cast" in git(repo, "show", f"{s['branch']}:{BACKEND}")
+    assert "Gather-then-cast" not in (repo / BACKEND).read_text()
     assert git(repo, "status", "--porcelain") == ""
-    assert_clean(repo, s["branch"])
+    assert_clean(repo, s)
 
 
 def test_a_hanging_patch_is_rolled_back_then_abort_cleans_up_what_is_live(
@@ -251,7 +254,7 @@ def test_a_hanging_patch_is_rolled_back_then_abort_cleans_up_what_is_live(
         ("server.stop_recorded", None),
         ("repo.revert_commit", None),
         ("repo.remove_instrumentation", None),
-        ("repo.leave_branch", None),  # nothing accepted: back on the branch it was found on
+        ("repo.give_back", None),  # back on the branch it was found on, the empty branch deleted
     ]
     stopped = next(c for c in calls if c.node == "abort")
     assert stopped.input["server"]["launch_number"] == 3  # the candidate's server
@@ -345,7 +348,7 @@ def test_manual_approval_pauses_then_approve_and_reject_resume(
     assert s["status"] == "done" and s["accepted"] == ["kv-cache-full-pool-cast"]
     assert s["profile_method"] == "api" and s["server_launches"] == 2  # the baseline, the candidate
     assert store.inputs(sid, "answer") == [{"approved": True, "by": "human"}]
-    assert_clean(repo, s["branch"])
+    assert_clean(repo, s)
     twice = perfloop(home, "approve", sid)
     assert twice.returncode == 2 and "not waiting for approval" in twice.stderr
     with Sessions(home).lock(sid):

@@ -53,7 +53,9 @@ def test_a_batch_is_approved_once_before_its_trials(tmp_path, home) -> None:
     assert [(d["verdict"], d["reason"]) for d in noop] == [
         ("rejected", "rejected by human: not chosen for trial")
     ]
-    assert git(repo, "rev-list", "--count", "main..HEAD").strip() == "1"  # the kept one, applied here
+    assert (
+        git(repo, "rev-list", "--count", f"main..{s['branch']}").strip() == "1"
+    )  # the kept one, applied here
     assert git(repo_b, "branch", "--list", "perfloop/*").strip() == ""  # host b never touched
     assert [processes_in(r) for r in (repo, repo_a, repo_b)] == [[], [], []]
     # the report's arms: the trial's two launches on host a, each its own arm, none in the baseline

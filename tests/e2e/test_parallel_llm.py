@@ -78,7 +78,7 @@ def test_two_model_candidates_are_tried_at_once_on_two_hosts_then_replay(tmp_pat
         )
     log = git(repo, "log", "-1", "--format=%B")
     assert "Perfloop-Proposer: llm scripted-coder" in log and "Perfloop-Playbook: llm-1" in log
-    assert_clean(repo, s["branch"])
+    assert_clean(repo, s)
     for r in (repo, repo_a, repo_b):
         assert processes_in(r) == [], r
     for r in (repo_a, repo_b):  # each host's checkout given back as it was

@@ -184,7 +184,9 @@ def test_machines_take_turns_on_a_session_each_resuming_once_the_killed_ones_lea
     assert faults.read_text() == ""
     s = last_json(resumed)
     if kept_unless_drifted(s["accepted"] == ["kv-cache-full-pool-cast"], s["decision"]):
-        assert git(repo, "rev-list", "--count", "main..HEAD").strip() == "1"  # the patch committed once
+        assert (
+            git(repo, "rev-list", "--count", f"main..{s['branch']}").strip() == "1"
+        )  # the patch committed once
     assert seen.read_text().split()[0] == hashlib.sha256(secret.encode()).hexdigest()  # it was passed
     assert last_json(perfloop(machine_b, "sessions", "--json", env=env))[-1]["status"] == "done"
     rep = perfloop(machine_b, "replay", sid, "--json", env=env)
@@ -192,4 +194,4 @@ def test_machines_take_turns_on_a_session_each_resuming_once_the_killed_ones_lea
     assert secret.encode() not in pg_server.dump(runs["url"].rsplit("/", 1)[1])
     assert [p for p in tmp_path.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()] == []
     assert secret not in paused.stdout + paused.stderr + resumed.stdout + resumed.stderr
-    assert_clean(repo, s["branch"])
+    assert_clean(repo, s)

@@ -60,7 +60,7 @@ def test_search_keeps_a_config_within_its_budget_and_replays(tmp_path: Path, hom
     assert s["server_launches"] <= 4 and s["commits"] == []
     (line,) = s["search_trials"]
     assert line.startswith("search-1: --max-total-tokens 4096: TPOT ") and line.endswith("-> accepted"), line
-    assert_clean(repo, s["branch"])
+    assert_clean(repo, s)
 
     replayed = perfloop(home, "replay", s["session"], "--json")
     assert replayed.returncode == 0 and last_json(replayed)["matches_recording"] is True, replayed.stderr[

@@ -67,7 +67,7 @@ def test_tp2_keeps_the_cast_fix_with_identical_outputs(tmp_path: Path, home: Pat
     ranks, stats = read.output["ranks"], read.output["collectives"]
     assert len(ranks) == 2 and all(r["collective_us"] > 0 for r in ranks), ranks
     assert stats["ranks"] == 2 and 0 < stats["share"] < 1 and len(stats["rank_step_us"]) == 2, stats
-    assert_clean(repo, s["branch"])
+    assert_clean(repo, s)
     assert processes_in(repo) == []
     replayed = perfloop(home, "replay", s["session"], "--json")
     assert replayed.returncode == 0 and last_json(replayed)["matches_recording"] is True, replayed.stderr

@@ -115,7 +115,7 @@ def test_tolerance_accepts_within_its_thresholds_and_rejects_beyond(
     assert s["server_launches"] == 3 + extra, s
     assert s["output_gate"].startswith("tolerance: tolerance gate: top-1 agreement"), s["output_gate"]
     assert "output gate" in printed and "tolerance gate: top-1 agreement" in printed
-    assert "torch.cos" in git(repo, "show", "HEAD", "--", MODEL)
+    assert "torch.cos" in git(repo, "show", s["branch"], "--", MODEL)
     rep = perfloop(home, "replay", s["session"], "--json")  # the scores are recorded tool calls
     assert rep.returncode == 0 and last_json(rep)["matches_recording"], rep.stderr[-2000:]
     html = tmp_path / "report.html"

@@ -88,7 +88,7 @@ def test_sigkill_at_each_point_of_a_launch_on_the_host_then_resume(
         assert s["status"] == "done"
         if kept_unless_drifted(s["accepted"] == [CAST_FIX], s["decision"]):
             assert s["outputs_identical"] is True
-            assert git(repo, "rev-list", "--count", "main..HEAD").strip() == "1"
+            assert git(repo, "rev-list", "--count", f"main..{s['branch']}").strip() == "1"
         assert processes_in(repo) == [] and processes_in(host_dir) == [], "a server still runs on the host"
         shutil.rmtree(host_dir)
     finally:

@@ -96,16 +96,16 @@ def assert_same_result_as_local(home: Path, s: dict, repo: Path, sshd: Sshd, arm
     logs = host_logs(arms, j)
     assert s["server_launches"] == len(logs), (s["server_launches"], logs)
     assert Path(s["repo"]) == repo
-    assert git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == s["branch"]
+    assert git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == s["checkout"] == "main"  # given back
     status = git(repo, "status", "--porcelain").splitlines()
     assert status == []  # the target's .gitignore covers the __pycache__ a server writes
     for f in repo.rglob("*.py"):
         assert "perfloop-instrumentation" not in f.read_text(), f"instrumentation left in {f}"
-    log = git(repo, "log", "--format=%H%n%B", "-1")
+    log = git(repo, "log", "--format=%H%n%B", "-1", s["branch"])
     assert s["commits"][0] in log
     assert f"Perfloop-Session: {s['session']}" in log
     assert "Perfloop-Playbook: kv-cache-full-pool-cast" in log
-    assert git(repo, "diff", "--name-only", "HEAD~1", "HEAD").split() == [BACKEND]
+    assert git(repo, "diff", "--name-only", f"{s['branch']}~1", s["branch"]).split() == [BACKEND]
     assert processes_in(repo) == [], "server process left running"
     nodes = [t["node"] for t in shown["transitions"]]
     assert nodes[:13] == LOOP_NODES and nodes[-1] == "finish"
@@ -292,7 +292,7 @@ def test_sigkill_mid_session_over_ssh_then_resume(sshd: Sshd, tmp_path: Path) ->
     assert s["status"] == "done" and s["rejected"] in ([], ["kv-cache-full-pool-cast"]), s
     if kept_unless_drifted(s["accepted"] == ["kv-cache-full-pool-cast"], s["decision"]):
         assert s["outputs_identical"] is True
-        assert git(repo, "rev-list", "--count", "main..HEAD").strip() == "1"  # committed once
+        assert git(repo, "rev-list", "--count", f"main..{s['branch']}").strip() == "1"  # committed once
     else:  # rolled back: the tree is main's again
         assert git(repo, "diff", "main", "HEAD") == ""
     assert git(repo, "status", "--porcelain") == ""

@@ -159,8 +159,8 @@ def test_two_candidates_on_two_hosts_one_dropped(sshd: Sshd, tmp_path: Path) -> 
         assert "; on a: TPOT" in decided["reason"], decided
         assert any(line.startswith("1 noop-comment on b:") for line in s["trials"]), s["trials"]
         # Kept here: one commit, the winner's, applied and measured again on the session's host.
-        assert git(repo, "rev-list", "--count", "main..HEAD").strip() == "1"
-        assert git(repo, "diff", "--name-only", "HEAD~1", "HEAD").split() == [BACKEND]
+        assert git(repo, "rev-list", "--count", f"main..{s['branch']}").strip() == "1"
+        assert git(repo, "diff", "--name-only", f"{s['branch']}~1", s["branch"]).split() == [BACKEND]
         nodes = [t["node"] for t in shown["transitions"]]
         assert nodes[6:9] == ["propose", "join", "join"] and nodes[9:14] == [
             "cleanup",

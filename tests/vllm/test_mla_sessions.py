@@ -107,8 +107,8 @@ def test_the_documented_planted_case_is_found_fixed_and_kept_and_a_fast_wrong_ga
     assert s["outputs_identical"] is True and 3 <= s["server_launches"] <= 7, s
 
     # the kept commit is the playbook's vllm patch, alone; the instrumentation is gone byte for byte
-    assert git(repo, "diff", "--name-only", "main..HEAD").split() == [BACKEND]
-    assert git(repo, "diff", "main..HEAD").count("index_select(0, used)") == 1
+    assert git(repo, "diff", "--name-only", f"main..{s['branch']}").split() == [BACKEND]
+    assert git(repo, "diff", f"main..{s['branch']}").count("index_select(0, used)") == 1
     assert git(repo, "status", "--porcelain") == "" and (repo / runner).read_bytes() == runner_bytes
     assert "perfloop-instrumentation" not in (repo / runner).read_text()
     # the documented follow-up ran: `perfloop show last --diff` printed the kept patch

@@ -69,7 +69,7 @@ def test_the_search_keeps_more_sequences_per_step_within_its_predicted_bound_and
         line.startswith("search-1: --max-num-seqs 8: output throughput ")
         and "(predicted at most 8.00x)" in line
     )
-    assert_clean(repo, s["branch"])
+    assert_clean(repo, s)
 
     assert "same summary as recorded" in printed[-1], printed[-1][-2000:]  # `perfloop replay last`
     # what the session printed: the judged speedup heads, the figures are possible, the best

@@ -150,6 +150,7 @@ def options(
         "release_servers_when_paused": not keep_servers,
         "mechanism_ms": True,
         "mechanism_range": True,
+        "give_back_checkout": True,
     }
 
 

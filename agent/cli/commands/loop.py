@@ -57,6 +57,7 @@ def demo(
         choice("device", device, ("cpu", "cuda"))
         choice("preset", preset, ("cpu", "glm5"))
         opts = flags.options(profile_method)
+        opts["give_back_checkout"] = False  # perfloop's own copy: it shows the fix on its branch
         sessions = Sessions()
         sid = new_session_id()
         target = flags.target(load_target(DEMO_CONFIG))
