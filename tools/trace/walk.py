@@ -259,7 +259,7 @@ def _marks(out: Walked, host: _Host, flags: _KeyFlags, names: list[str]) -> None
         )
     ]
     kind = np.where(frames, flags.marker[keyed], -1)
-    for k in np.unique(kind[kind >= 0]).tolist():
+    for k in np.flatnonzero(np.bincount(kind[kind >= 0])).tolist():  # np.unique imports numpy.ma
         at = np.flatnonzero(kind == k)
         at = at[np.argsort(host.start[at], kind="stable")]
         reach, kept = -np.inf, []
