@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from statistics import median
 
@@ -108,7 +109,10 @@ def measure(argv: list[str], env: dict[str, str] | None = None, cwd: Path = ROOT
             if time.perf_counter() >= rescan:
                 pids, rescan = _descendants(proc.pid), time.perf_counter() + 0.5
             peak = max(peak, _pss_kb(pids))
-            time.sleep(0.1)
+            try:  # not a sleep: the wall time ends when the command does, not at the next sample
+                proc.wait(timeout=0.1)
+            except subprocess.TimeoutExpired:
+                pass
         wall = time.perf_counter() - start
         out.seek(0), err.seek(0)
         stdout, stderr = out.read(), err.read()
@@ -193,7 +197,8 @@ def single(
                 f"; HTA/perfloop: {hta[0] / wall:.1f}x time, {hta[1] / max(r[1] for r in done):.1f}x memory"
             )
         rows.append(progress(row(label, f"perfloop analyze, {workers} worker(s)", size, done, note)))
-    trace.unlink()
+    if not args.keep:
+        trace.unlink()
     return rows, hta
 
 
@@ -203,10 +208,19 @@ def ranks(
     """perfloop (and with --hta-ranks HTA) on the rank set, against HTA's time on one trace."""
     where = folder / "ranks"
     where.mkdir()
-    for rank in range(args.ranks):
-        what = make(
-            where / f"server-TP-{rank}.trace.json", int(args.rank_size_mb * 1e6), args.shape, rank, args.ranks
-        )
+    with ProcessPoolExecutor() as pool:  # one rank file per core: the writing is Python, one core each
+        made = [
+            pool.submit(
+                make,
+                where / f"server-TP-{r}.trace.json",
+                int(args.rank_size_mb * 1e6),
+                args.shape,
+                r,
+                args.ranks,
+            )
+            for r in range(args.ranks)
+        ]
+        what = [m.result() for m in made][-1]
     files = sorted(where.iterdir())
     size = sum(p.stat().st_size for p in files)
     label = f"{size / 1e6:.0f} MB, {args.ranks} ranks"
