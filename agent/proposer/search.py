@@ -23,6 +23,7 @@ import itertools
 import math
 from typing import TYPE_CHECKING
 
+from agent.decision.stats.mechanism import past_bound
 from agent.proposer.knobs import config_of, describe_config, with_config
 from playbooks.engine import flag_value
 from playbooks.predict import BATCH_FLAGS, batching_gain_bound
@@ -260,5 +261,11 @@ def trial_lines(state: LoopState) -> list[str]:
             tpot = f"{name} {value:.1f} {unit}"
         ci = f", {j.last.speedup:.2f}x [{j.last.ci_low:.2f}, {j.last.ci_high:.2f}] vs reference" if j else ""
         predicted = f" (predicted at most {d.predicted_speedup:.2f}x)" if d.predicted_speedup else ""
+        if (
+            j
+            and j.looks
+            and (said := past_bound(j.last.speedup, (j.last.ci_low, j.last.ci_high), d.predicted_speedup))
+        ):
+            predicted = f" ({said})"
         lines.append(f"{d.source}: {what}: {tpot}{ci}{predicted} -> {d.verdict}")
     return lines

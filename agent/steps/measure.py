@@ -12,7 +12,7 @@ from agent.decision.arms.arms import arms_in_use
 from agent.decision.arms.interleave import confirming_line
 from agent.decision.arms.measuring import beside_note, serving_note
 from agent.decision.rules import rule_for
-from agent.decision.stats.mechanism import predict
+from agent.decision.stats.mechanism import past_bound, predict
 from state.decision import Look
 from state.loop import Decision, LoopState
 from state.updates import LoopUpdate
@@ -108,6 +108,13 @@ def decide(
     if state.edited:
         reason += " (human-edited patch)"
     j = state.judgement  # None by the IQR rule
+    bound = p.predicted_speedup if p.launch_argv is not None else None  # a launch option's is a bound
+    if (
+        j is not None
+        and j.looks
+        and (said := past_bound(j.last.speedup, (j.last.ci_low, j.last.ci_high), bound))
+    ):
+        reason += f"; {said}"
     decision = Decision(
         iteration=state.iteration,
         source=p.source,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from agent.cli.commands.flags import options
 from agent.cli.target import load_target
-from agent.decision.stats.mechanism import check, predict
+from agent.decision.stats.mechanism import check, past_bound, predict
 from agent.sessions.archive import import_session
 from agent.sessions.runner import Sessions
 from agent.steps.profile import mechanism_checks
@@ -136,3 +136,15 @@ def test_by_magnitude_a_reduction_far_past_the_prediction_is_not_confirmed() -> 
     assert not over.confirmed and "mechanism off by 18.0x" in over.note
     assert check(1, "kv", tiny, profile(0.0), ms=True).confirmed  # as recorded before: at least half
     assert "mechanism confirmed (106%" in check(1, "kv", p, profile(0.0), ms=True, by_range=True).note
+
+
+def test_a_launch_option_realized_past_its_bound_says_so() -> None:
+    """Issue 47 item 10: the tiny Llama's `--max-num-seqs 4` read 4.06x against 'at most 4.00x'
+    without a word; within its interval that is the spread, wholly above it the bound missed something."""
+    assert past_bound(3.9, (3.1, 4.8), 4.0) is None and past_bound(4.06, (3.1, 5.2), None) is None
+    spread = past_bound(4.06, (3.1, 5.2), 4.0)
+    assert (
+        spread is not None and "above its predicted bound of at most 4.00x" in spread and "spread" in spread
+    )
+    missed = past_bound(5.5, (4.6, 6.4), 4.0)
+    assert missed is not None and "whole interval [4.60, 6.40]" in missed and "missed" in missed

@@ -111,3 +111,19 @@ def note(p: Prediction, op_after_us: float, predicted_us: float, step_after_us: 
         return line + step
     line = f"{p.op} {p.op_us_per_step:.1f} -> {op_after_us:.1f} us/step (predicted -{predicted_us:.1f})"
     return line + (f"; step {p.step_us:.0f} -> {step_after_us:.0f} us" if p.step_us is not None else "")
+
+
+def past_bound(speedup: float, ci: tuple[float, float], bound: float | None) -> str | None:
+    """Words for a launch option's judged `speedup` (its interval `ci`) above its predicted upper
+    `bound` (e.g. 4 sequences a step where there was 1: at most 4.00x); None when within it (pure).
+    Within the interval the excess is the measurement's spread; an interval wholly above the bound
+    says the bound missed part of what the change did."""
+    if bound is None or speedup <= bound:
+        return None
+    said = f"{speedup:.2f}x is above its predicted bound of at most {bound:.2f}x"
+    if ci[0] <= bound:
+        return f"{said}, which its interval [{ci[0]:.2f}, {ci[1]:.2f}] holds: the excess is the measurement's spread"
+    return (
+        f"{said}, and its whole interval [{ci[0]:.2f}, {ci[1]:.2f}] too: the bound missed part of what the "
+        "change did (e.g. the old setting also cost queueing or memory time the profile did not show)"
+    )
