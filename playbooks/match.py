@@ -31,7 +31,7 @@ def match_playbook(playbook: Playbook, profile: ProfileSummary, ctx: DiagnosisCo
     evidence += signal_evidence(sig, profile, playbook.evidence_note, ctx.active_tokens)[:MAX_EVIDENCE]
     return Finding(
         playbook=playbook.id,
-        title=playbook.title,
+        title=playbook.title_for(ctx.target_kind),
         confidence=playbook.confidence,
         expected_gain_share=gain_share,
         expected_gain_ms=_gain_ms(gain_share, ctx),
@@ -75,7 +75,7 @@ def match_graph(playbook: Playbook, profile: ProfileSummary, ctx: DiagnosisConte
     ]
     return Finding(
         playbook=playbook.id,
-        title=playbook.title,
+        title=playbook.title_for(ctx.target_kind),
         confidence=gsig.confidence,
         expected_gain_share=min(gsig.factor * share, 1.0),
         expected_gain_ms=_gain_ms(min(gsig.factor * share, 1.0), ctx),

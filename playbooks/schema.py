@@ -234,6 +234,10 @@ class Playbook(Model):
     candidates and are refused."""
     title: str
     """One-line title of the finding."""
+    titles: dict[str, str] = {}
+    """Target kind -> the title there, where that kind's case is not the one `title` names (e.g.
+    vllm = "... BF16 cast to FP32 ..." beside an FP8 -> BF16 title); a kind "sglang@X" falls back
+    to "sglang", any other to `title`."""
     explanation: str
     """What the bottleneck is, why it happens and how the patch fixes it."""
     confidence: float = Field(ge=0, le=1)
@@ -258,6 +262,10 @@ class Playbook(Model):
     """Whether this playbook's patches may hold binary hunks (the patch gate refuses them otherwise)."""
     source_dir: str = ""
     """Folder the playbook was loaded from; set by load_playbooks, never written in playbook.toml."""
+
+    def title_for(self, kind: str) -> str:
+        """The finding's title on a target of `kind` (`titles`, else `title`)."""
+        return self.titles.get(kind) or self.titles.get(kind.partition("@")[0]) or self.title
 
     @model_validator(mode="after")
     def _one_fix_per_kind(self) -> "Playbook":

@@ -1,5 +1,6 @@
 """playbooks.engine: loading the catalog and diagnosing real profiles."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -70,6 +71,16 @@ def test_builtin_catalog() -> None:
     assert "forward_decode" in playbook.explanation and "gather" in playbook.explanation
     with pytest.raises(NoPatch, match="no patch for kind no-such-kind"):
         choose_patch(playbook, "no-such-kind")
+
+
+def test_the_full_pool_cast_is_titled_by_the_engine_it_is_found_on() -> None:
+    """Issue 47 item 10: the vLLM session's BF16->FP32 cast was titled 'Whole FP8 KV pool cast to
+    BF16' (the SGLang/GLM-5 case); SGLang and the demo keep the title their recordings hold."""
+    playbook = next(pb for pb in load_playbooks() if pb.id == CASE)
+    on_vllm = playbook.title_for("vllm")
+    assert not re.search(r"FP8|BF16|GLM|SGLang", on_vllm) and "KV" in on_vllm, on_vllm
+    assert playbook.title_for("sglang@0.5.9") == playbook.title_for("mla_server") == playbook.title
+    assert "FP8" in playbook.title
 
 
 def test_full_pool_cast_matches(tmp_path: Path) -> None:
