@@ -79,9 +79,16 @@ class LaunchNoise(Model):
     """From interleaved A/A pairs (two launches measured together), for interleaved arms."""
     df: int = 0
     """Degrees of freedom of `estimate_log` (pooled within groups of the same tree)."""
+    default_log: float | None = None
+    """`default`: the configured default (`[decide] default_launch_noise` or `default_pair_noise`);
+    `sigma_log` is larger when the few launches so far already say worse. None in sessions
+    recorded before it."""
+    needed: int | None = None
+    """`default`: the A/A launches (or pairs) that would replace it (`min_aa_launches`, `min_aa_pairs`)."""
 
     def describe(self) -> str:
-        """e.g. `launch noise 2.1% (14 A/A launches)` or `launch noise 15.0% (default: 2 A/A ...)`."""
+        """e.g. `launch noise 2.1% (14 A/A launches)` or `launch noise 25.0% (the default until 6
+        A/A launches; 2 so far measured 7.2%, too few to replace it)`."""
         unit = "interleaved A/A pairs" if self.paired else "A/A launches"
         if self.source == "replicates":
             return f"between-launch SD {self.sigma_log:.1%} ({self.df} df, {self.launches} launches)"
@@ -89,9 +96,19 @@ class LaunchNoise(Model):
             return f"launch noise {self.sigma_log:.1%} (pooled over {self.df} df)"
         if self.source == "aa":
             return f"launch noise {self.sigma_log:.1%} ({self.launches} {unit})"
-        so_far = f", {self.estimate_log:.1%} measured" if self.estimate_log is not None else ""
+        if self.default_log is not None and self.sigma_log > self.default_log:
+            measured = f", measured {self.estimate_log:.1%}" if self.estimate_log is not None else ""
+            return (
+                f"launch noise {self.sigma_log:.1%} (the 90% upper bound of the {self.launches} {unit} so far"
+                f"{measured}, above the {self.default_log:.1%} default)"
+            )
+        until = f" until {self.needed} {unit}" if self.needed is not None else ""
+        if not self.launches:
+            return f"launch noise {self.sigma_log:.1%} (the conservative default{until}; none yet)"
+        measured = f", measured {self.estimate_log:.1%}" if self.estimate_log is not None else ""
         return (
-            f"launch noise {self.sigma_log:.1%} (conservative default: {self.launches} {unit} so far{so_far})"
+            f"launch noise {self.sigma_log:.1%} (the conservative default{until}; {self.launches} so far"
+            f"{measured}: too few to replace it)"
         )
 
 

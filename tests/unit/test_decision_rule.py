@@ -162,6 +162,22 @@ def test_launch_noise_pools_within_groups_and_bounds_it_from_above() -> None:
     assert chi2_quantile(0.1, 10) == pytest.approx(4.865, rel=0.02)
 
 
+def test_the_default_noise_says_what_it_waits_for_and_never_contradicts_a_measure() -> None:
+    """Issue 47 item 10: 'launch noise 25.0% (conservative default: 2 A/A launches so far, 7.2%
+    measured)' read as two figures for one thing; the line says why the measure is not used, and
+    a measure above the default is named as what the rule uses."""
+    few = launch_noise([sample("a", 4.0), sample("a", 4.01)], CFG)
+    line = few.describe()
+    assert few.source == "default" and few.sigma_log == CFG.default_launch_noise
+    assert f"until {CFG.min_aa_launches} A/A launches; 2 so far, measured" in line and "too few" in line, line
+    loud = launch_noise([sample("a", 4.0), sample("a", 5.5)], CFG)
+    assert loud.sigma_log > CFG.default_launch_noise
+    assert "upper bound of the 2 A/A launches so far, measured" in loud.describe()
+    assert "above the 25.0% default" in loud.describe()
+    none = launch_noise([], CFG).describe()
+    assert none.endswith("; none yet)") and "so far" not in none, none
+
+
 def test_arm_stats_and_the_report_line() -> None:
     recs = [
         RequestRecord(

@@ -100,6 +100,8 @@ def launch_noise(samples: Sequence[AASample], cfg: DecisionConfig) -> LaunchNois
             estimate_log=sd if df else None,
             launches=launches,
             df=df,
+            default_log=cfg.default_launch_noise,
+            needed=cfg.min_aa_launches,
         )
     return LaunchNoise(sigma_log=max(upper, 0.005), estimate_log=sd, launches=launches, source="aa", df=df)
 
@@ -131,7 +133,12 @@ def pair_noise(samples: Sequence[AASample], cfg: DecisionConfig) -> LaunchNoise:
     sd = math.sqrt(sum(x * x for x in shifts) / (2 * n)) if n else None
     if n < cfg.min_aa_pairs or sd is None:
         return LaunchNoise(
-            sigma_log=max(cfg.default_pair_noise, sd or 0.0), estimate_log=sd, launches=n, paired=True
+            sigma_log=max(cfg.default_pair_noise, sd or 0.0),
+            estimate_log=sd,
+            launches=n,
+            paired=True,
+            default_log=cfg.default_pair_noise,
+            needed=cfg.min_aa_pairs,
         )
     df = pair_df(samples)
     upper = sd * math.sqrt(df / chi2_quantile(1.0 - UPPER_BOUND, df))
