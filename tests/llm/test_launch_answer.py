@@ -120,3 +120,20 @@ def test_propose_turns_launch_lines_into_a_launch_candidate_only_when_the_target
     assert "no edit blocks found" in m.requests[1]["messages"][-1]["content"]
     p = (cmd.update or {})["proposal"]
     assert p.launch_argv is None and "kv = k_buffer[kv_indices].to(q.dtype)" in p.diff
+
+
+def test_a_session_recorded_before_the_allowlist_gets_it_live(tmp_path: Path, engine: Path) -> None:
+    """Issue 46: no permissive fallback. A session whose options predate the allowlist
+    (`launch_allowlist` False: any flag but the fixed ones) is held to its kind's allowlist when it
+    runs live; only a replay of its recording takes the old path, so it decides as it did."""
+    answers = [
+        reply("Log more.\nLAUNCH: set --log-level-http debug\n"),
+        reply("LAUNCH: set --max-total-tokens 4096\n"),
+    ]
+    with ScriptedModel(answers) as m:
+        state = loop_state(tmp_path, engine, m.base_url, launch_options=True)
+        assert state.options.launch_allowlist is False
+        cmd = propose(state, runtime(LiveDoor("s", MemoryRecorder())))
+    assert "--log-level-http" in m.requests[1]["messages"][-1]["content"]
+    p = (cmd.update or {})["proposal"]
+    assert p.launch_argv == [*state.argv, "--max-total-tokens", "4096"]

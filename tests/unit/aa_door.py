@@ -51,6 +51,8 @@ class ScriptedDoor:
     """Answers `server.*`, `repo.snapshot`, `bench.measure` and `host.memory_fit` from a script:
     launch n measures `tpot_ms[n]`; `free_bytes` is the host's free memory beside a 1 GiB server."""
 
+    replaying = False
+
     def __init__(self, tpot_ms: dict[int, float], free_bytes: int = 1 << 32, fit_error: bool = False) -> None:
         self.node = "baseline"
         self.tpot_ms, self.free_bytes, self.fit_error = tpot_ms, free_bytes, fit_error

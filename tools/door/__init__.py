@@ -21,6 +21,9 @@ class Door(Protocol):
 
     node: str
     """The node now calling (recorded with each call)."""
+    replaying: bool
+    """Whether calls are answered from a recording: only then may a node take a path kept for
+    sessions recorded before a safeguard (a live session never does)."""
 
     def call(self, fn: Callable[[In], Out], args: In) -> Out:
         """Run (or play back) tool `fn` on `args`; its output, or its error re-raised."""

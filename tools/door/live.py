@@ -48,6 +48,9 @@ ExecutorFor = Callable[[Any], Executor | None]
 class LiveDoor:
     """Runs tools for one session and records each call."""
 
+    replaying = False
+    """Answered from a recording (tools/door `Door.replaying`)."""
+
     def __init__(
         self,
         session_id: str,

@@ -58,6 +58,9 @@ def first_difference(recorded: Any, actual: Any, path: str = "") -> str | None:
 class ReplayDoor:
     """The door that plays a recording back (satisfies `tools.door.Door`)."""
 
+    replaying = True
+    """Answered from a recording (tools/door `Door.replaying`)."""
+
     def __init__(self, session_id: str, calls: list[ToolCallRecord]) -> None:
         self.session_id = session_id
         self.calls = [c for c in calls if "@" not in c.node]
@@ -101,6 +104,9 @@ class ReplayDoor:
 
 class ReplayBranch:
     """One parallel branch's door in a replay (node `NAME@BRANCH`)."""
+
+    replaying = True
+    """Answered from a recording (tools/door `Door.replaying`)."""
 
     def __init__(self, parent: ReplayDoor, node: str) -> None:
         self.parent, self.node = parent, node
