@@ -128,6 +128,16 @@ def check(session_id: str, values: dict, metadata: dict | None, home: Path, trus
             f"--trust: session {session_id} keeps its logs and traces in {state.options.session_dir}, "
             f"not in this machine's {here}; nothing was run: continue it where that folder is"
         )
+    there = state.options.host_dir
+    if there is not None and (
+        not there.is_absolute()
+        or ".." in there.parts
+        or there.parts[-3:] != (".perfloop", "sessions", session_id)
+    ):
+        raise ConfigError(
+            f"--trust: session {session_id} keeps its server's files on its host in {there}, not in "
+            f"~/.perfloop/sessions/{session_id} there; nothing was run: start a new session on that target"
+        )
     return True
 
 

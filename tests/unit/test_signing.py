@@ -48,6 +48,18 @@ def test_the_key_is_made_once_private_and_a_change_is_named(tmp_path: Path) -> N
     )
     with pytest.raises(ConfigError, match="keeps its logs and traces in .*/.ssh, not in this machine's"):
         check("s1", elsewhere.model_dump(mode="json"), meta, tmp_path, binding_digest(digests(elsewhere)))
+    for far in ("/home/u/.ssh", "/home/u/.perfloop/sessions/s1/../../../.ssh", "rel/.perfloop/sessions/s1"):
+        remote = changed.model_copy(
+            update={"options": changed.options.model_copy(update={"host_dir": Path(far)})}
+        )  # the server's files on an SSH host: where the session would write there
+        with pytest.raises(ConfigError, match="keeps its server's files on its host in"):
+            check("s1", remote.model_dump(mode="json"), meta, tmp_path, binding_digest(digests(remote)))
+    ok = changed.model_copy(
+        update={
+            "options": changed.options.model_copy(update={"host_dir": Path("/home/u/.perfloop/sessions/s1")})
+        }
+    )
+    assert check("s1", ok.model_dump(mode="json"), meta, tmp_path, binding_digest(digests(ok))) is True
     with pytest.raises(
         ConfigError, match="is not signed by this user's key .*its signature is another key's"
     ):
