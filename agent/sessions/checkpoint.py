@@ -11,7 +11,8 @@ import inspect
 import logging
 import pkgutil
 import sqlite3
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -33,11 +34,25 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from pydantic import BaseModel
 
 import state
-from agent.sessions.signing import SIGNATURE, digests, seal, user_key
+from agent.sessions.signing import (
+    SIGNATURE,
+    WRITES,
+    digests,
+    key_here,
+    seal,
+    seal_write,
+    signs_writes,
+    unsigned_writes,
+    user_key,
+)
 from state.loop import LoopState
 from tools.errors import ConfigError, first_line
 from tools.secrets import redact, redact_bytes
 from tools.store.db import STORE_ENV, StoreUnreachable, describe, reconnect_seconds
+from tools.store.sessions import SessionStore
+
+WRITE_SIGNATURE = "write-signature"
+"""The kind of the session store's inputs that hold its pending writes' signatures."""
 
 
 def _state_modules() -> list:
@@ -125,10 +140,45 @@ class Renaming(BaseCheckpointSaver):
 
 class Signing(BaseCheckpointSaver):
     """Signs each checkpoint of a session it writes (agent/sessions/signing.py): the digests of
-    its state's fields and their HMAC under this user's key, in the checkpoint's metadata."""
+    its state's fields and their HMAC under this user's key, in the checkpoint's metadata; and
+    each pending write (`seal_write`, kept as the session's `write-signature` inputs in `inputs`).
+    A checkpoint of this key that says its writes are signed is read back only with every
+    pending write signed: a write a store peer added (a finished trial's result, an approval's
+    answer) is refused in one line before anything runs."""
 
     home: Path | None = None
     """Where the user's key is (made at the first checkpoint); None: nothing signed."""
+    inputs: SessionStore | None = None
+    """The session store the write signatures are kept in; None: writes not signed."""
+    _lock = threading.Lock()
+
+    def put_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        super().put_writes(config, writes, task_id, task_path)
+        if self.home is None or self.inputs is None or not writes:
+            return
+        key, where = user_key(self.home), _where(config, task_id)
+        with self._lock:  # branches of a parallel batch write at once
+            for channel, value in writes:
+                record = seal_write(key, where, channel, self.serde.dumps_typed(value))
+                self.inputs.add_input(where["thread_id"], WRITE_SIGNATURE, record)
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        found = super().get_tuple(config)
+        if found is None or not found.pending_writes or self.home is None or self.inputs is None:
+            return found
+        sid, key = str(found.config["configurable"]["thread_id"]), key_here(self.home)
+        if not signs_writes(key, sid, (found.metadata or {}).get(SIGNATURE)):  # older, or not ours
+            return found
+        where = _where(found.config, None)
+        signed = self.inputs.inputs(sid, WRITE_SIGNATURE)
+        if bad := unsigned_writes(key, where, found.pending_writes, signed, self.serde.dumps_typed):
+            raise ConfigError(
+                f"session {sid} changed in the store since this user last ran it: its last step's "
+                f"pending write {', '.join(bad[:4])} is not signed by this user's key; nothing was run"
+            )
+        return found
 
     def put(
         self,
@@ -144,17 +194,29 @@ class Signing(BaseCheckpointSaver):
                 k: v for k, v in values.items() if k in LoopState.model_fields
             }  # no graph channels
             fields = digests(LoopState.model_validate(state_values))
+            if self.inputs is not None:
+                fields[WRITES] = "signed"
             metadata = {**metadata, SIGNATURE: seal(user_key(self.home), sid, fields)}  # type: ignore[misc]
         return super().put(config, checkpoint, metadata, new_versions)
+
+
+def _where(config: RunnableConfig, task_id: str | None) -> dict[str, str]:
+    """What a pending write is bound to: its session, checkpoint (and task)."""
+    c = config["configurable"]
+    where = {k: str(c.get(k) or "") for k in ("thread_id", "checkpoint_ns", "checkpoint_id")}
+    return where if task_id is None else {**where, "task_id": task_id}
 
 
 class RenamingSqliteSaver(Signing, Renaming, SqliteSaver):
     """SqliteSaver reading old checkpoints' renamed channels under today's names."""
 
 
-def open_checkpointer(home: Path, url: str | None = None) -> BaseCheckpointSaver:
+def open_checkpointer(
+    home: Path, url: str | None = None, inputs: SessionStore | None = None
+) -> BaseCheckpointSaver:
     """The checkpointer for all sessions: PostgresSaver on `url`, else SQLite in
-    `home/checkpoints.sqlite`. Each runs LangGraph's own migrations of its tables (`setup`)."""
+    `home/checkpoints.sqlite`, its pending writes signed into `inputs`. Each runs LangGraph's own
+    migrations of its tables (`setup`)."""
     saver: BaseCheckpointSaver
     if url is None:
         saver = RenamingSqliteSaver(
@@ -163,7 +225,7 @@ def open_checkpointer(home: Path, url: str | None = None) -> BaseCheckpointSaver
     else:
         saver = RedactingPostgresSaver(_pool(url), serde=serializer())
         saver.where = describe(url, Path())
-    saver.home = home
+    saver.home, saver.inputs = home, inputs
     saver.setup()
     return saver
 

@@ -61,7 +61,7 @@ class Sessions:
     def __init__(self, home: Path | None = None) -> None:
         self.home, self.trusted = home or perfloop_home(), set[str]()
         self.store = SessionStore.open(self.home)
-        self.graph = compile_graph(open_checkpointer(self.home, self.store.url))
+        self.graph = compile_graph(open_checkpointer(self.home, self.store.url, self.store))
 
     def where(self) -> str:
         """The store, for messages (no password)."""

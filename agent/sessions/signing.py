@@ -2,9 +2,13 @@
 
 Everything this machine would execute for a session is read from its latest checkpoint: the whole
 `LoopState` (target, options with their paths, launch state, proposals) and the approval request
-it waits on. After each run of a session this machine signs a digest of every such field with
-the user's key (`$PERFLOOP_HOME/signing.key`, 0600, made once, never in the store) and writes the
-digests and their HMAC into the store beside the session (an input of kind `signature`).
+it waits on. With each checkpoint of a session this machine signs a digest of every such field
+with the user's key (`$PERFLOOP_HOME/signing.key`, 0600, made once, never in the store) and writes
+the digests and their HMAC into the checkpoint's metadata (`SIGNATURE`). The writes a step's tasks
+leave before the next checkpoint (a parallel batch's finished trials, an interrupt, an approval's
+answer: LangGraph's pending writes, applied on resume) are signed one by one (`seal_write`, an
+input of kind `write-signature` beside the session) and a checkpoint that says so (`WRITES`) is
+read back only with every pending write signed (agent/sessions/checkpoint.py).
 Before `approve`, `reject`, `resume`, `fork` (and the approval page, which runs those) act, the
 stored state must give exactly the signed digests under this key; anything else is refused in one
 line naming the fields that changed, before a file is written or a process started. A session this
@@ -21,6 +25,7 @@ import json
 import os
 import secrets
 from pathlib import Path
+from typing import Any
 
 from state.loop import LoopState
 from tools.errors import ConfigError
@@ -29,6 +34,8 @@ from tools.secrets import redact_bytes
 KEY_FILE = "signing.key"
 SIGNATURE = "perfloop_signature"
 """The checkpoint metadata key holding the signed digests of its state."""
+WRITES = "~writes"
+"""A signed field (not a state field) saying the checkpoint's pending writes are signed too."""
 
 
 def key_here(home: Path) -> bytes:
@@ -95,11 +102,52 @@ def problem(key: bytes, session_id: str, record: dict | None, now: dict[str, str
             unsigned
             + "its signature is another key's (another machine's or user's session, a copy, or a forgery)"
         )
-    changed = sorted(k for k in signed.keys() | now.keys() if signed.get(k) != now.get(k))
+    changed = sorted(k for k in signed.keys() - {WRITES} | now.keys() if signed.get(k) != now.get(k))
     if changed:
         shown = ", ".join(changed[:8]) + (f" (+{len(changed) - 8} more)" if len(changed) > 8 else "")
         return f"session {session_id} changed in the store since this user last ran it: {shown} changed"
     return None
+
+
+def seal_write(key: bytes, where: dict[str, str], channel: str, typed: tuple[str, bytes]) -> dict:
+    """The record that binds one pending write (its channel and serialized value `typed`) to its
+    session, checkpoint and task (`where`: thread_id, checkpoint_ns, checkpoint_id, task_id)."""
+    what = {**where, "channel": channel, "value": hashlib.sha256(typed[0].encode() + typed[1]).hexdigest()}
+    return {**what, "hmac": hmac.new(key, _canon(what).encode(), "sha256").hexdigest()}
+
+
+def signs_writes(key: bytes, session_id: str, record: object) -> bool:
+    """Whether a checkpoint's signature `record` is this key's and says its pending writes are signed."""
+    return (
+        isinstance(record, dict)
+        and isinstance(record.get("fields"), dict)
+        and record["fields"].get(WRITES) == "signed"
+        and hmac.compare_digest(str(record.get("hmac", "")), _mac(key, session_id, record["fields"]))
+    )
+
+
+def unsigned_writes(
+    key: bytes, where: dict[str, str], writes: list, signed: list[dict], dumps: Any
+) -> list[str]:
+    """`channel (task)` of each pending write (task_id, channel, value) no valid record of `signed`
+    binds to `where` (pure but for `dumps`, the serializer's `dumps_typed`)."""
+    good = {
+        (r.get("task_id"), r.get("channel"), r.get("value"))
+        for r in signed
+        if isinstance(r, dict)
+        and all(r.get(k) == v for k, v in where.items())
+        and hmac.compare_digest(
+            str(r.get("hmac", "")),
+            hmac.new(key, _canon({k: v for k, v in r.items() if k != "hmac"}).encode(), "sha256").hexdigest(),
+        )
+    }
+    bad = []
+    for task_id, channel, value in writes:
+        typed = dumps(value)
+        digest = hashlib.sha256(typed[0].encode() + typed[1]).hexdigest()
+        if (task_id, channel, digest) not in good:
+            bad.append(f"{channel} (task {str(task_id)[:8]})")
+    return bad
 
 
 def refusal(session_id: str, why: str, now: dict[str, str], trust: str | None) -> ConfigError:

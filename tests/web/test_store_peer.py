@@ -12,7 +12,8 @@ perfloop's (`Peer`, a connection of its own, the same serializer perfloop reads 
   the launch allowlist off, another python) and then its launch command: each command is refused
   naming the fields that changed;
 - hides a command in a stored diff with terminal escapes: `perfloop show --diff` in a real
-  terminal (tmux) prints them as escapes.
+  terminal (tmux) prints them as escapes;
+- adds a pending write to the victim's paused session (what LangGraph applies on resume): refused.
 After each, no file was created or changed under the victim's $PERFLOOP_HOME or checkout, no
 process was started, and the marker does not exist."""
 
@@ -63,6 +64,24 @@ class Peer:
                 (kind2, blob2, sid, channel, version),
             )
         return len(rows)
+
+    def add_write(self, sid: str, channel: str, value: Any) -> Callable[[], None]:
+        """A pending write beside the paused task's interrupt (as LangGraph stores an approval's
+        answer); returns what removes it again."""
+        row = self.conn.execute(
+            "SELECT checkpoint_ns, checkpoint_id, task_id, task_path FROM checkpoint_writes "
+            "WHERE thread_id = %s AND channel = '__interrupt__' ORDER BY checkpoint_id DESC LIMIT 1",
+            (sid,),
+        ).fetchone()
+        assert row is not None, "the victim's session is not paused at an interrupt"
+        ns, cid, task, path = row
+        self.conn.execute(
+            "INSERT INTO checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, "
+            "idx, channel, type, blob) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            (sid, ns, cid, task, path, 7, channel, *self.serde.dumps_typed(value)),
+        )
+        where = "thread_id = %s AND checkpoint_id = %s AND task_id = %s AND idx = 7"
+        return lambda: self.conn.execute(f"DELETE FROM checkpoint_writes WHERE {where}", (sid, cid, task))
 
     def plant_copy(self, sid: str, new: str, name: str) -> None:
         """The session's checkpoints, index row and inputs copied under the id `new`."""
@@ -196,6 +215,22 @@ def test_a_hidden_command_in_a_stored_diff_shows_as_escapes_in_a_real_terminal(
     finally:
         tmux.close()
     assert "os.system('touch PWNED')  # \\x1b[2K\\x0d+import sys" in pane, pane
+
+
+def test_a_pending_write_the_peer_adds_is_refused_before_anything_runs(victim: Victim, peer: Peer) -> None:
+    """A write LangGraph would apply on resume (an approval's answer, a finished parallel trial's
+    result) added to the victim's own paused session: not signed by the victim's key, refused."""
+    remove = peer.add_write(victim.sid, "proposal", None)
+    try:
+        for args in (
+            ["approve", victim.sid],
+            ["resume", victim.sid],
+            ["reject", victim.sid, "--reason", "x"],
+        ):
+            victim.refused(*args, says="pending write proposal (task ")
+    finally:
+        remove()
+    assert json.loads(victim.cli("show", victim.sid, "--json").stdout)["pending_approval"] is not None
 
 
 def test_rewritten_options_or_launch_are_refused_naming_what_changed(victim: Victim, peer: Peer) -> None:
