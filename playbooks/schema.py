@@ -10,11 +10,9 @@ from playbooks.flags import not_fixed
 from state.base import Model
 
 MODEL_ID = re.compile(r"llm(-[0-9]+)?")
-"""Ids of model-written candidates (`llm`, and `llm-1`, `llm-2`, ... in a round for several hosts);
-no playbook may take one."""
+"""Ids of model-written candidates (`llm`, `llm-1`, ... one a host in a round); no playbook's."""
 SEARCH_ID = re.compile(r"search-[0-9]+")
-"""Ids of the launch-option search's trials (`search-1`, ...; agent/proposer/search.py); no
-playbook may take one."""
+"""Ids of the launch-option search's trials (`search-1`, ...); no playbook's."""
 
 NOTE_FIELDS = {
     "op": "aten::copy_",
@@ -184,8 +182,8 @@ Gain = Annotated[
 
 
 class GraphSignature(Model):
-    """How the bottleneck shows when decode replays CUDA graphs: the trace then has kernels but no
-    operators (so no dims) inside the replay; only kernel names and their share are left."""
+    """How the bottleneck shows when decode replays CUDA graphs: kernels but no operators (no
+    dims) inside the replay, so only kernel names and their share."""
 
     kernel_names: list[str] = Field(min_length=1)
     """Regular expressions (re.search) for the kernels involved."""
@@ -198,16 +196,15 @@ class GraphSignature(Model):
 
 
 class LaunchLimit(Model):
-    """A server launch option under which the playbook's patch for one target kind does not work:
-    the loop refuses to propose it there and says why, instead of spending launches on it."""
+    """A launch option under which the playbook's patch for one target kind does not work: the
+    loop says why and does not propose it there."""
 
     kind: str
     """Target kind the limit is for, e.g. `sglang`."""
     flag: Annotated[str, AfterValidator(not_fixed)] = Field(pattern=r"^--[a-z0-9][a-z0-9-]*$")
     """A command-line flag of `launch.argv`, e.g. `--disable-cuda-graph` (never a fixed one)."""
     refuse_when: Literal["present", "absent", "above"]
-    """`present`/`absent`: the flag is (not) in argv; `above`: its value (`--flag N` or
-    `--flag=N`) is a number greater than `value`."""
+    """`present`/`absent`: the flag is (not) in argv; `above`: its value is a number above `value`."""
     value: float = 0
     """Threshold for `above`."""
     reason: str
@@ -220,8 +217,8 @@ class LaunchEdit(Model):
     flag: Annotated[str, AfterValidator(not_fixed)] = Field(pattern=r"^--[a-z0-9][a-z0-9-]*$")
     """A command-line flag of `launch.argv`, e.g. `--disable-cuda-graph` (never a fixed one)."""
     action: Literal["remove", "raise"]
-    """`remove`: drop the flag (and its value); `raise`: where the flag is given a number below
-    `value`, set it to `value` (absent: the server's default stands)."""
+    """`remove`: drop the flag (and its value); `raise`: a number below `value` set to `value`
+    (absent: the server's default stands)."""
     value: float = 0
     """Target number for `raise`."""
 
@@ -235,9 +232,7 @@ class Playbook(Model):
     title: str
     """One-line title of the finding."""
     titles: dict[str, str] = {}
-    """Target kind -> the title there, where that kind's case is not the one `title` names (e.g.
-    vllm = "... BF16 cast to FP32 ..." beside an FP8 -> BF16 title); a kind "sglang@X" falls back
-    to "sglang", any other to `title`."""
+    """Target kind -> the title there, where its case is not the one `title` names (`title_for`)."""
     explanation: str
     """What the bottleneck is, why it happens and how the patch fixes it."""
     confidence: float = Field(ge=0, le=1)
@@ -251,27 +246,24 @@ class Playbook(Model):
     graph_signature: GraphSignature | None = None
     """Where the step replays CUDA graphs and `signature` finds no operators: match by kernel names."""
     patches: dict[str, str] = {}
-    """Target kind -> patch file relative to the playbook folder, e.g. mla_server = "patches/x.diff";
-    SGLang's are keyed by release, "sglang@X.Y.Z" (chosen by playbooks/patches.py)."""
+    """Target kind (SGLang's by release, "sglang@X.Y.Z": playbooks/patches.py) -> patch file."""
     launch_limits: list[LaunchLimit] = []
     """Launch options under which a patch is not proposed (see LaunchLimit)."""
     launch: dict[str, list[LaunchEdit]] = {}
-    """Target kind -> the launch-command change that is the fix there (instead of a patch), e.g.
-    CUDA graphs: drop `--disable-cuda-graph`, raise `--cuda-graph-max-bs`."""
+    """Target kind -> the launch-command change that is the fix there (instead of a patch)."""
     binary_patches: bool = False
-    """Whether this playbook's patches may hold binary hunks (the patch gate refuses them otherwise)."""
+    """Whether its patches may hold binary hunks (the patch gate refuses them otherwise)."""
     source_dir: str = ""
     """Folder the playbook was loaded from; set by load_playbooks, never written in playbook.toml."""
 
     def title_for(self, kind: str) -> str:
-        """The finding's title on a target of `kind` (`titles`, else `title`)."""
+        """The title on a target of `kind` (for "sglang@X" `titles["sglang"]`), else `title`."""
         return self.titles.get(kind) or self.titles.get(kind.partition("@")[0]) or self.title
 
     @model_validator(mode="after")
     def _one_fix_per_kind(self) -> "Playbook":
         """A target kind gets a patch or a launch change, not both."""
-        both = sorted(set(self.patches) & set(self.launch))
-        if both:
+        if both := sorted(set(self.patches) & set(self.launch)):
             raise ValueError(f"kinds {both} have both a patch and a launch change; keep one")
         return self
 

@@ -30,65 +30,53 @@ class DecisionConfig(ArmsConfig):
     bootstrap: int = Field(2000, ge=200)
     """Bootstrap resamples per look."""
     default_launch_noise: float = Field(0.25, gt=0, lt=1)
-    """Launch-to-launch noise (SD of log TPOT of one launch) assumed until the A/A store holds
-    `min_aa_launches` baseline launches of this target on this host; conservative on purpose: on a
-    2-core machine shared with other jobs, A/A launches of the demo varied by 14% (SD) and one A/A
-    pair by 1.9x. With it one launch per arm resolves only gains above ~2.4x: calibrate
-    (`perfloop calibrate`) to resolve smaller ones."""
+    """Sequential arms: launch noise (SD of one launch's log TPOT) assumed until the A/A store
+    holds `min_aa_launches` launches of this target on this host (A/A launches of the demo on a
+    loaded 2-core machine: 14% SD); paired blocks: the prior worth `prior_df`. Interleaved arms
+    use `default_pair_noise`."""
     prior_df: int = Field(1, ge=1, le=20)
     """Paired blocks: the degrees of freedom `default_launch_noise` counts for while no launch
-    noise is measured (agent/decision/stats/blocks.py); the first measured degree of freedom
-    replaces it (a prior, not a floor)."""
+    noise is measured (a prior, not a floor: agent/decision/stats/blocks.py)."""
     trial_budget_s: float = Field(1800.0, gt=0)
     """Paired blocks: the most seconds a trial's blocks may take at the launch and measurement
-    cost the baseline showed; bounds the blocks planned (a 10-minute launch gets fewer blocks than
-    a 5-second one)."""
+    cost the baseline showed (a 10-minute launch gets fewer blocks than a 5-second one)."""
     min_aa_launches: int = Field(6, ge=3)
     """A/A launches needed (at least two of one tree) before their estimate replaces the default."""
     default_pair_noise: float = Field(0.05, gt=0, lt=1)
     """Interleaved arms: launch noise (SD of one launch's log-TPOT effect) assumed until the A/A
-    store holds `min_aa_pairs` pairs of this target on this host. Measured on the 2-core demo
-    machine under varying load: 2.7% SD of an A/A pair's shift (5 pairs), against 16% for two
-    sequential launches."""
+    store holds `min_aa_pairs` pairs of this target on this host (the loaded 2-core demo machine:
+    2.7% SD of an A/A pair's shift, 5 pairs, against 16% for two sequential launches)."""
     min_aa_pairs: int = Field(3, ge=2)
     """Interleaved A/A pairs needed before their estimate replaces `default_pair_noise`."""
     confirm_below: float | None = Field(2.0, gt=1)
     """Interleaved arms: an acceptance whose CI lower end is below this speedup is repeated on a
-    fresh pair of launches and kept only when that pair accepts too (None: never). Launch effects
-    are heavy-tailed: a few launches run 1.3-1.4x off for their whole life, also side by side
-    (benchmarks/README.md), which no normal launch-noise term covers without making every CI
-    powerless; a second, independent pair does."""
+    fresh pair of launches and kept only when that pair accepts too (None: never): a few launches
+    run 1.3-1.4x off for their whole life, also side by side (benchmarks/README.md)."""
 
 
 class LaunchNoise(Model):
     """Launch-to-launch noise of a target on a host, from A/A launches (or the default)."""
 
     sigma_log: float
-    """SD of one launch's log-TPOT location that the rule uses (an upper confidence bound of the
-    A/A estimate, or the default)."""
+    """SD of one launch's log-TPOT location the rule uses (an A/A upper bound, or the default)."""
     estimate_log: float | None = None
     """The A/A point estimate (pooled SD over launches of the same tree), if there are any."""
     launches: int = 0
     """A/A launches the estimate pools."""
     source: Literal["default", "aa", "replicates", "pooled"] = "default"
-    """`aa`: measured; `default`: too few A/A launches yet, the conservative default;
-    `replicates`: alternating arms, from the candidate's own replicate launches; `pooled`: paired
-    blocks, the trial's blocks pooled with history and the weak prior
-    (agent/decision/stats/blocks.py)."""
+    """`aa`: measured; `default`: too few A/A launches yet; `replicates`: alternating arms, the
+    candidate's own replicate launches; `pooled`: paired blocks (agent/decision/stats/blocks.py)."""
     paired: bool = False
     """From interleaved A/A pairs (two launches measured together), for interleaved arms."""
     df: int = 0
     """Degrees of freedom of `estimate_log` (pooled within groups of the same tree)."""
     default_log: float | None = None
-    """`default`: the configured default (`[decide] default_launch_noise` or `default_pair_noise`);
-    `sigma_log` is larger when the few launches so far already say worse. None in sessions
-    recorded before it."""
+    """`default`: the configured default (below `sigma_log` when the few launches say worse)."""
     needed: int | None = None
     """`default`: the A/A launches (or pairs) that would replace it (`min_aa_launches`, `min_aa_pairs`)."""
 
     def describe(self) -> str:
-        """e.g. `launch noise 2.1% (14 A/A launches)` or `launch noise 25.0% (the default until 6
-        A/A launches; 2 so far measured 7.2%, too few to replace it)`."""
+        """e.g. `launch noise 2.1% (14 A/A launches)`, `... (the conservative default until 6 ...)`."""
         unit = "interleaved A/A pairs" if self.paired else "A/A launches"
         if self.source == "replicates":
             return f"between-launch SD {self.sigma_log:.1%} ({self.df} df, {self.launches} launches)"

@@ -127,8 +127,7 @@ class Conversation:
                 continue
             if self.cfg.launch_options and is_launch_answer(content):
                 st, flags = self.state, self.cfg.launch_flags
-                # the allowlist always, live: the permissive path only replays what it decided then
-                old = not st.options.launch_allowlist and self.runtime.context.door.replaying
+                old = not st.options.launch_allowlist and self.runtime.context.door.replaying  # live: never
                 kind = None if old else st.target.kind
                 found = launch_answer(
                     content, st.argv, st.model_trials, self.siblings, kind=kind, extra=flags

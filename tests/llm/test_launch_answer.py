@@ -126,7 +126,7 @@ def test_a_session_recorded_before_the_allowlist_gets_it_live(tmp_path: Path, en
     """Issue 46: no permissive fallback. A session whose options predate the allowlist
     (`launch_allowlist` False: any flag but the fixed ones) is held to its kind's allowlist when it
     runs live; only a replay of its recording takes the old path, so it decides as it did."""
-    answers = [
+    answers: list[Any] = [
         reply("Log more.\nLAUNCH: set --log-level-http debug\n"),
         reply("LAUNCH: set --max-total-tokens 4096\n"),
     ]

@@ -81,7 +81,11 @@ class Peer:
             (sid, ns, cid, task, path, 7, channel, *self.serde.dumps_typed(value)),
         )
         where = "thread_id = %s AND checkpoint_id = %s AND task_id = %s AND idx = 7"
-        return lambda: self.conn.execute(f"DELETE FROM checkpoint_writes WHERE {where}", (sid, cid, task))
+
+        def remove() -> None:
+            self.conn.execute(f"DELETE FROM checkpoint_writes WHERE {where}", (sid, cid, task))
+
+        return remove
 
     def plant_copy(self, sid: str, new: str, name: str) -> None:
         """The session's checkpoints, index row and inputs copied under the id `new`."""
