@@ -40,7 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agent.proposer.evaluation import DECODE_NEXT, TASKS, Score, markdown  # noqa: E402
+from agent.proposer.harness.evaluation import DECODE_NEXT, TASKS, Score, markdown  # noqa: E402
 from tests.llm.conftest import BACKEND, WRONG, edit_block, fix_answer  # noqa: E402
 from tests.llm.fake_openai import ScriptedModel, Step, call, reply  # noqa: E402
 

@@ -26,11 +26,11 @@ from playbooks.heldout import CorpusTrace, leave_one_out, table  # noqa: E402
 from state.diagnosis import DiagnosisContext  # noqa: E402
 from state.profile import ProfileSummary  # noqa: E402
 from tools.trace import read_profiles  # noqa: E402
-from tools.trace.windows import marker_kind  # noqa: E402
+from tools.trace.analyses.windows import marker_kind  # noqa: E402
 
 FIXES = ("launch-bound-decode", "kv-cache-full-pool-cast")
 KEEP_ARGS = ("correlation", "Input Dims", "Input type", "device")
-"""The args tools.trace.stream reads; every other field of an event is dropped by `cut`."""
+"""The args tools.trace.read.stream reads; every other field of an event is dropped by `cut`."""
 
 
 def effects(profile: ProfileSummary) -> dict:

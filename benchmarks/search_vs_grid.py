@@ -31,8 +31,8 @@ import optuna
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from decisions import copy_demo
 
-from agent.proposer.knobs import describe_config, with_config
-from agent.proposer.search import distribution
+from agent.proposer.tuning.knobs import describe_config, with_config
+from agent.proposer.tuning.search import distribution
 from state.calls import LaunchArgs, ServerArgs
 from state.search import Knob, KnobValue
 from state.target import LaunchConfig

@@ -11,10 +11,10 @@ step less everything the fix removes (Amdahl over the measured windows). Each fi
 basis; without step windows on a GPU trace the prediction is unknown (None), not a guess.
 Pure functions.
 
-In detail. From each step window (`tools/trace/windows.py`; `StepBounds.windows` and
+In detail. From each step window (`tools/trace/analyses/windows.py`; `StepBounds.windows` and
 `ProfileSummary.step_source` say which marker found them, or that they were inferred) the trace
 gives the host's time to issue the step's kernels (first to last launch call, syncs left out), the
-host work outside that span, and the device's busy time (`tools/trace/bounds.py`; `StepBounds`, with
+host work outside that span, and the device's busy time (`tools/trace/analyses/bounds.py`; `StepBounds`, with
 `bound` = `host launch` or `device`). Each finding's gain model becomes a `StepEffect` (device time
 removed, kernels removed, or CUDA graphs: the issue time goes, the step being one graph launch, and
 each kernel adds GRAPH_GAP_US of device idle), and the finding gets `step_ms`, `predicted_step_ms`,
@@ -30,7 +30,7 @@ share but not below `max(issue, device)`. `Finding.basis` names the bound, windo
 terms before and after, the floor and the paired fix. CPU traces keep the share-based gain (every op
 is on the step's path); a GPU trace without step windows gets no number (`predicted_speedup` None,
 basis `unknown: ...`). A trace without markers is never refused: only a trace with no events, or a
-CUDA trace with no kernels, is (`tools/trace/checks.py`). Without a TPOT, a GPU trace's host time is
+CUDA trace with no kernels, is (`tools/trace/analyses/checks.py`). Without a TPOT, a GPU trace's host time is
 divided by how much the profiler inflated it, fitted on H200 traces (`playbooks/spread.py`: 1.92x
 eager, 11.17x graph-replayed), and every prediction is a range (`predicted_speedup_low`/`_high`)
 over the step windows and the inflations seen, which `diagnose` prints.

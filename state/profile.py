@@ -185,7 +185,7 @@ class RankStat(Model):
 
 
 class CollectiveStats(Model):
-    """Collectives across the ranks of a multi-file profile (tools/trace/collectives.py)."""
+    """Collectives across the ranks of a multi-file profile (tools/trace/ranks/collectives.py)."""
 
     ranks: int = Field(ge=2)
     """Rank files read."""

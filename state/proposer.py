@@ -91,7 +91,7 @@ class ProposerConfig(Model):
     mode: ProposerMode = "auto"
     """`playbook`: stored patches only, never a model; `llm`: a model writes every patch (playbooks
     still diagnose); `auto`: a playbook's patch when one fits, else the model; `search`: launch
-    configs of `[search]` only (agent/proposer/search.py; under `playbook` and `auto` the search
+    configs of `[search]` only (agent/proposer/tuning/search.py; under `playbook` and `auto` the search
     follows the playbooks)."""
     model: str | None = None
     """Model name sent to the endpoint (needed for `llm`, and for `auto` to fall back to a model)."""

@@ -1,4 +1,4 @@
-"""`[search]` in a target file: launch options searched like patches (agent/proposer/search.py).
+"""`[search]` in a target file: launch options searched like patches (agent/proposer/tuning/search.py).
 
 Each trial is a session candidate: the launch command with the knobs' values, relaunched, its
 outputs checked and measured with the decision rule against the reference; an accepted config

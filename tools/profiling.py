@@ -220,7 +220,7 @@ def _profile_api(args: ProfileArgs) -> ProfileFiles:
 def _profile_vllm(args: ProfileArgs, trace_dir: Path) -> ProfileFiles:
     """vLLM's API method: `/start_profile`, one request of warm-up + active + 4 tokens,
     `/stop_profile`; its worker then writes `<rank>.<time>.pt.trace.json.gz` into `trace_dir` (the
-    step windows come from its `execute_context_*` markers, tools/trace/windows.py)."""
+    step windows come from its `execute_context_*` markers, tools/trace/analyses/windows.py)."""
     trace_dir.mkdir(parents=True, exist_ok=True)
     before = set(trace_dir.glob("*.pt.trace.json*"))
     code, text = post_json(args.base_url + "/start_profile", {})

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from agent.cli.output import diff_text, table
 from agent.cli.terminal import styled
-from agent.proposer.search import trial_lines
+from agent.proposer.tuning.search import trial_lines
 from agent.report.headline import baseline_final, best_command, flag_change, headline, judged
 from state.loop import LoopState
 from state.records import ToolCallRecord

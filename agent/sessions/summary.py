@@ -7,7 +7,7 @@ from agent.decision.arms.measuring import beside_note, serving_note
 from agent.decision.gate.correctness import refusal
 from agent.decision.stats.levels import at_level
 from agent.decision.stats.rule import percentile, pooled_metric, serving_stats
-from agent.proposer.search import trial_lines
+from agent.proposer.tuning.search import trial_lines
 from state.loop import LoopState
 from state.measure import Measurement
 from state.session import Summary

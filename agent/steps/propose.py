@@ -8,7 +8,7 @@ failed `llm` decision with its reason, and the step runs again to try once more 
 
 With `[[hosts]]`, several candidates are tried at once: every playbook that fits (unless `llm`),
 or, when no playbook fits (or under `llm`), a round of model candidates, one per host
-(agent/proposer/asking.py). Two or more go to the `trial` fan-out; a single one takes the usual
+(agent/proposer/chat/asking.py). Two or more go to the `trial` fan-out; a single one takes the usual
 path here.
 """
 
@@ -22,8 +22,8 @@ from langgraph.types import Command
 
 from agent.context import LoopContext, call, need, step, transition
 from agent.decision.gate.correctness import refusal
-from agent.proposer.asking import LLM, ask_round, needs_human, no_model_reason
-from agent.proposer.search import is_trial, search_proposal
+from agent.proposer.chat.asking import LLM, ask_round, needs_human, no_model_reason
+from agent.proposer.tuning.search import is_trial, search_proposal
 from agent.steps.actions import playbooks_of
 from agent.steps.fanout import fan_out
 from playbooks import launch

@@ -48,7 +48,7 @@ from agent.decision.arms.measuring import machine_drift, outputs_problem, unlike
 from agent.decision.stats.levels import level_looks, with_levels
 from agent.decision.stats.rule import arm_of, look
 from agent.hostrun import HostRun
-from agent.proposer.feedback import divergence
+from agent.proposer.briefing.feedback import divergence
 from agent.steps.fanout import settle
 from state.decision import LaunchNoise
 from state.fanout import TrialTask

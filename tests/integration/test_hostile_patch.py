@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from agent.cli import render, terminal
-from agent.proposer.checks import gate_problem
+from agent.proposer.edits.checks import gate_problem
 from state.calls import ApplyArgs
 from tests.e2e.conftest import PERFLOOP, edited_diff, git, last_json, make_repo, perfloop, write_target
 from tests.integration.test_git_workspace import PATCH, TRAILERS, world

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.proposer.conversation import Conversation
+from agent.proposer.chat.conversation import Conversation
 from tests.llm.conftest import (
     BACKEND,
     NEW,

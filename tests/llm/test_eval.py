@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from agent.cli import app
-from agent.proposer.evaluation import score, task_named
+from agent.proposer.harness.evaluation import score, task_named
 from agent.sessions.archive import import_session
 from agent.sessions.runner import Sessions
 from tests.e2e.conftest import perfloop

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.proposer.evidence import context, port_patch
+from agent.proposer.briefing.evidence import context, port_patch
 from playbooks.engine import load_playbooks
 from state.correctness import CorrectnessConfig
 from state.loop import Decision

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.proposer.feedback import divergence, same_diff, trial_of
+from agent.proposer.briefing.feedback import divergence, same_diff, trial_of
 from agent.steps.propose import propose
 from state.loop import Decision, Proposal
 from state.measure import RequestRecord
@@ -133,7 +133,7 @@ def test_the_next_round_is_told_and_a_resubmission_costs_no_launch(tmp_path: Pat
 def test_a_crash_goes_back_with_the_traceback_tail_read_through_the_door(
     tmp_path: Path, engine: Path
 ) -> None:
-    from agent.proposer.feedback import model_trial
+    from agent.proposer.briefing.feedback import model_trial
 
     log = tmp_path / "server-2.log"
     log.write_text(

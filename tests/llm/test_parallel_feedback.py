@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from langgraph.types import Command
 
-from agent.proposer.blocks import unified_diff
+from agent.proposer.edits.blocks import unified_diff
 from agent.steps.fanout import task
 from agent.steps.propose import propose
 from agent.steps.trial import TrialRun, join, verdict

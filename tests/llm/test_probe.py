@@ -15,7 +15,7 @@ from typing import Any, cast
 import pytest
 
 from agent.context import need
-from agent.proposer.conversation import Conversation, Outcome
+from agent.proposer.chat.conversation import Conversation, Outcome
 from state.loop import LoopState
 from tests.llm.conftest import BACKEND, NEW, OLD, edit_block, fix_answer, loop_state, runtime
 from tests.llm.fake_openai import ScriptedModel, Step, call, last_tool_text, last_user_text, reply

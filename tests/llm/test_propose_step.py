@@ -199,7 +199,7 @@ def test_a_playbook_may_not_take_a_model_candidates_id() -> None:
 def test_model_candidates_wait_for_a_human_by_default_even_under_approve_auto(
     tmp_path: Path, engine: Path
 ) -> None:
-    from agent.proposer.asking import needs_human
+    from agent.proposer.chat.asking import needs_human
 
     assert ProposerConfig().approve == "manual"
     script = [reply(fix_answer()), reply(fix_answer(new=SLOWER))]

@@ -94,7 +94,7 @@ def test_launch_option_secrets_are_masked_not_their_neighbours() -> None:
 
 
 def test_the_closest_lines_of_a_failed_match_are_sent_redacted() -> None:
-    from agent.proposer.prompt import repair
+    from agent.proposer.briefing.prompt import repair
 
     text = repair("match", f'The closest lines of settings.py:\n1\tapi_key = "{TRACKED_KEY}"', 2)
     assert TRACKED_KEY not in text and 'api_key = "***"' in text

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.proposer.protocol import strip_reasoning, text_requests
+from agent.proposer.chat.protocol import strip_reasoning, text_requests
 from agent.steps.propose import propose
 from tests.llm.conftest import BACKEND, fix_answer, loop_state, runtime
 from tests.llm.fake_openai import ScriptedModel, reply
@@ -78,7 +78,7 @@ def test_a_refusal_it_cannot_adapt_to_drops_the_proposal_in_one_line(tmp_path: P
 
 
 def test_old_tool_outputs_are_trimmed_to_the_budget_and_the_latest_kept() -> None:
-    from agent.proposer.protocol import size, trim
+    from agent.proposer.chat.protocol import size, trim
     from state.llm_tools import ChatMessage
 
     big = "x" * 4000

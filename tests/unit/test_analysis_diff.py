@@ -1,9 +1,9 @@
-"""tools.trace.diff on the committed H200 traces and on CPU traces recorded here."""
+"""tools.trace.compare.diff on the committed H200 traces and on CPU traces recorded here."""
 
 from pathlib import Path
 
 from tools.trace import read_chrome_trace
-from tools.trace.diff import diff_profiles
+from tools.trace.compare.diff import diff_profiles
 
 from .test_trace import TRACES, full_pool_cast, gather_then_cast, record_trace
 

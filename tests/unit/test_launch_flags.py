@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from agent.cli import render, terminal
 from agent.cli.target import load_target
-from agent.proposer.launching import launch_answer
+from agent.proposer.edits.launching import launch_answer
 from playbooks.flags import CHANGEABLE, FIXED, changeable, flag_problem
 from playbooks.schema import LaunchEdit
 from tools.errors import ConfigError

@@ -1,4 +1,4 @@
-"""agent/proposer/blocks.py: the model's SEARCH/REPLACE edit blocks parsed, applied, turned into a diff."""
+"""agent/proposer/edits/blocks.py: the model's SEARCH/REPLACE edit blocks parsed, applied, turned into a diff."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.proposer.blocks import EditError, apply_blocks, parse, unified_diff
+from agent.proposer.edits.blocks import EditError, apply_blocks, parse, unified_diff
 
 
 def test_parse_takes_blocks_in_fences_and_keeps_the_rationale() -> None:

@@ -1,4 +1,4 @@
-"""agent/proposer/checks.py: the path allowlist and the checks a model's answer passes in order."""
+"""agent/proposer/edits/checks.py: the path allowlist and the checks a model's answer passes in order."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from unittest.mock import ANY
 
 import pytest
 
-from agent.proposer.checks import Failure, path_problem, validate
+from agent.proposer.edits.checks import Failure, path_problem, validate
 from state.proposer import DEFAULT_PROTECTED
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent.proposer.blocks import EditError, apply_blocks, normal_path, parse
-from agent.proposer.matching import replace_once
+from agent.proposer.edits.blocks import EditError, apply_blocks, normal_path, parse
+from agent.proposer.edits.matching import replace_once
 
 FILE = "def f(x):\n    if x:\n        return x.to(q)\n    return None\n"
 
@@ -53,7 +53,7 @@ def test_a_malformed_divider_is_named() -> None:
 
 
 def test_the_static_check_refuses_a_new_undefined_name_not_an_old_one() -> None:
-    from agent.proposer.checks import Candidate, check_static
+    from agent.proposer.edits.checks import Candidate, check_static
 
     old = "import os\n\ndef f(x):\n    return missing(x)\n"
     c = Candidate(

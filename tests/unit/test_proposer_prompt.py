@@ -1,10 +1,10 @@
-"""agent/proposer/prompt.py: data delimited in the model's context, trace locations mapped into the repo."""
+"""agent/proposer/briefing/prompt.py: data delimited in the model's context, trace locations mapped into the repo."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from agent.proposer.prompt import data, repo_relative
+from agent.proposer.briefing.prompt import data, repo_relative
 
 
 def test_data_is_delimited_and_locations_map_into_the_repo() -> None:

@@ -13,8 +13,8 @@ from langgraph.types import Command
 
 from agent.cli.target import ConfigError, load_target, with_proposer
 from agent.context import LoopContext
-from agent.proposer.knobs import config_of, describe_config, with_config
-from agent.proposer.search import budget_left, next_config, search_proposal, trial_lines
+from agent.proposer.tuning.knobs import config_of, describe_config, with_config
+from agent.proposer.tuning.search import budget_left, next_config, search_proposal, trial_lines
 from agent.steps.propose import Goto, propose
 from playbooks.predict import batching_gain_bound
 from state.diagnosis import Diagnosis, Finding

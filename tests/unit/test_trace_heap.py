@@ -1,4 +1,4 @@
-"""tools.trace.heap: inside kept_heap() a freed buffer is reused without faulting its pages in
+"""tools.trace.read.heap: inside kept_heap() a freed buffer is reused without faulting its pages in
 again; on the way out the free memory goes back to the system. Each case runs in a fresh Python
 (the allocator's settings are process-wide). Needs glibc, as perfloop's Linux hosts have."""
 

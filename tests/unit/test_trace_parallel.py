@@ -1,4 +1,4 @@
-"""tools.trace.parallel and tools.trace.split: a plain trace cut into byte ranges read by several
+"""tools.trace.ranks.parallel and tools.trace.read.split: a plain trace cut into byte ranges read by several
 processes, and rank files read one per process, give exactly the summary of one stream."""
 
 import gzip
@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-import tools.trace.parallel as parallel
-import tools.trace.stream as stream
+import tools.trace.ranks.parallel as parallel
+import tools.trace.read.stream as stream
 from tools.errors import TraceError
 from tools.trace import read_chrome_trace, read_profiles
-from tools.trace.split import byte_ranges
+from tools.trace.read.split import byte_ranges
 
 from .glm5_shaped import glm5_events
 from .test_trace import TRACES

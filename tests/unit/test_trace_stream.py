@@ -1,4 +1,4 @@
-"""tools.trace.stream: chunked decoding of real traces, bounded memory, one-line errors with offsets."""
+"""tools.trace.read.stream: chunked decoding of real traces, bounded memory, one-line errors with offsets."""
 
 import gzip
 import json
@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-import tools.trace.stream as stream
+import tools.trace.read.stream as stream
 from tools.errors import TraceError
 from tools.trace import read_chrome_trace, read_profiles
-from tools.trace.stream import TraceStream
+from tools.trace.read.stream import TraceStream
 
 from .test_trace import TRACES, full_pool_cast, record_trace
 

@@ -1,4 +1,4 @@
-"""The vectorized walk (tools.trace.walk) equals the event-by-event stack walk it replaced
+"""The vectorized walk (tools.trace.analyses.walk) equals the event-by-event stack walk it replaced
 (tests/unit/trace_reference.py) on random traces built to hit its corners: overlapping and
 improperly nested events, equal starts, zero durations, several threads, repeated and missing
 correlation ids, CUDA-graph launches, syncs inside sync ops, Python frames, step markers."""
@@ -9,11 +9,11 @@ import msgspec
 import numpy as np
 import pytest
 
-from tools.trace.collect import Collected
-from tools.trace.device import work_by_correlation
-from tools.trace.stream import Args, Event
-from tools.trace.tree import walk_order
-from tools.trace.walk import GRAPH_ROW, SYNC_OPS, _by_clock, walk
+from tools.trace.read.collect import Collected
+from tools.trace.analyses.device import work_by_correlation
+from tools.trace.read.stream import Args, Event
+from tools.trace.analyses.tree import walk_order
+from tools.trace.analyses.walk import GRAPH_ROW, SYNC_OPS, _by_clock, walk
 
 from .trace_reference import walk as reference_walk
 
@@ -125,7 +125,7 @@ def test_device_activity_medians_are_the_statistics_medians(n: int) -> None:
     of every kernel was a tenth of a 1 GB trace's summary): the same floats, odd and even counts."""
     from statistics import median
 
-    from tools.trace.device import GAP_MIN_US, Windows, _merge, device_activity
+    from tools.trace.analyses.device import GAP_MIN_US, Windows, _merge, device_activity
 
     rng = np.random.default_rng(n)
     start = np.sort(rng.uniform(0, 1e6, n))

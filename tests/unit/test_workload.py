@@ -13,7 +13,7 @@ import pytest
 from agent.cli.target import load_target
 from agent.decision.arms.measuring import merge, serving_note
 from agent.decision.stats.rule import arm_of, arm_stats, look, window_cost
-from agent.proposer.search import _objective
+from agent.proposer.tuning.search import _objective
 from state.decision import ArmStats, DecisionConfig, Judgement, LaunchNoise
 from state.loop import Decision
 from state.measure import Measurement, RequestRecord, Stat, Window

@@ -13,7 +13,7 @@ from agent.cli.target import load_target
 from agent.decision.arms.measuring import judgement_of, serving_note, warmup_requests
 from agent.decision.stats.levels import at_level, level_looks, with_levels
 from agent.decision.stats.rule import arm_of, look
-from agent.proposer.search import _objective
+from agent.proposer.tuning.search import _objective
 from agent.report import plots
 from agent.report.data import arms
 from state.decision import DecisionConfig, LaunchNoise

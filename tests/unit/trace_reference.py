@@ -1,4 +1,4 @@
-"""The stack walk `tools.trace.walk` replaced (event by event, in Python), kept as the reference its
+"""The stack walk `tools.trace.analyses.walk` replaced (event by event, in Python), kept as the reference its
 vectorized walk must equal: tests/unit/test_trace_walk.py compares them on random traces.
 
 Nest each host thread's events by time and attribute device time, CPU time and syncs to operators.
@@ -11,8 +11,8 @@ their own name. Syncs are counted with their caller and whether they sat inside 
 
 from dataclasses import dataclass
 
-from tools.trace.collect import ANNOTATION, GRAPH_LAUNCH, LAUNCH, OP, PYFUNC, SYNC, Collected
-from tools.trace.walk import DECODE_CALL, GRAPH_ROW, STEP_MARKER, SYNC_OPS, Walked, user_location
+from tools.trace.read.collect import ANNOTATION, GRAPH_LAUNCH, LAUNCH, OP, PYFUNC, SYNC, Collected
+from tools.trace.analyses.walk import DECODE_CALL, GRAPH_ROW, STEP_MARKER, SYNC_OPS, Walked, user_location
 
 
 @dataclass(slots=True)

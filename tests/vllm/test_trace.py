@@ -16,7 +16,7 @@ from playbooks.predict import batching_gain_bound
 from state.calls import PathArgs
 from tools import profiling
 from tools.trace import read_profiles
-from tools.trace.windows import MARKERS, marker_kind
+from tools.trace.analyses.windows import MARKERS, marker_kind
 from tools.vllm.trace import DECODE, decode_phases_of, phases
 
 TRACE = Path(__file__).resolve().parents[1] / "data" / "traces" / "vllm-tiny-llama.pt.trace.json.gz"

@@ -2,7 +2,7 @@
 dependencies) and cached, and a git repo holding the files of it that perfloop reads.
 
 tests/sglang reads real releases through these, and so does the eval's `sglang-port` task
-(agent/proposer/porting.py), so a fresh machine fetches a wheel the same way for both.
+(agent/proposer/harness/porting.py), so a fresh machine fetches a wheel the same way for both.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """Read torch.profiler output: Chrome traces (`export_chrome_trace`) and key_averages tables.
 
-`read_chrome_trace` streams one trace (`tools.trace.stream`), collects compact columns in one pass
-(`tools.trace.collect`), nests each host thread to attribute device or CPU time to operators
-(`tools.trace.walk`) and adds the device view (`tools.trace.device`), all in `tools.trace.summary`.
+`read_chrome_trace` streams one trace (`tools.trace.read.stream`), collects compact columns in one pass
+(`tools.trace.read.collect`), nests each host thread to attribute device or CPU time to operators
+(`tools.trace.analyses.walk`) and adds the device view (`tools.trace.analyses.device`), all in `tools.trace.analyses.summary`.
 `read_profiles` takes files and directories (one trace per rank, or key_averages `.txt` tables)
-and merges them. Both use every core (`tools.trace.parallel`): a process per rank file, or byte
-ranges of one large plain file (`tools.trace.split`).
+and merges them. Both use every core (`tools.trace.ranks.parallel`): a process per rank file, or byte
+ranges of one large plain file (`tools.trace.read.split`).
 """
 
 from collections.abc import Sequence
@@ -13,9 +13,9 @@ from pathlib import Path
 
 from state.profile import ProfileSummary
 from tools.errors import TraceError
-from tools.trace.merge import merge_summaries
-from tools.trace.parallel import read_trace, read_traces, workers
-from tools.trace.table import read_key_averages_table, read_table_file
+from tools.trace.ranks.merge import merge_summaries
+from tools.trace.ranks.parallel import read_trace, read_traces, workers
+from tools.trace.read.table import read_key_averages_table, read_table_file
 
 __all__ = ["read_chrome_trace", "read_key_averages_table", "read_profiles", "read_ranks", "trace_files"]
 
@@ -24,11 +24,11 @@ def read_chrome_trace(
     path: str | Path, steps: int | None = None, *, jobs: int | None = None
 ) -> ProfileSummary:
     """Summarize a `.json` or `.json.gz` Chrome trace; `steps` overrides the counted decode steps;
-    `jobs` processes (default: every core, `tools.trace.parallel.workers`) read a large plain file.
+    `jobs` processes (default: every core, `tools.trace.ranks.parallel.workers`) read a large plain file.
 
-    Steps are the trace's markers, else inferred from its repeating work (`tools.trace.windows`).
+    Steps are the trace's markers, else inferred from its repeating work (`tools.trace.analyses.windows`).
     TraceError when the trace cannot describe decode: no events, or a GPU trace without kernels
-    (`tools.trace.checks`)."""
+    (`tools.trace.analyses.checks`)."""
     return read_trace(Path(path), steps, jobs or workers())
 
 

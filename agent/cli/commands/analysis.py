@@ -23,9 +23,9 @@ from state.diagnosis import Diagnosis, DiagnosisContext
 from state.profile import ProfileDiff, ProfileSummary
 from tools.errors import ToolError
 from tools.trace import read_profiles, read_ranks
-from tools.trace.bandwidth import measure_copy_bandwidth_gbs
-from tools.trace.diff import diff_profiles
-from tools.trace.merge import merge_summaries
+from tools.trace.compare.bandwidth import measure_copy_bandwidth_gbs
+from tools.trace.compare.diff import diff_profiles
+from tools.trace.ranks.merge import merge_summaries
 
 DEFAULT_ACTIVE_TOKENS = 1024
 """Default tokens live in the KV cache while profiling: a short chat's prompt and answer (a few

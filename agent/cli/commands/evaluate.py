@@ -1,8 +1,8 @@
 """`perfloop eval proposer`: the LLM proposer's suite of tasks with known answers, scored.
 
-Each task (agent/proposer/evaluation.py) runs as a real session on the embedded demo, with the
+Each task (agent/proposer/harness/evaluation.py) runs as a real session on the embedded demo, with the
 model as its only proposer, or, for a port to a real SGLang release, as the model's part of one
-(agent/proposer/porting.py); its row is scored from the finished state. `--record DIR` exports
+(agent/proposer/harness/porting.py); its row is scored from the finished state. `--record DIR` exports
 each session there with the scores (`scores.json`, keeping the rows of tasks not run now); `--replay DIR` imports those recordings,
 replays them offline (no server, no model) and checks that they score the same.
 """
@@ -24,7 +24,7 @@ from agent.cli.output import console, emit, table
 from agent.cli.preflight import check_setup
 from agent.cli.target import DEMO_CONFIG, DEMO_SOURCE, PROJECT_ROOT, load_target, with_proposer
 from agent.proposer import porting
-from agent.proposer.evaluation import HEADER, TASKS, Score, Task, row, score, task_named
+from agent.proposer.harness.evaluation import HEADER, TASKS, Score, Task, row, score, task_named
 from agent.sessions.archive import export_session, import_session
 from agent.sessions.runner import Sessions, new_session_id
 from playbooks.launch import with_flag
@@ -69,7 +69,7 @@ def _session(sessions: Sessions, task: Task, model: str, base_url: str | None) -
 
 
 def _port(sessions: Sessions, task: Task, model: str, base_url: str | None) -> LoopState:
-    """Run a port task (agent/proposer/porting.py) on the release's source, unpacked from its wheel
+    """Run a port task (agent/proposer/harness/porting.py) on the release's source, unpacked from its wheel
     (downloaded once, as tests/sglang does); its finished state."""
     sid, release = new_session_id(), task.release or ""
     where = sessions.home / "eval-sources" / sid

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from state.profile import ProfileSummary
-from tools.trace.collectives import rank_waits
+from tools.trace.ranks.collectives import rank_waits
 
 RANK_TOP = 3
 """Rows of each rank's own table printed (the JSON holds --top of them)."""

@@ -2,8 +2,8 @@
 the device runs them, and which of the two bounds the step.
 
 Pure functions over the collected host columns (launch, graph-launch and sync calls) and the
-kernel intervals of each step window (`tools.trace.windows`: marked or inferred;
-`tools.trace.device.windows_of`), on numpy arrays.
+kernel intervals of each step window (`tools.trace.analyses.windows`: marked or inferred;
+`tools.trace.analyses.device.windows_of`), on numpy arrays.
 """
 
 from bisect import bisect_left, bisect_right
@@ -12,9 +12,9 @@ from statistics import median
 import numpy as np
 
 from state.profile import StepBounds, WindowBounds
-from tools.trace.collect import GRAPH_LAUNCH, LAUNCH, SYNC, Collected
-from tools.trace.device import Windows
-from tools.trace.windows import StepWindows
+from tools.trace.read.collect import GRAPH_LAUNCH, LAUNCH, SYNC, Collected
+from tools.trace.analyses.device import Windows
+from tools.trace.analyses.windows import StepWindows
 
 
 def _host_calls(

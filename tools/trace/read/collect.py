@@ -2,7 +2,7 @@
 
 Host events (operators, annotations, Python frames, launch and sync API calls) go into per-thread
 arrays; kernels into per-trace arrays; operator names with their dims and dtypes are interned to
-small ints. Nothing here depends on event order: `tools.trace.walk` sorts each thread afterwards.
+small ints. Nothing here depends on event order: `tools.trace.analyses.walk` sorts each thread afterwards.
 """
 
 from array import array
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import msgspec
 import numpy as np
 
-from tools.trace.stream import Event
+from tools.trace.read.stream import Event
 
 DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver"})
@@ -61,7 +61,7 @@ class HostColumns(_TimedColumns):
 @dataclass
 class KernelColumns(_TimedColumns):
     """Every device event; `ints` triples: device index, correlation id (-1 if none), interned
-    kernel name (`tools.trace.device` reads them as numpy views)."""
+    kernel name (`tools.trace.analyses.device` reads them as numpy views)."""
 
 
 @dataclass

@@ -19,7 +19,7 @@ from state.profile import CollectiveStats, ProfileSummary
 COLLECTIVE_OPS = re.compile(
     r"^(gloo|nccl):(all_reduce|all_gather|_allgather_base|reduce_scatter|_reduce_scatter_base|all_to_all)"
 )
-"""The record functions of collectives (gloo's and NCCL's, kept as ops by tools/trace/collect.py):
+"""The record functions of collectives (gloo's and NCCL's, kept as ops by tools/trace/read/collect.py):
 on gloo their span holds the wait for the other ranks, which c10d's op (`c10d::allreduce_`, an
 enqueue) does not."""
 COLLECTIVE_KERNELS = re.compile(

@@ -1,9 +1,9 @@
 """What a trace must hold to describe decode; each refusal is one TraceError line naming what is
 missing and how the trace was probably taken wrong. A trace without step markers is not refused:
-its steps are inferred (`tools.trace.windows`)."""
+its steps are inferred (`tools.trace.analyses.windows`)."""
 
 from tools.errors import TraceError
-from tools.trace.collect import Collected
+from tools.trace.read.collect import Collected
 
 
 def check_events(col: Collected, source: str) -> None:

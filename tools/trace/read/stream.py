@@ -92,7 +92,7 @@ class TraceStream:
 
     `start` and `end` (plain files only) read one byte range: `start` 0 or the first byte of an
     event, `end` None (to the end of the file) or the first byte of the event after the range
-    (`tools.trace.split` finds them)."""
+    (`tools.trace.read.split` finds them)."""
 
     path: Path
     device_names: list[str] = field(default_factory=list)

@@ -5,7 +5,7 @@ open around the launch, and as total time of every operator around that; kernels
 cudaGraphLaunch go to a `CUDA graph` row. Kernels whose launch is not inside any operator keep
 their own name. Syncs are counted with their caller and whether they sat inside the decode path.
 
-The walk is a stack walk's result computed on whole columns (`tools.trace.tree`): per-event work
+The walk is a stack walk's result computed on whole columns (`tools.trace.analyses.tree`): per-event work
 is numpy, and Python runs once per distinct operator key or sync. Sums are taken in the order the
 stack walk would add them (`np.bincount` adds in array order), so they are the same floats.
 """
@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tools.trace.collect import ANNOTATION, GRAPH_LAUNCH, LAUNCH, OP, PYFUNC, SYNC, Collected
-from tools.trace.tree import Tree, parents, tree, walk_order
-from tools.trace.windows import marker_kind
+from tools.trace.read.collect import ANNOTATION, GRAPH_LAUNCH, LAUNCH, OP, PYFUNC, SYNC, Collected
+from tools.trace.analyses.tree import Tree, parents, tree, walk_order
+from tools.trace.analyses.windows import marker_kind
 
 STEP_MARKER = "ProfilerStep#"
 DECODE_CALL = "forward_decode"
@@ -31,7 +31,7 @@ _LIBRARY = ("torch/", "site-packages/", "dist-packages/", "/lib/python")
 @dataclass
 class Walked:
     """Sums over all threads: per op key [calls, self, total, location]; syncs; steps; decode calls;
-    the outermost step markers of each kind (`tools.trace.windows.MARKERS`); the outermost operators
+    the outermost step markers of each kind (`tools.trace.analyses.windows.MARKERS`); the outermost operators
     of the busiest thread (key, start, end), for finding steps in a trace without markers."""
 
     groups: dict[int, list] = field(default_factory=dict)

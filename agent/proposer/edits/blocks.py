@@ -18,7 +18,7 @@ import difflib
 import re
 from dataclasses import dataclass
 
-from agent.proposer.matching import replace_once
+from agent.proposer.edits.matching import replace_once
 
 SEARCH, DIVIDER, REPLACE = "<<<<<<< SEARCH", "=======", ">>>>>>> REPLACE"
 _FENCE = re.compile(r"^\s*(```|~~~)")

@@ -25,8 +25,8 @@ from typing import Any, cast
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, call, need
-from agent.proposer.asking import ask_round
-from agent.proposer.evaluation import NOT_MEASURED
+from agent.proposer.chat.asking import ask_round
+from agent.proposer.harness.evaluation import NOT_MEASURED
 from playbooks.engine import diagnose, load_playbooks
 from playbooks.patches import read_patch, rebase_diff
 from state.base import utcnow

@@ -1,6 +1,6 @@
 """The device side of a trace: time per kernel name, idle gaps, the launch-bound verdict, steps.
 
-Pure functions over the kernel columns that `tools.trace.collect` gathered, on numpy arrays; sums
+Pure functions over the kernel columns that `tools.trace.read.collect` gathered, on numpy arrays; sums
 that the summary reports are taken in the order the kernels appear (`np.cumsum` and `np.bincount`
 add in array order), so they do not depend on how the columns were built.
 """
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from state.profile import DeviceActivity, KernelStat, StepStat
-from tools.trace.collect import KernelColumns
+from tools.trace.read.collect import KernelColumns
 
 GAP_MIN_US = 1.0
 LAUNCH_BOUND_IDLE_SHARE = 0.3

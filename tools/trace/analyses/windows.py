@@ -29,7 +29,7 @@ from itertools import pairwise
 
 import numpy as np
 
-from tools.trace.collect import GRAPH_LAUNCH, LAUNCH, Collected
+from tools.trace.read.collect import GRAPH_LAUNCH, LAUNCH, Collected
 
 MARKERS: list[tuple[str, re.Pattern[str]]] = [
     ("ProfilerStep", re.compile(r"^ProfilerStep#")),

@@ -12,7 +12,7 @@ from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, call
 from agent.proposer import prompt
-from agent.proposer.checks import Candidate, Failure, validate
+from agent.proposer.edits.checks import Candidate, Failure, validate
 from state.llm_tools import ProbeArgs
 from state.loop import LoopState
 from state.proposer import ProposerConfig
@@ -21,7 +21,7 @@ from tools.llm.redact import redact
 
 
 class Asking(Protocol):
-    """What a probe run needs of the conversation asking for it (agent/proposer/conversation.py)."""
+    """What a probe run needs of the conversation asking for it (agent/proposer/chat/conversation.py)."""
 
     runtime: Runtime[LoopContext]
     state: LoopState

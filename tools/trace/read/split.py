@@ -1,5 +1,5 @@
 """Cut one plain-JSON trace into byte ranges at event boundaries, so that several processes can
-decode it at once (`tools.trace.parallel`).
+decode it at once (`tools.trace.ranks.parallel`).
 
 A cut is the first byte (`{`) of an event at the depth of the `traceEvents` list. From a nominal
 offset, each `}` `,` `{` candidate after it is tried in turn and accepted only if the text from its
@@ -15,7 +15,7 @@ from typing import BinaryIO
 
 import msgspec
 
-from tools.trace.stream import _BOUNDARY, _EVENTS, _KEY, _last_boundary
+from tools.trace.read.stream import _BOUNDARY, _EVENTS, _KEY, _last_boundary
 
 PROBE_BYTES = 1 << 20
 MAX_CANDIDATES = 64

@@ -9,7 +9,7 @@ preset with identical outputs). A task's score comes from the finished session's
 offline, and must score it the same. The command (agent/cli/commands/evaluate.py) runs the sessions,
 exports each one, and writes the scores beside them. `sglang-port` is the exception: a port to a
 real SGLang release, whose server needs a GPU, is the model's part of a session only
-(agent/proposer/porting.py), scored by the equivalence harness and not timed.
+(agent/proposer/harness/porting.py), scored by the equivalence harness and not timed.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from agent.proposer.asking import is_model
+from agent.proposer.chat.asking import is_model
 from state.base import Model
 from state.loop import LoopState
 
@@ -50,7 +50,7 @@ class Task:
     """(file, old, new) edits made to a copy of the demo's source before the session: another
     release of it (each `old` must occur once)."""
     release: str | None = None
-    """An SGLang release: the task is a port to that release's real source (agent/proposer/porting.py),
+    """An SGLang release: the task is a port to that release's real source (agent/proposer/harness/porting.py),
     not a demo session; scored by the equivalence harness, its speed not measured (no GPU)."""
 
 

@@ -22,10 +22,10 @@ from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, call, need
 from agent.proposer import evidence, probing, prompt, toolset
-from agent.proposer.checks import Candidate, Failure, gate_problem, validate
-from agent.proposer.feedback import already_tried, same_diff
-from agent.proposer.launching import as_proposal, is_launch_answer, launch_answer
-from agent.proposer.protocol import (
+from agent.proposer.edits.checks import Candidate, Failure, gate_problem, validate
+from agent.proposer.briefing.feedback import already_tried, same_diff
+from agent.proposer.edits.launching import as_proposal, is_launch_answer, launch_answer
+from agent.proposer.chat.protocol import (
     MAX_ADAPTATIONS,
     TEXT_TOOLS,
     Wire,

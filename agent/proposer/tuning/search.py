@@ -24,7 +24,7 @@ import math
 from typing import TYPE_CHECKING
 
 from agent.decision.stats.mechanism import past_bound
-from agent.proposer.knobs import config_of, describe_config, with_config
+from agent.proposer.tuning.knobs import config_of, describe_config, with_config
 from playbooks.engine import flag_value
 from playbooks.predict import BATCH_FLAGS, batching_gain_bound
 from playbooks.schema import SEARCH_ID

@@ -4,7 +4,7 @@ from collections.abc import Sequence
 
 from state.profile import DeviceActivity, KernelStat, OpStat, ProfileSummary, RankStat, StepBounds, SyncStat
 from tools.errors import TraceError
-from tools.trace.collectives import collective_stats, collective_us, idle_us
+from tools.trace.ranks.collectives import collective_stats, collective_us, idle_us
 
 
 def merge_summaries(summaries: Sequence[ProfileSummary]) -> ProfileSummary:

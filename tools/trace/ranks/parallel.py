@@ -1,7 +1,7 @@
 """Read traces on every core: one process per rank file, or one large plain-JSON file cut into
-byte ranges (`tools.trace.split`) whose collected columns are merged before the walk.
+byte ranges (`tools.trace.read.split`) whose collected columns are merged before the walk.
 
-Each worker streams its file or range in bounded memory (`tools.trace.stream`) and sends back only
+Each worker streams its file or range in bounded memory (`tools.trace.read.stream`) and sends back only
 the compact columns (`Collected`) or the finished summary; the merge renumbers the interned op and
 kernel names of each range after the first, in file order, so the merged columns are those one
 stream over the whole file gives.
@@ -21,11 +21,11 @@ import numpy as np
 
 from state.profile import ProfileSummary
 from tools.errors import TraceError
-from tools.trace.collect import GRAPH_LAUNCH, LAUNCH, Collected
-from tools.trace.heap import kept_heap
-from tools.trace.split import byte_ranges
-from tools.trace.stream import TraceStream
-from tools.trace.summary import summarize as summarize_trace
+from tools.trace.read.collect import GRAPH_LAUNCH, LAUNCH, Collected
+from tools.trace.read.heap import kept_heap
+from tools.trace.read.split import byte_ranges
+from tools.trace.read.stream import TraceStream
+from tools.trace.analyses.summary import summarize as summarize_trace
 
 SPLIT_MIN_BYTES = 64 << 20
 """A plain file smaller than this is read in one stream (a worker's start-up would cost more)."""

@@ -1,21 +1,21 @@
-"""A trace's summary from its collected columns: nest each host thread (`tools.trace.walk`), add the
-device view (`tools.trace.device`) and the host-against-device bounds (`tools.trace.bounds`)."""
+"""A trace's summary from its collected columns: nest each host thread (`tools.trace.analyses.walk`), add the
+device view (`tools.trace.analyses.device`) and the host-against-device bounds (`tools.trace.analyses.bounds`)."""
 
 import numpy as np
 
 from state.profile import OpStat, ProfileSummary, SyncStat
-from tools.trace.bounds import step_bounds
-from tools.trace.checks import check_events
-from tools.trace.collect import Collected
-from tools.trace.device import (
+from tools.trace.analyses.bounds import step_bounds
+from tools.trace.analyses.checks import check_events
+from tools.trace.read.collect import Collected
+from tools.trace.analyses.device import (
     device_activity,
     kernel_stats,
     step_stats,
     windows_of,
     work_by_correlation,
 )
-from tools.trace.walk import Walked, walk
-from tools.trace.windows import StepWindows, inferred, marked, whole
+from tools.trace.analyses.walk import Walked, walk
+from tools.trace.analyses.windows import StepWindows, inferred, marked, whole
 
 
 def summarize(col: Collected, source: str, steps: int | None = None) -> ProfileSummary:
