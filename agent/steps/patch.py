@@ -10,8 +10,8 @@ from langgraph.types import Command, interrupt
 from agent.context import LoopContext, call, need, step, transition
 from agent.decision.gate.correctness import refusal
 from agent.decision.rules import rule_for
-from agent.proposer.chat.asking import needs_human
 from agent.proposer.briefing.feedback import model_trial
+from agent.proposer.chat.asking import needs_human
 from agent.serving import start_server
 from agent.steps.actions import instrument_if_needed, remove_instrumentation
 from agent.steps.approval import approval_request, batch_request

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agent.proposer.edits.launching import is_launch_answer, launch_answer
 from agent.proposer.briefing.prompt import attempt
+from agent.proposer.edits.launching import is_launch_answer, launch_answer
 from agent.steps.propose import propose
 from state.loop import Proposal
 from state.proposer import ModelTrial

@@ -6,11 +6,11 @@ import json
 import subprocess
 import sys
 
-from tools.trace import heap
+from tools.trace.read import heap
 
 PROBE = """
 import json, resource
-from tools.trace import heap
+from tools.trace.read import heap
 
 def faults(): return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 def rss_kb(): return int(open("/proc/self/statm").read().split()[1]) * 4

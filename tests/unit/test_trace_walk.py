@@ -9,11 +9,11 @@ import msgspec
 import numpy as np
 import pytest
 
-from tools.trace.read.collect import Collected
 from tools.trace.analyses.device import work_by_correlation
-from tools.trace.read.stream import Args, Event
 from tools.trace.analyses.tree import walk_order
 from tools.trace.analyses.walk import GRAPH_ROW, SYNC_OPS, _by_clock, walk
+from tools.trace.read.collect import Collected
+from tools.trace.read.stream import Args, Event
 
 from .trace_reference import walk as reference_walk
 

@@ -23,7 +23,7 @@ from agent.cli.common import BaseUrl, Json, err, run_command
 from agent.cli.output import console, emit, table
 from agent.cli.preflight import check_setup
 from agent.cli.target import DEMO_CONFIG, DEMO_SOURCE, PROJECT_ROOT, load_target, with_proposer
-from agent.proposer import porting
+from agent.proposer.harness import porting
 from agent.proposer.harness.evaluation import HEADER, TASKS, Score, Task, row, score, task_named
 from agent.sessions.archive import export_session, import_session
 from agent.sessions.runner import Sessions, new_session_id

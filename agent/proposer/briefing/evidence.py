@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agent.context import need
-from agent.proposer.edits.checks import path_problem
 from agent.proposer.briefing.prompt import attempt, clipped, data, repo_relative
+from agent.proposer.edits.checks import path_problem
 from playbooks.patches import NoPatch, choose_patch, read_patch, rebase_diff
 from playbooks.schema import Playbook
 from state.diagnosis import Diagnosis, Finding

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext
-from agent.proposer.chat.conversation import Conversation
 from agent.proposer.briefing.evidence import port_patch
+from agent.proposer.chat.conversation import Conversation
 from playbooks.schema import MODEL_ID, Playbook
 from state.diagnosis import Finding
 from state.loop import Decision, LoopState, Proposal

@@ -21,10 +21,9 @@ from dataclasses import dataclass
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, call, need
-from agent.proposer import evidence, probing, prompt, toolset
-from agent.proposer.edits.checks import Candidate, Failure, gate_problem, validate
+from agent.proposer.briefing import evidence, prompt
 from agent.proposer.briefing.feedback import already_tried, same_diff
-from agent.proposer.edits.launching import as_proposal, is_launch_answer, launch_answer
+from agent.proposer.chat import probing, toolset
 from agent.proposer.chat.protocol import (
     MAX_ADAPTATIONS,
     TEXT_TOOLS,
@@ -35,6 +34,8 @@ from agent.proposer.chat.protocol import (
     too_long,
     trim,
 )
+from agent.proposer.edits.checks import Candidate, Failure, gate_problem, validate
+from agent.proposer.edits.launching import as_proposal, is_launch_answer, launch_answer
 from state.diagnosis import Evidence, Finding
 from state.llm_tools import ChatArgs, ChatMessage, ChatReply, CodeArgs, DiffArgs, FilesArgs
 from state.loop import LoopState, Proposal

@@ -11,7 +11,7 @@ from typing import Protocol
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, call
-from agent.proposer import prompt
+from agent.proposer.briefing import prompt
 from agent.proposer.edits.checks import Candidate, Failure, validate
 from state.llm_tools import ProbeArgs
 from state.loop import LoopState

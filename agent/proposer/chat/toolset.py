@@ -13,7 +13,7 @@ from langgraph.runtime import Runtime
 from pydantic import BaseModel, ValidationError
 
 from agent.context import LoopContext, call
-from agent.proposer import prompt
+from agent.proposer.briefing import prompt
 from state.llm_tools import CodeArgs
 from tools.llm import code
 

@@ -12,9 +12,9 @@ from statistics import median
 import numpy as np
 
 from state.profile import StepBounds, WindowBounds
-from tools.trace.read.collect import GRAPH_LAUNCH, LAUNCH, SYNC, Collected
 from tools.trace.analyses.device import Windows
 from tools.trace.analyses.windows import StepWindows
+from tools.trace.read.collect import GRAPH_LAUNCH, LAUNCH, SYNC, Collected
 
 
 def _host_calls(

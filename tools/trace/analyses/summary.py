@@ -6,7 +6,6 @@ import numpy as np
 from state.profile import OpStat, ProfileSummary, SyncStat
 from tools.trace.analyses.bounds import step_bounds
 from tools.trace.analyses.checks import check_events
-from tools.trace.read.collect import Collected
 from tools.trace.analyses.device import (
     device_activity,
     kernel_stats,
@@ -16,6 +15,7 @@ from tools.trace.analyses.device import (
 )
 from tools.trace.analyses.walk import Walked, walk
 from tools.trace.analyses.windows import StepWindows, inferred, marked, whole
+from tools.trace.read.collect import Collected
 
 
 def summarize(col: Collected, source: str, steps: int | None = None) -> ProfileSummary:

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tools.trace.read.collect import ANNOTATION, GRAPH_LAUNCH, LAUNCH, OP, PYFUNC, SYNC, Collected
 from tools.trace.analyses.tree import Tree, parents, tree, walk_order
 from tools.trace.analyses.windows import marker_kind
+from tools.trace.read.collect import ANNOTATION, GRAPH_LAUNCH, LAUNCH, OP, PYFUNC, SYNC, Collected
 
 STEP_MARKER = "ProfilerStep#"
 DECODE_CALL = "forward_decode"

@@ -21,11 +21,11 @@ import numpy as np
 
 from state.profile import ProfileSummary
 from tools.errors import TraceError
+from tools.trace.analyses.summary import summarize as summarize_trace
 from tools.trace.read.collect import GRAPH_LAUNCH, LAUNCH, Collected
 from tools.trace.read.heap import kept_heap
 from tools.trace.read.split import byte_ranges
 from tools.trace.read.stream import TraceStream
-from tools.trace.analyses.summary import summarize as summarize_trace
 
 SPLIT_MIN_BYTES = 64 << 20
 """A plain file smaller than this is read in one stream (a worker's start-up would cost more)."""
