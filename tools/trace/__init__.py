@@ -1,11 +1,16 @@
 """Read torch.profiler output: Chrome traces (`export_chrome_trace`) and key_averages tables.
 
-`read_chrome_trace` streams one trace (`tools.trace.read.stream`), collects compact columns in one pass
-(`tools.trace.read.collect`), nests each host thread to attribute device or CPU time to operators
-(`tools.trace.analyses.walk`) and adds the device view (`tools.trace.analyses.device`), all in `tools.trace.analyses.summary`.
-`read_profiles` takes files and directories (one trace per rank, or key_averages `.txt` tables)
-and merges them. Both use every core (`tools.trace.ranks.parallel`): a process per rank file, or byte
-ranges of one large plain file (`tools.trace.read.split`).
+`read_chrome_trace` and `read_profiles` (files and directories: one trace per rank, or key_averages
+`.txt` tables, merged) are the entry points; the work is in four rooms, imports running down:
+- `read`: a file's bytes to compact columns in bounded memory (`stream`, `split`, `collect`,
+  `heap`), and key_averages tables (`table`);
+- `analyses`: one trace's columns to its summary (`summary` runs `walk`, `windows`, `device`,
+  `bounds`, `checks`);
+- `ranks`: every core at work (`parallel`: a process per rank file, or byte ranges of one large
+  plain file) and the ranks merged (`merge`, `collectives`);
+- `compare`: a summary set against another (`diff`) or the host's copy bandwidth (`bandwidth`).
+This package imports `read` and `ranks`; it is imported by the CLI, `tools.profiling` and the
+benchmarks. The rooms' import rules are under test (tests/unit/test_corridor_rooms.py).
 """
 
 from collections.abc import Sequence

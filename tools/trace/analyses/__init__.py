@@ -1,0 +1,11 @@
+"""One trace's analysis: its collected columns in, its `ProfileSummary` out (pure, numpy).
+
+`summary` runs it: `tree` and `walk` nest each host thread and attribute device time, CPU time
+and syncs to operators, `windows` finds the decode steps (markers, else the work's repetition),
+`device` gives the kernel view and idle gaps, `bounds` says whether host or device bounds each
+step, and `checks` refuses a trace that cannot describe decode.
+
+May import: `read` (the columns' types), `state.profile`, `tools.errors`. Imported by `ranks`
+(each worker's summary) and by readers of the step markers (`windows.marker_kind`: the vLLM tests,
+benchmarks/gain_heldout.py).
+"""
