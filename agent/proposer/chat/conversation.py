@@ -5,8 +5,7 @@ replay answers it offline (a replayed request that differs stops at the first di
 conversation is a pure function of the state and the recorded replies, so when the node re-runs
 after a crash it asks the same questions again, and the door answers the model calls the killed
 attempt already paid for from their records (`llm.chat` is a `reuse` tool).
-Budgets: model calls per proposal, tokens per session, model time per proposal (the recorded
-duration of each call, so a replay stops where the run stopped), repair rounds, probe runs.
+Budgets: model calls and model time (as recorded) per proposal, tokens per session, repairs, probes.
 When the target declares a probe (`[proposer.probe]`), the model may run it on candidate edits
 (`run_probe`, or a `PROBE` message in the text protocol): the edits pass the same validation chain
 as an answer, then `code.probe` runs the command on them in a scratch worktree (tools/llm/probe.py).

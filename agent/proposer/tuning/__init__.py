@@ -2,7 +2,8 @@
 session's own decisions (`search`), and the knob values in a launch command both ways (`knobs`).
 Pure: no model, no door.
 
-May import: `playbooks`, `state`; no other room of agent.proposer. Imported by `agent.steps`
+May import: `playbooks`, `state`, `agent.decision.stats` (pure: a trial above its predicted
+bound, `past_bound`); no other room of agent.proposer. Imported by `agent.steps`
 (propose), the session summary and the CLI's rendering (`trial_lines`), and
 benchmarks/search_vs_grid.py.
 """
