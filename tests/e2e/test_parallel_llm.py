@@ -76,7 +76,7 @@ def test_two_model_candidates_are_tried_at_once_on_two_hosts_then_replay(tmp_pat
         assert len(launches) == 2 and all(
             c.input["launch"]["env"].get("PERFLOOP_TEST_GPU") == gpu for c in launches
         )
-    log = git(repo, "log", "-1", "--format=%B")
+    log = git(repo, "log", "-1", "--format=%B", s["branch"])  # the checkout given back: the kept branch
     assert "Perfloop-Proposer: llm scripted-coder" in log and "Perfloop-Playbook: llm-1" in log
     assert_clean(repo, s)
     for r in (repo, repo_a, repo_b):
