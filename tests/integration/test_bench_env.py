@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from state.target import BenchServingConfig
+from tools.engines.benchrun import BenchOutputError
 from tools.secrets import register
-from tools.sglang.bench import BenchOutputError, run_bench
+from tools.sglang.bench import run_bench
 from tools.vllm.bench import run_vllm_bench
 
 SECRET = "sk-bench-" + os.urandom(6).hex()

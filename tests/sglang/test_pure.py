@@ -14,8 +14,10 @@ from state.sglang import SglangLayout
 from state.target import BenchServingConfig
 from state.workload import WorkloadConfig
 from tools.client.stats import summarize
+from tools.engines.benchrun import BenchOutputError
+from tools.engines.records import records_from_jsonl
 from tools.errors import ConfigError, PatchError, TraceError
-from tools.sglang.bench import BenchOutputError, bench_module, bench_serving_argv, records_from_jsonl
+from tools.sglang.bench import bench_module, bench_serving_argv
 from tools.sglang.layout import parse_version
 from tools.sglang.patches import does_not_fit, hunk_number
 from tools.sglang.server import rank_traces, start_profile_body

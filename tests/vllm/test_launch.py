@@ -14,14 +14,16 @@ from pathlib import Path
 import pytest
 
 from state.calls import MeasureArgs, ProfileArgs, ServerArgs
-from state.target import VLLM_STARTED_LOG, LaunchConfig, MeasureConfig, TargetConfig
+from state.target import LaunchConfig, MeasureConfig, TargetConfig
 from state.workload import WorkloadConfig
 from tests.launching import launch_args
 from tools import bench, profiling, server
+from tools.engines.registry import with_launch_defaults
 from tools.errors import ServerError
 from tools.hosts import local as host
 from tools.server import LISTEN_GRACE_S
 from tools.trace import read_profiles
+from tools.vllm.engine import STARTED_LOG as VLLM_STARTED_LOG
 from tools.vllm.trace import phases
 
 from .conftest import CHECKOUT_VERSION, MODELS, VLLM_PYTHON
@@ -30,14 +32,17 @@ pytestmark = pytest.mark.xdist_group("vllm")
 
 
 def config(kind: str, **launch: object) -> TargetConfig:
-    return TargetConfig.model_validate(
-        {
-            "name": "t",
-            "kind": kind,
-            "repo": "/tmp/x",
-            "launch": {"argv": ["x"], **launch},
-            "measure": {"prompts": ["p"]},
-        }
+    """A target of `kind` as a target file loads it: the engine's launch defaults where unset."""
+    return with_launch_defaults(
+        TargetConfig.model_validate(
+            {
+                "name": "t",
+                "kind": kind,
+                "repo": "/tmp/x",
+                "launch": {"argv": ["x"], **launch},
+                "measure": {"prompts": ["p"]},
+            }
+        )
     )
 
 
