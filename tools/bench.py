@@ -18,6 +18,7 @@ from tools.client.stats import machine_probe_ms, pair_order, summarize
 from tools.client.stream import chat_body, stream_completion, to_record
 from tools.client.windows import measure_pair_windows, measure_windows, need_requests
 from tools.door import tool
+from tools.engines.benchrun import BenchRun
 from tools.engines.registry import engine
 from tools.errors import ConfigError
 from tools.progress import report
@@ -142,8 +143,10 @@ def measure_with_bench_serving(args: MeasureArgs, python: str, module: str, vers
     duration = 0.0
     for j, at in enumerate(levels):
         runs = client.run(
-            python, module, cfg.bench_serving, args.base_url, args.model, n, cfg.max_tokens,
-            cfg.repeats, warmups, cfg.request_timeout_s, args.repo, args.label, at,
+            BenchRun(
+                python, module, cfg.bench_serving, args.base_url, args.model, n, cfg.max_tokens,
+                cfg.repeats, warmups, cfg.request_timeout_s, args.repo, args.label, at,
+            )
         )  # fmt: skip
         duration += sum(seconds for _, seconds in runs)
         for k, (run, seconds) in enumerate(runs):

@@ -13,8 +13,11 @@ import shlex
 import subprocess
 import tempfile
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
+from state.target import BenchServingConfig
+from state.workload import WorkloadConfig
 from tools.errors import ConfigError, ToolError
 from tools.progress import report
 from tools.secrets import child_env, kept_log, outside
@@ -36,6 +39,43 @@ print(json.dumps({{"dir": spec.submodule_search_locations[0] if spec and spec.su
                   "version": version}}))
 """
 """Locates a package without importing it (an engine's `__init__` pulls in much of the engine)."""
+
+
+@dataclass(frozen=True)
+class BenchRun:
+    """One measurement by an engine's benchmark: what every engine's client is given."""
+
+    python: str
+    """The interpreter that has the benchmark (on the target host)."""
+    module: str
+    """The benchmark's module, as the client's `find` named it."""
+    cfg: BenchServingConfig
+    """`measure.bench_serving`: backend, lengths, seed, tokenizer, environment."""
+    base_url: str
+    """The server's URL."""
+    model: str
+    """The served model's name."""
+    num_prompts: int
+    """Requests per run (under `[workload]` a window's)."""
+    output_len: int
+    """Tokens generated per request (without `[workload]`)."""
+    repeats: int
+    """Runs, each read as a repeat (a window under `[workload]`)."""
+    warmup: int
+    """Warm-up requests before the first run."""
+    request_timeout_s: float
+    """Seconds a request may take; a run may take that per request plus IMPORT_TIMEOUT_S."""
+    repo: str
+    """The checkout, substituted for `{repo}` in the tokenizer's path."""
+    label: str
+    """The measured arm, for progress lines."""
+    workload: WorkloadConfig | None = None
+    """The window's workload (one concurrency level), or None: one request at a time."""
+
+    @property
+    def timeout_s(self) -> float:
+        """The time limit of one run."""
+        return self.request_timeout_s * (self.num_prompts + self.warmup) + IMPORT_TIMEOUT_S
 
 
 class BenchOutputError(ToolError):
@@ -62,17 +102,12 @@ def find_package(python: str, package: str, dists: tuple[str, ...], what: str) -
 
 
 def run_each(
-    what: str,
-    label: str,
-    repeats: int,
-    env: Mapping[str, str],
-    timeout_s: float,
-    argv_of: Callable[[int, Path], list[str]],
+    what: str, r: BenchRun, env: Mapping[str, str], argv_of: Callable[[int, Path], list[str]]
 ) -> list[str]:
-    """Run the benchmark `what` `repeats` times in a scratch folder, run k as `argv_of(k, file)`
-    writing its result to `file`; the text of each result file. BenchOutputError on a run past
-    `timeout_s`, failed, or without its file (its whole output kept, scrubbed, under the home)."""
-    texts = []
+    """Run the benchmark `what` `r.repeats` times in a scratch folder, run k as `argv_of(k, file)`
+    writing its result to `file`; the text of each result file ("" where none). BenchOutputError
+    on a run past its time limit or failed (its whole output kept, scrubbed, under the home)."""
+    texts, repeats, label, timeout_s = [], r.repeats, r.label, r.timeout_s
     with tempfile.TemporaryDirectory(prefix="perfloop-bench-") as tmp:
         for run in range(repeats):
             report(f"measuring {label} with {what}: run {run + 1}/{repeats}")

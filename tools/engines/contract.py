@@ -11,52 +11,36 @@ subclass with `name` set. docs/engines.md says how to add one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Protocol
+from typing import ClassVar
 
 from state.measure import RequestRecord
 from state.sglang import HookSite
-from state.target import BenchServingConfig
 from state.vllm import DecodePhases
-from state.workload import WorkloadConfig
+from tools.engines.benchrun import BenchRun
 
 Runs = list[tuple[list[RequestRecord], float]]
 """A serving benchmark's runs: each run's requests (request i sent prompt i) and its duration (s)."""
 
 
-class BenchClient(Protocol):
+@dataclass(frozen=True)
+class BenchClient:
     """An engine's own serving benchmark, run beside perfloop's client (`measure.bench_serving`)."""
 
     needs: str
     """What the benchmark's python must have, for an error line: `sglang with bench_serving`."""
-
-    def find(self, python: str) -> tuple[str, str] | None:
-        """(module, engine version) of the benchmark in interpreter `python`, or None without one."""
-        ...
-
-    def run(
-        self,
-        python: str,
-        module: str,
-        cfg: BenchServingConfig,
-        base_url: str,
-        model: str,
-        num_prompts: int,
-        output_len: int,
-        repeats: int,
-        warmup: int,
-        request_timeout_s: float,
-        repo: str,
-        label: str,
-        workload: WorkloadConfig | None = None,
-    ) -> Runs:
-        """`repeats` runs of `num_prompts` seeded prompts (under `[workload]` one window each)."""
-        ...
+    find: Callable[[str], tuple[str, str] | None]
+    """(module, engine version) of the benchmark in interpreter `python`, or None without one."""
+    run: Callable[[BenchRun], Runs]
+    """`repeats` runs of `num_prompts` seeded prompts (under `[workload]` one window each)."""
+    client: str
+    """How a measurement names it, `{module}` and `{version}` filled: `vllm bench serve (vllm {version})`."""
 
     def client_name(self, module: str, version: str) -> str:
-        """How a measurement names this client, e.g. `vllm bench serve (vllm 0.32.0)`."""
-        ...
+        """`client` filled."""
+        return self.client.format(module=module, version=version)
 
 
 class Engine:

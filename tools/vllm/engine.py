@@ -10,51 +10,15 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from state.sglang import HookSite
-from state.target import BenchServingConfig
 from state.vllm import DecodePhases
-from state.workload import WorkloadConfig
-from tools.engines.contract import Engine, Runs
-from tools.vllm.bench import MODULE, find_vllm_bench, run_vllm_bench
+from tools.engines.contract import BenchClient, Engine
+from tools.vllm.bench import find_vllm_bench, run_vllm_bench
 from tools.vllm.hook import hook_site
 from tools.vllm.target import profiler_dir
 from tools.vllm.trace import decode_phases_of
 
 STARTED_LOG = r"Application startup complete"
 """What vLLM's API server (uvicorn) logs once it listens."""
-
-
-class VllmBench:
-    """`python -m vllm.entrypoints.cli.main bench serve` on the target host."""
-
-    needs = "vllm with its serving benchmark"
-
-    def find(self, python: str) -> tuple[str, str] | None:
-        version = find_vllm_bench(python)
-        return None if version is None else (MODULE, version)
-
-    def run(
-        self,
-        python: str,
-        module: str,
-        cfg: BenchServingConfig,
-        base_url: str,
-        model: str,
-        num_prompts: int,
-        output_len: int,
-        repeats: int,
-        warmup: int,
-        request_timeout_s: float,
-        repo: str,
-        label: str,
-        workload: WorkloadConfig | None = None,
-    ) -> Runs:
-        return run_vllm_bench(
-            python, cfg, base_url, model, num_prompts, output_len, repeats, warmup,
-            request_timeout_s, repo, label, workload,
-        )  # fmt: skip
-
-    def client_name(self, module: str, version: str) -> str:
-        return f"vllm bench serve (vllm {version})"
 
 
 class VllmEngine(Engine):
@@ -104,5 +68,11 @@ class VllmEngine(Engine):
     def decode_phases(self, trace: Path) -> DecodePhases | None:
         return decode_phases_of(trace)
 
-    def bench(self) -> VllmBench:
-        return VllmBench()
+    def bench(self) -> BenchClient:
+        """`python -m vllm.entrypoints.cli.main bench serve` on the target host."""
+        return BenchClient(
+            "vllm with its serving benchmark",
+            find_vllm_bench,
+            run_vllm_bench,
+            "vllm bench serve (vllm {version})",
+        )
