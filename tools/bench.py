@@ -16,7 +16,7 @@ from state.measure import Measurement, RequestRecord, Window
 from state.workload import WorkloadConfig
 from tools.client.stats import machine_probe_ms, pair_order, summarize
 from tools.client.stream import chat_body, stream_completion, to_record
-from tools.client.windows import measure_pair_windows, measure_windows, need_requests
+from tools.client.windows import measure_pair_windows, measure_windows
 from tools.door import tool
 from tools.engines.benchrun import BenchRun
 from tools.engines.registry import engine
@@ -135,7 +135,7 @@ def measure_with_bench_serving(args: MeasureArgs, python: str, module: str, vers
     cfg, w = args.config, args.workload
     client = engine(args.engine).bench()
     assert client is not None  # found by it
-    n = len(cfg.prompts) if w is None else need_requests(w, args.engine)
+    n = len(cfg.prompts) if w is None else client.window_requests(w)
     warmups = cfg.warmup_requests if w is None else w.warmup_windows * n
     levels: list[WorkloadConfig | None] = [None] if w is None else [w.at(c) for c in w.levels]
     records: list[RequestRecord] = []

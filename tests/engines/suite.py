@@ -20,6 +20,7 @@ from pathlib import Path
 from playbooks.flags import FIXED, changeable, flag_problem
 from state.limits import ContextLimitArgs
 from state.target import LaunchConfig
+from state.workload import WorkloadConfig
 from tools.client.stream import chat_body, stream_completion
 from tools.engines.contract import BenchClient, Engine
 from tools.engines.registry import BUILTINS, engine
@@ -67,6 +68,8 @@ def check_static(kind: str, checkout: Path, site: tuple[str, str, str] | None = 
     assert set(eng.context_fields) <= known | {"/v1/models max_model_len"}, eng.context_fields
     bench = eng.bench()
     assert bench is None or (isinstance(bench, BenchClient) and "1.2.3" in bench.client_name("m", "1.2.3"))
+    window = WorkloadConfig(concurrency=2, requests=4, prompts=4, input_len=[16, 16], output_len=[8, 8])
+    assert bench is None or bench.window_requests(window) == 4
     assert eng.bench_by_default is False or bench is not None
     return eng
 

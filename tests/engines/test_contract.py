@@ -66,3 +66,16 @@ def test_an_unknown_engine_is_one_line_naming_the_known_ones_and_how_to_register
     assert 'entry-point group "perfloop.engines"' in line, line
     with pytest.raises(ConfigError, match=r"no engine named 'trtllm' \(known: mla_server, sglang, vllm"):
         engine("trtllm")
+
+
+def test_an_engine_that_does_not_load_is_one_line_naming_what_it_names(tmp_path: Path, monkeypatch) -> None:
+    dist = tmp_path / "broken_engine-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-engine\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[perfloop.engines]\nbroken = no_such_module_here:Engine\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError) as err:
+        engine("broken")
+    assert str(err.value).startswith(
+        "engine 'broken' names no_such_module_here:Engine, which does not load: "
+    )

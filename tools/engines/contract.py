@@ -19,6 +19,7 @@ from typing import ClassVar
 from state.measure import RequestRecord
 from state.sglang import HookSite
 from state.vllm import DecodePhases
+from state.workload import WorkloadConfig
 from tools.engines.benchrun import BenchRun
 
 Runs = list[tuple[list[RequestRecord], float]]
@@ -35,6 +36,9 @@ class BenchClient:
     """(module, engine version) of the benchmark in interpreter `python`, or None without one."""
     run: Callable[[BenchRun], Runs]
     """`repeats` runs of `num_prompts` seeded prompts (under `[workload]` one window each)."""
+    window_requests: Callable[[WorkloadConfig], int]
+    """Requests per `[workload]` window (its runs are counted, not timed); ConfigError where the
+    benchmark cannot draw that workload."""
     client: str
     """How a measurement names it, `{module}` and `{version}` filled: `vllm bench serve (vllm {version})`."""
 

@@ -109,6 +109,14 @@ def bench_range_ratio(w: WorkloadConfig) -> float:
     return ratio
 
 
+def window_requests(w: WorkloadConfig) -> int:
+    """bench_serving's request count of a `[workload]` window; ConfigError where it cannot draw
+    the workload (bench_range_ratio) (pure)."""
+    bench_range_ratio(w)
+    assert w.requests is not None  # bench_range_ratio refused a duration
+    return w.requests
+
+
 def run_bench(r: BenchRun) -> list[tuple[list[RequestRecord], float]]:
     """Run bench_serving `repeats` times (warm-up before the first), each into a JSONL file of its
     own; read each run (under `[workload]` a window) back."""

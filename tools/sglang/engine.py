@@ -13,7 +13,7 @@ from pathlib import Path
 
 from state.sglang import HookSite
 from tools.engines.contract import BenchClient, Engine
-from tools.sglang.bench import find_bench, run_bench
+from tools.sglang.bench import find_bench, run_bench, window_requests
 from tools.sglang.layout import hook_site, locate
 
 
@@ -63,4 +63,6 @@ class SglangEngine(Engine):
 
     def bench(self) -> BenchClient:
         """`python -m sglang.bench_serving` (or `sglang.benchmark.serving`) on the target host."""
-        return BenchClient("sglang with bench_serving", find_bench, run_bench, "{module} (sglang {version})")
+        return BenchClient(
+            "sglang with bench_serving", find_bench, run_bench, window_requests, "{module} (sglang {version})"
+        )

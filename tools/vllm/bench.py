@@ -24,8 +24,10 @@ import json
 import os
 
 from state.measure import RequestRecord
+from state.workload import WorkloadConfig
 from tools.engines.benchrun import BenchOutputError, BenchRun, find_package, run_each
 from tools.engines.records import runs_from_jsonl
+from tools.errors import ConfigError
 from tools.secrets import server_env
 
 MODULE = "vllm.entrypoints.cli.main"
@@ -69,6 +71,16 @@ def vllm_bench_argv(r: BenchRun, warmup: int, result_dir: str, result_file: str)
         argv += ["--tokenizer", cfg.tokenizer.replace("{repo}", r.repo)]
     argv += ["--save-result", "--save-detailed", "--result-dir", result_dir, "--result-filename", result_file]
     return argv
+
+
+def window_requests(w: WorkloadConfig) -> int:
+    """`vllm bench serve`'s request count of a `[workload]` window (a count, never a duration) (pure)."""
+    if w.requests is None:
+        raise ConfigError(
+            "vllm bench serve measures windows of a request count: set [workload] requests "
+            'instead of duration_s, or measure.bench_serving.use = "never"'
+        )
+    return w.requests
 
 
 def run_vllm_bench(r: BenchRun) -> list[tuple[list[RequestRecord], float]]:

@@ -12,7 +12,7 @@ from pathlib import Path
 from state.sglang import HookSite
 from state.vllm import DecodePhases
 from tools.engines.contract import BenchClient, Engine
-from tools.vllm.bench import find_vllm_bench, run_vllm_bench
+from tools.vllm.bench import find_vllm_bench, run_vllm_bench, window_requests
 from tools.vllm.hook import hook_site
 from tools.vllm.target import profiler_dir
 from tools.vllm.trace import decode_phases_of
@@ -74,5 +74,6 @@ class VllmEngine(Engine):
             "vllm with its serving benchmark",
             find_vllm_bench,
             run_vllm_bench,
+            window_requests,
             "vllm bench serve (vllm {version})",
         )
