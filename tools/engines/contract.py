@@ -1,11 +1,12 @@
 """The engine contract: what perfloop needs to know of a served engine, stated once per engine.
 
 An engine is one object, registered under its target kind in the `perfloop.engines` entry-point
-group (registry.py). Generic code asks it, never branches on the kind: which launch flags a model,
-playbook or search may change (and how the engine spells a flag), how readiness is judged, where
-the dormant profiler hook goes and where the API profiler writes its traces, which trace markers
-and phase scopes it emits, which serving benchmark of its own runs beside perfloop's client, and
-how it states its context limit. Everything has a default but the name, so a minimal engine is a
+group (registry.py). Generic code asks it instead of branching on the kind (docs/engines.md,
+"What is left", names the few places that still do): which launch flags a model, playbook or
+search may change (and how the engine spells a flag), how readiness is judged, where the dormant
+profiler hook goes and where the API profiler writes its traces, which trace markers and phase
+scopes it emits, which serving benchmark of its own runs beside perfloop's client, and how it
+states its context limit. Everything has a default but the name, so a minimal engine is a
 subclass with `name` set. docs/engines.md says how to add one.
 """
 
