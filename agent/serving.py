@@ -20,6 +20,7 @@ from state.process import ServerHandle
 from state.target import MeasureConfig, TargetConfig
 from state.workload import WorkloadConfig
 from tools import bench, server
+from tools.engines.registry import engine
 from tools.workspace import repo
 
 
@@ -53,9 +54,16 @@ def launch_args(
 
 
 def bench_serving_use(target: TargetConfig) -> Literal["auto", "always", "never", "both"]:
-    """The config's `measure.bench_serving.use`, where `auto` applies to SGLang targets only (pure)."""
+    """The config's `measure.bench_serving.use`, where `auto` applies to engines whose benchmark runs
+    by default (SGLang's) only."""
     use = target.measure.bench_serving.use
-    return "never" if use == "auto" and target.kind != "sglang" else use
+    return "never" if use == "auto" and not engine(target.kind).bench_by_default else use
+
+
+def bench_engine(kind: str) -> str:
+    """Whose serving benchmark a measurement may run: the engine's, where it has one; else
+    `sglang`, as recorded before engines were registered (no benchmark runs for it then)."""
+    return kind if engine(kind).bench() is not None else "sglang"
 
 
 def measure_args(
@@ -78,7 +86,7 @@ def measure_args(
         label=label,
         tree_sha256=handle.tree_sha256,
         bench_serving=bench_serving_use(target) if bench_serving else "never",
-        engine="vllm" if target.kind == "vllm" else "sglang",
+        engine=bench_engine(target.kind),
         python=python,
         repo=str(checkout),
         workload=workload or target.workload,

@@ -1,8 +1,9 @@
 """Which launch flags may be changed, and by whom (pure): the allowlist every edit of a launch
 command is checked against (docs/SECURITY.md, "launch flags").
 
-A model's `LAUNCH:` answer may set or drop only a flag of its target kind's allowlist (`CHANGEABLE`)
-or one the target file adds (`[proposer] launch_flags`), spelled out in full as `--flag VALUE`:
+A model's `LAUNCH:` answer may set or drop only a flag its engine lists as changeable (the engine
+contract, tools/engines/contract.py: `changeable_flags`, `fixed_flags`, `normalise_flag`) or one the
+target file adds (`[proposer] launch_flags`), spelled out in full as `--flag VALUE`:
 engines parse their flags with argparse, which takes any unique prefix (`--hos` for `--host`) and
 `--flag=VALUE`, so a prefix, an `=` spelling or a value starting with `-` (read as another flag)
 could reach a flag the check never saw. `FIXED` flags (where the server listens, what model and
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+
+from tools.engines.registry import engine
 
 FIXED = (
     "--host",
@@ -81,86 +84,6 @@ FIXED = (
 """Where the server listens, what model, tokenizer, code and credentials it loads: no edit ever
 changes them (nor a prefix of them)."""
 
-CHANGEABLE: dict[str, tuple[str, ...]] = {
-    # The CPU demo engine (examples/targets/mla_server/mla_server/config.py): sizes and schedules.
-    "mla_server": (
-        "--preset",
-        "--device",
-        "--pool-slots",
-        "--layers",
-        "--max-total-tokens",
-        "--max-running-requests",
-        "--max-tokens-limit",
-        "--default-max-tokens",
-        "--threads",
-        "--disable-cuda-graph",
-        "--cuda-graph-max-bs",
-        "--cuda-graph-bs",
-        "--num-continuous-decode-steps",
-    ),
-    # SGLang's server arguments that change speed, not what is served or where.
-    "sglang": (
-        "--mem-fraction-static",
-        "--max-total-tokens",
-        "--max-running-requests",
-        "--max-prefill-tokens",
-        "--chunked-prefill-size",
-        "--schedule-policy",
-        "--schedule-conservativeness",
-        "--page-size",
-        "--kv-cache-dtype",
-        "--attention-backend",
-        "--prefill-attention-backend",
-        "--decode-attention-backend",
-        "--sampling-backend",
-        "--disable-cuda-graph",
-        "--disable-cuda-graph-padding",
-        "--cuda-graph-max-bs",
-        "--cuda-graph-bs",
-        "--enable-torch-compile",
-        "--torch-compile-max-bs",
-        "--disable-radix-cache",
-        "--disable-overlap-schedule",
-        "--enable-mixed-chunk",
-        "--enable-two-batch-overlap",
-        "--num-continuous-decode-steps",
-        "--stream-interval",
-        "--triton-attention-num-kv-splits",
-    ),
-    # vLLM's engine arguments that change speed, not what is served or where (each checked
-    # against the installed vLLM's parser: tests/vllm/test_flags.py).
-    "vllm": (
-        "--max-num-seqs",
-        "--max-num-batched-tokens",
-        "--max-num-scheduled-tokens",
-        "--enforce-eager",
-        "--no-enforce-eager",
-        "--gpu-memory-utilization",
-        "--kv-cache-memory-bytes",
-        "--num-gpu-blocks-override",
-        "--block-size",
-        "--kv-cache-dtype",
-        "--enable-chunked-prefill",
-        "--no-enable-chunked-prefill",
-        "--long-prefill-token-threshold",
-        "--enable-prefix-caching",
-        "--no-enable-prefix-caching",
-        "--cudagraph-capture-sizes",
-        "--max-cudagraph-capture-size",
-        "--async-scheduling",
-        "--no-async-scheduling",
-        "--scheduling-policy",
-        "--attention-backend",
-        "--disable-cascade-attn",
-        "--disable-custom-all-reduce",
-        "--cpu-offload-gb",
-        "--stream-interval",
-        "--optimization-level",
-        "--performance-mode",
-    ),
-}
-"""Per target kind, the flags a model may set or drop; `[proposer] launch_flags` adds to them."""
-
 _FLAG = re.compile(r"--[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
@@ -197,7 +120,9 @@ def not_fixed(flag: str) -> str:
 def changeable(kind: str, extra: Sequence[str] = ()) -> list[str]:
     """The flags a model may change for a target of `kind`, with the target file's `extra` ones
     (fixed flags and their prefixes left out) (pure)."""
-    return [f for f in dict.fromkeys([*CHANGEABLE.get(kind, ()), *extra]) if fixed_problem(f) is None]
+    eng = engine(kind)
+    own = [*eng.changeable_flags, *extra]
+    return [f for f in dict.fromkeys(own) if fixed_problem(f) is None and f not in eng.fixed_flags]
 
 
 def flag_problem(kind: str, flag: str, value: str | None, extra: Sequence[str] = ()) -> str | None:
@@ -209,6 +134,11 @@ def flag_problem(kind: str, flag: str, value: str | None, extra: Sequence[str] =
         return f"{flag!r} is not a flag: name one flag starting with `--`"
     if problem := fixed_problem(flag):
         return problem
+    eng = engine(kind)
+    if (read := eng.normalise_flag(flag)) != flag:
+        return f"{flag} is read by the {kind} engine as {read}; spell it so"
+    if flag in eng.fixed_flags:
+        return f"{flag} is fixed for a {kind} target (what it serves or where): never changed"
     allowed = changeable(kind, extra)
     if flag not in allowed:
         longer = [f for f in allowed if f.startswith(flag)]

@@ -248,14 +248,6 @@ def paired(findings: list[Finding], b: StepBounds | None) -> list[Finding]:
     return out
 
 
-BATCH_FLAGS = {
-    "vllm": "--max-num-seqs",
-    "sglang": "--max-running-requests",
-    "mla_server": "--max-running-requests",
-}
-"""Per target kind, the launch flag that caps the sequences decoded in one step."""
-
-
 def batching_gain_bound(concurrency: int, max_num_seqs: int, new_max_num_seqs: int) -> float:
     """Upper bound of the output-throughput gain of changing the cap on sequences per decode step
     from `max_num_seqs` to `new_max_num_seqs` at `concurrency` requests in flight: each step then

@@ -85,8 +85,9 @@ class MeasureArgs(Model):
     bench_serving: Literal["auto", "always", "never", "both"] = "never"
     """Whether to measure with the engine's benchmark: the config's choice, `never` where `auto`
     does not apply (targets other than SGLang)."""
-    engine: Literal["sglang", "vllm"] = "sglang"
-    """Whose benchmark: `sglang.bench_serving`, or `vllm bench serve` (`kind = "vllm"` targets)."""
+    engine: str = "sglang"
+    """Whose serving benchmark, by engine name (tools/engines): `sglang.bench_serving`, `vllm bench
+    serve`, or a registered engine's own."""
     python: str = ""
     """Interpreter on the host that the target runs with (`{python}` in the benchmark's python)."""
     repo: str = ""

@@ -1,5 +1,6 @@
 """The target: which engine checkout to optimize, where it runs, how to launch and measure it."""
 
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
@@ -22,10 +23,6 @@ def refuse_secrets(env: dict[str, str], advice: str) -> dict[str, str]:
         if SECRET_NAME.search(name) and "{" not in value:
             raise ValueError(f"{name} looks like a secret: {advice}")
     return env
-
-
-VLLM_STARTED_LOG = r"Application startup complete"
-"""What vLLM's API server (uvicorn) logs once it listens."""
 
 
 class LocalHost(Model):
@@ -88,11 +85,11 @@ class LaunchConfig(Model):
     ready_completion: bool = False
     """Whether a launch counts as ready only once a one-token `/v1/completions` request (no model
     named) also answers 200 after health: vLLM's `/health` answers 200 before a request is served
-    (and before a bad model kills its engine). On by default for `kind = "vllm"`."""
+    (and before a bad model kills its engine). On by default where the engine says so (vLLM)."""
     started_log: str | None = None
     """A regular expression the server's log matches once it listens (vLLM: uvicorn's
     `Application startup complete`): a port still refusing connections 15 s after it is a launch
-    that never listens, stopped and retried on a fresh port. Set by default for `kind = "vllm"`."""
+    that never listens, stopped and retried on a fresh port. Set by default where the engine says so (vLLM)."""
     listen_retries: int = Field(2, ge=0)
     """Fresh-port launches after one that never listened (`started_log`; with `port = 0` only)."""
 
@@ -201,7 +198,14 @@ class ProfileConfig(Model):
 
 
 TARGET_KINDS = ("mla_server", "sglang", "vllm")
-"""The target kinds perfloop knows (the one list: a target file's `kind` is checked against it)."""
+"""The engines perfloop ships (tools/engines/registry.py loads them); others join by entry point."""
+ENGINE_GROUP = "perfloop.engines"
+"""The entry-point group in which an installed package registers an engine under its target kind."""
+
+
+def known_kinds() -> tuple[str, ...]:
+    """The built-in engines and every one registered by entry point (metadata read, nothing imported)."""
+    return tuple(dict.fromkeys([*TARGET_KINDS, *(ep.name for ep in entry_points(group=ENGINE_GROUP))]))
 
 
 class TargetConfig(Model):
@@ -210,7 +214,7 @@ class TargetConfig(Model):
     name: str
     """Human-readable name."""
     kind: str = "mla_server"
-    """Target kind: selects the playbook patch variant; one of `TARGET_KINDS`."""
+    """Target kind: the engine (tools/engines/registry.py) and the playbook patch variant."""
     repo: Path
     """Path of the engine checkout (a git repository) on the host."""
     host: Host = Field(default_factory=LocalHost)
@@ -241,17 +245,6 @@ class TargetConfig(Model):
     workload: WorkloadConfig | None = None
     """Requests at concurrency, measured in windows (`[workload]`); None: the `[measure]` prompts
     one at a time, each request a unit of evidence."""
-
-    @model_validator(mode="after")
-    def _vllm_launch_defaults(self) -> "TargetConfig":
-        """`kind = "vllm"`: readiness by a real completion, and the log line that says it listens,
-        unless the target file sets them."""
-        if self.kind == "vllm":
-            given = self.launch.model_fields_set
-            defaults = {"ready_completion": True, "started_log": VLLM_STARTED_LOG}
-            update = {k: v for k, v in defaults.items() if k not in given}
-            self.launch = self.launch.model_copy(update=update)
-        return self
 
     @model_validator(mode="after")
     def _numerics_need_tolerance(self) -> "TargetConfig":
@@ -294,7 +287,8 @@ class TargetConfig(Model):
     @field_validator("kind")
     @classmethod
     def _known_kind(cls, kind: str) -> str:
-        """One of TARGET_KINDS (a typo would run the launch, baseline and profile for nothing)."""
-        if kind not in TARGET_KINDS:
-            raise ValueError(f"kind {kind!r} is not one perfloop knows ({', '.join(TARGET_KINDS)})")
+        """A known engine (a typo would run the launch, baseline and profile for nothing)."""
+        if kind not in (known := known_kinds()):
+            msg = f'an engine of your own registers under the entry-point group "{ENGINE_GROUP}"'
+            raise ValueError(f"kind {kind!r} is not one perfloop knows ({', '.join(known)}); {msg}")
         return kind

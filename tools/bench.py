@@ -16,13 +16,12 @@ from state.measure import Measurement, RequestRecord, Window
 from state.workload import WorkloadConfig
 from tools.client.stats import machine_probe_ms, pair_order, summarize
 from tools.client.stream import chat_body, stream_completion, to_record
-from tools.client.windows import measure_pair_windows, measure_windows, need_requests
+from tools.client.windows import measure_pair_windows, measure_windows
 from tools.door import tool
+from tools.engines.benchrun import BenchRun
+from tools.engines.registry import engine
 from tools.errors import ConfigError
 from tools.progress import report
-from tools.sglang.bench import find_bench, run_bench
-from tools.vllm.bench import MODULE as VLLM_MODULE
-from tools.vllm.bench import find_vllm_bench, run_vllm_bench
 
 
 @tool("bench.measure")
@@ -31,9 +30,10 @@ def measure(args: MeasureArgs) -> MeasureResult:
     and present, else with perfloop's client; with `both`, perfloop's client and then the
     benchmark (`Measurement.beside`)."""
     python = args.config.bench_serving.python.replace("{python}", args.python)
-    found = find_engine_bench(python, args.engine) if args.bench_serving != "never" else None
+    client = engine(args.engine).bench()
+    found = client.find(python) if client is not None and args.bench_serving != "never" else None
     if found is None and args.bench_serving in ("always", "both"):
-        has = "vllm with its serving benchmark" if args.engine == "vllm" else "sglang with bench_serving"
+        has = client.needs if client is not None else f"serving benchmark of {args.engine}"
         raise ConfigError(
             f'measure.bench_serving.use = "{args.bench_serving}" but {python} has no {has}; '
             f"install {args.engine} there, or set measure.bench_serving.python"
@@ -53,14 +53,6 @@ def measure(args: MeasureArgs) -> MeasureResult:
     if found and both:  # the same launch again, by the engine's benchmark: recorded beside, not judged
         update["beside"] = measure_with_bench_serving(args, python, *found)
     return MeasureResult(measurement=m.model_copy(update=update))
-
-
-def find_engine_bench(python: str, engine: str) -> tuple[str, str] | None:
-    """(module, version) of the engine's serving benchmark in `python`, or None without one."""
-    if engine == "vllm":
-        version = find_vllm_bench(python)
-        return None if version is None else (VLLM_MODULE, version)
-    return find_bench(python)
 
 
 def measure_with_client(args: MeasureArgs) -> Measurement:
@@ -141,24 +133,21 @@ def measure_with_bench_serving(args: MeasureArgs, python: str, module: str, vers
     level (the warm-up windows' requests sent as bench_serving's warm-up), `repeats` at each level
     in turn, numbered as perfloop's client numbers them (repeat k of level j: k x levels + j)."""
     cfg, w = args.config, args.workload
-    vllm = module == VLLM_MODULE
-    n = len(cfg.prompts) if w is None else need_requests(w, "vllm" if vllm else "sglang")
+    client = engine(args.engine).bench()
+    assert client is not None  # found by it
+    n = len(cfg.prompts) if w is None else client.window_requests(w)
     warmups = cfg.warmup_requests if w is None else w.warmup_windows * n
     levels: list[WorkloadConfig | None] = [None] if w is None else [w.at(c) for c in w.levels]
     records: list[RequestRecord] = []
     windows: list[Window] = []
     duration = 0.0
     for j, at in enumerate(levels):
-        if vllm:
-            runs = run_vllm_bench(
-                python, cfg.bench_serving, args.base_url, args.model, n, cfg.max_tokens,
-                cfg.repeats, warmups, cfg.request_timeout_s, args.repo, args.label, at,
-            )  # fmt: skip
-        else:
-            runs = run_bench(
+        runs = client.run(
+            BenchRun(
                 python, module, cfg.bench_serving, args.base_url, args.model, n, cfg.max_tokens,
                 cfg.repeats, warmups, cfg.request_timeout_s, args.repo, args.label, at,
-            )  # fmt: skip
+            )
+        )  # fmt: skip
         duration += sum(seconds for _, seconds in runs)
         for k, (run, seconds) in enumerate(runs):
             if at is None:
@@ -178,8 +167,7 @@ def measure_with_bench_serving(args: MeasureArgs, python: str, module: str, vers
             )
     windows.sort(key=lambda x: x.index)
     m = summarize(args.label, args.tree_sha256, records, n, duration, windows or None)
-    client = f"vllm bench serve (vllm {version})" if vllm else f"{module} (sglang {version})"
-    return m.model_copy(update={"client": client})
+    return m.model_copy(update={"client": client.client_name(module, version)})
 
 
 @tool("bench.outputs")

@@ -14,6 +14,7 @@ from playbooks.flags import fixed_problem
 from state.proposer import ProposerConfig, cleartext_refusal
 from state.ssh import SSHHostConfig
 from state.target import TargetConfig
+from tools.engines.registry import with_launch_defaults
 from tools.errors import ConfigError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -40,6 +41,7 @@ def load_target(path: Path, **overrides: Any) -> TargetConfig:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"]) or "(top level)"
         raise ConfigError(f"{path}: field `{where}`: {err['msg']} (see {example_for(text)})") from exc
+    target = with_launch_defaults(target)
     knobs = [k.name for k in target.search.knobs if not k.env] if target.search else []
     for where, flag in [
         *(("[search] knob", k) for k in knobs),

@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic_core import ErrorDetails
 
-from state.target import TARGET_KINDS, LaunchConfig, TargetConfig
+from state.target import ENGINE_GROUP, LaunchConfig, TargetConfig, known_kinds
 
 HEADER = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
 KEY = re.compile(r"""^\s*["']?([A-Za-z0-9_-]+)["']?\s*=""")
@@ -104,7 +104,10 @@ def said(path: Path, text: str, err: ErrorDetails) -> str | None:
         return f"{at}: unknown key `{key}`{where}{hint} (see {example_for(text)})"
     if loc == ("kind",) and err["type"] == "value_error":
         value = str(err.get("input"))
-        close = difflib.get_close_matches(value, TARGET_KINDS, n=1)
-        hint = f"; did you mean `{close[0]}`?" if close else ""
-        return f"{at}: kind `{value}` is not one perfloop knows ({', '.join(TARGET_KINDS)}){hint}"
+        close = difflib.get_close_matches(value, known := known_kinds(), n=1)
+        hint = f"did you mean `{close[0]}`? " if close else ""
+        how = (
+            f'an engine of your own registers under the entry-point group "{ENGINE_GROUP}" (docs/engines.md)'
+        )
+        return f"{at}: kind `{value}` is not one perfloop knows ({', '.join(known)}); {hint}{how}"
     return None

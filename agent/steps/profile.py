@@ -20,8 +20,8 @@ from state.loop import LoopState, ProfileResult
 from state.profile import ProfileSummary
 from state.updates import LoopUpdate
 from tools import profiling
+from tools.engines.registry import engine
 from tools.hosts import transfer
-from tools.vllm.target import profiler_dir
 
 
 @step
@@ -45,9 +45,7 @@ def profile(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
             timeout_s=cfg.timeout_s,
             tp_size=state.target.tp_size,
             sglang_version=state.sglang.version if state.sglang else None,
-            vllm_trace_dir=profiler_dir(state.argv, state.target.repo)
-            if state.target.kind == "vllm"
-            else None,
+            vllm_trace_dir=engine(state.target.kind).api_trace_dir(state.argv, state.target.repo),
         ),
     )
     if state.target.host.kind == "ssh":

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from state.target import BenchServingConfig
+from tools.engines.benchrun import BenchOutputError, BenchRun
 from tools.secrets import register
-from tools.sglang.bench import BenchOutputError, run_bench
+from tools.sglang.bench import run_bench
 from tools.vllm.bench import run_vllm_bench
 
 SECRET = "sk-bench-" + os.urandom(6).hex()
@@ -40,12 +41,9 @@ def test_a_benchmark_client_gets_no_secret_and_its_failed_log_is_kept_scrubbed_a
     register(SECRET)
     cfg = BenchServingConfig(python=str(fake), env={"HF_HUB_OFFLINE": "1"}, pass_env=["HF_TOKEN"])
     before = set(Path(tempfile.gettempdir()).glob("perfloop-*bench-*.log"))
-    args = ("http://127.0.0.1:9", "m", 2, 4, 1, 0, 1.0, str(tmp_path), "baseline")
+    run = BenchRun(str(fake), "m", cfg, "http://127.0.0.1:9", "m", 2, 4, 1, 0, 1.0, str(tmp_path), "baseline")
     with pytest.raises(BenchOutputError) as err:
-        if client == "vllm":
-            run_vllm_bench(str(fake), cfg, *args)
-        else:
-            run_bench(str(fake), "sglang.bench_serving", cfg, *args)
+        (run_vllm_bench if client == "vllm" else run_bench)(run)
     env = dict(line.split("=", 1) for line in seen.read_text().splitlines() if "=" in line)
     assert "OPENAI_API_KEY" not in env and "PERFLOOP_STORE" not in env, sorted(env)
     assert SECRET not in seen.read_text().replace("hf-" + SECRET, "")

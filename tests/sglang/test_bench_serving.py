@@ -22,8 +22,8 @@ from tests.procs import processes_in
 from tests.sglang.conftest import bench_python
 from tests.target.conftest import SMALL, TARGET, Server, free_port, launch, wait_healthy
 from tools.bench import measure
+from tools.engines.benchrun import BenchOutputError
 from tools.errors import ConfigError
-from tools.sglang.bench import BenchOutputError
 
 VERSION = "0.5.9"
 CLIENT = f"sglang.bench_serving (sglang {VERSION})"

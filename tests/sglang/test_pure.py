@@ -2,6 +2,7 @@
 ranks, bench_serving JSONL (lines in the exact shape bench_serving 0.5.9/0.5.23 write), the example config."""
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,10 @@ from state.sglang import SglangLayout
 from state.target import BenchServingConfig
 from state.workload import WorkloadConfig
 from tools.client.stats import summarize
+from tools.engines.benchrun import BenchOutputError, BenchRun
+from tools.engines.records import records_from_jsonl
 from tools.errors import ConfigError, PatchError, TraceError
-from tools.sglang.bench import BenchOutputError, bench_module, bench_serving_argv, records_from_jsonl
+from tools.sglang.bench import bench_module, bench_serving_argv
 from tools.sglang.layout import parse_version
 from tools.sglang.patches import does_not_fit, hunk_number
 from tools.sglang.server import rank_traces, start_profile_body
@@ -163,7 +166,8 @@ def test_unusable_bench_output_is_one_line(line, message):
 
 def test_bench_command_is_sequential_seeded_and_detailed():
     cfg = BenchServingConfig(backend="sglang-oai-chat", tokenizer="{repo}/tokenizer", input_len=16, seed=7)
-    argv = bench_serving_argv("py", bench_module(True), cfg, "http://h:1", "m", 6, 200, 1, "/o.jsonl", "/r p")
+    run = BenchRun("py", bench_module(True), cfg, "http://h:1", "m", 6, 200, 1, 1, 1.0, "/r p", "baseline")
+    argv = bench_serving_argv(run, 1, "/o.jsonl")
     assert argv[:3] == ["py", "-m", "sglang.benchmark.serving"] and argv[-3:] == [
         "--output-file",
         "/o.jsonl",
@@ -179,14 +183,15 @@ def test_bench_command_is_sequential_seeded_and_detailed():
         opts["--seed"],
     ) == ("6", "16", "200", "7")
     assert "--tokenizer" not in bench_serving_argv(
-        "py", "m", BenchServingConfig(), "u", "m", 1, 2, 0, "o", "r"
+        BenchRun("py", "m", BenchServingConfig(), "u", "m", 1, 2, 1, 0, 1.0, "r", "baseline"), 0, "o"
     )
     assert bench_module(False) == "sglang.bench_serving"
 
 
 def test_bench_command_under_a_workload_is_one_window_at_its_concurrency():
     w = WorkloadConfig(concurrency=8, requests=16, input_len=[32, 128], output_len=[16, 64])
-    argv = bench_serving_argv("py", "m", BenchServingConfig(), "u", "m", 16, 2, 0, "o", "r", w)
+    run = BenchRun("py", "m", BenchServingConfig(), "u", "m", 16, 2, 1, 0, 1.0, "r", "baseline", w)
+    argv = bench_serving_argv(run, 0, "o")
     opts = {flag: argv[i + 1] for i, flag in enumerate(argv[:-1]) if flag.startswith("--")}
     assert (opts["--max-concurrency"], opts["--num-prompts"]) == ("8", "16")
     assert (opts["--random-input-len"], opts["--random-output-len"], opts["--random-range-ratio"]) == (
@@ -195,8 +200,7 @@ def test_bench_command_under_a_workload_is_one_window_at_its_concurrency():
         "0.25",
     )
     assert opts["--request-rate"] == "inf"  # closed loop: bench_serving's semaphore alone
-    at_rate = bench_serving_argv("py", "m", BenchServingConfig(), "u", "m", 16, 2, 0, "o", "r",
-                                 w.model_copy(update={"request_rate": 2.5}))  # fmt: skip
+    at_rate = bench_serving_argv(replace(run, workload=w.model_copy(update={"request_rate": 2.5})), 0, "o")
     assert at_rate[at_rate.index("--request-rate") + 1] == "2.5"
 
 

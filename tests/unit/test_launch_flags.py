@@ -17,8 +17,9 @@ from pydantic import ValidationError
 from agent.cli import render, terminal
 from agent.cli.target import load_target
 from agent.proposer.edits.launching import launch_answer
-from playbooks.flags import CHANGEABLE, FIXED, changeable, flag_problem
+from playbooks.flags import FIXED, changeable, flag_problem
 from playbooks.schema import LaunchEdit
+from tools.engines.registry import engine, registered
 from tools.errors import ConfigError
 
 ARGV = ["bash", "launch.sh", "--port", "{port}", "--host", "127.0.0.1", "--preset", "cpu"]
@@ -77,11 +78,13 @@ def test_allowed_flags_pass_and_the_target_file_adds_more() -> None:
         assert flag not in changeable("mla_server", [flag])
         assert flag_problem("mla_server", flag, "x", [flag]) is not None
     assert flag_problem("sglang", "--mem-fraction-static", "0.8") is None
-    assert flag_problem("unknown-kind", "--mem-fraction-static", "0.8") is not None  # nothing by default
+    with pytest.raises(ConfigError, match="no engine named 'unknown-kind' .*perfloop.engines"):
+        flag_problem("unknown-kind", "--mem-fraction-static", "0.8")  # no engine: nothing allowed
 
 
 def test_no_allowlisted_flag_is_fixed_or_a_prefix_of_a_fixed_one() -> None:
-    for kind, flags in CHANGEABLE.items():
+    for kind in registered():
+        flags = engine(kind).changeable_flags
         assert changeable(kind) == list(flags), kind
         for flag in flags:
             assert not any(f.startswith(flag) for f in FIXED), (kind, flag)

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from agent.cli import app
 from agent.cli.target import load_target
 from agent.cli.targetcheck import port_problem
-from state.target import TARGET_KINDS
+from state.target import known_kinds
 from tools.errors import ConfigError
 
 DEMO = Path(__file__).resolve().parents[2] / "examples" / "targets" / "mla_server.toml"
@@ -38,10 +38,11 @@ def test_a_kind_typo_is_refused_before_launch(tmp_path: Path) -> None:
         load_target(t)
     n = line_with(t, "mla-server")
     assert str(exc.value) == (
-        f"{t}:{n}: kind `mla-server` is not one perfloop knows ({', '.join(TARGET_KINDS)}); "
-        "did you mean `mla_server`?"
+        f"{t}:{n}: kind `mla-server` is not one perfloop knows ({', '.join(known_kinds())}); "
+        'did you mean `mla_server`? an engine of your own registers under the entry-point group "perfloop.engines" '
+        "(docs/engines.md)"
     )
-    assert "vllm" in TARGET_KINDS
+    assert "vllm" in known_kinds()
     home = tmp_path / "home"
     result = CliRunner().invoke(app, ["run", str(t)], env={"PERFLOOP_HOME": str(home), "COLUMNS": "300"})
     assert result.exit_code == 2 and "did you mean `mla_server`?" in result.output, result.output

