@@ -3,7 +3,7 @@ session's own decisions (`search`), and the knob values in a launch command both
 Pure: no model, no door.
 
 May import: `playbooks`, `state`, `agent.decision.stats` (pure: a trial above its predicted
-bound, `past_bound`); no other room of agent.proposer. Imported by `agent.steps`
+bound), `tools.engines` (the engine's batching flag); no other room of agent.proposer. Imported by `agent.steps`
 (propose), the session summary and the CLI's rendering (`trial_lines`), and
 benchmarks/search_vs_grid.py.
 """
