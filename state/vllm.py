@@ -6,6 +6,7 @@ from pathlib import Path
 from pydantic import Field
 
 from state.base import Model
+from state.sglang import HookSite
 
 
 class VllmSiteArgs(Model):
@@ -15,6 +16,20 @@ class VllmSiteArgs(Model):
     """Top-level directory of the checkout (holding `vllm/`)."""
     env: dict[str, str] = {}
     """The launch environment (`VLLM_USE_V2_MODEL_RUNNER` on is refused: see tools/vllm/hook.py)."""
+
+
+class EngineSiteArgs(VllmSiteArgs):
+    """A checkout of an engine registered from outside, its launch environment, and its kind."""
+
+    kind: str
+    """The engine's name (`[target] kind`), as its entry point registers it."""
+
+
+class EngineSite(Model):
+    """Where an engine's own `hook_site` puts the dormant profiler (None: the target's `[profile]`)."""
+
+    hook: HookSite | None = None
+    """The per-step method it wraps, found from the tree."""
 
 
 class DecodePhases(Model):

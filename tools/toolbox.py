@@ -33,6 +33,7 @@ TOOLS = (
     repo.revert_commit,
     repo.sglang_site,
     repo.vllm_site,
+    repo.engine_site,
     # the reference tree beside it, for interleaved arms (tools/workspace/reference.py)
     reference.reference_copy,
     reference.remove_reference_copy,

@@ -15,8 +15,9 @@ from agent.steps.actions import instrument_if_needed, session_branch
 from state.calls import BranchArgs, CopyTreeArgs, PushTreeArgs, RepoArgs, ServerArgs
 from state.loop import ForkStep, LoopState
 from state.updates import LoopUpdate
-from state.vllm import VllmSiteArgs
+from state.vllm import EngineSiteArgs, VllmSiteArgs
 from tools import server
+from tools.engines.registry import BUILTINS
 from tools.errors import ServerLost, ToolError, first_line
 from tools.hosts import transfer
 from tools.workspace import repo
@@ -68,6 +69,18 @@ def prepare(
         )
         update["target"] = state.target.model_copy(update={"profile": profile})
         note += f"; vllm step hook {hook.class_name}.{hook.method} in {hook.relpath}"
+    if state.target.kind not in BUILTINS and state.target.profile.method == "patch":  # from outside
+        args = EngineSiteArgs(repo=checkout, env=state.target.launch.env, kind=state.target.kind)
+        if (found := call(runtime, repo.engine_site, args).hook) is not None:
+            profile = state.target.profile.model_copy(
+                update={
+                    "model_runner_path": found.relpath,
+                    "hook_class": found.class_name,
+                    "hook_method": found.method,
+                }
+            )
+            update["target"] = state.target.model_copy(update={"profile": profile})
+            note += f"; {state.target.kind} step hook {found.class_name}.{found.method} in {found.relpath}"
     nxt: Literal["instrument", "launch"] = (
         "instrument" if state.target.profile.method == "patch" else "launch"
     )

@@ -21,6 +21,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 ENGINE = '''"""tinyserve: the demo server under an engine name of its own."""
 
+from state.sglang import HookSite
 from tools.engines.contract import Engine
 
 
@@ -30,6 +31,11 @@ class TinyServe(Engine):
     batch_flag = "--max-running-requests"
     launch_defaults = {"ready_completion": True}
     context_fields = ("/get_server_info context_len", "/v1/models max_model_len")
+
+    def hook_site(self, repo, env):
+        """Found from the tree: the class whose method decodes one step."""
+        (runner,) = sorted(repo.glob("*/model_runner.py"))
+        return HookSite(relpath=str(runner.relative_to(repo)), class_name="ModelRunner", method="forward_decode")
 '''
 
 
@@ -66,7 +72,10 @@ def test_an_engine_registered_from_outside_runs_a_whole_session(
     install_engine(site)
     playbook_for(books, "tinyserve")
     target = write_target(tmp_path / "t.toml", repo, looks=1)
-    target.write_text(target.read_text().replace('kind = "mla_server"', 'kind = "tinyserve"'))
+    text = target.read_text().replace('kind = "mla_server"', 'kind = "tinyserve"')
+    # the engine finds where the dormant profiler goes (`hook_site`), not the target file: a wrong
+    # path here is replaced by what the engine finds in the checkout
+    target.write_text(text.replace("[profile]\n", '[profile]\nmodel_runner_path = "no/such/runner.py"\n'))
     run = ["run", "--approve", "auto", str(target), "--json", "--playbooks", str(books)]
     run += ["--no-builtin-playbooks", "--max-iterations", "1"]
 
@@ -94,5 +103,9 @@ def test_an_engine_registered_from_outside_runs_a_whole_session(
         if c["name"] == "server.launch"
     ]
     assert len(launches) >= 2 and all(x["ready_completion"] is True for x in launches), launches
+    (found,) = [
+        c["output"] for c in json.loads(out.read_text())["tool_calls"] if c["name"] == "repo.engine_site"
+    ]
+    assert found["hook"]["relpath"] == "mla_server/model_runner.py", found
     replayed = perfloop(home, "replay", s["session"], env=env)
     assert replayed.returncode == 0, replayed.stderr[-2000:]

@@ -15,9 +15,10 @@ from state.calls import (
     SglangSite,
 )
 from state.sglang import HookSite
-from state.vllm import VllmSiteArgs
+from state.vllm import EngineSite, EngineSiteArgs, VllmSiteArgs
 from state.workspace import CommitInfo, InstrumentationRecord, WorkspaceSnapshot
 from tools.door import tool
+from tools.engines.registry import engine
 from tools.sglang import layout as sglang_layout
 from tools.vllm import hook as vllm_hook
 from tools.workspace import instrumentation
@@ -120,6 +121,12 @@ def sglang_site(args: RepoArgs) -> SglangSite:
 def vllm_site(args: VllmSiteArgs) -> HookSite:
     """The V1 model runner's per-step method in the vLLM checkout, where the profiler hook goes."""
     return vllm_hook.hook_site(args.repo, args.env)
+
+
+@tool("repo.engine_site")
+def engine_site(args: EngineSiteArgs) -> EngineSite:
+    """Where an engine registered from outside puts the dormant profiler (`Engine.hook_site`)."""
+    return EngineSite(hook=engine(args.kind).hook_site(args.repo, args.env))
 
 
 @tool("repo.check_patch")
