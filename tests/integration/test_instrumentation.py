@@ -97,6 +97,17 @@ def test_diff_refuses_what_it_cannot_instrument(source, message):
         build_instrumentation_diff(source, RELPATH)
 
 
+def test_a_runner_path_not_in_the_checkout_is_one_line_naming_it(ws):
+    """A target's `[profile] model_runner_path` that is not there (a typo, another engine's
+    layout) was an internal FileNotFoundError; it is the tool's error naming the path and the fix."""
+    with pytest.raises(
+        InstrumentationError, match=r"model_runner_path = 'no/such/runner.py' is not a file"
+    ) as e:
+        instrument(ws, "no/such/runner.py")
+    assert "ModelRunner.forward_decode" in str(e.value) and "\n" not in str(e.value)
+    assert ws.repo.git.status("--porcelain") == ""  # nothing written
+
+
 def test_crlf_and_no_final_newline_round_trip(ws):
     text = "import torch\r\n\r\nclass ModelRunner:\r\n    def forward_decode(self, x):\r\n        return x"
     (ws.root / RELPATH).write_bytes(text.encode())

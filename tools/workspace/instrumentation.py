@@ -137,6 +137,11 @@ def instrument(
     ws: GitWorkspace, relpath: str, class_name: str = "ModelRunner", method: str = "forward_decode"
 ) -> InstrumentationRecord:
     """Insert the profiler into the working-tree file (index untouched). Idempotent."""
+    if not (ws.root / relpath).is_file():
+        raise InstrumentationError(
+            f"[profile] model_runner_path = {relpath!r} is not a file of the checkout {ws.root}: name the "
+            f"file that holds {class_name}.{method} there (or profile with [profile] method = \"api\")"
+        )
     source = ws.read_file(relpath)
     if MARKER_ID in source:
         pre = _strip_markers(source)
