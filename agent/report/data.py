@@ -36,9 +36,12 @@ class Arm:
     verdict: str
     """`baseline`, or the decision's verdict."""
     tpot_ms: list[float]
-    """Per-request TPOT (mean inter-token latency)."""
+    """Per-request TPOT (mean inter-token latency) of the requests whose stream timed its tokens."""
     itl_ms: list[float]
     """Every inter-token latency of every request."""
+    requests: int = 0
+    """Requests measured (a stream the server or a loaded client flushed at once times no token:
+    it counts here, not in `tpot_ms`)."""
     median_ms: float = 0.0
     ci_ms: tuple[float, float] = (0.0, 0.0)
     """95% percentile-bootstrap CI of the median per-request TPOT."""
@@ -230,7 +233,7 @@ def _arm(label: str, verdict: str, ms: list[Measurement], workload: WorkloadConf
         return arm
     reqs = [r for m in ms for r in m.requests]
     tpot = tpot_samples(reqs)  # streams that timed their tokens (a merged one reads ~0 ms)
-    arm = Arm(label, verdict, tpot, [x for r in timed(reqs) or reqs for x in r.itl_ms])
+    arm = Arm(label, verdict, tpot, [x for r in timed(reqs) or reqs for x in r.itl_ms], len(reqs))
     if tpot:
         arm.median_ms, arm.ci_ms = median_ci(tpot)
     if workload is not None and any(m.windows for m in ms):

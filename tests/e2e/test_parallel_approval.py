@@ -59,7 +59,7 @@ def test_a_batch_is_approved_once_before_its_trials(tmp_path, home) -> None:
     assert git(repo_b, "branch", "--list", "perfloop/*").strip() == ""  # host b never touched
     assert [processes_in(r) for r in (repo, repo_a, repo_b)] == [[], [], []]
     # the report's arms: the trial's two launches on host a, each its own arm, none in the baseline
-    shown_arms = [(a.label, a.verdict, len(a.tpot_ms)) for a in report_arms(store.tool_calls(sid), [])]
+    shown_arms = [(a.label, a.verdict, a.requests) for a in report_arms(store.tool_calls(sid), [])]
     assert shown_arms == [
         ("baseline", "baseline", 6),  # 2 prompts x 3 requests, here
         ("candidate 1", "measuring", 6),  # the kept one, measured again here (no decisions given)

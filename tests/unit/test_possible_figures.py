@@ -102,6 +102,7 @@ def test_the_report_arm_median_and_ci_read_the_timed_requests() -> None:
             arm.ci_ms,
         )  # was 0.01 [0.01, ...]
         assert min(arm.itl_ms) >= low  # the ITLs of the timed streams only: no burst's 0.02 ms
+        assert (arm.requests, len(arm.tpot_ms)) == (8, 3)  # every request counted, 3 of them timed
 
 
 def test_the_decision_line_itl_p50_p99_read_the_timed_requests() -> None:

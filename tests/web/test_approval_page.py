@@ -210,7 +210,8 @@ def test_two_tabs_approve_at_once_one_wins_and_the_session_finishes_accepted(
     assert paused.answers() == [{"approved": True, "by": "human"}]  # the CLI's answer, recorded once
     summary = json.loads(perfloop(paused.home, "sessions", "--json").stdout)[0]["summary"]
     assert summary["accepted"] == ["kv-cache-full-pool-cast"] and summary["commits"]
-    assert git(paused.repo, "log", "-1", "--format=%H").strip() == summary["commits"][0]
+    kept = git(paused.repo, "log", "-1", "--format=%H", summary["branch"]).strip()  # the checkout given back
+    assert kept == summary["commits"][0]
 
 
 def test_a_forked_session_is_rejected_with_its_reason(context: BrowserContext, paused: Paused) -> None:

@@ -140,7 +140,7 @@ def instrument(
     if not (ws.root / relpath).is_file():
         raise InstrumentationError(
             f"[profile] model_runner_path = {relpath!r} is not a file of the checkout {ws.root}: name the "
-            f"file that holds {class_name}.{method} there (or profile with [profile] method = \"api\")"
+            f'file that holds {class_name}.{method} there (or profile with [profile] method = "api")'
         )
     source = ws.read_file(relpath)
     if MARKER_ID in source:
