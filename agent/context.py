@@ -12,8 +12,8 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from state.base import utcnow
-from state.loop import LoopState, Transition
-from state.updates import LoopUpdate
+from state.sessions.loop import LoopState, Transition
+from state.sessions.updates import LoopUpdate
 from tools import progress
 from tools.door import Door
 from tools.door.faults import fault_point
@@ -38,7 +38,7 @@ class LoopContext:
 
 def host_dir(state: LoopState) -> Path:
     """Where host-side files (server logs, pid file, profiler output) live on the target's host."""
-    return state.options.host_dir or state.options.session_dir
+    return state.config.options.host_dir or state.config.options.session_dir
 
 
 def need(value: T | None, what: str) -> T:

@@ -79,8 +79,8 @@ from agent.steps.profile import diagnose, profile
 from agent.steps.propose import propose
 from agent.steps.setup import baseline, instrument, launch, prepare, reconcile
 from agent.steps.trial import join, trial
-from state.fanout import TrialTask
-from state.loop import LoopState
+from state.sessions.fanout import TrialTask
+from state.sessions.loop import LoopState
 
 NODES = (
     prepare,

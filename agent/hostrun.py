@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 from agent.serving import launch_args, measure_args
-from state.calls import (
+from state.door.calls import (
     ApplyArgs,
     BranchArgs,
     CommitArgs,
@@ -23,10 +23,10 @@ from state.calls import (
     RepoArgs,
     ServerArgs,
 )
-from state.fanout import TrialTask
-from state.measure import Measurement
-from state.process import ServerHandle
-from state.workspace import CommitInfo, WorkspaceSnapshot
+from state.sessions.fanout import TrialTask
+from state.measurement.measure import Measurement
+from state.engines.process import ServerHandle
+from state.engines.workspace import CommitInfo, WorkspaceSnapshot
 from tools import bench, server
 from tools.door import Door
 from tools.errors import ToolError, first_line

@@ -23,8 +23,8 @@ sys.path.insert(0, str(ROOT))
 
 from playbooks.engine import diagnose, load_playbooks  # noqa: E402
 from playbooks.heldout import CorpusTrace, leave_one_out, table  # noqa: E402
-from state.diagnosis import DiagnosisContext  # noqa: E402
-from state.profile import ProfileSummary  # noqa: E402
+from state.profiling.diagnosis import DiagnosisContext  # noqa: E402
+from state.profiling.profile import ProfileSummary  # noqa: E402
 from tools.trace import read_profiles  # noqa: E402
 from tools.trace.analyses.windows import marker_kind  # noqa: E402
 

@@ -111,7 +111,7 @@ python3 - "$sid" >"$OUT/findings.json" <<'PY'
 import json, sys
 from agent.sessions.runner import Sessions
 from playbooks.engine import diagnose, load_playbooks
-from state.diagnosis import DiagnosisContext
+from state.profiling.diagnosis import DiagnosisContext
 from tools.trace import read_profiles
 state = Sessions().state(sys.argv[1])
 out = []

@@ -62,7 +62,7 @@ import json, shutil, sys
 from pathlib import Path
 from agent.sessions.runner import Sessions
 from playbooks.engine import diagnose, load_playbooks
-from state.diagnosis import DiagnosisContext
+from state.profiling.diagnosis import DiagnosisContext
 from tools.trace import read_profiles
 state, out = Sessions().state(sys.argv[1]), Path(sys.argv[2])
 keep = ("playbook", "step_ms", "predicted_step_ms", "predicted_speedup", "bound", "bound_after", "paired_with", "paired_speedup", "basis")

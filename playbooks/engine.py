@@ -10,8 +10,8 @@ from playbooks.match import GENERIC, generic_finding, match_playbook
 from playbooks.predict import paired, with_prediction
 from playbooks.schema import Playbook
 from playbooks.spread import fitted_for, served_bounds, speedup_range
-from state.diagnosis import Diagnosis, DiagnosisContext, Finding
-from state.profile import ProfileSummary, StepBounds
+from state.profiling.diagnosis import Diagnosis, DiagnosisContext, Finding
+from state.profiling.profile import ProfileSummary, StepBounds
 from tools.errors import ConfigError
 
 CATALOG = Path(__file__).parent / "catalog"

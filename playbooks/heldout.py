@@ -16,8 +16,8 @@ from pydantic import Field
 from playbooks.predict import calibrated, predict_step_us
 from playbooks.spread import Inflation, deprofiled, fit_inflation, speedup_range
 from state.base import Model
-from state.diagnosis import StepEffect
-from state.profile import StepBounds
+from state.profiling.diagnosis import StepEffect
+from state.profiling.profile import StepBounds
 
 WITHIN = 0.25
 """A prediction holds when it is within this fraction of what the fix realized."""

@@ -5,8 +5,8 @@ import re
 from playbooks.roofline import ITEMSIZE, roofline
 from playbooks.schema import Playbook, Signature
 from playbooks.signals import collective_fields, signal_evidence, signal_gain, signals_hold
-from state.diagnosis import DiagnosisContext, Evidence, Finding, StepEffect
-from state.profile import OpStat, ProfileSummary
+from state.profiling.diagnosis import DiagnosisContext, Evidence, Finding, StepEffect
+from state.profiling.profile import OpStat, ProfileSummary
 
 GENERIC = "generic"
 GENERIC_CONFIDENCE = 0.2

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from playbooks.schema import Playbook
-from state.sglang import SglangLayout
+from state.engines.sglang import SglangLayout
 from tools.errors import ConfigError
 from tools.sglang.layout import parse_version
 

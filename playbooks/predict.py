@@ -1,6 +1,6 @@
 """Predicted step time after a fix, from what bounds the step (host issuing kernels, or the device).
 
-A decode step is modelled from its trace (`state.profile.StepBounds`) as
+A decode step is modelled from its trace (`state.profiling.profile.StepBounds`) as
 `serial_host + max(issue, device) + residual`: host work outside the launches runs alone, while
 launching overlaps the kernels launched. A fix changes the terms (`StepEffect`): removing device
 work shrinks `device`, CUDA graphs turn `issue` into one launch (and add the small gaps a replay
@@ -41,8 +41,8 @@ with `expected-*.json`: steps, bound, findings) is checked by `tests/unit/test_t
 on `tests/data/traces/gain/corpus.json` (`tests/unit/test_gain_heldout.py`).
 """
 
-from state.diagnosis import Finding, StepEffect
-from state.profile import StepBounds
+from state.profiling.diagnosis import Finding, StepEffect
+from state.profiling.profile import StepBounds
 
 GRAPH_GAP_US = 0.5
 """Device idle per kernel inside a CUDA-graph replay, in us. Measured on one H200 (the demo's glm5

@@ -6,8 +6,8 @@ measured by the CLI for CPU traces), else DEVICE_BANDWIDTH_GBS looked up by the 
 
 from math import prod
 
-from state.diagnosis import DiagnosisContext, Roofline
-from state.profile import OpStat, ProfileSummary
+from state.profiling.diagnosis import DiagnosisContext, Roofline
+from state.profiling.profile import OpStat, ProfileSummary
 
 DEVICE_BANDWIDTH_GBS = {
     "H200": 4800.0,

@@ -6,8 +6,8 @@ decode time they are measured against.
 """
 
 from playbooks.schema import NOTE_FIELDS, Signature
-from state.diagnosis import Evidence
-from state.profile import CollectiveStats, ProfileSummary, SyncStat
+from state.profiling.diagnosis import Evidence
+from state.profiling.profile import CollectiveStats, ProfileSummary, SyncStat
 
 
 def decode_time_us(profile: ProfileSummary) -> float:

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from statistics import median
 
 from playbooks.predict import calibrated, predict_step_us
-from state.diagnosis import StepEffect
-from state.profile import StepBounds
+from state.profiling.diagnosis import StepEffect
+from state.profiling.profile import StepBounds
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from pydantic import BaseModel, ConfigDict
 
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSPHRASE|CREDENTIAL|AUTH)", re.I)
 """Environment variable names that hold secrets (target files refuse them written out;
-tools.secrets masks their values). Here, not in state.target, so that the masking does not load
+tools.secrets masks their values). Here, not in state.config.target, so that the masking does not load
 every config model: `perfloop analyze` imports it and starts faster without them."""
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from state.records import ToolCallRecord
+from state.door.records import ToolCallRecord
 
 
 class MemoryRecorder:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from state.calls import MeasureArgs, MeasureResult, PairArgs, PairResult
-from state.correctness import OutputsArgs, OutputsResult
-from state.measure import Measurement, RequestRecord, Window
-from state.workload import WorkloadConfig
+from state.door.calls import MeasureArgs, MeasureResult, PairArgs, PairResult
+from state.measurement.correctness import OutputsArgs, OutputsResult
+from state.measurement.measure import Measurement, RequestRecord, Window
+from state.measurement.workload import WorkloadConfig
 from tools.client.stats import machine_probe_ms, pair_order, summarize
 from tools.client.stream import chat_body, stream_completion, to_record
 from tools.client.windows import measure_pair_windows, measure_windows

@@ -15,7 +15,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from state.limits import ContextLimit, ContextLimitArgs, FitArgs, FittedPrompts
+from state.engines.limits import ContextLimit, ContextLimitArgs, FitArgs, FittedPrompts
 from tools.client.stream import chat_body, stream_completion
 from tools.door import tool
 from tools.errors import ServerError

@@ -1,6 +1,6 @@
 """One validation of identifiers and paths that come from outside perfloop.
 
-`session_id` checks a session id against the one pattern (`state.ids.SESSION_ID`) wherever one is
+`session_id` checks a session id against the one pattern (`state.sessions.ids.SESSION_ID`) wherever one is
 read: command-line arguments, exports, the session store. `inside` checks that a path perfloop is
 about to write resolves (symlinks followed) inside one of the allowed roots: $PERFLOOP_HOME or the
 target repository. A refusal is a `ConfigError` naming the field.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from state.ids import session_id_problem
+from state.sessions.ids import session_id_problem
 from tools.errors import ConfigError
 
 

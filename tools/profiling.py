@@ -27,8 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from state.calls import PathArgs, ProfileArgs, ProfileFiles
-from state.profile import ProfileSummary
+from state.door.calls import PathArgs, ProfileArgs, ProfileFiles
+from state.profiling.profile import ProfileSummary
 from tools.client.stream import chat_body, stream_completion
 from tools.door import tool
 from tools.door.faults import fault_point

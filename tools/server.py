@@ -15,8 +15,8 @@ import re
 import time
 from pathlib import Path
 
-from state.calls import LaunchArgs, PidFileArgs, ServerArgs, ServerStatus
-from state.process import MarkedArgs, ProcessHandle, ServerHandle, StoppedServers
+from state.door.calls import LaunchArgs, PidFileArgs, ServerArgs, ServerStatus
+from state.engines.process import MarkedArgs, ProcessHandle, ServerHandle, StoppedServers
 from tools import interrupts, secrets
 from tools.door import tool
 from tools.door.faults import fault_point

@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 
 from agent.cli.running import fail
-from state.ids import session_id_problem
+from state.sessions.ids import session_id_problem
 from tools.errors import ToolError
 from tools.store.sessions import SessionStore, perfloop_home
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from agent.cli.targetcheck import port_problem
 from playbooks.engine import load_playbooks
-from state.target import TargetConfig
-from state.workspace import PatchPolicy
+from state.config.target import TargetConfig
+from state.engines.workspace import PatchPolicy
 from tools.errors import ConfigError, PatchError
 from tools.hosts.listeners import port_in_use
 from tools.workspace.git import GitWorkspace

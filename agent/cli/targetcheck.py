@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic_core import ErrorDetails
 
-from state.target import ENGINE_GROUP, LaunchConfig, TargetConfig, known_kinds
+from state.config.target import ENGINE_GROUP, LaunchConfig, TargetConfig, known_kinds
 
 HEADER = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
 KEY = re.compile(r"""^\s*["']?([A-Za-z0-9_-]+)["']?\s*=""")

@@ -14,12 +14,12 @@ from typing import Literal, Protocol
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext
-from state.decision import Judgement, Verdict
-from state.loop import LoopState
-from state.measure import Measurement
-from state.process import ServerHandle
-from state.tolerance import ToleranceResult
-from state.updates import LoopUpdate
+from state.measurement.decision import Judgement, Verdict
+from state.sessions.loop import LoopState
+from state.measurement.measure import Measurement
+from state.engines.process import ServerHandle
+from state.measurement.tolerance import ToleranceResult
+from state.sessions.updates import LoopUpdate
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,12 @@ from agent.decision.stats.levels import at_level
 from agent.decision.stats.rule import percentile, window_metric
 from agent.sessions.runner import Sessions
 from agent.sessions.summary import summarize as summarize_session
-from state.loop import Approval, Decision, LoopState, Proposal
-from state.measure import Measurement
-from state.profile import ProfileSummary
-from state.records import ToolCallRecord
-from state.session import SessionInfo, Summary
-from state.workload import WorkloadConfig
+from state.sessions.loop import Approval, Decision, LoopState, Proposal
+from state.measurement.measure import Measurement
+from state.profiling.profile import ProfileSummary
+from state.door.records import ToolCallRecord
+from state.sessions.session import SessionInfo, Summary
+from state.measurement.workload import WorkloadConfig
 from tools.client.stats import timed, tpot_samples
 from tools.door.replay import ReplayDivergence
 from tools.errors import NotReplayable
@@ -123,7 +123,7 @@ def gather(sessions: Sessions, session_id: str) -> ReportData:
         info=info,
         state=state,
         summary=info.summary or summarize_session(state, info.status),
-        arms=arms(calls, state.decisions, state.target.workload),
+        arms=arms(calls, state.decisions, state.config.target.workload),
         proposals=proposals(history),
         ops=ops_changes(calls, state.decisions),
         spans=spans(calls),

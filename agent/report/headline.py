@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import shlex
 
-from state.session import Summary
+from state.sessions.session import Summary
 
 OWN_FLAGS = ("--profiler-config.",)
 """Prefixes of launch flags that serve perfloop's profiling, not the server's speed: left out of the

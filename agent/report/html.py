@@ -20,7 +20,7 @@ from pygments.lexers import DiffLexer
 from agent.report import plots
 from agent.report.data import ReportData
 from agent.report.headline import baseline_final, best_command, headline, judged
-from state.workload import OBJECTIVES
+from state.measurement.workload import OBJECTIVES
 from tools.workspace.hidden import visible
 
 Linker = Callable[[Path], str | None]

@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import LogFormatter
 
 from agent.report.data import Arm, OpsChange, Span
-from state.profile import ProfileSummary
+from state.profiling.profile import ProfileSummary
 
 COLORS = {
     "baseline": "#4c72b0",

@@ -45,7 +45,7 @@ from agent.sessions.signing import (
     unsigned_writes,
     user_key,
 )
-from state.loop import LoopState
+from state.sessions.loop import LoopState
 from tools.errors import ConfigError, first_line
 from tools.secrets import redact, redact_bytes
 from tools.store.db import STORE_ENV, StoreUnreachable, describe, reconnect_seconds
@@ -81,8 +81,8 @@ class RedactingSerializer(JsonPlusSerializer):
 
 def moved_types() -> list[tuple[str, str]]:
     """(module, name) of every state model a state module imports from another one: a checkpoint
-    written before a model moved names it where it was (e.g. `state.loop.LoopOptions`, now in
-    `state.options` and still imported there), and must load."""
+    written before a model moved names it where it was (e.g. `state.sessions.loop.LoopOptions`, now in
+    `state.config.options` and still imported there), and must load."""
     return [
         (mod.__name__, name)
         for mod in _state_modules()

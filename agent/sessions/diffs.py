@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from state.loop import LoopState
+from state.sessions.loop import LoopState
 from tools.errors import ToolError
 
 

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from state.target import TargetConfig
+from state.config.target import TargetConfig
 from tools.hosts.client import RemoteExecutor, ensure_package, remote_home
 from tools.hosts.connect import close_all, connect
 from tools.hosts.connection import Prompt

@@ -23,8 +23,8 @@ from langgraph.types import StateSnapshot
 
 from agent.graph import Graph
 from agent.sessions.interrupts import run_tool, unrecorded
-from state.calls import ServerArgs, ServerStatus
-from state.loop import LoopState
+from state.door.calls import ServerArgs, ServerStatus
+from state.sessions.loop import LoopState
 from tools import server
 from tools.door.live import Executor
 from tools.server import mark_of

@@ -14,9 +14,9 @@ from langgraph.runtime import Runtime
 from agent.context import LoopContext, call
 from playbooks.engine import load_playbooks
 from playbooks.schema import Playbook
-from state.calls import InstrumentArgs, RemoveInstrumentationArgs
-from state.loop import LoopState
-from state.workspace import InstrumentationRecord
+from state.door.calls import InstrumentArgs, RemoveInstrumentationArgs
+from state.sessions.loop import LoopState
+from state.engines.workspace import InstrumentationRecord
 from tools.workspace import repo
 from tools.workspace.commands import SESSION_BRANCH_PREFIX
 
@@ -28,12 +28,12 @@ def session_branch(session_id: str) -> str:
 
 def instrument_if_needed(state: LoopState, runtime: Runtime[LoopContext]) -> InstrumentationRecord:
     """Insert the dormant profiler unless it is already in the tree; returns the record."""
-    cfg = state.target.profile
+    cfg = state.config.target.profile
     return state.instrumentation or call(
         runtime,
         repo.instrument,
         InstrumentArgs(
-            repo=state.target.repo,
+            repo=state.config.target.repo,
             relpath=cfg.model_runner_path,
             class_name=cfg.hook_class,
             method=cfg.hook_method,
@@ -47,14 +47,14 @@ def remove_instrumentation(state: LoopState, runtime: Runtime[LoopContext]) -> N
         call(
             runtime,
             repo.remove_instrumentation,
-            RemoveInstrumentationArgs(repo=state.target.repo, record=state.instrumentation),
+            RemoveInstrumentationArgs(repo=state.config.target.repo, record=state.instrumentation),
         )
 
 
 def playbooks_of(state: LoopState) -> list[Playbook]:
     """The playbooks this session searches: the built-in catalog (unless turned off) and --playbooks dirs."""
-    books = load_playbooks(state.options.playbook_dirs)
-    if state.options.builtin_playbooks:
+    books = load_playbooks(state.config.options.playbook_dirs)
+    if state.config.options.builtin_playbooks:
         return books
-    extra = {d.resolve() for d in state.options.playbook_dirs}
+    extra = {d.resolve() for d in state.config.options.playbook_dirs}
     return [b for b in books if Path(b.source_dir).resolve().parent in extra]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from agent.context import need
 from agent.decision.gate.correctness import refusal
-from state.loop import LoopState, Proposal
+from state.sessions.loop import LoopState, Proposal
 
 PAUSED_SERVERS = (
     "the session's servers are stopped while it waits; approving launches them again "
@@ -19,9 +19,9 @@ def approval_request(state: LoopState, proposal: Proposal | None = None) -> dict
     checks: dict = (
         {"mechanisms": [f"{m.playbook}: {m.note}" for m in state.mechanisms]} if state.mechanisms else {}
     )
-    if (why := refusal(state)) is not None and state.options.approve == "auto":
+    if (why := refusal(state)) is not None and state.config.options.approve == "auto":
         checks["auto_approval"] = why
-    if state.options.release_servers_when_paused:
+    if state.config.options.release_servers_when_paused:
         checks["servers"] = PAUSED_SERVERS
     return checks | {
         "session": state.session_id,

@@ -50,13 +50,13 @@ from agent.decision.stats.rule import arm_of, look
 from agent.hostrun import HostRun
 from agent.proposer.briefing.feedback import divergence
 from agent.steps.fanout import settle
-from state.decision import LaunchNoise
-from state.fanout import TrialTask
-from state.llm_tools import LogArgs
-from state.loop import Approval, LoopState
-from state.measure import Measurement
-from state.trials import Trial
-from state.updates import LoopUpdate
+from state.measurement.decision import LaunchNoise
+from state.sessions.fanout import TrialTask
+from state.proposers.llm_tools import LogArgs
+from state.sessions.loop import Approval, LoopState
+from state.measurement.measure import Measurement
+from state.measurement.trials import Trial
+from state.sessions.updates import LoopUpdate
 from tools.errors import ToolError, first_line
 from tools.hosts.ssh_config import SSHError
 from tools.llm import code

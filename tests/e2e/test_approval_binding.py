@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from agent.sessions.checkpoint import serializer
-from state.target import TargetConfig
+from state.config.target import TargetConfig
 from tests.e2e.conftest import last_json, make_repo, perfloop, write_target
 from tests.procs import processes_in
 

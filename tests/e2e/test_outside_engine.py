@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 ENGINE = '''"""tinyserve: the demo server under an engine name of its own."""
 
-from state.sglang import HookSite
+from state.engines.sglang import HookSite
 from tools.engines.contract import Engine
 
 

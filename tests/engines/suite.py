@@ -18,9 +18,9 @@ import tomllib
 from pathlib import Path
 
 from playbooks.flags import FIXED, changeable, flag_problem
-from state.limits import ContextLimitArgs
-from state.target import LaunchConfig
-from state.workload import WorkloadConfig
+from state.engines.limits import ContextLimitArgs
+from state.config.target import LaunchConfig
+from state.measurement.workload import WorkloadConfig
 from tools.client.stream import chat_body, stream_completion
 from tools.engines.contract import BenchClient, Engine
 from tools.engines.registry import BUILTINS, engine

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from state.target import BenchServingConfig
+from state.config.target import BenchServingConfig
 from tools.engines.benchrun import BenchOutputError, BenchRun
 from tools.secrets import register
 from tools.sglang.bench import run_bench

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from state.calls import ServerArgs
-from state.limits import ContextLimitArgs, FitArgs
+from state.door.calls import ServerArgs
+from state.engines.limits import ContextLimitArgs, FitArgs
 from tests.launching import launch_demo
 from tools import server
 from tools.client.stream import chat_body, stream_completion

@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from state.limits import FitArgs
+from state.engines.limits import FitArgs
 from tools.client.stream import chat_body, stream_completion
 from tools.errors import ServerError
 from tools.limits import fit_prompts

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from state.calls import ApplyArgs
-from state.workspace import PatchPolicy
+from state.door.calls import ApplyArgs
+from state.engines.workspace import PatchPolicy
 from tests.integration.test_git_workspace import ORIGINAL, PATCH
 from tools.errors import ToolError
 from tools.workspace import repo as repo_tools

@@ -22,7 +22,7 @@ import pytest
 
 from agent.cli import render, terminal
 from agent.proposer.edits.checks import gate_problem
-from state.calls import ApplyArgs
+from state.door.calls import ApplyArgs
 from tests.e2e.conftest import PERFLOOP, edited_diff, git, last_json, make_repo, perfloop, write_target
 from tests.integration.test_git_workspace import PATCH, TRAILERS, world
 from tests.integration.test_patch_gate import _ws

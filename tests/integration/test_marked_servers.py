@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from state.process import MarkedArgs
+from state.engines.process import MarkedArgs
 from tools import secrets, server
 from tools.hosts import local
 

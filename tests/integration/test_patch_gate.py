@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from state.calls import ApplyArgs
-from state.workspace import PatchPolicy
+from state.door.calls import ApplyArgs
+from state.engines.workspace import PatchPolicy
 from tests.integration.test_git_workspace import PATCH, TRAILERS, binary_diff, make_diff, world
 from tools.errors import PatchError
 from tools.workspace import repo as repo_tools

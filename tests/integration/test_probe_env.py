@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from state.llm_tools import ProbeArgs
+from state.proposers.llm_tools import ProbeArgs
 from tools.llm.probe import run
 
 NEW_FILE = "diff --git a/probe.txt b/probe.txt\nnew file mode 100644\n--- /dev/null\n+++ b/probe.txt\n@@ -0,0 +1 @@\n+x\n"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from state.calls import ServerArgs
+from state.door.calls import ServerArgs
 from tests.integration.test_host_server import launch_args
 from tools import secrets, server
 from tools.errors import ServerError

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from state.aa import AASample
-from state.records import ToolCallRecord
-from state.session import SessionInfo
+from state.measurement.aa import AASample
+from state.door.records import ToolCallRecord
+from state.sessions.session import SessionInfo
 from tests.pg import PgServer
 from tools.errors import ConfigError
 from tools.store.db import MIGRATIONS, SCHEMA_VERSION, Db

@@ -12,8 +12,8 @@ import shutil
 import pytest
 
 from agent.decision.gate.outputs import compare
-from state.correctness import CorrectnessConfig
-from state.tolerance import ScoreArgs, ScoreResult
+from state.measurement.correctness import CorrectnessConfig
+from state.measurement.tolerance import ScoreArgs, ScoreResult
 from tests.target.conftest import SMALL, TARGET, Server, free_port, launch, wait_healthy
 from tools.tolerance.score import score
 

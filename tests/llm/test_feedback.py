@@ -9,9 +9,9 @@ import pytest
 
 from agent.proposer.briefing.feedback import divergence, same_diff, trial_of
 from agent.steps.propose import propose
-from state.loop import Decision, Proposal
-from state.measure import RequestRecord
-from state.proposer import LlmOrigin, LlmUsage
+from state.sessions.loop import Decision, Proposal
+from state.measurement.measure import RequestRecord
+from state.proposers.proposer import LlmOrigin, LlmUsage
 from tests.llm.conftest import NEW, fix_answer, loop_state, runtime
 from tests.llm.fake_openai import ScriptedModel, Step, reply
 from tests.recorders import MemoryRecorder
@@ -58,10 +58,10 @@ def rejected_state(tmp_path: Path, engine: Path, base_url: str):
     decision = Decision(
         iteration=1, source="llm", verdict="rejected", reason="outputs changed for 1/2 prompt(s)"
     )
-    measure = state.target.measure.model_copy(update={"prompts": ["Hello", "The capital of France"]})
+    measure = state.config.target.measure.model_copy(update={"prompts": ["Hello", "The capital of France"]})
     return state.model_copy(
         update={
-            "target": state.target.model_copy(update={"measure": measure}),
+            "target": state.config.target.model_copy(update={"measure": measure}),
             "proposal": proposal,
             "decisions": [decision],
             "reference": measured("is Paris. It is", 30.0),
@@ -94,8 +94,8 @@ def test_a_rejected_model_patch_is_kept_with_what_its_trial_showed(tmp_path: Pat
 
 
 def with_model(state, base_url: str):
-    cfg = state.target.proposer.model_copy(update={"base_url": base_url})
-    return state.model_copy(update={"target": state.target.model_copy(update={"proposer": cfg})})
+    cfg = state.config.target.proposer.model_copy(update={"base_url": base_url})
+    return state.model_copy(update={"target": state.config.target.model_copy(update={"proposer": cfg})})
 
 
 def test_the_next_round_is_told_and_a_resubmission_costs_no_launch(tmp_path: Path, engine: Path) -> None:

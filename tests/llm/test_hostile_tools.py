@@ -14,7 +14,7 @@ import pytest
 
 from agent.context import need
 from agent.proposer.chat.conversation import Conversation, Outcome
-from state.loop import LoopState
+from state.sessions.loop import LoopState
 from tests.llm.conftest import fix_answer, loop_state, runtime
 from tests.llm.fake_openai import ScriptedModel, Step, call, last_tool_text, reply
 from tools.door import Door
@@ -35,7 +35,7 @@ CALLS = [
 
 
 def converse(state: LoopState, door: Door) -> Outcome:
-    finding = need(state.diagnosis, "diagnosis").findings[0]
+    finding = need(state.profiling.diagnosis, "diagnosis").findings[0]
     return Conversation(state, cast(Any, runtime(door)), finding).run()
 
 

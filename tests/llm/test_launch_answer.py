@@ -9,8 +9,8 @@ from typing import Any
 from agent.proposer.briefing.prompt import attempt
 from agent.proposer.edits.launching import is_launch_answer, launch_answer
 from agent.steps.propose import propose
-from state.loop import Proposal
-from state.proposer import ModelTrial
+from state.sessions.loop import Proposal
+from state.proposers.proposer import ModelTrial
 from tests.llm.conftest import fix_answer, loop_state, runtime
 from tests.llm.fake_openai import ScriptedModel, reply
 from tests.recorders import MemoryRecorder
@@ -132,7 +132,7 @@ def test_a_session_recorded_before_the_allowlist_gets_it_live(tmp_path: Path, en
     ]
     with ScriptedModel(answers) as m:
         state = loop_state(tmp_path, engine, m.base_url, launch_options=True)
-        assert state.options.launch_allowlist is False
+        assert state.config.options.launch_allowlist is False
         cmd = propose(state, runtime(LiveDoor("s", MemoryRecorder())))
     assert "--log-level-http" in m.requests[1]["messages"][-1]["content"]
     p = (cmd.update or {})["proposal"]

@@ -79,7 +79,7 @@ def test_a_refusal_it_cannot_adapt_to_drops_the_proposal_in_one_line(tmp_path: P
 
 def test_old_tool_outputs_are_trimmed_to_the_budget_and_the_latest_kept() -> None:
     from agent.proposer.chat.protocol import size, trim
-    from state.llm_tools import ChatMessage
+    from state.proposers.llm_tools import ChatMessage
 
     big = "x" * 4000
     msgs = [ChatMessage(role="system", content="s"), ChatMessage(role="user", content="u")]

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from state.sglang import EquivalenceArgs
+from state.engines.sglang import EquivalenceArgs
 from tests.sglang.conftest import unpack
 from tools.sglang.equivalence import CASES, HEADS, RANK, case, decode_path, on_cpu, run_decode
 from tools.sglang.porting import equivalence

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from state.ssh import SSHHostConfig
+from state.engines.ssh import SSHHostConfig
 from tools.hosts.ssh import SSHHost
 
 SSHD = Path("/usr/sbin/sshd")

@@ -14,8 +14,8 @@ from typing import cast
 
 import pytest
 
-from state.calls import RepoArgs
-from state.workspace import WorkspaceSnapshot
+from state.door.calls import RepoArgs
+from state.engines.workspace import WorkspaceSnapshot
 from tests.e2e.conftest import PERFLOOP, git, last_json, make_repo, perfloop
 from tests.ssh.conftest import Sshd, free_port
 from tools.door.registry import spec_of

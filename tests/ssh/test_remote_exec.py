@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from state.calls import ApplyArgs, RepoArgs
+from state.door.calls import ApplyArgs, RepoArgs
 from tests.launching import launch_args
 from tests.recorders import MemoryRecorder
 from tests.ssh.conftest import Sshd
@@ -64,7 +64,7 @@ def test_request_round_trip_and_package_hash(tmp_path: Path) -> None:
         "input": {"repo": "/a b/$(x)"},
     }
     files = package_files()
-    assert "tools/hosts/remote.py" in files and "state/loop.py" in files
+    assert "tools/hosts/remote.py" in files and "state/sessions/loop.py" in files
     assert "tools/workspace/profiler_hook.py" in files  # read as text by repo.instrument on the host
     assert not any("__pycache__" in rel for rel in files)
     assert package_hash(files) == package_hash(dict(reversed(files.items())))
@@ -111,8 +111,8 @@ def test_pass_env_reaches_the_remote_server_but_no_file_or_command_line(
     import hashlib
     import json as _json
 
-    from state.calls import ServerArgs
-    from state.target import LaunchConfig
+    from state.door.calls import ServerArgs
+    from state.config.target import LaunchConfig
 
     secret = "sk-remote-" + hashlib.sha256(str(tmp_path).encode()).hexdigest()[:16]
     monkeypatch.setenv("PERFLOOP_TEST_API_KEY", secret)

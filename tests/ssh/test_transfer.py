@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from state.calls import FetchArgs, PushTreeArgs
+from state.door.calls import FetchArgs, PushTreeArgs
 from tests.recorders import MemoryRecorder
 from tests.ssh.conftest import Sshd, free_port
 from tools.door.live import LiveDoor

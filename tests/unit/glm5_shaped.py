@@ -11,7 +11,7 @@ import gzip
 import json
 from pathlib import Path
 
-from state.profile import ProfileSummary
+from state.profiling.profile import ProfileSummary
 from tools.trace import read_chrome_trace
 
 LAYERS = 78

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from state.llm_tools import ChatArgs
-from state.proposer import ProposerConfig
+from state.proposers.llm_tools import ChatArgs
+from state.proposers.proposer import ProposerConfig
 from tests.e2e.conftest import make_repo, perfloop, write_target
 from tests.llm.fake_openai import ScriptedModel, reply
 from tools.errors import LlmError

@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from agent.decision.arms.arms import arms_in_use, arms_line, choice_of, fits
-from state.arms import ArmsChoice, MemoryFit, MemoryFitArgs
-from state.decision import DecisionConfig
+from state.measurement.arms import ArmsChoice, MemoryFit, MemoryFitArgs
+from state.measurement.decision import DecisionConfig
 from tools.hosts.info import memory_fit
 
 GIB = 1 << 30
@@ -62,9 +62,9 @@ def test_a_measured_fit_needs_the_servers_use_times_the_margin(
 
 
 def test_the_resolved_choice_is_what_the_session_measures_with(tmp_path) -> None:
-    from state.loop import LoopState
-    from state.options import LoopOptions
-    from state.target import TargetConfig
+    from state.sessions.loop import LoopState
+    from state.config.options import LoopOptions
+    from state.config.target import TargetConfig
 
     target = TargetConfig.model_validate(
         {

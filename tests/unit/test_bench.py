@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from state.measure import RequestRecord
+from state.measurement.measure import RequestRecord
 from tools.client.stats import stat, summarize
 from tools.client.stream import sse_data, to_record
 from tools.errors import ToolError

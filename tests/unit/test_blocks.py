@@ -20,7 +20,7 @@ from agent.decision.stats.blocks import (
     plan_blocks,
     pool_of,
 )
-from state.decision import DecisionConfig, LaunchNoise
+from state.measurement.decision import DecisionConfig, LaunchNoise
 
 CFG = DecisionConfig()
 

@@ -9,11 +9,11 @@ import pytest
 
 from agent.cli.target import load_target
 from agent.sessions.checkpoint import serializer, state_types
-from state.correctness import OutputsResult
-from state.loop import LoopState
-from state.measure import RequestRecord
-from state.options import LoopOptions
-from state.sglang import SglangLayout
+from state.measurement.correctness import OutputsResult
+from state.sessions.loop import LoopState
+from state.measurement.measure import RequestRecord
+from state.config.options import LoopOptions
+from state.engines.sglang import SglangLayout
 from tools.client.stats import summarize
 
 DEMO_TOML = Path(__file__).resolve().parents[2] / "examples" / "targets" / "mla_server.toml"
@@ -48,15 +48,15 @@ def test_state_types_round_trip_without_unregistered_warnings(tmp_path: Path, ca
 def test_a_checkpoint_naming_a_models_old_module_loads(
     moved: str, tmp_path: Path, monkeypatch, caplog
 ) -> None:
-    """Models moved between state modules: `LoopOptions` from state/loop.py to state/options.py,
-    `OutputsResult` from state/decision.py to state/correctness.py. A channel value written before
+    """Models moved between state modules: `LoopOptions` from state/sessions/loop.py to state/config/options.py,
+    `OutputsResult` from state/measurement/decision.py to state/measurement/correctness.py. A channel value written before
     names the old module and still loads as the same model (without `moved_types` in the
     allow-list the serializer refuses it, which this test saw fail: back is not the model)."""
     value, old = {
-        "LoopOptions": (LoopOptions(session_dir=tmp_path, python="python3", approve="manual"), "state.loop"),
+        "LoopOptions": (LoopOptions(session_dir=tmp_path, python="python3", approve="manual"), "state.sessions.loop"),
         "OutputsResult": (
             OutputsResult(sequential=["a"], concurrent=["b"], duration_s=1.5),
-            "state.decision",
+            "state.measurement.decision",
         ),
     }[moved]
     kind = type(value)

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from agent.cli import render
 from agent.cli.ids import resolve
-from state.session import SessionInfo
+from state.sessions.session import SessionInfo
 from tools.errors import ToolError
 
 IDS = ["20261201-101500-a1b2", "20261202-093000-c3d4", "20261202-093012-e5f6"]

@@ -13,7 +13,7 @@ from rich.console import Console
 
 from agent.cli import render
 from agent.report.headline import summary_json
-from state.session import SessionInfo
+from state.sessions.session import SessionInfo
 
 RECORDING = Path(__file__).resolve().parents[1] / "data" / "sessions" / "demo-session.json.gz"
 

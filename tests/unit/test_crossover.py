@@ -24,8 +24,8 @@ from agent.decision.stats.crossover import (
 )
 from agent.decision.stats.noise import across_hosts, launch_noise
 from agent.decision.stats.replicates import launches_per_arm
-from state.aa import AASample
-from state.decision import DecisionConfig, LaunchNoise
+from state.measurement.aa import AASample
+from state.measurement.decision import DecisionConfig, LaunchNoise
 
 BIAS = math.log(1.10)
 """The reference host runs 10% slower than the session's."""

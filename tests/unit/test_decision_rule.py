@@ -18,9 +18,9 @@ from agent.decision.stats.rule import (
     look,
     verdict_of,
 )
-from state.aa import AASample
-from state.decision import DecisionConfig, Judgement, LaunchNoise
-from state.measure import RequestRecord
+from state.measurement.aa import AASample
+from state.measurement.decision import DecisionConfig, Judgement, LaunchNoise
+from state.measurement.measure import RequestRecord
 
 CFG = DecisionConfig(bootstrap=1000)
 MEASURED = LaunchNoise(sigma_log=0.02, estimate_log=0.02, launches=14, source="aa")

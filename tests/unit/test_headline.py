@@ -21,9 +21,9 @@ from agent.decision.stats.rule import look
 from agent.report.headline import summary_json
 from agent.report.html import environment
 from agent.sessions.summary import summarize
-from state.decision import DecisionConfig, Judgement, LaunchNoise, Look
-from state.loop import Decision, LoopOptions, LoopState
-from state.session import SessionInfo
+from state.measurement.decision import DecisionConfig, Judgement, LaunchNoise, Look
+from state.sessions.loop import Decision, LoopOptions, LoopState
+from state.sessions.session import SessionInfo
 from tests.unit.test_measuring import m
 from tests.unit.test_target import DEMO_TOML
 

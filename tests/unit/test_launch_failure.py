@@ -9,7 +9,7 @@ from pathlib import Path
 from agent.cli.target import load_target
 from agent.context import transition
 from agent.sessions.summary import first_launch_failure
-from state.loop import LoopOptions, LoopState
+from state.sessions.loop import LoopOptions, LoopState
 from tests.unit.test_measuring import m
 from tests.unit.test_target import DEMO_TOML
 

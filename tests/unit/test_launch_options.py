@@ -7,7 +7,7 @@ from agent.decision.rules.legacy import judge
 from playbooks.engine import load_playbooks
 from playbooks.launch import change_conflict, describe, edited_argv, with_flag, without_flag
 from playbooks.schema import LaunchEdit, Playbook
-from state.measure import Measurement, RequestRecord
+from state.measurement.measure import Measurement, RequestRecord
 from tools.client.stats import summarize
 
 BOOKS = {b.id: b for b in load_playbooks()}

@@ -16,7 +16,7 @@ from agent.cli.commands.sessions import diff_or_launch
 from agent.cli.target import load_target
 from agent.report.headline import flag_change
 from agent.steps.approval import approval_request
-from state.loop import LoopOptions, LoopState, Proposal
+from state.sessions.loop import LoopOptions, LoopState, Proposal
 from tests.unit.test_target import DEMO_TOML
 
 BEFORE = ["vllm", "serve", "m", "--port", "{port}", "--enforce-eager", "--max-num-seqs", "1"]

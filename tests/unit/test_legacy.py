@@ -4,7 +4,7 @@ with it; new sessions use `ci-v1`, tests/unit/test_decision_rule.py)."""
 from __future__ import annotations
 
 from agent.decision.rules.legacy import judge
-from state.measure import Measurement, RequestRecord
+from state.measurement.measure import Measurement, RequestRecord
 from tools.client.stats import summarize
 
 

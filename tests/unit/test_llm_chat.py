@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from state.llm_tools import ChatArgs
+from state.proposers.llm_tools import ChatArgs
 from tools.llm.chat import api_key
 from tools.secrets import redact
 

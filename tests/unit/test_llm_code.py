@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from state.llm_tools import FilesArgs
+from state.proposers.llm_tools import FilesArgs
 from tools.llm.code import grep, read_file, read_texts
 
 

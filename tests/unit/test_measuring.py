@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from agent.decision.arms.measuring import content_fingerprint, merge, outputs_problem, unlike
 from agent.sessions.summary import summarize as summarize_session
-from state.decision import Judgement, LaunchNoise, Look
-from state.measure import RequestRecord
+from state.measurement.decision import Judgement, LaunchNoise, Look
+from state.measurement.measure import RequestRecord
 from tools.client.stats import summarize
 
 
@@ -50,7 +50,7 @@ def test_content_fingerprint_ignores_the_commit_but_not_the_content() -> None:
 
 def test_the_summary_reports_the_decisive_candidate(tmp_path) -> None:
     from agent.cli.target import load_target
-    from state.loop import Decision, LoopOptions, LoopState
+    from state.sessions.loop import Decision, LoopOptions, LoopState
     from tests.unit.test_target import DEMO_TOML
 
     lk = Look(

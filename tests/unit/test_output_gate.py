@@ -9,8 +9,8 @@ import pytest
 from pydantic import ValidationError
 
 from agent.decision.gate.outputs import compare
-from state.correctness import CorrectnessConfig
-from state.tolerance import ScoreArgs, ScoredText, ScoreResult
+from state.measurement.correctness import CorrectnessConfig
+from state.measurement.tolerance import ScoreArgs, ScoredText, ScoreResult
 from tools.errors import ServerError
 from tools.tolerance.score import continuation_scores, follow, score
 

@@ -7,8 +7,8 @@ import pytest
 
 from playbooks.engine import diagnose, load_playbooks
 from playbooks.patches import NoPatch, choose_patch
-from state.diagnosis import DiagnosisContext
-from state.profile import ProfileSummary
+from state.profiling.diagnosis import DiagnosisContext
+from state.profiling.profile import ProfileSummary
 from tools.errors import ConfigError
 from tools.trace import read_chrome_trace, read_key_averages_table
 

@@ -11,7 +11,7 @@ import torch
 
 from playbooks.engine import diagnose, load_playbooks
 from playbooks.roofline import DEVICE_BANDWIDTH_GBS
-from state.diagnosis import DiagnosisContext
+from state.profiling.diagnosis import DiagnosisContext
 from tools.trace import read_chrome_trace
 
 from .test_trace import TRACES, matmul_heavy, record_trace, write_trace

@@ -11,8 +11,8 @@ import pytest
 from agent.decision.stats.noise import pair_df, pair_noise, shared_df
 from agent.decision.stats.power import keeps, more_pairs, request_spread, sized, standard_error
 from agent.decision.stats.rule import look
-from state.aa import AASample
-from state.decision import DecisionConfig, LaunchNoise
+from state.measurement.aa import AASample
+from state.measurement.decision import DecisionConfig, LaunchNoise
 
 CFG = DecisionConfig()
 

@@ -6,7 +6,7 @@ import pytest
 
 from playbooks.engine import diagnose, load_playbooks
 from playbooks.predict import predict_step_us
-from state.diagnosis import DiagnosisContext, StepEffect
+from state.profiling.diagnosis import DiagnosisContext, StepEffect
 from tools.trace import read_chrome_trace
 
 from .glm5_shaped import glm5_profile
@@ -92,7 +92,7 @@ def test_calibrated_to_the_served_tpot_on_the_h200_numbers() -> None:
     257 ms profiled, 113.3 ms served); scaled to the TPOT, CUDA graphs predict what was measured
     (82.2 ms, 1.38x) and the cast fix alone nothing."""
     from playbooks.predict import calibrated
-    from state.profile import StepBounds
+    from state.profiling.profile import StepBounds
 
     eager = StepBounds(
         steps=5, wall_us=257029.6, host_us=256989.2, issue_us=255949.5, serial_host_us=1039.7,
@@ -113,8 +113,8 @@ def test_no_prediction_below_the_physical_floor_and_unknown_without_bounds() -> 
     remaining work or below the step less what the fix removes; without bounds on a GPU trace the
     prediction is unknown, not a share of the step."""
     from playbooks.predict import floor_us, with_prediction
-    from state.diagnosis import Finding
-    from state.profile import StepBounds
+    from state.profiling.diagnosis import Finding
+    from state.profiling.profile import StepBounds
 
     b = StepBounds(
         steps=5, wall_us=60000, host_us=60000, issue_us=55000, serial_host_us=0, device_us=28000,

@@ -7,7 +7,7 @@ from unittest.mock import ANY
 import pytest
 
 from agent.proposer.edits.checks import Failure, path_problem, validate
-from state.proposer import DEFAULT_PROTECTED
+from state.proposers.proposer import DEFAULT_PROTECTED
 
 
 @pytest.mark.parametrize(

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from agent.decision.calibration.published import aa_calls, published
-from state.aa import AASample
-from state.decision import DecisionConfig, LaunchNoise
+from state.measurement.aa import AASample
+from state.measurement.decision import DecisionConfig, LaunchNoise
 
 CFG = DecisionConfig()
 

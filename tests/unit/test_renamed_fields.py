@@ -1,4 +1,4 @@
-"""state/base.py, state/loop.py: fields renamed since sessions were first recorded read by either name
+"""state/base.py, state/sessions/loop.py: fields renamed since sessions were first recorded read by either name
 and are written by the old one, in exports (JSON) and in LangGraph checkpoints (msgpack) alike."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from agent.cli.target import load_target
 from agent.graph import compile_graph
 from agent.sessions.checkpoint import open_checkpointer, serializer
-from state.loop import Decision, LoopState, Proposal
-from state.measure import Measurement, RequestRecord
-from state.options import LoopOptions
+from state.sessions.loop import Decision, LoopState, Proposal
+from state.measurement.measure import Measurement, RequestRecord
+from state.config.options import LoopOptions
 from tools.client.stats import summarize
 
 DEMO_TOML = Path(__file__).resolve().parents[2] / "examples" / "targets" / "mla_server.toml"

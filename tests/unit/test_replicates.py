@@ -18,7 +18,7 @@ from agent.decision.stats.replicates import (
     smallest_kept,
     t_quantile,
 )
-from state.decision import DecisionConfig, LaunchNoise
+from state.measurement.decision import DecisionConfig, LaunchNoise
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from agent.cli import app
 from agent.cli.target import load_target
 from agent.cli.targetcheck import port_problem
-from state.target import known_kinds
+from state.config.target import known_kinds
 from tools.errors import ConfigError
 
 DEMO = Path(__file__).resolve().parents[2] / "examples" / "targets" / "mla_server.toml"

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from playbooks.engine import diagnose, load_playbooks
-from state.diagnosis import DiagnosisContext
+from state.profiling.diagnosis import DiagnosisContext
 from tools.trace import read_profiles
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,7 +18,7 @@ from agent.cli import app
 from playbooks.engine import diagnose, load_playbooks
 from playbooks.predict import floor_us
 from playbooks.spread import served_bounds
-from state.diagnosis import DiagnosisContext
+from state.profiling.diagnosis import DiagnosisContext
 from tools.trace import read_chrome_trace, read_profiles
 
 from .glm5_shaped import glm5_events

@@ -19,10 +19,10 @@ from agent.decision.stats.mechanism import predict
 from agent.sessions.summary import summarize
 from agent.steps.approval import approval_request
 from agent.steps.profile import mechanism_checks
-from state.diagnosis import Diagnosis
-from state.loop import Decision, LoopState
-from state.options import LoopOptions
-from state.session import SessionInfo
+from state.profiling.diagnosis import Diagnosis
+from state.sessions.loop import Decision, LoopState
+from state.config.options import LoopOptions
+from state.sessions.session import SessionInfo
 from tests.unit.test_mechanism import profile, proposal
 from tests.unit.test_target import DEMO_TOML
 
@@ -74,7 +74,7 @@ def test_a_gain_without_its_mechanism_is_shown_in_summary_show_and_the_next_appr
 
     info = SessionInfo(
         id=state.session_id, created_at=datetime.now(UTC), target_name="t", target_path=DEMO_TOML,
-        repo=state.target.repo, status="done", summary=s,
+        repo=state.config.target.repo, status="done", summary=s,
     )  # fmt: skip
     shown = render.show_json(info, state, [])
     assert [m["confirmed"] for m in shown["mechanisms"]] == [not flagged]

@@ -16,8 +16,8 @@ from agent.cli import render
 from agent.cli.target import load_target
 from agent.report.headline import summary_json
 from agent.sessions.summary import summarize
-from state.loop import Decision, LoopOptions, LoopState
-from state.session import SessionInfo, Summary
+from state.sessions.loop import Decision, LoopOptions, LoopState
+from state.sessions.session import SessionInfo, Summary
 from tests.unit.test_measuring import m
 from tests.unit.test_target import DEMO_TOML
 

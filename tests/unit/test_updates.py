@@ -1,11 +1,11 @@
-"""state/updates.py: a node's update type names exactly LoopState's fields, with their types."""
+"""state/sessions/updates.py: a node's update type names exactly LoopState's fields, with their types."""
 
 from __future__ import annotations
 
 from typing import get_type_hints
 
-from state.loop import LoopState
-from state.updates import LoopUpdate
+from state.sessions.loop import LoopState
+from state.sessions.updates import LoopUpdate
 
 
 def test_loop_update_has_exactly_the_fields_of_loop_state() -> None:

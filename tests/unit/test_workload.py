@@ -14,10 +14,10 @@ from agent.cli.target import load_target
 from agent.decision.arms.measuring import merge, serving_note
 from agent.decision.stats.rule import arm_of, arm_stats, look, window_cost
 from agent.proposer.tuning.search import _objective
-from state.decision import ArmStats, DecisionConfig, Judgement, LaunchNoise
-from state.loop import Decision
-from state.measure import Measurement, RequestRecord, Stat, Window
-from state.workload import WorkloadConfig
+from state.measurement.decision import ArmStats, DecisionConfig, Judgement, LaunchNoise
+from state.sessions.loop import Decision
+from state.measurement.measure import Measurement, RequestRecord, Stat, Window
+from state.measurement.workload import WorkloadConfig
 from tools.client.stats import summarize
 from tools.client.windows import arrivals, workload_prompts
 from tools.errors import ConfigError

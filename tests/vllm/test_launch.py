@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from state.calls import MeasureArgs, ProfileArgs, ServerArgs
-from state.target import LaunchConfig, MeasureConfig, TargetConfig
-from state.workload import WorkloadConfig
+from state.door.calls import MeasureArgs, ProfileArgs, ServerArgs
+from state.config.target import LaunchConfig, MeasureConfig, TargetConfig
+from state.measurement.workload import WorkloadConfig
 from tests.engines.suite import ROOT, check_live
 from tests.launching import launch_args
 from tools import bench, profiling, server

@@ -13,7 +13,7 @@ import json
 import subprocess
 
 from playbooks.patches import choose_patch
-from state.workspace import PatchPolicy
+from state.engines.workspace import PatchPolicy
 from tests.vllm.conftest import VLLM_PYTHON
 from tests.vllm.mla_case import (
     BACKEND,

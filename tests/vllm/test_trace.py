@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from playbooks.predict import batching_gain_bound
-from state.calls import PathArgs
+from state.door.calls import PathArgs
 from tools import profiling
 from tools.trace import read_profiles
 from tools.trace.analyses.windows import MARKERS, marker_kind

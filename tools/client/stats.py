@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from state.measure import Measurement, RequestRecord, Stat, Window
+from state.measurement.measure import Measurement, RequestRecord, Stat, Window
 
 
 def machine_probe_ms(repeats: int = 3) -> float:

@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
-from state.measure import RequestRecord
+from state.measurement.measure import RequestRecord
 from tools.errors import ConfigError, ServerError
 
 

@@ -12,9 +12,9 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
-from state.calls import MeasureArgs, PairResult
-from state.measure import Measurement, RequestRecord, Window
-from state.workload import WorkloadConfig
+from state.door.calls import MeasureArgs, PairResult
+from state.measurement.measure import Measurement, RequestRecord, Window
+from state.measurement.workload import WorkloadConfig
 from tools.client.stats import machine_probe_ms, pair_order, summarize
 from tools.client.stream import chat_body, stream_completion, to_record
 from tools.progress import report

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from state.records import ToolCallRecord
+from state.door.records import ToolCallRecord
 from tools import interrupts
 from tools.door.faults import fault_point
 from tools.door.registry import In, Out, ToolSpec, spec_of

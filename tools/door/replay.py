@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from state.records import ToolCallRecord
+from state.door.records import ToolCallRecord
 from tools.door.registry import In, Out, spec_of
 from tools.errors import error_from, first_line
 

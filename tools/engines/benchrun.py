@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from state.target import BenchServingConfig
-from state.workload import WorkloadConfig
+from state.config.target import BenchServingConfig
+from state.measurement.workload import WorkloadConfig
 from tools.errors import ConfigError, ToolError
 from tools.progress import report
 from tools.secrets import child_env, kept_log, outside

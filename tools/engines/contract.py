@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from state.measure import RequestRecord
-from state.sglang import HookSite
-from state.vllm import DecodePhases
-from state.workload import WorkloadConfig
+from state.measurement.measure import RequestRecord
+from state.engines.sglang import HookSite
+from state.engines.vllm import DecodePhases
+from state.measurement.workload import WorkloadConfig
 from tools.engines.benchrun import BenchRun
 
 Runs = list[tuple[list[RequestRecord], float]]

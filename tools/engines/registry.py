@@ -17,7 +17,7 @@ from functools import cache
 from importlib import import_module
 from importlib.metadata import entry_points
 
-from state.target import ENGINE_GROUP, TargetConfig, known_kinds
+from state.config.target import ENGINE_GROUP, TargetConfig, known_kinds
 from tools.engines.contract import Engine
 from tools.errors import ConfigError
 

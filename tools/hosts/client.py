@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 
 from pydantic import BaseModel
 
-from state.calls import LaunchArgs
+from state.door.calls import LaunchArgs
 from tools.door.registry import ToolSpec
 from tools.errors import ToolError, error_from
 from tools.hosts.remote import PROGRESS, RESULT, encode_request, request_body

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from state.ssh import SSHHostConfig
+from state.engines.ssh import SSHHostConfig
 from tools.hosts.connection import Prompt
 from tools.hosts.ssh import SSHHost
 

@@ -18,7 +18,7 @@ from typing import TypeVar
 import paramiko
 from paramiko.auth_strategy import AuthStrategy, InMemoryPrivateKey, OnDiskPrivateKey
 
-from state.ssh import SSHHostConfig
+from state.engines.ssh import SSHHostConfig
 from tools import secrets
 from tools.errors import first_line
 from tools.hosts.ssh_config import (

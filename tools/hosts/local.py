@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from state.base import utcnow
-from state.process import ProcessHandle, RunResult
+from state.engines.process import ProcessHandle, RunResult
 from tools.errors import ServerError
 from tools.interrupts import Interrupted
 

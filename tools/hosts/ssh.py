@@ -21,8 +21,8 @@ from pathlib import Path, PurePath
 
 import paramiko
 
-from state.process import RunResult
-from state.ssh import SSHHostConfig
+from state.engines.process import RunResult
+from state.engines.ssh import SSHHostConfig
 from tools.errors import ServerError
 from tools.hosts.connection import Connection, Prompt, SSHError
 from tools.interrupts import Interrupted

@@ -11,7 +11,7 @@ from typing import TypeVar
 
 import paramiko
 
-from state.calls import Done, FetchArgs, PathArgs, PushTreeArgs
+from state.door.calls import Done, FetchArgs, PathArgs, PushTreeArgs
 from tools.door import tool
 from tools.errors import ToolError
 from tools.hosts.connect import connect

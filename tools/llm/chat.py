@@ -13,8 +13,8 @@ import re
 import time
 from typing import Any, cast
 
-from state.llm_tools import ChatArgs, ChatMessage, ChatReply, ChatToolCall
-from state.proposer import cleartext_refusal, key_env_refusal
+from state.proposers.llm_tools import ChatArgs, ChatMessage, ChatReply, ChatToolCall
+from state.proposers.proposer import cleartext_refusal, key_env_refusal
 from tools import secrets
 from tools.door import tool
 from tools.errors import LlmError

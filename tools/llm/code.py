@@ -24,7 +24,7 @@ from typing import Any
 
 import regex  # type: ignore[import-untyped]
 
-from state.llm_tools import CodeArgs, CodeResult, DiffArgs, FilesArgs, FileTexts, LogArgs
+from state.proposers.llm_tools import CodeArgs, CodeResult, DiffArgs, FilesArgs, FileTexts, LogArgs
 from tools.door import tool
 from tools.errors import PatchError
 from tools.hosts.local import tail

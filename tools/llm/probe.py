@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from state.llm_tools import ProbeArgs, ProbeResult
+from state.proposers.llm_tools import ProbeArgs, ProbeResult
 from tools.door import tool
 from tools.llm.code import MARKER, inside
 from tools.llm.redact import redact

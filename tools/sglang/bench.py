@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 
-from state.measure import RequestRecord
-from state.workload import WorkloadConfig
+from state.measurement.measure import RequestRecord
+from state.measurement.workload import WorkloadConfig
 from tools.engines.benchrun import BenchRun, find_package, run_each
 from tools.engines.records import runs_from_jsonl
 from tools.errors import ConfigError

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from state.sglang import HookSite
+from state.engines.sglang import HookSite
 from tools.engines.contract import BenchClient, Engine
 from tools.sglang.bench import find_bench, run_bench, window_requests
 from tools.sglang.layout import hook_site, locate

@@ -11,7 +11,7 @@ import re
 import tomllib
 from pathlib import Path
 
-from state.sglang import HookSite, SglangLayout
+from state.engines.sglang import HookSite, SglangLayout
 from tools.errors import ConfigError
 
 PACKAGE_DIRS = (("checkout", "python/sglang"), ("site-packages", "sglang"))

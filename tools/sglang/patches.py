@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 
-from state.sglang import SglangLayout
-from state.workspace import PatchPolicy
+from state.engines.sglang import SglangLayout
+from state.engines.workspace import PatchPolicy
 from tools.errors import PatchError
 from tools.workspace.git import GitWorkspace
 from tools.workspace.patch_check import gate_workspace

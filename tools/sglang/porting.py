@@ -14,7 +14,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from state.sglang import EquivalenceArgs, EquivalenceResult
+from state.engines.sglang import EquivalenceArgs, EquivalenceResult
 from tools.door import tool
 from tools.errors import PatchError, one_line
 from tools.workspace.commands import APPLY

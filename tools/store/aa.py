@@ -7,7 +7,7 @@ sees the launch noise it decided with.
 
 from __future__ import annotations
 
-from state.aa import AARecordArgs, AASamples
+from state.measurement.aa import AARecordArgs, AASamples
 from tools.door.registry import tool
 from tools.store.sessions import SessionStore, perfloop_home
 

@@ -17,9 +17,9 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from state.aa import AASample
-from state.records import ToolCallRecord
-from state.session import SessionInfo
+from state.measurement.aa import AASample
+from state.door.records import ToolCallRecord
+from state.sessions.session import SessionInfo
 from tools.paths import session_id as checked_id
 from tools.secrets import redact
 from tools.store.db import Db, store_url

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from state.tolerance import ScoreArgs, ScoredText, ScoreResult
+from state.measurement.tolerance import ScoreArgs, ScoredText, ScoreResult
 from tools.door import tool
 from tools.errors import ServerError
 from tools.http import post_json

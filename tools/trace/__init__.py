@@ -16,7 +16,7 @@ benchmarks. The rooms' import rules are under test (tests/unit/test_corridor_roo
 from collections.abc import Sequence
 from pathlib import Path
 
-from state.profile import ProfileSummary
+from state.profiling.profile import ProfileSummary
 from tools.errors import TraceError
 from tools.trace.ranks.merge import merge_summaries
 from tools.trace.ranks.parallel import read_trace, read_traces, workers

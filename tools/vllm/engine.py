@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from state.sglang import HookSite
-from state.vllm import DecodePhases
+from state.engines.sglang import HookSite
+from state.engines.vllm import DecodePhases
 from tools.engines.contract import BenchClient, Engine
 from tools.vllm.bench import find_vllm_bench, run_vllm_bench, window_requests
 from tools.vllm.hook import hook_site

@@ -23,7 +23,7 @@ import ast
 from collections.abc import Mapping
 from pathlib import Path
 
-from state.sglang import HookSite
+from state.engines.sglang import HookSite
 from tools.errors import ConfigError
 
 PACKAGE_DIR = "vllm"

@@ -17,7 +17,7 @@ import json
 import re
 from pathlib import Path
 
-from state.vllm import DecodePhases
+from state.engines.vllm import DecodePhases
 
 DECODE = re.compile(r"^execute_context_0\(0\)_generation_([1-9]\d*)\((\d+)\)$")
 PHASE = re.compile(r"^gpu_model_runner: (preprocess|forward|postprocess|sample|bookkeep)$")

@@ -6,7 +6,7 @@ import hashlib
 import re
 from pathlib import PurePosixPath
 
-from state.workspace import CommitInfo
+from state.engines.workspace import CommitInfo
 from tools.errors import PatchError
 
 IDENTITY_ENV = {

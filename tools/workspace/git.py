@@ -15,7 +15,7 @@ from typing import Any
 
 from git import Repo
 
-from state.workspace import CommitInfo, WorkspaceSnapshot
+from state.engines.workspace import CommitInfo, WorkspaceSnapshot
 from tools.door.faults import fault_point
 from tools.errors import PatchError
 from tools.workspace.commands import (

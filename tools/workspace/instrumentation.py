@@ -23,7 +23,7 @@ import re
 from functools import cache
 from pathlib import Path
 
-from state.workspace import InstrumentationRecord
+from state.engines.workspace import InstrumentationRecord
 from tools.errors import InstrumentationError, PatchError
 from tools.workspace.commands import sha256_hex
 from tools.workspace.git import GitWorkspace

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from state.workspace import PatchPolicy
+from state.engines.workspace import PatchPolicy
 from tools.errors import PatchError
 from tools.workspace.commands import check_relpath
 from tools.workspace.git import GitWorkspace

@@ -12,7 +12,7 @@ from typing import Any, Self
 
 from git import GitCommandError, InvalidGitRepositoryError, NoSuchPathError, Repo
 
-from state.workspace import CommitInfo
+from state.engines.workspace import CommitInfo
 from tools.errors import PatchError
 from tools.workspace.commands import (
     APPLY,

@@ -13,8 +13,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from state.calls import Done
-from state.workspace import ReferenceCopyArgs, RemoveCopyArgs, WorkspaceSnapshot
+from state.door.calls import Done
+from state.engines.workspace import ReferenceCopyArgs, RemoveCopyArgs, WorkspaceSnapshot
 from tools.door import tool
 from tools.errors import PatchError
 from tools.workspace.git import GitWorkspace

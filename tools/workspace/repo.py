@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from state.calls import (
+from state.door.calls import (
     ApplyArgs,
     BranchArgs,
     CommitArgs,
@@ -14,9 +14,9 @@ from state.calls import (
     RepoArgs,
     SglangSite,
 )
-from state.sglang import HookSite
-from state.vllm import EngineSite, EngineSiteArgs, VllmSiteArgs
-from state.workspace import CommitInfo, InstrumentationRecord, WorkspaceSnapshot
+from state.engines.sglang import HookSite
+from state.engines.vllm import EngineSite, EngineSiteArgs, VllmSiteArgs
+from state.engines.workspace import CommitInfo, InstrumentationRecord, WorkspaceSnapshot
 from tools.door import tool
 from tools.engines.registry import engine
 from tools.sglang import layout as sglang_layout

@@ -19,8 +19,8 @@ from agent.cli.output import console, emit
 from agent.cli.running import run_command
 from playbooks.engine import diagnose as run_diagnosis
 from playbooks.engine import load_playbooks
-from state.diagnosis import Diagnosis, DiagnosisContext
-from state.profile import ProfileDiff, ProfileSummary
+from state.profiling.diagnosis import Diagnosis, DiagnosisContext
+from state.profiling.profile import ProfileDiff, ProfileSummary
 from tools.errors import ToolError
 from tools.trace import read_profiles, read_ranks
 from tools.trace.compare.bandwidth import measure_copy_bandwidth_gbs

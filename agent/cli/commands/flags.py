@@ -34,7 +34,7 @@ from agent.cli.common import (
     choice,
 )
 from agent.cli.target import with_host, with_proposer
-from state.target import TargetConfig
+from state.config.target import TargetConfig
 
 KeepServers = Annotated[
     bool,

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from agent.cli.common import Json, TrustNew, run_command
 from agent.cli.output import console, emit
 from agent.sessions.remote import ssh_prompt
-from state.ssh import SSHHostConfig
+from state.engines.ssh import SSHHostConfig
 from tools.errors import ConfigError
 from tools.hosts.connect import close_all, connect
 from tools.hosts.setup import setup as setup_env

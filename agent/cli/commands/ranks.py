@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from state.profile import ProfileSummary
+from state.profiling.profile import ProfileSummary
 from tools.trace.ranks.collectives import rank_waits
 
 RANK_TOP = 3

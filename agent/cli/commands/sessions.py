@@ -20,8 +20,8 @@ from agent.sessions.diffs import pick, proposal_diffs
 from agent.sessions.holding import abandon
 from agent.sessions.runner import Sessions, new_session_id
 from agent.sessions.signing import status
-from state.loop import LoopState
-from state.session import SessionInfo, Summary
+from state.sessions.loop import LoopState
+from state.sessions.session import SessionInfo, Summary
 from tools.door.replay import ReplayDivergence
 from tools.errors import ConfigError, NotReplayable, ToolError, one_line
 from tools.workspace.hidden import visible
@@ -226,12 +226,12 @@ def runs_here(s: Sessions, session: str, state: LoopState) -> dict:
         if snap.values
         else (None, "no checkpoint")
     )
-    opts = state.options
+    opts = state.config.options
     return {
         "argv": state.argv,
-        "env": state.target.launch.env,
-        "pass_env": state.target.launch.pass_env,
-        "host": state.target.host.model_dump(mode="json"),
+        "env": state.config.target.launch.env,
+        "pass_env": state.config.target.launch.pass_env,
+        "host": state.config.target.host.model_dump(mode="json"),
         "options": {k: getattr(opts, k) for k in ("approve", "max_iterations", "python", "launch_allowlist")}
         | {"session_dir": str(opts.session_dir), "playbook_dirs": [str(p) for p in opts.playbook_dirs]},
         "digest": digest,

@@ -17,11 +17,11 @@ from agent.decision.arms.measuring import annotate, budget, outputs_problem, unl
 from agent.decision.stats.crossover import Arm
 from agent.hostrun import HostRun
 from agent.serving import measure_args
-from state.calls import PidFileArgs, RepoArgs
-from state.fanout import TrialTask
-from state.loop import LoopState
-from state.measure import Measurement
-from state.workspace import ReferenceCopyArgs, RemoveCopyArgs
+from state.door.calls import PidFileArgs, RepoArgs
+from state.sessions.fanout import TrialTask
+from state.sessions.loop import LoopState
+from state.measurement.measure import Measurement
+from state.engines.workspace import ReferenceCopyArgs, RemoveCopyArgs
 from tools import bench, server
 from tools.errors import ToolError
 from tools.workspace import reference, repo
@@ -32,17 +32,17 @@ class ReferenceHost:
 
     def __init__(self, state: LoopState, runtime: Runtime[LoopContext], label: str) -> None:
         self.state, self.label, self.th = state, label, reference_host(state)
-        measure = state.target.measure.model_copy(update={"repeats": budget(state)})
+        measure = state.config.target.measure.model_copy(update={"repeats": budget(state)})
         task = TrialTask(
             session_id=state.session_id,
             iteration=state.iteration,
             host=self.th,
             proposal=need(state.proposal, "proposal"),
-            target=state.target.model_copy(update={"measure": measure}),
+            target=state.config.target.model_copy(update={"measure": measure}),
             argv=state.kept_argv,
             kept_diffs=state.kept_diffs,
-            python=state.options.python,
-            local_dir=state.options.session_dir,
+            python=state.config.options.python,
+            local_dir=state.config.options.session_dir,
         )
         self.run = HostRun(
             task, door_of(runtime).branch(f"measure@{self.th.name}", self.th.host), "crosshost"

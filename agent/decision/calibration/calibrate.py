@@ -24,12 +24,12 @@ from agent.decision.arms.measuring import budget, measure_arm, record_aa
 from agent.decision.calibration.autoaa import aa_pair
 from agent.decision.stats.noise import pair_noise
 from agent.serving import start_server
-from state.arms import ArmsInUse
-from state.calls import ServerArgs
-from state.decision import LaunchNoise
-from state.loop import LoopState
-from state.options import LoopOptions
-from state.target import TargetConfig
+from state.measurement.arms import ArmsInUse
+from state.door.calls import ServerArgs
+from state.measurement.decision import LaunchNoise
+from state.sessions.loop import LoopState
+from state.config.options import LoopOptions
+from state.config.target import TargetConfig
 from tools import progress, server
 from tools.door import Door
 
@@ -73,7 +73,7 @@ def calibrate(
 def resolve_arms(state: LoopState, runtime: Runtime[LoopContext], report: Callable[[str], None]) -> LoopState:
     """`arms = "auto"` resolved as the baseline step does, said in one line; without the target's
     `two_servers_fit` on a first launch, left running in the state for the first sample."""
-    cfg = state.target.decide
+    cfg = state.config.target.decide
     if cfg.arms != "auto":
         return state
     if cfg.two_servers_fit is None:
@@ -83,7 +83,7 @@ def resolve_arms(state: LoopState, runtime: Runtime[LoopContext], report: Callab
         choice = need(choose_arms(state, runtime), "arms")
     except BaseException:
         if state.server is not None:  # the first launch, not measured
-            grace = state.target.launch.stop_grace_s
+            grace = state.config.target.launch.stop_grace_s
             call(runtime, server.stop, ServerArgs(server=state.server, grace_s=grace))
         raise
     unit = "pairs of launches" if choice.arms == "interleaved" else "single launches"
@@ -96,7 +96,7 @@ def calibrate_pairs(
 ) -> LaunchNoise:
     """Interleaved arms: launch the tree twice at once, measure both with requests alternating,
     keep the shift between them as an A/A pair; `pairs` times (each pair is two launches)."""
-    target = state.target
+    target = state.config.target
     noise = pair_noise([], target.decide)
     for i in range(1, pairs + 1):
         first = state.server or start_server(state, runtime, instrumented=False)

@@ -20,8 +20,8 @@ from agent.decision.stats.blocks import plan_blocks, pool_of
 from agent.decision.stats.noise import pooled_sd
 from agent.decision.stats.power import keeps
 from agent.decision.stats.replicates import t_quantile
-from state.aa import AASample
-from state.decision import DecisionConfig, LaunchNoise
+from state.measurement.aa import AASample
+from state.measurement.decision import DecisionConfig, LaunchNoise
 
 
 @dataclass(frozen=True)

@@ -23,10 +23,10 @@ from agent.decision.gate.correctness import (
     names,
     take_outputs,
 )
-from state.correctness import CorrectnessConfig
-from state.loop import LoopState
-from state.tolerance import ScoreArgs, ScoreResult, ToleranceResult
-from state.updates import LoopUpdate
+from state.measurement.correctness import CorrectnessConfig
+from state.sessions.loop import LoopState
+from state.measurement.tolerance import ScoreArgs, ScoreResult, ToleranceResult
+from state.sessions.updates import LoopUpdate
 from tools.tolerance import score
 
 
@@ -65,18 +65,18 @@ def compare(reference: ScoreResult, candidate: ScoreResult, cfg: CorrectnessConf
 
 def tolerant(state: LoopState) -> bool:
     """Whether this session's gate is the tolerance policy (pure)."""
-    return state.target.correctness.policy == "tolerance"
+    return state.config.target.correctness.policy == "tolerance"
 
 
 def scores(state: LoopState, runtime: Runtime[LoopContext], continuations: list[str] | None) -> ScoreResult:
     """The running server's scores of the correctness set (continuations generated when None)."""
-    cfg = state.target.correctness
+    cfg = state.config.target.correctness
     return call(
         runtime,
         score.score,
         ScoreArgs(
             base_url=need(state.server, "running server").base_url,
-            model=state.target.model,
+            model=state.config.target.model,
             prompts=all_prompts(state),
             continuations=continuations,
             max_tokens=cfg.max_tokens,
@@ -106,12 +106,12 @@ def check(
         ref = state.tolerance_reference
         cand = scores(state, runtime, [t.continuation for t in ref.texts])
         try:
-            result = compare(ref, cand, state.target.correctness)
+            result = compare(ref, cand, state.config.target.correctness)
         except ValueError as exc:  # a server that tokenizes the same text two ways
             return f"tolerance gate: {exc}", None
         return (None if result.passed else result.line()), result
-    if state.correctness is not None:
-        taken = state.correctness
+    if state.measurement.correctness is not None:
+        taken = state.measurement.correctness
         named, batch = names(state, n_timing), batch_indices(state, taken)
         return differences(taken, take_outputs(state, runtime), named, batch), None
     return None, None

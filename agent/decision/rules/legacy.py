@@ -13,8 +13,8 @@ from langgraph.runtime import Runtime
 from agent.context import LoopContext, need
 from agent.decision.judging import JudgedCandidate, MeasuredBaseline, RuleVerdict
 from agent.serving import measure_server
-from state.loop import LoopState
-from state.measure import Measurement
+from state.sessions.loop import LoopState
+from state.measurement.measure import Measurement
 
 
 class IqrRule:
@@ -25,7 +25,7 @@ class IqrRule:
 
     def instruments_candidate(self, state: LoopState) -> bool:
         """Only when another iteration may follow (as these sessions were recorded)."""
-        return state.iteration < state.options.max_iterations
+        return state.iteration < state.config.options.max_iterations
 
     def baseline(self, state: LoopState, runtime: Runtime[LoopContext]) -> MeasuredBaseline:
         return MeasuredBaseline(measure_server(state, runtime, "baseline"))

@@ -47,7 +47,7 @@ from statistics import NormalDist
 
 from agent.decision.stats.noise import chi2_quantile
 from agent.decision.stats.replicates import launches_look, t_quantile
-from state.decision import DecisionConfig, LaunchNoise, Look
+from state.measurement.decision import DecisionConfig, LaunchNoise, Look
 
 EARLY_DF = 4
 """Pooled df from which a trial looks already after its first block."""

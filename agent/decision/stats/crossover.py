@@ -26,7 +26,7 @@ from statistics import NormalDist
 from typing import Literal
 
 from agent.decision.stats.replicates import kept_by, launches_look, plan_text, planned, prior_of, t_quantile
-from state.decision import DecisionConfig, LaunchNoise, Look
+from state.measurement.decision import DecisionConfig, LaunchNoise, Look
 
 Arm = Literal["reference", "candidate"]
 Cells = Mapping[tuple[str, Arm], Sequence[float]]

@@ -12,9 +12,9 @@ at 8 but slows 1 down beyond its CI is not kept. Other levels' gains are reporte
 from __future__ import annotations
 
 from agent.decision.stats.rule import by_window, look
-from state.decision import DecisionConfig, LaunchNoise, Look, Verdict
-from state.measure import Measurement
-from state.workload import WorkloadConfig
+from state.measurement.decision import DecisionConfig, LaunchNoise, Look, Verdict
+from state.measurement.measure import Measurement
+from state.measurement.workload import WorkloadConfig
 
 
 def at_level(m: Measurement, level: int) -> Measurement:

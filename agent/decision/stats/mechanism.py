@@ -10,10 +10,10 @@ recorded before it called a reduction of at least half the predicted one confirm
 
 from __future__ import annotations
 
-from state.decision import MechanismCheck, Prediction
-from state.diagnosis import Diagnosis
-from state.loop import Proposal
-from state.profile import ProfileSummary
+from state.measurement.decision import MechanismCheck, Prediction
+from state.profiling.diagnosis import Diagnosis
+from state.sessions.loop import Proposal
+from state.profiling.profile import ProfileSummary
 
 CONFIRMED_FRACTION = 0.5
 """Share of the predicted reduction the operator must show for the mechanism to count as seen."""

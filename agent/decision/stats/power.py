@@ -27,8 +27,8 @@ from statistics import NormalDist
 
 import numpy as np
 
-from state.decision import DecisionConfig, LaunchNoise
-from state.power import Power
+from state.measurement.decision import DecisionConfig, LaunchNoise
+from state.measurement.power import Power
 
 MIN_REPEATS = 2
 """Fewest requests per prompt per look (a look needs two to estimate a spread)."""

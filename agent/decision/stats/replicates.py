@@ -23,7 +23,7 @@ from functools import lru_cache
 from statistics import NormalDist
 
 from agent.decision.stats.rule import verdict_of
-from state.decision import DecisionConfig, LaunchNoise, Look, Verdict
+from state.measurement.decision import DecisionConfig, LaunchNoise, Look, Verdict
 
 
 def t_two_sided(t: float, df: int) -> float:

@@ -23,9 +23,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from state.decision import ArmStats, DecisionConfig, LaunchNoise, Look, Verdict
-from state.measure import Measurement, RequestRecord, Window
-from state.workload import OBJECTIVES, WorkloadConfig
+from state.measurement.decision import ArmStats, DecisionConfig, LaunchNoise, Look, Verdict
+from state.measurement.measure import Measurement, RequestRecord, Window
+from state.measurement.workload import OBJECTIVES, WorkloadConfig
 
 Arm = list[np.ndarray]
 """One arm: log TPOT of each request, one array per prompt (in prompt order)."""

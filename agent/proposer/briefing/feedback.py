@@ -16,9 +16,9 @@ from pathlib import Path
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, call
-from state.llm_tools import LogArgs
-from state.loop import LoopState
-from state.proposer import ModelTrial
+from state.proposers.llm_tools import LogArgs
+from state.sessions.loop import LoopState
+from state.proposers.proposer import ModelTrial
 from tools.llm import code
 
 CONTEXT_CHARS = 40
@@ -68,11 +68,11 @@ def trial_of(state: LoopState, log_tail: str = "") -> ModelTrial | None:
             + (f"; CI rule: {state.judgement.line()}" if state.judgement is not None else "")
         )
         if cand.outputs != ref.outputs:
-            lines += divergence(state.target.measure.prompts, ref.outputs, cand.outputs)
+            lines += divergence(state.config.target.measure.prompts, ref.outputs, cand.outputs)
     if state.gate_problem:
         lines.append(f"output gate: {state.gate_problem}")
-    if state.tolerance is not None:
-        lines.append(f"tolerance gate: {state.tolerance.line()}")
+    if state.measurement.tolerance is not None:
+        lines.append(f"tolerance gate: {state.measurement.tolerance.line()}")
     lines += [
         f"mechanism: {m.note}"
         for m in state.mechanisms

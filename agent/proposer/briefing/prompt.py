@@ -13,8 +13,8 @@ import re
 import shlex
 from pathlib import Path
 
-from state.llm_tools import ProbeResult
-from state.proposer import ModelTrial, ProbeConfig
+from state.proposers.llm_tools import ProbeResult
+from state.proposers.proposer import ModelTrial, ProbeConfig
 from tools.llm.redact import redact, redact_argv
 
 SIBLING_DIFF_CHARS = 4000

@@ -35,11 +35,11 @@ from agent.proposer.chat.protocol import (
 )
 from agent.proposer.edits.checks import Candidate, Failure, gate_problem, validate
 from agent.proposer.edits.launching import as_proposal, is_launch_answer, launch_answer
-from state.diagnosis import Evidence, Finding
-from state.llm_tools import ChatArgs, ChatMessage, ChatReply, CodeArgs, DiffArgs, FilesArgs
-from state.loop import LoopState, Proposal
-from state.profile import OpStat
-from state.proposer import LlmOrigin, LlmUsage
+from state.profiling.diagnosis import Evidence, Finding
+from state.proposers.llm_tools import ChatArgs, ChatMessage, ChatReply, CodeArgs, DiffArgs, FilesArgs
+from state.sessions.loop import LoopState, Proposal
+from state.profiling.profile import OpStat
+from state.proposers.proposer import LlmOrigin, LlmUsage
 from tools.errors import LlmError
 from tools.llm import chat, code
 
@@ -77,8 +77,8 @@ class Conversation:
         self.siblings = list(siblings)
         """Candidates of the same round (tried at the same time on other hosts): shown to the
         model, and a patch equal to one of them is sent back."""
-        self.cfg = state.target.proposer
-        self.repo = state.target.repo
+        self.cfg = state.config.target.proposer
+        self.repo = state.config.target.repo
         self.usage = LlmUsage()
         self.repairs = 0
         self.messages: list[ChatMessage] = []

@@ -13,9 +13,9 @@ from langgraph.runtime import Runtime
 from agent.context import LoopContext, call
 from agent.proposer.briefing import prompt
 from agent.proposer.edits.checks import Candidate, Failure, validate
-from state.llm_tools import ProbeArgs
-from state.loop import LoopState
-from state.proposer import ProposerConfig
+from state.proposers.llm_tools import ProbeArgs
+from state.sessions.loop import LoopState
+from state.proposers.proposer import ProposerConfig
 from tools.llm import probe
 from tools.llm.redact import redact
 

@@ -22,7 +22,7 @@ import shlex
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from state.llm_tools import ChatMessage
+from state.proposers.llm_tools import ChatMessage
 
 MAX_ADAPTATIONS = 3
 """Refused requests a conversation adapts to before it gives up."""

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from agent.context import LoopContext, call
 from agent.proposer.briefing import prompt
-from state.llm_tools import CodeArgs
+from state.proposers.llm_tools import CodeArgs
 from tools.llm import code
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from agent.proposer.edits.blocks import Block, EditError, apply_blocks, parse, unified_diff
-from state.workspace import PatchPolicy
+from state.engines.workspace import PatchPolicy
 from tools.errors import PatchError
 from tools.workspace.patch_check import scan_patch
 

@@ -19,7 +19,7 @@ from typing import Literal
 
 from agent.proposer.chat.asking import is_model
 from state.base import Model
-from state.loop import LoopState
+from state.sessions.loop import LoopState
 
 
 @dataclass(frozen=True)

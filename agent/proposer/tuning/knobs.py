@@ -9,7 +9,7 @@ how the search rebuilds its history from the session's decisions.
 from __future__ import annotations
 
 from playbooks.engine import flag_value
-from state.search import Knob, KnobValue
+from state.proposers.search import Knob, KnobValue
 
 
 def text(knob: Knob, value: KnobValue) -> str:

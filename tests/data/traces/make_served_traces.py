@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
-from state.calls import ProfileArgs  # noqa: E402
+from state.door.calls import ProfileArgs  # noqa: E402
 from tools import profiling  # noqa: E402
 from tools.workspace.instrumentation import instrumented_source  # noqa: E402
 

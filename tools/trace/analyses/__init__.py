@@ -5,7 +5,7 @@ and syncs to operators, `windows` finds the decode steps (markers, else the work
 `device` gives the kernel view and idle gaps, `bounds` says whether host or device bounds each
 step, and `checks` refuses a trace that cannot describe decode.
 
-May import: `read` (the columns' types), `state.profile`, `tools.errors`. Imported by `ranks`
+May import: `read` (the columns' types), `state.profiling.profile`, `tools.errors`. Imported by `ranks`
 (each worker's summary) and by readers of the step markers (`windows.marker_kind`: the vLLM tests,
 benchmarks/gain_heldout.py).
 """

@@ -11,7 +11,7 @@ from statistics import median
 
 import numpy as np
 
-from state.profile import StepBounds, WindowBounds
+from state.profiling.profile import StepBounds, WindowBounds
 from tools.trace.analyses.device import Windows
 from tools.trace.analyses.windows import StepWindows
 from tools.trace.read.collect import GRAPH_LAUNCH, LAUNCH, SYNC, Collected

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from state.profile import DeviceActivity, KernelStat, StepStat
+from state.profiling.profile import DeviceActivity, KernelStat, StepStat
 from tools.trace.read.collect import KernelColumns
 
 GAP_MIN_US = 1.0

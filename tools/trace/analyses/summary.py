@@ -3,7 +3,7 @@ device view (`tools.trace.analyses.device`) and the host-against-device bounds (
 
 import numpy as np
 
-from state.profile import OpStat, ProfileSummary, SyncStat
+from state.profiling.profile import OpStat, ProfileSummary, SyncStat
 from tools.trace.analyses.bounds import step_bounds
 from tools.trace.analyses.checks import check_events
 from tools.trace.analyses.device import (

@@ -1,6 +1,6 @@
 """Compare two profiles operator group by operator group, per step (pure)."""
 
-from state.profile import OpDelta, ProfileDiff, ProfileSummary
+from state.profiling.profile import OpDelta, ProfileDiff, ProfileSummary
 
 SAME_FRACTION = 0.05
 SAME_US = 1.0

@@ -4,7 +4,7 @@
 are merged before the analysis; `merge` merges the summaries of several rank files into one;
 `collectives` is what only several ranks show (time in collectives, waits, the straggler).
 
-May import: `read`, `analyses`, `state.profile`, `tools.errors`. Imported by tools.trace itself
+May import: `read`, `analyses`, `state.profiling.profile`, `tools.errors`. Imported by tools.trace itself
 (`read_profiles`) and the `analyze` command's per-rank view
 (agent/cli/commands/analysis.py, ranks.py).
 """

@@ -14,7 +14,7 @@ import re
 import statistics
 from collections.abc import Sequence
 
-from state.profile import CollectiveStats, ProfileSummary
+from state.profiling.profile import CollectiveStats, ProfileSummary
 
 COLLECTIVE_OPS = re.compile(
     r"^(gloo|nccl):(all_reduce|all_gather|_allgather_base|reduce_scatter|_reduce_scatter_base|all_to_all)"

@@ -19,7 +19,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from state.profile import ProfileSummary
+from state.profiling.profile import ProfileSummary
 from tools.errors import TraceError
 from tools.trace.analyses.summary import summarize as summarize_trace
 from tools.trace.read.collect import GRAPH_LAUNCH, LAUNCH, Collected

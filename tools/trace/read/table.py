@@ -4,7 +4,7 @@ import gzip
 import re
 from pathlib import Path
 
-from state.profile import OpStat, ProfileSummary
+from state.profiling.profile import OpStat, ProfileSummary
 from tools.errors import TraceError
 
 _UNIT_US = {"us": 1.0, "ms": 1e3, "s": 1e6}

@@ -7,24 +7,24 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from state.arms import ArmsChoice
+from state.measurement.arms import ArmsChoice
 from state.base import Model
-from state.correctness import OutputsResult
-from state.decision import Judgement, LaunchNoise, MechanismCheck, Prediction
-from state.diagnosis import Diagnosis, Evidence
-from state.ids import ForkStep, SessionId
-from state.limits import LongPrompts
-from state.measure import Measurement
-from state.options import LoopOptions
-from state.power import Power
-from state.process import ServerHandle
-from state.proposer import LlmOrigin, LlmUsage, ModelTrial
-from state.session import SessionStatus
-from state.sglang import SglangLayout
-from state.target import TargetConfig
-from state.tolerance import ScoreResult, ToleranceResult
-from state.trials import Trial
-from state.workspace import CommitInfo, InstrumentationRecord, WorkspaceSnapshot
+from state.measurement.correctness import OutputsResult
+from state.measurement.decision import Judgement, LaunchNoise, MechanismCheck, Prediction
+from state.profiling.diagnosis import Diagnosis, Evidence
+from state.sessions.ids import ForkStep, SessionId
+from state.engines.limits import LongPrompts
+from state.measurement.measure import Measurement
+from state.config.options import LoopOptions
+from state.measurement.power import Power
+from state.engines.process import ServerHandle
+from state.proposers.proposer import LlmOrigin, LlmUsage, ModelTrial
+from state.sessions.session import SessionStatus
+from state.engines.sglang import SglangLayout
+from state.config.target import TargetConfig
+from state.measurement.tolerance import ScoreResult, ToleranceResult
+from state.measurement.trials import Trial
+from state.engines.workspace import CommitInfo, InstrumentationRecord, WorkspaceSnapshot
 
 
 class ProfileResult(Model):

@@ -6,7 +6,7 @@ from pathlib import Path
 from pydantic import Field
 
 from state.base import Model
-from state.sglang import HookSite
+from state.engines.sglang import HookSite
 
 
 class VllmSiteArgs(Model):

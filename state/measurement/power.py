@@ -2,7 +2,7 @@
 for it (agent/decision/stats/power.py)."""
 
 from state.base import Model
-from state.decision import LaunchNoise
+from state.measurement.decision import LaunchNoise
 
 
 class Power(Model):

@@ -4,10 +4,10 @@ from typing import Literal
 
 from pydantic import Field
 
-from state.arms import ArmsConfig, ArmsInUse, LaunchLocation
+from state.measurement.arms import ArmsConfig, ArmsInUse, LaunchLocation
 from state.base import Model
-from state.correctness import OutputsArgs, OutputsResult  # noqa: F401  (moved: old checkpoints name them here)
-from state.workload import OBJECTIVES
+from state.measurement.correctness import OutputsArgs, OutputsResult  # noqa: F401  (moved: old checkpoints name them here)
+from state.measurement.workload import OBJECTIVES
 
 Verdict = Literal["accepted", "rejected", "regression", "inconclusive", "undecided"]
 """accepted: the whole CI lies above 1 + min gain; regression: the whole CI lies below 1;

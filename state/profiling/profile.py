@@ -5,7 +5,7 @@ from typing import Literal
 from pydantic import Field
 
 from state.base import Model
-from state.vllm import DecodePhases
+from state.engines.vllm import DecodePhases
 
 
 class OpStat(Model):

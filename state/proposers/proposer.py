@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator
 
 from state.base import Model
-from state.llm_tools import ChatReply
+from state.proposers.llm_tools import ChatReply
 
 ProposerMode = Literal["playbook", "llm", "auto", "search"]
 

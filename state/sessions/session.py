@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Literal
 
 from state.base import Model
-from state.ids import SessionId
+from state.sessions.ids import SessionId
 
 SessionStatus = Literal["running", "paused", "done", "failed", "interrupted", "abandoned"]
 

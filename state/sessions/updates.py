@@ -7,24 +7,24 @@ The list fields LangGraph appends to (`profiles`, `decisions`, `transitions`, `t
 
 from typing import TypedDict
 
-from state.arms import ArmsChoice
-from state.correctness import OutputsResult
-from state.decision import Judgement, LaunchNoise, MechanismCheck
-from state.diagnosis import Diagnosis
-from state.ids import SessionId
-from state.limits import LongPrompts
-from state.loop import Approval, Decision, ForkStep, ProfileResult, Proposal, Transition
-from state.measure import Measurement
-from state.options import LoopOptions
-from state.power import Power
-from state.process import ServerHandle
-from state.proposer import LlmUsage, ModelTrial
-from state.session import SessionStatus
-from state.sglang import SglangLayout
-from state.target import TargetConfig
-from state.tolerance import ScoreResult, ToleranceResult
-from state.trials import Trial
-from state.workspace import CommitInfo, InstrumentationRecord, WorkspaceSnapshot
+from state.measurement.arms import ArmsChoice
+from state.measurement.correctness import OutputsResult
+from state.measurement.decision import Judgement, LaunchNoise, MechanismCheck
+from state.profiling.diagnosis import Diagnosis
+from state.sessions.ids import SessionId
+from state.engines.limits import LongPrompts
+from state.sessions.loop import Approval, Decision, ForkStep, ProfileResult, Proposal, Transition
+from state.measurement.measure import Measurement
+from state.config.options import LoopOptions
+from state.measurement.power import Power
+from state.engines.process import ServerHandle
+from state.proposers.proposer import LlmUsage, ModelTrial
+from state.sessions.session import SessionStatus
+from state.engines.sglang import SglangLayout
+from state.config.target import TargetConfig
+from state.measurement.tolerance import ScoreResult, ToleranceResult
+from state.measurement.trials import Trial
+from state.engines.workspace import CommitInfo, InstrumentationRecord, WorkspaceSnapshot
 
 
 class LoopUpdate(TypedDict, total=False):

@@ -4,7 +4,7 @@ from datetime import datetime
 from typing import Any
 
 from state.base import Model
-from state.ids import SessionId
+from state.sessions.ids import SessionId
 
 
 class ToolCallRecord(Model):
