@@ -38,7 +38,7 @@ class LoopContext:
 
 def host_dir(state: LoopState) -> Path:
     """Where host-side files (server logs, pid file, profiler output) live on the target's host."""
-    return state.config.options.host_dir or state.config.options.session_dir
+    return state.options.host_dir or state.options.session_dir
 
 
 def need(value: T | None, what: str) -> T:

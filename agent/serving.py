@@ -96,7 +96,7 @@ def measure_args(
 def start_server(state: LoopState, runtime: Runtime[LoopContext], instrumented: bool) -> ServerHandle:
     """Launch the server on the current tree with the session's launch command (the candidate's
     while a launch-option fix is measured), reusing a healthy one already running both."""
-    snap = call(runtime, repo.snapshot, RepoArgs(repo=state.config.target.repo))
+    snap = call(runtime, repo.snapshot, RepoArgs(repo=state.target.repo))
     fingerprint = repo.tree_fingerprint(snap)
     argv = state.argv
     if state.server is not None:
@@ -106,14 +106,14 @@ def start_server(state: LoopState, runtime: Runtime[LoopContext], instrumented: 
             and call(runtime, server.status, ServerArgs(server=state.server)).healthy
         ):
             return state.server
-        call(runtime, server.stop, ServerArgs(server=state.server, grace_s=state.config.target.launch.stop_grace_s))
+        call(runtime, server.stop, ServerArgs(server=state.server, grace_s=state.target.launch.stop_grace_s))
     number = state.launches + 1
     files = host_dir(state)
     args = launch_args(
-        state.config.target,
-        state.config.target.repo,
+        state.target,
+        state.target.repo,
         argv,
-        state.config.options.python,
+        state.options.python,
         files / "logs" / f"server-{number}.log",
         fingerprint,
         number,
@@ -127,5 +127,5 @@ def measure_server(state: LoopState, runtime: Runtime[LoopContext], label: str) 
     """Run the measurement workload against the running server."""
     handle = state.server
     assert handle is not None, "measure_server needs a running server"
-    args = measure_args(state.config.target, handle, label, state.config.options.python, state.config.target.repo)
+    args = measure_args(state.target, handle, label, state.options.python, state.target.repo)
     return call(runtime, bench.measure, args).measurement

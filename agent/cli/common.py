@@ -189,8 +189,8 @@ def finish(sessions: Sessions, state: LoopState, as_json: bool, workspace: Path 
 def launch_failure_line(state: LoopState, failure: str) -> str:
     """The one line a first launch's failure ends with: what failed (the server's last log line, or
     the port) and what to do (pure but for reading which processes hold a local fixed port)."""
-    port = state.config.target.launch.port
-    held = holders(port) if port and state.config.target.host.kind == "local" else []
+    port = state.target.launch.port
+    held = holders(port) if port and state.target.host.kind == "local" else []
     if "launch.port = 0" in failure:  # the failure says what to do with the port already
         todo = "then run again"
     elif held:

@@ -240,9 +240,9 @@ def show_json(info: SessionInfo, state: LoopState, calls: list[ToolCallRecord]) 
         ],
         "decisions": [{**d.model_dump(mode="json"), "label": d.label} for d in state.decisions],
         "launch_noise": state.launch_noise.model_dump(mode="json") if state.launch_noise else None,
-        "power": state.measurement.power.model_dump(mode="json") if state.measurement.power else None,
+        "power": state.power.model_dump(mode="json") if state.power else None,
         "mechanisms": [m.model_dump(mode="json") for m in state.mechanisms],
-        "trials": [t.model_dump(mode="json") for t in state.measurement.trials],
+        "trials": [t.model_dump(mode="json") for t in state.trials],
         "search_trials": trial_lines(state),
         "accepted_commits": [c.model_dump(mode="json") for c in state.accepted],
         "profiles": [p.model_dump(mode="json") for p in state.profiles],
@@ -277,8 +277,8 @@ def show(console: Console, info: SessionInfo, state: LoopState, calls: list[Tool
     console.print(d)
     if state.launch_noise is not None:
         console.print(state.launch_noise.describe(), highlight=False)
-    if state.measurement.power is not None:
-        console.print(state.measurement.power.line(), highlight=False)
+    if state.power is not None:
+        console.print(state.power.line(), highlight=False)
     for m in state.mechanisms:
         console.print(f"predicted vs realized, {m.playbook}: {m.note}", highlight=False)
     for c in state.accepted:

@@ -123,7 +123,7 @@ def gather(sessions: Sessions, session_id: str) -> ReportData:
         info=info,
         state=state,
         summary=info.summary or summarize_session(state, info.status),
-        arms=arms(calls, state.decisions, state.config.target.workload),
+        arms=arms(calls, state.decisions, state.target.workload),
         proposals=proposals(history),
         ops=ops_changes(calls, state.decisions),
         spans=spans(calls),

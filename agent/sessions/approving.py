@@ -20,7 +20,7 @@ def edited_patch(session: str, path: Path) -> str:
     """Read a human-edited patch and pass it through the patch gate against the paused session's
     repo (tools/workspace/patch_check.py; changes nothing). Refused: bad input, the session stays paused."""
     state = Sessions().state(session)
-    cap = state.config.target.max_patch_bytes
+    cap = state.target.max_patch_bytes
     try:
         if path.stat().st_size > cap:
             raise ToolError(
@@ -31,9 +31,9 @@ def edited_patch(session: str, path: Path) -> str:
     except (OSError, UnicodeDecodeError) as exc:
         raise ToolError(f"--patch: cannot read edited patch {path}: {exc}") from exc
     policy = PatchPolicy(max_bytes=cap, allow_binary=False)
-    args = ApplyArgs(repo=state.config.target.repo, diff=diff, subject="check", trailers={}, policy=policy)
+    args = ApplyArgs(repo=state.target.repo, diff=diff, subject="check", trailers={}, policy=policy)
     try:
-        with executor_for(state.config.target, state.config.options.session_dir) as remote:  # where the repo lives
+        with executor_for(state.target, state.options.session_dir) as remote:  # where the repo lives
             remote.call(spec_of(check_patch), args) if remote else check_patch(args)
     except PatchError as exc:
         raise PatchError(f"--patch {path}: {exc}") from None

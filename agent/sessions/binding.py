@@ -32,7 +32,7 @@ def _digest(value: object) -> str:
 
 def target_digest(state: LoopState) -> str:
     """The digest of what the session's target makes run (pure)."""
-    return _digest(state.config.target.model_dump(mode="json", exclude={"profile"}))
+    return _digest(state.target.model_dump(mode="json", exclude={"profile"}))
 
 
 def rebuilt(state: LoopState, stored: dict) -> dict:
@@ -48,8 +48,8 @@ def view(state: LoopState, pending: dict) -> dict:
     runs (`argv_now`; per candidate in a batch) and the digest that binds an approval to them (pure)."""
     views = pending.get("candidates") or [pending]
     runs = [{"diff": v.get("diff", ""), "argv": v.get("launch_argv") or state.argv} for v in views]
-    env = {"env": state.config.target.launch.env, "pass_env": state.config.target.launch.pass_env}
-    options = state.config.options.model_dump(mode="json")  # approve, max_iterations, python, paths, ...
+    env = {"env": state.target.launch.env, "pass_env": state.target.launch.pass_env}
+    options = state.options.model_dump(mode="json")  # approve, max_iterations, python, paths, ...
     digest = _digest({"target": target_digest(state), "runs": runs, "options": options})[:16]
     out = pending | {"argv_now": runs[0]["argv"], "env_now": env, "digest": digest}
     if pending.get("candidates"):

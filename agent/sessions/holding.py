@@ -105,16 +105,16 @@ def abandon(sessions: Sessions, session_id: str) -> str:
     problems: list[str] = []
     with sessions.lock(session_id):  # refused while a process runs it
         state = sessions.state(session_id)
-        files = state.config.options.session_dir
-        with executor_for(state.config.target, files) as ex:
+        files = state.options.session_dir
+        with executor_for(state.target, files) as ex:
             problems += stop_servers(state, ex, host_executors(files))
             steps: list[tuple[str, Callable[[Any], BaseModel], BaseModel]] = []
             if state.instrumentation is not None:
-                rm = RemoveInstrumentationArgs(repo=state.config.target.repo, record=state.instrumentation)
+                rm = RemoveInstrumentationArgs(repo=state.target.repo, record=state.instrumentation)
                 steps.append(("remove instrumentation", repo.remove_instrumentation, rm))
             if state.branch and state.start is not None:
                 back = LeaveBranchArgs(
-                    repo=state.config.target.repo,
+                    repo=state.target.repo,
                     name=state.branch,
                     back_to=state.start.branch,
                     head_sha=state.start.head_sha,
@@ -129,5 +129,5 @@ def abandon(sessions: Sessions, session_id: str) -> str:
                     problems.append(f"{what}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
         sessions.store.put_session(sessions.info(session_id).model_copy(update={"status": "abandoned"}))
     start = state.start.branch if state.start else None
-    done = f"session {session_id} abandoned; {state.config.target.repo} is back on {start or 'its starting commit'}"
+    done = f"session {session_id} abandoned; {state.target.repo} is back on {start or 'its starting commit'}"
     return done + (f" (not all: {'; '.join(problems)})" if problems else "")

@@ -51,14 +51,14 @@ def stop_servers(state: LoopState, executor: Executor | None, executors: Executo
     confirming pair on the target's host, each trial host's, the reference host's reference) and
     remove the reference copies;
     returns what could not be done, one line each (the rest is still tried)."""
-    grace, problems = state.config.target.launch.stop_grace_s, []
+    grace, problems = state.target.launch.stop_grace_s, []
     files = host_dir(state)
     jobs: list[tuple[str, Executor | None, Callable[[Any], BaseModel], BaseModel]] = [
         (
             "server",
             executor,
             server.stop_recorded,
-            PidFileArgs(pid_file=files / "server.pid", repo=state.config.target.repo, grace_s=grace),
+            PidFileArgs(pid_file=files / "server.pid", repo=state.target.repo, grace_s=grace),
         ),
     ]
     for name, where in beside_files(state).items():
@@ -67,13 +67,13 @@ def stop_servers(state: LoopState, executor: Executor | None, executors: Executo
     marked = MarkedArgs(folder=files, grace_s=grace)
     jobs.append(("servers marked as the session's", executor, server.stop_marked, marked))
     if arms_in_use(state) != "sequential":
-        copy = RemoveCopyArgs(repo=state.config.target.repo, dest=reference_dir(state))
+        copy = RemoveCopyArgs(repo=state.target.repo, dest=reference_dir(state))
         jobs.append(("reference copy", executor, reference.remove_reference_copy, copy))
-    for h in state.config.target.hosts:
+    for h in state.target.hosts:
         try:
             ex = executors(h.host)
             sub = Path("~/.perfloop/sessions") / state.session_id / "trials" / h.name
-            path = state.config.options.session_dir / "trials" / h.name
+            path = state.options.session_dir / "trials" / h.name
             if ex is not None:
                 path = PathArgs.model_validate(
                     run_tool(ex, info.expand_user, PathArgs(path=sub)).model_dump()
@@ -84,7 +84,7 @@ def stop_servers(state: LoopState, executor: Executor | None, executors: Executo
         pid_file = PidFileArgs(pid_file=path / "server.pid", repo=h.repo, grace_s=grace)
         jobs.append((f"trial host {h.name}", ex, server.stop_recorded, pid_file))
         jobs.append((f"trial host {h.name}", ex, server.stop_marked, MarkedArgs(folder=path, grace_s=grace)))
-        if h.name == state.config.target.decide.reference_host:  # cross-host arms' reference tree there
+        if h.name == state.target.decide.reference_host:  # cross-host arms' reference tree there
             there = path / "reference"
             ref = PidFileArgs(pid_file=path / "reference.pid", repo=there, grace_s=grace)
             jobs.append((f"reference host {h.name}", ex, server.stop_recorded, ref))
@@ -124,7 +124,7 @@ def settled(state: LoopState, paused: bool, executor: Executor | None, executors
     one that ended leaves nothing of its own running on its host, a server no step knew of (spawned
     by an attempt killed before its pid file) included, and says so when there was one."""
     if paused:
-        if state.config.options.release_servers_when_paused:
+        if state.options.release_servers_when_paused:
             problems = stop_servers(state, executor, executors)
             left = f"; not all: {'; '.join(problems)}" if problems else ""
             print(f"paused for approval: its servers are stopped while it waits{left}", file=sys.stderr)
@@ -143,7 +143,7 @@ def settled(state: LoopState, paused: bool, executor: Executor | None, executors
 
 def unrecorded(state: LoopState, executor: Executor | None, keep: str | None) -> list[int]:
     """Stop every server marked as the session's on its host but the one marked `keep`; their pids."""
-    args = MarkedArgs(folder=host_dir(state), keep=keep, grace_s=state.config.target.launch.stop_grace_s)
+    args = MarkedArgs(folder=host_dir(state), keep=keep, grace_s=state.target.launch.stop_grace_s)
     return StoppedServers.model_validate(run_tool(executor, server.stop_marked, args).model_dump()).pids
 
 

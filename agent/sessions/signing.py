@@ -171,12 +171,12 @@ def check(session_id: str, values: dict, metadata: dict | None, home: Path, trus
         return False
     if trust != binding_digest(now):
         raise refusal(session_id, why, now, trust)
-    if (here := (home / "sessions" / session_id).resolve()) != state.config.options.session_dir.resolve():
+    if (here := (home / "sessions" / session_id).resolve()) != state.options.session_dir.resolve():
         raise ConfigError(
-            f"--trust: session {session_id} keeps its logs and traces in {state.config.options.session_dir}, "
+            f"--trust: session {session_id} keeps its logs and traces in {state.options.session_dir}, "
             f"not in this machine's {here}; nothing was run: continue it where that folder is"
         )
-    there = state.config.options.host_dir
+    there = state.options.host_dir
     if there is not None and (
         not there.is_absolute()
         or ".." in there.parts

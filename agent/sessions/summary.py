@@ -25,13 +25,13 @@ def summarize(state: LoopState, status: str) -> Summary:
     scored = [d for d in state.decisions if d.tolerance is not None]
     gated = next((d for d in reversed(scored) if d.verdict == "accepted"), scored[-1] if scored else None)
     gate = None  # the default exact policy, as in sessions recorded before the tolerance policy
-    if state.config.target.correctness.policy == "tolerance":
+    if state.target.correctness.policy == "tolerance":
         gate = "tolerance" + (f": {gated.tolerance.line()}" if gated and gated.tolerance else "")
     reach = None
-    if state.config.options.long_prompts and state.config.target.correctness.long_prompts == 0:
+    if state.options.long_prompts and state.target.correctness.long_prompts == 0:
         reach = "no long prompts (long_prompts = 0): checked only up to max_prompt_chars"
     if (lp := state.long_prompts) is not None:
-        reach = lp.line(state.config.target.correctness.max_tokens)
+        reach = lp.line(state.target.correctness.max_tokens)
         reach += f"; {why}" if (why := refusal(state)) is not None else ""
     a, b = timed_tpot(before), timed_tpot(after)  # a merged stream timed nothing: not measured, never 0.0
     timing = {"tpot_ms_before": a, "tpot_ms_after": b, "speedup": a / b if a and b else None}
@@ -48,9 +48,9 @@ def summarize(state: LoopState, status: str) -> Summary:
         branch=state.branch,
         checkout=state.checkout,
         server_launches=state.launches,
-        profile_method=state.config.target.profile.method,
+        profile_method=state.target.profile.method,
         measured_by=before.client if before else None,
-        workload=state.config.target.workload.describe() if state.config.target.workload else None,
+        workload=state.target.workload.describe() if state.target.workload else None,
         serving_before=serving_note(before).removeprefix("; ") or None if before else None,
         serving_after=serving_note(after).removeprefix("; ") or None if after else None,
         beside_before=beside_note(before).removeprefix("; beside, ") or None if before else None,
@@ -59,21 +59,21 @@ def summarize(state: LoopState, status: str) -> Summary:
         stop_reason=state.stop_reason or state.error or "",
         llm_tokens=state.llm_usage.tokens,
         llm_calls=state.llm_usage.calls,
-        repo=state.config.target.repo,
+        repo=state.target.repo,
         verdict=j.verdict if j else None,
         speedup_ci=[j.last.ci_low, j.last.ci_high] if j else None,
         speedup_judged=j.last.speedup if j else None,
         requests_per_arm=j.last.requests_candidate if j else None,
         launch_noise=j.launch_noise.sigma_log if j else None,
         decision=j.line() if j else None,
-        power=state.measurement.power.line() if state.measurement.power else None,
+        power=state.power.line() if state.power else None,
         output_gate=gate,
-        arms=arms_line(state.measurement.arms) if state.measurement.arms else None,
+        arms=arms_line(state.arms) if state.arms else None,
         correctness_set=reach,
         mechanisms=[f"{m.playbook}: {m.note}" for m in state.mechanisms],
         unexplained_gains=[m.playbook for m in state.mechanisms if not m.confirmed],
         launch_argv=state.kept_argv,
-        trials=[t.line() for t in state.measurement.trials],
+        trials=[t.line() for t in state.trials],
         search_trials=trial_lines(state),
     )
 
@@ -91,7 +91,7 @@ def serving_figures(state: LoopState, before: Measurement | None, after: Measure
     all of each arm's windows at that level), the speedup as its ratio (after / before for a
     throughput, before / after for a latency) in place of the per-request TPOT's, and TPOT p50 and
     p99; {} without a workload (pure)."""
-    w = state.config.target.workload
+    w = state.target.workload
     if w is None:
         return {}
     name, unit, _ = OBJECTIVES[w.objective]

@@ -28,12 +28,12 @@ def session_branch(session_id: str) -> str:
 
 def instrument_if_needed(state: LoopState, runtime: Runtime[LoopContext]) -> InstrumentationRecord:
     """Insert the dormant profiler unless it is already in the tree; returns the record."""
-    cfg = state.config.target.profile
+    cfg = state.target.profile
     return state.instrumentation or call(
         runtime,
         repo.instrument,
         InstrumentArgs(
-            repo=state.config.target.repo,
+            repo=state.target.repo,
             relpath=cfg.model_runner_path,
             class_name=cfg.hook_class,
             method=cfg.hook_method,
@@ -47,14 +47,14 @@ def remove_instrumentation(state: LoopState, runtime: Runtime[LoopContext]) -> N
         call(
             runtime,
             repo.remove_instrumentation,
-            RemoveInstrumentationArgs(repo=state.config.target.repo, record=state.instrumentation),
+            RemoveInstrumentationArgs(repo=state.target.repo, record=state.instrumentation),
         )
 
 
 def playbooks_of(state: LoopState) -> list[Playbook]:
     """The playbooks this session searches: the built-in catalog (unless turned off) and --playbooks dirs."""
-    books = load_playbooks(state.config.options.playbook_dirs)
-    if state.config.options.builtin_playbooks:
+    books = load_playbooks(state.options.playbook_dirs)
+    if state.options.builtin_playbooks:
         return books
-    extra = {d.resolve() for d in state.config.options.playbook_dirs}
+    extra = {d.resolve() for d in state.options.playbook_dirs}
     return [b for b in books if Path(b.source_dir).resolve().parent in extra]

@@ -19,9 +19,9 @@ def approval_request(state: LoopState, proposal: Proposal | None = None) -> dict
     checks: dict = (
         {"mechanisms": [f"{m.playbook}: {m.note}" for m in state.mechanisms]} if state.mechanisms else {}
     )
-    if (why := refusal(state)) is not None and state.config.options.approve == "auto":
+    if (why := refusal(state)) is not None and state.options.approve == "auto":
         checks["auto_approval"] = why
-    if state.config.options.release_servers_when_paused:
+    if state.options.release_servers_when_paused:
         checks["servers"] = PAUSED_SERVERS
     return checks | {
         "session": state.session_id,

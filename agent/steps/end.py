@@ -31,7 +31,7 @@ def _teardown(state: LoopState, runtime: Runtime[LoopContext]) -> list[str]:
                 lambda: call(
                     runtime,
                     server.stop,
-                    ServerArgs(server=state.server, grace_s=state.config.target.launch.stop_grace_s),
+                    ServerArgs(server=state.server, grace_s=state.target.launch.stop_grace_s),
                 ),
             )
         )
@@ -43,8 +43,8 @@ def _teardown(state: LoopState, runtime: Runtime[LoopContext]) -> list[str]:
                 server.stop_recorded,
                 PidFileArgs(
                     pid_file=host_dir(state) / "server.pid",
-                    repo=state.config.target.repo,
-                    grace_s=state.config.target.launch.stop_grace_s,
+                    repo=state.target.repo,
+                    grace_s=state.target.launch.stop_grace_s,
                 ),
             ),
         )
@@ -58,7 +58,7 @@ def _teardown(state: LoopState, runtime: Runtime[LoopContext]) -> list[str]:
                 lambda: call(
                     runtime,
                     repo.revert_commit,
-                    CommitArgs(repo=state.config.target.repo, commit=state.pending_commit),
+                    CommitArgs(repo=state.target.repo, commit=state.pending_commit),
                 ),
             )
         )
@@ -83,7 +83,7 @@ def give_back(state: LoopState, runtime: Runtime[LoopContext], tool: Callable) -
     if not state.branch or state.start is None:
         return state.branch, None, None
     back = LeaveBranchArgs(
-        repo=state.config.target.repo, name=state.branch, back_to=state.start.branch, head_sha=state.start.head_sha
+        repo=state.target.repo, name=state.branch, back_to=state.start.branch, head_sha=state.start.head_sha
     )
     try:
         call(runtime, tool, back)
@@ -98,7 +98,7 @@ def finish(state: LoopState, runtime: Runtime[LoopContext]) -> Command:
     the session branch; the checkout goes back to the branch it was found on."""
     problems = _teardown(state, runtime)
     branch, back_on, why = state.branch, None, None
-    if state.config.options.give_back_checkout:  # sessions recorded before end on their branch
+    if state.options.give_back_checkout:  # sessions recorded before end on their branch
         branch, back_on, why = give_back(state, runtime, repo.give_back)
     reason = state.stop_reason or "done"
     status: SessionStatus = "failed" if problems else "done"
@@ -127,7 +127,7 @@ def abort(state: LoopState, runtime: Runtime[LoopContext]) -> Command:
     before `give_back_checkout`: only when nothing was accepted)."""
     problems = _teardown(state, runtime)
     branch, back_on, why = state.branch, None, None
-    if state.config.options.give_back_checkout:
+    if state.options.give_back_checkout:
         branch, back_on, why = give_back(state, runtime, repo.give_back)
     elif not state.accepted:  # sessions recorded before: given back only when nothing was accepted
         branch, _, why = give_back(state, runtime, repo.leave_branch)

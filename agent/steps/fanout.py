@@ -45,29 +45,29 @@ def task(state: LoopState, proposal: Proposal, host_index: int, attempt: int) ->
     return TrialTask(
         session_id=state.session_id,
         iteration=state.iteration,
-        host=state.config.target.hosts[host_index],
+        host=state.target.hosts[host_index],
         attempt=attempt,
         proposal=proposal,
-        target=state.config.target,
+        target=state.target,
         argv=state.kept_argv,
         kept_diffs=state.kept_diffs,
-        python=state.config.options.python,
-        local_dir=state.config.options.session_dir,
+        python=state.options.python,
+        local_dir=state.options.session_dir,
         noise=state.launch_noise,
     )
 
 
 def this_round(state: LoopState) -> list[Trial]:
     """This iteration's trials so far."""
-    return [t for t in state.measurement.trials if t.iteration == state.iteration]
+    return [t for t in state.trials if t.iteration == state.iteration]
 
 
 def batch(state: LoopState, pending: list[tuple[str, int]]) -> tuple[list[Send], list[str]]:
     """Sends for the first pending (playbook, attempt) pairs, one per healthy host, at most
     `--parallel`; and the playbooks left (pure)."""
     failed = {t.host for t in this_round(state) if t.status == "host-failed"}
-    hosts = [i for i, h in enumerate(state.config.target.hosts) if h.name not in failed]
-    cap = min(state.config.options.parallel or len(hosts), len(hosts))
+    hosts = [i for i, h in enumerate(state.target.hosts) if h.name not in failed]
+    cap = min(state.options.parallel or len(hosts), len(hosts))
     by_id = {p.source: p for p in state.candidates}
     chosen = pending[:cap]
     sends = [
@@ -132,7 +132,7 @@ def settle(state: LoopState) -> Plan:
         if all(t.status == "host-failed" for t in ts) and len(ts) < MAX_ATTEMPTS
     ]
     failed = {t.host for t in trials if t.status == "host-failed"}
-    healthy = [h for h in state.config.target.hosts if h.name not in failed]
+    healthy = [h for h in state.target.hosts if h.name not in failed]
     pending = retry + [(pb, 1) for pb in state.trial_queue]
     if pending and healthy:
         sends, queue = batch(state, pending)

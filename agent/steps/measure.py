@@ -29,7 +29,7 @@ def relaunches_note(state: LoopState, launches: int) -> str:
     """`arms alternating, 3 more launch(es), one server at a time`, or cross-host arms' (pure)."""
     if arms_in_use(state) != "cross-host":
         return f"arms alternating, {launches} more launch(es), one server at a time"
-    there = state.config.target.decide.reference_host
+    there = state.target.decide.reference_host
     return (
         f"arms cross-host, {launches} more launch(es) here and on host {there}, one server at a time on each"
     )
@@ -46,7 +46,7 @@ def looks_words(looks: list[Look]) -> str:
 @step
 def measure(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["decide", "abort"]]:
     """Measure the patched server with the same workload as the reference (by the session's rule)."""
-    judged = rule_for(state.config.options.decision_rule).judge(state, runtime, f"iteration-{state.iteration}")
+    judged = rule_for(state.options.decision_rule).judge(state, runtime, f"iteration-{state.iteration}")
     m, judgement = judged.measurement, judged.judgement
     note = (
         (
@@ -59,7 +59,7 @@ def measure(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
     if judgement is not None:
         note += f"; looks: {looks_words(judgement.looks)}"
         if judgement.confirmation:  # the second pair of launches, and why it started
-            why = confirming_line(judgement.looks[-1], state.config.target.decide.confirm_below)
+            why = confirming_line(judgement.looks[-1], state.target.decide.confirm_below)
             note += f"; {why}: {looks_words(judgement.confirmation)}"
     elif judged.problem is not None:
         note += f"; not timed further: {judged.problem}"
@@ -103,7 +103,7 @@ def decide(
         if p.paired_with and p.paired_with not in state.tried and p.predicted_speedup is not None
         else None
     )
-    judged = rule_for(state.config.options.decision_rule).verdict(state, enables)
+    judged = rule_for(state.options.decision_rule).verdict(state, enables)
     reason, ok = judged.reason, judged.verdict == "accepted"
     if state.edited:
         reason += " (human-edited patch)"
@@ -127,8 +127,8 @@ def decide(
         commit=commit.sha if ok and commit else None,
         edited=state.edited,
         judgement=j,
-        prediction=predict(p, state.profiling.diagnosis) if ok and j is not None else None,
-        tolerance=state.measurement.tolerance,
+        prediction=predict(p, state.diagnosis) if ok and j is not None else None,
+        tolerance=state.tolerance,
         launch_argv=p.launch_argv,
         predicted_speedup=p.predicted_speedup,
     )
@@ -150,10 +150,10 @@ def decide(
         "proposal": None,
         "iteration": state.iteration + 1,
     }
-    if state.iteration + 1 > state.config.options.max_iterations:
-        update["stop_reason"] = f"reached --max-iterations {state.config.options.max_iterations}"
+    if state.iteration + 1 > state.options.max_iterations:
+        update["stop_reason"] = f"reached --max-iterations {state.options.max_iterations}"
         return Command(update=update, goto="finish")
-    near = near_floor(candidate.tpot_ms.median, state.config.options.floor_ms, state.config.options.floor_factor)
+    near = near_floor(candidate.tpot_ms.median, state.options.floor_ms, state.options.floor_factor)
     if near is not None:
         update["stop_reason"] = near
         return Command(update=update, goto="finish")

@@ -78,7 +78,7 @@ def approve(
     of parallel candidates gets one answer for all before any is tried (`approve_batch`)."""
     if state.proposal is None and state.candidates:
         return approve_batch(state)
-    auto = state.config.options.approve == "auto" and refusal(state) is None
+    auto = state.options.approve == "auto" and refusal(state) is None
     if auto and not needs_human(state, [need(state.proposal, "proposal")]):
         answer = Approval(approved=True, by="auto")
     else:
@@ -147,18 +147,18 @@ def apply(
     subject, trailers = commit_identity(state)
     edited_diff = state.approval.diff if state.edited and state.approval is not None else None
     diff = edited_diff if edited_diff is not None else p.diff
-    policy = PatchPolicy(max_bytes=state.config.target.max_patch_bytes, allow_binary=p.binary and not state.edited)
+    policy = PatchPolicy(max_bytes=state.target.max_patch_bytes, allow_binary=p.binary and not state.edited)
     try:
         commit = call(
             runtime,
             repo.apply_patch,
-            ApplyArgs(repo=state.config.target.repo, diff=diff, subject=subject, trailers=trailers, policy=policy),
+            ApplyArgs(repo=state.target.repo, diff=diff, subject=subject, trailers=trailers, policy=policy),
         )
     except PatchError as exc:
         if str(exc).startswith("patch refused"):  # by the patch gate: unsafe or malformed
             reason = str(exc)
-        elif state.engines.sglang is not None:
-            reason = str(does_not_fit(state.engines.sglang.version, diff, exc))
+        elif state.sglang is not None:
+            reason = str(does_not_fit(state.sglang.version, diff, exc))
         elif str(exc).startswith("patch does not apply"):  # git's reason already says so
             reason = str(exc)
         else:
@@ -212,8 +212,8 @@ def relaunch(
     """
     update: LoopUpdate = {}
     if (
-        rule_for(state.config.options.decision_rule).instruments_candidate(state)
-        and state.config.target.profile.method == "patch"
+        rule_for(state.options.decision_rule).instruments_candidate(state)
+        and state.target.profile.method == "patch"
     ):
         update["instrumentation"] = instrument_if_needed(state, runtime)
         state = state.model_copy(update=update)
@@ -254,7 +254,7 @@ def rollback(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal
     the tree and the launch command (the next launch uses the session's own)."""
     commit = state.pending_commit
     if commit is not None:
-        call(runtime, repo.revert_commit, CommitArgs(repo=state.config.target.repo, commit=commit))
+        call(runtime, repo.revert_commit, CommitArgs(repo=state.target.repo, commit=commit))
     p = need(state.proposal, "proposal")
     note = f"rolled back {p.source}" + (f" ({commit.sha[:10]})" if commit else "")
     if state.pending_launch is not None:

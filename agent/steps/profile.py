@@ -27,7 +27,7 @@ from tools.hosts import transfer
 @step
 def profile(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["diagnose", "abort"]]:
     """Take a profile by the session's method: the instrumentation trigger or /start_profile."""
-    cfg, server = state.config.target.profile, need(state.server, "running server")
+    cfg, server = state.target.profile, need(state.server, "running server")
     pid = f"it{state.iteration}-{cfg.method}"
     files = call(
         runtime,
@@ -35,7 +35,7 @@ def profile(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
         ProfileArgs(
             method=cfg.method,
             base_url=server.base_url,
-            model=state.config.target.model,
+            model=state.target.model,
             out_dir=host_dir(state) / "profiles" / pid,
             profile_dir=server.profile_dir,
             profile_id=pid,
@@ -43,13 +43,13 @@ def profile(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
             active_steps=cfg.active_steps,
             prompt=cfg.prompt,
             timeout_s=cfg.timeout_s,
-            tp_size=state.config.target.tp_size,
-            sglang_version=state.engines.sglang.version if state.engines.sglang else None,
-            vllm_trace_dir=engine(state.config.target.kind).api_trace_dir(state.argv, state.config.target.repo),
+            tp_size=state.target.tp_size,
+            sglang_version=state.sglang.version if state.sglang else None,
+            vllm_trace_dir=engine(state.target.kind).api_trace_dir(state.argv, state.target.repo),
         ),
     )
-    if state.config.target.host.kind == "ssh":
-        files = fetched(state, runtime, files, state.config.options.session_dir / "profiles" / pid)
+    if state.target.host.kind == "ssh":
+        files = fetched(state, runtime, files, state.options.session_dir / "profiles" / pid)
     result = ProfileResult(iteration=state.iteration, method=cfg.method, **files.model_dump())
     note = f"{cfg.method} profile: {result.trace_path.name} ({result.active_tokens} active tokens)"
     return Command(
@@ -66,7 +66,7 @@ def fetched(
     local = call(
         runtime,
         transfer.fetch,
-        FetchArgs(host=state.config.target.host, remote=folder, local=local_dir / folder.name),
+        FetchArgs(host=state.target.host, remote=folder, local=local_dir / folder.name),
     ).path
     return files.model_copy(
         update={
@@ -82,13 +82,13 @@ def diagnose(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal
     latest = state.profiles[-1]
     summary = call(runtime, profiling.read, PathArgs(path=latest.trace_path))
     ctx = DiagnosisContext(
-        target_kind=state.config.target.kind,
+        target_kind=state.target.kind,
         active_tokens=latest.active_tokens,
         tpot_ms=need(state.reference, "reference measurement").tpot_ms.median,
     )
     result = run_diagnosis(summary, ctx, playbooks_of(state))
     update: LoopUpdate = {}
-    if rule_for(state.config.options.decision_rule).checks_mechanisms:
+    if rule_for(state.options.decision_rule).checks_mechanisms:
         result = result.model_copy(update={"steps": summary.steps, "step_us": summary.step_us})
         update["mechanisms"] = mechanism_checks(state, summary)
     if summary.decode_phases is not None:
@@ -117,8 +117,8 @@ def mechanism_checks(state: LoopState, summary: ProfileSummary) -> list[Mechanis
             d.source,
             d.prediction,
             summary,
-            ms=state.config.options.mechanism_ms,
-            by_range=state.config.options.mechanism_range,
+            ms=state.options.mechanism_ms,
+            by_range=state.options.mechanism_range,
         )
         for d in state.decisions
         if d.verdict == "accepted" and d.prediction is not None and d.iteration not in done

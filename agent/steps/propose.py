@@ -49,7 +49,7 @@ def launch_fix(
     """(the launch command the playbook's launch change gives, None) or (None, why it is not
     proposed): no change for this kind, options already so, or a conflict with a patch in the tree
     or still to be tried."""
-    edits = book.launch.get(state.config.target.kind)
+    edits = book.launch.get(state.target.kind)
     if not edits:
         return None, None
     before = state.argv
@@ -57,10 +57,10 @@ def launch_fix(
     if after == before:
         return None, f"{book.id} (launch options already as its fix sets them)"
     relevant = {d.source for d in state.decisions if d.verdict == "accepted"}
-    findings = need(state.profiling.diagnosis, "diagnosis").findings
+    findings = need(state.diagnosis, "diagnosis").findings
     relevant |= {f.playbook for f in findings if f.playbook not in state.tried}
     conflict = launch.change_conflict(
-        state.config.target.kind, before, after, [books[i] for i in relevant if i in books]
+        state.target.kind, before, after, [books[i] for i in relevant if i in books]
     )
     if conflict is not None:
         return None, f"{book.id} (not proposed: {conflict})"
@@ -73,7 +73,7 @@ def playbook_proposal(
     """The best untried finding (not in `exclude`) with a stored patch or a launch-option change
     for this target; skipped ones named in `skipped`."""
     books = {b.id: b for b in playbooks_of(state)}
-    for finding in need(state.profiling.diagnosis, "diagnosis").findings:
+    for finding in need(state.diagnosis, "diagnosis").findings:
         book = books.get(finding.playbook)
         if book is None or finding.playbook in state.tried or finding.playbook in exclude:
             continue
@@ -83,11 +83,11 @@ def playbook_proposal(
             continue
         if argv is None:
             try:
-                diff = choose_patch(book, state.config.target.kind, state.engines.sglang).diff
+                diff = choose_patch(book, state.target.kind, state.sglang).diff
             except NoPatch as err:  # reported among the skipped findings, not proposed
                 skipped.append(f"{book.id} ({err.reason})")
                 continue
-            conflict = launch_conflict(book, state.config.target.kind, state.argv)
+            conflict = launch_conflict(book, state.target.kind, state.argv)
             if conflict is not None:
                 skipped.append(f"{book.id} (not proposed: {conflict})")
                 continue
@@ -115,7 +115,7 @@ def playbook_proposal(
 def parallel_candidates(state: LoopState) -> list[Proposal]:
     """Every playbook proposal for this iteration, best first, when they are to be tried at once
     on the target's `[[hosts]]` (playbook proposals); else none."""
-    if not state.config.target.hosts or state.config.target.proposer.mode in (LLM, "search"):
+    if not state.target.hosts or state.target.proposer.mode in (LLM, "search"):
         return []
     found: list[Proposal] = []
     while (p := playbook_proposal(state, [], frozenset(q.source for q in found))) is not None:
@@ -155,7 +155,7 @@ def _at_once(state: LoopState, batch: list[Proposal], update: LoopUpdate) -> Com
     """Candidates for the `[[hosts]]`: sent to their trials, or first to approval (one answer for
     the whole batch) under manual approval."""
     names = ", ".join(p.source for p in batch)
-    if state.config.options.approve == "manual" or needs_human(state, batch) or refusal(state) is not None:
+    if state.options.approve == "manual" or needs_human(state, batch) or refusal(state) is not None:
         note = f"{len(batch)} candidates for [[hosts]], waiting for approval: {names}"
         update |= {"candidates": batch, "proposal": None, "approval": None}
         return Command(update=LoopUpdate(**update, transitions=transition("propose", note)), goto="approve")
@@ -172,13 +172,13 @@ def propose(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Goto]:
     batch = parallel_candidates(state)
     if len(batch) >= 2:
         return _at_once(state, batch, {})
-    mode = state.config.target.proposer.mode
+    mode = state.target.proposer.mode
     if mode not in (LLM, "search"):
         proposal = playbook_proposal(state, skipped)
         if proposal is not None:
             return _proposed(proposal, state)
-    if mode not in (LLM, "playbook") and state.config.target.search is not None:  # the search (`[search]`)
-        cfg = state.config.target.search
+    if mode not in (LLM, "playbook") and state.target.search is not None:  # the search (`[search]`)
+        cfg = state.target.search
         now = call(runtime, info.clock, ClockArgs()).epoch_s if cfg.max_minutes is not None else None
         trial, what = search_proposal(state, now)
         if trial is not None:
@@ -190,7 +190,7 @@ def propose(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Goto]:
         if mode == "search":
             return _stop(what)
         skipped.append(f"search ({what})")
-    findings = need(state.profiling.diagnosis, "diagnosis").findings
+    findings = need(state.diagnosis, "diagnosis").findings
     reason = "no untried playbook matches the profile"
     generic = [f for f in findings if f.playbook == "generic"]
     if generic:

@@ -28,15 +28,15 @@ def prepare(
     state: LoopState, runtime: Runtime[LoopContext]
 ) -> Command[Literal["instrument", "launch", "abort"]]:
     """Create the demo checkout if asked, record the repo as found, switch to the session branch."""
-    checkout = state.config.target.repo
-    if state.config.options.demo_source is not None:
-        src = state.config.options.demo_source
-        if state.config.target.host.kind == "ssh":  # the tree goes to the host first, then becomes a repo there
+    checkout = state.target.repo
+    if state.options.demo_source is not None:
+        src = state.options.demo_source
+        if state.target.host.kind == "ssh":  # the tree goes to the host first, then becomes a repo there
             src = host_dir(state) / "demo" / src.name
             call(
                 runtime,
                 transfer.push_tree,
-                PushTreeArgs(host=state.config.target.host, src=state.config.options.demo_source, dest=src),
+                PushTreeArgs(host=state.target.host, src=state.options.demo_source, dest=src),
             )
         call(runtime, repo.create_from_tree, CopyTreeArgs(src=src, dest=checkout))
     start = state.start or call(runtime, repo.snapshot, RepoArgs(repo=checkout))
@@ -45,44 +45,44 @@ def prepare(
     dirty = len(start.dirty_sha256)
     note = f"repo {checkout} at {start.head_sha[:10]}, {dirty} uncommitted file(s) kept; branch {branch}"
     update: LoopUpdate = {"start": start, "branch": branch}
-    if state.config.target.kind == "sglang":
+    if state.target.kind == "sglang":
         site = call(runtime, repo.sglang_site, RepoArgs(repo=checkout))
         hook = site.hook
-        profile = state.config.target.profile.model_copy(
+        profile = state.target.profile.model_copy(
             update={
                 "model_runner_path": hook.relpath,
                 "hook_class": hook.class_name,
                 "hook_method": hook.method,
             }
         )
-        update |= {"sglang": site.layout, "target": state.config.target.model_copy(update={"profile": profile})}
+        update |= {"sglang": site.layout, "target": state.target.model_copy(update={"profile": profile})}
         note += f"; sglang {site.layout.version}, decode hook {hook.class_name}.{hook.method}"
-    if state.config.target.kind == "vllm" and state.config.target.profile.method == "patch":
-        env = state.config.target.launch.env
+    if state.target.kind == "vllm" and state.target.profile.method == "patch":
+        env = state.target.launch.env
         hook = call(runtime, repo.vllm_site, VllmSiteArgs(repo=checkout, env=env))
-        profile = state.config.target.profile.model_copy(
+        profile = state.target.profile.model_copy(
             update={
                 "model_runner_path": hook.relpath,
                 "hook_class": hook.class_name,
                 "hook_method": hook.method,
             }
         )
-        update["target"] = state.config.target.model_copy(update={"profile": profile})
+        update["target"] = state.target.model_copy(update={"profile": profile})
         note += f"; vllm step hook {hook.class_name}.{hook.method} in {hook.relpath}"
-    if state.config.target.kind not in BUILTINS and state.config.target.profile.method == "patch":  # from outside
-        args = EngineSiteArgs(repo=checkout, env=state.config.target.launch.env, kind=state.config.target.kind)
+    if state.target.kind not in BUILTINS and state.target.profile.method == "patch":  # from outside
+        args = EngineSiteArgs(repo=checkout, env=state.target.launch.env, kind=state.target.kind)
         if (found := call(runtime, repo.engine_site, args).hook) is not None:
-            profile = state.config.target.profile.model_copy(
+            profile = state.target.profile.model_copy(
                 update={
                     "model_runner_path": found.relpath,
                     "hook_class": found.class_name,
                     "hook_method": found.method,
                 }
             )
-            update["target"] = state.config.target.model_copy(update={"profile": profile})
-            note += f"; {state.config.target.kind} step hook {found.class_name}.{found.method} in {found.relpath}"
+            update["target"] = state.target.model_copy(update={"profile": profile})
+            note += f"; {state.target.kind} step hook {found.class_name}.{found.method} in {found.relpath}"
     nxt: Literal["instrument", "launch"] = (
-        "instrument" if state.config.target.profile.method == "patch" else "launch"
+        "instrument" if state.target.profile.method == "patch" else "launch"
     )
     return Command(update=LoopUpdate(**update, transitions=transition("prepare", note)), goto=nxt)
 
@@ -120,7 +120,7 @@ def baseline(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal
     outside, or a crash of the unpatched tree) ends the session as interrupted (`ServerLost`), so
     `resume` launches it again; any other failure is the loop's `abort`."""
     try:
-        measured = rule_for(state.config.options.decision_rule).baseline(state, runtime)
+        measured = rule_for(state.options.decision_rule).baseline(state, runtime)
     except ToolError as exc:
         handle = need(state.server, "server")
         if call(runtime, server.status, ServerArgs(server=handle)).alive:
@@ -163,10 +163,10 @@ def reconcile(
     fork_at: ForkStep = need(state.fork_at, "fork step")
     head = state.accepted[-1].sha if state.accepted else need(state.start, "start snapshot").head_sha
     branch = session_branch(state.session_id)
-    call(runtime, repo.ensure_branch, BranchArgs(repo=state.config.target.repo, name=branch, start_point=head))
+    call(runtime, repo.ensure_branch, BranchArgs(repo=state.target.repo, name=branch, start_point=head))
     update: LoopUpdate = {"branch": branch, "fork_at": None}
     if fork_at == "profile":
-        if state.config.target.profile.method == "patch":
+        if state.target.profile.method == "patch":
             update["instrumentation"] = instrument_if_needed(state, runtime)
             state = state.model_copy(update=update)
         handle = start_server(state, runtime, instrumented=state.instrumentation is not None)

@@ -32,8 +32,8 @@ def converse(tmp_path: Path, engine: Path, script, store: SessionStore | None = 
     store = store or SessionStore(tmp_path / "sessions.sqlite")
     with ScriptedModel(script) as model:
         state = loop_state(tmp_path, engine, model.base_url, **cfg)
-        assert state.profiling.diagnosis is not None
-        outcome = Conversation(state, runtime(LiveDoor("s-llm", store)), state.profiling.diagnosis.findings[0]).run()
+        assert state.diagnosis is not None
+        outcome = Conversation(state, runtime(LiveDoor("s-llm", store)), state.diagnosis.findings[0]).run()
     return outcome, model, store, state
 
 
@@ -185,19 +185,19 @@ def test_replay_answers_offline_and_stops_at_a_changed_request(tmp_path: Path, e
     live, _, store, state = converse(tmp_path, engine, script)
     calls = store.tool_calls("s-llm")
     # the server is gone: the replay door answers every call from the recording
-    replayed = Conversation(state, runtime(ReplayDoor("s-llm", calls)), state.profiling.diagnosis.findings[0]).run()
+    replayed = Conversation(state, runtime(ReplayDoor("s-llm", calls)), state.diagnosis.findings[0]).run()
     assert replayed.proposal == live.proposal and replayed.usage == live.usage
     other = state.model_copy(
         update={
-            "target": state.config.target.model_copy(
-                update={"proposer": state.config.target.proposer.model_copy(update={"model": "other"})}
+            "target": state.target.model_copy(
+                update={"proposer": state.target.proposer.model_copy(update={"model": "other"})}
             )
         }
     )
     with pytest.raises(
         ReplayDivergence, match=r"call #1 \(llm.chat from node propose\) has different input: .model"
     ):
-        Conversation(other, runtime(ReplayDoor("s-llm", calls)), state.profiling.diagnosis.findings[0]).run()
+        Conversation(other, runtime(ReplayDoor("s-llm", calls)), state.diagnosis.findings[0]).run()
 
 
 def test_a_crashed_attempt_s_model_calls_are_not_paid_again(tmp_path: Path, engine: Path) -> None:
@@ -205,7 +205,7 @@ def test_a_crashed_attempt_s_model_calls_are_not_paid_again(tmp_path: Path, engi
     first, _, store, state = converse(tmp_path, engine, script)
     store.supersede_after("s-llm", 0)  # as on resume after a kill inside propose
     # the same state (its endpoint is gone now): every model call is answered from the record
-    again = Conversation(state, runtime(LiveDoor("s-llm", store)), state.profiling.diagnosis.findings[0]).run()
+    again = Conversation(state, runtime(LiveDoor("s-llm", store)), state.diagnosis.findings[0]).run()
     assert again.proposal == first.proposal, again.reason
     live = store.tool_calls("s-llm")
     assert [c.reused_from for c in live if c.name == "llm.chat"] == [1, 3]

@@ -16,7 +16,7 @@ BOOK = "kv-cache-full-pool-cast"
 
 def test_the_context_carries_the_evidence_a_performance_engineer_wants(tmp_path: Path, engine: Path) -> None:
     state = loop_state(tmp_path, engine, "http://127.0.0.1:9/v1")
-    d = state.profiling.diagnosis
+    d = state.diagnosis
     assert d is not None
     diag = d.model_copy(update={"steps": 40, "step_us": 16_000.0})
     state = state.model_copy(update={"diagnosis": diag})
@@ -28,7 +28,7 @@ def test_the_context_carries_the_evidence_a_performance_engineer_wants(tmp_path:
     assert f"{BOOK} (no sglang patch for 0.5.14)" in text
 
     gate = CorrectnessConfig(policy="tolerance", min_top1_agreement=0.95, max_logprob_diff=0.1)
-    tolerant = state.model_copy(update={"target": state.config.target.model_copy(update={"correctness": gate})})
+    tolerant = state.model_copy(update={"target": state.target.model_copy(update={"correctness": gate})})
     assert "top-1 token must agree on at least 95.0% of positions" in context(tolerant, {})
     assert "bit-identical" not in context(tolerant, {})
 
@@ -37,7 +37,7 @@ def test_a_matching_playbook_whose_patch_failed_to_apply_is_given_to_port(
     tmp_path: Path, engine: Path
 ) -> None:
     state = loop_state(tmp_path, engine, "http://127.0.0.1:9/v1")
-    d = state.profiling.diagnosis
+    d = state.diagnosis
     assert d is not None
     finding = d.findings[0].model_copy(update={"playbook": BOOK})
     failed = Decision(iteration=1, source=BOOK, verdict="failed", reason="patch does not apply: hunk 1")
@@ -57,7 +57,7 @@ def test_under_cuda_graphs_the_kernels_are_listed(tmp_path: Path, engine: Path) 
     from state.profiling.profile import KernelStat
 
     state = loop_state(tmp_path, engine, "http://127.0.0.1:9/v1")
-    d = state.profiling.diagnosis
+    d = state.diagnosis
     assert d is not None
     assert "CUDA graphs" not in context(state, {})
     kern = KernelStat(name="fused_moe_kernel", calls=80, device_us=8000.0, share=0.6, graph_calls=80)
@@ -105,8 +105,8 @@ def test_the_answer_asked_for_follows_the_targets_launch_options(tmp_path: Path,
         ("launch", {"launch_options": True, "protected": ["*"]}),
         ("code-protected", {"protected": ["*"]}),  # no launch options: nothing else to ask for
     ):
-        cfg = state.config.target.proposer.model_copy(update=update)
-        given = state.model_copy(update={"target": state.config.target.model_copy(update={"proposer": cfg})})
+        cfg = state.target.proposer.model_copy(update=update)
+        given = state.model_copy(update={"target": state.target.model_copy(update={"proposer": cfg})})
         asked[name] = context(given, {}).split("\n\n")[-1]
     assert (
         asked["code"]

@@ -58,10 +58,10 @@ def rejected_state(tmp_path: Path, engine: Path, base_url: str):
     decision = Decision(
         iteration=1, source="llm", verdict="rejected", reason="outputs changed for 1/2 prompt(s)"
     )
-    measure = state.config.target.measure.model_copy(update={"prompts": ["Hello", "The capital of France"]})
+    measure = state.target.measure.model_copy(update={"prompts": ["Hello", "The capital of France"]})
     return state.model_copy(
         update={
-            "target": state.config.target.model_copy(update={"measure": measure}),
+            "target": state.target.model_copy(update={"measure": measure}),
             "proposal": proposal,
             "decisions": [decision],
             "reference": measured("is Paris. It is", 30.0),
@@ -94,8 +94,8 @@ def test_a_rejected_model_patch_is_kept_with_what_its_trial_showed(tmp_path: Pat
 
 
 def with_model(state, base_url: str):
-    cfg = state.config.target.proposer.model_copy(update={"base_url": base_url})
-    return state.model_copy(update={"target": state.config.target.model_copy(update={"proposer": cfg})})
+    cfg = state.target.proposer.model_copy(update={"base_url": base_url})
+    return state.model_copy(update={"target": state.target.model_copy(update={"proposer": cfg})})
 
 
 def test_the_next_round_is_told_and_a_resubmission_costs_no_launch(tmp_path: Path, engine: Path) -> None:

@@ -35,7 +35,7 @@ CALLS = [
 
 
 def converse(state: LoopState, door: Door) -> Outcome:
-    finding = need(state.profiling.diagnosis, "diagnosis").findings[0]
+    finding = need(state.diagnosis, "diagnosis").findings[0]
     return Conversation(state, cast(Any, runtime(door)), finding).run()
 
 

@@ -132,7 +132,7 @@ def test_a_session_recorded_before_the_allowlist_gets_it_live(tmp_path: Path, en
     ]
     with ScriptedModel(answers) as m:
         state = loop_state(tmp_path, engine, m.base_url, launch_options=True)
-        assert state.config.options.launch_allowlist is False
+        assert state.options.launch_allowlist is False
         cmd = propose(state, runtime(LiveDoor("s", MemoryRecorder())))
     assert "--log-level-http" in m.requests[1]["messages"][-1]["content"]
     p = (cmd.update or {})["proposal"]

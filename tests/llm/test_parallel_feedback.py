@@ -36,8 +36,8 @@ OTHER = ("import torch\n", "import torch  # the model's tensors\n")
 def two_hosts(tmp_path: Path, engine: Path, base_url: str = "http://127.0.0.1:9/v1") -> LoopState:
     state = loop_state(tmp_path, engine, base_url)
     hosts = [TrialHost(name=n, repo=tmp_path / n) for n in "ab"]
-    measure = state.config.target.measure.model_copy(update={"prompts": ["Hello", "The capital of France"]})
-    target = state.config.target.model_copy(update={"hosts": hosts, "measure": measure})
+    measure = state.target.measure.model_copy(update={"prompts": ["Hello", "The capital of France"]})
+    target = state.target.model_copy(update={"hosts": hosts, "measure": measure})
     return state.model_copy(update={"target": target})
 
 
@@ -62,8 +62,8 @@ def propose_with(state: LoopState, script: list[Step]) -> tuple[Command, list[di
     """The real `propose` on `state`, its model the scripted server answering `script`; what it
     returned and the requests the server got."""
     with ScriptedModel(script) as m:
-        base = state.config.target.proposer.model_copy(update={"base_url": m.base_url})
-        state = state.model_copy(update={"target": state.config.target.model_copy(update={"proposer": base})})
+        base = state.target.proposer.model_copy(update={"base_url": m.base_url})
+        state = state.model_copy(update={"target": state.target.model_copy(update={"proposer": base})})
         return propose(state, runtime(LiveDoor("s", MemoryRecorder()))), m.requests
 
 

@@ -47,7 +47,7 @@ sys.exit(0 if fixed else 1)
 
 def converse(state: LoopState, door: Door) -> Outcome:
     """One proposal's conversation from `state`, through `door`."""
-    finding = need(state.profiling.diagnosis, "diagnosis").findings[0]
+    finding = need(state.diagnosis, "diagnosis").findings[0]
     return Conversation(state, cast(Any, runtime(door)), finding).run()
 
 
@@ -93,7 +93,7 @@ def test_probe_runs_each_candidate_in_a_scratch_worktree_never_the_session_tree(
     with ScriptedModel(probes_then_fixes(seen)) as model:
         state = loop_state(tmp_path, engine, model.base_url, probe=probe_cfg(tmp_path))
         state = state.model_copy(
-            update={"options": state.config.options.model_copy(update={"python": sys.executable})}
+            update={"options": state.options.model_copy(update={"python": sys.executable})}
         )
         outcome = converse(state, LiveDoor("s-llm", store))
     assert outcome.proposal is not None, outcome.reason

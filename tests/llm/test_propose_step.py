@@ -21,8 +21,8 @@ pytestmark = pytest.mark.timeout(60)
 def run_propose(tmp_path: Path, engine: Path, script, **proposer):
     with ScriptedModel(script) as model:
         state = loop_state(tmp_path, engine, model.base_url)
-        cfg = state.config.target.proposer.model_copy(update=proposer)
-        state = state.model_copy(update={"target": state.config.target.model_copy(update={"proposer": cfg})})
+        cfg = state.target.proposer.model_copy(update=proposer)
+        state = state.model_copy(update={"target": state.target.model_copy(update={"proposer": cfg})})
         cmd = propose(state, runtime(LiveDoor("s", MemoryRecorder())))
     return cmd, model
 
@@ -46,9 +46,9 @@ def test_playbook_mode_never_runs_a_search_trial(tmp_path: Path, engine: Path) -
     knob = Knob(name="--max-running-requests", type="choice", choices=[1, 8])
     with ScriptedModel([]) as model:
         state = loop_state(tmp_path, engine, model.base_url)
-        target = state.config.target.model_copy(
+        target = state.target.model_copy(
             update={
-                "proposer": state.config.target.proposer.model_copy(update={"mode": "playbook"}),
+                "proposer": state.target.proposer.model_copy(update={"mode": "playbook"}),
                 "search": SearchConfig(knobs=[knob]),
             }
         )
@@ -100,10 +100,10 @@ SLOWER = NEW.replace(
 
 def with_hosts(state, n: int, parallel: int | None = None):
     """The state with `n` local `[[hosts]]` (checkouts are not touched by `propose`)."""
-    hosts = [TrialHost(name=f"h{k}", repo=state.config.target.repo) for k in range(n)]
-    target = state.config.target.model_copy(update={"hosts": hosts})
+    hosts = [TrialHost(name=f"h{k}", repo=state.target.repo) for k in range(n)]
+    target = state.target.model_copy(update={"hosts": hosts})
     return state.model_copy(
-        update={"target": target, "options": state.config.options.model_copy(update={"parallel": parallel})}
+        update={"target": target, "options": state.options.model_copy(update={"parallel": parallel})}
     )
 
 
@@ -207,7 +207,7 @@ def test_model_candidates_wait_for_a_human_by_default_even_under_approve_auto(
     assert cmd.goto == "approve" and [p.source for p in cmd.update["candidates"]] == ["llm-1", "llm-2"]
     assert "waiting for approval" in cmd.update["transitions"][0].note
     state = loop_state(tmp_path, engine, "http://127.0.0.1:9/v1", approve="manual")
-    assert state.config.options.approve == "auto"
+    assert state.options.approve == "auto"
     model_patch, playbook_patch = (
         cmd.update["candidates"][0],
         cmd.update["candidates"][0].model_copy(
@@ -215,6 +215,6 @@ def test_model_candidates_wait_for_a_human_by_default_even_under_approve_auto(
         ),
     )
     assert needs_human(state, [model_patch]) and not needs_human(state, [playbook_patch])
-    auto = state.config.target.proposer.model_copy(update={"approve": "auto"})
-    trusted = state.model_copy(update={"target": state.config.target.model_copy(update={"proposer": auto})})
+    auto = state.target.proposer.model_copy(update={"approve": "auto"})
+    trusted = state.model_copy(update={"target": state.target.model_copy(update={"proposer": auto})})
     assert not needs_human(trusted, [model_patch])

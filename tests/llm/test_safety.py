@@ -57,10 +57,10 @@ def test_no_tool_reads_a_secret_and_the_request_log_holds_none(tmp_path: Path, e
     ]
     with ScriptedModel([reply(None, *reads), reply(fix_answer())]) as model:
         state = loop_state(tmp_path, engine, model.base_url)
-        launch = state.config.target.launch.model_copy(
-            update={"argv": [*state.config.target.launch.argv, "--api-key", OUTSIDE]}
+        launch = state.target.launch.model_copy(
+            update={"argv": [*state.target.launch.argv, "--api-key", OUTSIDE]}
         )
-        state = state.model_copy(update={"target": state.config.target.model_copy(update={"launch": launch})})
+        state = state.model_copy(update={"target": state.target.model_copy(update={"launch": launch})})
         cmd = propose(state, runtime(LiveDoor("s", MemoryRecorder())))
     assert cmd.goto == "approve"
     sent = json.dumps(model.requests)

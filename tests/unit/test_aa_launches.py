@@ -84,9 +84,9 @@ def test_replicates_kept_through_the_door_once_even_when_a_resumed_step_keeps_th
     assert keep_replicates(state, runtime_of(door), per_launch, arms) == 4
     assert keep_replicates(state, runtime_of(door), per_launch, arms) == 4
     assert door.names() == ["aa.record", "aa.record"]
-    stored = aa.record(AARecordArgs(target_key=target_key(state.config.target))).samples
+    stored = aa.record(AARecordArgs(target_key=target_key(state.target))).samples
     assert sorted(s.launch_number for s in stored) == [2, 3, 4, 5]
-    noise = launch_noise(stored, state.config.target.decide)
+    noise = launch_noise(stored, state.target.decide)
     assert noise.df == 2 and noise.launches == 4  # two trees, two launches each: 1 df each
     legacy = session(tmp_path, "s0", aa_evidence=False)
     quiet = ScriptedDoor({})
@@ -106,7 +106,7 @@ def test_the_sequential_aa_launch_is_wanted_only_while_no_launch_noise_is_measur
     # a resumed step: its own earlier A/A launch (#2) is not evidence, it is about to be replaced
     assert wants_launch(state, [base, single("s1", 2, "g1", 1.01)], 1)
     measured = [single("s0", i, "g0", 1.0 + 0.01 * (i % 2)) for i in range(1, 7)]  # 6 launches, 5 df
-    assert launch_noise(measured, state.config.target.decide).source == "aa"
+    assert launch_noise(measured, state.target.decide).source == "aa"
     assert not wants_launch(state, [*measured, base], 1)
     assert wants_launch(state, [*measured[:4], base], 1)  # 5 launches: still the default
     pairs = [s.model_copy(update={"shift_log": 0.01, "beside": 1}) for s in measured]
@@ -152,14 +152,14 @@ def test_a_sequential_baseline_launches_its_tree_once_more_and_keeps_both(tmp_pa
     )
     assert b.noise.launches == 2 and b.noise.df == 1 and b.noise.source == "default"
     assert b.noise.estimate_log == pytest.approx(abs(shift) / math.sqrt(2))
-    stored = aa.record(AARecordArgs(target_key=target_key(state.config.target))).samples
+    stored = aa.record(AARecordArgs(target_key=target_key(state.target))).samples
     assert [(s.session_id, s.launch_number) for s in stored] == [("s1", 1), ("s1", 2)]
     assert stored[0].group == stored[1].group  # the same tree: compared as A/A
 
 
 def test_no_aa_launch_where_the_store_has_measured_noise_or_it_is_off(tmp_path: Path) -> None:
     state = session(tmp_path, arms="sequential", auto_aa_pairs=1)
-    key = target_key(state.config.target)
+    key = target_key(state.target)
     for i in range(1, 7):  # another session's six launches of one tree: measured noise
         sample = single("s0", i, "g0", 2.0 + 0.01 * (i % 2)).model_copy(update={"target_key": key})
         aa.record(AARecordArgs(target_key=key, sample=sample))

@@ -82,8 +82,8 @@ class KindDoor(ScriptedDoor):
 def with_reference_host(tmp_path: Path, **decide: Any):
     state = session(tmp_path)
     host = TrialHost(name="x", repo=tmp_path / "x", env={"CUDA_VISIBLE_DEVICES": "1"})
-    cfg = state.config.target.decide.model_copy(update={"reference_host": "x", **decide})
-    target = state.config.target.model_copy(update={"hosts": [host], "decide": cfg})
+    cfg = state.target.decide.model_copy(update={"reference_host": "x", **decide})
+    target = state.target.model_copy(update={"hosts": [host], "decide": cfg})
     return state.model_copy(update={"target": target, "server": handle(1)})
 
 
@@ -92,7 +92,7 @@ def test_auto_takes_cross_host_only_with_a_reference_host_of_this_kind(tmp_path:
     door = KindDoor(HostKind(gpus=[H200], cpu="a"), HostKind(gpus=[H200], cpu="b"))
     choice = choose_arms(state, runtime_of(door))
     assert choice is not None and choice.arms == "cross-host" and choice.why.endswith(f"; both 1 x {H200}")
-    assert door.branches == [("baseline@x", state.config.target.hosts[0].host)]
+    assert door.branches == [("baseline@x", state.target.hosts[0].host)]
     asked = [a for n, a in door.calls if n == "host.kind"]
     assert [a.cuda_visible_devices for a in asked] == [None, "1"]  # the [[hosts]] entry's env there
 

@@ -74,7 +74,7 @@ def test_a_gain_without_its_mechanism_is_shown_in_summary_show_and_the_next_appr
 
     info = SessionInfo(
         id=state.session_id, created_at=datetime.now(UTC), target_name="t", target_path=DEMO_TOML,
-        repo=state.config.target.repo, status="done", summary=s,
+        repo=state.target.repo, status="done", summary=s,
     )  # fmt: skip
     shown = render.show_json(info, state, [])
     assert [m["confirmed"] for m in shown["mechanisms"]] == [not flagged]

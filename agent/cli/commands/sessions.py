@@ -226,12 +226,12 @@ def runs_here(s: Sessions, session: str, state: LoopState) -> dict:
         if snap.values
         else (None, "no checkpoint")
     )
-    opts = state.config.options
+    opts = state.options
     return {
         "argv": state.argv,
-        "env": state.config.target.launch.env,
-        "pass_env": state.config.target.launch.pass_env,
-        "host": state.config.target.host.model_dump(mode="json"),
+        "env": state.target.launch.env,
+        "pass_env": state.target.launch.pass_env,
+        "host": state.target.host.model_dump(mode="json"),
         "options": {k: getattr(opts, k) for k in ("approve", "max_iterations", "python", "launch_allowlist")}
         | {"session_dir": str(opts.session_dir), "playbook_dirs": [str(p) for p in opts.playbook_dirs]},
         "digest": digest,

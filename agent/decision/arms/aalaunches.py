@@ -57,7 +57,7 @@ def replicate_samples(
     """The A/A samples of alternating arms' launches: each arm launched at least twice, one sample
     per launch, grouped by the tree and this session (`arms[arm][i]` is the arm's i-th entry of
     `per_launch`), under `key` (cross-host arms' reference host; None: the target's) (pure)."""
-    key, out = key or target_key(state.config.target), []
+    key, out = key or target_key(state.target), []
     for arm, ms in arms.items():
         located = [p for p in per_launch if p.arm == arm]
         if len(ms) < 2 or len(located) != len(ms):
@@ -67,7 +67,7 @@ def replicate_samples(
             out.append(
                 AASample(
                     target_key=key,
-                    group=session_group(state.session_id, content, state.config.target, m.client),
+                    group=session_group(state.session_id, content, state.target, m.client),
                     session_id=state.session_id,
                     launch_number=p.launch_number,
                     location_log=p.location_log,
@@ -84,7 +84,7 @@ def keep_replicates(
     arms: Mapping[Side, Sequence[Measurement]],
 ) -> int:
     """Keep alternating arms' replicate launches in the A/A store; how many were kept."""
-    samples = replicate_samples(state, per_launch, arms) if state.config.options.aa_evidence else []
+    samples = replicate_samples(state, per_launch, arms) if state.options.aa_evidence else []
     if samples:
         call(runtime, aa.record, AARecordArgs(target_key=samples[0].target_key, more=samples))
     return len(samples)
@@ -95,10 +95,10 @@ def wants_launch(state: LoopState, samples: Sequence[AASample], baseline_number:
     alternating ones), `auto_aa_pairs` > 0,
     and the launch noise of the store's single launches (this session's own but its baseline left
     out: a resumed step's earlier A/A launch is replaced, not counted) still the default (pure)."""
-    cfg = state.config.target.decide
-    arms = state.measurement.arms.arms if state.measurement.arms is not None else cfg.arms  # (`auto` is never sequential)
-    sequential = ("sequential", "alternating") if state.config.options.paired_blocks else ("sequential",)
-    if not state.config.options.aa_evidence or cfg.auto_aa_pairs < 1 or arms not in sequential:
+    cfg = state.target.decide
+    arms = state.arms.arms if state.arms is not None else cfg.arms  # (`auto` is never sequential)
+    sequential = ("sequential", "alternating") if state.options.paired_blocks else ("sequential",)
+    if not state.options.aa_evidence or cfg.auto_aa_pairs < 1 or arms not in sequential:
         return False
     evidence = [
         s
@@ -130,17 +130,17 @@ def aa_launch(
     """The baseline `m` (kept: `samples` holds it), and, where `wants_launch`, the same tree
     launched once more in its place and measured alike (`repeats` requests per prompt, warm-ups
     first), kept as an A/A sample too."""
-    cfg, first = state.config.target.decide, need(state.server, "baseline server")
+    cfg, first = state.target.decide, need(state.server, "baseline server")
     if not wants_launch(state, samples, first.launch_number):
         return Baseline(state, m, noise_for(samples, cfg, arms_in_use(state)), "", samples)
-    call(runtime, server.stop, ServerArgs(server=first, grace_s=state.config.target.launch.stop_grace_s))
+    call(runtime, server.stop, ServerArgs(server=first, grace_s=state.target.launch.stop_grace_s))
     at = state.model_copy(update={"server": None})
     second = start_server(at, runtime, instrumented=state.instrumentation is not None)
     state = state.model_copy(update={"server": second, "launches": second.launch_number})
     again = measure_arm(state, runtime, "baseline-aa", repeats, warm_up=True)
     samples = keep_aa(state, runtime, again)
     noise = noise_for(samples, cfg, arms_in_use(state))
-    w = state.config.target.workload
+    w = state.target.workload
     shift = arm_location(arm_of(m, len(m.outputs), w)) - arm_location(arm_of(again, len(again.outputs), w))
     note = (
         f"1 A/A launch of the baseline tree (#{first.launch_number} -> #{second.launch_number}: "

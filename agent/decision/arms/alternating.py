@@ -69,16 +69,16 @@ def measure_launch(
     """One fresh launch measured like a sequential reference: its warm-ups, then `budget` requests
     per prompt (windows under `[workload]`; paired blocks: `repeats`, a block's precision coming
     from more launches rather than looks at one), annotated with the tree `where` holds."""
-    cfg, w = state.config.target.measure, state.config.target.workload
+    cfg, w = state.target.measure, state.target.workload
     per_launch = (
-        cfg.repeats if state.config.options.paired_blocks else budget(state)
+        cfg.repeats if state.options.paired_blocks else budget(state)
     )  # blocks: more launches, not looks
     update: dict[str, MeasureConfig | WorkloadConfig] = {
         "measure": cfg.model_copy(update={"repeats": per_launch})
     }
     warmups = cfg.warmup_requests if w is None else warmup_requests(w)
-    target = state.config.target.model_copy(update=update)
-    args = measure_args(target, handle, label, state.config.options.python, state.config.target.repo)
+    target = state.target.model_copy(update=update)
+    args = measure_args(target, handle, label, state.options.python, state.target.repo)
     m = call(runtime, bench.measure, args).measurement
     snap = call(runtime, repo.snapshot, RepoArgs(repo=where))
     return annotate(m, snap, state, handle.instrumented, warmups)
@@ -86,17 +86,17 @@ def measure_launch(
 
 def location(state: LoopState, m: Measurement) -> float:
     """The launch's location (mean over prompts of the median log TPOT, or its windows') (pure)."""
-    return arm_location(arm_of(m, len(m.outputs), state.config.target.workload))
+    return arm_location(arm_of(m, len(m.outputs), state.target.workload))
 
 
 def judge_alternating(state: LoopState, runtime: Runtime[LoopContext], label: str) -> JudgedCandidate:
     """Judge the running candidate against the reference tree launched in turn with it."""
-    cfg, ref0 = state.config.target.decide, need(state.reference, "reference measurement")
+    cfg, ref0 = state.target.decide, need(state.reference, "reference measurement")
     n, exact = len(ref0.outputs), not outputs.tolerant(state)
     noise = state.launch_noise or launch_noise([], cfg)
     k, prior = launches_per_arm(noise, cfg), prior_of(noise)
     pool = (
-        blocks.history(state, runtime, blocks.group_of(state, label)) if state.config.options.paired_blocks else None
+        blocks.history(state, runtime, blocks.group_of(state, label)) if state.options.paired_blocks else None
     )
     if pool is not None:  # paired blocks: planned from the pool and the launch cost
         k = plan_blocks(pool, cfg, *blocks.cost(state)).blocks
@@ -105,7 +105,7 @@ def judge_alternating(state: LoopState, runtime: Runtime[LoopContext], label: st
     launched = 0 if running == state.server else 1
     state = state.model_copy(update={"server": running})
     with progress.within(f"candidate launch 1/{k}"):
-        c = measure_launch(state, runtime, running, f"{label}-candidate-1", state.config.target.repo)
+        c = measure_launch(state, runtime, running, f"{label}-candidate-1", state.target.repo)
     problem, tolerance = outputs_problem(ref0, c, exact) or unlike(ref0, c), None
     if problem is None:  # the correctness set, before any reference launch
         problem, tolerance = outputs.check(state, runtime, n)
@@ -120,7 +120,7 @@ def judge_alternating(state: LoopState, runtime: Runtime[LoopContext], label: st
     looks: list[Look] = []
     last: Arm = "candidate"
     where, argv = reference_tree(state, runtime)
-    grace = state.config.target.launch.stop_grace_s
+    grace = state.target.launch.stop_grace_s
     try:
         for r in range(1, k + 1):
             for arm in round_order(r):
@@ -135,7 +135,7 @@ def judge_alternating(state: LoopState, runtime: Runtime[LoopContext], label: st
                     running = start_server(at, runtime, instrumented)
                 launched, last, i = launched + 1, arm, len(arms[arm]) + 1
                 with progress.within(f"{arm} launch {i}/{k}"):
-                    tree = where if arm == "reference" else state.config.target.repo
+                    tree = where if arm == "reference" else state.target.repo
                     m = measure_launch(state, runtime, running, f"{label}-{arm}-{i}", tree)
                 if arm == "candidate":
                     problem = outputs_problem(ref0, m, exact)
@@ -180,7 +180,7 @@ def judge_alternating(state: LoopState, runtime: Runtime[LoopContext], label: st
     both = (merge_all(arms["reference"]), merge_all(arms["candidate"]))
     judgement = judgement_of(
         looks[-1].verdict, looks, replicates, cfg, both, n,
-        arms="alternating", per_launch=per_launch, workload=state.config.target.workload,
+        arms="alternating", per_launch=per_launch, workload=state.target.workload,
     )  # fmt: skip
     kept = running if last == "candidate" or looks[-1].verdict == "accepted" else None
     return JudgedCandidate(both[1], judgement, tolerance=tolerance, launches_beside=launched, server=kept)

@@ -23,17 +23,17 @@ VISIBLE = "CUDA_VISIBLE_DEVICES"
 def arms_in_use(state: LoopState) -> ArmsInUse:
     """The session's arms: the resolved choice, else the target's (`auto` before the baseline
     resolved it launches nothing beside a server, so it counts as sequential there) (pure)."""
-    if state.measurement.arms is not None:
-        return state.measurement.arms.arms
-    arms = state.config.target.decide.arms
+    if state.arms is not None:
+        return state.arms.arms
+    arms = state.target.decide.arms
     return "sequential" if arms == "auto" else arms
 
 
 def probe_widens(state: LoopState) -> bool:
     """Whether the CPU probe's drift widens a sequential arm's interval: not in a paired-blocks
     session whose server holds GPU memory (a CPU probe says nothing of a GPU-bound workload) (pure)."""
-    fit = state.measurement.arms.fit if state.measurement.arms is not None else None
-    return not (state.config.options.paired_blocks and fit is not None and fit.device == "gpu")
+    fit = state.arms.fit if state.arms is not None else None
+    return not (state.options.paired_blocks and fit is not None and fit.device == "gpu")
 
 
 def fits(fit: MemoryFit, margin: float) -> bool:
@@ -71,8 +71,8 @@ def choose_arms(state: LoopState, runtime: Runtime[LoopContext]) -> ArmsChoice |
     """`auto` resolved on the running baseline server (None when the target names its arms; named
     sequential arms of a paired-blocks session: where the server computes, for the CPU probe); a
     reference host not of this host's kind gives alternating arms instead of cross-host."""
-    cfg = state.config.target.decide
-    if cfg.arms == "sequential" and state.config.options.paired_blocks and state.server is not None:
+    cfg = state.target.decide
+    if cfg.arms == "sequential" and state.options.paired_blocks and state.server is not None:
         fit = call(runtime, info.memory_fit, MemoryFitArgs(pgid=state.server.process.pgid))
         why = f"named by the target; its server computes on the {fit.device.upper()} ({fit.where})"
         return ArmsChoice(arms="sequential", why=why, fit=fit)
@@ -94,15 +94,15 @@ def choose_arms(state: LoopState, runtime: Runtime[LoopContext]) -> ArmsChoice |
 
 def reference_host(state: LoopState) -> TrialHost:
     """The `[[hosts]]` entry `[decide] reference_host` names (the target's validator made sure)."""
-    name = need(state.config.target.decide.reference_host, "[decide] reference_host")
-    return next(h for h in state.config.target.hosts if h.name == name)
+    name = need(state.target.decide.reference_host, "[decide] reference_host")
+    return next(h for h in state.target.hosts if h.name == name)
 
 
 def reference_kinds(state: LoopState, runtime: Runtime[LoopContext]) -> tuple[str, HostKind, HostKind]:
     """(name, this host's kind, the reference host's): `host.kind` here with the target's launch
     environment, and there, through its own door branch (`baseline@NAME`), with that host's."""
     th = reference_host(state)
-    name, env = th.name, state.config.target.launch.env
+    name, env = th.name, state.target.launch.env
     here = call(runtime, info.kind, HostKindArgs(cuda_visible_devices=env.get(VISIBLE)))
     visible = th.env.get(VISIBLE, env.get(VISIBLE))
     branch = door_of(runtime).branch(f"baseline@{name}", th.host)

@@ -33,8 +33,8 @@ from tools.store import aa
 def history(state: LoopState, runtime: Runtime[LoopContext], leave_out: str | None = None) -> Pool:
     """The pool before a trial: earlier trials' blocks of this shape (the group `leave_out`, a
     resumed trial's own, left out) and the target's A/A launches, with the weak prior."""
-    cfg = state.config.target.decide
-    read = call(runtime, aa.record, AARecordArgs(target_key=shape_key(state.config.target)))
+    cfg = state.target.decide
+    read = call(runtime, aa.record, AARecordArgs(target_key=shape_key(state.target)))
     groups: dict[str, list[float]] = defaultdict(list)
     for s in read.samples:
         if s.group != leave_out:
@@ -61,7 +61,7 @@ def plan(state: LoopState, runtime: Runtime[LoopContext], baseline: Measurement)
     """The baseline's plan line for the session's trials, from the pool and the baseline's launch
     and measurement cost."""
     pool = history(state, runtime)
-    return plan_blocks(pool, state.config.target.decide, *cost(state, baseline)).line(pool)
+    return plan_blocks(pool, state.target.decide, *cost(state, baseline)).line(pool)
 
 
 def group_of(state: LoopState, label: str) -> str:
@@ -85,7 +85,7 @@ def keep_blocks(
     ds = differences(per_launch)
     if len(ds) < 2:
         return 0
-    key, group = shape_key(state.config.target), group_of(state, label)
+    key, group = shape_key(state.target), group_of(state, label)
     numbers = [p.launch_number for p in per_launch if p.arm == "candidate"]
     samples = [
         AASample(

@@ -75,16 +75,16 @@ def both_hosts_noise(state: LoopState, runtime: Runtime[LoopContext], noise: Lau
     """The launch noise cross-host arms plan with and take as the A/A prior, fixed on the baseline:
     both hosts' stored A/A launches (they are of one kind), read through the door; `noise` (the
     session host's) for sessions recorded before (`LoopOptions.reference_host_aa`)."""
-    if not (state.config.options.aa_evidence and state.config.options.reference_host_aa):
+    if not (state.options.aa_evidence and state.options.reference_host_aa):
         return noise
-    keys = (target_key(state.config.target), target_key(state.config.target, reference_host(state)))
+    keys = (target_key(state.target), target_key(state.target, reference_host(state)))
     read = {k: call(runtime, aa.record, AARecordArgs(target_key=k)).samples for k in keys}
-    return across_hosts(read, state.config.target.decide)
+    return across_hosts(read, state.target.decide)
 
 
 def session_host(state: LoopState) -> str:
     """The session's own host as a per-launch row names it: `target_key`'s host part (pure)."""
-    return state.config.target.host.url if state.config.target.host.kind == "ssh" else "local"
+    return state.target.host.url if state.target.host.kind == "ssh" else "local"
 
 
 ARMS: tuple[Arm, Arm] = ("reference", "candidate")
@@ -116,10 +116,10 @@ class Launches:
 
     def keep(self, state: LoopState, runtime: Runtime[LoopContext], th: TrialHost) -> None:
         """Each host's replicate launches as A/A samples of that host, in one `aa.record` call."""
-        if not state.config.options.aa_evidence:
+        if not state.options.aa_evidence:
             return
         samples = []
-        for host, key in ((self.here, None), (self.there, target_key(state.config.target, th))):
+        for host, key in ((self.here, None), (self.there, target_key(state.target, th))):
             rows = [p for p in self.rows if p.host == host]
             arms: dict[Arm, list[Measurement]] = {a: self.ms.get((host, a), []) for a in ARMS}
             samples += replicate_samples(state, rows, arms, key)
@@ -136,7 +136,7 @@ def judge_cross_host(state: LoopState, runtime: Runtime[LoopContext], label: str
     state = state.model_copy(update={"server": running})
     problem, tolerance = outputs.check(state, runtime, n)  # the correctness set, before any other launch
     if problem is not None:
-        m = measure_launch(state, runtime, running, f"{label}-candidate-1", state.config.target.repo)
+        m = measure_launch(state, runtime, running, f"{label}-candidate-1", state.target.repo)
         return JudgedCandidate(m, problem=problem, tolerance=tolerance, launches_beside=count, server=running)
     there = ReferenceHost(state, runtime, label)
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"reference-host-{there.th.name}")
@@ -178,7 +178,7 @@ class Crossover:
         state, runtime = self.state, self.runtime
         if r == 1:
             return
-        call(runtime, server.stop, ServerArgs(server=self.running, grace_s=state.config.target.launch.stop_grace_s))
+        call(runtime, server.stop, ServerArgs(server=self.running, grace_s=state.target.launch.stop_grace_s))
         if arm == "reference":
             number = self.base + self.count + 1
             self.running = launch_beside(state, runtime, where, argv, number, role_of(state, where))
@@ -197,7 +197,7 @@ class Crossover:
         try:
             self.launch_here(r, arm, where, argv)
             with progress.within(f"round {r}/{rounds}: {arm} here, {other(arm)} on {there.th.name}"):
-                tree = where if arm == "reference" else state.config.target.repo
+                tree = where if arm == "reference" else state.target.repo
                 m = measure_launch(state, self.runtime, self.running, f"{self.label}-{arm}-{i}", tree)
         finally:
             wait([pending])
@@ -252,7 +252,7 @@ class Crossover:
         self.launches.keep(state, runtime, self.there.th)
         kept: ServerHandle | None = self.running
         if session_arm(r) == "reference":  # the candidate's server runs on only when it may be profiled next
-            grace = state.config.target.launch.stop_grace_s
+            grace = state.target.launch.stop_grace_s
             call(runtime, server.stop, ServerArgs(server=self.running, grace_s=grace))
             kept = None
             if looks[-1].verdict == "accepted":
@@ -264,7 +264,7 @@ class Crossover:
         both = (self.launches.arm("reference"), self.launches.arm("candidate"))
         judgement = judgement_of(
             looks[-1].verdict, looks, replicates, cfg, both, len(both[0].outputs),
-            arms="cross-host", per_launch=self.launches.rows, workload=state.config.target.workload,
+            arms="cross-host", per_launch=self.launches.rows, workload=state.target.workload,
         )  # fmt: skip
         return JudgedCandidate(
             both[1], judgement, tolerance=tolerance, launches_beside=self.count, server=kept

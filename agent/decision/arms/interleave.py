@@ -53,8 +53,8 @@ def reference_tree(state: LoopState, runtime: Runtime[LoopContext]) -> tuple[Pat
     argv = state.kept_argv
     commit = state.pending_commit
     if commit is None:  # a launch-option fix: the same tree, the options kept so far
-        return state.config.target.repo, argv
-    args = ReferenceCopyArgs(repo=state.config.target.repo, dest=reference_dir(state), commit=commit.parent_sha)
+        return state.target.repo, argv
+    args = ReferenceCopyArgs(repo=state.target.repo, dest=reference_dir(state), commit=commit.parent_sha)
     call(runtime, reference.reference_copy, args)
     return args.dest, argv
 
@@ -65,8 +65,8 @@ def beside_files(state: LoopState) -> dict[str, Path]:
     the candidate's second launch of a confirming pair (pure)."""
     return {
         "reference.pid": reference_dir(state),
-        "reference-tree.pid": state.config.target.repo,
-        "confirm.pid": state.config.target.repo,
+        "reference-tree.pid": state.target.repo,
+        "confirm.pid": state.target.repo,
     }
 
 
@@ -84,10 +84,10 @@ def launch_beside(
     snap = call(runtime, repo.snapshot, RepoArgs(repo=where))
     instrumented = bool(state.server and state.server.instrumented)
     args = launch_args(
-        state.config.target,
+        state.target,
         where,
         argv,
-        state.config.options.python,
+        state.options.python,
         files / "logs" / f"server-{number}-{role}.log",
         repo.tree_fingerprint(snap),
         number,
@@ -100,21 +100,21 @@ def launch_beside(
 def stop_reference(state: LoopState, runtime: Runtime[LoopContext]) -> None:
     """Stop the servers a (possibly killed) attempt launched beside the candidate, and remove the
     reference copy."""
-    grace = state.config.target.launch.stop_grace_s
+    grace = state.target.launch.stop_grace_s
     for name, where in beside_files(state).items():
         args = PidFileArgs(pid_file=host_dir(state) / name, repo=where, grace_s=grace)
         call(runtime, server.stop_recorded, args)
     call(
         runtime,
         reference.remove_reference_copy,
-        RemoveCopyArgs(repo=state.config.target.repo, dest=reference_dir(state)),
+        RemoveCopyArgs(repo=state.target.repo, dest=reference_dir(state)),
     )
 
 
 def pair_args(state: LoopState, handle: ServerHandle, label: str, repeats: int, warmups: int) -> MeasureArgs:
     """One arm's workload: the target's prompts, `repeats` per prompt after `warmups` warm-ups."""
-    cfg = state.config.target.measure.model_copy(update={"repeats": repeats, "warmup_requests": warmups})
-    target, python, w = state.config.target, state.config.options.python, state.config.target.workload
+    cfg = state.target.measure.model_copy(update={"repeats": repeats, "warmup_requests": warmups})
+    target, python, w = state.target, state.options.python, state.target.workload
     if w is not None:  # warm-up windows with the warm-up requests (a fresh pair of launches)
         w = w.model_copy(update={"warmup_windows": w.warmup_windows if warmups else 0})
     return measure_args(
@@ -135,15 +135,15 @@ def judge_pair(
     noise: LaunchNoise,
 ) -> Arms:
     """Measure a (reference, candidate) pair of running servers look by look, requests alternating."""
-    ref0, cfg = need(state.reference, "reference measurement"), state.config.target.decide
-    n, reps = len(ref0.outputs), state.config.target.measure.repeats
+    ref0, cfg = need(state.reference, "reference measurement"), state.target.decide
+    n, reps = len(ref0.outputs), state.target.measure.repeats
     ref_m: Measurement | None = None
     cand_m: Measurement | None = None
     looks: list[Look] = []
     for k in range(1, cfg.looks + 1):
-        warm = state.config.target.measure.warmup_requests if k == 1 else 0
-        if k == 1 and state.config.target.workload is not None:
-            warm = warmup_requests(state.config.target.workload)
+        warm = state.target.measure.warmup_requests if k == 1 else 0
+        if k == 1 and state.target.workload is not None:
+            warm = warmup_requests(state.target.workload)
         with progress.within(f"look {k}/{cfg.looks}"):
             pair = call(
                 runtime,
@@ -153,7 +153,7 @@ def judge_pair(
                     candidate=pair_args(state, servers[1], label, reps, warm),
                 ),
             )
-        snaps = [call(runtime, repo.snapshot, RepoArgs(repo=p)) for p in (where, state.config.target.repo)]
+        snaps = [call(runtime, repo.snapshot, RepoArgs(repo=p)) for p in (where, state.target.repo)]
         r = annotate(pair.reference, snaps[0], state, servers[0].instrumented, warm)
         c = annotate(pair.candidate, snaps[1], state, servers[1].instrumented, warm)
         ref_m, cand_m = (r, c) if ref_m is None or cand_m is None else (merge(ref_m, r), merge(cand_m, c))
@@ -162,7 +162,7 @@ def judge_pair(
             problem = "the reference server's outputs differ from the reference measurement's: not judged"
         if problem is not None:
             return ref_m, cand_m, looks, problem
-        w = state.config.target.workload
+        w = state.target.workload
         looks.append(look(arm_of(ref_m, n, w), arm_of(cand_m, n, w), noise, cfg, k))
         if looks[-1].verdict != "undecided":
             break
@@ -181,12 +181,12 @@ def confirming_line(lk: Look, confirm_below: float | None) -> str:
 def judge_interleaved(state: LoopState, runtime: Runtime[LoopContext], label: str) -> JudgedCandidate:
     """Launch the reference beside the running candidate, measure both look by look, judge; an
     acceptance below `confirm_below` is judged again on a fresh pair of launches."""
-    cfg, candidate = state.config.target.decide, need(state.server, "candidate server")
+    cfg, candidate = state.target.decide, need(state.server, "candidate server")
     n = len(need(state.reference, "reference measurement").outputs)
     noise = state.launch_noise if state.launch_noise and state.launch_noise.paired else pair_noise([], cfg)
     problem, tolerance = outputs.check(state, runtime, n)  # a candidate failing it costs no reference launch
     if problem is not None:
-        m = measure_arm(state, runtime, label, state.config.target.measure.repeats, warm_up=True)
+        m = measure_arm(state, runtime, label, state.target.measure.repeats, warm_up=True)
         return JudgedCandidate(m, problem=problem, tolerance=tolerance, launches_beside=0)
     where, argv = reference_tree(state, runtime)
     launches = 0
@@ -196,15 +196,15 @@ def judge_interleaved(state: LoopState, runtime: Runtime[LoopContext], label: st
         ref_m, cand_m, looks, problem = judge_pair(state, runtime, label, (ref, candidate), where, noise)
         if problem is not None:
             return JudgedCandidate(cand_m, problem=problem, tolerance=tolerance, launches_beside=launches)
-        w = state.config.target.workload  # other concurrency levels: a regression at any is one
+        w = state.target.workload  # other concurrency levels: a regression at any is one
         others = level_looks(ref_m, cand_m, w, noise, cfg, len(looks))
         verdict, confirmation = with_levels(looks[-1].verdict, others), list[Look]()
         if needs_confirmation(looks[-1], cfg):
-            call(runtime, server.stop, ServerArgs(server=ref, grace_s=state.config.target.launch.stop_grace_s))
+            call(runtime, server.stop, ServerArgs(server=ref, grace_s=state.target.launch.stop_grace_s))
             with progress.within(confirming_line(looks[-1], cfg.confirm_below)):  # on every line of the pair
                 ref2 = launch_beside(state, runtime, where, argv, state.launches + 2, role_of(state, where))
                 cand2 = launch_beside(
-                    state, runtime, state.config.target.repo, state.argv, state.launches + 3, "confirm"
+                    state, runtime, state.target.repo, state.argv, state.launches + 3, "confirm"
                 )
                 launches += 2
                 _, _, confirmation, problem = judge_pair(
@@ -225,7 +225,7 @@ def judge_interleaved(state: LoopState, runtime: Runtime[LoopContext], label: st
         n,
         arms="interleaved",
         confirmation=confirmation,
-        workload=state.config.target.workload,
+        workload=state.target.workload,
         levels=others,
     )
     return JudgedCandidate(cand_m, judgement, tolerance=tolerance, launches_beside=launches)

@@ -70,7 +70,7 @@ def measure_arm(
 ) -> Measurement:
     """`repeats` requests per prompt on the running server (after the warm-ups if `warm_up`),
     annotated with the tree it ran."""
-    cfg, w = state.config.target.measure, state.config.target.workload
+    cfg, w = state.target.measure, state.target.workload
     warmups = cfg.warmup_requests if warm_up else 0
     update: dict[str, MeasureConfig | WorkloadConfig] = {
         "measure": cfg.model_copy(update={"repeats": repeats, "warmup_requests": warmups})
@@ -78,9 +78,9 @@ def measure_arm(
     if w is not None:  # warm-up windows on a fresh launch only; counted as requests discarded
         update["workload"] = w.model_copy(update={"warmup_windows": w.warmup_windows if warm_up else 0})
         warmups = warmup_requests(w) if warm_up else 0
-    target = state.config.target.model_copy(update=update)
+    target = state.target.model_copy(update=update)
     m = measure_server(state.model_copy(update={"target": target}), runtime, label)
-    snap = call(runtime, repo.snapshot, RepoArgs(repo=state.config.target.repo))
+    snap = call(runtime, repo.snapshot, RepoArgs(repo=state.target.repo))
     return annotate(m, snap, state, bool(state.server and state.server.instrumented), warmups)
 
 
@@ -117,24 +117,24 @@ def budget(state: LoopState) -> int:
     """Requests per prompt of a reference arm: `repeats x looks`; with interleaved arms only
     `repeats` (the reference is measured again beside each candidate) (pure)."""
     if arms_in_use(state) == "interleaved":
-        return state.config.target.measure.repeats
-    return state.config.target.measure.repeats * state.config.target.decide.looks
+        return state.target.measure.repeats
+    return state.target.measure.repeats * state.target.decide.looks
 
 
 def record_aa(state: LoopState, runtime: Runtime[LoopContext], m: Measurement) -> LaunchNoise:
     """Keep this baseline launch as an A/A sample; the launch noise from all of its target's."""
-    return noise_for(keep_aa(state, runtime, m), state.config.target.decide, arms_in_use(state))
+    return noise_for(keep_aa(state, runtime, m), state.target.decide, arms_in_use(state))
 
 
 def keep_aa(state: LoopState, runtime: Runtime[LoopContext], m: Measurement) -> list[AASample]:
     """Keep this baseline launch as an A/A sample; every A/A sample of its target on its host."""
-    key = target_key(state.config.target)
+    key = target_key(state.target)
     sample = AASample(
         target_key=key,
-        group=sample_group(m.content_sha256 or m.tree_sha256, state.config.target, m.client),
+        group=sample_group(m.content_sha256 or m.tree_sha256, state.target, m.client),
         session_id=state.session_id,
         launch_number=state.server.launch_number if state.server else state.launches,
-        location_log=arm_location(arm_of(m, len(m.outputs), state.config.target.workload)),
+        location_log=arm_location(arm_of(m, len(m.outputs), state.target.workload)),
         requests=len(m.requests),
     )
     return call(runtime, aa.record, AARecordArgs(target_key=key, sample=sample)).samples
@@ -235,9 +235,9 @@ def judgement_of(
 
 def judge_candidate(state: LoopState, runtime: Runtime[LoopContext], label: str) -> JudgedCandidate:
     """Measure the candidate look by look on its own launch, and judge it."""
-    ref, cfg = need(state.reference, "reference measurement"), state.config.target.decide
+    ref, cfg = need(state.reference, "reference measurement"), state.target.decide
     noise = state.launch_noise or launch_noise([], cfg)
-    reps, exact = state.config.target.measure.repeats, not outputs.tolerant(state)
+    reps, exact = state.target.measure.repeats, not outputs.tolerant(state)
     with progress.within(f"look 1/{cfg.looks}"):
         m = measure_arm(state, runtime, label, reps, warm_up=True)
     problem, tolerance = outputs_problem(ref, m, exact) or unlike(ref, m), None
@@ -245,7 +245,7 @@ def judge_candidate(state: LoopState, runtime: Runtime[LoopContext], label: str)
         problem, tolerance = outputs.check(state, runtime, len(ref.outputs))
     if problem is not None:
         return JudgedCandidate(m, problem=problem, tolerance=tolerance)
-    n, w = len(ref.outputs), state.config.target.workload
+    n, w = len(ref.outputs), state.target.workload
     ref_arm = arm_of(ref, n, w)
     widens = probe_widens(state)
     looks = [look(ref_arm, arm_of(m, n, w), noise, cfg, 1, machine_drift(ref, m, widens))]
@@ -260,7 +260,7 @@ def judge_candidate(state: LoopState, runtime: Runtime[LoopContext], label: str)
         others = level_looks(ref, m, w, noise, cfg, k, machine_drift(ref, m, widens))
     verdict = with_levels(looks[-1].verdict, others)
     judgement = judgement_of(verdict, looks, noise, cfg, (ref, m), n, workload=w, levels=others)
-    more = state.iteration < state.config.options.max_iterations
+    more = state.iteration < state.options.max_iterations
     per_repeat = len(w.levels) if w is not None else max(n, 1)  # a window per level, or a request per prompt
     measured = len(m.windows) // per_repeat if w is not None else len(m.requests) // per_repeat
     missing = budget(state) - measured

@@ -32,17 +32,17 @@ class ReferenceHost:
 
     def __init__(self, state: LoopState, runtime: Runtime[LoopContext], label: str) -> None:
         self.state, self.label, self.th = state, label, reference_host(state)
-        measure = state.config.target.measure.model_copy(update={"repeats": budget(state)})
+        measure = state.target.measure.model_copy(update={"repeats": budget(state)})
         task = TrialTask(
             session_id=state.session_id,
             iteration=state.iteration,
             host=self.th,
             proposal=need(state.proposal, "proposal"),
-            target=state.config.target.model_copy(update={"measure": measure}),
+            target=state.target.model_copy(update={"measure": measure}),
             argv=state.kept_argv,
             kept_diffs=state.kept_diffs,
-            python=state.config.options.python,
-            local_dir=state.config.options.session_dir,
+            python=state.options.python,
+            local_dir=state.options.session_dir,
         )
         self.run = HostRun(
             task, door_of(runtime).branch(f"measure@{self.th.name}", self.th.host), "crosshost"

@@ -41,7 +41,7 @@ def aa_pair(
     """Measure two running launches of one tree with requests alternating (`repeats x looks` per
     prompt each, the same warm-ups), keep the shift between them as an A/A pair; (the pair, the
     pair noise from all of the target's, both measurements)."""
-    target = state.config.target
+    target = state.target
     n, reps = len(target.measure.prompts), target.measure.repeats * target.decide.looks
     warm = target.measure.warmup_requests
     if target.workload is not None:  # its warm-up windows, counted in requests
@@ -93,8 +93,8 @@ def start_pairs(
     `keep_gain` out of reach), at most `auto_aa_pairs`; the beside server is stopped after each. The
     session's own pairs do not count: a resumed step launches them again, under the same launch
     numbers, so the store replaces them (`SessionStore.add_aa`)."""
-    cfg, base = state.config.target.decide, need(state.server, "baseline server")
-    stored = call(runtime, aa.record, AARecordArgs(target_key=target_key(state.config.target))).samples
+    cfg, base = state.target.decide, need(state.server, "baseline server")
+    stored = call(runtime, aa.record, AARecordArgs(target_key=target_key(state.target))).samples
     others = sum(s.shift_log is not None and s.session_id != state.session_id for s in stored)
     arms: list[Arm] = []
     shifts: list[str] = []
@@ -109,7 +109,7 @@ def start_pairs(
             )
         with progress.within(f"calibrating: pair {i}/{cfg.auto_aa_pairs}"):
             state, noise, sample, pair = _pair_beside(state, runtime, base, i)
-        n, w = len(state.config.target.measure.prompts), state.config.target.workload
+        n, w = len(state.target.measure.prompts), state.target.workload
         arms += [arm_of(pair.reference, n, w), arm_of(pair.candidate, n, w)]
         shifts.append(f"{sample.shift_log or 0.0:+.1%}")
     return state, noise, arms, shifts
@@ -123,7 +123,7 @@ def _pair_beside(
     progress.report("launching the tree again beside the baseline")
     try:
         beside = launch_beside(
-            state, runtime, state.config.target.repo, state.kept_argv, state.launches + 1, "reference-tree"
+            state, runtime, state.target.repo, state.kept_argv, state.launches + 1, "reference-tree"
         )
         state = state.model_copy(update={"launches": beside.launch_number})
         sample, noise, pair = aa_pair(state, runtime, base, beside, f"aa-{i}")
@@ -134,14 +134,14 @@ def _pair_beside(
 
 def powered(state: LoopState, runtime: Runtime[LoopContext], m: Measurement, noise: LaunchNoise) -> Powered:
     """A/A pairs at the start (interleaved arms), the power, and the target sized by it."""
-    cfg, w = state.config.target.decide, state.config.target.workload
+    cfg, w = state.target.decide, state.target.workload
     arms = [arm_of(m, len(m.outputs), w)]
     prompts = 1 if w is not None and m.windows else len(m.outputs)
     unit = "windows" if w is not None and m.windows else "requests per prompt"
     note = ""
     if arms_in_use(state) == "interleaved" and cfg.auto_aa_pairs > 0:  # `auto` resolved
         ahead = keeps(
-            noise.sigma_log, request_spread(arms), prompts, state.config.target.measure.repeats, cfg.looks, cfg
+            noise.sigma_log, request_spread(arms), prompts, state.target.measure.repeats, cfg.looks, cfg
         )
         took_s = sum(r.ttft_ms + sum(r.itl_ms) for r in m.requests) / 1000  # the baseline's requests
         state, noise, more, shifts = start_pairs(state, runtime, noise, took_s)
@@ -149,10 +149,10 @@ def powered(state: LoopState, runtime: Runtime[LoopContext], m: Measurement, noi
         if shifts:
             note = f"{len(shifts)} A/A pair(s) beside the baseline (shifts {', '.join(shifts)}; "
             note += f"power before them {ahead:.3f}x); "
-    power = sized(noise, request_spread(arms), prompts, state.config.target.measure.repeats, cfg, unit)
-    target = state.config.target.model_copy(
+    power = sized(noise, request_spread(arms), prompts, state.target.measure.repeats, cfg, unit)
+    target = state.target.model_copy(
         update={
-            "measure": state.config.target.measure.model_copy(update={"repeats": power.repeats}),
+            "measure": state.target.measure.model_copy(update={"repeats": power.repeats}),
             "decide": cfg.model_copy(update={"looks": power.looks}),
         }
     )

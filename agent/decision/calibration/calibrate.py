@@ -73,7 +73,7 @@ def calibrate(
 def resolve_arms(state: LoopState, runtime: Runtime[LoopContext], report: Callable[[str], None]) -> LoopState:
     """`arms = "auto"` resolved as the baseline step does, said in one line; without the target's
     `two_servers_fit` on a first launch, left running in the state for the first sample."""
-    cfg = state.config.target.decide
+    cfg = state.target.decide
     if cfg.arms != "auto":
         return state
     if cfg.two_servers_fit is None:
@@ -83,7 +83,7 @@ def resolve_arms(state: LoopState, runtime: Runtime[LoopContext], report: Callab
         choice = need(choose_arms(state, runtime), "arms")
     except BaseException:
         if state.server is not None:  # the first launch, not measured
-            grace = state.config.target.launch.stop_grace_s
+            grace = state.target.launch.stop_grace_s
             call(runtime, server.stop, ServerArgs(server=state.server, grace_s=grace))
         raise
     unit = "pairs of launches" if choice.arms == "interleaved" else "single launches"
@@ -96,7 +96,7 @@ def calibrate_pairs(
 ) -> LaunchNoise:
     """Interleaved arms: launch the tree twice at once, measure both with requests alternating,
     keep the shift between them as an A/A pair; `pairs` times (each pair is two launches)."""
-    target = state.config.target
+    target = state.target
     noise = pair_noise([], target.decide)
     for i in range(1, pairs + 1):
         first = state.server or start_server(state, runtime, instrumented=False)

@@ -54,7 +54,7 @@ def correctness_prompts(session_id: str, timing: list[str], cfg: CorrectnessConf
 
 def all_prompts(state: LoopState) -> list[str]:
     """The whole correctness set: timing, random, then long prompts (pure)."""
-    base = correctness_prompts(seed_id(state), state.config.target.measure.prompts, state.config.target.correctness)
+    base = correctness_prompts(seed_id(state), state.target.measure.prompts, state.target.correctness)
     return base + (state.long_prompts.prompts if state.long_prompts else [])
 
 
@@ -62,15 +62,15 @@ def learn_long_prompts(state: LoopState, runtime: Runtime[LoopContext]) -> LongP
     """On the baseline server: the context limit (the target file's, else the server's) and the
     long prompts fitted to its tokenizer; None where the session predates them or the target
     turns them off (`long_prompts = 0`: then nothing is asked of the server)."""
-    cfg = state.config.target.correctness
-    if not state.config.options.long_prompts or cfg.long_prompts == 0:
+    cfg = state.target.correctness
+    if not state.options.long_prompts or cfg.long_prompts == 0:
         return None
     limit: int | None = cfg.context_tokens
     source = "[correctness] context_tokens"
     if limit is None:
         base_url = need(state.server, "running server").base_url
         learned = call(
-            runtime, limits.context_limit, ContextLimitArgs(base_url=base_url, model=state.config.target.model)
+            runtime, limits.context_limit, ContextLimitArgs(base_url=base_url, model=state.target.model)
         )
         limit, source = learned.tokens, learned.source
     found = LongPrompts(limit=limit, source=source, stated_in_target=cfg.context_tokens is not None)
@@ -87,7 +87,7 @@ def learn_long_prompts(state: LoopState, runtime: Runtime[LoopContext]) -> LongP
         limits.fit_prompts,
         FitArgs(
             base_url=need(state.server, "running server").base_url,
-            model=state.config.target.model,
+            model=state.target.model,
             lengths=lengths,
             seed=seed_of(seed_id(state)) + 2,
             timeout_s=cfg.request_timeout_s,
@@ -110,7 +110,7 @@ def refusal(state: LoopState) -> str | None:
 
 def take_outputs(state: LoopState, runtime: Runtime[LoopContext]) -> OutputsResult:
     """The running server's outputs on the session's correctness set."""
-    cfg = state.config.target.correctness
+    cfg = state.target.correctness
     prompts = all_prompts(state)
     n_long = len(state.long_prompts.prompts) if state.long_prompts else 0
     first = min(cfg.concurrent, len(prompts) - n_long)
@@ -120,7 +120,7 @@ def take_outputs(state: LoopState, runtime: Runtime[LoopContext]) -> OutputsResu
         bench.outputs,
         OutputsArgs(
             base_url=need(state.server, "running server").base_url,
-            model=state.config.target.model,
+            model=state.target.model,
             prompts=prompts,
             max_tokens=cfg.max_tokens,
             concurrent=min(cfg.concurrent, len(prompts)) if together is None else len(together),
@@ -134,7 +134,7 @@ def describe(state: LoopState, update: LoopUpdate) -> str:
     """The baseline's gate reference in `update`, e.g. `correctness set: 5 prompts (2 random, up to
     600 chars), 40 tokens each, 3 at once: 12.1 s` or `... scored for the tolerance gate: 3.2 s`,
     then the long prompts' line and what they cost."""
-    cfg = state.config.target.correctness
+    cfg = state.target.correctness
     head = f"({cfg.random_prompts} random, up to {cfg.max_prompt_chars} chars), {cfg.max_tokens} tokens each"
     lp = update.get("long_prompts")
     tail = ""
@@ -167,7 +167,7 @@ def names(state: LoopState, n_timing: int) -> list[str]:
     ]
     if lp is not None:
         out += [
-            f"long prompt {i + 1}: {t} + {state.config.target.correctness.max_tokens} tokens of {lp.limit}"
+            f"long prompt {i + 1}: {t} + {state.target.correctness.max_tokens} tokens of {lp.limit}"
             for i, t in enumerate(lp.tokens)
         ]
     return out

@@ -65,18 +65,18 @@ def compare(reference: ScoreResult, candidate: ScoreResult, cfg: CorrectnessConf
 
 def tolerant(state: LoopState) -> bool:
     """Whether this session's gate is the tolerance policy (pure)."""
-    return state.config.target.correctness.policy == "tolerance"
+    return state.target.correctness.policy == "tolerance"
 
 
 def scores(state: LoopState, runtime: Runtime[LoopContext], continuations: list[str] | None) -> ScoreResult:
     """The running server's scores of the correctness set (continuations generated when None)."""
-    cfg = state.config.target.correctness
+    cfg = state.target.correctness
     return call(
         runtime,
         score.score,
         ScoreArgs(
             base_url=need(state.server, "running server").base_url,
-            model=state.config.target.model,
+            model=state.target.model,
             prompts=all_prompts(state),
             continuations=continuations,
             max_tokens=cfg.max_tokens,
@@ -106,12 +106,12 @@ def check(
         ref = state.tolerance_reference
         cand = scores(state, runtime, [t.continuation for t in ref.texts])
         try:
-            result = compare(ref, cand, state.config.target.correctness)
+            result = compare(ref, cand, state.target.correctness)
         except ValueError as exc:  # a server that tokenizes the same text two ways
             return f"tolerance gate: {exc}", None
         return (None if result.passed else result.line()), result
-    if state.measurement.correctness is not None:
-        taken = state.measurement.correctness
+    if state.correctness is not None:
+        taken = state.correctness
         named, batch = names(state, n_timing), batch_indices(state, taken)
         return differences(taken, take_outputs(state, runtime), named, batch), None
     return None, None

@@ -53,7 +53,7 @@ class CiRule:
         arms resolved first, on this server."""
         choice = choose_arms(state, runtime)
         state = state.model_copy(update={"arms": choice}) if choice is not None else state
-        kind = same_kind(state, runtime) if state.config.target.decide.arms == "cross-host" else None
+        kind = same_kind(state, runtime) if state.target.decide.arms == "cross-host" else None
         measured = budget(state)
         m = measure_arm(state, runtime, "baseline", measured, warm_up=True)
         b = aa_launch(state, runtime, m, keep_aa(state, runtime, m), measured)  # (sequential: one more)
@@ -64,12 +64,12 @@ class CiRule:
         more: LoopUpdate = {"server": state.server, "launches": state.launches} if relaunched else {}
         evidence = noise.describe()
         relaunched_arms = arms_in_use(state) in ("alternating", "cross-host")
-        if state.config.options.power and not relaunched_arms:  # (alternating, cross-host: their plan lines)
+        if state.options.power and not relaunched_arms:  # (alternating, cross-host: their plan lines)
             p = powered(state, runtime, m, noise)
             state, m, noise, evidence = p.state, p.measurement, p.noise, f"{p.note}{p.power.line()}"
-            more.update({"power": p.power, "target": state.config.target, "launches": state.launches})
+            more.update({"power": p.power, "target": state.target, "launches": state.launches})
             measured = max(measured, budget(state) if arms_in_use(state) == "sequential" else 0)
-        if relaunched_arms and state.config.options.paired_blocks and arms_in_use(state) == "alternating":
+        if relaunched_arms and state.options.paired_blocks and arms_in_use(state) == "alternating":
             evidence = "the launch noise in the plan below"  # (pooled: the default is no floor there)
         evidence = b.note + evidence
         update = outputs.reference_outputs(state, runtime)
@@ -80,15 +80,15 @@ class CiRule:
         if choice is not None:
             more["arms"] = choice
             note += f"; {arms_line(choice)}"
-        if arms_in_use(state) == "alternating" and state.config.options.paired_blocks:
+        if arms_in_use(state) == "alternating" and state.options.paired_blocks:
             at = state.model_copy(update={"launch_noise": noise})
             note += f"; {blocks.plan(at, runtime, m)}"
         elif arms_in_use(state) == "alternating":
-            note += f"; {plan_line(noise, state.config.target.decide)}"
-        if state.config.options.paired_blocks:  # what calibration publishes, so far on this host
-            note += f"; {published(b.samples, noise, state.config.target.decide, arms_in_use(state)).line()}"
+            note += f"; {plan_line(noise, state.target.decide)}"
+        if state.options.paired_blocks:  # what calibration publishes, so far on this host
+            note += f"; {published(b.samples, noise, state.target.decide, arms_in_use(state)).line()}"
         elif arms_in_use(state) == "cross-host":
-            note += f"; {crossover_plan(noise, state.config.target.decide)}" + (f"; {kind}" if kind else "")
+            note += f"; {crossover_plan(noise, state.target.decide)}" + (f"; {kind}" if kind else "")
         return MeasuredBaseline(m, {**update, **more, "launch_noise": noise}, note)
 
     def judge(self, state: LoopState, runtime: Runtime[LoopContext], label: str) -> JudgedCandidate:
@@ -121,7 +121,7 @@ class CiRule:
         )
         if a.outliers or b.outliers:
             reason += f", outliers flagged {a.outliers}+{b.outliers}"
-        reason += f", {state.measurement.tolerance.line()}" if state.measurement.tolerance is not None else ", outputs identical"
+        reason += f", {state.tolerance.line()}" if state.tolerance is not None else ", outputs identical"
         if enables is not None and j.verdict in ("rejected", "inconclusive"):
             return RuleVerdict("accepted", f"{reason}; no gain alone, kept as an enabling step ({enables})")
         return RuleVerdict(j.verdict, reason)

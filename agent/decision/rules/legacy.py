@@ -25,7 +25,7 @@ class IqrRule:
 
     def instruments_candidate(self, state: LoopState) -> bool:
         """Only when another iteration may follow (as these sessions were recorded)."""
-        return state.iteration < state.config.options.max_iterations
+        return state.iteration < state.options.max_iterations
 
     def baseline(self, state: LoopState, runtime: Runtime[LoopContext]) -> MeasuredBaseline:
         return MeasuredBaseline(measure_server(state, runtime, "baseline"))

@@ -32,7 +32,7 @@ PORT_CHARS = 8000
 
 def policy(state: LoopState) -> str:
     """The output gate the patch must pass, in words (pure)."""
-    c = state.config.target.correctness
+    c = state.target.correctness
     if c.policy == "tolerance":
         return (
             "Output policy (tolerance): scored on the baseline's greedy continuations, the top-1 token "
@@ -84,7 +84,7 @@ def port_patch(state: LoopState, books: Sequence[Playbook]) -> tuple[str, str, s
     """(playbook, why it did not fit, its stored patch) for the first finding whose playbook has a
     patch for this kind that does not fit the target (no release key, or it failed to apply);
     None when there is none."""
-    kind, failed = state.config.target.kind, {d.source for d in state.decisions if d.verdict == "failed"}
+    kind, failed = state.target.kind, {d.source for d in state.decisions if d.verdict == "failed"}
     by_id = {b.id: b for b in books}
     for f in need_findings(state):
         book = by_id.get(f.playbook)
@@ -94,13 +94,13 @@ def port_patch(state: LoopState, books: Sequence[Playbook]) -> tuple[str, str, s
         if not keys:
             continue
         diff = read_patch(book, keys[-1])
-        if state.engines.sglang is not None:
-            diff = rebase_diff(diff, state.engines.sglang.package_dir)
+        if state.sglang is not None:
+            diff = rebase_diff(diff, state.sglang.package_dir)
         if book.id in failed:
             why = next(d.reason for d in reversed(state.decisions) if d.source == book.id)
             return book.id, why, diff
         try:
-            choose_patch(book, kind, state.engines.sglang)
+            choose_patch(book, kind, state.sglang)
         except NoPatch as err:
             return book.id, err.reason, diff
     return None
@@ -112,7 +112,7 @@ def _release(key: str) -> tuple[int, ...]:
 
 
 def need_findings(state: LoopState) -> list[Finding]:
-    return state.profiling.diagnosis.findings if state.profiling.diagnosis is not None else []
+    return state.diagnosis.findings if state.diagnosis is not None else []
 
 
 def ops_table(diagnosis: Diagnosis, repo: Path) -> str:
@@ -146,11 +146,11 @@ def context(
     port: tuple[str, str, str] | None = None,
 ) -> str:
     """The first user message (see the module doc)."""
-    diagnosis, repo = need(state.profiling.diagnosis, "diagnosis"), state.config.target.repo
+    diagnosis, repo = need(state.diagnosis, "diagnosis"), state.target.repo
     tpot = state.reference.tpot_ms.median if state.reference else None
     step = f" One profiled decode step takes {diagnosis.step_us / 1000:.2f} ms." if diagnosis.step_us else ""
     parts = [
-        f"Target kind: {state.config.target.kind}. Launch command: {' '.join(redact_argv(state.argv))}.",
+        f"Target kind: {state.target.kind}. Launch command: {' '.join(redact_argv(state.argv))}.",
         (f"Median time per output token (TPOT): {tpot:.2f} ms." if tpot else "") + step,
         policy(state),
         "Top operators of the decode step by self time:",
@@ -219,7 +219,7 @@ def context(
 def ask(state: LoopState) -> str:
     """The message's last line: the answer asked for, edit blocks or (with `[proposer]
     launch_options`) `LAUNCH:` lines, only those when every file is protected (pure)."""
-    cfg = state.config.target.proposer
+    cfg = state.target.proposer
     if not cfg.launch_options:
         return "Read what you need, then answer with your rationale and edit blocks."
     if all(path_problem(p, cfg.protected) for p in ("a.py", "a/b.py")):

@@ -68,11 +68,11 @@ def trial_of(state: LoopState, log_tail: str = "") -> ModelTrial | None:
             + (f"; CI rule: {state.judgement.line()}" if state.judgement is not None else "")
         )
         if cand.outputs != ref.outputs:
-            lines += divergence(state.config.target.measure.prompts, ref.outputs, cand.outputs)
+            lines += divergence(state.target.measure.prompts, ref.outputs, cand.outputs)
     if state.gate_problem:
         lines.append(f"output gate: {state.gate_problem}")
-    if state.measurement.tolerance is not None:
-        lines.append(f"tolerance gate: {state.measurement.tolerance.line()}")
+    if state.tolerance is not None:
+        lines.append(f"tolerance gate: {state.tolerance.line()}")
     lines += [
         f"mechanism: {m.note}"
         for m in state.mechanisms

@@ -41,13 +41,13 @@ def is_model(playbook: str) -> bool:
 def needs_human(state: LoopState, proposals: Sequence[Proposal]) -> bool:
     """Whether these proposals wait for `perfloop approve` whatever `--approve` says: model-written
     ones, unless the target's `[proposer] approve = "auto"` (pure)."""
-    return state.config.target.proposer.approve == "manual" and any(p.origin is not None for p in proposals)
+    return state.target.proposer.approve == "manual" and any(p.origin is not None for p in proposals)
 
 
 def round_size(state: LoopState) -> int:
     """Candidates one round asks the model for: one per host of `[[hosts]]` when there are two or
     more, else 1 (pure). `--parallel` caps how many are tried at once, as for playbooks."""
-    hosts = len(state.config.target.hosts)
+    hosts = len(state.target.hosts)
     return hosts if hosts >= 2 else 1
 
 
@@ -59,7 +59,7 @@ def model_decisions(state: LoopState) -> list[Decision]:
 
 def no_model_reason(state: LoopState) -> str | None:
     """Why no model is asked now, or None when one may be; "" for the default of no model."""
-    cfg = state.config.target.proposer
+    cfg = state.target.proposer
     if cfg.mode == "playbook":
         return "--proposer playbook: no model is asked"
     if not cfg.model:
@@ -94,7 +94,7 @@ def ask_round(
     (`skipped`), and a stored patch of `books` to port when one matched but does not fit."""
     port = port_patch(state, books)
     size = round_size(state)
-    room = state.config.target.proposer.max_proposals * size - len(model_decisions(state))
+    room = state.target.proposer.max_proposals * size - len(model_decisions(state))
     out = Round()
     now = state
     for _ in range(max(1, min(size, room))):

@@ -77,8 +77,8 @@ class Conversation:
         self.siblings = list(siblings)
         """Candidates of the same round (tried at the same time on other hosts): shown to the
         model, and a patch equal to one of them is sent back."""
-        self.cfg = state.config.target.proposer
-        self.repo = state.config.target.repo
+        self.cfg = state.target.proposer
+        self.repo = state.target.repo
         self.usage = LlmUsage()
         self.repairs = 0
         self.messages: list[ChatMessage] = []

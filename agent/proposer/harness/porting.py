@@ -106,23 +106,23 @@ def run(state: LoopState, door: Door) -> LoopState:
     door.node = "propose"
     runtime = cast(Runtime[LoopContext], Runtime(context=LoopContext(door=door)))
     books = [b for b in load_playbooks() if b.id == PLAYBOOK]
-    layout, finding = need(state.engines.sglang, "sglang"), need(state.profiling.diagnosis, "diagnosis").findings[0]
+    layout, finding = need(state.sglang, "sglang"), need(state.diagnosis, "diagnosis").findings[0]
     stored = rebase_diff(read_patch(books[0], "sglang"), layout.package_dir)
     try:
-        args = ApplyArgs(repo=state.config.target.repo, diff=stored, subject="check", trailers={})
+        args = ApplyArgs(repo=state.target.repo, diff=stored, subject="check", trailers={})
         call(runtime, repo_tools.check_patch, args)
         why = "it applies (this release needs no port)"
     except PatchError as exc:
         why = str(does_not_fit(layout.version, stored, exc))
     state = _with(state, [Decision(iteration=state.iteration, source=PLAYBOOK, verdict="failed", reason=why)])
-    for _ in range(state.config.target.proposer.max_proposals):
+    for _ in range(state.target.proposer.max_proposals):
         out = ask_round(state, runtime, finding, books=books)
         state = _with(state, out.failed, usage=out.usage)
         for p in out.proposals:
             result = call(
                 runtime,
                 porting.equivalence,
-                EquivalenceArgs(repo=state.config.target.repo, diff=p.diff, backend=BACKEND),
+                EquivalenceArgs(repo=state.target.repo, diff=p.diff, backend=BACKEND),
             )
             ok = bool(result.identical and result.active_rows_only)
             verdict = "accepted" if ok else ("rejected" if result.applied else "failed")
@@ -169,7 +169,7 @@ def recorded(store: SessionStore, state: LoopState, repo: Path) -> LoopState:
     info = SessionInfo(
         id=state.session_id,
         created_at=utcnow(),
-        target_name=state.config.target.name,
+        target_name=state.target.name,
         target_path=None,
         repo=repo,
         status="running",

@@ -70,7 +70,7 @@ def distribution(knob: Knob) -> BaseDistribution:
 
 def searched(state: LoopState, cfg: SearchConfig) -> list[Knob]:
     """The knobs searched: all, less those that change numerics when outputs must be identical."""
-    exact = state.config.target.correctness.policy != "tolerance"
+    exact = state.target.correctness.policy != "tolerance"
     return [k for k in cfg.knobs if not (k.numerics and exact)]
 
 
@@ -114,7 +114,7 @@ def _study(state: LoopState, knobs: list[Knob], cfg: SearchConfig, seed: int) ->
     study = optuna.create_study(direction="minimize", sampler=sampler)
     for d in trials_of(state):
         params = {n: v for n, v in config_of(d.launch_argv or [], knobs).items() if _fits(dists[n], v)}
-        value = _objective(d, state.config.target.workload)
+        value = _objective(d, state.target.workload)
         study.add_trial(
             create_trial(
                 params=params,
@@ -135,8 +135,8 @@ def _fits(dist: BaseDistribution, value: KnobValue) -> bool:
 
 def first_config(state: LoopState, knobs: list[Knob]) -> dict[str, KnobValue]:
     """The first trial's config: the implicated knobs at their `first` value (pure)."""
-    findings = [f.playbook for f in state.profiling.diagnosis.findings] if state.profiling.diagnosis else []
-    phases = state.profiling.diagnosis.decode_phases if state.profiling.diagnosis else None
+    findings = [f.playbook for f in state.diagnosis.findings] if state.diagnosis else []
+    phases = state.diagnosis.decode_phases if state.diagnosis else None
     if phases is not None and phases.host_bound:
         findings.append(HOST_BOUND)
     return {
@@ -171,8 +171,8 @@ def budget_left(state: LoopState, cfg: SearchConfig, now: float | None = None) -
     done = len(trials_of(state))
     if done >= cfg.max_trials:
         return f"search budget spent: {done} of {cfg.max_trials} trials"
-    arms = state.measurement.arms.arms if state.measurement.arms is not None else state.config.target.decide.arms  # `auto` resolved
-    most = 2 * state.config.target.decide.max_launches_per_arm
+    arms = state.arms.arms if state.arms is not None else state.target.decide.arms  # `auto` resolved
+    most = 2 * state.target.decide.max_launches_per_arm
     per_trial = {"interleaved": 2, "alternating": most, "cross-host": most}.get(arms, 1)
     if cfg.max_launches is not None and state.launches + per_trial > cfg.max_launches:
         return (
@@ -193,7 +193,7 @@ def budget_left(state: LoopState, cfg: SearchConfig, now: float | None = None) -
 def search_proposal(state: LoopState, now: float | None = None) -> tuple[Proposal | None, str]:
     """(the next trial, what it tries) or (None, why the search stops) (pure); `now` as in
     `budget_left`."""
-    cfg = state.config.target.search
+    cfg = state.target.search
     if cfg is None:
         return None, "no [search] in the target file"
     spent = budget_left(state, cfg, now)
@@ -212,10 +212,10 @@ def search_proposal(state: LoopState, now: float | None = None) -> tuple[Proposa
     argv = with_config(state.argv, knobs, config)
     predicted = batching_prediction(state, argv)
     bound = ""
-    if predicted is not None and state.profiling.diagnosis is not None and state.profiling.diagnosis.decode_phases is not None:
+    if predicted is not None and state.diagnosis is not None and state.diagnosis.decode_phases is not None:
         bound = (
             f" Predicted: at most {predicted:.2f}x output throughput (more sequences share each "
-            f"decode step; {state.profiling.diagnosis.decode_phases.line()})."
+            f"decode step; {state.diagnosis.decode_phases.line()})."
         )
     return Proposal(
         iteration=state.iteration,
@@ -237,8 +237,8 @@ def batching_prediction(state: LoopState, argv: list[str]) -> float | None:
     (`predict.batching_gain_bound`), where the profile read vLLM's phase scopes, a `[workload]`
     keeps requests in flight, and both launch commands set the kind's batch flag to different
     numbers; None otherwise (pure)."""
-    d, w = state.profiling.diagnosis, state.config.target.workload
-    flag = engine(state.config.target.kind).batch_flag
+    d, w = state.diagnosis, state.target.workload
+    flag = engine(state.target.kind).batch_flag
     if d is None or d.decode_phases is None or w is None or flag is None:
         return None
     old, new = flag_value(state.argv, flag), flag_value(argv, flag)
@@ -249,13 +249,13 @@ def batching_prediction(state: LoopState, argv: list[str]) -> float | None:
 
 def trial_lines(state: LoopState) -> list[str]:
     """One line per search trial: config, objective with its CI, verdict (pure)."""
-    cfg = state.config.target.search
+    cfg = state.target.search
     knobs = cfg.knobs if cfg else []
     lines = []
     for d in trials_of(state):
         what = describe_config(config_of(d.launch_argv or [], knobs), knobs)
         tpot = f"TPOT {d.tpot_ms_after:.1f} ms" if d.tpot_ms_after is not None else "not measured"
-        j, w = d.judgement, state.config.target.workload
+        j, w = d.judgement, state.target.workload
         value = arm_metric(j.candidate, w.objective) if w and j and j.candidate else None
         if w is not None and value is not None:
             name, unit, _ = OBJECTIVES[w.objective]
