@@ -23,10 +23,10 @@ from state.door.calls import (
     RepoArgs,
     ServerArgs,
 )
-from state.sessions.fanout import TrialTask
-from state.measurement.measure import Measurement
 from state.engines.process import ServerHandle
 from state.engines.workspace import CommitInfo, WorkspaceSnapshot
+from state.measurement.measure import Measurement
+from state.sessions.fanout import TrialTask
 from tools import bench, server
 from tools.door import Door
 from tools.errors import ToolError, first_line

@@ -13,12 +13,12 @@ from typing import Literal
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, call, host_dir
-from state.door.calls import LaunchArgs, MeasureArgs, RepoArgs, ServerArgs
-from state.sessions.loop import LoopState
-from state.measurement.measure import Measurement
-from state.engines.process import ServerHandle
 from state.config.target import MeasureConfig, TargetConfig
+from state.door.calls import LaunchArgs, MeasureArgs, RepoArgs, ServerArgs
+from state.engines.process import ServerHandle
+from state.measurement.measure import Measurement
 from state.measurement.workload import WorkloadConfig
+from state.sessions.loop import LoopState
 from tools import bench, server
 from tools.engines.registry import engine
 from tools.workspace import repo

@@ -83,10 +83,10 @@ from agent.decision.stats.rule import (  # noqa: E402
     needs_confirmation,
     replicated,
 )
-from state.measurement.aa import AASample  # noqa: E402
-from state.door.calls import LaunchArgs, MeasureArgs, PairArgs, ServerArgs  # noqa: E402
-from state.measurement.decision import DecisionConfig, LaunchNoise  # noqa: E402
 from state.config.target import LaunchConfig, MeasureConfig  # noqa: E402
+from state.door.calls import LaunchArgs, MeasureArgs, PairArgs, ServerArgs  # noqa: E402
+from state.measurement.aa import AASample  # noqa: E402
+from state.measurement.decision import DecisionConfig, LaunchNoise  # noqa: E402
 from tools import server  # noqa: E402
 from tools.bench import measure_pair, measure_with_client  # noqa: E402
 

@@ -19,8 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from decisions import PROMPTS, Bench, make_tree
 
 from agent.decision.stats.rule import arm_location, by_prompt, combined_shift
-from state.door.calls import MeasureArgs, PairArgs, ServerArgs
 from state.config.target import MeasureConfig
+from state.door.calls import MeasureArgs, PairArgs, ServerArgs
 from tools import server
 from tools.bench import measure_pair, measure_with_client
 

@@ -33,9 +33,9 @@ from decisions import copy_demo
 
 from agent.proposer.tuning.knobs import describe_config, with_config
 from agent.proposer.tuning.search import distribution
+from state.config.target import LaunchConfig
 from state.door.calls import LaunchArgs, ServerArgs
 from state.proposers.search import Knob, KnobValue
-from state.config.target import LaunchConfig
 from tools import server
 from tools.client.stream import chat_body, stream_completion
 

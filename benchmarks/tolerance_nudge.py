@@ -26,9 +26,9 @@ sys.path.insert(0, str(ROOT))
 
 from agent.decision.gate.correctness import correctness_prompts, differences  # noqa: E402
 from agent.decision.gate.outputs import compare  # noqa: E402
+from state.config.target import LaunchConfig  # noqa: E402
 from state.door.calls import LaunchArgs, ServerArgs  # noqa: E402
 from state.measurement.correctness import CorrectnessConfig, OutputsArgs  # noqa: E402
-from state.config.target import LaunchConfig  # noqa: E402
 from state.measurement.tolerance import ScoreArgs  # noqa: E402
 from tools import bench, server  # noqa: E402
 from tools.tolerance.score import score  # noqa: E402

@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from state.config.target import LaunchConfig
 from state.door.calls import LaunchArgs
 from state.engines.process import ServerHandle
-from state.config.target import LaunchConfig
 from tools import server
 
 DEMO = Path(__file__).resolve().parents[1] / "examples" / "targets" / "mla_server"

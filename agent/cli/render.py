@@ -13,8 +13,8 @@ from agent.cli.output import diff_text, table
 from agent.cli.terminal import styled
 from agent.proposer.tuning.search import trial_lines
 from agent.report.headline import baseline_final, best_command, flag_change, headline, judged
-from state.sessions.loop import LoopState
 from state.door.records import ToolCallRecord
+from state.sessions.loop import LoopState
 from state.sessions.session import SessionInfo, Summary
 from tools.secrets import outside
 from tools.workspace.hidden import visible

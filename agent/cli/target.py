@@ -11,9 +11,9 @@ from pydantic import ValidationError
 
 from agent.cli.targetcheck import example_for, said
 from playbooks.flags import fixed_problem
-from state.proposers.proposer import ProposerConfig, cleartext_refusal
-from state.engines.ssh import SSHHostConfig
 from state.config.target import TargetConfig
+from state.engines.ssh import SSHHostConfig
+from state.proposers.proposer import ProposerConfig, cleartext_refusal
 from tools.engines.registry import with_launch_defaults
 from tools.errors import ConfigError
 

@@ -14,11 +14,11 @@ from typing import Literal, Protocol
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext
-from state.measurement.decision import Judgement, Verdict
-from state.sessions.loop import LoopState
-from state.measurement.measure import Measurement
 from state.engines.process import ServerHandle
+from state.measurement.decision import Judgement, Verdict
+from state.measurement.measure import Measurement
 from state.measurement.tolerance import ToleranceResult
+from state.sessions.loop import LoopState
 from state.sessions.updates import LoopUpdate
 
 

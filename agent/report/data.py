@@ -13,12 +13,12 @@ from agent.decision.stats.levels import at_level
 from agent.decision.stats.rule import percentile, window_metric
 from agent.sessions.runner import Sessions
 from agent.sessions.summary import summarize as summarize_session
-from state.sessions.loop import Approval, Decision, LoopState, Proposal
-from state.measurement.measure import Measurement
-from state.profiling.profile import ProfileSummary
 from state.door.records import ToolCallRecord
-from state.sessions.session import SessionInfo, Summary
+from state.measurement.measure import Measurement
 from state.measurement.workload import WorkloadConfig
+from state.profiling.profile import ProfileSummary
+from state.sessions.loop import Approval, Decision, LoopState, Proposal
+from state.sessions.session import SessionInfo, Summary
 from tools.client.stats import timed, tpot_samples
 from tools.door.replay import ReplayDivergence
 from tools.errors import NotReplayable

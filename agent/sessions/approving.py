@@ -9,8 +9,8 @@ from agent.sessions.binding import check_digest
 from agent.sessions.remote import executor_for
 from agent.sessions.runner import Sessions
 from state.door.calls import ApplyArgs
-from state.sessions.loop import LoopState
 from state.engines.workspace import PatchPolicy
+from state.sessions.loop import LoopState
 from tools.door.registry import spec_of
 from tools.errors import ConfigError, PatchError, ToolError
 from tools.workspace.repo import check_patch

@@ -16,9 +16,9 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from state.door.records import ToolCallRecord
 from state.sessions.fanout import BatchApproval
 from state.sessions.loop import LoopState
-from state.door.records import ToolCallRecord
 from state.sessions.session import SessionInfo
 from tools.errors import ConfigError, first_line
 from tools.paths import session_id as checked_id

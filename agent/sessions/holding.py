@@ -25,9 +25,9 @@ from pydantic import BaseModel
 from agent.sessions.interrupts import run_tool, stop_servers
 from agent.sessions.remote import executor_for, host_executors
 from agent.sessions.runner import Sessions
+from state.config.target import TargetConfig
 from state.door.calls import LeaveBranchArgs, RemoveInstrumentationArgs
 from state.sessions.session import SessionInfo
-from state.config.target import TargetConfig
 from tools.errors import ConfigError
 from tools.store.sessions import SessionStore
 from tools.workspace import repo

@@ -27,9 +27,9 @@ from agent.context import host_dir
 from agent.decision.arms.arms import arms_in_use
 from agent.decision.arms.interleave import beside_files, reference_dir
 from state.door.calls import PathArgs, PidFileArgs
-from state.sessions.loop import LoopState
 from state.engines.process import MarkedArgs, StoppedServers
 from state.engines.workspace import RemoveCopyArgs
+from state.sessions.loop import LoopState
 from tools import server
 from tools.door.live import Executor, ExecutorFor
 from tools.door.registry import spec_of

@@ -26,10 +26,10 @@ from agent.sessions.signing import check
 from agent.sessions.summary import summarize as summarize_session
 from agent.steps.setup import FORK_STEPS
 from state.base import utcnow
-from state.sessions.loop import LoopState
 from state.config.options import LoopOptions
-from state.sessions.session import SessionInfo, Summary
 from state.config.target import TargetConfig
+from state.sessions.loop import LoopState
+from state.sessions.session import SessionInfo, Summary
 from tools import interrupts, progress
 from tools.door.live import LiveDoor
 from tools.door.replay import ReplayDivergence, ReplayDoor

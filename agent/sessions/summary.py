@@ -8,10 +8,10 @@ from agent.decision.gate.correctness import refusal
 from agent.decision.stats.levels import at_level
 from agent.decision.stats.rule import percentile, pooled_metric, serving_stats
 from agent.proposer.tuning.search import trial_lines
-from state.sessions.loop import LoopState
 from state.measurement.measure import Measurement
-from state.sessions.session import Summary
 from state.measurement.workload import OBJECTIVES
+from state.sessions.loop import LoopState
+from state.sessions.session import Summary
 
 
 def summarize(state: LoopState, status: str) -> Summary:

@@ -15,8 +15,8 @@ from agent.context import LoopContext, call
 from playbooks.engine import load_playbooks
 from playbooks.schema import Playbook
 from state.door.calls import InstrumentArgs, RemoveInstrumentationArgs
-from state.sessions.loop import LoopState
 from state.engines.workspace import InstrumentationRecord
+from state.sessions.loop import LoopState
 from tools.workspace import repo
 from tools.workspace.commands import SESSION_BRANCH_PREFIX
 

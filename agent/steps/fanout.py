@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 
 from langgraph.types import Send
 
+from state.measurement.trials import Trial
+from state.proposers.proposer import ModelTrial
 from state.sessions.fanout import TrialTask
 from state.sessions.loop import Decision, LoopState, Proposal
-from state.proposers.proposer import ModelTrial
-from state.measurement.trials import Trial
 from state.sessions.updates import LoopUpdate
 
 MAX_ATTEMPTS = 2

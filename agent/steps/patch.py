@@ -18,10 +18,10 @@ from agent.steps.approval import approval_request, batch_request
 from agent.steps.fanout import fan_out
 from playbooks import launch
 from state.door.calls import ApplyArgs, CommitArgs
+from state.engines.workspace import PatchPolicy
 from state.sessions.fanout import BatchApproval
 from state.sessions.loop import Approval, Decision, LoopState
 from state.sessions.updates import LoopUpdate
-from state.engines.workspace import PatchPolicy
 from tools.errors import PatchError, ServerError
 from tools.sglang.patches import does_not_fit
 from tools.workspace import repo

@@ -16,8 +16,8 @@ from playbooks.engine import diagnose as run_diagnosis
 from state.door.calls import FetchArgs, PathArgs, ProfileArgs, ProfileFiles
 from state.measurement.decision import MechanismCheck
 from state.profiling.diagnosis import DiagnosisContext
-from state.sessions.loop import LoopState, ProfileResult
 from state.profiling.profile import ProfileSummary
+from state.sessions.loop import LoopState, ProfileResult
 from state.sessions.updates import LoopUpdate
 from tools import profiling
 from tools.engines.registry import engine

@@ -13,9 +13,9 @@ from agent.decision.rules import rule_for
 from agent.serving import start_server
 from agent.steps.actions import instrument_if_needed, session_branch
 from state.door.calls import BranchArgs, CopyTreeArgs, PushTreeArgs, RepoArgs, ServerArgs
+from state.engines.vllm import EngineSiteArgs, VllmSiteArgs
 from state.sessions.loop import ForkStep, LoopState
 from state.sessions.updates import LoopUpdate
-from state.engines.vllm import EngineSiteArgs, VllmSiteArgs
 from tools import server
 from tools.engines.registry import BUILTINS
 from tools.errors import ServerLost, ToolError, first_line

@@ -51,11 +51,11 @@ from agent.hostrun import HostRun
 from agent.proposer.briefing.feedback import divergence
 from agent.steps.fanout import settle
 from state.measurement.decision import LaunchNoise
-from state.sessions.fanout import TrialTask
-from state.proposers.llm_tools import LogArgs
-from state.sessions.loop import Approval, LoopState
 from state.measurement.measure import Measurement
 from state.measurement.trials import Trial
+from state.proposers.llm_tools import LogArgs
+from state.sessions.fanout import TrialTask
+from state.sessions.loop import Approval, LoopState
 from state.sessions.updates import LoopUpdate
 from tools.errors import ToolError, first_line
 from tools.hosts.ssh_config import SSHError

@@ -8,12 +8,12 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator, model_validator
 
 from state.base import SECRET_NAME, Model
+from state.engines.ssh import SSHHostConfig
 from state.measurement.correctness import CorrectnessConfig
 from state.measurement.decision import DecisionConfig
+from state.measurement.workload import WorkloadConfig
 from state.proposers.proposer import ProposerConfig
 from state.proposers.search import SearchConfig
-from state.engines.ssh import SSHHostConfig
-from state.measurement.workload import WorkloadConfig
 
 
 def refuse_secrets(env: dict[str, str], advice: str) -> dict[str, str]:

@@ -6,13 +6,13 @@ from typing import Literal
 from pydantic import Field
 
 from state.base import Model
-from state.measurement.measure import Measurement
+from state.config.target import LaunchConfig, MeasureConfig
 from state.engines.process import ServerHandle
 from state.engines.sglang import HookSite, SglangLayout
 from state.engines.ssh import SSHHostConfig
-from state.config.target import LaunchConfig, MeasureConfig
-from state.measurement.workload import WorkloadConfig
 from state.engines.workspace import CommitInfo, InstrumentationRecord, PatchPolicy
+from state.measurement.measure import Measurement
+from state.measurement.workload import WorkloadConfig
 
 
 class LaunchArgs(Model):

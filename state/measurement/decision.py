@@ -4,8 +4,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from state.measurement.arms import ArmsConfig, ArmsInUse, LaunchLocation
 from state.base import Model
+from state.measurement.arms import ArmsConfig, ArmsInUse, LaunchLocation
 from state.measurement.correctness import OutputsArgs, OutputsResult  # noqa: F401  (moved: old checkpoints name them here)
 from state.measurement.workload import OBJECTIVES
 

@@ -5,8 +5,8 @@ from typing import Literal
 from pydantic import Field
 
 from state.base import Model
-from state.profiling.profile import KernelStat, OpStat
 from state.engines.vllm import DecodePhases
+from state.profiling.profile import KernelStat, OpStat
 
 
 class Evidence(Model):

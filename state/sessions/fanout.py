@@ -3,9 +3,9 @@
 from pathlib import Path
 
 from state.base import Model
+from state.config.target import TargetConfig, TrialHost
 from state.measurement.decision import LaunchNoise
 from state.sessions.loop import Approval, Proposal
-from state.config.target import TargetConfig, TrialHost
 
 
 class TrialTask(Model):

@@ -7,24 +7,24 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from state.measurement.arms import ArmsChoice
 from state.base import Model
+from state.config.options import LoopOptions
+from state.config.target import TargetConfig
+from state.engines.limits import LongPrompts
+from state.engines.process import ServerHandle
+from state.engines.sglang import SglangLayout
+from state.engines.workspace import CommitInfo, InstrumentationRecord, WorkspaceSnapshot
+from state.measurement.arms import ArmsChoice
 from state.measurement.correctness import OutputsResult
 from state.measurement.decision import Judgement, LaunchNoise, MechanismCheck, Prediction
-from state.profiling.diagnosis import Diagnosis, Evidence
-from state.sessions.ids import ForkStep, SessionId
-from state.engines.limits import LongPrompts
 from state.measurement.measure import Measurement
-from state.config.options import LoopOptions
 from state.measurement.power import Power
-from state.engines.process import ServerHandle
-from state.proposers.proposer import LlmOrigin, LlmUsage, ModelTrial
-from state.sessions.session import SessionStatus
-from state.engines.sglang import SglangLayout
-from state.config.target import TargetConfig
 from state.measurement.tolerance import ScoreResult, ToleranceResult
 from state.measurement.trials import Trial
-from state.engines.workspace import CommitInfo, InstrumentationRecord, WorkspaceSnapshot
+from state.profiling.diagnosis import Diagnosis, Evidence
+from state.proposers.proposer import LlmOrigin, LlmUsage, ModelTrial
+from state.sessions.ids import ForkStep, SessionId
+from state.sessions.session import SessionStatus
 
 
 class ProfileResult(Model):

@@ -7,24 +7,24 @@ The list fields LangGraph appends to (`profiles`, `decisions`, `transitions`, `t
 
 from typing import TypedDict
 
+from state.config.options import LoopOptions
+from state.config.target import TargetConfig
+from state.engines.limits import LongPrompts
+from state.engines.process import ServerHandle
+from state.engines.sglang import SglangLayout
+from state.engines.workspace import CommitInfo, InstrumentationRecord, WorkspaceSnapshot
 from state.measurement.arms import ArmsChoice
 from state.measurement.correctness import OutputsResult
 from state.measurement.decision import Judgement, LaunchNoise, MechanismCheck
-from state.profiling.diagnosis import Diagnosis
-from state.sessions.ids import SessionId
-from state.engines.limits import LongPrompts
-from state.sessions.loop import Approval, Decision, ForkStep, ProfileResult, Proposal, Transition
 from state.measurement.measure import Measurement
-from state.config.options import LoopOptions
 from state.measurement.power import Power
-from state.engines.process import ServerHandle
-from state.proposers.proposer import LlmUsage, ModelTrial
-from state.sessions.session import SessionStatus
-from state.engines.sglang import SglangLayout
-from state.config.target import TargetConfig
 from state.measurement.tolerance import ScoreResult, ToleranceResult
 from state.measurement.trials import Trial
-from state.engines.workspace import CommitInfo, InstrumentationRecord, WorkspaceSnapshot
+from state.profiling.diagnosis import Diagnosis
+from state.proposers.proposer import LlmUsage, ModelTrial
+from state.sessions.ids import SessionId
+from state.sessions.loop import Approval, Decision, ForkStep, ProfileResult, Proposal, Transition
+from state.sessions.session import SessionStatus
 
 
 class LoopUpdate(TypedDict, total=False):

@@ -18,8 +18,8 @@ import tomllib
 from pathlib import Path
 
 from playbooks.flags import FIXED, changeable, flag_problem
-from state.engines.limits import ContextLimitArgs
 from state.config.target import LaunchConfig
+from state.engines.limits import ContextLimitArgs
 from state.measurement.workload import WorkloadConfig
 from tools.client.stream import chat_body, stream_completion
 from tools.engines.contract import BenchClient, Engine

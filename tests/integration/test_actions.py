@@ -10,10 +10,10 @@ from langgraph.runtime import Runtime
 
 from agent.context import LoopContext
 from agent.serving import start_server
-from state.door.calls import ServerArgs
-from state.sessions.loop import LoopState
 from state.config.options import LoopOptions
 from state.config.target import LaunchConfig, MeasureConfig, TargetConfig
+from state.door.calls import ServerArgs
+from state.sessions.loop import LoopState
 from tests.recorders import MemoryRecorder
 from tools import server
 from tools.door.live import LiveDoor

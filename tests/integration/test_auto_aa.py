@@ -17,11 +17,11 @@ from agent.decision.arms.measuring import budget, measure_arm, record_aa
 from agent.decision.calibration.autoaa import powered
 from agent.decision.stats.noise import UPPER_BOUND, chi2_quantile, target_key
 from agent.serving import start_server
-from state.measurement.aa import AARecordArgs, AASample
+from state.config.options import LoopOptions
 from state.door.calls import ServerArgs
+from state.measurement.aa import AARecordArgs, AASample
 from state.measurement.decision import LaunchNoise
 from state.sessions.loop import LoopState
-from state.config.options import LoopOptions
 from tests.e2e.conftest import make_repo, write_target
 from tests.procs import processes_in
 from tests.recorders import MemoryRecorder

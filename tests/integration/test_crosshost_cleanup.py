@@ -16,10 +16,10 @@ from langgraph.runtime import Runtime
 from agent.context import LoopContext, need
 from agent.decision.arms.referencehost import ReferenceHost
 from agent.sessions.interrupts import stop_servers
-from state.sessions.loop import LoopState, Proposal
 from state.config.options import LoopOptions
 from state.config.target import TargetConfig
 from state.engines.workspace import CommitInfo, ReferenceCopyArgs
+from state.sessions.loop import LoopState, Proposal
 from tests.e2e.conftest import edited_diff, git, make_repo
 from tests.e2e.test_adversarial import BACKEND, FIX
 from tests.procs import processes_in

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from state.door.calls import LaunchArgs, ServerArgs
 from state.config.target import LaunchConfig
+from state.door.calls import LaunchArgs, ServerArgs
 from tests.launching import launch_args as shared_launch_args
 from tests.procs import processes_in
 from tools import server

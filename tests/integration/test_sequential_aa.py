@@ -17,10 +17,10 @@ from agent.decision.arms.aalaunches import wants_launch
 from agent.decision.rules.ci import CiRule
 from agent.decision.stats.noise import target_key
 from agent.serving import start_server
-from state.measurement.aa import AARecordArgs, AASample
-from state.door.calls import ServerArgs
-from state.sessions.loop import LoopState
 from state.config.options import LoopOptions
+from state.door.calls import ServerArgs
+from state.measurement.aa import AARecordArgs, AASample
+from state.sessions.loop import LoopState
 from tests.e2e.conftest import make_repo, write_target
 from tests.procs import processes_in
 from tests.recorders import MemoryRecorder

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from state.measurement.aa import AASample
 from state.door.records import ToolCallRecord
+from state.measurement.aa import AASample
 from state.sessions.session import SessionInfo
 from tests.pg import PgServer
 from tools.errors import ConfigError

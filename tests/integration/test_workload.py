@@ -12,11 +12,11 @@ import pytest
 from agent.decision.arms.measuring import merge
 from agent.decision.stats.levels import at_level
 from agent.decision.stats.rule import arm_of, look
+from state.config.target import MeasureConfig
 from state.door.calls import MeasureArgs, PairArgs, ServerArgs
+from state.engines.process import ServerHandle
 from state.measurement.decision import DecisionConfig, LaunchNoise
 from state.measurement.measure import Measurement
-from state.engines.process import ServerHandle
-from state.config.target import MeasureConfig
 from state.measurement.workload import WorkloadConfig
 from tests.launching import launch_demo
 from tools import bench, server

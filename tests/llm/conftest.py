@@ -9,12 +9,12 @@ from langgraph.runtime import Runtime
 
 from agent.cli.target import load_target
 from agent.context import LoopContext
-from state.profiling.diagnosis import Diagnosis, Evidence, Finding
-from state.sessions.loop import LoopState
-from state.measurement.measure import RequestRecord
 from state.config.options import LoopOptions
+from state.measurement.measure import RequestRecord
+from state.profiling.diagnosis import Diagnosis, Evidence, Finding
 from state.profiling.profile import OpStat
 from state.proposers.proposer import ProposerConfig
+from state.sessions.loop import LoopState
 from tests.e2e.conftest import make_repo, write_target
 from tools.client.stats import summarize
 

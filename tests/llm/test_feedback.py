@@ -9,9 +9,9 @@ import pytest
 
 from agent.proposer.briefing.feedback import divergence, same_diff, trial_of
 from agent.steps.propose import propose
-from state.sessions.loop import Decision, Proposal
 from state.measurement.measure import RequestRecord
 from state.proposers.proposer import LlmOrigin, LlmUsage
+from state.sessions.loop import Decision, Proposal
 from tests.llm.conftest import NEW, fix_answer, loop_state, runtime
 from tests.llm.fake_openai import ScriptedModel, Step, reply
 from tests.recorders import MemoryRecorder

@@ -9,8 +9,8 @@ from typing import Any
 from agent.proposer.briefing.prompt import attempt
 from agent.proposer.edits.launching import is_launch_answer, launch_answer
 from agent.steps.propose import propose
-from state.sessions.loop import Proposal
 from state.proposers.proposer import ModelTrial
+from state.sessions.loop import Proposal
 from tests.llm.conftest import fix_answer, loop_state, runtime
 from tests.llm.fake_openai import ScriptedModel, reply
 from tests.recorders import MemoryRecorder

@@ -16,10 +16,10 @@ from agent.proposer.edits.blocks import unified_diff
 from agent.steps.fanout import task
 from agent.steps.propose import propose
 from agent.steps.trial import TrialRun, join, verdict
-from state.sessions.loop import LoopState, Proposal
-from state.proposers.proposer import LlmOrigin, LlmUsage
 from state.config.target import TrialHost
 from state.measurement.trials import Trial
+from state.proposers.proposer import LlmOrigin, LlmUsage
+from state.sessions.loop import LoopState, Proposal
 from tests.llm.conftest import BACKEND, NEW, OLD, WRONG, edit_block, fix_answer, loop_state, runtime
 from tests.llm.fake_openai import ScriptedModel, Step, reply
 from tests.llm.test_feedback import measured

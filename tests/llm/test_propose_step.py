@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from agent.steps.propose import propose
+from state.config.target import TrialHost
 from state.proposers.proposer import ProposerConfig
 from state.proposers.search import Knob, SearchConfig
-from state.config.target import TrialHost
 from tests.llm.conftest import NEW, fix_answer, loop_state, runtime
 from tests.llm.fake_openai import ScriptedModel, reply
 from tests.recorders import MemoryRecorder

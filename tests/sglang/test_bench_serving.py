@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from agent.decision.arms.measuring import beside_note
-from state.door.calls import MeasureArgs
 from state.config.target import BenchServingConfig, MeasureConfig
+from state.door.calls import MeasureArgs
 from state.measurement.workload import WorkloadConfig
 from tests.e2e.conftest import git, last_json, make_repo, perfloop, write_target
 from tests.procs import processes_in

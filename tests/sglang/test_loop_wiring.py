@@ -18,11 +18,11 @@ from agent.sessions.checkpoint import serializer
 from agent.steps.propose import propose
 from playbooks.engine import load_playbooks
 from playbooks.patches import choose_patch
+from state.config.options import LoopOptions
+from state.config.target import LaunchConfig, MeasureConfig, TargetConfig
 from state.door.calls import ApplyArgs
 from state.profiling.diagnosis import Diagnosis, Finding
 from state.sessions.loop import LoopState
-from state.config.options import LoopOptions
-from state.config.target import LaunchConfig, MeasureConfig, TargetConfig
 from tests.sglang.conftest import unpack
 from tools.door.live import LiveDoor as Door
 from tools.sglang.layout import locate

@@ -11,8 +11,8 @@ from agent.cli.target import load_target
 from agent.serving import bench_serving_use
 from playbooks.patches import NoPatch, choose_patch, rebase_diff, release_key
 from playbooks.schema import Playbook
-from state.engines.sglang import SglangLayout
 from state.config.target import BenchServingConfig
+from state.engines.sglang import SglangLayout
 from state.measurement.workload import WorkloadConfig
 from tools.client.stats import summarize
 from tools.engines.benchrun import BenchOutputError, BenchRun

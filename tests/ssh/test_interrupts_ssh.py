@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from agent.sessions.interrupts import run_tool
-from state.door.calls import PidFileArgs
 from state.config.target import LaunchConfig
+from state.door.calls import PidFileArgs
 from tests.launching import launch_args
 from tests.procs import processes_in
 from tools import interrupts, server

@@ -111,8 +111,8 @@ def test_pass_env_reaches_the_remote_server_but_no_file_or_command_line(
     import hashlib
     import json as _json
 
-    from state.door.calls import ServerArgs
     from state.config.target import LaunchConfig
+    from state.door.calls import ServerArgs
 
     secret = "sk-remote-" + hashlib.sha256(str(tmp_path).encode()).hexdigest()[:16]
     monkeypatch.setenv("PERFLOOP_TEST_API_KEY", secret)

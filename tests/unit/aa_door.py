@@ -12,14 +12,14 @@ from langgraph.runtime import Runtime
 
 from agent.cli.target import load_target
 from agent.context import LoopContext
-from state.measurement.arms import MemoryFit
-from state.door.calls import LaunchArgs, MeasureArgs, MeasureResult, ServerStatus
-from state.measurement.decision import DecisionConfig
-from state.sessions.loop import LoopState
-from state.measurement.measure import Measurement, RequestRecord
 from state.config.options import LoopOptions
+from state.door.calls import LaunchArgs, MeasureArgs, MeasureResult, ServerStatus
 from state.engines.process import ProcessHandle, ServerHandle
 from state.engines.workspace import WorkspaceSnapshot
+from state.measurement.arms import MemoryFit
+from state.measurement.decision import DecisionConfig
+from state.measurement.measure import Measurement, RequestRecord
+from state.sessions.loop import LoopState
 from tests.unit.test_target import DEMO_TOML
 from tools.client.stats import summarize
 from tools.door import Door, spec_of

@@ -13,11 +13,11 @@ import pytest
 from agent.decision.arms.aalaunches import Side, aa_launch, keep_replicates, replicate_samples, wants_launch
 from agent.decision.arms.measuring import keep_aa, measure_arm
 from agent.decision.stats.noise import launch_noise, pooled_sd, sample_group, target_key
+from state.config.options import LoopOptions
 from state.measurement.aa import AARecordArgs, AASample
 from state.measurement.arms import LaunchLocation
-from state.sessions.loop import LoopState
 from state.measurement.measure import Measurement
-from state.config.options import LoopOptions
+from state.sessions.loop import LoopState
 from tests.unit.aa_door import ScriptedDoor, handle, measurement, runtime_of, session
 from tools.store import aa
 

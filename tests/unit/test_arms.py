@@ -62,9 +62,9 @@ def test_a_measured_fit_needs_the_servers_use_times_the_margin(
 
 
 def test_the_resolved_choice_is_what_the_session_measures_with(tmp_path) -> None:
-    from state.sessions.loop import LoopState
     from state.config.options import LoopOptions
     from state.config.target import TargetConfig
+    from state.sessions.loop import LoopState
 
     target = TargetConfig.model_validate(
         {

@@ -9,11 +9,11 @@ import pytest
 
 from agent.cli.target import load_target
 from agent.sessions.checkpoint import serializer, state_types
-from state.measurement.correctness import OutputsResult
-from state.sessions.loop import LoopState
-from state.measurement.measure import RequestRecord
 from state.config.options import LoopOptions
 from state.engines.sglang import SglangLayout
+from state.measurement.correctness import OutputsResult
+from state.measurement.measure import RequestRecord
+from state.sessions.loop import LoopState
 from tools.client.stats import summarize
 
 DEMO_TOML = Path(__file__).resolve().parents[2] / "examples" / "targets" / "mla_server.toml"
@@ -53,7 +53,10 @@ def test_a_checkpoint_naming_a_models_old_module_loads(
     names the old module and still loads as the same model (without `moved_types` in the
     allow-list the serializer refuses it, which this test saw fail: back is not the model)."""
     value, old = {
-        "LoopOptions": (LoopOptions(session_dir=tmp_path, python="python3", approve="manual"), "state.sessions.loop"),
+        "LoopOptions": (
+            LoopOptions(session_dir=tmp_path, python="python3", approve="manual"),
+            "state.sessions.loop",
+        ),
         "OutputsResult": (
             OutputsResult(sequential=["a"], concurrent=["b"], duration_s=1.5),
             "state.measurement.decision",

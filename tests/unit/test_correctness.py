@@ -15,10 +15,10 @@ from agent.context import LoopContext
 from agent.decision.gate.correctness import correctness_prompts, differences, refusal
 from agent.sessions.summary import summarize as summarize_session
 from agent.steps.patch import approve
-from state.measurement.correctness import CorrectnessConfig, OutputsResult
-from state.engines.limits import FittedPrompts, LongPrompts
-from state.sessions.loop import Approval, LoopState, Proposal
 from state.config.options import LoopOptions
+from state.engines.limits import FittedPrompts, LongPrompts
+from state.measurement.correctness import CorrectnessConfig, OutputsResult
+from state.sessions.loop import Approval, LoopState, Proposal
 from tools.door.replay import ReplayDoor
 from tools.limits import stratified_lengths
 

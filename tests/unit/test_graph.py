@@ -9,8 +9,8 @@ from agent.cli.target import load_target
 from agent.context import NO_DOOR
 from agent.diagram import SHOWN_IN, main, mermaid, stale, with_diagram
 from agent.graph import NODES, graph
-from state.sessions.loop import LoopState
 from state.config.options import LoopOptions
+from state.sessions.loop import LoopState
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from agent.decision.arms.arms import choose_arms, same_kind
-from state.measurement.arms import HostKind, HostKindArgs
 from state.config.target import TrialHost
+from state.measurement.arms import HostKind, HostKindArgs
 from tests.unit.aa_door import ScriptedDoor, handle, runtime_of, session
 from tools.door import Door
 from tools.errors import ToolError

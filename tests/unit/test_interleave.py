@@ -12,9 +12,9 @@ import pytest
 from agent.decision.arms.interleave import confirming_line
 from agent.decision.stats.noise import noise_for, pair_noise
 from agent.decision.stats.rule import needs_confirmation, replicated
+from state.engines.workspace import ReferenceCopyArgs, RemoveCopyArgs
 from state.measurement.aa import AASample
 from state.measurement.decision import DecisionConfig, Look
-from state.engines.workspace import ReferenceCopyArgs, RemoveCopyArgs
 from tools.client.stats import pair_order
 from tools.errors import PatchError
 from tools.workspace.reference import reference_copy, remove_reference_copy

@@ -12,10 +12,10 @@ from agent.decision.stats.mechanism import check, past_bound, predict
 from agent.sessions.archive import import_session
 from agent.sessions.runner import Sessions
 from agent.steps.profile import mechanism_checks
-from state.profiling.diagnosis import Diagnosis, Evidence
-from state.sessions.loop import Decision, LoopState, Proposal
 from state.config.options import LoopOptions
+from state.profiling.diagnosis import Diagnosis, Evidence
 from state.profiling.profile import OpStat, ProfileSummary
+from state.sessions.loop import Decision, LoopState, Proposal
 
 DIMS = [[24576, 1, 576], [24576, 1, 576], []]
 DEMO_TOML = Path(__file__).resolve().parents[2] / "examples" / "targets" / "mla_server.toml"

@@ -10,10 +10,10 @@ from pydantic import BaseModel
 
 from agent.cli.target import load_target
 from agent.steps.fanout import fan_out, settle
-from state.sessions.loop import LoopState, Proposal
 from state.config.options import LoopOptions
 from state.config.target import TargetConfig, TrialHost
 from state.measurement.trials import Trial
+from state.sessions.loop import LoopState, Proposal
 from tests.e2e.conftest import make_repo, perfloop, write_target
 from tests.recorders import MemoryRecorder
 from tools.door import tool

@@ -17,9 +17,9 @@ from agent.cli import render
 from agent.decision.stats.rule import arm_stats
 from agent.report.data import arms
 from agent.sessions.summary import summarize
-from state.sessions.loop import Decision
 from state.measurement.measure import Measurement, RequestRecord, Window
 from state.measurement.workload import WorkloadConfig
+from state.sessions.loop import Decision
 from tests.unit.test_workload_report import record, session
 from tools.client import stats
 

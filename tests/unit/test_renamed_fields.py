@@ -12,9 +12,9 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from agent.cli.target import load_target
 from agent.graph import compile_graph
 from agent.sessions.checkpoint import open_checkpointer, serializer
-from state.sessions.loop import Decision, LoopState, Proposal
-from state.measurement.measure import Measurement, RequestRecord
 from state.config.options import LoopOptions
+from state.measurement.measure import Measurement, RequestRecord
+from state.sessions.loop import Decision, LoopState, Proposal
 from tools.client.stats import summarize
 
 DEMO_TOML = Path(__file__).resolve().parents[2] / "examples" / "targets" / "mla_server.toml"

@@ -17,13 +17,13 @@ from agent.proposer.tuning.knobs import config_of, describe_config, with_config
 from agent.proposer.tuning.search import budget_left, next_config, search_proposal, trial_lines
 from agent.steps.propose import Goto, propose
 from playbooks.predict import batching_gain_bound
-from state.profiling.diagnosis import Diagnosis, Finding
-from state.sessions.loop import Decision, LoopState
 from state.config.options import LoopOptions
-from state.proposers.proposer import ProposerConfig
-from state.proposers.search import Knob, KnobValue, SearchConfig
 from state.engines.vllm import DecodePhases
 from state.measurement.workload import WorkloadConfig
+from state.profiling.diagnosis import Diagnosis, Finding
+from state.proposers.proposer import ProposerConfig
+from state.proposers.search import Knob, KnobValue, SearchConfig
+from state.sessions.loop import Decision, LoopState
 from tests.recorders import MemoryRecorder
 from tools.door.live import LiveDoor
 

@@ -14,8 +14,8 @@ import pytest
 from agent.cli.target import load_target
 from agent.sessions.checkpoint import serializer
 from agent.sessions.signing import SIGNATURE, binding_digest, check, digests, seal, user_key
-from state.sessions.loop import LoopState
 from state.config.options import LoopOptions
+from state.sessions.loop import LoopState
 from tools.errors import ConfigError
 from tools.secrets import register
 

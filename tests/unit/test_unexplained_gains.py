@@ -19,9 +19,9 @@ from agent.decision.stats.mechanism import predict
 from agent.sessions.summary import summarize
 from agent.steps.approval import approval_request
 from agent.steps.profile import mechanism_checks
+from state.config.options import LoopOptions
 from state.profiling.diagnosis import Diagnosis
 from state.sessions.loop import Decision, LoopState
-from state.config.options import LoopOptions
 from state.sessions.session import SessionInfo
 from tests.unit.test_mechanism import profile, proposal
 from tests.unit.test_target import DEMO_TOML

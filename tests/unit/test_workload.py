@@ -15,9 +15,9 @@ from agent.decision.arms.measuring import merge, serving_note
 from agent.decision.stats.rule import arm_of, arm_stats, look, window_cost
 from agent.proposer.tuning.search import _objective
 from state.measurement.decision import ArmStats, DecisionConfig, Judgement, LaunchNoise
-from state.sessions.loop import Decision
 from state.measurement.measure import Measurement, RequestRecord, Stat, Window
 from state.measurement.workload import WorkloadConfig
+from state.sessions.loop import Decision
 from tools.client.stats import summarize
 from tools.client.windows import arrivals, workload_prompts
 from tools.errors import ConfigError

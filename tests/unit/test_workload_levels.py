@@ -17,9 +17,9 @@ from agent.proposer.tuning.search import _objective
 from agent.report import plots
 from agent.report.data import arms
 from state.measurement.decision import DecisionConfig, LaunchNoise
-from state.sessions.loop import Decision
 from state.measurement.measure import Measurement, RequestRecord, Window
 from state.measurement.workload import WorkloadConfig
+from state.sessions.loop import Decision
 from tests.unit.test_workload import TARGET
 from tests.unit.test_workload_report import record
 from tools.client.stats import summarize

@@ -19,11 +19,11 @@ from agent.decision.arms.measuring import beside_note, merge
 from agent.report import plots
 from agent.report.data import arms
 from agent.sessions.summary import summarize
-from state.sessions.loop import Decision, LoopState
-from state.measurement.measure import Measurement
 from state.config.options import LoopOptions
 from state.door.records import ToolCallRecord
+from state.measurement.measure import Measurement
 from state.measurement.workload import WorkloadConfig
+from state.sessions.loop import Decision, LoopState
 from tests.unit.test_target import DEMO_TOML
 from tests.unit.test_workload import windowed
 

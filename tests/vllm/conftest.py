@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
+from state.config.target import LaunchConfig
 from state.door.calls import LaunchArgs, ServerArgs
 from state.engines.process import ServerHandle
-from state.config.target import LaunchConfig
 from tools import server
 from tools.vllm.checkout import clone
 from tools.vllm.engine import STARTED_LOG as VLLM_STARTED_LOG

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from state.door.calls import MeasureArgs, ProfileArgs, ServerArgs
 from state.config.target import LaunchConfig, MeasureConfig, TargetConfig
+from state.door.calls import MeasureArgs, ProfileArgs, ServerArgs
 from state.measurement.workload import WorkloadConfig
 from tests.engines.suite import ROOT, check_live
 from tests.launching import launch_args

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from state.measurement.measure import RequestRecord
 from state.engines.sglang import HookSite
 from state.engines.vllm import DecodePhases
+from state.measurement.measure import RequestRecord
 from state.measurement.workload import WorkloadConfig
 from tools.engines.benchrun import BenchRun
 

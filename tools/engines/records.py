@@ -10,8 +10,8 @@ import json
 
 from pydantic import ValidationError
 
-from state.measurement.measure import RequestRecord
 from state.engines.sglang import BenchServingRecord
+from state.measurement.measure import RequestRecord
 from tools.engines.benchrun import BenchOutputError
 
 

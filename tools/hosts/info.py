@@ -8,8 +8,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from state.measurement.arms import HostKind, HostKindArgs, MemoryFit, MemoryFitArgs
 from state.door.calls import ClockArgs, ClockResult, PathArgs
+from state.measurement.arms import HostKind, HostKindArgs, MemoryFit, MemoryFitArgs
 from tools.door.registry import tool
 from tools.hosts import local
 

@@ -17,8 +17,8 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from state.measurement.aa import AASample
 from state.door.records import ToolCallRecord
+from state.measurement.aa import AASample
 from state.sessions.session import SessionInfo
 from tools.paths import session_id as checked_id
 from tools.secrets import redact

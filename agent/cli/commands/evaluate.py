@@ -28,8 +28,8 @@ from agent.proposer.harness.evaluation import HEADER, TASKS, Score, Task, row, s
 from agent.sessions.archive import export_session, import_session
 from agent.sessions.runner import Sessions, new_session_id
 from playbooks.launch import with_flag
-from state.sessions.loop import LoopState
 from state.config.options import LoopOptions
+from state.sessions.loop import LoopState
 from tools.errors import ConfigError, ToolError, first_line
 from tools.sglang import wheels
 

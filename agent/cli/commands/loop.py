@@ -29,8 +29,8 @@ from agent.sessions.holding import refuse_if_held
 from agent.sessions.remote import remote_base
 from agent.sessions.runner import Sessions, new_session_id
 from playbooks.launch import with_flag, without_flag
-from state.measurement.correctness import CorrectnessConfig
 from state.config.target import TargetConfig
+from state.measurement.correctness import CorrectnessConfig
 from tools.errors import ConfigError, ToolError
 
 

@@ -18,8 +18,8 @@ import typer
 from agent.cli.common import run_command
 from playbooks.engine import load_playbooks
 from playbooks.patches import choose_patch
-from state.engines.sglang import HookSite
 from state.config.target import ProfileConfig
+from state.engines.sglang import HookSite
 from state.engines.workspace import InstrumentationRecord, PatchPolicy
 from tools.errors import ConfigError
 from tools.sglang.layout import hook_site, locate

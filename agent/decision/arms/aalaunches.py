@@ -35,12 +35,12 @@ from agent.decision.arms.measuring import keep_aa, measure_arm
 from agent.decision.stats.noise import launch_noise, noise_for, session_group, target_key
 from agent.decision.stats.rule import arm_location, arm_of
 from agent.serving import start_server
+from state.door.calls import ServerArgs
 from state.measurement.aa import AARecordArgs, AASample
 from state.measurement.arms import LaunchLocation
-from state.door.calls import ServerArgs
 from state.measurement.decision import LaunchNoise
-from state.sessions.loop import LoopState
 from state.measurement.measure import Measurement
+from state.sessions.loop import LoopState
 from tools import server
 from tools.store import aa
 

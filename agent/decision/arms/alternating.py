@@ -44,14 +44,14 @@ from agent.decision.stats.noise import launch_noise
 from agent.decision.stats.replicates import alternating_look, launches_per_arm, prior_of
 from agent.decision.stats.rule import arm_location, arm_of
 from agent.serving import measure_args, start_server
-from state.measurement.arms import LaunchLocation
-from state.door.calls import RepoArgs, ServerArgs
-from state.measurement.decision import Look
-from state.sessions.loop import LoopState
-from state.measurement.measure import Measurement
-from state.engines.process import ServerHandle
 from state.config.target import MeasureConfig
+from state.door.calls import RepoArgs, ServerArgs
+from state.engines.process import ServerHandle
+from state.measurement.arms import LaunchLocation
+from state.measurement.decision import Look
+from state.measurement.measure import Measurement
 from state.measurement.workload import WorkloadConfig
+from state.sessions.loop import LoopState
 from tools import bench, progress, server
 from tools.workspace import repo
 

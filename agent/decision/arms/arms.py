@@ -9,10 +9,10 @@ from __future__ import annotations
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, call, door_of, need
+from state.config.target import TrialHost
 from state.measurement.arms import ArmsChoice, ArmsInUse, HostKind, HostKindArgs, MemoryFit, MemoryFitArgs
 from state.measurement.decision import DecisionConfig
 from state.sessions.loop import LoopState
-from state.config.target import TrialHost
 from tools.errors import ToolError
 from tools.hosts import info
 

@@ -25,8 +25,8 @@ from agent.decision.stats.blocks import Pool, plan_blocks, pool_of
 from agent.decision.stats.noise import launch_noise, shape_key
 from state.measurement.aa import AARecordArgs, AASample
 from state.measurement.arms import LaunchLocation
-from state.sessions.loop import LoopState
 from state.measurement.measure import Measurement
+from state.sessions.loop import LoopState
 from tools.store import aa
 
 

@@ -57,15 +57,15 @@ from agent.decision.stats.crossover import (
 from agent.decision.stats.noise import across_hosts, launch_noise, target_key
 from agent.decision.stats.replicates import prior_of
 from agent.serving import start_server
+from state.config.target import TrialHost
+from state.door.calls import ServerArgs
+from state.engines.process import ServerHandle
 from state.measurement.aa import AARecordArgs
 from state.measurement.arms import LaunchLocation
-from state.door.calls import ServerArgs
 from state.measurement.decision import LaunchNoise, Look
-from state.sessions.loop import LoopState
 from state.measurement.measure import Measurement
-from state.engines.process import ServerHandle
-from state.config.target import TrialHost
 from state.measurement.tolerance import ToleranceResult
+from state.sessions.loop import LoopState
 from tools import progress, server
 from tools.errors import ToolError
 from tools.store import aa

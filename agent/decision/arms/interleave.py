@@ -34,11 +34,11 @@ from agent.decision.stats.noise import pair_noise
 from agent.decision.stats.rule import arm_of, look, needs_confirmation, replicated
 from agent.serving import launch_args, measure_args
 from state.door.calls import MeasureArgs, PairArgs, PidFileArgs, RepoArgs, ServerArgs
-from state.measurement.decision import LaunchNoise, Look
-from state.sessions.loop import LoopState
-from state.measurement.measure import Measurement
 from state.engines.process import ServerHandle
 from state.engines.workspace import ReferenceCopyArgs, RemoveCopyArgs
+from state.measurement.decision import LaunchNoise, Look
+from state.measurement.measure import Measurement
+from state.sessions.loop import LoopState
 from tools import bench, progress, server
 from tools.workspace import reference, repo
 

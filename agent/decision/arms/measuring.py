@@ -28,14 +28,14 @@ from agent.decision.stats.levels import at_level, level_looks, with_levels
 from agent.decision.stats.noise import launch_noise, noise_for, sample_group, target_key
 from agent.decision.stats.rule import arm_location, arm_of, arm_stats, look, percentile, serving_stats
 from agent.serving import measure_server
-from state.measurement.aa import AARecordArgs, AASample
-from state.door.calls import RepoArgs
-from state.measurement.decision import DecisionConfig, Judgement, LaunchNoise, Look, Verdict
-from state.sessions.loop import LoopState
-from state.measurement.measure import Measurement
 from state.config.target import MeasureConfig
-from state.measurement.workload import WorkloadConfig
+from state.door.calls import RepoArgs
 from state.engines.workspace import WorkspaceSnapshot
+from state.measurement.aa import AARecordArgs, AASample
+from state.measurement.decision import DecisionConfig, Judgement, LaunchNoise, Look, Verdict
+from state.measurement.measure import Measurement
+from state.measurement.workload import WorkloadConfig
+from state.sessions.loop import LoopState
 from tools import progress
 from tools.client.stats import summarize
 from tools.store import aa

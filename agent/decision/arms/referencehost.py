@@ -18,10 +18,10 @@ from agent.decision.stats.crossover import Arm
 from agent.hostrun import HostRun
 from agent.serving import measure_args
 from state.door.calls import PidFileArgs, RepoArgs
+from state.engines.workspace import ReferenceCopyArgs, RemoveCopyArgs
+from state.measurement.measure import Measurement
 from state.sessions.fanout import TrialTask
 from state.sessions.loop import LoopState
-from state.measurement.measure import Measurement
-from state.engines.workspace import ReferenceCopyArgs, RemoveCopyArgs
 from tools import bench, server
 from tools.errors import ToolError
 from tools.workspace import reference, repo

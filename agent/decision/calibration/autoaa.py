@@ -24,13 +24,13 @@ from agent.decision.arms.measuring import budget, measure_arm, merge, warmup_req
 from agent.decision.stats.noise import pair_noise, sample_group, target_key
 from agent.decision.stats.power import keeps, more_pairs, request_spread, sized
 from agent.decision.stats.rule import Arm, arm_location, arm_of, combined_shift
-from state.measurement.aa import AARecordArgs, AASample
 from state.door.calls import PairArgs, PairResult
+from state.engines.process import ServerHandle
+from state.measurement.aa import AARecordArgs, AASample
 from state.measurement.decision import LaunchNoise
-from state.sessions.loop import LoopState
 from state.measurement.measure import Measurement
 from state.measurement.power import Power
-from state.engines.process import ServerHandle
+from state.sessions.loop import LoopState
 from tools import bench, progress
 from tools.store import aa
 

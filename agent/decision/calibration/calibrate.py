@@ -24,12 +24,12 @@ from agent.decision.arms.measuring import budget, measure_arm, record_aa
 from agent.decision.calibration.autoaa import aa_pair
 from agent.decision.stats.noise import pair_noise
 from agent.serving import start_server
-from state.measurement.arms import ArmsInUse
-from state.door.calls import ServerArgs
-from state.measurement.decision import LaunchNoise
-from state.sessions.loop import LoopState
 from state.config.options import LoopOptions
 from state.config.target import TargetConfig
+from state.door.calls import ServerArgs
+from state.measurement.arms import ArmsInUse
+from state.measurement.decision import LaunchNoise
+from state.sessions.loop import LoopState
 from tools import progress, server
 from tools.door import Door
 

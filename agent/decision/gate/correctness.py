@@ -23,8 +23,8 @@ import random
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, call, need
-from state.measurement.correctness import CorrectnessConfig, OutputsArgs, OutputsResult
 from state.engines.limits import ContextLimitArgs, FitArgs, LongPrompts
+from state.measurement.correctness import CorrectnessConfig, OutputsArgs, OutputsResult
 from state.sessions.loop import LoopState
 from state.sessions.updates import LoopUpdate
 from tools import bench, limits

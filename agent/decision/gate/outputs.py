@@ -24,8 +24,8 @@ from agent.decision.gate.correctness import (
     take_outputs,
 )
 from state.measurement.correctness import CorrectnessConfig
-from state.sessions.loop import LoopState
 from state.measurement.tolerance import ScoreArgs, ScoreResult, ToleranceResult
+from state.sessions.loop import LoopState
 from state.sessions.updates import LoopUpdate
 from tools.tolerance import score
 

@@ -13,8 +13,8 @@ from langgraph.runtime import Runtime
 from agent.context import LoopContext, need
 from agent.decision.judging import JudgedCandidate, MeasuredBaseline, RuleVerdict
 from agent.serving import measure_server
-from state.sessions.loop import LoopState
 from state.measurement.measure import Measurement
+from state.sessions.loop import LoopState
 
 
 class IqrRule:

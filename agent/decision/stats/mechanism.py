@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from state.measurement.decision import MechanismCheck, Prediction
 from state.profiling.diagnosis import Diagnosis
-from state.sessions.loop import Proposal
 from state.profiling.profile import ProfileSummary
+from state.sessions.loop import Proposal
 
 CONFIRMED_FRACTION = 0.5
 """Share of the predicted reduction the operator must show for the mechanism to count as seen."""

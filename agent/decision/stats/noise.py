@@ -17,9 +17,9 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from statistics import NormalDist
 
+from state.config.target import TargetConfig, TrialHost
 from state.measurement.aa import AASample
 from state.measurement.decision import DecisionConfig, LaunchNoise
-from state.config.target import TargetConfig, TrialHost
 
 UPPER_BOUND = 0.90
 """Confidence of the upper bound on the launch SD that the rule uses."""

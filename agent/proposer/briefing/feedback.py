@@ -17,8 +17,8 @@ from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, call
 from state.proposers.llm_tools import LogArgs
-from state.sessions.loop import LoopState
 from state.proposers.proposer import ModelTrial
+from state.sessions.loop import LoopState
 from tools.llm import code
 
 CONTEXT_CHARS = 40

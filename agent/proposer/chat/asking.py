@@ -26,8 +26,8 @@ from agent.proposer.briefing.evidence import port_patch
 from agent.proposer.chat.conversation import Conversation
 from playbooks.schema import MODEL_ID, Playbook
 from state.profiling.diagnosis import Finding
-from state.sessions.loop import Decision, LoopState, Proposal
 from state.proposers.proposer import LlmUsage
+from state.sessions.loop import Decision, LoopState, Proposal
 
 LLM = "llm"
 

@@ -36,10 +36,10 @@ from agent.proposer.chat.protocol import (
 from agent.proposer.edits.checks import Candidate, Failure, gate_problem, validate
 from agent.proposer.edits.launching import as_proposal, is_launch_answer, launch_answer
 from state.profiling.diagnosis import Evidence, Finding
-from state.proposers.llm_tools import ChatArgs, ChatMessage, ChatReply, CodeArgs, DiffArgs, FilesArgs
-from state.sessions.loop import LoopState, Proposal
 from state.profiling.profile import OpStat
+from state.proposers.llm_tools import ChatArgs, ChatMessage, ChatReply, CodeArgs, DiffArgs, FilesArgs
 from state.proposers.proposer import LlmOrigin, LlmUsage
+from state.sessions.loop import LoopState, Proposal
 from tools.errors import LlmError
 from tools.llm import chat, code
 

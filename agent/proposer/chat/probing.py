@@ -14,8 +14,8 @@ from agent.context import LoopContext, call
 from agent.proposer.briefing import prompt
 from agent.proposer.edits.checks import Candidate, Failure, validate
 from state.proposers.llm_tools import ProbeArgs
-from state.sessions.loop import LoopState
 from state.proposers.proposer import ProposerConfig
+from state.sessions.loop import LoopState
 from tools.llm import probe
 from tools.llm.redact import redact
 

@@ -23,8 +23,8 @@ from playbooks.engine import flag_value
 from playbooks.flags import fixed_problem, flag_problem
 from playbooks.launch import describe, with_flag, without_flag
 from state.profiling.diagnosis import Finding
-from state.sessions.loop import LoopState, Proposal
 from state.proposers.proposer import LlmOrigin, ModelTrial
+from state.sessions.loop import LoopState, Proposal
 from tools.llm.redact import is_secret_option
 
 _FLAG = re.compile(r"--[A-Za-z0-9][A-Za-z0-9_.-]*")

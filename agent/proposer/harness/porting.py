@@ -30,15 +30,15 @@ from agent.proposer.harness.evaluation import NOT_MEASURED
 from playbooks.engine import diagnose, load_playbooks
 from playbooks.patches import read_patch, rebase_diff
 from state.base import utcnow
-from state.door.calls import ApplyArgs
-from state.profiling.diagnosis import DiagnosisContext
-from state.sessions.loop import Decision, LoopState
 from state.config.options import LoopOptions
+from state.config.target import TargetConfig
+from state.door.calls import ApplyArgs
+from state.engines.sglang import EquivalenceArgs, SglangLayout
+from state.profiling.diagnosis import DiagnosisContext
 from state.profiling.profile import OpStat, ProfileSummary
 from state.proposers.proposer import LlmUsage, ModelTrial
+from state.sessions.loop import Decision, LoopState
 from state.sessions.session import SessionInfo
-from state.engines.sglang import EquivalenceArgs, SglangLayout
-from state.config.target import TargetConfig
 from tools.door import Door
 from tools.door.live import LiveDoor
 from tools.door.replay import ReplayDivergence, ReplayDoor

@@ -29,9 +29,9 @@ from playbooks.engine import flag_value
 from playbooks.predict import batching_gain_bound
 from playbooks.schema import SEARCH_ID
 from state.measurement.decision import ArmStats
-from state.sessions.loop import Decision, LoopState, Proposal
-from state.proposers.search import HOST_BOUND, Knob, KnobValue, SearchConfig
 from state.measurement.workload import OBJECTIVES, Objective, WorkloadConfig
+from state.proposers.search import HOST_BOUND, Knob, KnobValue, SearchConfig
+from state.sessions.loop import Decision, LoopState, Proposal
 from tools.engines.registry import engine
 
 ASKS = 20

@@ -2,7 +2,15 @@
 
 from collections.abc import Sequence
 
-from state.profiling.profile import DeviceActivity, KernelStat, OpStat, ProfileSummary, RankStat, StepBounds, SyncStat
+from state.profiling.profile import (
+    DeviceActivity,
+    KernelStat,
+    OpStat,
+    ProfileSummary,
+    RankStat,
+    StepBounds,
+    SyncStat,
+)
 from tools.errors import TraceError
 from tools.trace.ranks.collectives import collective_stats, collective_us, idle_us
 
