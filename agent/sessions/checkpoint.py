@@ -6,10 +6,8 @@ window (tools/store/db.py), past which it is `StoreUnreachable`."""
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import logging
-import pkgutil
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -56,8 +54,8 @@ WRITE_SIGNATURE = "write-signature"
 
 
 def _state_modules() -> list:
-    """Every module of the `state` package (new ones are picked up without editing this list)."""
-    return [importlib.import_module(f"state.{m.name}") for m in pkgutil.iter_modules(state.__path__)]
+    """Every module of the `state` package and its sub-packages (`state.modules`)."""
+    return state.modules()
 
 
 def state_types() -> list[type]:
@@ -96,7 +94,7 @@ def moved_types() -> list[tuple[str, str]]:
 def serializer() -> JsonPlusSerializer:
     """A serializer that revives exactly our state types (no 'unregistered type' warnings) and
     scrubs secrets from what it writes."""
-    return RedactingSerializer(allowed_msgpack_modules=[*state_types(), *moved_types()])
+    return RedactingSerializer(allowed_msgpack_modules=[*state_types(), *moved_types(), *state.moved()])
 
 
 RENAMED_CHANNELS = {"candidate": "candidate_measurement"}

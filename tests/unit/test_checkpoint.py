@@ -48,18 +48,16 @@ def test_state_types_round_trip_without_unregistered_warnings(tmp_path: Path, ca
 def test_a_checkpoint_naming_a_models_old_module_loads(
     moved: str, tmp_path: Path, monkeypatch, caplog
 ) -> None:
-    """Models moved between state modules: `LoopOptions` from state/sessions/loop.py to state/config/options.py,
-    `OutputsResult` from state/measurement/decision.py to state/measurement/correctness.py. A channel value written before
-    names the old module and still loads as the same model (without `moved_types` in the
+    """Models moved between state modules: `LoopOptions` from the module `loop` to `options`,
+    `OutputsResult` from `decision` to `correctness` (since moved into `state.sessions`,
+    `state.config` and `state.measurement`). A channel value written before names the old module
+    and still loads as the same model (without `moved_types` and `state.moved` in the
     allow-list the serializer refuses it, which this test saw fail: back is not the model)."""
     value, old = {
-        "LoopOptions": (
-            LoopOptions(session_dir=tmp_path, python="python3", approve="manual"),
-            "state.sessions.loop",
-        ),
+        "LoopOptions": (LoopOptions(session_dir=tmp_path, python="python3", approve="manual"), "state.loop"),
         "OutputsResult": (
             OutputsResult(sequential=["a"], concurrent=["b"], duration_s=1.5),
-            "state.measurement.decision",
+            "state.decision",
         ),
     }[moved]
     kind = type(value)
