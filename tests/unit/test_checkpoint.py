@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import logging
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from agent.cli.target import load_target
 from agent.sessions.checkpoint import serializer, state_types
+from agent.sessions.runner import Sessions, thread
 from state.config.options import LoopOptions
+from state.config.target import TargetConfig
 from state.engines.sglang import SglangLayout
+from state.engines.workspace import WorkspaceSnapshot
 from state.measurement.correctness import OutputsResult
-from state.measurement.measure import RequestRecord
-from state.sessions.loop import LoopState
+from state.measurement.measure import Measurement, RequestRecord
+from state.profiling.diagnosis import Diagnosis
+from state.sessions.loop import LoopState, Proposal
 from tools.client.stats import summarize
 
 DEMO_TOML = Path(__file__).resolve().parents[2] / "examples" / "targets" / "mla_server.toml"
@@ -74,3 +82,47 @@ def test_a_checkpoint_naming_a_models_old_module_loads(
         for r in caplog.records
         if "unregistered" in r.getMessage().lower() or "block" in r.getMessage().lower()
     ]
+
+
+BEFORE_MOVE = Path(__file__).resolve().parents[1] / "data" / "checkpoints" / "before-state-move"
+"""A PERFLOOP_HOME written by perfloop before state/ was split by concern (checkpoints, session
+store, the signing key of that throwaway home): `perfloop run` of tests/e2e's demo target with
+`--approve manual --max-iterations 1`, paused for approval after its first proposal."""
+PAUSED = "20261204-084612-3765"
+
+
+def test_a_session_checkpointed_before_state_was_split_by_concern_resumes(tmp_path: Path, caplog) -> None:
+    """Its checkpoint names the modules as they were (`state.loop.LoopState`, `state.measure`, ...):
+    its signature checks, every value comes back as today's model (a type the serializer refused
+    would come back as a plain dict, with a 'Blocked deserialization' warning), the approval it
+    waits on binds the digest it was shown with, and `perfloop resume` answers with it (its engine
+    checkout, at the absolute path it was made in, is not here: approving it is not run)."""
+    home = shutil.copytree(BEFORE_MOVE, tmp_path / "home")
+    (home / "signing.key").chmod(0o600)
+    raw = (home / "checkpoints.sqlite").read_bytes()
+    assert b"state.loop" in raw and b"state.sessions" not in raw  # written before the move
+    with caplog.at_level(logging.WARNING):
+        sessions = Sessions(home)
+        sessions.verify(PAUSED)
+        values = sessions.graph.get_state(thread(PAUSED)).values
+        request = sessions.pending_approval(PAUSED)
+    assert not [r for r in caplog.records if "unregistered" in r.getMessage() or "Blocked" in r.getMessage()]
+    kinds = {"target": TargetConfig, "options": LoopOptions, "baseline": Measurement, "diagnosis": Diagnosis}
+    assert {k: type(values[k]) for k in kinds} == kinds
+    assert isinstance(values["proposal"], Proposal) and isinstance(values["start"], WorkspaceSnapshot)
+    state = sessions.state(PAUSED)
+    assert state.iteration == 1 and state.proposal is not None
+    assert request is not None and request["session"] == PAUSED
+    assert request["playbook"] == state.proposal.source == "kv-cache-full-pool-cast"
+    assert request["digest"] == "d38f1dfb84486784"  # the approval digest it printed when it paused
+    resumed = subprocess.run(
+        [str(Path(sys.executable).parent / "perfloop"), "resume", PAUSED],
+        env={**os.environ, "PERFLOOP_HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert resumed.returncode == 2 and f"session {PAUSED} waits for approval" in resumed.stderr, (
+        resumed.stderr
+    )
