@@ -3,4 +3,4 @@ outputs (`calls`) and what the session store keeps of each call (`records`, what
 from).
 
 Imports `state.base`, `state.config`, `state.engines`, `state.measurement` and `state.sessions`
-(ids). Nothing in `state` imports it; tools/ and agent/ do."""
+(ids). Imported by tools/ and agent/ only (nothing in `state` imports it)."""
