@@ -5,7 +5,8 @@ state `LoopState` and a node's `LoopUpdate`), `measurement` (timings, decisions,
 records); `base` is the `Model` every one derives from.
 
 Imports nothing of perfloop's: every other package may import it. Its sub-packages import each
-other in one direction only (each one's docstring says which).
+other in one direction only (each one's docstring says which). `modules()` lists them all, and
+`moved()` the names the modules had before the split, for the checkpoint serializer.
 """
 
 import importlib
