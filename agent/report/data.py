@@ -1,5 +1,5 @@
-"""What a session report shows, gathered from the store alone: the session's states (checkpoints,
-or a replay of the recording for an imported session) and its recorded tool calls."""
+"""What a session report shows, from the store alone: the session's states (checkpoints, or a
+replay of an imported session's recording) and its recorded tool calls."""
 
 from __future__ import annotations
 
@@ -40,22 +40,19 @@ class Arm:
     itl_ms: list[float]
     """Every inter-token latency of every request."""
     requests: int = 0
-    """Requests measured (a stream the server or a loaded client flushed at once times no token:
-    it counts here, not in `tpot_ms`)."""
+    """Requests measured (a stream flushed at once times no token: counted here, not in `tpot_ms`)."""
     median_ms: float = 0.0
     ci_ms: tuple[float, float] = (0.0, 0.0)
     """95% percentile-bootstrap CI of the median per-request TPOT."""
     tpot_p99_ms: float | None = None
-    """`[workload]`: TPOT p99 over its requests (`median_ms` is the p50); with several concurrency
-    levels an arm holds the primary's requests and windows only."""
+    """`[workload]`: TPOT p99 (`median_ms` is the p50), of the primary level's requests."""
     objective: list[float] = field(default_factory=list)
     """`[workload]`: each window's value of the objective, in its unit (what the rule judged)."""
     objective_median: float = 0.0
     objective_ci: tuple[float, float] = (0.0, 0.0)
     """`[workload]`: the median over windows of the objective, and its 95% bootstrap CI."""
     levels: dict[int, Arm] = field(default_factory=dict)
-    """`[workload]` with several concurrency levels: the same launch at each level but the
-    primary (this arm's own figures are the primary's)."""
+    """`[workload]` with several concurrency levels: the same launch at each other level."""
     beside: Arm | None = None
     """`measure.bench_serving.use = "both"`: the same launch as sglang.bench_serving measured it
     (`label` names the client), drawn beside this arm, never judged."""
