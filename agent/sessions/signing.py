@@ -63,8 +63,10 @@ def _canon(value: object) -> str:
 def bound_fields(state: LoopState) -> dict[str, object]:
     """What the session would execute, field by field (pure): every option and target field
     under its own name (`options.approve`, `target.launch`), then every other state field (the
-    approval request a paused session shows is rebuilt from these by the step that made it)."""
-    data = state.model_dump(mode="json", by_alias=True)
+    approval request a paused session shows is rebuilt from these by the step that made it).
+    Values at their default are left out, so a field added to a state model later (with a
+    default) leaves the signatures of sessions checkpointed before it as they were."""
+    data = state.model_dump(mode="json", by_alias=True, exclude_defaults=True)
     out: dict[str, object] = {f"options.{k}": v for k, v in data.pop("options").items()}
     out |= {f"target.{k}": v for k, v in data.pop("target").items()}
     return out | data

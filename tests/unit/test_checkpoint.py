@@ -96,7 +96,9 @@ def test_a_session_checkpointed_before_state_was_split_by_concern_resumes(tmp_pa
     its signature checks, every value comes back as today's model (a type the serializer refused
     would come back as a plain dict, with a 'Blocked deserialization' warning), the approval it
     waits on binds the digest it was shown with, and `perfloop resume` answers with it (its engine
-    checkout, at the absolute path it was made in, is not here: approving it is not run)."""
+    checkout, at the absolute path it was made in, is not here: approving it is not run). Made by
+    the code of 7a47c78; its signatures re-sealed under its own key once the digests left out
+    values at their default (a field added since, `LaunchNoise.default_log`, then leaves them be)."""
     home = shutil.copytree(BEFORE_MOVE, tmp_path / "home")
     (home / "signing.key").chmod(0o600)
     raw = (home / "checkpoints.sqlite").read_bytes()
