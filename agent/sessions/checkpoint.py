@@ -153,14 +153,13 @@ class Signing(BaseCheckpointSaver):
     def put_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
+        if self.home is not None and self.inputs is not None and writes:  # signed first: a reader
+            key, where = user_key(self.home), _where(config, task_id)  # never sees one unsigned
+            with self._lock:  # branches of a parallel batch write at once
+                for channel, value in writes:
+                    record = seal_write(key, where, channel, self.serde.dumps_typed(value))
+                    self.inputs.add_input(where["thread_id"], WRITE_SIGNATURE, record)
         super().put_writes(config, writes, task_id, task_path)
-        if self.home is None or self.inputs is None or not writes:
-            return
-        key, where = user_key(self.home), _where(config, task_id)
-        with self._lock:  # branches of a parallel batch write at once
-            for channel, value in writes:
-                record = seal_write(key, where, channel, self.serde.dumps_typed(value))
-                self.inputs.add_input(where["thread_id"], WRITE_SIGNATURE, record)
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         found = super().get_tuple(config)
