@@ -213,3 +213,15 @@ def test_a_machine_that_ran_faster_for_one_arm_widens_the_interval() -> None:
         verdict="inconclusive", looks=[drifted], launch_noise=MEASURED, min_gain=0.02, confidence=0.95
     )
     assert "host ran 2.60x faster for one arm" in j.line()
+
+
+def test_a_prompt_reads_the_streams_that_timed_their_tokens() -> None:
+    """CI, 2026-12-04: a fast candidate launch (2.3 ms a token) whose streams a loaded client read
+    at once (gaps of ~10 us) read as a 72x speedup and a 321% launch noise; where a prompt has
+    timed streams the rule reads those only, and a prompt with none keeps what it has."""
+    timed = RequestRecord(prompt_index=0, ttft_ms=5.0, itl_ms=[2.3] * 11, text="t", completion_tokens=12)
+    flushed = timed.model_copy(update={"itl_ms": [0.01] * 11})
+    (one,) = by_prompt([timed, flushed, flushed], 1)
+    assert list(one) == [log_tpot(timed.itl_ms)]
+    (only,) = by_prompt([flushed, flushed], 1)
+    assert len(only) == 2 and only[0] == log_tpot(flushed.itl_ms)

@@ -39,12 +39,17 @@ def log_tpot(itl_ms: Sequence[float]) -> float:
 
 
 def by_prompt(requests: Sequence[RequestRecord], n_prompts: int) -> Arm:
-    """Requests' log TPOT grouped by prompt index (requests with < 2 tokens are skipped)."""
-    groups: list[list[float]] = [[] for _ in range(n_prompts)]
+    """Requests' log TPOT grouped by prompt index (requests with < 2 tokens are skipped). Where a
+    prompt has requests that timed their tokens, only those: a stream the server merged or a
+    loaded client read at once has gaps of microseconds, no decode time (`RequestRecord.timed`)."""
+    groups: list[list[RequestRecord]] = [[] for _ in range(n_prompts)]
     for r in requests:
         if r.itl_ms and 0 <= r.prompt_index < n_prompts:
-            groups[r.prompt_index].append(log_tpot(r.itl_ms))
-    return [np.asarray(g, dtype=float) for g in groups]
+            groups[r.prompt_index].append(r)
+    return [
+        np.asarray([log_tpot(r.itl_ms) for r in ([x for x in g if x.timed] or g)], dtype=float)
+        for g in groups
+    ]
 
 
 def percentile(values: Sequence[float], q: float) -> float:
