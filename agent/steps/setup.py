@@ -12,7 +12,9 @@ from agent.decision.arms.measuring import beside_note, serving_note
 from agent.decision.rules import rule_for
 from agent.serving import start_server
 from agent.steps.actions import instrument_if_needed, session_branch
+from state.config.target import TargetConfig
 from state.door.calls import BranchArgs, CopyTreeArgs, PushTreeArgs, RepoArgs, ServerArgs
+from state.engines.sglang import HookSite
 from state.engines.vllm import EngineSiteArgs, VllmSiteArgs
 from state.sessions.loop import ForkStep, LoopState
 from state.sessions.updates import LoopUpdate
@@ -48,43 +50,28 @@ def prepare(
     if state.target.kind == "sglang":
         site = call(runtime, repo.sglang_site, RepoArgs(repo=checkout))
         hook = site.hook
-        profile = state.target.profile.model_copy(
-            update={
-                "model_runner_path": hook.relpath,
-                "hook_class": hook.class_name,
-                "hook_method": hook.method,
-            }
-        )
-        update |= {"sglang": site.layout, "target": state.target.model_copy(update={"profile": profile})}
+        update |= {"sglang": site.layout, "target": hooked(state, hook)}
         note += f"; sglang {site.layout.version}, decode hook {hook.class_name}.{hook.method}"
     if state.target.kind == "vllm" and state.target.profile.method == "patch":
         env = state.target.launch.env
         hook = call(runtime, repo.vllm_site, VllmSiteArgs(repo=checkout, env=env))
-        profile = state.target.profile.model_copy(
-            update={
-                "model_runner_path": hook.relpath,
-                "hook_class": hook.class_name,
-                "hook_method": hook.method,
-            }
-        )
-        update["target"] = state.target.model_copy(update={"profile": profile})
+        update["target"] = hooked(state, hook)
         note += f"; vllm step hook {hook.class_name}.{hook.method} in {hook.relpath}"
     if state.target.kind not in BUILTINS and state.target.profile.method == "patch":  # from outside
         args = EngineSiteArgs(repo=checkout, env=state.target.launch.env, kind=state.target.kind)
         if (found := call(runtime, repo.engine_site, args).hook) is not None:
-            profile = state.target.profile.model_copy(
-                update={
-                    "model_runner_path": found.relpath,
-                    "hook_class": found.class_name,
-                    "hook_method": found.method,
-                }
-            )
-            update["target"] = state.target.model_copy(update={"profile": profile})
+            update["target"] = hooked(state, found)
             note += f"; {state.target.kind} step hook {found.class_name}.{found.method} in {found.relpath}"
     nxt: Literal["instrument", "launch"] = (
         "instrument" if state.target.profile.method == "patch" else "launch"
     )
     return Command(update=LoopUpdate(**update, transitions=transition("prepare", note)), goto=nxt)
+
+
+def hooked(state: LoopState, hook: HookSite) -> TargetConfig:
+    """The target with its profile pointed at `hook`, the method the dormant profiler wraps (pure)."""
+    site = {"model_runner_path": hook.relpath, "hook_class": hook.class_name, "hook_method": hook.method}
+    return state.target.model_copy(update={"profile": state.target.profile.model_copy(update=site)})
 
 
 @step
