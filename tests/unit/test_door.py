@@ -44,3 +44,15 @@ def test_door_records_outputs_and_errors() -> None:
     assert (ok.seq, ok.node, ok.input, ok.output, ok.error) == (0, "n", {"x": 2}, {"y": 4}, None)
     assert failed.output is None and failed.error == "ToolError: negative input; pass x >= 0"
     assert slow.duration_s >= 0.05 and ok.duration_s < slow.duration_s, (ok.duration_s, slow.duration_s)
+
+
+def test_a_replay_takes_a_float_that_differs_only_in_its_last_bits() -> None:
+    """A value computed from recorded numbers on another machine rounds its last bits differently
+    (an H200 host's A/A shift, 0.00040950605150384217 there and 0.0004095060515035461 here); a
+    difference a measurement could make is still one."""
+    from tools.door.replay import first_difference
+
+    there, here = 0.00040950605150384217, 0.0004095060515035461
+    assert first_difference({"shift_log": there}, {"shift_log": here}) is None
+    assert first_difference({"shift_log": there}, {"shift_log": there * (1 + 1e-9)}) is not None
+    assert first_difference({"n": 3}, {"n": 4}) is not None
