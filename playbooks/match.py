@@ -17,7 +17,7 @@ def match_playbook(playbook: Playbook, profile: ProfileSummary, ctx: DiagnosisCo
     """The playbook's finding if its signature holds on this profile, else None."""
     sig = playbook.signature
     groups = [
-        op for op in profile.ops if op.self_us > 0 and op_matches(op, sig, ctx.active_tokens, profile.steps)
+        op for op in profile.ops if op.self_us > 0 and op_matches(op, sig, ctx.active_tokens, profile.rank_steps)
     ]
     share = min(sum(op.share for op in groups), 1.0)
     if sig.op_names and (not groups or share < sig.min_share):
@@ -57,7 +57,7 @@ def match_graph(playbook: Playbook, profile: ProfileSummary, ctx: DiagnosisConte
     share = min(sum(k.share for k in kernels), 1.0)
     if not kernels or share < gsig.min_share:
         return None
-    removed = gsig.factor * sum(k.device_us for k in kernels) / profile.steps
+    removed = gsig.factor * sum(k.device_us for k in kernels) / profile.rank_steps  # one rank's step
     evidence = [
         Evidence(
             op=k.name[:200],
@@ -66,7 +66,7 @@ def match_graph(playbook: Playbook, profile: ProfileSummary, ctx: DiagnosisConte
             share=k.share,
             calls=k.graph_calls,
             note=(
-                f"{k.name[:120]}: {100 * k.share:.1f}% of device time, {k.device_us / profile.steps / 1000:.3f} "
+                f"{k.name[:120]}: {100 * k.share:.1f}% of device time, {k.device_us / profile.rank_steps / 1000:.3f} "
                 f"ms per step over {k.graph_calls} calls replayed in CUDA graphs (no operator dims "
                 "inside a replay: matched by kernel name)"
             ),
@@ -92,7 +92,7 @@ def step_effect(
     trace with step bounds; None otherwise or for a gain kind with no such model (sync waits)."""
     if profile.time_basis != "device" or profile.step_bounds is None:
         return None
-    gain, steps = playbook.gain, profile.steps
+    gain, steps = playbook.gain, profile.rank_steps  # sums over every rank: one rank's step
     if gain.kind == "cast_fraction":
         removed = sum(op.self_us * cast_fraction(op, ctx.active_tokens) for op in groups)
         return StepEffect(device_removed_us=removed / steps)
@@ -185,12 +185,12 @@ def _evidence(op: OpStat, template: str, profile: ProfileSummary, active_tokens:
         dims=str(op.input_dims),
         share_pct=100 * op.share,
         calls=op.calls,
-        self_ms_per_step=op.self_us / profile.steps / 1000,
+        self_ms_per_step=op.self_us / profile.rank_steps / 1000,
         first_dim=first_dim,
         active_tokens=active_tokens,
         pool_ratio=first_dim / active_tokens,
         basis=profile.time_basis,
-        calls_per_step=op.calls / profile.steps,
+        calls_per_step=op.calls / profile.rank_steps,
         types=" <- ".join(op.input_types[:2]) or "-",
         location=op.location or "-",
         idle_pct=0.0,

@@ -36,7 +36,7 @@ def signals_hold(sig: Signature, profile: ProfileSummary) -> bool:
     if not _collectives_hold(sig, profile.collectives):
         return False
     if sig.min_decode_syncs_per_step is not None:
-        per_step = sum(s.decode_calls for s in decode_syncs(profile)) / profile.steps
+        per_step = sum(s.decode_calls for s in decode_syncs(profile)) / profile.rank_steps
         return per_step >= sig.min_decode_syncs_per_step
     return True
 
@@ -84,12 +84,12 @@ def signal_evidence(
             active_tokens=active_tokens,
             idle_pct=100 * act.idle_share,
             median_kernel_us=act.median_kernel_us,
-            kernels_per_step=act.kernels / profile.steps,
+            kernels_per_step=act.kernels / profile.rank_steps,
             gaps=act.gaps,
-            launch_ms_per_step=act.launch_us / profile.steps / 1000,
+            launch_ms_per_step=act.launch_us / profile.rank_steps / 1000,
             share_pct=100 * act.idle_share,
             issue_ms_per_step=b.issue_us / 1000 if b else 0.0,
-            device_ms_per_step=b.device_us / 1000 if b else act.busy_us / profile.steps / 1000,
+            device_ms_per_step=b.device_us / 1000 if b else act.busy_us / profile.rank_steps / 1000,
         )
         out.append(
             Evidence(
@@ -187,8 +187,8 @@ def _fields(
         op=op,
         dims="[]",
         calls=calls,
-        self_ms_per_step=us / profile.steps / 1000,
-        calls_per_step=calls / profile.steps,
+        self_ms_per_step=us / profile.rank_steps / 1000,
+        calls_per_step=calls / profile.rank_steps,
         active_tokens=active_tokens,
         basis=profile.time_basis,
     )

@@ -252,6 +252,12 @@ class ProfileSummary(Model):
     """vLLM's phase scopes over its decode steps (host-bound or model-bound decode); None for
     traces without vLLM's step markers and phase scopes."""
 
+    @property
+    def rank_steps(self) -> int:
+        """Steps times the ranks read: what sums over every rank's ops and kernels divide by for
+        one rank's step (a merged tensor-parallel profile sums each kernel over its ranks)."""
+        return self.steps * max(1, len(self.ranks))
+
 
 class OpDelta(Model):
     """How one operator group changed between two profiles, per step."""
