@@ -40,3 +40,22 @@ def test_h200_session_replays_with_the_same_decisions(name: str, tmp_path: Path,
             assert d.tpot_ms_before is not None and d.tpot_ms_after is not None
             realized = d.tpot_ms_before / d.tpot_ms_after
             assert d.predicted_speedup == pytest.approx(realized, rel=0.25), d
+
+
+def test_the_tp2_session_on_two_h200s_replays_and_its_gain_is_predicted_per_rank(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The loop at `--tp-size 2` on nvidia-h200-x2 (benchmarks/h200x2-2026-12-04-tp2): the cast fix
+    kept with identical outputs, replayed offline with the same decision; its gain predicted from
+    the two ranks' merged profile per rank (the kernels summed over both ranks once read as twice
+    the step: 28x predicted for a 5x fix)."""
+    monkeypatch.setenv("PERFLOOP_HOME", str(tmp_path))
+    sessions = Sessions()
+    sid = import_session(sessions.store, BENCH / "h200x2-2026-12-04-tp2" / "tp2-session.json.gz")
+    state, summary = sessions.replay(sid)
+    assert summary.accepted == ["kv-cache-full-pool-cast"] and summary.rejected == []
+    assert summary.outputs_identical and summary.speedup is not None and summary.speedup > 4
+    assert summary.launch_argv[-2:] == ["--tp-size", "2"] and state.target.tp_size == 2
+    (d,) = state.decisions
+    assert d.tpot_ms_before is not None and d.tpot_ms_after is not None
+    assert d.predicted_speedup == pytest.approx(d.tpot_ms_before / d.tpot_ms_after, rel=0.25), d
