@@ -34,8 +34,10 @@ block's difference the unit, the noise pooled over the calibration and the earli
 The tree has the cast fix applied (`--unfixed` keeps the slow full-pool cast), so a request takes
 milliseconds and launches dominate the cost.
 
-Each scenario is judged twice, with the calibrated launch noise and with the conservative default;
-a table of verdicts goes to stdout (markdown) and all numbers to `--out` (JSON).
+Each scenario is judged twice, with the calibrated launch noise and with the conservative default
+(`--variants` picks); a table of verdicts goes to stdout (markdown) and all numbers to `--out`
+(JSON). With `--workers N --gpus 0,1,...` each worker thread launches its servers on its own GPU
+(one session at a time per GPU); the table's session minutes are the sessions' own, summed.
 
     .venv/bin/python benchmarks/decisions.py --aa-pairs 20 --detect 1.1:20 --detect 1.3:20
     .venv/bin/python benchmarks/decisions.py --arms alternating --preset glm5 --device cuda \
@@ -171,6 +173,8 @@ class Bench:
         self.launches: list[tuple[int, float]] = []  # (thread, start-up s: process start to ready)
         self.history: list[list[float]] = []  # paired blocks: each finished session's d / sqrt(2)
         self.lock = threading.Lock()
+        self.gpus = [g for g in args.gpus.split(",") if g]  # each worker thread its own GPU
+        self.gpu_of: dict[int, str] = {}
         self.logs = Path(tempfile.mkdtemp(prefix="decisions-logs-"))
         argv = ["bash", "launch.sh", "--port", "{port}", "--preset", args.preset, "--device", args.device]
         if args.threads:
@@ -188,6 +192,11 @@ class Bench:
         n = next(self.counter)
         sleep, extra = slowdown if isinstance(slowdown, tuple) else (slowdown, 0)
         env = {"PYTHON": "{python}", "BENCH_SLOWDOWN": str(sleep), "BENCH_EXTRA_LAYERS": str(extra)}
+        if self.gpus:
+            with self.lock:  # the first launch of a worker thread picks the next GPU
+                me = threading.get_ident()
+                gpu = self.gpu_of.setdefault(me, self.gpus[len(self.gpu_of) % len(self.gpus)])
+            env["CUDA_VISIBLE_DEVICES"] = gpu
         t0 = time.time()
         handle = server.launch(
             LaunchArgs(
@@ -324,6 +333,7 @@ class Bench:
             "calibrated": blocks.pool_of(history, noises["calibrated"], self.cfg),
             "default": blocks.pool_of([], None, self.cfg),
         }
+        pools = {name: p for name, p in pools.items() if name in noises}
         plans = {name: blocks.plan_blocks(p, self.cfg, 0.0, 0.0).blocks for name, p in pools.items()}
         ds: list[float] = []
         out: dict = {}
@@ -445,7 +455,7 @@ def timed(
 def table(results: dict) -> str:
     rows = [
         "| scenario | launch noise used | pairs | accepted | rejected | regression | inconclusive "
-        "| median speedup | median CI | mean looks | confirming pairs | launches | wall min |",
+        "| median speedup | median CI | mean looks | confirming pairs | launches | session min |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for scen, by_noise in results["scenarios"].items():
@@ -517,6 +527,12 @@ def main() -> None:
     p.add_argument(
         "--combine", type=Path, nargs="+", help="only print the table of these runs' JSON together"
     )
+    p.add_argument("--gpus", default="", help="e.g. 0,1: worker thread i launches its servers on GPU i mod n")
+    p.add_argument(
+        "--variants",
+        default="calibrated,default",
+        help="launch-noise variants judged: calibrated (the pooled history), default (a new host)",
+    )
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
     if args.combine:
@@ -559,6 +575,7 @@ def main() -> None:
             "calibrated": launch_noise(samples, bench.cfg),
             "default": LaunchNoise(sigma_log=bench.cfg.default_launch_noise),
         }
+    noises = {k: v for k, v in noises.items() if k in args.variants.split(",")}
     results: dict = {
         "args": {k: str(v) for k, v in vars(args).items()},
         "calibration": [s.shift_log if s.shift_log is not None else s.location_log for s in samples],
@@ -577,17 +594,17 @@ def main() -> None:
     results["scenarios"] = {name: {k: [] for k in noises} for name, _, _ in plan}
     if args.round_robin:  # session i of every scenario, then session i + 1 of every scenario, ...
         order = [(s, i) for i in range(max(n for *_, n in plan)) for s in plan if i < s[2]]
-        groups = [[o] for o in order]
+        groups = [order[i : i + args.workers] for i in range(0, len(order), args.workers)]
     else:
         groups = [[(s, i) for i in range(s[2])] for s in plan]
     for group in groups:
-        t1 = time.time()
         for ((name, _, pairs), i), (out, launches, wall) in zip(
             group, pool.map(lambda o: timed(bench, o[0][1], noises), group), strict=True
         ):
             if not out:
                 print(f"{name} pair {i + 1}/{pairs}: cut by the deadline (not counted)", flush=True)
                 continue
+            results["scenario_wall_s"][name] += wall  # session time, summed (sessions may overlap)
             for k, lk in out.items():
                 results["scenarios"][name][k].append(lk)
             print(f"{name} pair {i + 1}/{pairs} ({launches} launches, {wall:.0f} s): " + ", ".join(
@@ -595,11 +612,10 @@ def main() -> None:
                 + (f" (hosts ignored {lk['naive']:.3f}x)" if "naive" in lk else "")
                 + (f" (first pair {lk['first']}, second {lk['second']['speedup']:.3f}x)" if "first" in lk else "")
                 for k, lk in out.items()), flush=True)  # fmt: skip
-        results["scenario_wall_s"][group[0][0][0]] += time.time() - t1
         results["wall_s"] = time.time() - t0
         results["launch_s"] = [s for _, s in bench.launches]
         save(results, args.out)  # so far: a run cut short still leaves its table and its JSON
-        if not args.round_robin or group[0][1] == group[0][0][2] - 1:
+        if any(i == s[2] - 1 for s, i in group):  # a scenario's last session
             print(table(results), flush=True)
     results["wall_s"] = time.time() - t0
     startup = results["launch_s"] = [s for _, s in bench.launches]
