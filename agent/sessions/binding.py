@@ -20,10 +20,14 @@ import json
 from pathlib import Path
 
 from agent.steps.approval import approval_request, batch_request
+from state.config.options import LoopOptions
 from state.sessions.loop import LoopState
 from tools.errors import ConfigError
 
 TARGET_FILE = "target.sha256"
+ADDED_SINCE_SHOWN = frozenset({"short_aa_pairs"})
+"""`LoopOptions` fields added after sessions paused with a digest shown to a person: at their
+default they are left out of the digest, so what a paused session showed stays its digest."""
 
 
 def _digest(value: object) -> str:
@@ -49,7 +53,11 @@ def view(state: LoopState, pending: dict) -> dict:
     views = pending.get("candidates") or [pending]
     runs = [{"diff": v.get("diff", ""), "argv": v.get("launch_argv") or state.argv} for v in views]
     env = {"env": state.target.launch.env, "pass_env": state.target.launch.pass_env}
-    options = state.options.model_dump(mode="json")  # approve, max_iterations, python, paths, ...
+    options = {  # approve, max_iterations, python, paths, ...
+        k: v
+        for k, v in state.options.model_dump(mode="json").items()
+        if not (k in ADDED_SINCE_SHOWN and v == LoopOptions.model_fields[k].default)
+    }
     digest = _digest({"target": target_digest(state), "runs": runs, "options": options})[:16]
     out = pending | {"argv_now": runs[0]["argv"], "env_now": env, "digest": digest}
     if pending.get("candidates"):

@@ -46,6 +46,12 @@ class LoopOptions(Model):
     """Whether the baseline step gathers A/A pairs (interleaved arms), reports the session's power
     and sizes requests and looks by `[decide] keep_gain` (agent/decision/calibration/autoaa.py): True for new
     sessions; sessions recorded before it carry none and replay without."""
+    short_aa_pairs: bool = False
+    """Whether the A/A pairs beside the baseline are measured with one look's requests (`repeats`
+    per prompt) rather than the reference's whole budget (`repeats x looks`): a pair's shift is
+    the launch's effect, which more requests on the same two launches do not reduce; on one H200 the
+    three pairs of a new host took 3 x 78 s of a 4.8-minute baseline with the whole budget: True
+    for new sessions; sessions recorded before it carry none and replay as they ran."""
     aa_evidence: bool = False
     """Whether more launches are kept as A/A evidence (agent/decision/arms/aalaunches.py): alternating
     arms' replicate launches, and with sequential arms one A/A launch at the baseline while the

@@ -6,7 +6,9 @@ store for real."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,8 +16,10 @@ from agent.decision.arms.aalaunches import Side, aa_launch, keep_replicates, rep
 from agent.decision.arms.measuring import keep_aa, measure_arm
 from agent.decision.stats.noise import launch_noise, pooled_sd, sample_group, target_key
 from state.config.options import LoopOptions
+from state.door.calls import Done, PairResult, ServerStatus
 from state.measurement.aa import AARecordArgs, AASample
 from state.measurement.arms import LaunchLocation
+from state.measurement.decision import LaunchNoise
 from state.measurement.measure import Measurement
 from state.sessions.loop import LoopState
 from tests.unit.aa_door import ScriptedDoor, handle, measurement, runtime_of, session
@@ -182,6 +186,48 @@ def test_options_recorded_before_carry_no_aa_evidence_nor_reference_host_reads()
     from agent.cli.commands.flags import options as _options
 
     old = LoopOptions.model_validate({"session_dir": "/x", "python": "p"})
-    assert old.aa_evidence is False and old.reference_host_aa is False
+    assert old.aa_evidence is False and old.reference_host_aa is False and old.short_aa_pairs is False
     new = _options("auto", "patch", 1, [], False)
-    assert new["aa_evidence"] is True and new["reference_host_aa"] is True
+    assert new["aa_evidence"] is True and new["reference_host_aa"] is True and new["short_aa_pairs"] is True
+
+
+class BesideDoor(ScriptedDoor):
+    """ScriptedDoor with a second server beside the first and interleaved pairs measured: launch n
+    at `tpot_ms[n]`, `repeats` requests per prompt as asked."""
+
+    def answer(self, name: str, args: Any, fn: Callable[[Any], Any]) -> Any:
+        if name == "server.launch":
+            self.running.add(args.launch_number)
+            return handle(args.launch_number)
+        if name == "bench.measure_pair":
+            arms = [
+                measurement(a.label, self.tpot_ms[n], len(a.config.prompts), a.config.repeats)
+                for a, n in ((args.reference, 1), (args.candidate, 2))
+            ]
+            return PairResult(reference=arms[0], candidate=arms[1])
+        if name == "server.stop_recorded":
+            self.running.discard(2)
+            return ServerStatus(alive=False, healthy=False)
+        if name == "repo.remove_reference_copy":
+            return Done()
+        return super().answer(name, args, fn)
+
+
+@pytest.mark.parametrize("short", [True, False])
+def test_a_pair_beside_the_baseline_measures_one_looks_requests(tmp_path: Path, short: bool) -> None:
+    """A new session's A/A pair beside the baseline asks `repeats` requests per prompt of each
+    launch (its shift is the launch's: more requests on the same two launches do not reduce it);
+    a session recorded before `short_aa_pairs` asks the reference's whole budget, as it ran."""
+    from agent.decision.calibration.autoaa import start_pairs
+
+    state = session(tmp_path, arms="interleaved", auto_aa_pairs=1, looks=3)
+    state = state.model_copy(update={"options": state.options.model_copy(update={"short_aa_pairs": short})})
+    door = BesideDoor({1: 10.0, 2: 10.2})
+    state, _ = baseline_of(state, door)
+    before = state.launches
+    after, noise, arms, shifts = start_pairs(state, runtime_of(door), LaunchNoise(sigma_log=0.05), 1.0)
+    (pair,) = [a for n, a in door.calls if n == "bench.measure_pair"]
+    reps = state.target.measure.repeats * (1 if short else 3)
+    assert (pair.reference.config.repeats, pair.candidate.config.repeats) == (reps, reps)
+    assert after.launches == before + 1 and door.running == {1} and len(arms) == 2
+    assert shifts == [f"{math.log(10.0) - math.log(10.2):+.1%}"] and noise.paired

@@ -144,6 +144,7 @@ def options(
         "long_prompts": True,
         "power": True,
         "aa_evidence": True,
+        "short_aa_pairs": True,
         "paired_blocks": True,
         "reference_host_aa": True,
         "launch_allowlist": True,

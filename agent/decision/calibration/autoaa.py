@@ -36,13 +36,18 @@ from tools.store import aa
 
 
 def aa_pair(
-    state: LoopState, runtime: Runtime[LoopContext], first: ServerHandle, second: ServerHandle, label: str
+    state: LoopState,
+    runtime: Runtime[LoopContext],
+    first: ServerHandle,
+    second: ServerHandle,
+    label: str,
+    looks: int | None = None,
 ) -> tuple[AASample, LaunchNoise, PairResult]:
     """Measure two running launches of one tree with requests alternating (`repeats x looks` per
-    prompt each, the same warm-ups), keep the shift between them as an A/A pair; (the pair, the
-    pair noise from all of the target's, both measurements)."""
+    prompt each, `looks` the target's unless given; the same warm-ups), keep the shift between them
+    as an A/A pair; (the pair, the pair noise from all of the target's, both measurements)."""
     target = state.target
-    n, reps = len(target.measure.prompts), target.measure.repeats * target.decide.looks
+    n, reps = len(target.measure.prompts), target.measure.repeats * (looks or target.decide.looks)
     warm = target.measure.warmup_requests
     if target.workload is not None:  # its warm-up windows, counted in requests
         warm = warmup_requests(target.workload)
@@ -126,7 +131,8 @@ def _pair_beside(
             state, runtime, state.target.repo, state.kept_argv, state.launches + 1, "reference-tree"
         )
         state = state.model_copy(update={"launches": beside.launch_number})
-        sample, noise, pair = aa_pair(state, runtime, base, beside, f"aa-{i}")
+        looks = 1 if state.options.short_aa_pairs else None  # one look's requests: the launch decides
+        sample, noise, pair = aa_pair(state, runtime, base, beside, f"aa-{i}", looks)
     finally:
         stop_reference(state, runtime)
     return state, noise, sample, pair
