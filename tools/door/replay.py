@@ -10,7 +10,6 @@ repeat, so each branch is matched in order against its own calls only.
 from __future__ import annotations
 
 import math
-
 import threading
 from collections.abc import Callable
 from typing import Any
