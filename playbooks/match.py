@@ -17,7 +17,9 @@ def match_playbook(playbook: Playbook, profile: ProfileSummary, ctx: DiagnosisCo
     """The playbook's finding if its signature holds on this profile, else None."""
     sig = playbook.signature
     groups = [
-        op for op in profile.ops if op.self_us > 0 and op_matches(op, sig, ctx.active_tokens, profile.rank_steps)
+        op
+        for op in profile.ops
+        if op.self_us > 0 and op_matches(op, sig, ctx.active_tokens, profile.rank_steps)
     ]
     share = min(sum(op.share for op in groups), 1.0)
     if sig.op_names and (not groups or share < sig.min_share):
