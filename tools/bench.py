@@ -64,19 +64,37 @@ def measure_with_client(args: MeasureArgs) -> Measurement:
     probing = 0.0
     total = cfg.repeats * len(cfg.prompts)
     t0 = time.perf_counter()
-    for _rep in range(cfg.repeats):
-        for i, prompt in enumerate(cfg.prompts):
-            report(f"measuring {args.label}: request {len(records) + 1}/{total}")
+    order = [i for _rep in range(cfg.repeats) for i in range(len(cfg.prompts))]
+    while order:
+        for i in order:
+            report(f"measuring {args.label}: request {len(records) + 1}/{max(total, len(records) + 1)}")
             arrivals, text, usage = stream_completion(
-                args.base_url, chat_body(args.model, prompt, cfg.max_tokens), cfg.request_timeout_s
+                args.base_url, chat_body(args.model, cfg.prompts[i], cfg.max_tokens), cfg.request_timeout_s
             )
             records.append(to_record(i, arrivals, text, usage))
             t = time.perf_counter()
             probes.append(machine_probe_ms())  # between requests, off the clock of both
             probing += time.perf_counter() - t
+        order = untimed_again(records, len(cfg.prompts), cfg.repeats)
     wall = time.perf_counter() - t0 - probing
     m = summarize(args.label, args.tree_sha256, records, len(cfg.prompts), wall)
     return m.model_copy(update={"probe_ms": probes})
+
+
+def untimed_again(records: list[RequestRecord], prompts: int, repeats: int) -> list[int]:
+    """The prompts to send once more: those none of whose streams timed its tokens while another
+    prompt's did (the server times streams; this client, starved of the CPU, read those at once),
+    until each has sent `repeats` more than its first `repeats` (pure). A server that times no
+    stream (it merges every one) gets no extra request."""
+    sent = [0] * prompts
+    timed = [False] * prompts
+    for r in records:
+        if 0 <= r.prompt_index < prompts:
+            sent[r.prompt_index] += 1
+            timed[r.prompt_index] |= r.timed or r.completion_tokens < 2  # one token: nothing to time
+    if not any(timed):
+        return []
+    return [i for i in range(prompts) if not timed[i] and sent[i] < 2 * repeats]
 
 
 def warm_up(args: MeasureArgs) -> None:
