@@ -104,7 +104,9 @@ def test_a_parallel_session_killed_mid_batch_resumes_and_replays(
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     s = last_json(resumed)
     assert s["status"] == "done", s
-    kept_unless_drifted(s["accepted"] == ["kv-cache-full-pool-cast"], s["decision"])
+    kept_unless_drifted(
+        s["accepted"] == ["kv-cache-full-pool-cast"], s["decision"] or f"no judged decision: {s}"
+    )
     replayed = perfloop(home, "replay", sid, "--json")  # the finished session, played back
     assert replayed.returncode == 0, replayed.stderr[-2000:]
     again = last_json(replayed)
