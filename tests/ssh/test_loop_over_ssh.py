@@ -81,17 +81,25 @@ def host_logs(arms: str, judgement: dict) -> list[str]:
     return logs
 
 
-def assert_same_result_as_local(home: Path, s: dict, repo: Path, sshd: Sshd, arms: str) -> None:
+def assert_same_result_as_local(
+    home: Path, s: dict, repo: Path, sshd: Sshd, arms: str, owns_verdict: bool = True
+) -> None:
     """What the local e2e run asserts: one accepted patch, same outputs, >=3x, clean tree; the
-    arms measured as pinned (`arms`), read from the recorded judgement and the host's logs."""
+    arms measured as pinned (`arms`), read from the recorded judgement and the host's logs. A test
+    whose subject is not the verdict (`owns_verdict` False: a dropped connection) also takes the
+    fix judged inconclusive only because the machine drifted between its sequential arms
+    (`kept_unless_drifted`); then nothing is committed and the rest must hold all the same."""
     assert s["status"] == "done", s
-    assert s["accepted"] == ["kv-cache-full-pool-cast"], s["stop_reason"]
-    assert s["outputs_identical"] is True
-    assert s["speedup"] >= 3.0, s
+    kept = s["accepted"] == ["kv-cache-full-pool-cast"]
+    if owns_verdict or not kept_unless_drifted(kept, s["decision"] or f"no judged decision: {s}"):
+        assert kept, s["stop_reason"]
+    kept = kept or owns_verdict
+    assert s["outputs_identical"] is (True if kept else None)
+    assert not kept or s["speedup"] >= 3.0, s
     shown = last_json(perfloop(home, "show", s["session"], "--json"))
     (decided,) = shown["decisions"]
     j = decided["judgement"]
-    assert decided["verdict"] == "accepted" and j["arms"] == arms, decided
+    assert decided["verdict"] == ("accepted" if kept else "inconclusive") and j["arms"] == arms, decided
     assert j["reference"] is not None and j["candidate"] is not None, j  # both arms' statistics
     logs = host_logs(arms, j)
     assert s["server_launches"] == len(logs), (s["server_launches"], logs)
@@ -102,11 +110,14 @@ def assert_same_result_as_local(home: Path, s: dict, repo: Path, sshd: Sshd, arm
     assert status == []  # the target's .gitignore covers the __pycache__ a server writes
     for f in repo.rglob("*.py"):
         assert "perfloop-instrumentation" not in f.read_text(), f"instrumentation left in {f}"
-    log = git(repo, "log", "--format=%H%n%B", "-1", s["branch"])
-    assert s["commits"][0] in log
-    assert f"Perfloop-Session: {s['session']}" in log
-    assert "Perfloop-Playbook: kv-cache-full-pool-cast" in log
-    assert git(repo, "diff", "--name-only", f"{s['branch']}~1", s["branch"]).split() == [BACKEND]
+    if kept:
+        log = git(repo, "log", "--format=%H%n%B", "-1", s["branch"])
+        assert s["commits"][0] in log
+        assert f"Perfloop-Session: {s['session']}" in log
+        assert "Perfloop-Playbook: kv-cache-full-pool-cast" in log
+        assert git(repo, "diff", "--name-only", f"{s['branch']}~1", s["branch"]).split() == [BACKEND]
+    else:
+        assert s["commits"] == [], s
     assert processes_in(repo) == [], "server process left running"
     nodes = [t["node"] for t in shown["transitions"]]
     assert nodes[:13] == LOOP_NODES and nodes[-1] == "finish"
@@ -177,7 +188,7 @@ def test_connection_dropped_mid_measurement_then_resumed(sshd: Sshd, tmp_path: P
         s = last_json(proc)
         log = (home / "sessions" / s["session"] / "remote.log").read_text()
         assert "bench.measure: connection lost" in log and "reconnect #1" in log, log
-        assert_same_result_as_local(home, s, repo, sshd, "sequential")
+        assert_same_result_as_local(home, s, repo, sshd, "sequential", owns_verdict=False)
     finally:
         own.stop()
 
@@ -222,7 +233,7 @@ def test_connection_dropped_during_a_launch_then_resumed(sshd: Sshd, tmp_path: P
         s = last_json(proc)
         log = (home / "sessions" / s["session"] / "remote.log").read_text()
         assert "server.launch: connection lost" in log and "reconnect #1" in log, log
-        assert_same_result_as_local(home, s, repo, sshd, "sequential")  # no server left on the host
+        assert_same_result_as_local(home, s, repo, sshd, "sequential", owns_verdict=False)  # none left there
     finally:
         own.stop()
 
