@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from tools.trace.analyses.device import work_by_correlation
+from tools.trace.analyses.host import SYNC_OPS
 from tools.trace.analyses.tree import walk_order
-from tools.trace.analyses.walk import GRAPH_ROW, SYNC_OPS, _by_clock, walk
+from tools.trace.analyses.walk import GRAPH_ROW, _by_clock, walk
 from tools.trace.read.collect import Collected
 from tools.trace.read.stream import Args, Event
 
@@ -164,3 +165,49 @@ def test_by_clock_is_the_lexsort_by_clock_then_sub() -> None:
     for n in (0, 1, 2, 50, 500):
         clock, sub = rng.integers(0, 30, size=n), rng.integers(-6, 2, size=n)
         assert (_by_clock(clock, sub) == np.lexsort((sub, clock))).all()
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_walk_with_the_jumping_on_two_threads_equals_the_stack_walk(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every trace above takes the two-thread path here (a real trace's million events do)."""
+    import tools.trace.analyses.tree as tree_module
+
+    monkeypatch.setattr(tree_module, "SPLIT_EVENTS", 0)
+    old, old_left, new, new_left, _ = both(random_events(seed))
+    assert list(new.groups.items()) == list(old.groups.items())
+    assert list(new.syncs.items()) == list(old.syncs.items())
+    assert (new.steps, new.decode_calls, new_left) == (old.steps, old.decode_calls, old_left)
+
+
+@pytest.mark.parametrize("cores", [{0}, {0, 1}])
+def test_parents_on_two_threads_equal_one_thread(cores: set[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """200 k events nested up to 12 deep, a fifth of the frames outliving their parent (as a step
+    marker overlapping the last operator of the step before does), on one core and on two."""
+    import tools.trace.analyses.tree as tree_module
+
+    rng = np.random.default_rng(len(cores))
+    n = 200_000
+    start = np.sort(rng.integers(0, n // 3, size=n)).astype(float)
+    end = start + rng.choice([0.0, 0.5, 2.0, 40.0, 900.0], size=n, p=[0.2, 0.3, 0.3, 0.15, 0.05])
+    frame = rng.random(n) < 0.75
+    thread = np.repeat([0, 1, 2], [n // 2, n // 4, n - n // 2 - n // 4])
+    monkeypatch.setattr(tree_module, "SPLIT_EVENTS", 10**9)
+    one = tree_module.parents(start, end, frame, thread)
+    monkeypatch.setattr(tree_module, "SPLIT_EVENTS", 0)
+    monkeypatch.setattr(tree_module.os, "sched_getaffinity", lambda _: cores)
+    for _ in range(3):  # the threads' interleaving differs run to run; the parents may not
+        assert (tree_module.parents(start, end, frame, thread) == one).all()
+    assert (one >= 0).mean() > 0.5 and tree_module.tree(one).depth.max() >= 5  # deep enough to jump
+
+
+def test_an_error_in_the_second_thread_is_raised_in_the_first() -> None:
+    from tools.trace.analyses.tree import beside
+
+    def fails() -> int:
+        raise ValueError("aside failed")
+
+    with pytest.raises(ValueError, match="aside failed"):
+        beside(fails, lambda: 1)
+    assert beside(lambda: 2, lambda: 3) == (2, 3)

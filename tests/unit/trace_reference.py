@@ -11,7 +11,8 @@ their own name. Syncs are counted with their caller and whether they sat inside 
 
 from dataclasses import dataclass
 
-from tools.trace.analyses.walk import DECODE_CALL, GRAPH_ROW, STEP_MARKER, SYNC_OPS, Walked, user_location
+from tools.trace.analyses.host import DECODE_CALL, STEP_MARKER, SYNC_OPS, user_location
+from tools.trace.analyses.walk import GRAPH_ROW, Walked
 from tools.trace.read.collect import ANNOTATION, GRAPH_LAUNCH, LAUNCH, OP, PYFUNC, SYNC, Collected
 
 

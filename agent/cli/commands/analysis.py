@@ -6,7 +6,7 @@ Each takes trace files or directories (one trace per rank, or key_averages `.txt
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -17,15 +17,14 @@ from agent.cli import terminal
 from agent.cli.commands.ranks import bounds_line, print_ranks, rank_doc
 from agent.cli.output import console, emit
 from agent.cli.running import run_command
-from playbooks.engine import diagnose as run_diagnosis
-from playbooks.engine import load_playbooks
-from state.profiling.diagnosis import Diagnosis, DiagnosisContext
-from state.profiling.profile import ProfileDiff, ProfileSummary
+from state.profiling.profile import ProfileSummary
 from tools.errors import ToolError
 from tools.trace import read_profiles, read_ranks
-from tools.trace.compare.bandwidth import measure_copy_bandwidth_gbs
-from tools.trace.compare.diff import diff_profiles
 from tools.trace.ranks.merge import merge_summaries
+
+if TYPE_CHECKING:  # diagnose's and diff's own modules load when they run: `analyze` is timed
+    from state.profiling.diagnosis import Diagnosis
+    from state.profiling.profile import ProfileDiff
 
 DEFAULT_ACTIVE_TOKENS = 1024
 """Default tokens live in the KV cache while profiling: a short chat's prompt and answer (a few
@@ -149,6 +148,11 @@ def diagnose(
         playbooks = []
 
     def body() -> None:
+        from playbooks.engine import diagnose as run_diagnosis
+        from playbooks.engine import load_playbooks
+        from state.profiling.diagnosis import DiagnosisContext
+        from tools.trace.compare.bandwidth import measure_copy_bandwidth_gbs
+
         profile = read_profiles(traces, steps)
         source = "flag"
         bw = bandwidth_gbs
@@ -179,6 +183,8 @@ def diff(
     """Which operator groups grew, shrank, appeared or vanished between two profiles (per step)."""
 
     def body() -> None:
+        from tools.trace.compare.diff import diff_profiles
+
         result = diff_profiles(read_profiles([before]), read_profiles([after]))
         result = result.model_copy(update={"ops": result.ops[:top]})
         if as_json:

@@ -1,6 +1,7 @@
 """One trace's analysis: its collected columns in, its `ProfileSummary` out (pure, numpy).
 
-`summary` runs it: `tree` and `walk` nest each host thread and attribute device time, CPU time
+`summary` runs it: `tree` nests each host thread (numpy on both halves of the events at once),
+`host` puts its events in order with what each inherits, `walk` attributes device time, CPU time
 and syncs to operators, `windows` finds the decode steps (markers, else the work's repetition),
 `device` gives the kernel view and idle gaps, `bounds` says whether host or device bounds each
 step, and `checks` refuses a trace that cannot describe decode.

@@ -5,27 +5,21 @@ open around the launch, and as total time of every operator around that; kernels
 cudaGraphLaunch go to a `CUDA graph` row. Kernels whose launch is not inside any operator keep
 their own name. Syncs are counted with their caller and whether they sat inside the decode path.
 
-The walk is a stack walk's result computed on whole columns (`tools.trace.analyses.tree`): per-event work
+The walk is a stack walk's result computed on whole columns (`tools.trace.analyses.tree`, the events in
+order and what each inherits in `tools.trace.analyses.host`): per-event work
 is numpy, and Python runs once per distinct operator key or sync. Sums are taken in the order the
 stack walk would add them (`np.bincount` adds in array order), so they are the same floats.
 """
 
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from tools.trace.analyses.tree import Tree, parents, tree, walk_order
-from tools.trace.analyses.windows import marker_kind
-from tools.trace.read.collect import ANNOTATION, GRAPH_LAUNCH, LAUNCH, OP, PYFUNC, SYNC, Collected
+from tools.trace.analyses.host import Host, KeyFlags, host_events, is_frame, user_location
+from tools.trace.analyses.tree import beside
+from tools.trace.read.collect import ANNOTATION, GRAPH_LAUNCH, LAUNCH, OP, SYNC, Collected
 
-STEP_MARKER = "ProfilerStep#"
-DECODE_CALL = "forward_decode"
 GRAPH_ROW = "CUDA graph"
-SYNC_OPS = frozenset({"aten::_local_scalar_dense"})
-"""Operators that copy a device scalar to the host (`.item()`, `int(t)`, `if t:`): a sync on GPU."""
-_PYFRAME = re.compile(r"^(?P<file>.+\.py)\((?P<line>\d+)\): (?P<fn>.+)$")
-_LIBRARY = ("torch/", "site-packages/", "dist-packages/", "/lib/python")
 
 
 @dataclass
@@ -53,33 +47,6 @@ class Walked:
         group[3] = group[3] or location
 
 
-def user_location(frame_name: str) -> str | None:
-    """`file.py:line (function)` for a Python frame outside torch and installed packages, else None."""
-    match = _PYFRAME.match(frame_name)
-    if match is None or any(part in match["file"] for part in _LIBRARY):
-        return None
-    return f"{match['file']}:{match['line']} ({match['fn']})"
-
-
-@dataclass
-class _Host:
-    """Every host event of every thread in walk order, with what each inherits from its frames."""
-
-    start: np.ndarray
-    dur: np.ndarray
-    kind: np.ndarray
-    payload: np.ndarray
-    tree: Tree
-    op: np.ndarray
-    """Innermost operator among the event and its frames (-1: none)."""
-    in_decode: np.ndarray
-    in_step: np.ndarray
-    location: np.ndarray
-    """Index into the locations list (-1: none)."""
-    thread: np.ndarray
-    """Index of the event's thread."""
-
-
 def walk(col: Collected, corrs: np.ndarray, work: np.ndarray) -> tuple[Walked, np.ndarray]:
     """Walk every host thread; `corrs` (sorted) and `work` are the kernel time per correlation id.
     Returns the sums and which correlation ids a launch took."""
@@ -87,11 +54,26 @@ def walk(col: Collected, corrs: np.ndarray, work: np.ndarray) -> tuple[Walked, n
     graph_key = col.intern((GRAPH_ROW, (), ()))
     names = [key[0] for key in col.key_list]
     locations = sorted({loc for name in names if (loc := user_location(name))})
-    flags = _KeyFlags(names, locations)
-    host = _host(col, flags)
-    taken = np.zeros(len(corrs), dtype=bool)
+    flags = KeyFlags(names, locations)
+    host = host_events(col, flags)
     if not len(host.start):
-        return out, taken
+        return out, np.zeros(len(corrs), dtype=bool)
+
+    def markers() -> None:
+        _marks(out, host, flags, names)
+        _syncs(out, host, flags, names, locations)
+
+    # the groups beside the markers and syncs: they write different fields of out
+    taken, _ = beside(lambda: _attribute(out, host, corrs, work, graph_key, locations), markers)
+    return out, taken
+
+
+def _attribute(
+    out: Walked, host: Host, corrs: np.ndarray, work: np.ndarray, graph_key: int, locations: list[str]
+) -> np.ndarray:
+    """Each launch's kernel time to the operators around it (device traces), or each operator's own
+    CPU time (CPU traces), summed into `out.groups`; which correlation ids a launch took."""
+    taken = np.zeros(len(corrs), dtype=bool)
     launch = np.flatnonzero((host.kind == LAUNCH) | (host.kind == GRAPH_LAUNCH))
     graph = host.kind[launch] == GRAPH_LAUNCH
     owner = host.op[launch]
@@ -110,7 +92,7 @@ def walk(col: Collected, corrs: np.ndarray, work: np.ndarray) -> tuple[Walked, n
         total_us = _totals(host, at[owner >= 0], owner[owner >= 0], dur[owner >= 0])
         op_self, op_total = self_us[ops], total_us[ops]
     else:
-        pushed = np.flatnonzero(_frames(host.kind))
+        pushed = np.flatnonzero(is_frame(host.kind))
         children = pushed[host.tree.parent[pushed] >= 0]
         kids_us = np.bincount(host.tree.parent[children], host.dur[children], minlength=n)
         op_self, op_total = np.maximum(host.dur[ops] - kids_us[ops], 0.0), host.dur[ops]
@@ -126,60 +108,15 @@ def walk(col: Collected, corrs: np.ndarray, work: np.ndarray) -> tuple[Walked, n
         location=np.concatenate([host.location[ops], graph_loc]),
         locations=locations,
     )
-    _marks(out, host, flags, names)
-    _syncs(out, host, flags, names, locations)
-    return out, taken
+    return taken
 
 
-class _KeyFlags:
-    """Per interned key: what its name says (decode call, step marker, sync op, user location)."""
-
-    def __init__(self, names: list[str], locations: list[str]) -> None:
-        where = {loc: i for i, loc in enumerate(locations)}
-        self.decode = np.array([DECODE_CALL in n for n in names] + [False], dtype=bool)
-        self.step = np.array([n.startswith(STEP_MARKER) for n in names] + [False], dtype=bool)
-        self.sync_op = np.array([n in SYNC_OPS for n in names] + [False], dtype=bool)
-        self.marker = np.array([marker_kind(n) for n in names] + [-1], dtype=np.int64)
-        self.location = np.array([where.get(user_location(n) or "", -1) for n in names] + [-1])
-
-
-def _frames(kind: np.ndarray) -> np.ndarray:
-    """Events pushed on the stack (operators, annotations, Python frames)."""
-    return (kind == OP) | (kind == ANNOTATION) | (kind == PYFUNC)
-
-
-def _host(col: Collected, flags: _KeyFlags) -> _Host:
-    """All threads' columns in walk order, and the values each event inherits, level by level."""
-    times = [np.frombuffer(c.times, dtype=np.float64).reshape(-1, 2) for c in col.threads.values()]
-    ints = [np.frombuffer(c.ints, dtype=np.int64).reshape(-1, 2) for c in col.threads.values()]
-    thread = np.repeat(np.arange(len(times)), [len(t) for t in times])
-    t = np.concatenate(times) if times else np.zeros((0, 2))
-    i = np.concatenate(ints) if ints else np.zeros((0, 2), dtype=np.int64)
-    order = walk_order(t[:, 0], t[:, 1], [len(x) for x in times])
-    start, dur, kind, payload, thread = t[order, 0], t[order, 1], i[order, 0], i[order, 1], thread[order]
-    frame = _frames(kind)
-    shape = parents(start, start + dur, frame, thread)
-    nested = tree(shape)
-    keyed = np.where(frame | (kind == SYNC), payload, -1)  # -1: the flags' last row, all false
-    n = len(start)
-    op = np.where(kind == OP, np.arange(n), -1)
-    in_decode, in_step = flags.decode[keyed].copy(), flags.step[keyed] & (kind == ANNOTATION)
-    location = np.where(kind == PYFUNC, flags.location[keyed], -1)
-    for level in nested.levels[1:]:
-        up = shape[level]
-        op[level] = np.where(op[level] >= 0, op[level], op[up])
-        in_decode[level] |= in_decode[up]
-        in_step[level] |= in_step[up]
-        location[level] = np.where(location[level] >= 0, location[level], location[up])
-    return _Host(start, dur, kind, payload, nested, op, in_decode, in_step, location, thread)
-
-
-def _totals(host: _Host, at: np.ndarray, owner: np.ndarray, dur: np.ndarray) -> np.ndarray:
+def _totals(host: Host, at: np.ndarray, owner: np.ndarray, dur: np.ndarray) -> np.ndarray:
     """Device total per frame: its own launches' work plus its children's totals, added in the
     stack walk's order (a launch when met, a child when it closes), deepest level first."""
     t, n = host.tree, len(host.start)
     total = np.zeros(n)
-    frames = _frames(host.kind)
+    frames = is_frame(host.kind)
     for depth in range(len(t.levels) - 1, -1, -1):
         mine = t.depth[owner] == depth
         kids = t.levels[depth + 1] if depth + 1 < len(t.levels) else np.zeros(0, dtype=np.int64)
@@ -244,9 +181,9 @@ def _groups(
         ]
 
 
-def _marks(out: Walked, host: _Host, flags: _KeyFlags, names: list[str]) -> None:
+def _marks(out: Walked, host: Host, flags: KeyFlags, names: list[str]) -> None:
     """Step markers in walk order; decode calls not inside another one."""
-    frames = _frames(host.kind)
+    frames = is_frame(host.kind)
     keyed = np.where(frames, host.payload, -1)
     parent = host.tree.parent
     outer = np.where(parent >= 0, host.in_decode[np.maximum(parent, 0)] & (parent >= 0), False)
@@ -275,7 +212,7 @@ def _marks(out: Walked, host: _Host, flags: _KeyFlags, names: list[str]) -> None
         out.top_ops = (host.payload[ops], host.start[ops], host.start[ops] + host.dur[ops])
 
 
-def _syncs(out: Walked, host: _Host, flags: _KeyFlags, names: list[str], locations: list[str]) -> None:
+def _syncs(out: Walked, host: Host, flags: KeyFlags, names: list[str], locations: list[str]) -> None:
     """Count each host-device sync under its caller; a sync inside a sync op is that op's own."""
     parent = host.tree.parent
     has = parent >= 0
