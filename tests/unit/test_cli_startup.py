@@ -56,3 +56,25 @@ def test_other_commands_still_get_the_full_app() -> None:
 
 def test_the_light_commands_are_the_analysis_group() -> None:
     assert tuple(analysis.COMMANDS) == ANALYSIS_COMMANDS
+
+
+def test_an_analysis_command_leaves_with_its_exit_code_and_its_output_flushed(tmp_path: Path) -> None:
+    """`main()` ends the analysis commands with os._exit after the exit handlers (test above) and a
+    flush: an error keeps typer's exit code and line; a large JSON document reaches the pipe whole."""
+    code = "import sys; sys.argv = ['perfloop', *sys.argv[1:]]; from agent.cli import main; main()"
+    bad = subprocess.run(
+        [sys.executable, "-c", code, "analyze", str(tmp_path / "none.json")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert bad.returncode == 2 and "none.json: cannot read the trace" in bad.stderr
+    good = subprocess.run(
+        [sys.executable, "-c", code, "analyze", str(TRACE), "--json", "--top", "1000", "--by", "op"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert good.returncode == 0 and len(json.loads(good.stdout)["ops"]) >= 5  # parsed: it came whole
