@@ -4,6 +4,7 @@ improperly nested events, equal starts, zero durations, several threads, repeate
 correlation ids, CUDA-graph launches, syncs inside sync ops, Python frames, step markers."""
 
 import random
+import threading
 
 import msgspec
 import numpy as np
@@ -211,3 +212,21 @@ def test_an_error_in_the_second_thread_is_raised_in_the_first() -> None:
     with pytest.raises(ValueError, match="aside failed"):
         beside(fails, lambda: 1)
     assert beside(lambda: 2, lambda: 3) == (2, 3)
+
+
+def test_one_thread_runs_both_calls_here_first() -> None:
+    """A rank file's worker (one of several sharing the cores) walks on one thread: `here` first,
+    which `parents` needs (the first half's parents before the second half jumps on them)."""
+    from tools.trace.analyses.tree import beside, one_thread, threads_free
+
+    seen: list[tuple[str, str]] = []
+
+    def call(name: str, value: int) -> int:
+        seen.append((name, threading.current_thread().name))
+        return value
+
+    with one_thread():
+        assert not threads_free()
+        out = beside(lambda: call("aside", 1), lambda: call("here", 2))
+    assert out == (1, 2)
+    assert seen == [("here", threading.current_thread().name), ("aside", threading.current_thread().name)]

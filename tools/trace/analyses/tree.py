@@ -16,7 +16,8 @@ events at once, and the walk (`tools.trace.analyses.walk`) sums its groups besid
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -28,12 +29,34 @@ A = TypeVar("A")
 B = TypeVar("B")
 
 
+_SOLO = threading.local()
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """Inside, `beside` runs one call after the other: for a process that is one of several
+    sharing the cores (a rank file's worker, `tools.trace.ranks.parallel`)."""
+    before = getattr(_SOLO, "on", False)
+    _SOLO.on = True
+    try:
+        yield
+    finally:
+        _SOLO.on = before
+
+
+def threads_free() -> bool:
+    """Whether this process may use a second core: more than one, and not inside `one_thread()`."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return cores > 1 and not getattr(_SOLO, "on", False)
+
+
 def beside(aside: Callable[[], A], here: Callable[[], B]) -> tuple[A, B]:
-    """(aside(), here()): `aside` in a second thread while `here` runs in this one, when this
-    process may use more than one core (else one after the other); an exception in either is raised
-    here, once both have ended."""
-    if len(os.sched_getaffinity(0)) < 2 if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1) < 2:
-        return aside(), here()
+    """(aside(), here()): `aside` in a second thread while `here` runs in this one when
+    `threads_free()`, else `here` then `aside`; an exception in either is raised here, once both
+    have ended."""
+    if not threads_free():
+        mine = here()
+        return aside(), mine
     box: dict[str, object] = {}
 
     def run() -> None:
@@ -82,11 +105,12 @@ def parents(start: np.ndarray, end: np.ndarray, frame: np.ndarray, thread: np.nd
     its own thread (a launch or sync is never a parent; none when the thread has no earlier frame).
     Every later candidate is a candidate's parent or candidate, so it stays in the thread too.
 
-    Above SPLIT_EVENTS the two halves of the events jump at once (`beside`), each writing only its
-    own events' entries. An event reads the candidates of earlier events, perhaps of the other half
-    before that half has moved them on; any value a candidate ever held is still one (every frame
-    it skips was closed at that event's start, so at every later start of the thread), so this only
-    costs a jump more, never a wrong parent."""
+    Above SPLIT_EVENTS, with a second core free, the two halves of the events jump at once
+    (`beside`), each writing only its own events' entries. An event of the second half whose
+    candidate falls into the first half stops there, and jumps on once the first half is done:
+    candidates the first half is still moving would take it back one frame at a time. (Any value
+    a candidate ever held is still one: every frame it skips was closed at that event's start, so
+    at every later start of the thread; reading one early costs jumps, never a wrong parent.)"""
     n = len(start)
     parent = np.full(n, -1, dtype=np.int64)
     index = np.arange(n, dtype=np.int64)
@@ -94,20 +118,25 @@ def parents(start: np.ndarray, end: np.ndarray, frame: np.ndarray, thread: np.nd
     cand = np.concatenate([[-1], latest[:-1]])
     cand[cand < np.searchsorted(thread, thread, side="left")] = -1  # before the thread's first event
     todo = np.flatnonzero(cand >= 0)
-    if todo.size > SPLIT_EVENTS:
-        half = todo.size // 2
-        beside(
-            lambda: _jump(todo[half:], cand, parent, start, end),
-            lambda: _jump(todo[:half], cand, parent, start, end),
+    if todo.size > SPLIT_EVENTS and threads_free():
+        first, second = todo[: todo.size // 2], todo[todo.size // 2 :]
+        later, _ = beside(
+            lambda: _jump(second, cand, parent, start, end, floor=int(second[0])),
+            lambda: _jump(first, cand, parent, start, end),
         )
+        _jump(later, cand, parent, start, end)
     else:
         _jump(todo, cand, parent, start, end)
     return parent
 
 
-def _jump(todo: np.ndarray, cand: np.ndarray, parent: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
+def _jump(
+    todo: np.ndarray, cand: np.ndarray, parent: np.ndarray, start: np.ndarray, end: np.ndarray, floor: int = 0
+) -> np.ndarray:
     """Move the candidates of the `todo` events until each is open at its event's start (its
-    parent) or none is left (no parent)."""
+    parent) or none is left (no parent); the events whose candidate fell below `floor` are returned
+    with it, still to jump."""
+    below = []
     while todo.size:
         p = cand[todo]
         found = end[p] > start[todo]
@@ -117,6 +146,11 @@ def _jump(todo: np.ndarray, cand: np.ndarray, parent: np.ndarray, start: np.ndar
         up = cand[p]
         cand[todo] = up
         todo = todo[up >= 0]
+        if floor:
+            low = cand[todo] < floor
+            below.append(todo[low])
+            todo = todo[~low]
+    return np.concatenate(below) if below else np.zeros(0, dtype=np.int64)
 
 
 @dataclass

@@ -22,6 +22,7 @@ import numpy as np
 from state.profiling.profile import ProfileSummary
 from tools.errors import TraceError
 from tools.trace.analyses.summary import summarize as summarize_trace
+from tools.trace.analyses.tree import one_thread
 from tools.trace.read.collect import GRAPH_LAUNCH, LAUNCH, Collected
 from tools.trace.read.heap import kept_heap
 from tools.trace.read.split import byte_ranges
@@ -84,7 +85,8 @@ def read_traces(paths: Sequence[Path], steps: int | None, jobs: int) -> list[Pro
 
 
 def _read_one(args: tuple[Path, int | None]) -> ProfileSummary:
-    return read_trace(*args)
+    with one_thread():  # the other workers have the other cores
+        return read_trace(*args)
 
 
 def _collect_range(args: tuple[Path, int, int | None]) -> Collected:
