@@ -125,3 +125,47 @@ def test_workers_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PERFLOOP_TRACE_WORKERS", "many")
     with pytest.raises(TraceError, match="PERFLOOP_TRACE_WORKERS must be a whole number >= 1, not 'many'"):
         parallel.workers()
+
+
+def test_columns_handed_back_through_a_memfd_equal_pickled_ones(
+    plain_cuda: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The forked workers write their column arrays into a memfd each (`handoff`); what this
+    process reads back equals what a pickle carries, range by range, every column and name."""
+    from tools.trace.ranks import handoff
+
+    ranges = byte_ranges(plain_cuda, 3)
+    assert handoff.can_share(parallel._context().get_start_method() == "fork")
+    shared = parallel._collect_ranges(plain_cuda, ranges)
+    monkeypatch.setattr(handoff, "can_share", lambda forked: False)
+    pickled = parallel._collect_ranges(plain_cuda, ranges)
+    assert len(shared) == len(pickled) == 3
+    for a, b in zip(shared, pickled, strict=True):
+        assert [bytes(x) for x in handoff.columns(a)] == [bytes(x) for x in handoff.columns(b)]
+        assert sum(len(x) for x in handoff.columns(a)) > 0
+        assert (a.key_list, a.kernel_names, a.graph_corrs, a.events) == (
+            b.key_list,
+            b.kernel_names,
+            b.graph_corrs,
+            b.events,
+        )
+
+
+def test_put_then_take_restores_every_column() -> None:
+    import os
+
+    from tools.trace.ranks import handoff
+    from tools.trace.read.collect import Collected
+
+    from .test_trace_walk import random_events
+
+    col = Collected()
+    col.add(random_events(5))
+    before = [bytes(x) for x in handoff.columns(col)]
+    fd = handoff.new_file()
+    try:
+        sizes = handoff.put(col, fd)
+        assert all(len(x) == 0 for x in handoff.columns(col)) and sum(sizes) == sum(map(len, before))
+        assert [bytes(x) for x in handoff.columns(handoff.take(col, sizes, fd))] == before
+    finally:
+        os.close(fd)

@@ -7,7 +7,8 @@
 - `analyses`: one trace's columns to its summary (`summary` runs `walk`, `windows`, `device`,
   `bounds`, `checks`);
 - `ranks`: every core at work (`parallel`: a process per rank file, or byte ranges of one large
-  plain file) and the ranks merged (`merge`, `collectives`);
+  plain file, their columns handed back through a memfd by `handoff`) and the ranks merged
+  (`merge`, `collectives`);
 - `compare`: a summary set against another (`diff`) or the host's copy bandwidth (`bandwidth`).
 This package imports `read` and `ranks`; it is imported by the CLI, `tools.profiling` and the
 benchmarks. The rooms' import rules are under test (tests/unit/test_corridor_rooms.py).

@@ -23,6 +23,7 @@ from state.profiling.profile import ProfileSummary
 from tools.errors import TraceError
 from tools.trace.analyses.summary import summarize as summarize_trace
 from tools.trace.analyses.tree import one_thread
+from tools.trace.ranks import handoff
 from tools.trace.read.collect import GRAPH_LAUNCH, LAUNCH, Collected
 from tools.trace.read.heap import kept_heap
 from tools.trace.read.split import byte_ranges
@@ -71,10 +72,33 @@ def _read_trace(path: Path, steps: int | None, jobs: int) -> ProfileSummary:
         ranges = byte_ranges(path, jobs)
         if len(ranges) > 1:
             try:
-                col = merge_collected(_map_first_here(_collect_range, [(path, s, e) for s, e in ranges]))
+                col = merge_collected(_collect_ranges(path, ranges))
             except TraceError:
                 col = None
     return summarize_trace(col or collect(path), str(path), steps)
+
+
+def _collect_ranges(path: Path, ranges: list[tuple[int, int | None]]) -> list[Collected]:
+    """Each range's columns: the first here, the others in a worker each, their columns handed
+    back through a memfd each where workers are forked (`tools.trace.ranks.handoff`)."""
+    context = _context()
+    fds = (
+        [handoff.new_file() for _ in ranges[1:]]
+        if handoff.can_share(context.get_start_method() == "fork")
+        else []
+    )
+    try:
+        items = [
+            (path, start, end, fds[n - 1] if fds and n else None) for n, (start, end) in enumerate(ranges)
+        ]
+        parts = _map_first_here(_collect_range, items, context)
+        return [
+            handoff.take(col, sizes, fd) if fd is not None else col
+            for (col, sizes), (*_, fd) in zip(parts, items, strict=True)
+        ]
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def read_traces(paths: Sequence[Path], steps: int | None, jobs: int) -> list[ProfileSummary]:
@@ -89,8 +113,11 @@ def _read_one(args: tuple[Path, int | None]) -> ProfileSummary:
         return read_trace(*args)
 
 
-def _collect_range(args: tuple[Path, int, int | None]) -> Collected:
-    return collect(*args)
+def _collect_range(args: tuple[Path, int, int | None, int | None]) -> tuple[Collected, list[int]]:
+    """A range's columns; with a file descriptor, the arrays written to it (`handoff.put`)."""
+    path, start, end, fd = args
+    col = collect(path, start, end)
+    return col, handoff.put(col, fd) if fd is not None else []
 
 
 def _context() -> BaseContext:
@@ -107,10 +134,10 @@ def _map(fn: Callable[[T], R], items: list[T], jobs: int) -> list[R]:
         return list(pool.map(fn, items))
 
 
-def _map_first_here(fn: Callable[[T], R], items: list[T]) -> list[R]:
+def _map_first_here(fn: Callable[[T], R], items: list[T], context: BaseContext) -> list[R]:
     """fn over items, results in order: the first in this process (which would otherwise wait),
     the others meanwhile in one worker each (a fork and the return of one result fewer)."""
-    with ProcessPoolExecutor(max_workers=len(items) - 1, mp_context=_context()) as pool:
+    with ProcessPoolExecutor(max_workers=len(items) - 1, mp_context=context) as pool:
         rest = [pool.submit(fn, item) for item in items[1:]]
         first = fn(items[0])
         return [first, *(f.result() for f in rest)]
