@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tools.trace.analyses.tree import Tree, parents, tree, walk_order
+from tools.trace.analyses.tree import Tree, beside, parents, tree, walk_order
 from tools.trace.analyses.windows import marker_kind
 from tools.trace.read.collect import ANNOTATION, OP, PYFUNC, SYNC, Collected
 
@@ -72,22 +72,34 @@ def host_events(col: Collected, flags: KeyFlags) -> Host:
     times = [np.frombuffer(c.times, dtype=np.float64).reshape(-1, 2) for c in col.threads.values()]
     ints = [np.frombuffer(c.ints, dtype=np.int64).reshape(-1, 2) for c in col.threads.values()]
     thread = np.repeat(np.arange(len(times)), [len(t) for t in times])
-    t = np.concatenate(times) if times else np.zeros((0, 2))
-    i = np.concatenate(ints) if ints else np.zeros((0, 2), dtype=np.int64)
+    t = times[0] if len(times) == 1 else np.concatenate(times) if times else np.zeros((0, 2))
+    i = ints[0] if len(ints) == 1 else np.concatenate(ints) if ints else np.zeros((0, 2), dtype=np.int64)
     order = walk_order(t[:, 0], t[:, 1], [len(x) for x in times])
-    start, dur, kind, payload, thread = t[order, 0], t[order, 1], i[order, 0], i[order, 1], thread[order]
+    (start, dur), (kind, payload, thread) = beside(
+        lambda: (t[order, 0], t[order, 1]), lambda: (i[order, 0], i[order, 1], thread[order])
+    )
     frame = is_frame(kind)
     shape = parents(start, start + dur, frame, thread)
     nested = tree(shape)
     keyed = np.where(frame | (kind == SYNC), payload, -1)  # -1: the flags' last row, all false
-    n = len(start)
-    op = np.where(kind == OP, np.arange(n), -1)
-    in_decode, in_step = flags.decode[keyed].copy(), flags.step[keyed] & (kind == ANNOTATION)
-    location = np.where(kind == PYFUNC, flags.location[keyed], -1)
-    for level in nested.levels[1:]:
-        up = shape[level]
-        op[level] = np.where(op[level] >= 0, op[level], op[up])
-        in_decode[level] |= in_decode[up]
-        in_step[level] |= in_step[up]
-        location[level] = np.where(location[level] >= 0, location[level], location[up])
+    levels = [(level, shape[level]) for level in nested.levels[1:]]
+
+    def innermost() -> tuple[np.ndarray, np.ndarray]:
+        """The innermost operator and user code location around each event."""
+        op = np.where(kind == OP, np.arange(len(start)), -1)
+        location = np.where(kind == PYFUNC, flags.location[keyed], -1)
+        for level, up in levels:
+            op[level] = np.where(op[level] >= 0, op[level], op[up])
+            location[level] = np.where(location[level] >= 0, location[level], location[up])
+        return op, location
+
+    def inside() -> tuple[np.ndarray, np.ndarray]:
+        """Whether each event sits in a decode call, and in a profiler step."""
+        in_decode, in_step = flags.decode[keyed].copy(), flags.step[keyed] & (kind == ANNOTATION)
+        for level, up in levels:
+            in_decode[level] |= in_decode[up]
+            in_step[level] |= in_step[up]
+        return in_decode, in_step
+
+    (op, location), (in_decode, in_step) = beside(innermost, inside)
     return Host(start, dur, kind, payload, nested, op, in_decode, in_step, location, thread)
