@@ -12,7 +12,7 @@ synthetic MLA step of `kineto_trace.py` instead. Then:
     the shares of short kernels by several points), once on the single trace; with --hta-ranks on
     the rank set too (HTA then holds every rank in memory at once: ~4 GB per 640 MB rank);
   * perfloop: `perfloop analyze TRACE --by kernel --json --top 10` with PERFLOOP_TRACE_WORKERS=1
-    and =2 (and --baseline-src, another source tree), alternated --repeats times; and
+    and =2 (--workers; and --baseline-src, another source tree), alternated --repeats times; and
     `perfloop analyze RANKS_DIR --by kernel --json --top 10` (each rank's table, the slowest rank,
     each rank's wait in collectives), --repeats times.
 Each command runs in its own process tree: wall time from here, peak memory as the largest sum of
@@ -23,7 +23,7 @@ of the tree, the ratios to HTA in the same run, and whether the top-10 kernels a
 agree with HTA within 0.5 percentage points.
 
 Usage: python benchmarks/trace_analysis_vs_hta.py [--size-mb 640] [--ranks 8] [--rank-size-mb 640]
-       [--repeats 3] [--hta-python PY] [--hta-ranks] [--shape h200|kineto] [--keep]
+       [--repeats 3] [--workers 1,2] [--hta-python PY] [--hta-ranks] [--shape h200|kineto] [--keep]
 HTA is not a perfloop dependency: install it where --hta-python points (see benchmarks/README.md);
 without it the HTA rows are left out.
 """
@@ -124,6 +124,11 @@ def measure(argv: list[str], env: dict[str, str] | None = None, cwd: Path = ROOT
     return wall, peak / 1e6, last, cpu, f"{load:.1f}->{os.getloadavg()[0]:.1f}"
 
 
+def _cores() -> int:
+    """The cores perfloop's default (PERFLOOP_TRACE_WORKERS unset) uses: those this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def top10(perfloop_json: str) -> list[list]:
     """[name, share] of the first 10 kernel rows of `analyze --by kernel --json`."""
     return [[row["name"], row["share"]] for row in json.loads(perfloop_json)["ops"]][:10]
@@ -177,7 +182,7 @@ def single(
     if has_hta:
         hta = measure([args.hta_python, "-c", HTA_RUNNER, str(trace)])
         rows.append(progress(row(label, "HTA 0.5.0 get_gpu_kernel_breakdown", size, [hta])))
-    runs: dict[int, list[Run]] = {1: [], 2: []}
+    runs: dict[int, list[Run]] = {w: [] for w in args.workers}
     baseline: list[Run] = []
     cmd = [*PERFLOOP, "analyze", str(trace), "--by", "kernel", "--json", "--top", "10"]
     for _ in range(args.repeats):
@@ -246,7 +251,9 @@ def ranks(
     if hta_one:
         note += f"; HTA on ONE of these traces took {hta_one[0] / median(r[0] for r in done):.1f}x this time"
     rows.append(
-        progress(row(label, "perfloop analyze RANKS_DIR (per-rank tables), 2 workers", size, done, note))
+        progress(
+            row(label, f"perfloop analyze RANKS_DIR (per-rank tables), {_cores()} workers", size, done, note)
+        )
     )
     return rows
 
@@ -257,6 +264,12 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, default=8, help="Rank traces in the set (0: none).")
     parser.add_argument("--rank-size-mb", type=float, default=640, help="Size of each rank's trace.")
     parser.add_argument("--repeats", type=int, default=3, help="Runs of each perfloop variant.")
+    parser.add_argument(
+        "--workers",
+        type=lambda text: [int(w) for w in text.split(",")],
+        default=[1, 2],
+        help="PERFLOOP_TRACE_WORKERS values for the single trace, comma-separated (default 1,2).",
+    )
     parser.add_argument("--hta-python", default=sys.executable, help="Interpreter with HTA installed.")
     parser.add_argument("--hta-ranks", action="store_true", help="Run HTA on the rank set too.")
     parser.add_argument("--shape", choices=("h200", "kineto"), default="h200", help="What the traces hold.")
