@@ -6,6 +6,9 @@
 # gpu_demo_h200.sh. Writes trace-analysis-h200.log to $OUT (one device call, ~3 min).
 set -uo pipefail
 source benchmarks/h200_env.sh
+# h200_env.sh installs the wheels with --no-compile: compile them (and perfloop) as a pip install
+# would, or every run compiles its imports from source (0.6-0.8 s of start-up on this host)
+python3 -m compileall -q -j 0 /tmp/site "$PWD" >/dev/null 2>&1
 nproc; free -g | head -2; df -h /tmp | tail -1; uptime
 python3 -c "import numpy, msgspec, sys; print(sys.version.split()[0], 'numpy', numpy.__version__, 'msgspec', msgspec.__version__)"
 timeout 540 python3 benchmarks/trace_analysis_vs_hta.py --size-mb 640 --ranks 8 --rank-size-mb 640 \
