@@ -185,6 +185,25 @@ def kept_unless_drifted(accepted: bool, reason: str) -> bool:
     return False
 
 
+NO_INTERVAL = 1e9
+"""The upper bound a look reports when it has no interval: a prompt kept fewer than two timed
+requests in one arm (agent/decision/stats/rule.py `look`), so the trial ends inconclusive."""
+
+
+def kept_unless_untimed(accepted: bool, trial: dict) -> bool:
+    """Whether a parallel trial's fix was kept, for a test whose subject is not the verdict: kept,
+    or inconclusive with no interval because a prompt's streams never timed in one arm (the
+    client, starved of both cores by the two hosts' servers and the other xdist worker, read them
+    at once even when sent again: 15.03x [0.00, 1e9] in a fresh-clone CI). A trial's record has no
+    drift note, so that is the one load-caused outcome this accepts; any other verdict fails."""
+    if accepted:
+        return True
+    assert trial["verdict"] == "inconclusive" and trial["ci"] and trial["ci"][1] >= NO_INTERVAL, (
+        f"neither kept nor inconclusive for want of timed requests: {trial}"
+    )
+    return False
+
+
 def confirming_launches(decisions: list[dict]) -> int:
     """Launches of confirming pairs among `show --json` decisions: two for each interleaved
     acceptance whose CI started below `[decide] confirm_below` (so a launch count reads it from the

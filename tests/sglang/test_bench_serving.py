@@ -139,7 +139,8 @@ def test_both_clients_measure_one_launch_at_two_levels(bench_py: Path, server: S
 def test_auto_without_sglang_uses_perfloop_client(server: Server) -> None:
     """`auto` on a python without sglang (this test venv's) measures with perfloop's own client."""
     m = measure(measure_args(server, BenchServingConfig(), use="auto")).measurement
-    assert m.client == "perfloop" and len(m.requests) == 6
+    # 3 prompts x 2 repeats, and up to 2 more each that a starved client read at once (untimed_again)
+    assert m.client == "perfloop" and 6 <= len(m.requests) <= 12
 
 
 def test_always_without_sglang_is_one_clear_line(server: Server) -> None:

@@ -131,12 +131,17 @@ def test_columns_handed_back_through_a_memfd_equal_pickled_ones(
     plain_cuda: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The forked workers write their column arrays into a memfd each (`handoff`); what this
-    process reads back equals what a pickle carries, range by range, every column and name."""
+    process reads back equals what a pickle carries, range by range, every column and name. The
+    workers are forked as `perfloop analyze` forks them (pytest-xdist's threads would otherwise
+    have them started from a fork server, which pickles)."""
+    import multiprocessing
+
     from tools.trace.ranks import handoff
 
     ranges = byte_ranges(plain_cuda, 3)
-    assert handoff.can_share(parallel._context().get_start_method() == "fork")
+    monkeypatch.setattr(parallel, "_context", lambda: multiprocessing.get_context("fork"))
     shared = parallel._collect_ranges(plain_cuda, ranges)
+    assert handoff.can_share(True)
     monkeypatch.setattr(handoff, "can_share", lambda forked: False)
     pickled = parallel._collect_ranges(plain_cuda, ranges)
     assert len(shared) == len(pickled) == 3
