@@ -4,8 +4,8 @@
 `.txt` tables, merged) are the entry points; the work is in four rooms, imports running down:
 - `read`: a file's bytes to compact columns in bounded memory (`stream`, `split`, `collect`,
   `heap`), and key_averages tables (`table`);
-- `analyses`: one trace's columns to its summary (`summary` runs `walk`, `windows`, `device`,
-  `bounds`, `checks`);
+- `analyses`: one trace's columns to its summary (`summary` runs `tree`, `host`, `walk`,
+  `windows`, `device`, `bounds`, `checks`);
 - `ranks`: every core at work (`parallel`: a process per rank file, or byte ranges of one large
   plain file, their columns handed back through a memfd by `handoff`) and the ranks merged
   (`merge`, `collectives`);
