@@ -17,6 +17,7 @@ events at once, and the walk (`tools.trace.analyses.walk`) sums its groups besid
 import os
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TypeVar
@@ -57,23 +58,10 @@ def beside(aside: Callable[[], A], here: Callable[[], B]) -> tuple[A, B]:
     if not threads_free():
         mine = here()
         return aside(), mine
-    box: dict[str, object] = {}
-
-    def run() -> None:
-        try:
-            box["value"] = aside()
-        except BaseException as err:  # raised again in the caller's thread
-            box["error"] = err
-
-    other = threading.Thread(target=run, name="perfloop-trace-walk", daemon=True)
-    other.start()
-    try:
+    with ThreadPoolExecutor(1, thread_name_prefix="perfloop-trace-walk") as pool:
+        other = pool.submit(aside)
         mine = here()
-    finally:
-        other.join()
-    if "error" in box:
-        raise box["error"]  # type: ignore[misc]
-    return box["value"], mine  # type: ignore[return-value]
+        return other.result(), mine
 
 
 def walk_order(start: np.ndarray, dur: np.ndarray, sizes: list[int]) -> np.ndarray:
