@@ -7,6 +7,7 @@ separate from the HTTP I/O; `[workload]` windows are in tools/client/windows.py.
 
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -191,7 +192,7 @@ def measure_with_bench_serving(args: MeasureArgs, python: str, module: str, vers
 @tool("bench.outputs")
 def outputs(args: OutputsArgs) -> OutputsResult:
     """Greedy texts of every prompt one at a time, then of the first `concurrent` (or those
-    `together` names) sent together."""
+    `together` names) sent together; with `stagger`, that batch again staggered."""
     t0 = time.perf_counter()
 
     def text(prompt: str) -> str:
@@ -210,4 +211,31 @@ def outputs(args: OutputsArgs) -> OutputsResult:
         report(f"correctness set: {len(batch)} requests at once")
         with ThreadPoolExecutor(len(batch)) as pool:
             concurrent = list(pool.map(text, batch))
-    return OutputsResult(sequential=sequential, concurrent=concurrent, duration_s=time.perf_counter() - t0)
+    staggered = []
+    if batch and args.stagger:
+        report(f"correctness set: {len(batch)} requests staggered")
+        staggered = staggered_texts(args, batch)
+    return OutputsResult(
+        sequential=sequential,
+        concurrent=concurrent,
+        staggered=staggered,
+        duration_s=time.perf_counter() - t0,
+    )
+
+
+def staggered_texts(args: OutputsArgs, batch: list[str]) -> list[str]:
+    """Greedy texts of `batch`, each request sent once the one before it has streamed its first
+    token (or failed): every request joins the others mid-decode, a schedule unlike all at once."""
+    started = [threading.Event() for _ in batch]
+
+    def text(k: int) -> str:
+        if k > 0:
+            started[k - 1].wait(args.timeout_s)
+        try:
+            body = chat_body(args.model, batch[k], args.max_tokens)
+            return stream_completion(args.base_url, body, args.timeout_s, on_first=started[k].set)[1]
+        finally:
+            started[k].set()
+
+    with ThreadPoolExecutor(len(batch)) as pool:
+        return list(pool.map(text, range(len(batch))))

@@ -45,6 +45,8 @@ def _outputs(s: Summary) -> str:
     """The output gate's comparison of the final outputs with the baseline's, or that none was made;
     under vLLM's `--load-format dummy` weights, that an exact gate is blind there."""
     if s.outputs_identical is None:
+        if s.accepted and s.output_gate:  # timing texts at concurrency: the schedule moves them
+            return "judged by the output gate on the correctness set (timing texts move with the schedule)"
         return "not compared (no candidate accepted)"
     said = (
         "identical to the baseline's"

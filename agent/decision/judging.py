@@ -34,6 +34,8 @@ class JudgedCandidate:
     """Why it was not timed further: its outputs failed the gate, or the arms were measured unlike."""
     tolerance: ToleranceResult | None = None
     """The tolerance gate's result, when it scored the candidate."""
+    gate_note: str | None = None
+    """The output gate's line: why the candidate passed or failed (schedule-aware sessions)."""
     launches_beside: int | None = None
     """With interleaved arms: the servers launched beside the candidate (the reference, a
     confirming pair); None when the arms were not interleaved."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agent.decision.arms.arms import arms_line
-from agent.decision.arms.measuring import beside_note, serving_note
+from agent.decision.arms.measuring import beside_note, serving_note, texts_compared
 from agent.decision.gate.correctness import refusal
 from agent.decision.stats.levels import at_level
 from agent.decision.stats.rule import percentile, pooled_metric, serving_stats
@@ -27,6 +27,11 @@ def summarize(state: LoopState, status: str) -> Summary:
     gate = None  # the default exact policy, as in sessions recorded before the tolerance policy
     if state.target.correctness.policy == "tolerance":
         gate = "tolerance" + (f": {gated.tolerance.line()}" if gated and gated.tolerance else "")
+    elif state.output_noise is not None:  # schedule-aware: the plan, why the last candidate passed or failed
+        said = [d for d in state.decisions if d.output_gate]
+        last = next((d for d in reversed(said) if d.verdict == "accepted"), said[-1] if said else None)
+        gate = f"exact alone; {state.output_noise.line()}"
+        gate += f"; {last.label}: {last.output_gate}" if last is not None else ""
     reach = None
     if state.options.long_prompts and state.target.correctness.long_prompts == 0:
         reach = "no long prompts (long_prompts = 0): checked only up to max_prompt_chars"
@@ -41,7 +46,11 @@ def summarize(state: LoopState, status: str) -> Summary:
         **(timing | serving_figures(state, before, after)),
         ttft_ms_before=before.ttft_ms.median if before else None,
         ttft_ms_after=after.ttft_ms.median if after else None,
-        outputs_identical=after.outputs == before.outputs if before and after and kept else None,
+        outputs_identical=(
+            after.outputs == before.outputs
+            if before and after and kept and texts_compared(before, state.options.schedule_gate)
+            else None
+        ),
         accepted=kept,
         rejected=rejected,
         commits=[c.sha for c in state.accepted],

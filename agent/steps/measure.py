@@ -10,7 +10,7 @@ from langgraph.types import Command
 from agent.context import LoopContext, need, step, transition
 from agent.decision.arms.arms import arms_in_use
 from agent.decision.arms.interleave import confirming_line
-from agent.decision.arms.measuring import beside_note, serving_note
+from agent.decision.arms.measuring import beside_note, serving_note, texts_compared
 from agent.decision.rules import rule_for
 from agent.decision.stats.mechanism import past_bound, predict
 from state.measurement.decision import Look
@@ -71,6 +71,10 @@ def measure(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
         "gate_problem": judged.problem,
         "tolerance": judged.tolerance,
     }
+    if state.options.schedule_gate:
+        update["gate_note"] = judged.gate_note
+        if judged.gate_note and judged.problem is None:
+            note += f"; {judged.gate_note}"
     if judged.server != "unchanged":  # alternating, cross-host arms: the candidate relaunched, or stopped
         update["server"] = judged.server
         if judged.launches_beside is not None:
@@ -123,12 +127,17 @@ def decide(
         tpot_ms_before=reference.tpot_ms.median,
         tpot_ms_after=candidate.tpot_ms.median,
         noise_ms=judged.noise_ms,
-        outputs_identical=candidate.outputs == reference.outputs,
+        outputs_identical=(
+            candidate.outputs == reference.outputs
+            if texts_compared(reference, state.options.schedule_gate)
+            else None  # timing texts whose schedule follows the speed: the correctness set judged
+        ),
         commit=commit.sha if ok and commit else None,
         edited=state.edited,
         judgement=j,
         prediction=predict(p, state.diagnosis) if ok and j is not None else None,
         tolerance=state.tolerance,
+        output_gate=state.gate_note,
         launch_argv=p.launch_argv,
         predicted_speedup=p.predicted_speedup,
     )

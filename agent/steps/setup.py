@@ -127,7 +127,9 @@ def baseline(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal
         + beside_note(m)
         + measured.note
     )
-    if not m.outputs_stable:
+    if not m.outputs_stable and (noise := measured.update.get("output_noise")) is not None:
+        note += f"; repeats of a prompt differ here, planned for: {noise.line()}"
+    elif not m.outputs_stable:
         note += "; WARNING: repeats of a prompt differ, outputs are not deterministic"
     update: LoopUpdate = {**measured.update, "baseline": m, "reference": m}
     update["transitions"] = transition("baseline", note)

@@ -52,6 +52,12 @@ class LoopOptions(Model):
     the launch's effect, which more requests on the same two launches do not reduce; on one H200 the
     three pairs of a new host took 3 x 78 s of a 4.8-minute baseline with the whole budget: True
     for new sessions; sessions recorded before it carry none and replay as they ran."""
+    schedule_gate: bool = False
+    """Whether the output gate tells the math from the schedule (agent/decision/gate/schedule.py):
+    texts alone compared exactly, batched texts (at once and staggered) held to the baseline's own
+    variation across those schedules, timing texts whose schedule follows the speed not compared
+    text by text: True for new sessions; sessions recorded before it carry none and replay with
+    the exact gate they were checked by."""
     aa_evidence: bool = False
     """Whether more launches are kept as A/A evidence (agent/decision/arms/aalaunches.py): alternating
     arms' replicate launches, and with sequential arms one A/A launch at the baseline while the

@@ -88,6 +88,9 @@ class OutputsArgs(Model):
     """Which prompts are sent together (their indices, `concurrent` of them); None: the first."""
     timeout_s: float = 300.0
     """Per-request timeout."""
+    stagger: bool = False
+    """Also send the batch again staggered, each request once the one before it has streamed its
+    first token: the same prompts under another schedule (agent/decision/gate/schedule.py)."""
 
 
 class OutputsResult(Model):
@@ -99,3 +102,58 @@ class OutputsResult(Model):
     """One per prompt of the concurrent batch (in `OutputsArgs.together`'s order), sent at once."""
     duration_s: float
     """Wall time of the whole check."""
+    staggered: list[str] = []
+    """With `OutputsArgs.stagger`: the batch again, each request joining the ones before it
+    mid-decode (in the batch's order); empty when not asked."""
+
+
+class OutputNoise(Model):
+    """How the baseline's own greedy outputs move with the schedule (A/A on outputs, taken on the
+    baseline launch): each prompt's text in the batch, sent at once and staggered, against its text
+    alone. A candidate is held to what the baseline does: exact where the baseline never moved,
+    else no more texts moved than the baseline's own share (agent/decision/gate/schedule.py)."""
+
+    observations: int
+    """Texts taken under a schedule other than alone (the batch at once and staggered)."""
+    varied: int
+    """Of them, those that differ from their prompt's text alone."""
+    first_divergence: int | None = None
+    """Earliest character at which one of them left its text alone (None: none did)."""
+    agreement: float = 1.0
+    """Share of the characters of those texts that equal their text alone, position by position."""
+    alone_stable: bool = True
+    """Whether the baseline's repeats of a prompt sent alone agree (its timing measurement, when
+    sequential): False moves the texts alone under the same rule as the batch's."""
+    deterministic_mode: str | None = None
+    """The engine's batch-invariant mode the launch carries (e.g. `--enable-deterministic-inference`),
+    if any."""
+    alpha: float = 0.01
+    """The rule's false-reject rate when a candidate's texts move as often as the baseline's
+    (one-sided Fisher exact test)."""
+
+    @property
+    def exact(self) -> bool:
+        """Whether the baseline never moved with the schedule: then every text must be equal."""
+        return self.varied == 0 and self.alone_stable
+
+    def line(self) -> str:
+        """The plan, in words: e.g. `outputs vary with the schedule on this host: 1/12 of the
+        baseline's batched texts left their text alone (first at character 17, 97.9% agreement);
+        texts alone compared exactly, batched texts judged against that share (false rejects <= 1%)`."""
+        mode = f" ({self.deterministic_mode})" if self.deterministic_mode else ""
+        if self.exact:
+            return (
+                f"outputs do not vary with the schedule here{mode}: the baseline's {self.observations} "
+                "batched texts equal its texts alone; every text compared exactly"
+            )
+        where = f", first at character {self.first_divergence}" if self.first_divergence is not None else ""
+        alone = (
+            "texts alone compared exactly"
+            if self.alone_stable
+            else "the baseline's repeats alone differ too, so texts alone are judged the same way"
+        )
+        return (
+            f"outputs vary with the schedule on this host{mode}: {self.varied}/{self.observations} of the "
+            f"baseline's batched texts left their text alone{where} ({self.agreement:.1%} agreement); "
+            f"{alone}, batched texts judged against the baseline's share (false rejects <= {self.alpha:.0%})"
+        )

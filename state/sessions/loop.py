@@ -15,7 +15,7 @@ from state.engines.process import ServerHandle
 from state.engines.sglang import SglangLayout
 from state.engines.workspace import CommitInfo, InstrumentationRecord, WorkspaceSnapshot
 from state.measurement.arms import ArmsChoice
-from state.measurement.correctness import OutputsResult
+from state.measurement.correctness import OutputNoise, OutputsResult
 from state.measurement.decision import Judgement, LaunchNoise, MechanismCheck, Prediction
 from state.measurement.measure import Measurement
 from state.measurement.power import Power
@@ -133,6 +133,9 @@ class Decision(Model):
     """What the diagnosis predicted the patch changes (accepted patches, CI rule)."""
     tolerance: ToleranceResult | None = None
     """The tolerance gate's result (`[correctness] policy = "tolerance"`), when it scored one."""
+    output_gate: str | None = None
+    """Why the candidate passed or failed the output gate, in one line (sessions that tell the math
+    from the schedule, `LoopOptions.schedule_gate`; None before them)."""
 
     @property
     def label(self) -> str:
@@ -196,6 +199,11 @@ class LoopState(Model):
     """Tolerance gate: the baseline's greedy continuations of the correctness set, scored by it."""
     tolerance: ToleranceResult | None = None
     """Tolerance gate: the current candidate's result (set by `measure`, kept by `decide`)."""
+    output_noise: OutputNoise | None = None
+    """How the baseline's own outputs moved with the schedule (A/A on outputs, taken with the
+    correctness set on the baseline launch); None before `LoopOptions.schedule_gate`."""
+    gate_note: str | None = None
+    """The output gate's line on the current candidate: why it passed or failed (set by `measure`)."""
     launch_noise: LaunchNoise | None = None
     """Launch-to-launch noise of this target on this host (A/A store, read after the baseline)."""
     power: Power | None = None

@@ -14,7 +14,7 @@ from state.engines.process import ServerHandle
 from state.engines.sglang import SglangLayout
 from state.engines.workspace import CommitInfo, InstrumentationRecord, WorkspaceSnapshot
 from state.measurement.arms import ArmsChoice
-from state.measurement.correctness import OutputsResult
+from state.measurement.correctness import OutputNoise, OutputsResult
 from state.measurement.decision import Judgement, LaunchNoise, MechanismCheck
 from state.measurement.measure import Measurement
 from state.measurement.power import Power
@@ -48,6 +48,8 @@ class LoopUpdate(TypedDict, total=False):
     long_prompts: LongPrompts | None
     tolerance_reference: ScoreResult | None
     tolerance: ToleranceResult | None
+    output_noise: OutputNoise | None
+    gate_note: str | None
     launch_noise: LaunchNoise | None
     power: Power | None
     arms: ArmsChoice | None

@@ -70,6 +70,11 @@ def test_batch_sizes_follow_the_cuda_graph_flags():
     assert res["padded"][23] == 24 and res["padded"][24] == 40  # beyond the graphs: --max-running
     res = run_static(TARGET, *SMALL, "--cuda-graph-bs", "3")
     assert res["sizes"] == [3] and res["padded"] == [3, 3, 3, 4]
+    # SGLang's batch-invariant mode: one shape for every batch, so what shares a step cannot move
+    # a request's output (the output gate's controlled probe; gate/schedule.py)
+    res = run_static(TARGET, *SMALL, "--max-running", "6", "--enable-deterministic-inference")
+    assert res["sizes"] == [6] and res["padded"] == [6] * 6
+    assert res["static"] == res["static_solo"] == res["legacy"]
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import http.client
 import itertools
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from urllib.parse import urlsplit
 
 from state.measurement.measure import RequestRecord
@@ -38,8 +38,11 @@ def sse_data(lines: Iterator[bytes]) -> Iterator[dict]:
         yield json.loads(data)
 
 
-def stream_completion(base_url: str, body: dict, timeout_s: float) -> tuple[list[float], str, dict]:
-    """Send one streamed request; return (arrival time of each content delta, text, usage)."""
+def stream_completion(
+    base_url: str, body: dict, timeout_s: float, on_first: Callable[[], None] | None = None
+) -> tuple[list[float], str, dict]:
+    """Send one streamed request; return (arrival time of each content delta, text, usage);
+    `on_first` is called when its first content delta arrives."""
     url = urlsplit(base_url)
     if not url.hostname:
         raise ConfigError(f"server URL {base_url!r} names no host; use http://HOST:PORT")
@@ -60,6 +63,8 @@ def stream_completion(base_url: str, body: dict, timeout_s: float) -> tuple[list
             for choice in event.get("choices") or []:
                 content = (choice.get("delta") or {}).get("content")
                 if content:
+                    if not arrivals and on_first is not None:
+                        on_first()
                     arrivals.append(time.perf_counter() - t0)
                     parts.append(content)
             usage = event.get("usage") or usage

@@ -65,6 +65,21 @@ class Engine:
     batch_flag: ClassVar[str | None] = None
     """The flag that caps the sequences decoded in one step (the batching prediction reads it)."""
 
+    deterministic: ClassVar[tuple[str, ...]] = ()
+    """How this engine is launched batch-invariant (a greedy output the same whatever shares its
+    decode steps): flags, or `NAME=VALUE` environment settings; empty: it has no such mode. Slower,
+    so a session's timed arms keep it only where the user's launch has it; the output gate states it
+    (agent/decision/gate/schedule.py)."""
+
+    def deterministic_in(self, argv: list[str], env: Mapping[str, str]) -> str | None:
+        """The batch-invariant setting a launch carries (a flag of `argv` or a variable of `env`),
+        or None (pure)."""
+        for setting in self.deterministic:
+            name, eq, value = setting.partition("=")
+            if (eq and env.get(name) == value) or (not eq and setting in argv):
+                return setting
+        return None
+
     launch_defaults: ClassVar[Mapping[str, object]] = {}
     """How readiness is judged where the target file does not say: `[launch]` fields (e.g.
     `ready_completion = True`: a real completion, not `health_path` alone; `started_log`: the log

@@ -30,4 +30,5 @@ class DemoEngine(Engine):
         "--num-continuous-decode-steps",
     )
     batch_flag = "--max-running-requests"
+    deterministic = ("--enable-deterministic-inference",)
     context_fields = ("/get_server_info context_len", "/v1/models max_model_len")

@@ -50,6 +50,7 @@ class SglangEngine(Engine):
         "--triton-attention-num-kv-splits",
     )
     batch_flag = "--max-running-requests"
+    deterministic = ("--enable-deterministic-inference",)
     bench_by_default = True
     context_fields = (
         "/get_model_info context_length",

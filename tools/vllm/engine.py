@@ -55,6 +55,7 @@ class VllmEngine(Engine):
         "--performance-mode",
     )
     batch_flag = "--max-num-seqs"
+    deterministic = ("VLLM_BATCH_INVARIANT=1",)
     launch_defaults = {"ready_completion": True, "started_log": STARTED_LOG}
     context_fields = ("/v1/models max_model_len",)
 

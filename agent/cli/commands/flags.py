@@ -145,6 +145,7 @@ def options(
         "power": True,
         "aa_evidence": True,
         "short_aa_pairs": True,
+        "schedule_gate": True,
         "paired_blocks": True,
         "reference_host_aa": True,
         "launch_allowlist": True,

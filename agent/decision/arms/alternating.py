@@ -34,6 +34,7 @@ from agent.decision.arms.measuring import (
     judgement_of,
     merge,
     outputs_problem,
+    texts_compared,
     unlike,
     warmup_requests,
 )
@@ -106,12 +107,13 @@ def judge_alternating(state: LoopState, runtime: Runtime[LoopContext], label: st
     state = state.model_copy(update={"server": running})
     with progress.within(f"candidate launch 1/{k}"):
         c = measure_launch(state, runtime, running, f"{label}-candidate-1", state.target.repo)
-    problem, tolerance = outputs_problem(ref0, c, exact) or unlike(ref0, c), None
+    sg = state.options.schedule_gate
+    problem, tolerance, note = outputs_problem(ref0, c, exact, sg) or unlike(ref0, c), None, None
     if problem is None:  # the correctness set, before any reference launch
-        problem, tolerance = outputs.check(state, runtime, n)
+        problem, tolerance, note = outputs.check(state, runtime, n)
     if problem is not None:
         return JudgedCandidate(
-            c, problem=problem, tolerance=tolerance, launches_beside=launched, server=running
+            c, problem=problem, tolerance=tolerance, launches_beside=launched, server=running, gate_note=note
         )
     arms: dict[Arm, list[Measurement]] = {"candidate": [c], "reference": []}
     per_launch = [
@@ -138,8 +140,8 @@ def judge_alternating(state: LoopState, runtime: Runtime[LoopContext], label: st
                     tree = where if arm == "reference" else state.target.repo
                     m = measure_launch(state, runtime, running, f"{label}-{arm}-{i}", tree)
                 if arm == "candidate":
-                    problem = outputs_problem(ref0, m, exact)
-                elif m.outputs != ref0.outputs:
+                    problem = outputs_problem(ref0, m, exact, sg)
+                elif m.outputs != ref0.outputs and texts_compared(ref0, sg):
                     problem = (
                         "the reference server's outputs differ from the reference measurement's: not judged"
                     )
@@ -183,7 +185,9 @@ def judge_alternating(state: LoopState, runtime: Runtime[LoopContext], label: st
         arms="alternating", per_launch=per_launch, workload=state.target.workload,
     )  # fmt: skip
     kept = running if last == "candidate" or looks[-1].verdict == "accepted" else None
-    return JudgedCandidate(both[1], judgement, tolerance=tolerance, launches_beside=launched, server=kept)
+    return JudgedCandidate(
+        both[1], judgement, tolerance=tolerance, launches_beside=launched, server=kept, gate_note=note
+    )
 
 
 def merge_all(ms: list[Measurement]) -> Measurement:

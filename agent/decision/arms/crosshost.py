@@ -27,6 +27,7 @@ with that host), and the baseline plans the rounds from both hosts' (`both_hosts
 
 from __future__ import annotations
 
+import dataclasses
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
@@ -40,6 +41,7 @@ from agent.decision.arms.interleave import launch_beside, reference_tree, role_o
 from agent.decision.arms.measuring import (
     judgement_of,
     outputs_problem,
+    texts_compared,
     unlike,
 )
 from agent.decision.arms.referencehost import ReferenceHost
@@ -134,10 +136,14 @@ def judge_cross_host(state: LoopState, runtime: Runtime[LoopContext], label: str
     running = start_server(state, runtime, state.instrumentation is not None)  # a resumed step: relaunched
     count = 0 if running == state.server else 1
     state = state.model_copy(update={"server": running})
-    problem, tolerance = outputs.check(state, runtime, n)  # the correctness set, before any other launch
+    problem, tolerance, note = outputs.check(
+        state, runtime, n
+    )  # the correctness set, before any other launch
     if problem is not None:
         m = measure_launch(state, runtime, running, f"{label}-candidate-1", state.target.repo)
-        return JudgedCandidate(m, problem=problem, tolerance=tolerance, launches_beside=count, server=running)
+        return JudgedCandidate(
+            m, problem=problem, tolerance=tolerance, launches_beside=count, server=running, gate_note=note
+        )
     there = ReferenceHost(state, runtime, label)
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"reference-host-{there.th.name}")
     try:
@@ -150,7 +156,7 @@ def judge_cross_host(state: LoopState, runtime: Runtime[LoopContext], label: str
             left = there.tidy()
     if left is not None:
         raise ToolError(f"reference host {there.th.name} not put back: {left}")
-    return judged
+    return dataclasses.replace(judged, gate_note=note)
 
 
 class Crossover:
@@ -213,9 +219,10 @@ class Crossover:
         ref0, arm, there = need(self.state.reference, "reference measurement"), session_arm(r), self.there
         i = len(self.launches.ms[(self.here, arm)])
         problem = None
+        sg = self.state.options.schedule_gate
         if arm == "candidate":
-            problem = outputs_problem(ref0, m, exact) or (unlike(ref0, m) if r == 1 else None)
-        elif m.outputs != ref0.outputs:
+            problem = outputs_problem(ref0, m, exact, sg) or (unlike(ref0, m) if r == 1 else None)
+        elif m.outputs != ref0.outputs and texts_compared(ref0, sg):
             problem = "the reference server's outputs differ from the reference measurement's"
         if problem is not None:
             return f"on {arm} launch {i}: {problem}"

@@ -25,6 +25,7 @@ from agent.decision.arms.measuring import (
     measure_arm,
     merge,
     outputs_problem,
+    texts_compared,
     warmup_requests,
 )
 from agent.decision.gate import outputs
@@ -157,8 +158,12 @@ def judge_pair(
         r = annotate(pair.reference, snaps[0], state, servers[0].instrumented, warm)
         c = annotate(pair.candidate, snaps[1], state, servers[1].instrumented, warm)
         ref_m, cand_m = (r, c) if ref_m is None or cand_m is None else (merge(ref_m, r), merge(cand_m, c))
-        problem = outputs_problem(ref0, cand_m, exact=not outputs.tolerant(state))
-        if problem is None and ref_m.outputs != ref0.outputs:
+        problem = outputs_problem(ref0, cand_m, not outputs.tolerant(state), state.options.schedule_gate)
+        if (
+            problem is None
+            and ref_m.outputs != ref0.outputs
+            and texts_compared(ref0, state.options.schedule_gate)
+        ):
             problem = "the reference server's outputs differ from the reference measurement's: not judged"
         if problem is not None:
             return ref_m, cand_m, looks, problem
@@ -184,10 +189,12 @@ def judge_interleaved(state: LoopState, runtime: Runtime[LoopContext], label: st
     cfg, candidate = state.target.decide, need(state.server, "candidate server")
     n = len(need(state.reference, "reference measurement").outputs)
     noise = state.launch_noise if state.launch_noise and state.launch_noise.paired else pair_noise([], cfg)
-    problem, tolerance = outputs.check(state, runtime, n)  # a candidate failing it costs no reference launch
+    problem, tolerance, note = outputs.check(
+        state, runtime, n
+    )  # a failing candidate costs no reference launch
     if problem is not None:
         m = measure_arm(state, runtime, label, state.target.measure.repeats, warm_up=True)
-        return JudgedCandidate(m, problem=problem, tolerance=tolerance, launches_beside=0)
+        return JudgedCandidate(m, problem=problem, tolerance=tolerance, launches_beside=0, gate_note=note)
     where, argv = reference_tree(state, runtime)
     launches = 0
     try:
@@ -228,4 +235,4 @@ def judge_interleaved(state: LoopState, runtime: Runtime[LoopContext], label: st
         workload=state.target.workload,
         levels=others,
     )
-    return JudgedCandidate(cand_m, judgement, tolerance=tolerance, launches_beside=launches)
+    return JudgedCandidate(cand_m, judgement, tolerance=tolerance, launches_beside=launches, gate_note=note)

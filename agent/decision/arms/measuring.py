@@ -184,9 +184,23 @@ def machine_drift(reference: Measurement, candidate: Measurement, widens: bool =
     return max(a / b, b / a) if a > 0 and b > 0 else 1.0
 
 
-def outputs_problem(reference: Measurement, candidate: Measurement, exact: bool = True) -> str | None:
+def texts_compared(reference: Measurement, schedule_gate: bool) -> bool:
+    """Whether timing measurements like `reference` are compared text by text: always before
+    `schedule_gate`; with it, only where each request went alone and the baseline's own repeats
+    agreed (pure)."""
+    return not schedule_gate or (outputs.alone(reference) and reference.outputs_stable)
+
+
+def outputs_problem(
+    reference: Measurement, candidate: Measurement, exact: bool = True, schedule_gate: bool = False
+) -> str | None:
     """Why the candidate's outputs fail the gate, or None (pure); `exact=False` (the tolerance
-    policy, judged on the correctness set's scores instead) checks only that repeats agree."""
+    policy, judged on the correctness set's scores instead) checks only that repeats agree.
+    `schedule_gate` (LoopOptions): a timing measurement whose schedule follows the server's speed
+    (workload windows, an engine's benchmark), or whose baseline's own repeats alone differ, is
+    not compared text by text: the correctness set judges the outputs (gate/schedule.py)."""
+    if not texts_compared(reference, schedule_gate):
+        return None
     if exact and candidate.outputs != reference.outputs:
         changed = sum(a != b for a, b in zip(reference.outputs, candidate.outputs, strict=False))
         return f"outputs changed for {changed}/{len(reference.outputs)} prompt(s)"
@@ -240,11 +254,12 @@ def judge_candidate(state: LoopState, runtime: Runtime[LoopContext], label: str)
     reps, exact = state.target.measure.repeats, not outputs.tolerant(state)
     with progress.within(f"look 1/{cfg.looks}"):
         m = measure_arm(state, runtime, label, reps, warm_up=True)
-    problem, tolerance = outputs_problem(ref, m, exact) or unlike(ref, m), None
+    sg = state.options.schedule_gate
+    problem, tolerance, note = outputs_problem(ref, m, exact, sg) or unlike(ref, m), None, None
     if problem is None:  # the correctness set, before any timing verdict
-        problem, tolerance = outputs.check(state, runtime, len(ref.outputs))
+        problem, tolerance, note = outputs.check(state, runtime, len(ref.outputs))
     if problem is not None:
-        return JudgedCandidate(m, problem=problem, tolerance=tolerance)
+        return JudgedCandidate(m, problem=problem, tolerance=tolerance, gate_note=note)
     n, w = len(ref.outputs), state.target.workload
     ref_arm = arm_of(ref, n, w)
     widens = probe_widens(state)
@@ -254,8 +269,8 @@ def judge_candidate(state: LoopState, runtime: Runtime[LoopContext], label: str)
         k = len(looks) + 1
         with progress.within(f"look {k}/{cfg.looks}"):
             m = merge(m, measure_arm(state, runtime, label, reps, warm_up=False))
-        if (problem := outputs_problem(ref, m, exact)) is not None:
-            return JudgedCandidate(m, problem=problem, tolerance=tolerance)
+        if (problem := outputs_problem(ref, m, exact, sg)) is not None:
+            return JudgedCandidate(m, problem=problem, tolerance=tolerance, gate_note=note)
         looks.append(look(ref_arm, arm_of(m, n, w), noise, cfg, k, machine_drift(ref, m, widens)))
         others = level_looks(ref, m, w, noise, cfg, k, machine_drift(ref, m, widens))
     verdict = with_levels(looks[-1].verdict, others)
@@ -266,4 +281,4 @@ def judge_candidate(state: LoopState, runtime: Runtime[LoopContext], label: str)
     missing = budget(state) - measured
     if judgement.verdict == "accepted" and more and missing > 0:  # it becomes the next reference
         m = merge(m, measure_arm(state, runtime, label, missing, warm_up=False))
-    return JudgedCandidate(m, judgement, tolerance=tolerance)
+    return JudgedCandidate(m, judgement, tolerance=tolerance, gate_note=note)

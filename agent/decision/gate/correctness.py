@@ -126,6 +126,7 @@ def take_outputs(state: LoopState, runtime: Runtime[LoopContext]) -> OutputsResu
             concurrent=min(cfg.concurrent, len(prompts)) if together is None else len(together),
             together=together,
             timeout_s=cfg.request_timeout_s,
+            stagger=state.options.schedule_gate,
         ),
     )
 
@@ -151,9 +152,11 @@ def describe(state: LoopState, update: LoopUpdate) -> str:
             f"the tolerance gate: {scored.duration_s:.1f} s{tail}"
         )
     result = need(update.get("correctness"), "correctness outputs")
+    again = " and staggered" if result.staggered else ""
+    noise = update.get("output_noise")
     return (
         f"correctness set: {len(result.sequential)} prompts {head}, {len(result.concurrent)} at "
-        f"once: {result.duration_s:.1f} s{tail}"
+        f"once{again}: {result.duration_s:.1f} s{tail}" + (f"; {noise.line()}" if noise else "")
     )
 
 

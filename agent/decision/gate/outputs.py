@@ -12,9 +12,12 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, call, need
+from agent.decision.gate import schedule
 from agent.decision.gate.correctness import (
     all_prompts,
     batch_indices,
@@ -23,10 +26,12 @@ from agent.decision.gate.correctness import (
     names,
     take_outputs,
 )
-from state.measurement.correctness import CorrectnessConfig
+from state.measurement.correctness import CorrectnessConfig, OutputNoise, OutputsResult
+from state.measurement.measure import Measurement
 from state.measurement.tolerance import ScoreArgs, ScoreResult, ToleranceResult
 from state.sessions.loop import LoopState
 from state.sessions.updates import LoopUpdate
+from tools.engines.registry import engine
 from tools.tolerance import score
 
 
@@ -85,33 +90,75 @@ def scores(state: LoopState, runtime: Runtime[LoopContext], continuations: list[
     )
 
 
-def reference_outputs(state: LoopState, runtime: Runtime[LoopContext]) -> LoopUpdate:
+def reference_outputs(
+    state: LoopState, runtime: Runtime[LoopContext], baseline: Measurement | None = None
+) -> LoopUpdate:
     """The baseline's part of the gate, as a state update: its outputs (exact) or its scores
     of its own greedy continuations (tolerance), after the context limit and the long prompts
-    fitted to it."""
+    fitted to it; with `schedule_gate`, how its outputs moved with the schedule (`output_noise`:
+    its batched texts against its texts alone, and `baseline`'s repeats alone)."""
     long = learn_long_prompts(state, runtime)
     state = state.model_copy(update={"long_prompts": long})
     if tolerant(state):
         return {"tolerance_reference": scores(state, runtime, None), "long_prompts": long}
-    return {"correctness": take_outputs(state, runtime), "long_prompts": long}
+    taken = take_outputs(state, runtime)
+    update: LoopUpdate = {"correctness": taken, "long_prompts": long}
+    if state.options.schedule_gate:
+        update["output_noise"] = output_noise(state, taken, baseline)
+    return update
 
 
-def check(
-    state: LoopState, runtime: Runtime[LoopContext], n_timing: int
-) -> tuple[str | None, ToleranceResult | None]:
-    """Why the running candidate fails the gate (or None), and the tolerance result if any."""
+def output_noise(state: LoopState, taken: OutputsResult, baseline: Measurement | None) -> OutputNoise:
+    """The baseline's A/A on outputs (pure): its batched texts against its texts alone, its
+    timing repeats alone where its timing requests went one at a time, and the engine's
+    batch-invariant mode if the launch carries it."""
+    repeats = (0, 0)
+    if baseline is not None and alone(baseline):
+        by_prompt: dict[int, list[str]] = {}
+        for r in baseline.requests:
+            by_prompt.setdefault(r.prompt_index, []).append(r.text)
+        repeats = schedule.repeats_moved(by_prompt)
+    mode = engine(state.target.kind).deterministic_in(state.argv, state.target.launch.env)
+    return schedule.noise_of(taken, batch_indices(state, taken), repeats, mode)
+
+
+def alone(m: Measurement) -> bool:
+    """Whether a timing measurement sent its requests one at a time (perfloop's sequential client),
+    so that each text had the schedule of a prompt alone (pure)."""
+    return not m.windows and m.client == "perfloop"
+
+
+class GateAnswer(NamedTuple):
+    """The output gate's answer on the running candidate."""
+
+    problem: str | None
+    """Why it fails the gate, or None."""
+    tolerance: ToleranceResult | None
+    """The tolerance policy's result, when it scored the candidate."""
+    note: str | None = None
+    """Why it passed or failed, in one line (schedule-aware sessions)."""
+
+
+def check(state: LoopState, runtime: Runtime[LoopContext], n_timing: int) -> GateAnswer:
+    """Why the running candidate fails the gate (or None), the tolerance result if any, and the
+    schedule-aware gate's line."""
     if tolerant(state):
         if state.tolerance_reference is None:  # never pass a candidate without its reference
-            return "tolerance gate: the session holds no baseline scores to compare with", None
+            return GateAnswer("tolerance gate: the session holds no baseline scores to compare with", None)
         ref = state.tolerance_reference
         cand = scores(state, runtime, [t.continuation for t in ref.texts])
         try:
             result = compare(ref, cand, state.target.correctness)
         except ValueError as exc:  # a server that tokenizes the same text two ways
-            return f"tolerance gate: {exc}", None
-        return (None if result.passed else result.line()), result
+            return GateAnswer(f"tolerance gate: {exc}", None)
+        return GateAnswer(None if result.passed else result.line(), result)
     if state.correctness is not None:
         taken = state.correctness
         named, batch = names(state, n_timing), batch_indices(state, taken)
-        return differences(taken, take_outputs(state, runtime), named, batch), None
-    return None, None
+        if state.output_noise is not None:
+            problem, note = schedule.judge(
+                state.output_noise, taken, take_outputs(state, runtime), batch, named
+            )
+            return GateAnswer(problem, None, note)
+        return GateAnswer(differences(taken, take_outputs(state, runtime), named, batch), None)
+    return GateAnswer(None, None)

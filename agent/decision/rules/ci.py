@@ -72,7 +72,7 @@ class CiRule:
         if relaunched_arms and state.options.paired_blocks and arms_in_use(state) == "alternating":
             evidence = "the launch noise in the plan below"  # (pooled: the default is no floor there)
         evidence = b.note + evidence
-        update = outputs.reference_outputs(state, runtime)
+        update = outputs.reference_outputs(state, runtime, m)
         note = (
             f"; {len(m.outputs)} prompts x {measured} requests, {m.warmups_discarded} warm-up(s) "
             f"discarded; {evidence}; {correctness.describe(state, update)}"
@@ -110,7 +110,12 @@ class CiRule:
             state.judgement,
         )
         if j is None:
-            problem = state.gate_problem or outputs_problem(ref, cand) or unlike(ref, cand) or "not judged"
+            problem = (
+                state.gate_problem
+                or outputs_problem(ref, cand, schedule_gate=state.options.schedule_gate)
+                or unlike(ref, cand)
+                or "not judged"
+            )
             return RuleVerdict("rejected", problem)
         a, b = need(j.reference, "reference arm"), need(j.candidate, "candidate arm")
         reason = (
@@ -121,7 +126,10 @@ class CiRule:
         )
         if a.outliers or b.outliers:
             reason += f", outliers flagged {a.outliers}+{b.outliers}"
-        reason += f", {state.tolerance.line()}" if state.tolerance is not None else ", outputs identical"
+        if state.tolerance is not None:
+            reason += f", {state.tolerance.line()}"
+        else:
+            reason += f", {state.gate_note}" if state.gate_note else ", outputs identical"
         if enables is not None and j.verdict in ("rejected", "inconclusive"):
             return RuleVerdict("accepted", f"{reason}; no gain alone, kept as an enabling step ({enables})")
         return RuleVerdict(j.verdict, reason)

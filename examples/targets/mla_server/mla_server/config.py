@@ -42,6 +42,7 @@ class ServerConfig:
     tp_size: int = 1
     tp_rank: int = 0
     num_continuous_decode_steps: int = 1
+    enable_deterministic_inference: bool = False
 
     @property
     def static_decode(self) -> bool:
@@ -58,6 +59,8 @@ class ServerConfig:
         (captured unless --disable-cuda-graph, which pads the same way); a larger batch runs eagerly
         padded to --max-running."""
         limit = min(self.cuda_graph_max_bs or self.max_running, self.max_running)
+        if self.enable_deterministic_inference:  # one shape for every batch: batch-invariant
+            return [self.max_running]
         if self.cuda_graph_bs:
             return sorted({bs for bs in self.cuda_graph_bs if bs <= self.max_running})
         sizes = [1, 2, 4, 8] + list(range(16, limit + 1, 8))
@@ -114,6 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-continuous-decode-steps", type=_positive, default=1,
                    help="decode steps run before new requests are admitted (as in SGLang): less "
                         "scheduling per token, later admission")
+    p.add_argument("--enable-deterministic-inference", action="store_true",
+                   help="batch-invariant decode (SGLang's name): every step padded to --max-running, "
+                        "so a request's output does not depend on what shares its steps (slower)")
     return p
 
 
