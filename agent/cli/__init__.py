@@ -1,14 +1,17 @@
 """The `perfloop` command line (Typer): every command, listed once, by group.
 
-Each group module (loop, calibrate, sessions, report, analysis, sglang, host) holds its commands as
-plain functions and a `COMMANDS` table of name -> function (the `playbook` and `host` sub-command
-groups are Typer apps); common.py holds what they share. Nothing here is imported by a group module,
-so the package has no import cycle.
+Each group module (loop, calibrate, sessions, report, analysis, sglang, host, evaluate) holds its
+commands as plain functions and a `COMMANDS` table of name -> function (the `playbook`, `host` and
+`eval` sub-command groups are Typer apps); options.py holds the option types they share. Nothing
+here is imported by a group module, so the package has no import cycle.
 
-The groups are imported when the app is built, not when this package is: `main()` (the `perfloop`
-script) builds an app of the analysis group alone for `analyze`, `diagnose` and `diff`, so reading
-a trace never imports the loop (LangGraph, the session store); `app` (the full app, what tests and
-scripts import) is built on first use.
+Start-up is light: a group module imports typer, rich, its option types and our small helpers at
+its top, and the heavy parts (LangGraph and the session store, the loop's state, git, paramiko,
+the trace readers with numpy) inside the commands that use them, so `--version`, `-h` and a bad
+target file answer in a fraction of a second (tests/unit/test_cli_startup.py checks which modules
+load; benchmarks/startup.py times it). `main()` (the `perfloop` script) builds an app of the
+analysis group alone for `analyze`, `diagnose` and `diff` and leaves them without tearing the
+interpreter down (`_leave`); `app` (the full app, what tests and scripts import) is built on first use.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import os
 import sys
 from typing import Annotated, Any, NoReturn
 
-import typer  # light; what must not load at start-up is the loop (LangGraph, the session store)
+import typer
 
 ANALYSIS_COMMANDS = ("analyze", "diagnose", "diff")
 """Commands served by the analysis group alone (kept equal to analysis.COMMANDS by a test)."""

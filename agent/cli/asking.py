@@ -15,8 +15,6 @@ from rich.console import Console
 from rich.prompt import Prompt
 from rich.text import Text
 
-from agent.sessions.approving import edited_patch
-
 
 def interactive(as_json: bool) -> bool:
     """Whether a person is at a terminal to answer (stdin and stdout a TTY, no `--json`)."""
@@ -43,6 +41,8 @@ def ask(console: Console, pending: dict, folder: Path) -> dict | None:
         reason = Prompt.ask("why (recorded)", console=console, default="rejected at the prompt")
         return {"approved": False, "by": "human", "reason": reason}
     if key == "e":
+        from agent.sessions.approving import edited_patch  # the loop's: not at start-up
+
         path = folder / "proposals" / "edit.diff"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(pending["diff"], encoding="utf-8")

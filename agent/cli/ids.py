@@ -16,9 +16,7 @@ from typing import Annotated
 import typer
 
 from agent.cli.running import fail
-from state.sessions.ids import session_id_problem
 from tools.errors import ToolError
-from tools.store.sessions import SessionStore, perfloop_home
 
 LAST = re.compile(r"last(?:~(\d+))?")
 SHOWN = 6
@@ -28,6 +26,8 @@ SHOWN = 6
 def resolve(ids: list[str], text: str, mine: set[str] | None = None) -> str:
     """The id `text` names among `ids` (oldest first) (pure): a shorthand among those in `mine`
     (this machine's; None: all); ToolError when it names none or several."""
+    from state.sessions.ids import session_id_problem
+
     local = ids if mine is None else [i for i in ids if i in mine]
     if m := LAST.fullmatch(text):
         back = int(m.group(1) or 0)
@@ -54,7 +54,10 @@ def resolve(ids: list[str], text: str, mine: set[str] | None = None) -> str:
 
 
 def resolve_in_store(text: str) -> str:
-    """The full id `text` names in this process's store."""
+    """The full id `text` names in this process's store (opened here, when a command line names a
+    session: not at start-up)."""
+    from tools.store.sessions import SessionStore, perfloop_home
+
     home = perfloop_home()
     store = SessionStore.open(home)
     try:

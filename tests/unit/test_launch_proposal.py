@@ -12,7 +12,7 @@ from pathlib import Path
 from rich.console import Console
 
 from agent.cli import render
-from agent.cli.commands.sessions import diff_or_launch
+from agent.cli.commands.show import diff_or_launch
 from agent.cli.target import load_target
 from agent.report.headline import flag_change
 from agent.steps.approval import approval_request

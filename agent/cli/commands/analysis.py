@@ -17,14 +17,11 @@ from agent.cli import terminal
 from agent.cli.commands.ranks import bounds_line, print_ranks, rank_doc
 from agent.cli.output import console, emit
 from agent.cli.running import run_command
-from state.profiling.profile import ProfileSummary
 from tools.errors import ToolError
-from tools.trace import read_profiles, read_ranks
-from tools.trace.ranks.merge import merge_summaries
 
-if TYPE_CHECKING:  # diagnose's and diff's own modules load when they run: `analyze` is timed
+if TYPE_CHECKING:  # the trace readers (numpy) load when a command reads a trace, not at start-up
     from state.profiling.diagnosis import Diagnosis
-    from state.profiling.profile import ProfileDiff
+    from state.profiling.profile import ProfileDiff, ProfileSummary
 
 DEFAULT_ACTIVE_TOKENS = 1024
 """Default tokens live in the KV cache while profiling: a short chat's prompt and answer (a few
@@ -108,6 +105,9 @@ def analyze(
     """Time per operator (or kernel), device idle, syncs and steps of profiler traces."""
 
     def body() -> None:
+        from tools.trace import read_ranks
+        from tools.trace.ranks.merge import merge_summaries
+
         if by not in ("op", "kernel"):
             raise ToolError(f"--by must be op or kernel, not {by!r}")
         ranks = read_ranks(traces, steps)
@@ -151,6 +151,7 @@ def diagnose(
         from playbooks.engine import diagnose as run_diagnosis
         from playbooks.engine import load_playbooks
         from state.profiling.diagnosis import DiagnosisContext
+        from tools.trace import read_profiles
         from tools.trace.compare.bandwidth import measure_copy_bandwidth_gbs
 
         profile = read_profiles(traces, steps)
@@ -183,6 +184,7 @@ def diff(
     """Which operator groups grew, shrank, appeared or vanished between two profiles (per step)."""
 
     def body() -> None:
+        from tools.trace import read_profiles
         from tools.trace.compare.diff import diff_profiles
 
         result = diff_profiles(read_profiles([before]), read_profiles([after]))

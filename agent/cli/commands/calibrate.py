@@ -1,23 +1,41 @@
-"""`perfloop calibrate TARGET.toml [--launches N]`: measure launch-to-launch noise on purpose."""
+"""`perfloop calibrate TARGET.toml [--launches N]`: measure launch-to-launch noise on purpose.
+
+Before it starts it says what it will cost: its launches, and the time they should take, from the
+earlier launches of this target on this host the store timed (else a guess, said as one). A signal
+(Ctrl-C, SIGTERM, SIGHUP) or an error stops every server it started, whole process groups (a vLLM
+server's EngineCore too), found by the mark in their environment, and says so in one line.
+"""
 
 from __future__ import annotations
 
+import statistics
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from agent.cli.common import HostPython, HostUrl, Json, TrustNew, run_command
-from agent.cli.output import console, emit
-from agent.cli.preflight import check_port_argv, check_repo
-from agent.cli.target import load_target, with_host
-from agent.decision.calibration.calibrate import calibrate as run_calibration
-from agent.decision.calibration.published import published
-from agent.decision.stats.noise import target_key
-from agent.sessions.remote import close_hosts, executor_for, host_executors, remote_options
-from agent.sessions.runner import Sessions, new_session_id
-from tools.door.live import LiveDoor
+from agent.cli.options import HostPython, HostUrl, Json, TrustNew
+from agent.cli.running import run_command
+
+if TYPE_CHECKING:
+    from agent.sessions.runner import Sessions
+    from state.config.target import TargetConfig
+    from tools.door.live import Executor
+    from tools.store.sessions import SessionStore
+
+GUESS_S = 60.0
+"""A launch's start and measurement when this host timed none of the target's yet: a guess, said as
+one (a small model's vLLM launch took 52-64 s on one H100)."""
+EARLIER = 5
+"""Earlier sessions of the target on the host whose launches are read for the expected time."""
+
+
+def launch_count(arms: str, launches: int) -> tuple[int, int]:
+    """(server launches, with arms = auto resolved to interleaved: launches): pairs cost two."""
+    if arms == "interleaved":
+        return 2 * launches, 2 * launches
+    return launches, 2 * launches if arms == "auto" else launches
 
 
 def plan(arms: str, launches: int, startup_timeout_s: float) -> str:
@@ -38,6 +56,79 @@ def plan(arms: str, launches: int, startup_timeout_s: float) -> str:
     )
 
 
+def _span(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+
+
+def expected(counts: tuple[int, int], per_launch: list[float], starts: list[float], timeout_s: float) -> str:
+    """The time `counts` launches should take (pure): at the median seconds a launch took in earlier
+    calibrations of this target on this host (`per_launch`: each one's wall time over its launches),
+    else at least their starts' median (`starts`: every timed start of the target there, its
+    sessions' too), else at `GUESS_S`, said as a guess; with the bound every start's timeout gives."""
+    low, high = counts
+    both = lambda each: _span(low * each) + (f" ({_span(high * each)} if interleaved)" if high != low else "")
+    bound = f"; at most {_span(high * timeout_s)} if every start took its {timeout_s:.0f} s"
+    if per_launch:
+        each = statistics.median(per_launch)
+        return (
+            f"expected: about {both(each)}, {each:.0f} s a launch (start and measurement), the median "
+            f"of {len(per_launch)} earlier calibration(s) of this target on this host{bound}"
+        )
+    if starts:
+        each = statistics.median(starts)
+        return (
+            f"expected: at least {both(each)}, {each:.0f} s a start (the median of {len(starts)} "
+            f"earlier start(s) of this target on this host) plus each launch's measurement{bound}"
+        )
+    return (
+        f"expected: about {both(GUESS_S)} at a guessed {GUESS_S:.0f} s a launch (no launch of this "
+        f"target timed on this host yet){bound}"
+    )
+
+
+def timed(store: SessionStore, key: str) -> tuple[list[float], list[float]]:
+    """(each earlier calibration's seconds per launch, every timed start) of the target and host
+    `key` names, read from the sessions its kept A/A launches came from (the newest `EARLIER`)."""
+    sids = list(dict.fromkeys(s.session_id for s in reversed(store.aa_samples(key))))[:EARLIER]
+    per_launch, starts = [], []
+    for sid in sids:
+        calls = store.tool_calls(sid)
+        launched = [c.duration_s for c in calls if c.name == "server.launch" and c.error is None]
+        starts += launched
+        if sid.startswith("calibrate-") and launched:
+            end = max(c.started_at.timestamp() + c.duration_s for c in calls)
+            per_launch.append((end - calls[0].started_at.timestamp()) / len(launched))
+    return per_launch, starts
+
+
+def stopped_line(exc: BaseException, executor: Executor | None, folder: Path, grace_s: float) -> None:
+    """Stop every server process calibrate started on its host (each marked as launched for a pid
+    file under `folder`: their whole process groups) and note on `exc` what was stopped, for the
+    one line the command ends with (agent/cli/running.py)."""
+    from agent.sessions.interrupts import NOTE, run_tool
+    from state.engines.process import MarkedArgs, StoppedServers
+    from tools import server
+    from tools.errors import one_line
+    from tools.interrupts import Interrupted
+
+    try:
+        out = run_tool(executor, server.stop_marked, MarkedArgs(folder=folder, grace_s=grace_s))
+        pids = StoppedServers.model_validate(out.model_dump()).pids
+        note = (
+            f"; stopped the {len(pids)} server process(es) it started (pids {', '.join(map(str, pids))}), "
+            "none left running"
+            if pids
+            else "; no server of it was running"
+        )
+    except Exception as bad:  # e.g. the SSH host unreachable: say so, the signal's line still ends it
+        note = f"; could not stop the servers it started ({one_line(bad)}): look for them under {folder}"
+    note += "; nothing was changed, the launches measured so far are kept"
+    if isinstance(exc, Interrupted):
+        exc.note = note
+    else:
+        setattr(exc, NOTE, getattr(exc, NOTE, "") + note)
+
+
 def calibrate(
     target_toml: Annotated[Path, typer.Argument(metavar="TARGET.toml", help="Target config (TOML).")],
     launches: Annotated[
@@ -52,37 +143,67 @@ def calibrate(
     `arms = "auto"` resolved as a session does, and said."""
 
     def body() -> None:
+        from agent.cli.target import load_target, with_host
+
         target = with_host(load_target(target_toml), host, trust_new_host, host_python)
+        from agent.cli.preflight import check_port_argv, check_repo  # git: once the file is good
+
         check_port_argv(target)
         check_repo(target)
+        from agent.cli.output import console
+        from agent.decision.stats.noise import target_key
+        from agent.sessions.runner import Sessions, new_session_id
+
         sessions = Sessions()
-        sid = f"calibrate-{new_session_id()}"
-        local_dir = sessions.session_dir(sid)
-        opts = remote_options(target, sid)
         out = console(as_json)
         out.print(plan(target.decide.arms, launches, target.launch.startup_timeout_s), highlight=False)
-        with executor_for(target, local_dir) as remote:
-            door = LiveDoor(sid, sessions.store, remote, host_executors(local_dir))  # [[hosts]]: host.kind
-            try:
-                noise, arms = run_calibration(
-                    door,
-                    target,
-                    sid,
-                    opts.get("host_dir") or local_dir,
-                    opts.get("python") or sys.executable,
-                    launches,
-                    lambda line: out.print(line, highlight=False),
-                )
-            finally:
-                close_hosts()
-        out.print(f"{target.name}: {noise.describe()} (for {arms} arms)", highlight=False)
-        shown = published(sessions.store.aa_samples(target_key(target)), noise, target.decide, arms)
-        out.print(shown.line(), highlight=False)
+        counts = launch_count(target.decide.arms, launches)
+        per_launch, starts = timed(sessions.store, target_key(target))
+        timeout_s = target.launch.startup_timeout_s
+        out.print(expected(counts, per_launch, starts, timeout_s), highlight=False, soft_wrap=True)
+        measure(sessions, target, f"calibrate-{new_session_id()}", launches, as_json)
         out.print(f"next: perfloop run {target_toml} (its sessions use this noise)", highlight=False)
-        if as_json:
-            emit({"calibration": sid, "arms": arms, **noise.model_dump(mode="json"), **shown.as_json()})
 
     run_command(body)
+
+
+def measure(sessions: Sessions, target: TargetConfig, sid: str, launches: int, as_json: bool) -> None:
+    """Run the calibration under session id `sid`, signals caught; print its noise and what it
+    publishes (with `--json`, one document)."""
+    from agent.cli.output import console, emit
+    from agent.decision.calibration.calibrate import calibrate as run_calibration
+    from agent.decision.calibration.published import published
+    from agent.decision.stats.noise import target_key
+    from agent.sessions.remote import close_hosts, executor_for, host_executors, remote_options
+    from tools import interrupts
+    from tools.door.live import LiveDoor
+
+    out = console(as_json)
+    local_dir = sessions.session_dir(sid)
+    opts = remote_options(target, sid)
+    folder = opts.get("host_dir") or local_dir
+    with interrupts.catching(), executor_for(target, local_dir) as remote:
+        door = LiveDoor(sid, sessions.store, remote, host_executors(local_dir))  # [[hosts]]: host.kind
+        try:
+            noise, arms = run_calibration(
+                door,
+                target,
+                sid,
+                folder,
+                opts.get("python") or sys.executable,
+                launches,
+                lambda line: out.print(line, highlight=False),
+            )
+        except BaseException as exc:  # a signal (Interrupted), an error, a bug: no server left
+            stopped_line(exc, remote, folder, target.launch.stop_grace_s)
+            raise
+        finally:
+            close_hosts()
+    out.print(f"{target.name}: {noise.describe()} (for {arms} arms)", highlight=False)
+    shown = published(sessions.store.aa_samples(target_key(target)), noise, target.decide, arms)
+    out.print(shown.line(), highlight=False)
+    if as_json:
+        emit({"calibration": sid, "arms": arms, **noise.model_dump(mode="json"), **shown.as_json()})
 
 
 COMMANDS = {"calibrate": calibrate}

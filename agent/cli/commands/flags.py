@@ -9,11 +9,11 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from agent.cli.common import (
+from agent.cli.options import (
     Approve,
     BaseUrl,
     Books,
@@ -31,10 +31,11 @@ from agent.cli.common import (
     NoBuiltin,
     ProposerOpt,
     TrustNew,
-    choice,
 )
-from agent.cli.target import with_host, with_proposer
-from state.config.target import TargetConfig
+from agent.cli.running import choice
+
+if TYPE_CHECKING:  # the target's model loads when a command reads its target file, not at start-up
+    from state.config.target import TargetConfig
 
 KeepServers = Annotated[
     bool,
@@ -94,6 +95,8 @@ class LoopFlags:
 
     def target(self, target: TargetConfig) -> TargetConfig:
         """`target` with `--host` and the proposer options applied."""
+        from agent.cli.target import with_host, with_proposer
+
         target = with_host(target, self.host, self.trust_new_host, self.host_python)
         return with_proposer(
             target,

@@ -6,15 +6,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from pydantic import ValidationError
 
-from agent.cli.common import Json, TrustNew, run_command
+from agent.cli.options import Json, TrustNew
 from agent.cli.output import console, emit
-from agent.sessions.remote import ssh_prompt
-from state.engines.ssh import SSHHostConfig
+from agent.cli.running import run_command
 from tools.errors import ConfigError
-from tools.hosts.connect import close_all, connect
-from tools.hosts.setup import setup as setup_env
 
 host_app = typer.Typer(no_args_is_help=True, help="Prepare SSH hosts for perfloop.")
 
@@ -37,6 +33,13 @@ def setup(
     ~/.cache/perfloop/env-cp<XY> there, used by perfloop's tools only (the engine's Python is untouched)."""
 
     def body() -> None:
+        from pydantic import ValidationError
+
+        from agent.sessions.remote import ssh_prompt
+        from state.engines.ssh import SSHHostConfig
+        from tools.hosts.connect import close_all, connect
+        from tools.hosts.setup import setup as setup_env
+
         if wheels is not None and not wheels.is_dir():
             raise ConfigError(f"--wheels {wheels} is not a folder")
         try:

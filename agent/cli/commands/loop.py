@@ -5,33 +5,20 @@ from __future__ import annotations
 import os
 import shlex
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from agent.cli.asking import default_approve
 from agent.cli.commands.flags import LoopFlags, loop_flags
-from agent.cli.common import (
-    Json,
-    Method,
-    Parallel,
-    Trust,
-    choice,
-    err,
-    finish,
-    run_command,
-)
 from agent.cli.ids import SessionArg
-from agent.cli.preflight import check_gpu, check_setup
-from agent.cli.target import DEMO_CONFIG, DEMO_SOURCE, load_target
-from agent.sessions.approving import answer_session, edited_patch
-from agent.sessions.holding import refuse_if_held
-from agent.sessions.remote import remote_base
-from agent.sessions.runner import Sessions, new_session_id
-from playbooks.launch import with_flag, without_flag
-from state.config.target import TargetConfig
-from state.measurement.correctness import CorrectnessConfig
+from agent.cli.options import Json, Method, Parallel, Trust
+from agent.cli.running import choice, err, run_command
 from tools.errors import ConfigError, ToolError
+
+if TYPE_CHECKING:  # the loop (LangGraph, the store, the state) loads inside the commands that run it
+    from agent.sessions.runner import Sessions
+    from state.config.target import TargetConfig
 
 
 def demo(
@@ -54,6 +41,14 @@ def demo(
     """Copy the embedded MLA demo server into a workspace (on --host if given) and run the loop on it."""
 
     def body() -> None:
+        from agent.cli.common import finish
+        from agent.cli.preflight import check_gpu, check_setup
+        from agent.cli.target import DEMO_CONFIG, DEMO_SOURCE, load_target
+        from agent.sessions.remote import remote_base
+        from agent.sessions.runner import Sessions, new_session_id
+        from playbooks.launch import with_flag, without_flag
+        from state.measurement.correctness import CorrectnessConfig
+
         choice("device", device, ("cpu", "cuda"))
         choice("preset", preset, ("cpu", "glm5"))
         opts = flags.options(profile_method)
@@ -139,7 +134,11 @@ def run(
     """Run the loop on the target a TOML file describes."""
 
     def body() -> None:
+        from agent.cli.target import load_target
+
         target = flags.target(load_target(target_toml))
+        from agent.cli.preflight import check_setup  # git: once the file is known good
+
         method = profile_method or target.profile.method
         opts = flags.options(method, default_approve(flags.approve))  # your target: manual
         if parallel is not None and not target.hosts:
@@ -149,6 +148,10 @@ def run(
         opts["parallel"] = parallel
         target = target.model_copy(update={"profile": target.profile.model_copy(update={"method": method})})
         check_setup(target, opts)
+        from agent.cli.common import finish  # the loop loads once the target file is known good
+        from agent.sessions.holding import refuse_if_held
+        from agent.sessions.runner import Sessions, new_session_id
+
         sessions = Sessions()
         refuse_if_held(sessions.store, target, sessions.where())  # another session's checkout
         if os.environ.get("PERFLOOP_PROGRESS") != "off":  # said before it starts, kept on screen
@@ -164,6 +167,8 @@ run = loop_flags(run)
 
 def trusting(trust: str | None) -> Sessions:
     """The sessions, with `--trust DIGEST` for a session this user's key did not sign."""
+    from agent.sessions.runner import Sessions
+
     sessions = Sessions()
     sessions.trust = trust
     return sessions
@@ -173,6 +178,8 @@ def resume(session: SessionArg, as_json: Json = False, trust: Trust = None) -> N
     """Continue a session from its last checkpoint."""
 
     def body() -> None:
+        from agent.cli.common import finish
+
         sessions = trusting(trust)
         sessions.verify(session)  # first: nothing of an unsigned session is acted on
         if sessions.pending_approval(session) is not None:
@@ -186,6 +193,9 @@ def resume(session: SessionArg, as_json: Json = False, trust: Trust = None) -> N
 
 
 def _answer(session: str, answer: dict, as_json: bool, digest: str | None, trust: str | None) -> None:
+    from agent.cli.common import finish
+    from agent.sessions.approving import answer_session, edited_patch
+
     sessions = trusting(trust)
     sessions.verify(session)  # before anything reads or runs what it names (an edited patch's check)
     if answer.get("diff") is not None:

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from state.profiling.profile import ProfileSummary
-from tools.trace.ranks.collectives import rank_waits
+if TYPE_CHECKING:  # the trace readers (numpy) load when a command reads a trace
+    from state.profiling.profile import ProfileSummary
 
 RANK_TOP = 3
 """Rows of each rank's own table printed (the JSON holds --top of them)."""
@@ -23,6 +24,8 @@ def rank_doc(summaries: Sequence[ProfileSummary], rows: list[list[dict]]) -> dic
     `slowest_rank` (the rank the others wait for); empty for one file."""
     if len(summaries) < 2:
         return {}
+    from tools.trace.ranks.collectives import rank_waits
+
     waits, work, slowest = rank_waits(summaries)
     tables = [
         {

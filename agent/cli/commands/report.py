@@ -9,10 +9,9 @@ from typing import Annotated
 
 import typer
 
-from agent.cli.common import fail, run_command
 from agent.cli.ids import SessionArg
 from agent.cli.output import console
-from agent.sessions.runner import Sessions
+from agent.cli.running import fail, run_command
 from tools.errors import ConfigError
 
 
@@ -29,6 +28,7 @@ def report(
     def body() -> None:
         from agent.report.data import gather
         from agent.report.html import render_report
+        from agent.sessions.runner import Sessions
 
         html = render_report(gather(Sessions(), session))
         out = output or Path(f"perfloop-{session}.html")

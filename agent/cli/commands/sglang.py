@@ -11,24 +11,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from agent.cli.common import run_command
-from playbooks.engine import load_playbooks
-from playbooks.patches import choose_patch
-from state.config.target import ProfileConfig
-from state.engines.sglang import HookSite
-from state.engines.workspace import InstrumentationRecord, PatchPolicy
+from agent.cli.running import run_command
 from tools.errors import ConfigError
-from tools.sglang.layout import hook_site, locate
-from tools.sglang.patches import apply_sglang_patch
-from tools.vllm.hook import hook_site as vllm_hook_site
-from tools.workspace.git import GitWorkspace
-from tools.workspace.instrumentation import instrument as insert_hook
-from tools.workspace.instrumentation import remove_instrumentation
-from tools.workspace.patch_check import gate_workspace
+
+if TYPE_CHECKING:  # git, the engines' layouts and the playbooks load when a command runs
+    from state.engines.sglang import HookSite
+    from state.engines.workspace import InstrumentationRecord
+    from tools.workspace.git import GitWorkspace
 
 RECORDS_FILE = "perfloop-instrumentation.json"
 """File in the repo's git dir: repo-relative path -> InstrumentationRecord of what we inserted."""
@@ -47,6 +40,11 @@ def _kind(kind: str) -> str:
 
 def _site(repo: Path, kind: str) -> HookSite:
     """Where the hook goes for this kind of target."""
+    from state.config.target import ProfileConfig
+    from state.engines.sglang import HookSite
+    from tools.sglang.layout import hook_site, locate
+    from tools.vllm.hook import hook_site as vllm_hook_site
+
     if kind == "sglang":
         return hook_site(repo, locate(repo))
     if kind == "vllm":
@@ -61,6 +59,8 @@ def _records_path(ws: GitWorkspace) -> Path:
 
 
 def _load_records(ws: GitWorkspace) -> dict[str, InstrumentationRecord]:
+    from state.engines.workspace import InstrumentationRecord
+
     path = _records_path(ws)
     if not path.exists():
         return {}
@@ -93,6 +93,10 @@ def instrument_cmd(
     """Insert perfloop's dormant profiler hook into the target's eager decode step (or remove it)."""
 
     def body() -> None:
+        from tools.workspace.git import GitWorkspace
+        from tools.workspace.instrumentation import instrument as insert_hook
+        from tools.workspace.instrumentation import remove_instrumentation
+
         site = _site(repo, _kind(kind))
         with GitWorkspace(repo) as ws:
             records = _load_records(ws)
@@ -129,6 +133,14 @@ def apply_cmd(
     """Apply a playbook's patch to the target's working tree (all hunks or none)."""
 
     def body() -> None:
+        from playbooks.engine import load_playbooks
+        from playbooks.patches import choose_patch
+        from state.engines.workspace import PatchPolicy
+        from tools.sglang.layout import locate
+        from tools.sglang.patches import apply_sglang_patch
+        from tools.workspace.git import GitWorkspace
+        from tools.workspace.patch_check import gate_workspace
+
         books = {b.id: b for b in load_playbooks()}
         if playbook_id not in books:
             raise ConfigError(f"no playbook {playbook_id!r}; known: {', '.join(books)}")
