@@ -54,6 +54,7 @@ def task(state: LoopState, proposal: Proposal, host_index: int, attempt: int) ->
         python=state.options.python,
         local_dir=state.options.session_dir,
         noise=state.launch_noise,
+        schedule_gate=state.options.schedule_gate,
     )
 
 

@@ -92,7 +92,7 @@ def verdict(task: TrialTask, ref: Measurement, cand: Measurement) -> dict:
     """The rule on one host's two arms (one look at the last look's level, pure); under the
     tolerance gate the timing outputs may differ (the winner is gated again on the session's host)."""
     exact = task.target.correctness.policy == "exact"
-    problem = outputs_problem(ref, cand, exact) or unlike(ref, cand)
+    problem = outputs_problem(ref, cand, exact, task.schedule_gate) or unlike(ref, cand)
     before, after = ref.tpot_ms.median, cand.tpot_ms.median
     arms = {"tpot_ms_before": before, "tpot_ms_after": after}
     if problem is not None:

@@ -33,6 +33,9 @@ class TrialTask(Model):
     """Where a local host's server logs go (an SSH host's go under its home's ~/.perfloop)."""
     noise: LaunchNoise | None = None
     """Launch-to-launch noise the session measured (None: the target's default)."""
+    schedule_gate: bool = False
+    """The session's `LoopOptions.schedule_gate`: timing texts whose schedule follows the speed
+    are not compared text by text on the host (the winner is gated again on the session's host)."""
 
 
 class BatchApproval(Approval):

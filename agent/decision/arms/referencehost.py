@@ -13,7 +13,14 @@ from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, door_of, need
 from agent.decision.arms.arms import reference_host
-from agent.decision.arms.measuring import annotate, budget, outputs_problem, unlike, warmup_requests
+from agent.decision.arms.measuring import (
+    annotate,
+    budget,
+    outputs_problem,
+    texts_compared,
+    unlike,
+    warmup_requests,
+)
 from agent.decision.stats.crossover import Arm
 from agent.hostrun import HostRun
 from agent.serving import measure_args
@@ -43,6 +50,7 @@ class ReferenceHost:
             kept_diffs=state.kept_diffs,
             python=state.options.python,
             local_dir=state.options.session_dir,
+            schedule_gate=state.options.schedule_gate,
         )
         self.run = HostRun(
             task, door_of(runtime).branch(f"measure@{self.th.name}", self.th.host), "crosshost"
@@ -108,10 +116,9 @@ class ReferenceHost:
             return None
         first = need(self.first_reference, "the reference host's reference launch")
         if arm == "reference":
-            return (
-                None if m.outputs == first.outputs else "its reference server's outputs differ from its first"
-            )
-        return outputs_problem(first, m, exact) or unlike(first, m)
+            same = m.outputs == first.outputs or not texts_compared(first, self.state.options.schedule_gate)
+            return None if same else "its reference server's outputs differ from its first"
+        return outputs_problem(first, m, exact, self.state.options.schedule_gate) or unlike(first, m)
 
     def tidy(self) -> str | None:
         """Stop its server, remove the copy, revert the commits, leave the branch; what failed."""
