@@ -32,15 +32,30 @@ def test_fisher_one_sided_is_the_hypergeometric_tail() -> None:
     assert fisher_greater(1, 8, 1, 8) > 0.5
 
 
-def test_a_baseline_that_never_moved_keeps_the_exact_rule() -> None:
+def test_a_batch_invariant_launch_whose_baseline_never_moved_keeps_the_exact_rule() -> None:
     ref = result(ALONE, ALONE, ALONE)
-    noise = noise_of(ref, BATCH)
+    noise = noise_of(ref, BATCH, mode="--enable-deterministic-inference")
     assert noise.exact and noise.varied == 0 and noise.observations == 8
+    assert "(--enable-deterministic-inference)" in noise.line()
     same = judge(noise, ref, result(ALONE, ALONE, ALONE), BATCH, NAMED)
     assert same[0] is None and "identical alone and in the batch" in same[1]
     one_moved = result(ALONE, [ALONE[0], "gamma dXXta", *ALONE[2:]], ALONE)
     problem, line = judge(noise, ref, one_moved, BATCH, NAMED)
     assert problem is not None and "timing prompt 2" in problem and line == problem
+
+
+def test_a_baseline_that_did_not_move_without_such_a_mode_is_no_proof_of_a_rate_of_zero() -> None:
+    # 0 of 8 is what a rate of a few percent shows most of the time: one moved text of the faster
+    # candidate's is within it; a batch path that moves every text is not
+    ref = result(ALONE, ALONE, ALONE)
+    noise = noise_of(ref, BATCH)
+    assert not noise.exact and "no batch-invariant mode" in noise.line()
+    one_moved = result(ALONE, [ALONE[0], "gamma dXXta", *ALONE[2:]], ALONE)
+    problem, line = judge(noise, ref, one_moved, BATCH, NAMED)
+    assert problem is None and "1/8 texts moved" in line and "baseline's own 0/8" in line
+    broken = [t[:3] + "!!!!!" for t in ALONE]
+    problem, _ = judge(noise, ref, result(ALONE, broken, broken), BATCH, NAMED)
+    assert problem is not None and "8/8" in problem
 
 
 def test_texts_alone_are_the_math_whatever_the_batch_did() -> None:
