@@ -11,10 +11,7 @@ from rich.text import Text
 
 from agent.cli.output import diff_text, table
 from agent.cli.terminal import styled
-from agent.proposer.tuning.search import trial_lines
-from agent.report.headline import baseline_final, best_command, flag_change, headline, judged
-from state.door.records import ToolCallRecord
-from state.sessions.loop import LoopState
+from agent.report.headline import baseline_final, best_command, flag_change, headline, judged, summary_json
 from state.sessions.session import SessionInfo, Summary
 from tools.secrets import outside
 from tools.workspace.hidden import visible
@@ -229,72 +226,33 @@ def sessions(console: Console, infos: list[SessionInfo], held: dict[str, str]) -
     console.print(table("session", "created", "target", "host", "status", "speedup", "accepted", rows=rows))
 
 
-def show_json(info: SessionInfo, state: LoopState, calls: list[ToolCallRecord]) -> dict:
-    """`perfloop show --json`."""
-    return {
-        "session": info.model_dump(mode="json"),
-        "parent": info.parent,
-        "transitions": [t.model_dump(mode="json") for t in state.transitions],
-        "measurements": [
-            m.model_dump(mode="json", exclude={"requests"})
-            for m in (state.baseline, state.reference, state.candidate_measurement)
-            if m
-        ],
-        "decisions": [{**d.model_dump(mode="json"), "label": d.label} for d in state.decisions],
-        "launch_noise": state.launch_noise.model_dump(mode="json") if state.launch_noise else None,
-        "power": state.power.model_dump(mode="json") if state.power else None,
-        "mechanisms": [m.model_dump(mode="json") for m in state.mechanisms],
-        "trials": [t.model_dump(mode="json") for t in state.trials],
-        "search_trials": trial_lines(state),
-        "accepted_commits": [c.model_dump(mode="json") for c in state.accepted],
-        "profiles": [p.model_dump(mode="json") for p in state.profiles],
-        "tool_calls": len(calls),
-        "llm_tokens": state.llm_usage.tokens,
-        "llm_usage": state.llm_usage.model_dump(mode="json"),
-        "model_trials": [t.model_dump(mode="json") for t in state.model_trials],
-    }
+def session_json(info: SessionInfo) -> dict:
+    """A session as `--json` prints it (`sessions`, `show`): its summary's `speedup` the judged
+    figure, as everywhere (agent/report/headline.py `summary_json`)."""
+    out = info.model_dump(mode="json")
+    if info.summary is not None:
+        out["summary"] = summary_json(info.summary)
+    return out
 
 
-def show(console: Console, info: SessionInfo, state: LoopState, calls: list[ToolCallRecord]) -> None:
-    """`perfloop show`."""
-    if info.parent:
-        console.print(f"forked from session {info.parent}")
-    t = Table("#", "time (UTC)", "node", "what happened", title=f"session {info.id}: transitions")
-    for n, tr in enumerate(state.transitions, 1):
-        t.add_row(str(n), tr.at.strftime("%H:%M:%S"), tr.node, tr.note)
-    console.print(t)
-    d = Table(
-        "iter", "playbook", "verdict", "speedup [CI]", "looks", "predicted", "reason", title="decisions"
+def runs(console: Console, bound: dict) -> None:
+    """What the session runs on this machine, whole, and whether this user's key signed it."""
+    console.print(styled(("runs on this machine:", "bold"), " " + shlex.join(bound["argv"])), highlight=False)
+    env = " ".join(f"{k}={v}" for k, v in bound["env"].items()) or "(none)"
+    console.print(
+        f"  environment: {env}; passed from yours: {', '.join(bound['pass_env']) or '(none)'}",
+        highlight=False,
     )
-    for dec in state.decisions:
-        j = dec.judgement
-        ci = f"{j.last.speedup:.2f}x [{j.last.ci_low:.2f}, {j.last.ci_high:.2f}]" if j else "-"
-        looks = (
-            "; ".join(f"{lk.look}/{lk.of}: n={lk.requests_candidate} {lk.verdict}" for lk in j.looks)
-            if j
-            else "-"
-        )
-        predicted = "-" if dec.predicted_speedup is None else f"{dec.predicted_speedup:.2f}x"
-        d.add_row(str(dec.iteration), dec.label, dec.verdict, ci, looks, predicted, dec.reason)
-    console.print(d)
-    if state.launch_noise is not None:
-        console.print(state.launch_noise.describe(), highlight=False)
-    if state.power is not None:
-        console.print(state.power.line(), highlight=False)
-    for m in state.mechanisms:
-        console.print(f"predicted vs realized, {m.playbook}: {m.note}", highlight=False)
-    for c in state.accepted:
-        console.print(f"accepted commit {c.sha[:10]} on {c.branch}: {c.subject}")
-    for line in trial_lines(state):
-        console.print(f"search trial {line}", highlight=False)
-    launched = "accepted launch options" if state.launch_argv else "the target's"
-    console.print(f"session launch command ({launched}): " + shlex.join(state.argv), highlight=False)
-    console.print(f"{len(calls)} tool calls recorded; status {info.status}")
-    u = state.llm_usage
-    if u.calls:
+    console.print(f"  host: {bound['host']}", highlight=False)
+    console.print("  options: " + ", ".join(f"{k}={v}" for k, v in bound["options"].items()), highlight=False)
+    if bound["signed"]:
+        console.print(f"  signed by this user's key: yes (digest {bound['digest']})", highlight=False)
+    elif bound["digest"] is not None:
         console.print(
-            f"model: {u.calls} calls, {u.prompt_tokens} prompt + {u.completion_tokens} completion "
-            f"= {u.tokens} tokens, {u.seconds:.1f} s"
+            styled((f"  NOT signed by this user's key: {bound['unsigned_because']}", "bold red")),
+            highlight=False,
         )
-    if info.summary:
-        summary(console, info.summary)
+        console.print(
+            f"  to run it here as shown, add --trust {bound['digest']} to approve|reject|resume|fork",
+            highlight=False,
+        )

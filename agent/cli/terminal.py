@@ -7,15 +7,24 @@ screen show another line than the one stored. `console()` makes a Rich console w
 renderable goes through `tools.workspace.hidden.visible` on its way out (a render hook, so no renderer can
 forget it), and which reads no markup or emoji codes in strings: styles are given as `Text` styles
 (`styled`), never as `[bold]` markup around a stored string.
+
+Piped (not a terminal: `| less`, `| grep`, a CI log), there is no width to fit: a console is
+`PIPED_WIDTH` wide unless $COLUMNS says otherwise, so a table's cells (`sessions`' dates) and the
+lines a command prints are never cut into a word per line at Rich's default 80 columns.
 """
 
 from __future__ import annotations
+
+import os
 
 from rich.console import Console, ConsoleOptions, ConsoleRenderable, RenderHook, RenderResult
 from rich.segment import Segment
 from rich.text import Text
 
 from tools.workspace.hidden import visible
+
+PIPED_WIDTH = 4096
+"""Columns of a console whose stream is not a terminal (and $COLUMNS unset): wider than any line."""
 
 
 class _Visible:
@@ -39,6 +48,8 @@ def console(*, stderr: bool = False, cls: type[Console] = Console) -> Console:
     """A console for a command's output (stderr: its errors and progress line); `cls` a Console
     subclass (agent/cli/output.py's, which ends quietly on a closed pipe)."""
     out = cls(stderr=stderr, markup=False, emoji=False)
+    if not out.is_terminal and not os.environ.get("COLUMNS"):
+        out.width = PIPED_WIDTH
     out.push_render_hook(_ShowHidden())
     return out
 

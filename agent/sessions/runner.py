@@ -192,10 +192,10 @@ class Sessions:
                 close_hosts()  # the [[hosts]] connections
             state = self.state(session_id)
             status = "paused" if self.pending_approval(session_id) is not None else state.status
-            info = self.info(session_id)
-            summary = summarize_session(state, status) if status != "running" else None
+            calls = self.store.tool_calls(session_id, include_superseded=True)  # cut attempts' launches
+            summary = summarize_session(state, status, calls) if status != "running" else None
             update = {"status": status, "summary": summary, "host": socket.gethostname()}
-            self.store.put_session(info.model_copy(update=update))
+            self.store.put_session(self.info(session_id).model_copy(update=update))
             return state
 
     def _run(self, session_id: str, inp: Any, known: LoopState, executor: RemoteExecutor | None) -> None:
@@ -265,7 +265,8 @@ class Sessions:
             )
         state = LoopState.model_validate(graph.get_state(cfg).values)
         status = "paused" if _pending(graph, cfg) is not None else state.status
-        return state, summarize_session(state, status)
+        every = self.store.tool_calls(session_id, include_superseded=True)  # cut attempts' launches
+        return state, summarize_session(state, status, every)
 
     def _replayed(self, session_id: str) -> tuple[Graph, RunnableConfig, ReplayDoor]:
         """The graph run in memory with every tool call answered from the recording."""

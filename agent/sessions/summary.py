@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from agent.decision.arms.arms import arms_line
 from agent.decision.arms.measuring import beside_note, serving_note, texts_compared
 from agent.decision.gate.correctness import refusal
 from agent.decision.stats.levels import at_level
 from agent.decision.stats.rule import percentile, pooled_metric, serving_stats
 from agent.proposer.tuning.search import trial_lines
+from state.door.records import ToolCallRecord
 from state.measurement.measure import Measurement
 from state.measurement.workload import OBJECTIVES
 from state.sessions.loop import LoopState
 from state.sessions.session import Summary
 
 
-def summarize(state: LoopState, status: str) -> Summary:
-    """The session's outcome (pure)."""
+def summarize(state: LoopState, status: str, calls: Sequence[ToolCallRecord] = ()) -> Summary:
+    """The session's outcome (pure); `calls`: every tool call the store recorded for it, those of
+    attempts cut short included, for the launches they made (`launches_made`)."""
     before, after = state.baseline, state.reference
     rejected = [d.label for d in state.decisions if d.verdict != "accepted"]
     kept = [d.label for d in state.decisions if d.verdict == "accepted"]
@@ -56,7 +60,7 @@ def summarize(state: LoopState, status: str) -> Summary:
         commits=[c.sha for c in state.accepted],
         branch=state.branch,
         checkout=state.checkout,
-        server_launches=state.launches,
+        server_launches=max(state.launches, launches_made(calls)),
         profile_method=state.target.profile.method,
         measured_by=before.client if before else None,
         workload=state.target.workload.describe() if state.target.workload else None,
@@ -85,6 +89,14 @@ def summarize(state: LoopState, status: str) -> Summary:
         trials=[t.line() for t in state.trials],
         search_trials=trial_lines(state),
     )
+
+
+def launches_made(calls: Sequence[ToolCallRecord]) -> int:
+    """The server launches among a session's recorded calls, across its attempts (pure): a resumed
+    session's state counts only those of the attempts that finished, yet an attempt a signal cut
+    short had started its servers too (a launch SIGKILLed before the door recorded it is not
+    counted; a call re-used from a cut attempt is not a launch)."""
+    return sum(1 for c in calls if c.name == "server.launch" and c.reused_from is None)
 
 
 def timed_tpot(m: Measurement | None) -> float | None:

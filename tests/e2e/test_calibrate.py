@@ -1,12 +1,18 @@
-"""`perfloop calibrate`: A/A launches of the demo tree kept in the store, for either arms."""
+"""`perfloop calibrate`: A/A launches of the demo tree kept in the store, for either arms; and, when
+interrupted, no server process left (the demo server at --tp-size 2: a real server with a child)."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import git, last_json, perfloop, write_target
+from tests.e2e.conftest import PERFLOOP, git, last_json, perfloop, write_target
+from tests.procs import processes_in
 from tools.store.sessions import SessionStore
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -39,3 +45,65 @@ def test_calibrate_keeps_a_a_samples(tmp_path: Path, home: Path, repo: Path, arm
     assert len(pairs) == (2 if arms == "interleaved" else 0)
     assert git(repo, "status", "--porcelain") == ""  # the tree it measured is untouched
     assert "worktree" not in git(repo, "worktree", "list").split("\n", 1)[-1]  # no copy left behind
+
+
+def _children_up(repo: Path, proc: subprocess.Popen, timeout_s: float = 240) -> list[int]:
+    """Wait until the server runs with its child (a tp rank: two processes in the repo, as vLLM's
+    API server and its EngineCore); the processes."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        if len(found := processes_in(repo)) >= 2:
+            return found
+        time.sleep(0.2)
+    raise AssertionError(f"no server with a child came up (perfloop exited {proc.poll()})")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_calibrate_stops_every_server_it_started(
+    tmp_path: Path, home: Path, repo: Path, signum: signal.Signals
+) -> None:
+    """Ctrl-C (SIGINT to perfloop's process group, as a terminal sends it) or SIGTERM while the
+    demo server runs at --tp-size 2 (a real server process and its child rank, each in the
+    server's own process group, never in perfloop's): the command ends with 128 + the signal and
+    one line saying what it stopped, and no process of the server is left. Before it starts it
+    said the time it expects (a guess here: nothing of this target was timed on this host)."""
+    target = write_target(tmp_path / "t.toml", repo, tp_size=2, looks=1)
+    target.write_text(target.read_text().replace('"--layers", "1"]', '"--layers", "1", "--tp-size", "2"]'))
+    env = {**os.environ, "PERFLOOP_HOME": str(home), "PERFLOOP_PROGRESS": "off"}
+    proc = subprocess.Popen(
+        [str(PERFLOOP), "calibrate", str(target), "--launches", "3"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own group, as a shell's foreground job
+    )
+    try:
+        running = _children_up(repo, proc)
+        if signum == signal.SIGINT:
+            os.killpg(proc.pid, signum)  # the terminal's Ctrl-C: the whole foreground group
+        else:
+            os.kill(proc.pid, signum)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 128 + signum, err[-2000:]
+    assert processes_in(repo) == [] and processes_in(home) == [], "a server process was left running"
+    assert all(not Path(f"/proc/{pid}").exists() or _zombie(pid) for pid in running)
+    said = [line for line in err.splitlines() if line.strip()]
+    assert len(said) == 1, err  # one line, no traceback, no "Aborted!"
+    assert (
+        said[0].startswith(f"interrupted by {signum.name}; stopped the ") and "none left running" in said[0]
+    )
+    stopped = said[0].split("(pids ", 1)[1].split(")", 1)[0]
+    assert set(running) <= {int(p) for p in stopped.split(", ")}  # the child rank too
+    assert "expected: about 3 min at a guessed 60 s a launch" in out, out
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True

@@ -88,3 +88,58 @@ def test_run_says_what_a_session_will_cost_and_why_it_launches_again() -> None:
     assert "confirmed on a second pair" in text and f"up to {inter.decide.looks} look(s)" in text
     seq = target.model_copy(update={"decide": target.decide.model_copy(update={"arms": "sequential"})})
     assert "+1" not in session_plan(seq, 1) and "second pair" not in session_plan(seq, 1)
+
+
+def test_calibrate_says_how_long_it_expects_from_the_launches_this_host_timed(tmp_path: Path) -> None:
+    """Issue 57: 12 launches "up to 300 s each" and no expected time. The store's earlier
+    calibration of the target on this host (2 launches over 150 s: 75 s a launch) gives it; only a
+    session's timed starts give a lower bound; nothing timed, a guess said as one."""
+    from datetime import UTC, datetime, timedelta
+
+    from agent.cli.commands.calibrate import expected, launch_count, timed
+    from state.door.records import ToolCallRecord
+    from state.measurement.aa import AASample
+    from tools.store.sessions import SessionStore, perfloop_home
+
+    store = SessionStore.open(perfloop_home())  # the autouse fixture's, made here
+    t0 = datetime(2026, 12, 5, tzinfo=UTC)
+
+    def calls(sid: str, spans: list[tuple[str, float, float]]) -> None:
+        for seq, (name, at, took) in enumerate(spans):
+            store.record(
+                ToolCallRecord(
+                    session_id=sid,
+                    seq=seq,
+                    node="calibrate",
+                    name=name,
+                    input={},
+                    output={},
+                    error=None,
+                    started_at=t0 + timedelta(seconds=at),
+                    duration_s=took,
+                )
+            )
+        store.add_aa(
+            AASample(target_key="k", group="g", session_id=sid, launch_number=1, location_log=2.0, requests=6)
+        )
+
+    assert timed(store, "k") == ([], [])
+    assert expected(launch_count("sequential", 6), [], [], 300) == (
+        "expected: about 6 min at a guessed 60 s a launch (no launch of this target timed on this host "
+        "yet); at most 30 min if every start took its 300 s"
+    )
+    calls("20261205-000000-abcd", [("server.launch", 0, 50.0), ("bench.measure", 50, 30.0)])  # a session's
+    per_launch, starts = timed(store, "k")
+    assert (per_launch, starts) == ([], [50.0])
+    said = expected(launch_count("interleaved", 6), per_launch, starts, 300)
+    assert said.startswith("expected: at least 10 min, 50 s a start (the median of 1 earlier start(s)")
+    launches = [("server.launch", 0, 52.0), ("bench.measure", 52, 20.0), ("server.stop", 72, 3.0)]
+    calls("calibrate-1", [*launches, *((n, at + 75, d) for n, at, d in launches)])
+    per_launch, starts = timed(store, "k")
+    assert per_launch == [75.0] and sorted(starts) == [50.0, 52.0, 52.0]
+    said = expected(launch_count("auto", 6), per_launch, starts, 300)
+    assert said.startswith(
+        "expected: about 8 min (15 min if interleaved), 75 s a launch (start and measurement), the "
+        "median of 1 earlier calibration(s) of this target on this host; at most 60 min"
+    ), said
+    store.close()

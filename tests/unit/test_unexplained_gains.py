@@ -14,6 +14,7 @@ import pytest
 from rich.console import Console
 
 from agent.cli import render
+from agent.cli.commands.show import session_view, show_json
 from agent.cli.target import load_target
 from agent.decision.stats.mechanism import predict
 from agent.sessions.summary import summarize
@@ -76,10 +77,10 @@ def test_a_gain_without_its_mechanism_is_shown_in_summary_show_and_the_next_appr
         id=state.session_id, created_at=datetime.now(UTC), target_name="t", target_path=DEMO_TOML,
         repo=state.target.repo, status="done", summary=s,
     )  # fmt: skip
-    shown = render.show_json(info, state, [])
+    shown = show_json(info, state, [], [])
     assert [m["confirmed"] for m in shown["mechanisms"]] == [not flagged]
     assert shown["session"]["summary"]["unexplained_gains"] == unexplained
-    table = printed(render.show, info, state, [])
+    table = printed(session_view, info, state, [], [])
     assert (f"predicted vs realized, kv: aten::copy_ 180.0 -> {cast_us_after / 5:.1f} us/step" in table) and (
         (FLAG in table) is flagged
     ), table

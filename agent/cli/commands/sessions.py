@@ -15,13 +15,16 @@ from agent.cli.output import console, emit
 from agent.cli.running import choice, err, run_command
 
 if TYPE_CHECKING:  # the store, the loop and the state load inside the commands that read them
-    from state.sessions.session import SessionInfo, Summary
+    from state.sessions.session import Summary
 
 
-def not_compared(recorded: Summary) -> set[str]:
+def not_compared(recorded: Summary, replayed: Summary | None = None) -> set[str]:
     """The summary fields a replay does not compare with this recorded summary: those that the
-    summary did not have yet when it was recorded (pure)."""
+    summary did not have yet when it was recorded, and the launches of attempts cut short that an
+    imported recording does not hold (`perfloop export` writes the calls of the finished ones) (pure)."""
     skip = set()
+    if replayed is not None and recorded.server_launches > replayed.server_launches:
+        skip.add("server_launches")
     if not recorded.launch_argv:  # recorded before the summary kept the launch command (never empty since)
         skip.add("launch_argv")
     if recorded.workload is not None and recorded.objective is None:  # before `speedup` was the objective's
@@ -53,7 +56,7 @@ def replay(session: SessionArg, as_json: Json = False) -> None:
             )
             raise typer.Exit(1) from None
         recorded = info.summary
-        skip = not_compared(recorded) if recorded is not None else set()
+        skip = not_compared(recorded, summary) if recorded is not None else set()
         same = recorded is not None and recorded.model_dump(exclude=skip) == summary.model_dump(exclude=skip)
         render.summary(console(as_json), summary)
         verdict = "same summary as recorded" if same else "DIFFERENT summary than recorded"
@@ -126,16 +129,6 @@ def fork(
     run_command(body)
 
 
-def _listed(info: SessionInfo, held_by: str | None) -> dict:
-    """A session as `sessions --json` lists it: its summary's `speedup` the judged one."""
-    from agent.report.headline import summary_json
-
-    out = info.model_dump(mode="json") | {"held_by": held_by}
-    if info.summary is not None:
-        out["summary"] = summary_json(info.summary)
-    return out
-
-
 def sessions(as_json: Json = False) -> None:
     """List the store's sessions (of every machine using it), with the host and status."""
 
@@ -146,7 +139,7 @@ def sessions(as_json: Json = False) -> None:
         store = Sessions().store
         infos, held = store.list_sessions(), store.held()
         if as_json:
-            emit([_listed(i, held.get(i.id)) for i in infos])
+            emit([render.session_json(i) | {"held_by": held.get(i.id)} for i in infos])
         else:
             render.sessions(console(), infos, held)
 

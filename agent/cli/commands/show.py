@@ -1,16 +1,18 @@
-"""`perfloop show SESSION`: a session's transitions, measurements, decisions and summary, what it
-would run on this machine, and (`--diff [N]`) a proposal's patch alone."""
+"""`perfloop show SESSION`: a session's transitions, measurements, decisions, the attempts a signal
+or a kill cut short (when, in which step), its summary, what it would run on this machine, and
+(`--diff [N]`) a proposal's patch alone."""
 
 from __future__ import annotations
 
 import shlex
 import sys
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from rich.table import Table
 
-from agent.cli import terminal
 from agent.cli.ids import SessionArg
 from agent.cli.options import Json
 from agent.cli.output import console, emit
@@ -19,7 +21,9 @@ from tools.errors import ConfigError, NotReplayable, ToolError, one_line
 
 if TYPE_CHECKING:  # the store, the loop and the state load inside the command
     from agent.sessions.runner import Sessions
+    from state.door.records import ToolCallRecord
     from state.sessions.loop import LoopState
+    from state.sessions.session import SessionInfo
 
 
 def show(
@@ -45,7 +49,7 @@ def show(
     proposal's patch alone, the last without N)."""
 
     def body() -> None:
-        from agent.cli import render
+        from agent.cli.render import approval, runs
         from agent.sessions.runner import Sessions
         from tools.workspace.hidden import visible
 
@@ -66,15 +70,16 @@ def show(
                     f"{exc}; and its recording does not replay here ({one_line(bad)})"
                 ) from None
         calls = s.store.tool_calls(session)
+        cuts = interruptions(s.store.tool_calls(session, include_superseded=True), calls, state)
         pending = s.pending_approval(session)  # as stored now, with the argv it runs and its digest
         bound = runs_here(s, session, state)  # what this machine would run, and whether it is signed
         if as_json:
-            emit(render.show_json(info, state, calls) | {"pending_approval": pending, "runs": bound})
+            emit(show_json(info, state, calls, cuts) | {"pending_approval": pending, "runs": bound})
         else:
             out = console()
-            render.show(out, info, state, calls)
+            session_view(out, info, state, calls, cuts)
             if pending is not None:
-                render.approval(out, pending)
+                approval(out, pending)
             runs(out, bound)
 
     run_command(body)
@@ -128,26 +133,126 @@ def diff_or_launch(history: list[LoopState], number: int | None) -> str:
     return pick(diffs, number).diff
 
 
-def runs(console: Console, bound: dict) -> None:
-    """What the session runs on this machine, whole, and whether this user's key signed it."""
-    console.print(
-        terminal.styled(("runs on this machine:", "bold"), " " + shlex.join(bound["argv"])), highlight=False
+def show_json(info: SessionInfo, state: LoopState, calls: list[ToolCallRecord], cuts: list[dict]) -> dict:
+    """`perfloop show --json`: the session as `sessions --json` lists it (one speedup, the judged
+    one), its transitions, measurements, decisions, and the attempts cut short (`interruptions`)."""
+    from agent.cli.render import session_json
+    from agent.proposer.tuning.search import trial_lines
+
+    return {
+        "session": session_json(info),
+        "parent": info.parent,
+        "transitions": [t.model_dump(mode="json") for t in state.transitions],
+        "measurements": [
+            m.model_dump(mode="json", exclude={"requests"})
+            for m in (state.baseline, state.reference, state.candidate_measurement)
+            if m
+        ],
+        "decisions": [{**d.model_dump(mode="json"), "label": d.label} for d in state.decisions],
+        "launch_noise": state.launch_noise.model_dump(mode="json") if state.launch_noise else None,
+        "power": state.power.model_dump(mode="json") if state.power else None,
+        "mechanisms": [m.model_dump(mode="json") for m in state.mechanisms],
+        "trials": [t.model_dump(mode="json") for t in state.trials],
+        "search_trials": trial_lines(state),
+        "accepted_commits": [c.model_dump(mode="json") for c in state.accepted],
+        "profiles": [p.model_dump(mode="json") for p in state.profiles],
+        "tool_calls": len(calls),
+        "llm_tokens": state.llm_usage.tokens,
+        "llm_usage": state.llm_usage.model_dump(mode="json"),
+        "model_trials": [t.model_dump(mode="json") for t in state.model_trials],
+        "interruptions": cuts,
+    }
+
+
+def session_view(
+    console: Console, info: SessionInfo, state: LoopState, calls: list[ToolCallRecord], cuts: list[dict]
+) -> None:
+    """`perfloop show`: transitions, decisions, what was kept, the attempts cut short, the summary."""
+    from agent.cli.render import summary
+    from agent.proposer.tuning.search import trial_lines
+
+    if info.parent:
+        console.print(f"forked from session {info.parent}")
+    t = Table("#", "time (UTC)", "node", "what happened", title=f"session {info.id}: transitions")
+    for n, tr in enumerate(state.transitions, 1):
+        t.add_row(str(n), tr.at.strftime("%H:%M:%S"), tr.node, tr.note)
+    console.print(t)
+    d = Table(
+        "iter", "playbook", "verdict", "speedup [CI]", "looks", "predicted", "reason", title="decisions"
     )
-    env = " ".join(f"{k}={v}" for k, v in bound["env"].items()) or "(none)"
-    console.print(
-        f"  environment: {env}; passed from yours: {', '.join(bound['pass_env']) or '(none)'}",
-        highlight=False,
+    for dec in state.decisions:
+        j = dec.judgement
+        ci = f"{j.last.speedup:.2f}x [{j.last.ci_low:.2f}, {j.last.ci_high:.2f}]" if j else "-"
+        looks = (
+            "; ".join(f"{lk.look}/{lk.of}: n={lk.requests_candidate} {lk.verdict}" for lk in j.looks)
+            if j
+            else "-"
+        )
+        predicted = "-" if dec.predicted_speedup is None else f"{dec.predicted_speedup:.2f}x"
+        d.add_row(str(dec.iteration), dec.label, dec.verdict, ci, looks, predicted, dec.reason)
+    console.print(d)
+    if state.launch_noise is not None:
+        console.print(state.launch_noise.describe(), highlight=False)
+    if state.power is not None:
+        console.print(state.power.line(), highlight=False)
+    for m in state.mechanisms:
+        console.print(f"predicted vs realized, {m.playbook}: {m.note}", highlight=False)
+    for c in state.accepted:
+        console.print(f"accepted commit {c.sha[:10]} on {c.branch}: {c.subject}")
+    for line in trial_lines(state):
+        console.print(f"search trial {line}", highlight=False)
+    launched = "accepted launch options" if state.launch_argv else "the target's"
+    console.print(f"session launch command ({launched}): " + shlex.join(state.argv), highlight=False)
+    for cut in cuts:
+        console.print(interruption_line(cut, info.id), highlight=False)
+    console.print(f"{len(calls)} tool calls recorded; status {info.status}")
+    u = state.llm_usage
+    if u.calls:
+        console.print(
+            f"model: {u.calls} calls, {u.prompt_tokens} prompt + {u.completion_tokens} completion "
+            f"= {u.tokens} tokens, {u.seconds:.1f} s"
+        )
+    if info.summary:
+        summary(console, info.summary)
+
+
+def interruptions(every: list[ToolCallRecord], current: list[ToolCallRecord], state: LoopState) -> list[dict]:
+    """The attempts of the session a signal or a kill cut short (pure): each run of calls a resume
+    superseded (made again), and, while the session is interrupted and not resumed yet, the calls
+    after its last finished step; when (the end of its last call, UTC), in which step and call,
+    its calls and its server launches."""
+    kept = {c.seq for c in current}
+    runs: list[list[ToolCallRecord]] = []
+    for c in every:
+        if c.seq in kept and not (state.status == "interrupted" and c.seq >= state.calls_done):
+            continue
+        if runs and runs[-1][-1].seq == c.seq - 1 and (c.seq in kept) == (runs[-1][-1].seq in kept):
+            runs[-1].append(c)
+        else:
+            runs.append([c])
+    if state.status == "interrupted" and not (runs and runs[-1][-1].seq in kept) and every:
+        runs.append([every[-1]])  # cut between calls: the last call is the nearest record of it
+    return [
+        {
+            "at": (last.started_at + timedelta(seconds=last.duration_s)).isoformat(),
+            "step": last.node,
+            "call": last.name,
+            "calls": len(run),
+            "server_launches": sum(1 for c in run if c.name == "server.launch"),
+            "resumed": last.seq not in kept,
+        }
+        for run in runs
+        for last in [run[-1]]
+    ]
+
+
+def interruption_line(cut: dict, session: str) -> str:
+    """One attempt cut short, as `show` prints it (pure)."""
+    at = datetime.fromisoformat(cut["at"]).strftime("%Y-%m-%d %H:%M:%S")
+    then = (
+        f"{cut['calls']} tool call(s) and {cut['server_launches']} server launch(es) of that attempt, "
+        "made again on resume"
+        if cut["resumed"]
+        else f"not resumed yet: perfloop resume {session}"
     )
-    console.print(f"  host: {bound['host']}", highlight=False)
-    console.print("  options: " + ", ".join(f"{k}={v}" for k, v in bound["options"].items()), highlight=False)
-    if bound["signed"]:
-        console.print(f"  signed by this user's key: yes (digest {bound['digest']})", highlight=False)
-    elif bound["digest"] is not None:
-        console.print(
-            terminal.styled((f"  NOT signed by this user's key: {bound['unsigned_because']}", "bold red")),
-            highlight=False,
-        )
-        console.print(
-            f"  to run it here as shown, add --trust {bound['digest']} to approve|reject|resume|fork",
-            highlight=False,
-        )
+    return f"interrupted at about {at} UTC in step {cut['step']} (during {cut['call']}); {then}"
