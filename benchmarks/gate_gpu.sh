@@ -17,7 +17,7 @@ L=/tmp/gate-logs; rm -rf $L; mkdir -p $L  # every log, packed into one file of $
 for part in "$@"; do
 case "$part" in
 bench)
-  timeout 300 python3 benchmarks/schedule_gate.py --device cuda --preset glm5 --layers ${LAYERS:-16} --sets 20 \
+  timeout 300 python3 benchmarks/schedule_gate.py --device cuda --preset glm5 --layers ${LAYERS:-16} --sets ${SETS:-20} \
     --max-tokens 24 --fusion --out "$L/schedule-gate.json" 2>&1 | tee "$L/schedule-gate.log"
   ;;
 demo:*)

@@ -7,9 +7,9 @@ batches form differently; `--num-continuous-decode-steps 4`, which admits reques
 changes it by a known amount (`planted`: every logit moved by `eps * cos(1.7 * token_id)`;
 the hidden state's features reversed at positions past `--past`, a patch wrong only for long contexts;
 optionally the decode-step-fusion playbook's patch). For each of `--sets` correctness sets (the
-timing prompts, the random prompts session `bench-i` would draw, and one long prompt of
-`--long-tokens` characters, past `--past`), the reference takes the set with the batch at once
-and staggered (the baseline's A/A on outputs, `OutputNoise`) and every variant takes it the same
+timing prompts, the random prompts session `bench-i` would draw, and `--long-prompts` long
+prompts from `--long-tokens` characters, past `--past`; the batch as the loop's: 3 + the long
+ones), the reference takes the set with the batch at once and staggered (the baseline's A/A on outputs, `OutputNoise`) and every variant takes it the same
 way and is judged as the loop judges a candidate (agent/decision/gate/schedule.py `judge`).
 
 Prints a table: per variant, sessions refused by the schedule-aware gate and by the old exact
@@ -63,14 +63,16 @@ PAST = (
 FUSION = ROOT / "playbooks" / "catalog" / "decode-step-fusion" / "patches" / "mla_server.diff"
 
 
-def make_tree(dest: Path, fixed: bool) -> Path:
-    """The demo target (with the cast fix if `fixed`) with the benchmark's two knobs, off unless
-    `BENCH_NUDGE` or `BENCH_PAST` is set."""
+def make_tree(dest: Path, fixed: bool, fusion: bool = False) -> Path:
+    """The demo target (with the cast fix if `fixed`, the fusion playbook's patch if `fusion`)
+    with the benchmark's two knobs, off unless `BENCH_NUDGE` or `BENCH_PAST` is set."""
     copy_demo(dest, fixed)
+    if fusion:
+        subprocess.run(["git", "apply", "--recount", str(FUSION)], cwd=dest, check=True)
     model = dest / "mla_server" / "model.py"
     text = model.read_text()
-    assert LOGITS in text and LAYER in text, "the demo's MLAModel changed: update the benchmark"
-    model.write_text(text.replace(LOGITS, NUDGED, 1).replace(LAYER, PAST, 1))
+    assert LOGITS in text and (fusion or LAYER in text), "the demo's MLAModel changed: update the benchmark"
+    model.write_text(text.replace(LOGITS, NUDGED, 1).replace(LAYER, PAST, 1))  # (fusion: no PAST knob)
     return dest
 
 
@@ -112,7 +114,10 @@ def main() -> None:
     p.add_argument("--random-prompts", type=int, default=2)
     p.add_argument("--concurrent", type=int, default=3)
     p.add_argument("--past", type=int, default=1024)
-    p.add_argument("--long-tokens", type=int, default=0, help="long prompt's characters (0: past + 64)")
+    p.add_argument("--long-tokens", type=int, default=0, help="first long prompt's characters (0: past + 64)")
+    p.add_argument(
+        "--long-prompts", type=int, default=3, help="long prompts, 100 characters apart (the demo's 3)"
+    )
     p.add_argument("--eps", default="0.05,0.3")
     p.add_argument("--fusion", action="store_true", help="also the decode-step-fusion playbook's patch")
     p.add_argument("--threads", type=int, default=None, help="torch threads per server (cpu)")
@@ -121,14 +126,18 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="schedule-gate-"))
     trees = {"fixed": make_tree(tmp / "fixed", True), "unfixed": make_tree(tmp / "unfixed", False)}
     if a.fusion:
-        trees["fusion"] = make_tree(tmp / "fusion", True)
-        subprocess.run(["git", "apply", "--recount", str(FUSION)], cwd=trees["fusion"], check=True)
+        trees["fusion"] = make_tree(tmp / "fusion", True, fusion=True)
     cfg = CorrectnessConfig(random_prompts=a.random_prompts, max_prompt_chars=600, max_tokens=a.max_tokens)
     long_chars = a.long_tokens or a.past + 64
     sets = [correctness_prompts(f"bench-{i}", PROMPTS, cfg) for i in range(a.sets)]
-    long_prompt = ("the quick brown fox jumps over the lazy dog " * (long_chars // 44 + 1))[:long_chars]
-    sets = [[*s, long_prompt + f" ({i})"] for i, s in enumerate(sets)]
-    batch = [*range(a.concurrent), len(sets[0]) - 1]
+    words = "the quick brown fox jumps over the lazy dog " * ((long_chars + 100 * a.long_prompts) // 44 + 1)
+    longs = [words[: long_chars + 100 * k] for k in range(a.long_prompts)]
+    sets = [[*s, *(t + f" ({i})" for t in longs)] for i, s in enumerate(sets)]
+    n = len(sets[0])
+    batch = [
+        *range(a.concurrent),
+        *range(n - a.long_prompts, n),
+    ]  # as the loop's batch: first ones + the long
     base = ["bash", "launch.sh", "--port", "{port}", "--preset", a.preset, "--device", a.device,
             "--layers", str(a.layers), "--max-total-tokens", str(a.pool)]  # fmt: skip
     if a.threads:
@@ -167,8 +176,8 @@ def main() -> None:
     named = [f"prompt {i + 1}" for i in range(len(sets[0]))]
     moved = sum(n.varied for n in noises)
     seen = sum(n.observations for n in noises)
-    print(f"\n{a.sets} correctness sets of {len(sets[0])} prompts x {a.max_tokens} tokens ({a.concurrent} + the "
-          f"long one of {long_chars} chars in the batch), {a.preset} preset on {a.device}, {a.layers} layer(s); "
+    print(f"\n{a.sets} correctness sets of {len(sets[0])} prompts x {a.max_tokens} tokens ({a.concurrent} + {a.long_prompts} "
+          f"long ones from {long_chars} chars in the batch), {a.preset} preset on {a.device}, {a.layers} layer(s); "
           f"the reference's batched texts moved in {moved}/{seen} ({sum(not n.exact for n in noises)} of "
           f"{a.sets} sets not exact); {time.perf_counter() - t0:.0f} s in all\n")  # fmt: skip
     print(
