@@ -81,6 +81,11 @@ def test_demo_accepts_gather_then_cast(home: Path) -> None:
     # the power, fixed on the baseline (no A/A pairs beside it: the demo target sets auto_aa_pairs = 0)
     assert s["power"].startswith("power: keeps gains >= ") and "interleaved A/A pairs" in s["power"], s
     assert s["profile_method"] == "patch"
+    # the output gate's policy, the baseline's own variation (its batch at once and staggered
+    # against its texts alone) and why the fix passed, in the summary and on the decision
+    gate = s["output_gate"]
+    assert gate.startswith("exact alone; ") and "batched texts equal its texts alone" in gate, gate
+    assert "kv-cache-full-pool-cast: outputs identical alone" in gate, gate
     repo = Path(s["repo"])
     assert_clean(repo, s)
     assert git(repo, "status", "--porcelain") == ""
@@ -94,6 +99,7 @@ def test_demo_accepts_gather_then_cast(home: Path) -> None:
     # the baseline, then per patch the candidate and its reference, and a confirming pair if any
     assert s["server_launches"] == 1 + 2 * len(s["accepted"]) + confirming_launches(shown["decisions"])
     nodes = [t["node"] for t in shown["transitions"]]
+    assert shown["decisions"][0]["output_gate"] in gate, shown["decisions"][0]
     assert nodes[:13] == LOOP_NODES
     assert nodes[-1] == "finish"
     assert shown["tool_calls"] >= 10
@@ -389,7 +395,7 @@ def test_bad_cli_input_is_one_line_and_changes_nothing(tmp_path: Path, home: Pat
         (("run", str(tmp_path / "missing.toml")), "cannot read target config"),
         (
             ("run", str(write_target(tmp_path / "sub.toml", repo / "mla_server"))),
-            "not the top level of a git",
+            f'is a subfolder of the git checkout at {repo}: set `repo = "{repo}"`',
         ),
     ]
     bad = tmp_path / "bad.toml"
