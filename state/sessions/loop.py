@@ -134,8 +134,7 @@ class Decision(Model):
     tolerance: ToleranceResult | None = None
     """The tolerance gate's result (`[correctness] policy = "tolerance"`), when it scored one."""
     output_gate: str | None = None
-    """Why the candidate passed or failed the output gate, in one line (sessions that tell the math
-    from the schedule, `LoopOptions.schedule_gate`; None before them)."""
+    """Why it passed or failed the output gate, in one line (`LoopOptions.schedule_gate` sessions)."""
 
     @property
     def label(self) -> str:
@@ -193,15 +192,13 @@ class LoopState(Model):
     correctness: OutputsResult | None = None
     """The reference's outputs on the session's correctness set (CI-rule sessions, exact gate)."""
     long_prompts: LongPrompts | None = None
-    """The correctness set's prompts up to the context limit and the limit they reach, fixed on the
-    baseline (None: sessions before them, or a rule without the correctness set)."""
+    """The correctness set's long prompts and the limit they reach, fixed on the baseline (or None)."""
     tolerance_reference: ScoreResult | None = None
     """Tolerance gate: the baseline's greedy continuations of the correctness set, scored by it."""
     tolerance: ToleranceResult | None = None
     """Tolerance gate: the current candidate's result (set by `measure`, kept by `decide`)."""
     output_noise: OutputNoise | None = None
-    """How the baseline's own outputs moved with the schedule (A/A on outputs, taken with the
-    correctness set on the baseline launch); None before `LoopOptions.schedule_gate`."""
+    """How the baseline's own outputs moved with the schedule (A/A on outputs; schedule_gate)."""
     gate_note: str | None = None
     """The output gate's line on the current candidate: why it passed or failed (set by `measure`)."""
     launch_noise: LaunchNoise | None = None
