@@ -100,9 +100,11 @@ class Summary(Model):
     """`[decide] arms = "auto"` as resolved on the baseline server, with why, e.g. `arms auto ->
     alternating (two servers do not fit: GPU 0 has ...)`; None when the target named its arms."""
     output_gate: str | None = None
-    """The output gate's policy and, under `tolerance`, the result on the decisive candidate (the
-    last accepted one it scored, else the last it scored), e.g. `tolerance: tolerance gate: top-1
-    agreement 96.9% (>= 90.0%), ...`; None under the default `exact` policy."""
+    """The output gate's policy and its result on the decisive candidate (the last accepted one it
+    judged, else the last), e.g. `tolerance: tolerance gate: top-1 agreement 96.9% (>= 90.0%), ...`
+    or, under `exact` in sessions that tell the math from the schedule, `exact alone; outputs vary
+    with the schedule on this host: 1/12 ...; kv-cache-full-pool-cast: outputs identical alone; ...`;
+    None under `exact` in sessions before them."""
     correctness_set: str | None = None
     """How far the correctness set reached, e.g. `3 long prompts of 41/139/216 + 40 tokens to the
     context limit 256 (/get_server_info context_len), ...`, or that the limit is unknown and auto

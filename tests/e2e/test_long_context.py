@@ -61,7 +61,8 @@ def test_a_patch_wrong_past_position_160_of_256_is_rejected_naming_the_length(
     )
     # the fix alone passes the gate, long prompts included, and is judged on its timing
     assert fix["playbook"] == "cast-fix" and fix["judgement"] is not None, fix["reason"]
-    assert fix["reason"].endswith("outputs identical"), fix["reason"]
+    assert "outputs identical alone; 0/" in fix["reason"], fix["reason"]  # the schedule gate's line
+    assert fix["reason"].endswith("within the baseline's schedule noise"), fix["reason"]
     # the limit the server states, and how far the set reached
     reach = s["correctness_set"]
     m = re.fullmatch(

@@ -79,7 +79,8 @@ def test_a_numerics_change_is_rejected_by_the_default_exact_gate(
     assert s["accepted"] == [] and d["verdict"] == "rejected", d["reason"]
     assert d["reason"].startswith("outputs changed on the correctness set"), d["reason"]
     assert d["judgement"] is None and d["tolerance"] is None
-    assert s["server_launches"] == 2 and s["output_gate"] is None
+    assert s["server_launches"] == 2 and s["output_gate"].startswith("exact alone; "), s["output_gate"]
+    assert s["output_gate"].endswith(f"fix-nudged: {d['reason']}"), s["output_gate"]
     assert git(repo, "rev-list", "--count", "main..HEAD").strip() == "0"
 
 
