@@ -123,9 +123,10 @@ def output_noise(state: LoopState, taken: OutputsResult, baseline: Measurement |
 
 
 def alone(m: Measurement) -> bool:
-    """Whether a timing measurement sent its requests one at a time (perfloop's sequential client),
-    so that each text had the schedule of a prompt alone (pure)."""
-    return not m.windows and m.client == "perfloop"
+    """Whether a timing measurement sent its requests one at a time, so that each text had the
+    schedule of a prompt alone (pure): the sequential workload, by perfloop's client or an engine's
+    benchmark (`--max-concurrency 1`); not `[workload]` windows."""
+    return not m.windows
 
 
 class GateAnswer(NamedTuple):
