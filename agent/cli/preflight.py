@@ -49,8 +49,8 @@ def check_playbooks(dirs: list[Path], builtin: bool = True, kind: str | None = N
 
 
 def check_repo(target: TargetConfig) -> None:
-    """The repository exists, is a git checkout's top level (never a subfolder of another) and has a
-    commit to branch from. A repo on an SSH host is not checked here: the first tool run there names
+    """The repository exists, is a git checkout's top level (a subfolder of one is told the top
+    level to point at) and has a commit to branch from. A repo on an SSH host is not checked here: the first tool run there names
     what is missing."""
     if target.host.kind != "local":
         return
@@ -58,9 +58,15 @@ def check_repo(target: TargetConfig) -> None:
     if not repo.is_dir():
         raise ConfigError(f"target repo {repo} does not exist; set `repo` in the target config")
     if not (repo / ".git").exists():
+        if (top := enclosing_checkout(repo)) is not None:  # `git init` there would nest a repository
+            raise ConfigError(
+                f"target repo {repo} is a subfolder of the git checkout at {top}: set `repo = "
+                f'"{top}"` in the target config (perfloop branches and commits at the top level; '
+                "the launch command runs there, so give its paths from there)"
+            )
         raise ConfigError(
-            f"target repo {repo} is not the top level of a git checkout; "
-            "run `git init` there and commit the engine source first"
+            f"target repo {repo} is not a git checkout; run `git init` there and commit the engine "
+            "source first"
         )
     with GitWorkspace(repo) as ws:
         if not ws.has_commit():
@@ -68,6 +74,15 @@ def check_repo(target: TargetConfig) -> None:
                 f"target repo {repo} has no commit yet; commit the engine source first "
                 "(perfloop branches from HEAD)"
             )
+
+
+def enclosing_checkout(path: Path) -> Path | None:
+    """The top level of the git checkout `path` lies inside (its nearest parent holding `.git`),
+    or None when it lies in none."""
+    for parent in path.resolve().parents:
+        if (parent / ".git").exists():
+            return parent
+    return None
 
 
 def check_launch(target: TargetConfig, python: str) -> None:

@@ -133,3 +133,26 @@ def test_a_launch_without_port_or_with_a_fixed_port_is_refused_before_anything_s
         assert port_problem(load_target(example).launch) is None, example
     fixed = ok.launch.model_copy(update={"port": 8000, "argv": ["srv", "--port", "8000"]})
     assert port_problem(fixed) is None  # launch.port = 8000 said so: the number is perfloop's too
+
+
+def test_a_repo_inside_a_checkout_is_told_the_top_level_not_git_init(tmp_path: Path) -> None:
+    """Issue 57: `repo` set to a subfolder of a checkout was told to "run `git init` there", which
+    would nest a second repository inside the first. Real git checkouts."""
+    import subprocess
+
+    from agent.cli.preflight import check_repo
+
+    top = tmp_path / "engine"
+    (top / "python" / "sglang").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(top)], check=True)
+    target = load_target(DEMO).model_copy(update={"repo": top / "python"})
+    with pytest.raises(ConfigError) as sub:
+        check_repo(target)
+    assert str(sub.value).startswith(
+        f"target repo {top / 'python'} is a subfolder of the git checkout at {top}"
+    )
+    assert f'set `repo = "{top}"`' in str(sub.value) and "git init" not in str(sub.value)
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    with pytest.raises(ConfigError, match=r"is not a git checkout; run `git init` there"):
+        check_repo(target.model_copy(update={"repo": plain}))
