@@ -52,6 +52,20 @@ class LoopOptions(Model):
     the launch's effect, which more requests on the same two launches do not reduce; on one H200 the
     three pairs of a new host took 3 x 78 s of a 4.8-minute baseline with the whole budget: True
     for new sessions; sessions recorded before it carry none and replay as they ran."""
+    first_verdict: bool = False
+    """Whether a first session on a host can reach a verdict (agent/decision/arms/blocks.py,
+    agent/decision/calibration/autoaa.py): paired blocks' baseline measured with one look's requests
+    (`repeats`, what each block's launch gets) and its A/A launch, like the A/A pairs beside an
+    interleaved baseline, with the fewest requests whose sampling error the launch noise's floor
+    swamps (`power.calibration_requests`: one per prompt on a GPU host); each trial's blocks planned
+    for at least `blocks.FIRST_VERDICT_LOOKS` looks where the budget allows, stopping at the first
+    that decides: True for new sessions; sessions recorded before it carry none and replay as
+    they ran."""
+    search_grid: bool = False
+    """Whether the launch-option search, when TPE keeps asking for tried configurations, takes an
+    untried one of the knobs' grid, and calls the space exhausted only when every configuration of
+    it was tried (agent/proposer/tuning/search.py): True for new sessions; sessions recorded before
+    it carry none and replay as they ran (stopped after 20 repeated asks)."""
     schedule_gate: bool = False
     """Whether the output gate tells the math from the schedule (agent/decision/gate/schedule.py):
     texts alone compared exactly, batched texts (at once and staggered) held to the baseline's own

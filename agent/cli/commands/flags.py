@@ -149,6 +149,8 @@ def options(
         "aa_evidence": True,
         "short_aa_pairs": True,
         "schedule_gate": True,
+        "first_verdict": True,
+        "search_grid": True,
         "paired_blocks": True,
         "reference_host_aa": True,
         "launch_allowlist": True,

@@ -14,6 +14,9 @@ no measured launch noise.
   once more and measures it alike (`aa_launch`, one launch a session; `[decide] auto_aa_pairs =
   0`: never). Both launches are A/A samples; the second one's server runs on for the profile,
   and its measurement is the session's baseline (a top-up for `keep_gain` is measured on it).
+  Paired blocks in `first_verdict` sessions measure it for its location only, with as few
+  requests as leave its sampling error under the launch noise's floor (one per prompt on a GPU
+  host, `power.calibration_requests`), and keep the first launch's measurement as the baseline.
 
 Every sample is kept under its session and launch number, so a resumed step, which launches again
 under the same numbers, replaces its samples (`SessionStore.add_aa`) instead of adding to them.
@@ -33,6 +36,7 @@ from agent.context import LoopContext, call, need
 from agent.decision.arms.arms import arms_in_use
 from agent.decision.arms.measuring import keep_aa, measure_arm
 from agent.decision.stats.noise import launch_noise, noise_for, session_group, target_key
+from agent.decision.stats.power import calibration_requests, request_spread
 from agent.decision.stats.rule import arm_location, arm_of
 from agent.serving import start_server
 from state.door.calls import ServerArgs
@@ -40,6 +44,7 @@ from state.measurement.aa import AARecordArgs, AASample
 from state.measurement.arms import LaunchLocation
 from state.measurement.decision import LaunchNoise
 from state.measurement.measure import Measurement
+from state.measurement.workload import WorkloadConfig
 from state.sessions.loop import LoopState
 from tools import server
 from tools.store import aa
@@ -115,7 +120,8 @@ class Baseline:
     state: LoopState
     """The state with the running server and the launches counted."""
     measurement: Measurement
-    """The running server's measurement (the A/A launch's when there was one)."""
+    """The baseline's measurement: the A/A launch's when there was one (its server runs on), the
+    first launch's where the A/A launch was measured for its location only (`cheap`)."""
     noise: LaunchNoise
     """The launch noise from every sample of the target on its host."""
     note: str
@@ -129,23 +135,40 @@ def aa_launch(
 ) -> Baseline:
     """The baseline `m` (kept: `samples` holds it), and, where `wants_launch`, the same tree
     launched once more in its place and measured alike (`repeats` requests per prompt, warm-ups
-    first), kept as an A/A sample too."""
+    first; `cheap`: `power.calibration_requests` of them), kept as an A/A sample too."""
     cfg, first = state.target.decide, need(state.server, "baseline server")
     if not wants_launch(state, samples, first.launch_number):
         return Baseline(state, m, noise_for(samples, cfg, arms_in_use(state)), "", samples)
+    w, blocks = state.target.workload, cheap(state)
+    reps = repeats
+    if blocks:  # only its location is used: as few requests as its sampling error allows
+        reps = calibration_requests(request_spread([arm_of(m, len(m.outputs), w)]), n_units(m, w), repeats)
     call(runtime, server.stop, ServerArgs(server=first, grace_s=state.target.launch.stop_grace_s))
     at = state.model_copy(update={"server": None})
     second = start_server(at, runtime, instrumented=state.instrumentation is not None)
     state = state.model_copy(update={"server": second, "launches": second.launch_number})
-    again = measure_arm(state, runtime, "baseline-aa", repeats, warm_up=True)
+    again = measure_arm(state, runtime, "baseline-aa", reps, warm_up=True)
     samples = keep_aa(state, runtime, again)
     noise = noise_for(samples, cfg, arms_in_use(state))
-    w = state.target.workload
     shift = arm_location(arm_of(m, len(m.outputs), w)) - arm_location(arm_of(again, len(again.outputs), w))
+    each = f", {reps} per prompt" if reps != repeats else ""
     note = (
-        f"1 A/A launch of the baseline tree (#{first.launch_number} -> #{second.launch_number}: "
+        f"1 A/A launch of the baseline tree (#{first.launch_number} -> #{second.launch_number}{each}: "
         f"shift {shift:+.1%}; no measured launch noise of this target on this host was stored)"
     )
     if again.outputs != m.outputs:
         note += " WARNING: the two launches' outputs differ"
-    return Baseline(state, again, noise, note + "; ", samples)
+    return Baseline(state, m if blocks else again, noise, note + "; ", samples)
+
+
+def cheap(state: LoopState) -> bool:
+    """Whether the A/A launch is measured only for its location, with `calibration_requests`, and
+    the first launch's measurement stays the baseline: paired blocks in `first_verdict` sessions,
+    whose reference measurement serves the outputs and the plan's cost only (pure)."""
+    o = state.options
+    return o.first_verdict and o.paired_blocks and arms_in_use(state) == "alternating"
+
+
+def n_units(m: Measurement, w: WorkloadConfig | None) -> int:
+    """The strata of a measurement's location: its prompts, or one of windows (pure)."""
+    return 1 if w is not None and m.windows else max(len(m.outputs), 1)

@@ -40,7 +40,7 @@ from agent.decision.arms.measuring import (
 )
 from agent.decision.gate import outputs
 from agent.decision.judging import JudgedCandidate
-from agent.decision.stats.blocks import block_look, first_look, looks_planned, plan_blocks
+from agent.decision.stats.blocks import block_look, first_look, looks_planned
 from agent.decision.stats.noise import launch_noise
 from agent.decision.stats.replicates import alternating_look, launches_per_arm, prior_of
 from agent.decision.stats.rule import arm_location, arm_of
@@ -100,7 +100,7 @@ def judge_alternating(state: LoopState, runtime: Runtime[LoopContext], label: st
         blocks.history(state, runtime, blocks.group_of(state, label)) if state.options.paired_blocks else None
     )
     if pool is not None:  # paired blocks: planned from the pool and the launch cost
-        k = plan_blocks(pool, cfg, *blocks.cost(state)).blocks
+        k = blocks.trial_plan(state, pool).blocks
     instrumented, base = state.instrumentation is not None, state.launches
     running = start_server(state, runtime, instrumented)  # a resumed step finds it dead: relaunched
     launched = 0 if running == state.server else 1

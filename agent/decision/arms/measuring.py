@@ -115,8 +115,12 @@ def merge(first: Measurement, more: Measurement) -> Measurement:
 
 def budget(state: LoopState) -> int:
     """Requests per prompt of a reference arm: `repeats x looks`; with interleaved arms only
-    `repeats` (the reference is measured again beside each candidate) (pure)."""
-    if arms_in_use(state) == "interleaved":
+    `repeats` (the reference is measured again beside each candidate), and so with paired blocks
+    in `first_verdict` sessions (each block's launches get `repeats`: the baseline is one more) (pure)."""
+    blocks = (
+        state.options.paired_blocks and state.options.first_verdict and arms_in_use(state) == "alternating"
+    )
+    if arms_in_use(state) == "interleaved" or blocks:
         return state.target.measure.repeats
     return state.target.measure.repeats * state.target.decide.looks
 

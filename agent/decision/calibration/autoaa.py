@@ -22,7 +22,7 @@ from agent.decision.arms.arms import arms_in_use
 from agent.decision.arms.interleave import launch_beside, pair_args, stop_reference
 from agent.decision.arms.measuring import budget, measure_arm, merge, warmup_requests
 from agent.decision.stats.noise import pair_noise, sample_group, target_key
-from agent.decision.stats.power import keeps, more_pairs, request_spread, sized
+from agent.decision.stats.power import calibration_requests, keeps, more_pairs, request_spread, sized
 from agent.decision.stats.rule import Arm, arm_location, arm_of, combined_shift
 from state.door.calls import PairArgs, PairResult
 from state.engines.process import ServerHandle
@@ -42,12 +42,15 @@ def aa_pair(
     second: ServerHandle,
     label: str,
     looks: int | None = None,
+    requests: int | None = None,
 ) -> tuple[AASample, LaunchNoise, PairResult]:
     """Measure two running launches of one tree with requests alternating (`repeats x looks` per
-    prompt each, `looks` the target's unless given; the same warm-ups), keep the shift between them
-    as an A/A pair; (the pair, the pair noise from all of the target's, both measurements)."""
+    prompt each, `looks` the target's unless given, or `requests`; the same warm-ups), keep the
+    shift between them as an A/A pair; (the pair, the pair noise from all of the target's, both
+    measurements)."""
     target = state.target
     n, reps = len(target.measure.prompts), target.measure.repeats * (looks or target.decide.looks)
+    reps = requests or reps
     warm = target.measure.warmup_requests
     if target.workload is not None:  # its warm-up windows, counted in requests
         warm = warmup_requests(target.workload)
@@ -91,13 +94,18 @@ class Powered:
 
 
 def start_pairs(
-    state: LoopState, runtime: Runtime[LoopContext], noise: LaunchNoise, measured_s: float = 0.0
+    state: LoopState,
+    runtime: Runtime[LoopContext],
+    noise: LaunchNoise,
+    measured_s: float = 0.0,
+    requests: int | None = None,
 ) -> tuple[LoopState, LaunchNoise, list[Arm], list[str]]:
     """Interleaved arms: A/A pairs beside the running baseline server while another is worth a
     launch (`power.more_pairs`: fewer than `min_aa_pairs` stored, or the launch noise alone keeps
-    `keep_gain` out of reach), at most `auto_aa_pairs`; the beside server is stopped after each. The
-    session's own pairs do not count: a resumed step launches them again, under the same launch
-    numbers, so the store replaces them (`SessionStore.add_aa`)."""
+    `keep_gain` out of reach), at most `auto_aa_pairs`, each measured with `requests` per prompt
+    (None: one look's or the budget's, `short_aa_pairs`); the beside server is stopped after each.
+    The session's own pairs do not count: a resumed step launches them again, under the same
+    launch numbers, so the store replaces them (`SessionStore.add_aa`)."""
     cfg, base = state.target.decide, need(state.server, "baseline server")
     stored = call(runtime, aa.record, AARecordArgs(target_key=target_key(state.target))).samples
     others = sum(s.shift_log is not None and s.session_id != state.session_id for s in stored)
@@ -113,7 +121,7 @@ def start_pairs(
                 f"target on this host so far), about {each * cfg.auto_aa_pairs / 60:.0f} min at most"
             )
         with progress.within(f"calibrating: pair {i}/{cfg.auto_aa_pairs}"):
-            state, noise, sample, pair = _pair_beside(state, runtime, base, i)
+            state, noise, sample, pair = _pair_beside(state, runtime, base, i, requests)
         n, w = len(state.target.measure.prompts), state.target.workload
         arms += [arm_of(pair.reference, n, w), arm_of(pair.candidate, n, w)]
         shifts.append(f"{sample.shift_log or 0.0:+.1%}")
@@ -121,10 +129,10 @@ def start_pairs(
 
 
 def _pair_beside(
-    state: LoopState, runtime: Runtime[LoopContext], base: ServerHandle, i: int
+    state: LoopState, runtime: Runtime[LoopContext], base: ServerHandle, i: int, requests: int | None
 ) -> tuple[LoopState, LaunchNoise, AASample, PairResult]:
-    """A/A pair `i`: the tree launched again beside the baseline server, both measured, the beside
-    server stopped."""
+    """A/A pair `i`: the tree launched again beside the baseline server, both measured (`requests`
+    per prompt, or as `short_aa_pairs` says), the beside server stopped."""
     progress.report("launching the tree again beside the baseline")
     try:
         beside = launch_beside(
@@ -132,7 +140,7 @@ def _pair_beside(
         )
         state = state.model_copy(update={"launches": beside.launch_number})
         looks = 1 if state.options.short_aa_pairs else None  # one look's requests: the launch decides
-        sample, noise, pair = aa_pair(state, runtime, base, beside, f"aa-{i}", looks)
+        sample, noise, pair = aa_pair(state, runtime, base, beside, f"aa-{i}", looks, requests)
     finally:
         stop_reference(state, runtime)
     return state, noise, sample, pair
@@ -150,10 +158,15 @@ def powered(state: LoopState, runtime: Runtime[LoopContext], m: Measurement, noi
             noise.sigma_log, request_spread(arms), prompts, state.target.measure.repeats, cfg.looks, cfg
         )
         took_s = sum(r.ttft_ms + sum(r.itl_ms) for r in m.requests) / 1000  # the baseline's requests
-        state, noise, more, shifts = start_pairs(state, runtime, noise, took_s)
+        reps, each = None, ""
+        if state.options.first_verdict:  # a pair's shift is its launches': few requests measure it
+            reps = calibration_requests(request_spread(arms), prompts, state.target.measure.repeats)
+            took_s *= reps / max(budget(state), 1)
+            each = f", {reps} request(s) per prompt each"
+        state, noise, more, shifts = start_pairs(state, runtime, noise, took_s, reps)
         arms += more
         if shifts:
-            note = f"{len(shifts)} A/A pair(s) beside the baseline (shifts {', '.join(shifts)}; "
+            note = f"{len(shifts)} A/A pair(s) beside the baseline{each} (shifts {', '.join(shifts)}; "
             note += f"power before them {ahead:.3f}x); "
     power = sized(noise, request_spread(arms), prompts, state.target.measure.repeats, cfg, unit)
     target = state.target.model_copy(

@@ -189,11 +189,13 @@ class BlockPlan:
         )
 
 
-def plan_blocks(pool: Pool, cfg: DecisionConfig, launch_s: float, measure_s: float) -> BlockPlan:
+def plan_blocks(
+    pool: Pool, cfg: DecisionConfig, launch_s: float, measure_s: float, min_looks: int = 1
+) -> BlockPlan:
     """The trial's plan from the pooled noise and what a launch costs (pure): the fewest blocks
-    that keep a gain worth keeping (`keep_gain`, else 1.05x) with `keep_power`, at most
-    `max_launches_per_arm` and at most what `[decide] trial_budget_s` affords at this launch
-    cost (never under 2: one block has no spread of its own)."""
+    that keep a gain worth keeping (`keep_gain`, else 1.05x) with `keep_power`, or more for
+    `min_looks` looks, at most `max_launches_per_arm` and at most what `[decide] trial_budget_s`
+    affords at this launch cost (never under 2: one block has no spread of its own)."""
     block_s = 2.0 * (max(launch_s, 0.0) + max(measure_s, 0.0))
     afford = int(cfg.trial_budget_s // block_s) if block_s > 0 else cfg.max_launches_per_arm
     cap = max(2, min(cfg.max_launches_per_arm, afford))
@@ -203,9 +205,15 @@ def plan_blocks(pool: Pool, cfg: DecisionConfig, launch_s: float, measure_s: flo
     def width(n: int) -> float:
         return block_half_width(sd, df, n, looks_planned(pool, n), cfg)
 
-    n = next((n for n in range(2, cap + 1) if margin > 0 and width(n) <= margin), cap)
+    fewest = next((n for n in range(2, cap + 1) if margin > 0 and width(n) <= margin), cap)
+    n = min(cap, max(fewest, first_look(pool) + min_looks - 1))
     kept = math.exp(math.log(1.0 + cfg.min_gain) + width(n))
-    if afford < cfg.max_launches_per_arm and n == cap:
+    if n > fewest:
+        why = (
+            f"{looks_planned(pool, n)} looks, so that an undecided look is followed by another while the "
+            f"budget allows ({1.0 + (cfg.keep_gain or 0.05):.2f}x needs {fewest}); a trial stops at its first verdict"
+        )
+    elif afford < cfg.max_launches_per_arm and n == cap:
         why = f"bounded by [decide] trial_budget_s = {cfg.trial_budget_s:.0f} s at this launch cost"
     elif n == cap:
         why = f"bounded by [decide] max_launches_per_arm = {cfg.max_launches_per_arm}"

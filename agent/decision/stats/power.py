@@ -32,6 +32,10 @@ from state.measurement.power import Power
 
 MIN_REPEATS = 2
 """Fewest requests per prompt per look (a look needs two to estimate a spread)."""
+CALIBRATION_SD = 0.0025
+"""The sampling SD of one A/A launch's location that calibration measures down to: half the 0.5%
+floor the rule puts under a measured launch noise (`noise.launch_noise`), so the sampling error adds
+at most ~12% to it (sqrt(1 + 1/4)); more requests on the same launch buy nothing the rule uses."""
 
 
 def request_spread(arms: Sequence[Sequence[np.ndarray]]) -> float:
@@ -44,6 +48,18 @@ def request_spread(arms: Sequence[Sequence[np.ndarray]]) -> float:
                 ss += float(np.sum((a - np.mean(a)) ** 2))
                 df += len(a) - 1
     return math.sqrt(ss / df) if df else 0.0
+
+
+def calibration_requests(spread_log: float, prompts: int, most: int) -> int:
+    """Fewest requests per prompt (1 to `most`) that measure an A/A launch's location (the mean over
+    `prompts` of each prompt's median log TPOT) to `CALIBRATION_SD`: its sampling variance is at
+    most (pi / 2) s^2 / (n P) (the median's for normal data; less for n of 1 or 2), so 1 on a GPU
+    host whose requests repeat to 0.2%, `most` on a loaded CPU's 5-20%; `most` when the spread is
+    unknown (no prompt measured twice) (pure)."""
+    if spread_log <= 0.0:
+        return most
+    n = math.ceil((math.pi / 2.0) * spread_log**2 / (max(prompts, 1) * CALIBRATION_SD**2))
+    return max(1, min(most, n))
 
 
 def standard_error(sigma_log: float, spread_log: float, prompts: int, n: float) -> float:
