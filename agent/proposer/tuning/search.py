@@ -14,7 +14,9 @@ state therefore gives the same next trial, in a live run, on resume and in `perf
 The first trial starts from what the diagnosis implicates: the knobs a finding names (`Knob.
 implicated_by`, else `state.proposers.search.IMPLICATED`) are set to their `first` value, the rest left as
 launched. Later trials are TPE's, over every knob; a config already tried (or the one running)
-is asked again with another seed, and when none new is found the search stops.
+is asked again with another seed, and when none new is found in `ASKS` asks the search takes an
+untried configuration of the knobs' grid (`search_grid` sessions), stopping as exhausted only when
+every configuration was tried; sessions recorded before stop after the asks, as they ran.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import math
 from typing import TYPE_CHECKING
 
 from agent.decision.stats.mechanism import past_bound
+from agent.proposer.tuning import grid
 from agent.proposer.tuning.knobs import config_of, describe_config, with_config
 from playbooks.engine import flag_value
 from playbooks.predict import batching_gain_bound
@@ -147,21 +150,37 @@ def first_config(state: LoopState, knobs: list[Knob]) -> dict[str, KnobValue]:
 
 
 def next_config(state: LoopState, cfg: SearchConfig) -> dict[str, KnobValue] | None:
-    """The next config to try, or None when every one asked for was tried already (pure)."""
+    """The next config to try, or None when none untried was found (pure)."""
+    return picked(state, cfg)[0]
+
+
+def picked(state: LoopState, cfg: SearchConfig) -> tuple[dict[str, KnobValue] | None, str]:
+    """(the next config, where it came from: `first`, `tpe` or `grid`), or (None, why none) (pure):
+    TPE asked up to `ASKS` times for a config not yet tried; then, in `search_grid` sessions, an
+    untried one of the grid (agent/proposer/tuning/grid.py), so the search goes on while any is left."""
     knobs = searched(state, cfg)
     seen = {tuple(d.launch_argv or []) for d in trials_of(state)} | {tuple(state.argv)}
     done = len(trials_of(state))
     if done == 0:
         first = first_config(state, knobs)
         if first and tuple(with_config(state.argv, knobs, first)) not in seen:
-            return first
+            return first, "first"
     dists = {k.name: distribution(k) for k in knobs}
     for attempt in range(ASKS):
         study = _study(state, knobs, cfg, cfg.seed + done + 1000 * attempt)
         config = study.ask(dists).params
         if tuple(with_config(state.argv, knobs, config)) not in seen:
-            return config
-    return None
+            return config, "tpe"
+    exhausted = f"search space exhausted after {done} trials"
+    if not state.options.search_grid:
+        return None, exhausted
+    untried = grid.untried(knobs, lambda c: tuple(with_config(state.argv, knobs, c)) in seen, cfg.seed + done)
+    if untried is not None:
+        return untried, "grid"
+    size = grid.size(knobs)
+    if size is None:  # (a continuous or very large space: random draws all tried)
+        return None, f"search stopped after {done} trials: {grid.DRAWS} random configurations were all tried"
+    return None, f"{exhausted}: every one of the {size} configurations tried"
 
 
 def budget_left(state: LoopState, cfg: SearchConfig, now: float | None = None) -> str | None:
@@ -202,13 +221,15 @@ def search_proposal(state: LoopState, now: float | None = None) -> tuple[Proposa
     knobs = searched(state, cfg)
     if not knobs:
         return None, '[search]: every knob changes numerics; they need [correctness] policy = "tolerance"'
-    config = next_config(state, cfg)
+    config, source = picked(state, cfg)
     if config is None:
-        return None, f"search space exhausted after {len(trials_of(state))} trials"
+        return None, source
     n = len(trials_of(state)) + 1
     what = describe_config(config, knobs)
     implicated = n == 1 and config == first_config(state, knobs) and bool(config)
     why = "the knobs the diagnosis implicates" if implicated else "optuna TPE over the search's history"
+    if source == "grid":
+        why = f"an untried configuration of the grid: optuna TPE asked for tried ones {ASKS} times"
     argv = with_config(state.argv, knobs, config)
     predicted = batching_prediction(state, argv)
     bound = ""
