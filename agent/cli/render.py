@@ -168,8 +168,10 @@ def approval(console: Console, req: dict) -> None:
     for line in req.get("mechanisms", []):
         console.print(f"earlier accepted patch, predicted vs realized: {line}", highlight=False)
     t = Table("op", "dims", "share", "self time", "calls", "where", title="evidence")
-    if not req["evidence"]:
-        console.print("evidence: " + ("the profile's diagnosis above" if launch else "none recorded"))
+    if not req["evidence"]:  # the last profile's diagnosis, shown here, or that there is none
+        lines = req.get("diagnosis") or []
+        said = "the last profile's diagnosis" if lines else "none recorded (no profile diagnosed it)"
+        console.print("\n  ".join([f"evidence: {said}", *lines]), highlight=False, soft_wrap=True)
     for e in req["evidence"]:
         t.add_row(
             e["op"],

@@ -38,12 +38,30 @@ def approval_request(state: LoopState, proposal: Proposal | None = None) -> dict
         "paired_with": p.paired_with,
         "paired_speedup": p.paired_speedup,
         "evidence": [e.model_dump(mode="json") for e in p.evidence],
+        "diagnosis": [] if p.evidence else diagnosis_lines(state),
         "proposer": p.proposer,
         "model": p.origin.model if p.origin else None,
         "rationale": p.origin.rationale if p.origin else None,
         "llm_tokens": p.origin.usage.tokens if p.origin else 0,
         "repairs": p.origin.repairs if p.origin else 0,
     }
+
+
+def diagnosis_lines(state: LoopState) -> list[str]:
+    """What the session's last profile's diagnosis says, for a proposal that carries no evidence of
+    its own (a launch option, a model's patch): its decode phases, heaviest operators and findings
+    (pure); none without a diagnosis (a search that never profiled)."""
+    d = state.diagnosis
+    if d is None:
+        return []
+    basis = "device" if d.time_basis == "device" else "CPU"
+    lines = [d.decode_phases.line()] if d.decode_phases is not None else []
+    if d.top_ops:
+        lines.append(
+            f"heaviest ops ({basis} time): " + ", ".join(f"{op.name} {op.share:.0%}" for op in d.top_ops[:3])
+        )
+    lines.append("findings: " + (", ".join(f.playbook for f in d.findings) or "none"))
+    return lines
 
 
 def batch_request(state: LoopState) -> dict:

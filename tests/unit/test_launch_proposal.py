@@ -16,6 +16,9 @@ from agent.cli.commands.show import diff_or_launch
 from agent.cli.target import load_target
 from agent.report.headline import flag_change
 from agent.steps.approval import approval_request
+from state.engines.vllm import DecodePhases
+from state.profiling.diagnosis import Diagnosis
+from state.profiling.profile import OpStat
 from state.sessions.loop import LoopOptions, LoopState, Proposal
 from tests.unit.test_target import DEMO_TOML
 
@@ -56,10 +59,29 @@ def test_the_approval_shows_the_flag_change_the_bound_and_the_evidence(tmp_path:
     assert "launch options: --max-num-seqs 1 -> 8" in text and "predicted: at most 8.00x" in text, text
     assert "implicates --max-num-seqs" in text  # the evidence that implicated it: the diagnosis
     assert "expected gain: 0%" not in text and "patch changes:" not in text and "runs now" not in text, text
-    assert "┏" not in text and "evidence: the profile's diagnosis above" in text  # no empty table
+    assert "┏" not in text and "evidence: none recorded (no profile diagnosed it)" in text  # no empty table
+    assert "diagnosis above" not in text  # issue 57: it pointed at a diagnosis never shown
     assert (
         "  proposed: vllm serve m --port '{port}' --enforce-eager --max-num-seqs 1 --max-num-seqs 8" in text
     )
+
+
+def test_a_proposal_without_evidence_of_its_own_shows_the_last_diagnosis(tmp_path: Path) -> None:
+    """Issue 57: "evidence: the profile's diagnosis above" with nothing above. The diagnosis the
+    view points at is printed under it: vLLM's decode phases, the heaviest ops, the findings."""
+    phases = DecodePhases(
+        steps=5, step_ms=2.0, phase_ms={"preprocess": 0.9, "forward": 0.6}, host_ms=1.4, forward_ms=0.6,
+        host_bound=True,
+    )  # fmt: skip
+    op = OpStat(name="aten::mm", calls=10, self_us=500.0, total_us=600.0, share=0.42)
+    diag = Diagnosis(findings=[], top_ops=[op], time_basis="cpu", steps=5, decode_phases=phases)
+    state = states(tmp_path)[-1].model_copy(update={"diagnosis": diag})
+    out = io.StringIO()
+    render.approval(Console(file=out, width=100, color_system=None), approval_request(state))
+    lines = out.getvalue().splitlines()
+    at = lines.index("evidence: the last profile's diagnosis")
+    assert lines[at + 1] == "  " + phases.line()
+    assert lines[at + 2 : at + 4] == ["  heaviest ops (CPU time): aten::mm 42%", "  findings: none"]
 
 
 def test_show_diff_prints_a_launch_proposal_instead_of_failing(tmp_path: Path) -> None:
