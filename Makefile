@@ -73,8 +73,11 @@ system-deps:
 	@test -x /usr/bin/tmux || { echo "installing tmux (a real terminal for tests/integration/test_hostile_patch.py)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null; }
 
+# perfloop is installed in .venv, not on PATH: the last line says how to run the next commands.
+DEMO_NEXT = perfloop is in .venv, not on your PATH: run .venv/bin/perfloop sessions (or source .venv/bin/activate, then perfloop sessions)
+
 demo: $(STAMP)
-	$(VENV)/bin/perfloop demo
+	$(VENV)/bin/perfloop demo; status=$$?; echo "$(DEMO_NEXT)"; exit $$status
 
 # Lint, format and types first: they take seconds, the tests take minutes.
 lint: $(TEST_STAMP)

@@ -71,3 +71,15 @@ def test_make_demo_installs_no_test_tools() -> None:
     demo = recipe("demo")
     assert "pip install -q -e .\n" in demo and ".[test]" not in demo, demo
     assert ".[test]" in recipe("lint")
+
+
+def test_make_demo_and_the_readme_say_how_to_run_perfloop_after_it() -> None:
+    """Issue 57: after `make demo`, `perfloop sessions` was "command not found" (perfloop is in
+    .venv) and nothing said to use .venv/bin/perfloop or activate the venv."""
+    proc = subprocess.run(["make", "-n", "demo"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    last = proc.stdout.strip().splitlines()[-1]  # what `make demo` runs last, even when the demo fails
+    assert "perfloop demo; status=$?; echo" in last and "exit $status" in last, last
+    assert ".venv/bin/perfloop sessions" in last and "source .venv/bin/activate" in last, last
+    text = README.read_text()
+    assert "run `.venv/bin/perfloop\nsessions`" in text and "`source .venv/bin/activate`" in text
