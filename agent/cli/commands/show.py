@@ -169,6 +169,7 @@ def session_view(
 ) -> None:
     """`perfloop show`: transitions, decisions, what was kept, the attempts cut short, the summary."""
     from agent.cli.render import summary
+    from agent.decision.stats.noise import session_line
     from agent.proposer.tuning.search import trial_lines
 
     if info.parent:
@@ -191,8 +192,9 @@ def session_view(
         predicted = "-" if dec.predicted_speedup is None else f"{dec.predicted_speedup:.2f}x"
         d.add_row(str(dec.iteration), dec.label, dec.verdict, ci, looks, predicted, dec.reason)
     console.print(d)
-    if state.launch_noise is not None:
-        console.print(state.launch_noise.describe(), highlight=False)
+    used = [x.judgement.launch_noise for x in state.decisions if x.judgement is not None]
+    if (noise := session_line(state.launch_noise, used)) is not None:  # what the decisions used
+        console.print(noise, highlight=False)
     if state.power is not None:
         console.print(state.power.line(), highlight=False)
     for m in state.mechanisms:

@@ -165,3 +165,20 @@ def noise_for(samples: Sequence[AASample], cfg: DecisionConfig, arms: str | None
     if (arms or cfg.arms) == "interleaved":
         return pair_noise(samples, cfg)
     return launch_noise([s for s in samples if s.shift_log is None], cfg)
+
+
+def session_line(baseline: LaunchNoise | None, used: Sequence[LaunchNoise]) -> str | None:
+    """The launch-noise line of a session's summary: the noise its decisions used (`used`, each
+    judged decision's in order), then the baseline's where it differs; the baseline's alone before
+    any decision; None with neither (pure). A paired-blocks search's trials pool noise the baseline
+    never held (1.5% over their blocks' df beside the baseline's 25% default): the baseline's line
+    alone told of a noise no decision used."""
+    if not used:
+        return baseline.describe() if baseline is not None else None
+    last = used[-1].describe()
+    line = f"the decisions used {last}"
+    if len(used) > 1 and (first := used[0].describe()) != last:
+        line += f" at the last of {len(used)} (the first: {first.removeprefix('launch noise ')})"
+    if baseline is not None and baseline.describe() != last:
+        line += f"; at the baseline: {baseline.describe().removeprefix('launch noise ')}"
+    return line
