@@ -21,7 +21,7 @@ from agent.decision.stats.power import CALIBRATION_SD, calibration_requests
 from state.door.calls import MeasureArgs, MeasureResult
 from state.measurement.arms import ArmsChoice
 from state.measurement.decision import DecisionConfig, LaunchNoise
-from state.measurement.measure import RequestRecord
+from state.measurement.measure import Measurement, RequestRecord
 from state.sessions.loop import LoopState
 from tests.unit.aa_door import ScriptedDoor, handle, runtime_of, session
 from tools.client.stats import summarize
@@ -116,28 +116,32 @@ def test_the_first_look_pools_the_aa_launch_with_the_trial_blocks() -> None:
     assert lk.verdict == "rejected" and lk.ci_low >= 1 / 1.02 and lk.ci_high <= 1.02, lk
 
 
+def jittered(label: str, tpot_ms: float, reps: int, prompts: int) -> Measurement:
+    """`reps` requests of each prompt, each TPOT within 0.2% of `tpot_ms` (a GPU host's spread)."""
+    records = [
+        RequestRecord(
+            prompt_index=i,
+            ttft_ms=5.0,
+            itl_ms=[tpot_ms * (1 + 0.002 * ((k % 3) - 1))] * 4,
+            text=f"out-{i}",
+            completion_tokens=5,
+        )
+        for k in range(reps)
+        for i in range(prompts)
+    ]
+    return summarize(label, "tree", records, prompts, wall_s=1.0)
+
+
 class JitterDoor(ScriptedDoor):
-    """ScriptedDoor whose measurements hold the requests asked (`repeats` per prompt, 3 prompts),
-    each TPOT within 0.2% of launch n's (a GPU host's spread)."""
+    """ScriptedDoor whose measurements hold the requests asked (`repeats` per prompt), `jittered`."""
 
     def answer(self, name: str, args: Any, fn: Any) -> Any:
         if name != "bench.measure":
             return super().answer(name, args, fn)
         assert isinstance(args, MeasureArgs) and len(self.running) == 1
         (number,) = self.running
-        base, reps, prompts = self.tpot_ms[number], args.config.repeats, len(args.config.prompts)
-        records = [
-            RequestRecord(
-                prompt_index=i,
-                ttft_ms=5.0,
-                itl_ms=[base * (1 + 0.002 * ((k % 3) - 1))] * 4,
-                text=f"out-{i}",
-                completion_tokens=5,
-            )
-            for k in range(reps)
-            for i in range(prompts)
-        ]
-        return MeasureResult(measurement=summarize(args.label, "tree", records, prompts, wall_s=1.0))
+        m = jittered(args.label, self.tpot_ms[number], args.config.repeats, len(args.config.prompts))
+        return MeasureResult(measurement=m)
 
 
 def blocks_session(tmp_path: Path, first_verdict: bool) -> LoopState:
@@ -173,3 +177,29 @@ def test_a_blocks_baseline_measures_one_look_and_its_aa_launch_for_its_location(
     assert b.noise.df == 1 and b.noise.estimate_log is not None
     pool = pool_of([], b.noise, state.target.decide)
     assert pool.df == 1 and trial_plan(state, pool, m).looks == (3 if first_verdict else 1)
+
+
+@pytest.mark.parametrize("first_verdict", [True, False])
+def test_pairs_beside_an_interleaved_baseline_ask_one_request_per_prompt_on_a_quiet_host(
+    tmp_path: Path, first_verdict: bool
+) -> None:
+    """The H200's first session spent 3 x 33 s of its 156 s baseline on A/A pairs of `repeats`
+    requests per prompt: their shifts are the launches', and a 0.2% request spread measures them
+    with one request per prompt; sessions recorded before ask one look's, as they ran."""
+    from agent.decision.calibration.autoaa import powered
+    from tests.unit.test_aa_launches import BesideDoor
+
+    state = session(tmp_path, arms="interleaved", auto_aa_pairs=3, looks=3)
+    opts = state.options.model_copy(update={"short_aa_pairs": True, "first_verdict": first_verdict})
+    state = state.model_copy(update={"options": opts, "server": handle(1), "launches": 1})
+    door = BesideDoor({1: 80.0, 2: 80.1})
+    door.running.add(1)
+    rt = runtime_of(door)
+    m = jittered("baseline", 80.0, state.target.measure.repeats, len(state.target.measure.prompts))
+    p = powered(state, rt, m, LaunchNoise(sigma_log=0.05))
+    asked = {a.reference.config.repeats for n, a in door.calls if n == "bench.measure_pair"}
+    assert asked == ({1} if first_verdict else {3}) and p.state.launches == 4
+    assert p.note.startswith(
+        "3 A/A pair(s) beside the baseline"
+        + (", 1 request(s) per prompt each" if first_verdict else " (shifts")
+    )
