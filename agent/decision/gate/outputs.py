@@ -1,7 +1,9 @@
 """The output gate, by the target's `[correctness] policy`.
 
 - `exact` (the default): the candidate's greedy outputs on the correctness set must equal the
-  reference's (agent/decision/gate/correctness.py).
+  reference's (agent/decision/gate/correctness.py); in sessions that tell the math from the
+  schedule (`LoopOptions.schedule_gate`), exactly where the schedule is controlled (each prompt
+  alone) and, for the batch, within the baseline's own variation (agent/decision/gate/schedule.py).
 - `tolerance` (opt-in): the baseline's greedy continuation of each prompt of the set, generated
   and scored on the baseline server, is scored by the candidate on the same contexts (teacher
   forcing, tools/tolerance/score.py: logprobs from one prefill, greedy agreement on the decode path);
