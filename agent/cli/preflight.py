@@ -115,6 +115,17 @@ def check_port_argv(target: TargetConfig) -> None:
         raise ConfigError(problem)
 
 
+def check_placeholders(target: TargetConfig) -> None:
+    """No `/path/to/...` of a copied example is left in the launch command or its environment."""
+    env = [(f"launch.env.{k}", v) for k, v in target.launch.env.items()]
+    for where, value in [*(("launch.argv", a) for a in target.launch.argv), *env]:
+        if "/path/to/" in value:
+            raise ConfigError(
+                f"{where} still holds the example's placeholder {value!r}: replace it with the real "
+                "path (see the comments of the example the target file was copied from)"
+            )
+
+
 def check_port(target: TargetConfig) -> None:
     """A fixed `launch.port` is free now."""
     port = target.launch.port
@@ -138,6 +149,7 @@ def check_gpu() -> None:
 
 def check_setup(target: TargetConfig, options: dict, *, repo_exists: bool = True) -> None:
     """Every set-up check that can run before the session starts (see the module docstring)."""
+    check_placeholders(target)
     check_port_argv(target)
     if repo_exists:
         check_repo(target)

@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agent.cli.output import diff_text, table
+from agent.cli.targetcheck import dummy_weights
 from agent.cli.terminal import styled
 from agent.report.headline import baseline_final, best_command, flag_change, headline, judged, summary_json
 from state.sessions.session import SessionInfo, Summary
@@ -50,12 +51,7 @@ def _outputs(s: Summary) -> str:
         if s.outputs_identical
         else "differ from the baseline's (see output gate)"
     )
-    argv = s.launch_argv
-    dummy = any(
-        a == "--load-format=dummy" or (a == "dummy" and argv[i - 1] == "--load-format")
-        for i, a in enumerate(argv)
-    )
-    if dummy and (s.output_gate or "exact") == "exact":
+    if dummy_weights(s.launch_argv) and (s.output_gate or "exact") == "exact":
         said += " (blind here: --load-format dummy weights give every prompt the same greedy output)"
     return said
 

@@ -84,6 +84,9 @@ def run_command(body: Callable[[], T]) -> T:
     except Interrupted as exc:  # the session stopped its servers; resume continues it
         err.print(styled((outside(f"{exc}{exc.note}"), "yellow")), highlight=False, soft_wrap=True)
         raise typer.Exit(exc.exit_code) from None
+    except KeyboardInterrupt:  # Ctrl-C where no session caught it (Typer would exit 130 silently)
+        err.print(styled(("interrupted by SIGINT", "yellow")), highlight=False, soft_wrap=True)
+        raise typer.Exit(130) from None
     except (typer.Exit, typer.Abort):
         raise
     except Exception as exc:  # a bug: one line, the traceback on request, the session resumable

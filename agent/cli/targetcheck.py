@@ -43,6 +43,23 @@ def port_problem(launch: LaunchConfig) -> str | None:
     return None
 
 
+def dummy_weights(argv: list[str]) -> bool:
+    """Whether a launch command serves vLLM's `--load-format dummy` weights (pure)."""
+    return any(
+        a == "--load-format=dummy" or (a == "dummy" and i > 0 and argv[i - 1] == "--load-format")
+        for i, a in enumerate(argv)
+    )
+
+
+DUMMY_WARNING = (
+    "warning: the launch serves --load-format dummy weights: every prompt gets the same greedy "
+    "output, so the output check cannot see a change that breaks the model (a wrong patch would "
+    "pass it); serve real weights (a model folder with its checkpoint, e.g. --load-format "
+    "safetensors) to judge outputs"
+)
+"""What `run` says before its session starts when the launch serves dummy weights."""
+
+
 def line_of(text: str, loc: tuple[str, ...]) -> int | None:
     """The 1-based line of the TOML `text` that sets the key at `loc` (its table path, then the key;
     list indices left out), or None where it is not written as `key = ...` under its table (pure)."""

@@ -143,3 +143,19 @@ def test_calibrate_says_how_long_it_expects_from_the_launches_this_host_timed(tm
         "median of 1 earlier calibration(s) of this target on this host; at most 60 min"
     ), said
     store.close()
+
+
+def test_a_ctrl_c_no_session_caught_is_one_line_not_silence(capsys: pytest.CaptureFixture[str]) -> None:
+    """Typer turns a KeyboardInterrupt into exit 130 with nothing said (how `calibrate` ended on
+    Ctrl-C, issue 57); a command body interrupted where no session caught the signal says so."""
+    import typer
+
+    from agent.cli.running import run_command
+
+    def body() -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(typer.Exit) as ended:
+        run_command(body)
+    assert ended.value.exit_code == 130
+    assert capsys.readouterr().err.strip().splitlines() == ["interrupted by SIGINT"]

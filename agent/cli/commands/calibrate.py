@@ -115,8 +115,8 @@ def stopped_line(exc: BaseException, executor: Executor | None, folder: Path, gr
         out = run_tool(executor, server.stop_marked, MarkedArgs(folder=folder, grace_s=grace_s))
         pids = StoppedServers.model_validate(out.model_dump()).pids
         note = (
-            f"; stopped the {len(pids)} server process(es) it started (pids {', '.join(map(str, pids))}), "
-            "none left running"
+            f"; stopped every server it started, whole process groups (pids {', '.join(map(str, pids))} "
+            "and their children), none left running"
             if pids
             else "; no server of it was running"
         )
@@ -146,8 +146,9 @@ def calibrate(
         from agent.cli.target import load_target, with_host
 
         target = with_host(load_target(target_toml), host, trust_new_host, host_python)
-        from agent.cli.preflight import check_port_argv, check_repo  # git: once the file is good
+        from agent.cli.preflight import check_placeholders, check_port_argv, check_repo  # git: once good
 
+        check_placeholders(target)
         check_port_argv(target)
         check_repo(target)
         from agent.cli.output import console
@@ -164,25 +165,30 @@ def calibrate(
         measure(sessions, target, f"calibrate-{new_session_id()}", launches, as_json)
         out.print(f"next: perfloop run {target_toml} (its sessions use this noise)", highlight=False)
 
-    run_command(body)
+    def caught() -> None:  # a signal from the start: a Ctrl-C while it reads the store is one line too
+        from tools import interrupts
+
+        with interrupts.catching():
+            body()
+
+    run_command(caught)
 
 
 def measure(sessions: Sessions, target: TargetConfig, sid: str, launches: int, as_json: bool) -> None:
-    """Run the calibration under session id `sid`, signals caught; print its noise and what it
-    publishes (with `--json`, one document)."""
+    """Run the calibration under session id `sid` (signals caught by the caller: any ending stops
+    the servers it started); print its noise and what it publishes (with `--json`, one document)."""
     from agent.cli.output import console, emit
     from agent.decision.calibration.calibrate import calibrate as run_calibration
     from agent.decision.calibration.published import published
     from agent.decision.stats.noise import target_key
     from agent.sessions.remote import close_hosts, executor_for, host_executors, remote_options
-    from tools import interrupts
     from tools.door.live import LiveDoor
 
     out = console(as_json)
     local_dir = sessions.session_dir(sid)
     opts = remote_options(target, sid)
     folder = opts.get("host_dir") or local_dir
-    with interrupts.catching(), executor_for(target, local_dir) as remote:
+    with executor_for(target, local_dir) as remote:  # signals caught by the command (`caught`)
         door = LiveDoor(sid, sessions.store, remote, host_executors(local_dir))  # [[hosts]]: host.kind
         try:
             noise, arms = run_calibration(

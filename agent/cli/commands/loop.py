@@ -149,6 +149,8 @@ def run(
         target = target.model_copy(update={"profile": target.profile.model_copy(update={"method": method})})
         check_setup(target, opts)
         from agent.cli.common import finish  # the loop loads once the target file is known good
+        from agent.cli.targetcheck import DUMMY_WARNING, dummy_weights
+        from agent.cli.terminal import styled
         from agent.sessions.holding import refuse_if_held
         from agent.sessions.runner import Sessions, new_session_id
 
@@ -156,6 +158,8 @@ def run(
         refuse_if_held(sessions.store, target, sessions.where())  # another session's checkout
         if os.environ.get("PERFLOOP_PROGRESS") != "off":  # said before it starts, kept on screen
             err.print(session_plan(target, opts["max_iterations"]), highlight=False, soft_wrap=True)
+        if dummy_weights(target.launch.argv):  # before any change is judged, whatever the progress
+            err.print(styled((DUMMY_WARNING, "bold yellow")), highlight=False, soft_wrap=True)
         state = sessions.start(target, opts, new_session_id(), target_toml.resolve())
         finish(sessions, state, flags.as_json)
 
