@@ -104,7 +104,9 @@ def test_the_documented_planted_case_is_found_fixed_and_kept_and_a_fast_wrong_ga
     fix = by[FIX]
     assert fix["verdict"] == "accepted" and "outputs identical alone" in fix["reason"], fix["reason"]
     assert s["accepted"] == [FIX] and s["rejected"] == [WRONG_ID], s
-    assert s["outputs_identical"] is True and 3 <= s["server_launches"] <= 7, s
+    # the timing texts compared only where they were alone and their repeats agreed (else None:
+    # the correctness set judged them, its texts alone exactly)
+    assert s["outputs_identical"] in (True, None) and 3 <= s["server_launches"] <= 7, s
 
     # the kept commit is the playbook's vllm patch, alone; the instrumentation is gone byte for byte
     assert git(repo, "diff", "--name-only", f"main..{s['branch']}").split() == [BACKEND]
