@@ -66,7 +66,9 @@ def main() -> None:
                 done = subprocess.run([str(args.perfloop), *argv], capture_output=True, env=env, check=False)
                 times.append(time.perf_counter() - start)
                 if done.returncode != status:  # a start that failed otherwise is not the one timed
-                    sys.exit(f"perfloop {label} exited {done.returncode}, not {status}: {done.stderr[-500:]!r}")
+                    sys.exit(
+                        f"perfloop {label} exited {done.returncode}, not {status}: {done.stderr[-500:]!r}"
+                    )
             heavy = ", ".join(imported(python, args.perfloop, argv, env)) or "none"
             print(f"{label:36} {statistics.median(times):9.2f} {max(times):7.2f}  {heavy}")
         print(f"load average after: {os.getloadavg()[0]:.2f}")
