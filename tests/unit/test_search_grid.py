@@ -44,7 +44,11 @@ def grid_state(tmp_path: Path, decisions: list[Decision], on: bool) -> LoopState
 def test_a_stuck_sampler_still_proposes_every_untried_configuration_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    first = {"--max-total-tokens": 4096, "--max-running-requests": 2, "--disable-cuda-graph": False}
+    first: dict[str, bool | int | float | str] = {
+        "--max-total-tokens": 4096,
+        "--max-running-requests": 2,
+        "--disable-cuda-graph": False,
+    }
     monkeypatch.setattr(search, "_study", lambda *a, **k: Stuck(first))
     history = [decided(1, with_config(ARGV, KNOBS, first), 5.0)]
     old = search.search_proposal(grid_state(tmp_path, history, on=False))
@@ -82,4 +86,4 @@ def test_a_space_too_large_to_list_is_drawn_from_and_never_called_exhausted() ->
         and set(config) == {k.name for k in knobs}
     )
     huge = Knob(name="--pool", type="int", low=1, high=10_000_000)
-    assert grid.size([huge]) is None and grid.untried([huge], lambda c: c["--pool"] < 5, 2) is not None
+    assert grid.size([huge]) is None and grid.untried([huge], lambda c: int(c["--pool"]) < 5, 2) is not None
