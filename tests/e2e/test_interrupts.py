@@ -61,6 +61,15 @@ def finished_like_uninterrupted(cli: ForkedCli, home: Path, faults: Path, sessio
     return done.stderr
 
 
+def store_calls(home: Path, session: str) -> list:
+    """The session's current calls (those a resume superseded left out)."""
+    store = SessionStore.open(home)
+    try:
+        return store.tool_calls(session)
+    finally:
+        store.close()
+
+
 def kill_servers(*places: Path) -> list[int]:
     """SIGKILL every process running in `places` (a reboot or the OOM killer); returns them."""
     pids = [pid for place in places for pid in processes_in(place)]
@@ -130,3 +139,20 @@ def test_interrupts_leave_nothing_running_and_resume_relaunches_dead_servers(
     stderr = finished_like_uninterrupted(cli, home, faults, session)
     assert "going back to relaunch" in stderr
     nothing_left(repo, home, session)
+    # issue 57: the summary counted only the finished attempts' launches, and `show` said nothing
+    # of the interruptions; every launch recorded counts, and each cut attempt is shown
+    store = SessionStore.open(home)
+    every = store.tool_calls(session, include_superseded=True)
+    info = store.get_session(session)
+    store.close()
+    launched = sum(1 for c in every if c.name == "server.launch" and c.reused_from is None)
+    assert info is not None and info.summary is not None and info.summary.server_launches == launched
+    shown = last_json(run(cli, home, faults, "show", session, "--json"))
+    cuts = shown["interruptions"]
+    assert all(c["resumed"] for c in cuts), cuts
+    signalled = [(c["step"], c["call"]) for c in cuts if c["signal"]]  # SIGTERM and SIGHUP in a launch
+    assert signalled.count(("launch", "server.launch")) >= 1 and len(signalled) >= 2, cuts
+    assert launched > sum(1 for c in store_calls(home, session) if c.name == "server.launch")
+    text = run(cli, home, faults, "show", session).stdout
+    assert text.count("interrupted at about ") == len(signalled) and "made again on resume" in text
+    assert text.count("cut short (killed, or interrupted between calls)") == len(cuts) - len(signalled)

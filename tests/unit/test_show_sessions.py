@@ -80,18 +80,18 @@ def test_a_resumed_session_counts_every_launch_and_show_says_where_it_was_cut(tm
     t0 = datetime(2026, 12, 5, 10, 0, tzinfo=UTC)
     sid = "20261205-100000-abcd"
 
-    def call(seq: int, node: str, name: str, at_s: float) -> None:
+    def call(seq: int, node: str, name: str, at_s: float, cut: bool = False) -> None:
         store.record(
             ToolCallRecord(
-                session_id=sid, seq=seq, node=node, name=name, input={}, output=None, error=None,
-                started_at=t0 + timedelta(seconds=at_s), duration_s=2.0,
+                session_id=sid, seq=seq, node=node, name=name, input={}, output=None if cut else {},
+                error=None, started_at=t0 + timedelta(seconds=at_s), duration_s=2.0,
             )
         )  # fmt: skip
 
     call(0, "launch", "server.launch", 0)
     call(1, "baseline", "bench.measure", 10)
     call(2, "relaunch", "server.launch", 20)
-    call(3, "measure", "bench.measure", 30)  # SIGINT here: the attempt ends, left interrupted
+    call(3, "measure", "bench.measure", 30, cut=True)  # SIGINT here: the attempt ends, left interrupted
     state = session(tmp_path, session_id=sid).model_copy(update={"calls_done": 2, "launches": 1})
     cut = state.model_copy(update={"status": "interrupted"})
     every = store.tool_calls(sid, include_superseded=True)
@@ -100,6 +100,7 @@ def test_a_resumed_session_counts_every_launch_and_show_says_where_it_was_cut(tm
         "at": "2026-12-05T10:00:32+00:00",
         "step": "measure",
         "call": "bench.measure",
+        "signal": True,
         "calls": 2,
         "server_launches": 1,
         "resumed": False,
@@ -109,21 +110,25 @@ def test_a_resumed_session_counts_every_launch_and_show_says_where_it_was_cut(tm
         f"not resumed yet: perfloop resume {sid}"
     )
     assert store.supersede_after(sid, 2) == 2  # the resume
-    call(4, "relaunch", "server.launch", 60)
-    call(5, "measure", "bench.measure", 70)
-    done = state.model_copy(update={"status": "done", "calls_done": 6, "launches": 2})
+    call(4, "relaunch", "server.launch", 60, cut=True)  # SIGTERM: cut again, in the same step
+    assert store.supersede_after(sid, 2) == 1  # the second resume
+    call(5, "relaunch", "server.launch", 90)  # SIGKILLed after this call: no record of the cut
+    assert store.supersede_after(sid, 2) == 1  # the third resume
+    call(6, "relaunch", "server.launch", 120)
+    call(7, "measure", "bench.measure", 130)
+    done = state.model_copy(update={"status": "done", "calls_done": 8, "launches": 2})
     every, current = store.tool_calls(sid, include_superseded=True), store.tool_calls(sid)
-    [resumed] = interruptions(every, current, done)
-    assert resumed["resumed"] and (resumed["step"], resumed["calls"], resumed["server_launches"]) == (
-        "measure",
-        2,
-        1,
-    )
-    assert interruption_line(resumed, sid).endswith(
+    first, second, killed = interruptions(every, current, done)  # adjacent runs, split at each signal
+    assert first["resumed"] and (first["step"], first["calls"], first["server_launches"]) == ("measure", 2, 1)
+    assert interruption_line(first, sid).endswith(
         "2 tool call(s) and 1 server launch(es) of that attempt, made again on resume"
     )
-    assert launches_made(every) == 3 and launches_made(current) == 2
-    assert summarize(done, "done", every).server_launches == 3  # the state's own path counts 2
+    assert (second["step"], second["signal"], second["calls"]) == ("relaunch", True, 1)
+    assert not killed["signal"] and interruption_line(killed, sid).startswith(
+        "cut short (killed, or interrupted between calls) after 2026-12-05 10:01:32 UTC in step relaunch"
+    )
+    assert launches_made(every) == 5 and launches_made(current) == 2
+    assert summarize(done, "done", every).server_launches == 5  # the state's own path counts 2
     assert summarize(done, "done").server_launches == 2
     assert interruptions(current, current, done) == []  # never cut: nothing said
     store.close()

@@ -218,17 +218,30 @@ def session_view(
         summary(console, info.summary)
 
 
+def signalled(call: ToolCallRecord) -> bool:
+    """Whether a signal cut this call short: the door recorded it with neither an output nor an
+    error (a signal's `Interrupted` is no error of the tool's) (pure)."""
+    return call.output is None and call.error is None
+
+
 def interruptions(every: list[ToolCallRecord], current: list[ToolCallRecord], state: LoopState) -> list[dict]:
-    """The attempts of the session a signal or a kill cut short (pure): each run of calls a resume
-    superseded (made again), and, while the session is interrupted and not resumed yet, the calls
-    after its last finished step; when (the end of its last call, UTC), in which step and call,
-    its calls and its server launches."""
+    """The attempts of the session cut short (pure): the calls a resume superseded (made again)
+    and, while the session is interrupted and not resumed yet, those after its last finished step,
+    split after each call a signal cut; when (the end of its last call, UTC), in which step and
+    call, whether a signal ended it inside that call (else it was killed, or stopped between
+    calls, and several such attempts in a row read as one), its calls and its server launches."""
     kept = {c.seq for c in current}
     runs: list[list[ToolCallRecord]] = []
     for c in every:
         if c.seq in kept and not (state.status == "interrupted" and c.seq >= state.calls_done):
             continue
-        if runs and runs[-1][-1].seq == c.seq - 1 and (c.seq in kept) == (runs[-1][-1].seq in kept):
+        last = runs[-1][-1] if runs else None
+        if (
+            last is not None
+            and last.seq == c.seq - 1
+            and (c.seq in kept) == (last.seq in kept)
+            and not signalled(last)
+        ):
             runs[-1].append(c)
         else:
             runs.append([c])
@@ -239,6 +252,7 @@ def interruptions(every: list[ToolCallRecord], current: list[ToolCallRecord], st
             "at": (last.started_at + timedelta(seconds=last.duration_s)).isoformat(),
             "step": last.node,
             "call": last.name,
+            "signal": signalled(last),
             "calls": len(run),
             "server_launches": sum(1 for c in run if c.name == "server.launch"),
             "resumed": last.seq not in kept,
@@ -257,4 +271,9 @@ def interruption_line(cut: dict, session: str) -> str:
         if cut["resumed"]
         else f"not resumed yet: perfloop resume {session}"
     )
-    return f"interrupted at about {at} UTC in step {cut['step']} (during {cut['call']}); {then}"
+    if cut["signal"]:
+        return f"interrupted at about {at} UTC in step {cut['step']} (during {cut['call']}); {then}"
+    return (
+        f"cut short (killed, or interrupted between calls) after {at} UTC in step {cut['step']} "
+        f"(its last call {cut['call']}); {then}"
+    )
