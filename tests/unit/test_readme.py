@@ -5,6 +5,7 @@ The README stays a guide: at most ~250 lines."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -76,9 +77,13 @@ def test_make_demo_installs_no_test_tools() -> None:
 def test_make_demo_and_the_readme_say_how_to_run_perfloop_after_it() -> None:
     """Issue 57: after `make demo`, `perfloop sessions` was "command not found" (perfloop is in
     .venv) and nothing said to use .venv/bin/perfloop or activate the venv."""
-    proc = subprocess.run(["make", "-n", "demo"], cwd=ROOT, capture_output=True, text=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    proc = subprocess.run(
+        ["make", "-n", "--no-print-directory", "demo"], cwd=ROOT, capture_output=True, text=True, env=env
+    )
     assert proc.returncode == 0, proc.stderr
-    last = proc.stdout.strip().splitlines()[-1]  # what `make demo` runs last, even when the demo fails
+    lines = [x for x in proc.stdout.strip().splitlines() if not x.startswith("make")]
+    last = lines[-1]  # what `make demo` runs last, even when the demo fails
     assert "perfloop demo; status=$?; echo" in last and "exit $status" in last, last
     assert ".venv/bin/perfloop sessions" in last and "source .venv/bin/activate" in last, last
     text = README.read_text()
