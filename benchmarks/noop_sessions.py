@@ -109,13 +109,20 @@ def session(home: Path, books: Path, i: int, args: argparse.Namespace) -> dict:
     lines = [x for x in proc.stdout.splitlines() if x.startswith("{")]
     if proc.returncode or not lines:
         tail = (proc.stderr.strip() or proc.stdout.strip() or "?").splitlines()[-3:]
-        return {"verdict": "error", "error": " | ".join(tail), "wall_s": time.time() - t0}
+        return {
+            "verdict": "error",
+            "error": " | ".join(tail),
+            "wall_s": time.time() - t0,
+            "home": env["PERFLOOP_HOME"],
+        }
     s = json.loads(lines[-1])
     shown = subprocess.run(
         [sys.executable, "-c", CLI, "show", s["session"], "--json"],
         env=env, capture_output=True, text=True, check=False, timeout=120,
     )  # fmt: skip
     return {
+        "session": s["session"],
+        "home": env["PERFLOOP_HOME"],
         "verdict": s.get("verdict") or ("gate" if s["rejected"] else "none"),
         "accepted": s["accepted"],
         "ci": s.get("speedup_ci"),
