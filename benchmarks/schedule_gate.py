@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -44,15 +45,9 @@ from tools import bench, server  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from decisions import copy_demo  # noqa: E402
+from tolerance_nudge import LOGITS, NUDGED  # noqa: E402
 
 PROMPTS = ["Explain the KV cache in one sentence.", "Write a haiku about GPUs.", "List three prime numbers."]
-LOGITS = "        return F.linear(rms_norm(h, self.final_norm), self.lm_head).float()\n"
-NUDGED = (
-    "        import os\n\n"
-    "        logits = F.linear(rms_norm(h, self.final_norm), self.lm_head).float()\n"
-    '        eps = float(os.environ.get("BENCH_NUDGE", "0"))\n'
-    "        return logits + eps * torch.cos(torch.arange(logits.shape[-1], device=logits.device) * 1.7)\n"
-)
 LAYER = "        w, n = self.layers[layer_id], h.shape[0]\n"
 PAST = (
     "        import os\n\n"
@@ -157,11 +152,19 @@ def main() -> None:
 
     vs = variants(a)
     t0 = time.perf_counter()
-    with ThreadPoolExecutor(len(vs) + 1) as pool:
-        handles = list(pool.map(lambda x: launch(x[0], *x[1]),
-                                enumerate([("fixed", [], {})] + [(v["tree"], v["flags"], v["env"]) for v in vs])))  # fmt: skip
-    print(f"{len(handles)} servers up in {time.perf_counter() - t0:.0f} s", flush=True)
+    # a SIGTERM (timeout, kill) unwinds through `finally`, so every server launched is stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    specs = [("fixed", [], {})] + [(v["tree"], v["flags"], v["env"]) for v in vs]
+    handles = []
     try:
+        with ThreadPoolExecutor(len(specs)) as pool:
+            futures = [pool.submit(launch, n, *spec) for n, spec in enumerate(specs)]
+            for f in futures:  # the ones that came up are kept to be stopped, even if one failed
+                if f.exception() is None:
+                    handles.append(f.result())
+        if len(handles) < len(specs):
+            raise SystemExit(next(str(f.exception()) for f in futures if f.exception() is not None))
+        print(f"{len(handles)} servers up in {time.perf_counter() - t0:.0f} s", flush=True)
         refs = [take(handles[0], s) for s in sets]
         noises = [noise_of(r, batch) for r in refs]
 
