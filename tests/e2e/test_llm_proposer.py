@@ -84,7 +84,8 @@ def test_demo_model_learns_from_a_rejected_patch_then_replay_offline(
         proc = perfloop(home, "run", "--approve", "auto", str(target), *args, env=llm_env(model))
     assert proc.returncode == 0, proc.stderr[-3000:]
     s = last_json(proc)
-    assert s["status"] == "done" and s["accepted"] == ["llm"] and s["rejected"] == ["llm"], s
+    why = {k: s[k] for k in ("verdict", "decision", "output_gate", "stop_reason", "llm_calls", "speedup_ci")}
+    assert s["status"] == "done" and s["accepted"] == ["llm"] and s["rejected"] == ["llm"], (why, s)
     assert s["speedup"] >= 3.0 and s["outputs_identical"] is True, s
     assert s["llm_calls"] == 4 and len(model.requests) == 4
     assert all(a == f"Bearer {KEY}" for a in model.auth)
