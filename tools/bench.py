@@ -83,19 +83,21 @@ def measure_with_client(args: MeasureArgs) -> Measurement:
 
 
 def untimed_again(records: list[RequestRecord], prompts: int, repeats: int) -> list[int]:
-    """The prompts to send once more: those none of whose streams timed its tokens while another
-    prompt's did (the server times streams; this client, starved of the CPU, read those at once),
-    until each has sent `repeats` more than its first `repeats` (pure). A server that times no
-    stream (it merges every one) gets no extra request."""
+    """The prompts to send once more: those with fewer than min(2, `repeats`) streams that timed
+    their tokens while another stream did (the server times streams; this client, starved of the
+    CPU, read those at once: the rule needs two timings a prompt for a spread), until each has
+    sent `repeats` more than its first `repeats` (pure). A server that times no stream (it merges
+    every one) gets no extra request."""
     sent = [0] * prompts
-    timed = [False] * prompts
+    timed = [0] * prompts
     for r in records:
         if 0 <= r.prompt_index < prompts:
             sent[r.prompt_index] += 1
-            timed[r.prompt_index] |= r.timed or r.completion_tokens < 2  # one token: nothing to time
+            timed[r.prompt_index] += r.timed or r.completion_tokens < 2  # one token: nothing to time
     if not any(timed):
         return []
-    return [i for i in range(prompts) if not timed[i] and sent[i] < 2 * repeats]
+    need = min(2, repeats)
+    return [i for i in range(prompts) if timed[i] < need and sent[i] < 2 * repeats]
 
 
 def warm_up(args: MeasureArgs) -> None:

@@ -65,37 +65,7 @@ def annotate(
     )
 
 
-TOP_UPS = 2
-"""Batches a measurement may add on its launch where a prompt kept fewer than two timed requests."""
-
-
-def untimed_prompts(m: Measurement, repeats: int) -> int:
-    """Prompts of a sequential measurement with fewer than min(2, repeats) timed requests (pure):
-    a client descheduled for a whole stream (a loaded machine, a step a few ms long) reads its
-    deltas in one burst and times nothing, and the rule needs two timings a prompt for a spread."""
-    counts: dict[int, int] = {}
-    for r in m.requests:
-        counts[r.prompt_index] = counts.get(r.prompt_index, 0) + (1 if r.timed else 0)
-    return sum(1 for c in counts.values() if c < min(2, repeats))
-
-
 def measure_arm(
-    state: LoopState, runtime: Runtime[LoopContext], label: str, repeats: int, warm_up: bool
-) -> Measurement:
-    """`repeats` requests per prompt on the running server (after the warm-ups if `warm_up`),
-    annotated with the tree it ran; a sequential measurement where a prompt kept fewer than two
-    timed requests gets `repeats` more per prompt on the same launch, up to `TOP_UPS` times (their
-    streams' timings lost, not their decode: the rule would have no spread to judge)."""
-    m = measure_once(state, runtime, label, repeats, warm_up)
-    for _ in range(TOP_UPS):
-        if state.target.workload is not None or not (short := untimed_prompts(m, repeats)):
-            break
-        progress.report(f"{label}: {short} prompt(s) with fewer than 2 timed streams; {repeats} more per prompt")
-        m = merge(m, measure_once(state, runtime, label, repeats, warm_up=False))
-    return m
-
-
-def measure_once(
     state: LoopState, runtime: Runtime[LoopContext], label: str, repeats: int, warm_up: bool
 ) -> Measurement:
     """`repeats` requests per prompt on the running server (after the warm-ups if `warm_up`),
