@@ -37,6 +37,21 @@ def not_compared(recorded: Summary, replayed: Summary | None = None) -> set[str]
     return skip
 
 
+WORDING = frozenset(
+    {"decision", "power", "arms", "output_gate", "correctness_set", "mechanisms", "unexplained_gains", "stop_reason"}
+)
+"""Summary fields that explain in words what the other fields decided: a replay by a later
+perfloop may word them differently (a noise phrase reworded, a mechanism's prediction refined)
+and still decide the same; every other field (verdicts, speedups and their intervals, what was
+kept and committed, launches) must equal the recording's."""
+
+
+def differing(recorded: Summary, replayed: Summary, skip: set[str]) -> set[str]:
+    """The compared summary fields whose values differ (pure)."""
+    a, b = recorded.model_dump(exclude=skip), replayed.model_dump(exclude=skip)
+    return {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
+
+
 def replay(session: SessionArg, as_json: Json = False) -> None:
     """Run a recorded session again with every tool call answered from its recording (no host)."""
 
@@ -57,12 +72,15 @@ def replay(session: SessionArg, as_json: Json = False) -> None:
             raise typer.Exit(1) from None
         recorded = info.summary
         skip = not_compared(recorded, summary) if recorded is not None else set()
-        same = recorded is not None and recorded.model_dump(exclude=skip) == summary.model_dump(exclude=skip)
+        differ = differing(recorded, summary, skip) if recorded is not None else {"summary"}
+        same, worded = not differ - WORDING, sorted(differ & WORDING)
         render.summary(console(as_json), summary)
         verdict = "same summary as recorded" if same else "DIFFERENT summary than recorded"
+        if same and worded:
+            verdict = f"same decisions as recorded (worded differently now: {', '.join(worded)})"
         terminal.console(stderr=True).print(f"replayed {len(state.transitions)} transitions: {verdict}")
         if as_json:
-            emit({**summary_json(summary), "matches_recording": same})
+            emit({**summary_json(summary), "matches_recording": same, "worded_differently": worded})
         if not same:
             raise typer.Exit(1)
 
