@@ -130,6 +130,14 @@ class OutputNoise(Model):
     alpha: float = 0.01
     """The rule's false-reject rate when a candidate's texts move as often as the baseline's
     (one-sided Fisher exact test)."""
+    host_observations: int = 0
+    """Published per host and engine (`OutputNoiseSample`, this session's included): the batched
+    texts every baseline of this engine on this host took, in the same batch-invariant mode; 0
+    where none was kept (sessions before it)."""
+    host_varied: int = 0
+    """Of them, those that left their text alone."""
+    host_sessions: int = 0
+    """Baselines behind `host_observations`."""
 
     @property
     def exact(self) -> bool:
@@ -140,9 +148,16 @@ class OutputNoise(Model):
         return self.deterministic_mode is not None and self.varied == 0 and self.alone_stable
 
     def line(self) -> str:
-        """The plan, in words: e.g. `outputs vary with the schedule on this host: 1/12 of the
-        baseline's batched texts left their text alone (first at character 17, 97.9% agreement);
-        texts alone compared exactly, batched texts judged against that share (false rejects <= 1%)`."""
+        """The plan, in words, and what this host and engine's baselines published (`published`):
+        e.g. `outputs vary with the schedule on this host: 1/12 of the baseline's batched texts left
+        their text alone (first at character 17, 97.9% agreement); texts alone compared exactly,
+        batched texts judged against that share (false rejects <= 1%); this host and engine: 9/60
+        batched texts moved over 5 baselines (15%)`."""
+        more = self.published()
+        return self.plan() + (f"; {more}" if more else "")
+
+    def plan(self) -> str:
+        """The plan for this session's candidates, in words."""
         mode = f" ({self.deterministic_mode})" if self.deterministic_mode else ""
         if self.exact:
             return (
@@ -166,3 +181,43 @@ class OutputNoise(Model):
             f"baseline's batched texts left their text alone{where} ({self.agreement:.1%} agreement); "
             f"{alone}, batched texts judged against the baseline's share (false rejects <= {self.alpha:.0%})"
         )
+
+    def published(self) -> str:
+        """This host and engine's output noise over its baselines, e.g. `this host and engine: 9/60
+        batched texts moved over 5 baselines (15%)`; empty where none was kept."""
+        if not self.host_sessions:
+            return ""
+        share = self.host_varied / self.host_observations if self.host_observations else 0.0
+        mode = f" in {self.deterministic_mode}" if self.deterministic_mode else ""
+        many = "baseline" if self.host_sessions == 1 else "baselines"
+        return (
+            f"this host and engine{mode}: {self.host_varied}/{self.host_observations} batched texts "
+            f"moved over {self.host_sessions} {many} ({share:.0%})"
+        )
+
+
+class OutputNoiseSample(Model):
+    """One baseline's output noise kept in the session store, published per host and engine."""
+
+    key: str
+    """Engine, host and model (agent/decision/stats/noise.py `outputs_key`): pooled per key."""
+    session_id: str
+    """The session whose baseline took it (one per session: a later take replaces it)."""
+    observations: int
+    """Its batched texts."""
+    varied: int
+    """Of them, those that left their text alone."""
+    deterministic_mode: str | None = None
+    """The batch-invariant mode its launch carried: samples pool only with the same mode."""
+
+
+class OutputNoiseArgs(Model):
+    """Keep one baseline's output noise and read back every one of its host and engine."""
+
+    sample: OutputNoiseSample
+
+
+class OutputNoiseSamples(Model):
+    """Every output noise sample of a host and engine, oldest first."""
+
+    samples: list[OutputNoiseSample]

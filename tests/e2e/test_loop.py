@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -86,6 +87,8 @@ def test_demo_accepts_gather_then_cast(home: Path) -> None:
     gate = s["output_gate"]
     assert gate.startswith("exact alone; ") and "batched texts equal its texts alone" in gate, gate
     assert "kv-cache-full-pool-cast: outputs identical alone" in gate, gate
+    # published per host and engine: this home's one baseline so far (the CPU's batch moves none)
+    assert re.search(r"; this host and engine: 0/\d+ batched texts moved over 1 baseline \(0%\)", gate), gate
     repo = Path(s["repo"])
     assert_clean(repo, s)
     assert git(repo, "status", "--porcelain") == ""

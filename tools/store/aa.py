@@ -1,4 +1,5 @@
-"""The A/A store as a door tool: keep a baseline launch's location, return every launch of its target.
+"""The A/A store as door tools: keep a baseline launch's location, return every launch of its
+target; keep a baseline's output noise, return every one of its host and engine.
 
 It runs here (`where="local"`), on the session store ($PERFLOOP_STORE's database or SQLite),
 whatever host the target is on; through the door its answer is recorded, so a replayed session
@@ -8,6 +9,7 @@ sees the launch noise it decided with.
 from __future__ import annotations
 
 from state.measurement.aa import AARecordArgs, AASamples
+from state.measurement.correctness import OutputNoiseArgs, OutputNoiseSamples
 from tools.door.registry import tool
 from tools.store.sessions import SessionStore, perfloop_home
 
@@ -21,5 +23,17 @@ def record(args: AARecordArgs) -> AASamples:
         for sample in ([args.sample] if args.sample is not None else []) + args.more:
             store.add_aa(sample)
         return AASamples(samples=store.aa_samples(args.target_key))
+    finally:
+        store.close()
+
+
+@tool("outputs.noise_record", where="local")
+def record_output_noise(args: OutputNoiseArgs) -> OutputNoiseSamples:
+    """Keep one baseline's output noise (its session's earlier one replaced); return every sample
+    of its host and engine, oldest first."""
+    store = SessionStore.open(perfloop_home())
+    try:
+        store.add_output_noise(args.sample)
+        return OutputNoiseSamples(samples=store.output_noise(args.sample.key))
     finally:
         store.close()

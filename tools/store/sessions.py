@@ -19,6 +19,7 @@ from typing import Any
 
 from state.door.records import ToolCallRecord
 from state.measurement.aa import AASample
+from state.measurement.correctness import OutputNoiseSample
 from state.sessions.session import SessionInfo
 from tools.paths import session_id as checked_id
 from tools.secrets import redact
@@ -160,6 +161,21 @@ class SessionStore:
                 "INSERT INTO aa_launches (target_key, session_id, launch_number, sample) VALUES (?, ?, ?, ?)",
                 (sample.target_key, *key, sample.model_dump_json()),
             )
+
+    def add_output_noise(self, sample: OutputNoiseSample) -> None:
+        """Keep one baseline's output noise; the same session's again replaces it."""
+        with self.db.transaction():  # delete + insert: a replaced one moves to the end
+            self.db.run("DELETE FROM output_noise WHERE session_id = ?", (sample.session_id,))
+            self.db.run(
+                "INSERT INTO output_noise (noise_key, session_id, sample) VALUES (?, ?, ?)",
+                (sample.key, sample.session_id, sample.model_dump_json()),
+            )
+
+    def output_noise(self, key: str) -> list[OutputNoiseSample]:
+        """Every baseline's output noise kept for an engine on a host, oldest first."""
+        order = "rowid" if self.db.dialect == "sqlite" else "added"
+        rows = self.db.rows(f"SELECT sample FROM output_noise WHERE noise_key = ? ORDER BY {order}", (key,))
+        return [OutputNoiseSample.model_validate_json(r[0]) for r in rows]
 
     def aa_samples(self, target_key: str) -> list[AASample]:
         """Every A/A launch kept for a target on a host, oldest first."""

@@ -28,12 +28,20 @@ from agent.decision.gate.correctness import (
     names,
     take_outputs,
 )
-from state.measurement.correctness import CorrectnessConfig, OutputNoise, OutputsResult
+from agent.decision.stats.noise import outputs_key
+from state.measurement.correctness import (
+    CorrectnessConfig,
+    OutputNoise,
+    OutputNoiseArgs,
+    OutputNoiseSample,
+    OutputsResult,
+)
 from state.measurement.measure import Measurement
 from state.measurement.tolerance import ScoreArgs, ScoreResult, ToleranceResult
 from state.sessions.loop import LoopState
 from state.sessions.updates import LoopUpdate
 from tools.engines.registry import engine
+from tools.store import aa
 from tools.tolerance import score
 
 
@@ -106,8 +114,30 @@ def reference_outputs(
     taken = take_outputs(state, runtime)
     update: LoopUpdate = {"correctness": taken, "long_prompts": long}
     if state.options.schedule_gate:
-        update["output_noise"] = output_noise(state, taken, baseline)
+        update["output_noise"] = published(state, runtime, output_noise(state, taken, baseline))
     return update
+
+
+def published(state: LoopState, runtime: Runtime[LoopContext], noise: OutputNoise) -> OutputNoise:
+    """`noise` kept in the session store under its host and engine (`outputs.noise_record`, through
+    the door: a replay reads what the session read), with every baseline's there pooled beside it
+    (those in the same batch-invariant mode); the rule still judges against this session's own."""
+    sample = OutputNoiseSample(
+        key=outputs_key(state.target),
+        session_id=state.session_id,
+        observations=noise.observations,
+        varied=noise.varied,
+        deterministic_mode=noise.deterministic_mode,
+    )
+    kept = call(runtime, aa.record_output_noise, OutputNoiseArgs(sample=sample)).samples
+    alike = [s for s in kept if s.deterministic_mode == noise.deterministic_mode]
+    return noise.model_copy(
+        update={
+            "host_observations": sum(s.observations for s in alike),
+            "host_varied": sum(s.varied for s in alike),
+            "host_sessions": len(alike),
+        }
+    )
 
 
 def output_noise(state: LoopState, taken: OutputsResult, baseline: Measurement | None) -> OutputNoise:

@@ -44,6 +44,14 @@ def target_key(target: TargetConfig, on: TrialHost | None = None) -> str:
     return f"{target.name}@{host}#{_digest(parts)}"
 
 
+def outputs_key(target: TargetConfig) -> str:
+    """Which engine on which host serving which model: the baselines' output noise is published
+    per key (whatever the launch flags and workload: the batch that moves the texts is the
+    correctness set's), e.g. `outputs:mla_server@local#1a2b...`."""
+    host = target.host.url if target.host.kind == "ssh" else "local"
+    return f"outputs:{target.kind}@{host}#{_digest([target.model])}"
+
+
 def shape_key(target: TargetConfig) -> str:
     """Which engine on which host at which workload shape, whatever its launch flags: paired blocks'
     history is pooled under it, so every trial of a launch-option search (and every later session
