@@ -66,10 +66,14 @@ def test_the_cli_says_which_lines_are_worded_differently_and_exits_0(tmp_path: P
     from tests.e2e.conftest import last_json, perfloop
 
     home = tmp_path / "home"
-    proc = perfloop(home, "import", str(ROOT / "benchmarks/h200-2026-11-30-ci-rule/c-eager-ci-session.json.gz"))
+    proc = perfloop(
+        home, "import", str(ROOT / "benchmarks/h200-2026-11-30-ci-rule/c-eager-ci-session.json.gz")
+    )
     assert proc.returncode == 0, proc.stderr
     told = perfloop(home, "replay", "last")
     assert told.returncode == 0, told.stderr[-2000:]
-    assert told.stderr.endswith(": same decisions as recorded (worded differently now: decision, mechanisms)\n")
+    assert told.stderr.endswith(
+        ": same decisions as recorded (worded differently now: decision, mechanisms)\n"
+    )
     out = last_json(perfloop(home, "replay", "last", "--json"))
     assert out["matches_recording"] is True and out["worded_differently"] == ["decision", "mechanisms"]

@@ -61,4 +61,6 @@ def test_a_prompt_with_fewer_than_two_timed_streams_is_sent_again_while_others_t
     assert untimed_again([rec(0, timed), rec(1, burst)], 2, 1) == [1]  # one repeat: one timing
     assert untimed_again([rec(0, timed)] * 2 + [rec(1, burst)] * 4, 2, 2) == []  # 2 x repeats sent
     assert untimed_again([rec(0, burst), rec(1, burst)], 2, 2) == []  # the server merges them all
-    assert untimed_again([rec(0, timed)] * 2 + [rec(1, burst, tokens=1)] * 2, 2, 2) == []  # one token: no gaps
+    assert (
+        untimed_again([rec(0, timed)] * 2 + [rec(1, burst, tokens=1)] * 2, 2, 2) == []
+    )  # one token: no gaps

@@ -38,7 +38,16 @@ def not_compared(recorded: Summary, replayed: Summary | None = None) -> set[str]
 
 
 WORDING = frozenset(
-    {"decision", "power", "arms", "output_gate", "correctness_set", "mechanisms", "unexplained_gains", "stop_reason"}
+    {
+        "decision",
+        "power",
+        "arms",
+        "output_gate",
+        "correctness_set",
+        "mechanisms",
+        "unexplained_gains",
+        "stop_reason",
+    }
 )
 """Summary fields that explain in words what the other fields decided: a replay by a later
 perfloop may word them differently (a noise phrase reworded, a mechanism's prediction refined)
