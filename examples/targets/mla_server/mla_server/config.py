@@ -43,6 +43,8 @@ class ServerConfig:
     tp_rank: int = 0
     num_continuous_decode_steps: int = 1
     enable_deterministic_inference: bool = False
+    enable_torch_compile: bool = False
+    torch_compile_max_bs: int = 32
 
     @property
     def static_decode(self) -> bool:
@@ -120,6 +122,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--enable-deterministic-inference", action="store_true",
                    help="batch-invariant decode (SGLang's name): every step padded to --max-running, "
                         "so a request's output does not depend on what shares its steps (slower)")
+    p.add_argument("--enable-torch-compile", action="store_true",
+                   help="decode through torch.compile'd layer math (SGLang's name), compiled and warmed "
+                        "up at start-up, before the CUDA graphs capture it; exact: inductor keeps "
+                        "eager's roundings (mla_server/compile.py)")
+    p.add_argument("--torch-compile-max-bs", type=_positive, default=32,
+                   help="largest decode batch that runs compiled (SGLang's name); larger ones run eagerly")
     return p
 
 
@@ -134,6 +142,8 @@ def parse_config(argv: list[str]) -> ServerConfig:
     for name in ("heads", "ffn"):
         if args[name] % args["tp_size"]:
             build_parser().error(f"--tp-size {args['tp_size']} does not divide --{name} {args[name]}")
+    if args["enable_torch_compile"] and args["tp_size"] > 1:
+        build_parser().error("--enable-torch-compile is not supported with --tp-size > 1 here")
     if args["cuda_graph_bs"] is not None:
         args["cuda_graph_bs"] = tuple(args["cuda_graph_bs"])
     return ServerConfig(**args)

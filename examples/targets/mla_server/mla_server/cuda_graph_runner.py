@@ -86,7 +86,7 @@ class CudaGraphRunner:
         batch = dataclasses.replace(batch, kv_mask=self.kv_range <= batch.positions.unsqueeze(1))
         runner = self.runner
         attend = functools.partial(runner.attn_backend.forward_decode_static, batch=batch)
-        h = runner.run_layers(runner.model.embed[batch.input_ids], batch.positions, attend)
+        h = runner.run_layers(runner.model.embed[batch.input_ids], batch.positions, attend, decode=True)
         return runner.model.logits(h)
 
     def capture(self) -> None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import torch
 
 from mla_server.attention.mla_backend import MLAAttentionBackend
+from mla_server.compile import CompiledDecode
 from mla_server.config import ServerConfig
 from mla_server.cuda_graph_runner import CudaGraphRunner, StaticDecodeBatch
 from mla_server.kv_pool import KV_CACHE_DIM, MLATokenToKVPool
@@ -44,7 +45,8 @@ def sample(logits: torch.Tensor, reqs: list) -> list[int]:
 
 class ModelRunner:
     """Owns the model, the KV pool, the attention backend and, on cuda, the static decode step
-    with its CUDA graphs (`graph_runner`; None on cpu, whose decode stays eager and per request).
+    with its CUDA graphs (`graph_runner`; None on cpu, whose decode stays eager and per request);
+    under --enable-torch-compile the compiled decode (`compiled`, mla_server/compile.py).
     """
 
     def __init__(self, cfg: ServerConfig, static_decode: bool | None = None):
@@ -54,7 +56,12 @@ class ModelRunner:
         static = cfg.static_decode if static_decode is None else static_decode
         self.kv_pool = MLATokenToKVPool(cfg.pool_slots, cfg.layers, cfg.device, padding_slot=static)
         self.attn_backend = MLAAttentionBackend(self.kv_pool, KV_CACHE_DIM**-0.5)
-        self.graph_runner = CudaGraphRunner(self, cfg, cfg.use_cuda_graph) if static else None
+        self.graph_runner = CudaGraphRunner(self, cfg, capture=False) if static else None
+        self.compiled = CompiledDecode(self, cfg.torch_compile_max_bs) if cfg.enable_torch_compile else None
+        if self.compiled is not None:  # compiled now, so a start-up timed to healthy includes it
+            self.compiled.warm_up(self)
+        if self.graph_runner is not None and cfg.use_cuda_graph:
+            self.graph_runner.capture()  # after the compile: the graphs replay the compiled kernels
 
     def forward_extend(self, req) -> int:
         """Prefill one request's prompt into its slots; return its first sampled token."""
@@ -101,10 +108,14 @@ class ModelRunner:
         if isinstance(batch, StaticDecodeBatch):  # cuda: a graph replay, or the same step eagerly
             return sample(self.graph_runner.forward(batch)[: len(batch.reqs)], batch.reqs)
         attend = functools.partial(self.attn_backend.forward_decode, batch=batch)
-        h = self.run_layers(self.model.embed[batch.input_ids], batch.positions, attend)
+        h = self.run_layers(self.model.embed[batch.input_ids], batch.positions, attend, decode=True)
         return sample(self.model.logits(h)[: len(batch.reqs)], batch.reqs)
 
-    def run_layers(self, h, positions, attend):
+    def run_layers(self, h, positions, attend, decode: bool = False):
+        """Every layer on h `[tokens, hidden]`; a decode step runs the compiled layer math under
+        --enable-torch-compile (up to --torch-compile-max-bs rows), prefill always eager."""
+        if decode and self.compiled is not None and self.compiled.covers(h.shape[0]):
+            return self.compiled.run_layers(h, positions, attend)
         for layer_id in range(self.cfg.layers):
             h = self.model.layer_forward(layer_id, h, positions, attend)
         return h

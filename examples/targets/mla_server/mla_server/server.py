@@ -126,8 +126,12 @@ class Handler(BaseHTTPRequestHandler):
     def _server_info(self):
         runner = self.engine.runner
         graphs = sorted(runner.graph_runner.graphs) if runner.graph_runner else []
+        compiled = runner.compiled
         self._send_json(200, {**dataclasses.asdict(self.engine.cfg), "cuda_graph_batch_sizes": graphs,
-                              "kv_slots_free": runner.kv_pool.allocator.available()})
+                              "kv_slots_free": runner.kv_pool.allocator.available(),
+                              "torch_compile_batch_sizes": compiled.batch_sizes if compiled else [],
+                              "torch_compile_s": compiled.compile_s if compiled else None,
+                              "torch_compile_settings": compiled.settings if compiled else []})
 
     def _start_profile(self, body):
         self.engine.profiler.request_start(parse_profile_options(body))
