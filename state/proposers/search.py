@@ -21,10 +21,12 @@ IMPLICATED: dict[str, tuple[str, ...]] = {
     "launch-bound-decode": ("--disable-cuda-graph", "--cuda-graph-max-bs", "--cuda-graph-bs"),
     "kv-cache-full-pool-cast": ("--max-total-tokens", "--pool-slots", "--mem-fraction-static"),
     HOST_BOUND: ("--max-num-seqs", "--max-running-requests"),
+    "decode-step-fusion": ("--enable-torch-compile",),
 }
 """Knobs (by flag) a diagnosis finding implicates when the knob names none itself: they are set to
 their `first` value in the first trial (launch-bound decode -> the CUDA-graph flags, a pass over
-the whole KV pool -> the pool's size, host-bound decode -> the sequences decoded per step)."""
+the whole KV pool -> the pool's size, host-bound decode -> the sequences decoded per step, many
+small kernels -> the engine's compile path, SGLang's and the demo's `--enable-torch-compile`)."""
 
 
 class Knob(Model):

@@ -1,6 +1,8 @@
 """The embedded demo server (`kind = "mla_server"`, examples/targets/mla_server) as an engine.
 
-Its launch flags are its own argparse's (examples/targets/mla_server/mla_server/config.py); the
+Its launch flags are its own argparse's (examples/targets/mla_server/mla_server/config.py), among
+them SGLang's compile path (`--enable-torch-compile`, `--torch-compile-max-bs`: exact by default,
+its compile timed inside the launch, mla_server/compile.py); the
 target file's `[profile] model_runner_path` names where the dormant profiler goes; it states its
 context limit in `/get_server_info` and `/v1/models`; it has no serving benchmark of its own.
 """
@@ -28,6 +30,8 @@ class DemoEngine(Engine):
         "--cuda-graph-max-bs",
         "--cuda-graph-bs",
         "--num-continuous-decode-steps",
+        "--enable-torch-compile",
+        "--torch-compile-max-bs",
     )
     batch_flag = "--max-running-requests"
     deterministic = ("--enable-deterministic-inference",)
