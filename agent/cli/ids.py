@@ -11,6 +11,7 @@ make): another machine's session, or one a peer planted in a shared store, is na
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -53,6 +54,26 @@ def resolve(ids: list[str], text: str, mine: set[str] | None = None) -> str:
     raise ToolError(f"{text!r} is the start of several sessions: {', '.join(hits[:SHOWN])}{more}")
 
 
+STAMP = re.compile(r"(\d{8}-\d{6})")
+
+
+def local_order(ids: list[str], home: Path) -> list[str]:
+    """`ids` oldest first by what this machine knows (issue 56): a session of this machine by the
+    time its id was made here (`YYYYMMDD-HHMMSS`, the name of its folder under
+    $PERFLOOP_HOME/sessions), else by its folder's change time; not by the store's `created_at`,
+    which a store peer can rewrite to make an old session `last`."""
+
+    def when(i: str) -> tuple[str, float, str]:
+        folder = home / "sessions" / i
+        stamp = m.group(1) if (m := STAMP.search(i)) else ""
+        try:
+            return stamp, folder.stat().st_ctime, i
+        except OSError:
+            return stamp, 0.0, i
+
+    return sorted(ids, key=when)
+
+
 def resolve_in_store(text: str) -> str:
     """The full id `text` names in this process's store (opened here, when a command line names a
     session: not at start-up)."""
@@ -61,7 +82,7 @@ def resolve_in_store(text: str) -> str:
     home = perfloop_home()
     store = SessionStore.open(home)
     try:
-        ids = [i.id for i in store.list_sessions()]
+        ids = local_order([i.id for i in store.list_sessions()], home)
         return resolve(ids, text, {i for i in ids if (home / "sessions" / i).is_dir()})
     finally:
         store.close()

@@ -6,6 +6,7 @@ window (tools/store/db.py), past which it is `StoreUnreachable`."""
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import logging
 import sqlite3
@@ -17,6 +18,7 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
     BaseCheckpointSaver,
     ChannelVersions,
     Checkpoint,
@@ -32,11 +34,16 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from pydantic import BaseModel
 
 import state
+from agent.sessions import ledger
 from agent.sessions.signing import (
+    GRAPH,
+    SEQ,
     SIGNATURE,
     WRITES,
     digests,
+    graph_digest,
     key_here,
+    ours,
     seal,
     seal_write,
     signs_writes,
@@ -138,34 +145,51 @@ class Renaming(BaseCheckpointSaver):
 
 class Signing(BaseCheckpointSaver):
     """Signs each checkpoint of a session it writes (agent/sessions/signing.py): the digests of
-    its state's fields and their HMAC under this user's key, in the checkpoint's metadata; and
-    each pending write (`seal_write`, kept as the session's `write-signature` inputs in `inputs`).
-    A checkpoint of this key that says its writes are signed is read back only with every
-    pending write signed: a write a store peer added (a finished trial's result, an approval's
-    answer) is refused in one line before anything runs."""
+    its state's fields, of the whole checkpoint as LangGraph stores it (`GRAPH`: channel values
+    and versions, `versions_seen`, pending tasks, its id and parent's) and its number in the
+    session (`SEQ`), with their HMAC under this user's key, in the checkpoint's metadata; and each
+    pending write (`seal_write`, kept as the session's `write-signature` inputs in `inputs`). What
+    it signed is also kept under $PERFLOOP_HOME (`ledger.py`). A checkpoint of this key is read
+    back only as signed: its graph state unchanged, not older than the latest this machine signed
+    (when read as the latest: a rollback), every pending write signed and none this machine wrote
+    missing. Anything else is refused in one line before anything runs."""
 
     home: Path | None = None
     """Where the user's key is (made at the first checkpoint); None: nothing signed."""
     inputs: SessionStore | None = None
     """The session store the write signatures are kept in; None: writes not signed."""
+    seen: dict[str, int]
+    """The highest checkpoint number of each session read back under this key (its next is past it)."""
     _lock = threading.Lock()
 
     def put_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
+        kept: list[tuple[str, str, str, bool]] = []
         if self.home is not None and self.inputs is not None and writes:  # signed first: a reader
             key, where = user_key(self.home), _where(config, task_id)  # never sees one unsigned
+            special = all(c in WRITES_IDX_MAP for c, _ in writes)  # LangGraph overwrites these
             with self._lock:  # branches of a parallel batch write at once
-                for channel, value in writes:
+                for i, (channel, value) in enumerate(writes):
                     record = seal_write(key, where, channel, self.serde.dumps_typed(value))
                     self.inputs.add_input(where["thread_id"], WRITE_SIGNATURE, record)
+                    slot = f"{task_id}|{WRITES_IDX_MAP.get(channel, i)}"
+                    kept.append((slot, channel, record["value"], special))
         super().put_writes(config, writes, task_id, task_path)
+        if kept and self.home is not None and not where["checkpoint_ns"]:
+            with self._lock:
+                ledger.signed_writes(self.home, where["thread_id"], where["checkpoint_id"], kept)
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         found = super().get_tuple(config)
-        if found is None or not found.pending_writes or self.home is None or self.inputs is None:
+        if found is None or self.home is None:
             return found
         sid, key = str(found.config["configurable"]["thread_id"]), key_here(self.home)
+        fields = ours(key, sid, (found.metadata or {}).get(SIGNATURE))
+        if key is not None and fields is not None and GRAPH in fields:
+            self._check_graph(sid, config, found, fields)
+        if not found.pending_writes or self.inputs is None or key is None:
+            return found
         if not signs_writes(key, sid, (found.metadata or {}).get(SIGNATURE)):  # older, or not ours
             return found
         where = _where(found.config, None)
@@ -177,6 +201,46 @@ class Signing(BaseCheckpointSaver):
             )
         return found
 
+    def _check_graph(
+        self, sid: str, asked: RunnableConfig, found: CheckpointTuple, fields: dict[str, str]
+    ) -> None:
+        """Refuse a checkpoint this key signed whose graph state changed since, or (read as the
+        session's latest) that is older than this machine's latest, or that lost a pending write
+        this machine wrote (`ledger.py`)."""
+        assert self.home is not None
+        now = graph_digest(found.checkpoint, found.config, found.parent_config, self.serde.dumps_typed)
+        fix = f"nothing was run: `perfloop show {sid}` shows what it holds; start a new session with `perfloop run`"
+        if now != fields[GRAPH]:
+            raise ConfigError(
+                f"session {sid} changed in the store since this user last ran it: its graph state "
+                f"(the step that runs next, channel versions, pending tasks) is not what this user's "
+                f"key signed; {fix}"
+            )
+        if found.config["configurable"].get("checkpoint_ns"):
+            return
+        seq, local = int(fields.get(SEQ, "0") or 0), ledger.read(self.home, sid)
+        latest = not asked.get("configurable", {}).get("checkpoint_id")
+        if latest and seq < int(local.get("seq", 0) or 0):
+            raise ConfigError(
+                f"session {sid} was rolled back in the store: its latest checkpoint is number {seq}, "
+                f"this machine signed number {local['seq']} (a store peer deleted the later ones); {fix}"
+            )
+        if latest and local.get("checkpoint") == found.checkpoint["id"]:
+            there = {
+                (t, c, _value_digest(self.serde.dumps_typed(v))) for t, c, v in found.pending_writes or []
+            }
+            gone = [
+                f"{channel} (task {slot.split('|')[0][:8]})"
+                for slot, (channel, digest) in sorted(local.get("writes", {}).items())
+                if (slot.split("|")[0], channel, digest) not in there
+            ]
+            if gone:
+                raise ConfigError(
+                    f"session {sid} changed in the store since this user last ran it: its last "
+                    f"step's pending write {', '.join(gone[:4])} that this machine wrote was deleted; {fix}"
+                )
+        self.seen[sid] = max(self.seen.get(sid, 0), seq)
+
     def put(
         self,
         config: RunnableConfig,
@@ -185,16 +249,29 @@ class Signing(BaseCheckpointSaver):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         values = checkpoint["channel_values"]
+        seq = 0
+        sid = str(config["configurable"]["thread_id"])
         if self.home is not None and {"session_id", "target", "options"} <= values.keys():
-            sid = str(config["configurable"]["thread_id"])
             state_values = {
                 k: v for k, v in values.items() if k in LoopState.model_fields
             }  # no graph channels
             fields = digests(LoopState.model_validate(state_values))
             if self.inputs is not None:
                 fields[WRITES] = "signed"
+            if not config["configurable"].get("checkpoint_ns"):
+                seq = ledger.next_seq(self.home, sid, self.seen.get(sid, 0))
+                fields[SEQ] = str(seq)
+            fields[GRAPH] = graph_digest(checkpoint, config, config, self.serde.dumps_typed)
             metadata = {**metadata, SIGNATURE: seal(user_key(self.home), sid, fields)}  # type: ignore[misc]
-        return super().put(config, checkpoint, metadata, new_versions)
+        out = super().put(config, checkpoint, metadata, new_versions)
+        if seq and self.home is not None:
+            ledger.signed_checkpoint(self.home, sid, seq, checkpoint["id"])
+            self.seen[sid] = seq
+        return out
+
+
+def _value_digest(typed: tuple[str, bytes]) -> str:
+    return hashlib.sha256(typed[0].encode() + typed[1]).hexdigest()
 
 
 def _where(config: RunnableConfig, task_id: str | None) -> dict[str, str]:
@@ -222,7 +299,7 @@ def open_checkpointer(
     else:
         saver = RedactingPostgresSaver(_pool(url), serde=serializer())
         saver.where = describe(url, Path())
-    saver.home, saver.inputs = home, inputs
+    saver.home, saver.inputs, saver.seen = home, inputs, {}
     saver.setup()
     return saver
 

@@ -23,8 +23,11 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import secrets
+import stat
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 from state.sessions.loop import LoopState
@@ -36,23 +39,76 @@ SIGNATURE = "perfloop_signature"
 """The checkpoint metadata key holding the signed digests of its state."""
 WRITES = "~writes"
 """A signed field (not a state field) saying the checkpoint's pending writes are signed too."""
+GRAPH = "~graph"
+"""A signed field: the digest of the checkpoint as LangGraph stores it (`graph_digest`: every
+channel's value and version, what each node has seen, the updated channels, the pending tasks,
+its id and its parent's). A checkpoint without it was signed before perfloop signed the graph."""
+SEQ = "~seq"
+"""A signed field: the checkpoint's number in its session (the highest this machine signed is
+kept under $PERFLOOP_HOME, `agent/sessions/ledger.py`: a signed checkpoint older than that read
+back as the latest is a rollback)."""
+META = (WRITES, GRAPH, SEQ)
+BEFORE_GRAPH = (
+    "it was checkpointed before perfloop signed the graph's own state (what runs next), so a store "
+    "peer could have changed that"
+)
+"""Why a session this key signed before issue 56 is refused (its fields are this key's: `--trust`
+continues it where it was signed, its folder as signed)."""
 
 
-def key_here(home: Path) -> bytes:
-    """This user's key if it was made (verifying makes none: nothing is written then)."""
+def key_problem(home: Path) -> str | None:
+    """Why `home`'s key file cannot be this user's key (pure but for a stat and a read), or None:
+    missing, not a plain file, not the user's, readable by others, empty or not 64 hex digits.
+    Each is "not signed by this user" (fail closed): nothing verifies under an empty key."""
     path = home / KEY_FILE
-    return path.read_bytes().strip() if path.is_file() else b""
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return f"this machine has no key ({path} was never made: no session was started here)"
+    except OSError as exc:
+        return f"its key file {path} cannot be read ({exc.strerror})"
+    if not stat.S_ISREG(st.st_mode):
+        return f"its key file {path} is not a plain file (a link or a folder): remove it"
+    if st.st_uid != os.getuid():
+        return f"its key file {path} belongs to another user (uid {st.st_uid}): remove it"
+    if stat.S_IMODE(st.st_mode) & 0o077:
+        mode = oct(stat.S_IMODE(st.st_mode))[2:].rjust(4, "0")
+        return (
+            f"its key file {path} is mode {mode}, readable by others (anyone who read it can sign): "
+            f"remove it (a new key is made; sessions it signed need --trust) or, if nobody else "
+            f"could read it, chmod 600 it"
+        )
+    raw = path.read_bytes().strip()
+    if not raw:
+        return f"its key file {path} is empty: remove it (a new key is made at the next session)"
+    if not re.fullmatch(rb"[0-9a-f]{64}", raw):
+        return f"its key file {path} is malformed (not 64 hex digits): remove it or copy the right one"
+    return None
+
+
+def key_here(home: Path) -> bytes | None:
+    """This user's key if it was made and is sound (`key_problem`), else None: verifying makes
+    none (nothing is written then) and never verifies under an empty or public key."""
+    return None if key_problem(home) is not None else (home / KEY_FILE).read_bytes().strip()
 
 
 def user_key(home: Path) -> bytes:
-    """This user's signing key (made once: 32 random bytes, hex, mode 0600 in `home`)."""
+    """This user's signing key (made once: 32 random bytes, hex, mode 0600 in `home`); a key file
+    that is there but unsound (`key_problem`) is refused in one line, never replaced."""
     path = home / KEY_FILE
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return path.read_bytes().strip()
-    with os.fdopen(fd, "w") as f:
-        f.write(secrets.token_hex(32))
+    if not path.exists():  # made whole, then linked in: no reader ever sees it half-written
+        tmp = home / f".{KEY_FILE}.{os.getpid()}.{secrets.token_hex(4)}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # another process or thread made it first: that one is the key
+        finally:
+            tmp.unlink()
+    if (why := key_problem(home)) is not None:
+        raise ConfigError(f"cannot sign this session: {why}; nothing was run")
     return path.read_bytes().strip()
 
 
@@ -93,9 +149,15 @@ def seal(key: bytes, session_id: str, fields: dict[str, str]) -> dict:
     return {"fields": fields, "hmac": _mac(key, session_id, fields)}
 
 
-def problem(key: bytes, session_id: str, record: dict | None, now: dict[str, str]) -> str | None:
-    """Why the stored state `now` is not what this key signed for the session (pure), or None."""
+def problem(
+    key: bytes | None, session_id: str, record: dict | None, now: dict[str, str], home: Path | None = None
+) -> str | None:
+    """Why the stored state `now` is not what this key signed for the session (pure but for the
+    key file's check when `key` is None), or None. No key (or an unsound one) is never a match."""
     unsigned = f"session {session_id} is not signed by this user's key ($PERFLOOP_HOME/{KEY_FILE}): "
+    if not key:
+        why = key_problem(home) if home is not None else None
+        return unsigned + (why or "this machine has no sound key")
     if not isinstance(record, dict) or not isinstance(record.get("fields"), dict):
         return unsigned + "it carries no signature (checkpointed before perfloop signed sessions, or by hand)"
     signed = record["fields"]
@@ -104,7 +166,9 @@ def problem(key: bytes, session_id: str, record: dict | None, now: dict[str, str
             unsigned
             + "its signature is another key's (another machine's or user's session, a copy, or a forgery)"
         )
-    changed = sorted(k for k in signed.keys() - {WRITES} | now.keys() if signed.get(k) != now.get(k))
+    if GRAPH not in signed:
+        return unsigned + BEFORE_GRAPH
+    changed = sorted(k for k in signed.keys() - set(META) | now.keys() if signed.get(k) != now.get(k))
     if changed:
         shown = ", ".join(changed[:8]) + (f" (+{len(changed) - 8} more)" if len(changed) > 8 else "")
         return f"session {session_id} changed in the store since this user last ran it: {shown} changed"
@@ -118,14 +182,51 @@ def seal_write(key: bytes, where: dict[str, str], channel: str, typed: tuple[str
     return {**what, "hmac": hmac.new(key, _canon(what).encode(), "sha256").hexdigest()}
 
 
-def signs_writes(key: bytes, session_id: str, record: object) -> bool:
+def signs_writes(key: bytes | None, session_id: str, record: object) -> bool:
     """Whether a checkpoint's signature `record` is this key's and says its pending writes are signed."""
     return (
-        isinstance(record, dict)
+        key is not None
+        and bool(key)
+        and isinstance(record, dict)
         and isinstance(record.get("fields"), dict)
         and record["fields"].get(WRITES) == "signed"
         and hmac.compare_digest(str(record.get("hmac", "")), _mac(key, session_id, record["fields"]))
     )
+
+
+def ours(key: bytes | None, session_id: str, record: object) -> dict[str, str] | None:
+    """The signed fields of a checkpoint's signature `record` if this (sound) key made it."""
+    if not key or not isinstance(record, dict) or not isinstance(record.get("fields"), dict):
+        return None
+    good = hmac.compare_digest(str(record.get("hmac", "")), _mac(key, session_id, record["fields"]))
+    return record["fields"] if good else None
+
+
+def graph_digest(
+    checkpoint: Mapping[str, Any], config: Mapping[str, Any], parent: Mapping[str, Any] | None, dumps: Any
+) -> str:
+    """sha256 of a checkpoint as LangGraph stores it (pure but for `dumps`, the serializer's
+    `dumps_typed`): its id, namespace and parent's id, every channel's version, the value of every
+    channel that is not a state field (as the serializer writes it: control channels such as
+    `branch:to:*` and `__pregel_tasks` with the `Send`s of trials; state fields are bound one by
+    one by `digests`, so a changed one is named), `versions_seen` and `updated_channels`."""
+    c, p = config.get("configurable", {}), (parent or {}).get("configurable", {})
+    values = {
+        k: hashlib.sha256(t.encode() + b).hexdigest()
+        for k, v in checkpoint.get("channel_values", {}).items()
+        if k not in LoopState.model_fields  # state fields: bound one by one (`digests`), named when changed
+        for t, b in [dumps(v)]
+    }
+    what = {
+        "id": checkpoint.get("id"),
+        "ns": c.get("checkpoint_ns") or "",
+        "parent": p.get("checkpoint_id"),
+        "versions": checkpoint.get("channel_versions", {}),
+        "seen": checkpoint.get("versions_seen", {}),
+        "updated": sorted(checkpoint.get("updated_channels") or []),
+        "values": values,
+    }
+    return hashlib.sha256(_canon(what).encode()).hexdigest()
 
 
 def unsigned_writes(
@@ -168,11 +269,13 @@ def check(session_id: str, values: dict, metadata: dict | None, home: Path, trus
     picks where its logs and traces are written): then True (accepted by the human's word)."""
     state = LoopState.model_validate(values)
     now = digests(state)
-    why = problem(key_here(home), session_id, (metadata or {}).get(SIGNATURE), now)
+    why = problem(key_here(home), session_id, (metadata or {}).get(SIGNATURE), now, home)
     if why is None:
         return False
     if trust != binding_digest(now):
         raise refusal(session_id, why, now, trust)
+    if why.endswith(BEFORE_GRAPH):  # every field as this key signed it: its paths are the user's
+        return True
     if (here := (home / "sessions" / session_id).resolve()) != state.options.session_dir.resolve():
         raise ConfigError(
             f"--trust: session {session_id} keeps its logs and traces in {state.options.session_dir}, "
@@ -194,4 +297,6 @@ def check(session_id: str, values: dict, metadata: dict | None, home: Path, trus
 def status(session_id: str, values: dict, metadata: dict | None, home: Path) -> tuple[str, str | None]:
     """(the binding digest, why it is not this key's signature or None) of a checkpoint, for `show`."""
     now = digests(LoopState.model_validate(values))
-    return binding_digest(now), problem(key_here(home), session_id, (metadata or {}).get(SIGNATURE), now)
+    return binding_digest(now), problem(
+        key_here(home), session_id, (metadata or {}).get(SIGNATURE), now, home
+    )

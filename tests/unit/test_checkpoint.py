@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from state.measurement.measure import Measurement, RequestRecord
 from state.profiling.diagnosis import Diagnosis
 from state.sessions.loop import LoopState, Proposal
 from tools.client.stats import summarize
+from tools.errors import ConfigError
 
 DEMO_TOML = Path(__file__).resolve().parents[2] / "examples" / "targets" / "mla_server.toml"
 
@@ -105,6 +107,11 @@ def test_a_session_checkpointed_before_state_was_split_by_concern_resumes(tmp_pa
     assert b"state.loop" in raw and b"state.sessions" not in raw  # written before the move
     with caplog.at_level(logging.WARNING):
         sessions = Sessions(home)
+        with pytest.raises(ConfigError, match="before perfloop signed the graph's own state") as refused:
+            sessions.verify(PAUSED)  # issue 56: its graph state was not signed; the line says how on
+        trust = re.search(r"repeat the command with --trust ([0-9a-f]{16}) to run it", str(refused.value))
+        assert trust is not None and f"perfloop show {PAUSED}" in str(refused.value), refused.value
+        sessions.trust = trust.group(1)
         sessions.verify(PAUSED)
         values = sessions.graph.get_state(thread(PAUSED)).values
         request = sessions.pending_approval(PAUSED)
@@ -118,7 +125,7 @@ def test_a_session_checkpointed_before_state_was_split_by_concern_resumes(tmp_pa
     assert request["playbook"] == state.proposal.source == "kv-cache-full-pool-cast"
     assert request["digest"] == "d38f1dfb84486784"  # the approval digest it printed when it paused
     resumed = subprocess.run(
-        [str(Path(sys.executable).parent / "perfloop"), "resume", PAUSED],
+        [str(Path(sys.executable).parent / "perfloop"), "resume", PAUSED, "--trust", trust.group(1)],
         env={**os.environ, "PERFLOOP_HOME": str(home)},
         capture_output=True,
         text=True,

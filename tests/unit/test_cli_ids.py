@@ -62,3 +62,17 @@ def test_the_sessions_table_never_cuts_an_id() -> None:
     text = out.getvalue()
     assert all(i in text for i in IDS), text
     assert max(len(line) for line in text.splitlines()) <= 80
+
+
+def test_last_orders_this_machines_sessions_by_local_data_not_the_stores_created_at(tmp_path) -> None:
+    """Issue 56: a store peer rewrites `created_at` so that an older session of this machine comes
+    last in the store's order (`list_sessions`); `last` still names the newest made here."""
+    from agent.cli.ids import local_order
+
+    old, new = "20261201-101500-a1b2", "20261203-090000-c3d4"
+    for i in (old, new):
+        (tmp_path / "sessions" / i).mkdir(parents=True)
+    store_order = [new, old]  # the peer made `old` the newest by created_at
+    assert resolve(store_order, "last", {old, new}) == old  # what ordering by the store gives
+    ordered = local_order(store_order, tmp_path)
+    assert ordered == [old, new] and resolve(ordered, "last", {old, new}) == new

@@ -6,6 +6,7 @@ serializer masks it."""
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 
 from agent.cli.target import load_target
 from agent.sessions.checkpoint import serializer
-from agent.sessions.signing import SIGNATURE, binding_digest, check, digests, seal, user_key
+from agent.sessions.signing import GRAPH, SIGNATURE, binding_digest, check, digests, seal, user_key
 from state.config.options import LoopOptions
 from state.sessions.loop import LoopState
 from tools.errors import ConfigError
@@ -33,7 +34,7 @@ def test_the_key_is_made_once_private_and_a_change_is_named(tmp_path: Path) -> N
     key = user_key(tmp_path)
     assert user_key(tmp_path) == key and stat.S_IMODE((tmp_path / "signing.key").stat().st_mode) == 0o600
     signed = state(tmp_path)
-    meta = {SIGNATURE: seal(key, "s1", digests(signed))}
+    meta = {SIGNATURE: seal(key, "s1", {**digests(signed), GRAPH: "0" * 64})}
     values = signed.model_dump(mode="json")
     assert check("s1", values, meta, tmp_path, None) is False  # signed: passes on its signature
     changed = signed.model_copy(
@@ -68,8 +69,8 @@ def test_the_key_is_made_once_private_and_a_change_is_named(tmp_path: Path) -> N
         check("s1", values, {}, tmp_path, None)
     other = tmp_path / "other"
     other.mkdir()
-    with pytest.raises(ConfigError, match="its signature is another key's"):
-        check("s1", values, meta, other, None)  # another user's home: another key (none made there)
+    with pytest.raises(ConfigError, match="this machine has no key"):
+        check("s1", values, meta, other, None)  # another user's home: no key made there (fail closed)
     assert not (other / "signing.key").exists()  # verifying writes nothing
 
 
@@ -80,3 +81,42 @@ def test_a_secret_in_the_state_hashes_alike_once_the_serializer_masked_it(tmp_pa
     serde = serializer()
     back = serde.loads_typed(serde.dumps_typed(s))
     assert secret not in str(back.error) and digests(back) == digests(s)
+
+
+def test_a_session_signed_before_the_graph_was_is_refused_saying_how_to_continue(tmp_path: Path) -> None:
+    """Signed by this key, but before the graph's own state was (no `~graph`): refused, with
+    `perfloop show` and the `--trust DIGEST` that continues it."""
+    key, signed = user_key(tmp_path), state(tmp_path)
+    meta, values = {SIGNATURE: seal(key, "s1", digests(signed))}, signed.model_dump(mode="json")
+    now = binding_digest(digests(signed))
+    with pytest.raises(ConfigError, match=rf"before perfloop signed the graph's own state.*--trust {now}"):
+        check("s1", values, meta, tmp_path, None)
+    assert check("s1", values, meta, tmp_path, now) is True
+
+
+@pytest.mark.parametrize(
+    "spoil, says",
+    [
+        (lambda p: p.unlink(), "this machine has no key"),
+        (lambda p: p.write_bytes(b""), "is empty: remove it"),
+        (lambda p: p.write_bytes(b"\n  \n"), "is empty: remove it"),
+        (lambda p: p.chmod(0o644), "is mode 0644, readable by others"),
+        (lambda p: p.write_bytes(b"short"), "is malformed (not 64 hex digits)"),
+    ],
+)
+def test_no_sound_key_is_never_a_match_not_even_the_empty_keys_signature(tmp_path: Path, spoil, says) -> None:
+    """Fail closed: a session signed under the key it would read (the empty key, a public one)
+    is "not signed by this user", and making a signature with such a key file is refused too."""
+    path = tmp_path / "signing.key"
+    user_key(tmp_path)
+    spoil(path)
+    raw = path.read_bytes().strip() if path.exists() else b""
+    signed = state(tmp_path)
+    meta = {SIGNATURE: seal(raw, "s1", {**digests(signed), GRAPH: "0" * 64})}  # the peer signs with it
+    with pytest.raises(
+        ConfigError, match=f"is not signed by this user's key .*{re.escape(says)}.*nothing was run"
+    ):
+        check("s1", signed.model_dump(mode="json"), meta, tmp_path, None)
+    if path.exists():
+        with pytest.raises(ConfigError, match=f"cannot sign this session: .*{re.escape(says)}"):
+            user_key(tmp_path)
