@@ -10,17 +10,20 @@ what perfloop stores and prints: `redact()` for text (the session store, exports
 `perfloop show` without the variables therefore has nothing to leak.
 
 The server's environment follows one policy (`server_env`): perfloop's own environment minus every
-secret-looking variable (and `PERFLOOP_STORE`) not named in `launch.pass_env`, plus `launch.env`,
+secret-looking variable, every variable whose value holds a URL password (`DATABASE_URL`), and
+`PERFLOOP_STORE`, unless named in `launch.pass_env`, plus `launch.env`,
 plus the `pass_env` values.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
+from urllib.parse import quote, quote_plus, unquote
 
 from state.base import SECRET_NAME
 from tools.workspace.hidden import visible
@@ -44,31 +47,57 @@ def register(value: str) -> None:
         _registered.add(value)
 
 
+URL_PASSWORD = re.compile(r"://([^/@\s:]*):([^/@\s]*)@")
+"""`scheme://user:password@host`: a variable whose value holds one (whatever its name, e.g.
+`DATABASE_URL`) is dropped from every child's environment, as the probe drops it
+(tools/llm/probe.py), and its password is a known secret."""
+
+
 def _secrets() -> list[str]:
     values = {v for k, v in os.environ.items() if looks_secret(k) and len(v) >= _MIN_LEN}
-    return sorted(values | _registered, key=len, reverse=True)
+    passwords = {m[2] for v in os.environ.values() for m in URL_PASSWORD.finditer(v) if len(m[2]) >= _MIN_LEN}
+    return sorted(values | passwords | _registered, key=len, reverse=True)
 
 
 def _forms(value: str) -> list[str]:
-    """A value as it may appear in stored text: raw, and escaped inside a JSON string."""
-    return list(dict.fromkeys([value, json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]]))
+    """A value as it may appear in stored or printed text (issue 56: by shape, not only verbatim):
+    raw, escaped inside a JSON string, URL-encoded (`%2F`, `+` for a space, either case of hex),
+    percent-decoded (a password taken from a URL), and base64 (standard and URL-safe, unpadded).
+    Each is matched whatever its letter case (`_pattern`)."""
+    forms: list[str] = []
+    for v in dict.fromkeys([value, unquote(value)]):
+        forms += [v, json.dumps(v)[1:-1], json.dumps(v, ensure_ascii=False)[1:-1]]
+        forms += [quote(v, safe=""), quote_plus(v, safe=""), *_b64(v)]
+    return [f for f in dict.fromkeys(forms) if len(f) >= _MIN_LEN]
+
+
+def _b64(value: str) -> list[str]:
+    raw = value.encode("utf-8", "surrogatepass")
+    return [base64.b64encode(raw).decode().rstrip("="), base64.urlsafe_b64encode(raw).decode().rstrip("=")]
+
+
+def _pattern(value: str) -> re.Pattern[str]:
+    """Every form of `value`, letter case ignored but for base64's (which case changes)."""
+    b64 = {f for v in (value, unquote(value)) for f in _b64(v)}
+    loose = [re.escape(f) for f in _forms(value) if f not in b64]
+    exact = [re.escape(f) for f in b64 if len(f) >= _MIN_LEN]
+    alts = [f"(?i:{f})" for f in loose] + exact
+    return re.compile("|".join(sorted(alts, key=len, reverse=True)))
 
 
 def redact(text: str) -> str:
-    """`text` with every known secret value replaced by ***."""
+    """`text` with every known secret value, in every form (`_forms`), replaced by ***."""
     for value in _secrets():
-        for form in _forms(value):
-            text = text.replace(form, MASK)
+        text = _pattern(value).sub(MASK, text)
     return text
 
 
 def redact_bytes(data: bytes) -> bytes:
-    """Serialized `data` with every known secret value's bytes replaced by as many `*` (lengths
-    unchanged, so msgpack and JSON framing stay valid)."""
+    """Serialized `data` with every known secret value's bytes, in every form, replaced by as many
+    `*` (lengths unchanged, so msgpack and JSON framing stay valid)."""
     for value in _secrets():
-        for form in _forms(value):
-            raw = form.encode("utf-8", "surrogatepass")
-            data = data.replace(raw, b"*" * len(raw))
+        shape = re.compile(_pattern(value).pattern.encode("utf-8", "surrogatepass"))
+        data = shape.sub(lambda m: b"*" * len(m[0]), data)
     return data
 
 
@@ -117,7 +146,11 @@ def server_env(environ: Mapping[str, str], extra: Mapping[str, str], pass_env: l
     """The server's whole environment (pure): `environ` minus secret-looking variables not named in
     `pass_env`, then `extra` (launch.env) and the named variables' values."""
     named = set(pass_env)
-    env = {k: v for k, v in environ.items() if k in named or not (looks_secret(k) or k in PERFLOOP_ONLY)}
+    env = {
+        k: v
+        for k, v in environ.items()
+        if k in named or not (looks_secret(k) or k in PERFLOOP_ONLY or URL_PASSWORD.search(v))
+    }
     return {**env, **extra, **{k: environ[k] for k in pass_env if k in environ}}
 
 

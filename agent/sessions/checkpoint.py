@@ -265,7 +265,8 @@ class Signing(BaseCheckpointSaver):
             metadata = {**metadata, SIGNATURE: seal(user_key(self.home), sid, fields)}  # type: ignore[misc]
         out = super().put(config, checkpoint, metadata, new_versions)
         if seq and self.home is not None:
-            ledger.signed_checkpoint(self.home, sid, seq, checkpoint["id"])
+            with self._lock:
+                ledger.signed_checkpoint(self.home, sid, seq, checkpoint["id"])
             self.seen[sid] = seq
         return out
 

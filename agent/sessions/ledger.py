@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 from pathlib import Path
 
 from tools.paths import session_id as checked_id
@@ -33,7 +34,7 @@ def read(home: Path, session_id: str) -> dict:
 def _write(home: Path, session_id: str, doc: dict) -> None:
     path = _path(home, session_id)
     path.parent.mkdir(mode=0o700, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")  # one per writer
     tmp.write_text(json.dumps(doc, sort_keys=True))
     os.replace(tmp, path)
 

@@ -26,8 +26,8 @@ import os
 import re
 import secrets
 import stat
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from state.sessions.loop import LoopState

@@ -58,6 +58,12 @@ HIDDEN = {
     "variation selector-256": "\U000e01ef",
     "soft hyphen": "\u00ad",
     "tag character": "\U000e0041",
+    # issue 56: Default_Ignorable_Code_Point (and the fillers), not a list written by hand
+    "Khmer vowel inherent AQ": "\u17b4",
+    "Khmer vowel inherent AA": "\u17b5",
+    "Khitan small script filler": "\U00016fe4",
+    "reserved default-ignorable": "\u2065",
+    "Mongolian free variation selector": "\u180b",
 }
 # What a reviewer's terminal shows as `+import sys`; the line committed runs a shell command.
 PAYLOAD = "import os; os.system('touch PWNED')  # \x1b[2K\r+import sys"
@@ -79,6 +85,23 @@ def test_a_patch_adding_a_hidden_character_is_refused_naming_file_and_line(tmp_p
     problem = gate_problem(diff, 1 << 20)  # a model's patch: the same rule, told to the model
     assert problem is not None and code in problem and "pkg/mod.py line 10" in problem
     assert world(ws) == before
+
+
+def test_a_marker_line_inside_a_hunk_is_read_too(tmp_path: Path) -> None:
+    """Issue 56: a `\\ ` line (git's `\\ No newline at end of file`, whose text git ignores) in the
+    middle of a hunk carrying a hidden character is refused; the plain marker passes the text scan."""
+    from state.engines.workspace import PatchPolicy
+    from tools.workspace.patch_check import scan_patch
+
+    hunk = "--- a/m.py\n+++ b/m.py\n@@ -1 +1 @@\n-import sys\n{marker}\n+import os\n\\ No newline at end of file\n"
+    plain = hunk.format(marker="\\ No newline at end of file")
+    assert scan_patch(plain, PatchPolicy()) == ["m.py"]
+    for hidden in ("\x1b[2K", "\u202e", "\u17b4", "\U00016fe4"):
+        hostile = hunk.format(marker=f"\\ No newline{hidden} at end of file")
+        with pytest.raises(
+            PatchError, match=rf"m.py marker line \(patch line 5\) holds U\+{ord(hidden[0]):04X}"
+        ):
+            scan_patch(hostile, PatchPolicy())
 
 
 def test_every_line_after_a_signature_line_is_read_too(tmp_path: Path) -> None:

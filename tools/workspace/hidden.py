@@ -7,44 +7,48 @@ escapes (`visible`, used by agent/cli/terminal.py), so a stored diff, title or n
 cursor, recolour the screen, or reorder what the reviewer reads.
 
 Hidden: the C0 controls except tab and newline (ESC, CR, backspace, ...), DEL, the C1 controls
-(U+0080-U+009F, CSI among them), and Unicode category Cf: the bidi embeddings, overrides and
-isolates (U+202A-U+202E, U+2066-U+2069, "Trojan Source"), zero-width spaces and joiners
-(U+200B-U+200F), the invisible operators U+2060-U+2064, U+FEFF and the tag characters; and the
-characters of other categories that render as nothing or as a blank that is not a space
-(`INVISIBLE`): the Hangul fillers, the combining grapheme joiner, the variation selectors, the
-Mongolian free variation selectors and the Braille blank.
+(U+0080-U+009F, CSI among them), Unicode category Cf (the bidi embeddings, overrides and isolates
+of "Trojan Source", zero-width spaces and joiners, U+FEFF, the tag characters), and every
+character with Unicode's `Default_Ignorable_Code_Point` property (issue 56: the combining grapheme
+joiner, the Hangul fillers, the Khmer inherent vowels U+17B4/U+17B5, the variation selectors and
+the reserved ranges a later Unicode may fill), not a list written by hand. Python's `unicodedata`
+lacks that property; the `regex` package (a dependency already, kept current with Unicode) has
+it as `\\p{Default_Ignorable_Code_Point}`. Two other classes are judged hidden too: characters
+named a FILLER (U+16FE4 KHITAN SMALL SCRIPT FILLER, which renders as nothing and is not
+default-ignorable in every Unicode version) and the Braille blank U+2800 (a blank that is not a space).
 """
 
 from __future__ import annotations
 
 import unicodedata
+from functools import lru_cache
+
+import regex  # type: ignore[import-untyped]
 
 KEPT = frozenset("\t\n")
 """Controls that are plain text: a tab and a newline (and a CR right before a newline: a CRLF line
 ending, which moves nothing on the screen)."""
 
-
-INVISIBLE = (
-    (0x034F, 0x034F),  # COMBINING GRAPHEME JOINER (Mn)
-    (0x115F, 0x1160),  # HANGUL CHOSEONG / JUNGSEONG FILLER (Lo)
-    (0x180B, 0x180F),  # MONGOLIAN FREE VARIATION SELECTORS (Mn; U+180E is Cf)
-    (0x2800, 0x2800),  # BRAILLE PATTERN BLANK (So)
-    (0x3164, 0x3164),  # HANGUL FILLER (Lo)
-    (0xFE00, 0xFE0F),  # VARIATION SELECTOR-1..16 (Mn)
-    (0xFFA0, 0xFFA0),  # HALFWIDTH HANGUL FILLER (Lo)
-    (0xE0100, 0xE01EF),  # VARIATION SELECTOR-17..256 (Mn)
-)
-"""Code point ranges outside category Cf that render invisibly (tested one by one)."""
+IGNORABLE = regex.compile(r"\p{Default_Ignorable_Code_Point}")
+"""Unicode's Default_Ignorable_Code_Point (DerivedCoreProperties.txt: Cf, the variation selectors
+and Other_Default_Ignorable_Code_Point, less the white space and a few visible format marks)."""
+BLANKS = frozenset("\u2800")
+"""Blanks that are not a space: the Braille pattern blank."""
 
 
+@lru_cache(maxsize=8192)
 def is_hidden(ch: str) -> bool:
     """Whether the character `ch` is not shown as itself (pure)."""
     if ch in KEPT:
         return False
     code = ord(ch)
-    if code < 0x20 or 0x7F <= code <= 0x9F or unicodedata.category(ch) == "Cf":
+    if code < 0x20 or 0x7F <= code <= 0x9F:
         return True
-    return any(lo <= code <= hi for lo, hi in INVISIBLE)
+    if code < 0x7F:
+        return False
+    if unicodedata.category(ch) == "Cf" or IGNORABLE.match(ch) or ch in BLANKS:
+        return True
+    return "FILLER" in unicodedata.name(ch, "")
 
 
 def describe(ch: str) -> str:

@@ -1,7 +1,8 @@
 """The patch gate: the one check every patch passes before perfloop applies it, whatever its source
 (a playbook's diff, a human's edited patch, a model-written one).
 
-`scan_patch` is pure: the size cap, no hidden character in what the patch adds (a control character
+`scan_patch` is pure: the size cap, no hidden character in what the patch adds or in a hunk's
+`\\ ` marker lines (a control character
 other than tab and newline, a CR other than a CRLF line ending, a bidi control or another invisible
 format character: tools/workspace/hidden.py; a reviewer would read another line than the one committed), the
 diff's structure (file headers, hunks whose line counts add
@@ -115,7 +116,9 @@ def scan_patch(diff: str, policy: PatchPolicy) -> list[str]:
             elif tag == "+":
                 _hidden(line, f"{file} line {at} (patch line {n})", first=at == 1)
                 new -= 1
-            elif tag != "\\":
+            elif tag == "\\":  # `\ No newline at end of file`: git reads any text after it
+                _hidden(line, f"{file} marker line (patch line {n})")
+            else:
                 raise refuse(
                     f"{where}: hunk ends early (expected {old} old and {new} new lines); not a unified diff"
                 )
