@@ -18,9 +18,12 @@ graph TD;
     approve -.-> trial;
     baseline -.-> abort;
     baseline -.-> profile;
+    chain -.-> abort;
+    chain -.-> finish;
     cleanup -.-> abort;
     cleanup -.-> apply;
     decide -.-> abort;
+    decide -.-> chain;
     decide -.-> finish;
     decide -.-> profile;
     decide -.-> rollback;
@@ -43,6 +46,7 @@ graph TD;
     profile -.-> diagnose;
     propose -.-> abort;
     propose -.-> approve;
+    propose -.-> chain;
     propose -.-> finish;
     propose -.-> trial;
     reconcile -.-> abort;
@@ -72,6 +76,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 from agent.context import LoopContext
+from agent.steps.chain import chain
 from agent.steps.end import abort, finish
 from agent.steps.measure import decide, measure
 from agent.steps.patch import apply, approve, cleanup, relaunch, rollback
@@ -99,6 +104,7 @@ NODES = (
     rollback,
     reconcile,
     join,
+    chain,
 )
 
 

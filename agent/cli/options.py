@@ -88,10 +88,12 @@ ProposerOpt = Annotated[
     str | None,
     typer.Option(
         "--proposer",
-        metavar="playbook|llm|auto|search",
+        metavar="playbook|llm|auto|search|chain",
         help="playbook: stored patches only; llm: a model writes every patch; auto: a playbook's "
-        "patch when one fits, else the model; search: the launch options of the target's [search] "
-        "(default: the target's [proposer] mode, else auto).",
+        "patch when one fits, else the model; search: the launch options of the target's [search]; "
+        "chain: playbook patches and launch changes and [search] trials ranked together by predicted "
+        "gain per launch-minute, the model last, and the kept changes measured together against the "
+        "baseline at the end (default: the target's [proposer] mode, else auto).",
     ),
 ]
 ModelOpt = Annotated[

@@ -105,6 +105,8 @@ def summary(console: Console, s: Summary) -> None:
         rows.insert(-1, ("parallel trials", "\n".join(s.trials)))
     if s.search_trials:
         rows.insert(-1, ("search trials", "\n".join(s.search_trials)))
+    if s.chain is not None:  # --proposer chain: each link against the tree before it, the whole measured
+        rows.insert(1, ("chain", s.chain.line().removeprefix("chain: ")))
     for k, v in rows:
         t.add_row(k, Text(v))  # stored text as written: no markup read in it
     console.print(t)

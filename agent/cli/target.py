@@ -90,8 +90,8 @@ def with_proposer(target: TargetConfig, **overrides: Any) -> TargetConfig:
     the endpoint defaults to $OPENAI_BASE_URL, read now so that the session records it."""
     cfg = target.proposer
     given = {k: v for k, v in overrides.items() if v is not None}
-    if "mode" in given and given["mode"] not in ("playbook", "llm", "auto", "search"):
-        raise ConfigError(f"--proposer must be one of playbook, llm, auto, search, not {given['mode']!r}")
+    if "mode" in given and given["mode"] not in ("playbook", "llm", "auto", "search", "chain"):
+        raise ConfigError(f"--proposer must be one of playbook, llm, auto, search, chain, not {given['mode']!r}")
     if "approve" in given and given["approve"] not in ("manual", "auto"):
         raise ConfigError(f"--llm-approve must be manual or auto, not {given['approve']!r}")
     if cfg.base_url is None and "base_url" not in given and os.environ.get("OPENAI_BASE_URL"):
@@ -101,7 +101,7 @@ def with_proposer(target: TargetConfig, **overrides: Any) -> TargetConfig:
     except ValidationError as exc:
         err = exc.errors()[0]
         raise ConfigError(f"proposer {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
-    if cfg.mode in ("llm", "auto") and cfg.model and os.environ.get(cfg.api_key_env):
+    if cfg.mode in ("llm", "auto", "chain") and cfg.model and os.environ.get(cfg.api_key_env):
         refused = cleartext_refusal(cfg.base_url, cfg.api_key_env)
         if refused is not None:
             raise ConfigError(refused)

@@ -90,7 +90,7 @@ def measure(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
 @step
 def decide(
     state: LoopState, runtime: Runtime[LoopContext]
-) -> Command[Literal["profile", "rollback", "finish", "abort"]]:
+) -> Command[Literal["profile", "rollback", "chain", "finish", "abort"]]:
     """Keep the patch only if the rule accepts it (outputs identical first); else roll it back.
 
     A fix the gain model predicts gains little alone and much together with another not yet tried
@@ -145,6 +145,9 @@ def decide(
         "decisions": [decision],
         "transitions": transition("decide", f"{decision.verdict}: {reason}"),
     }
+    chained = state.target.proposer.mode == "chain"
+    if chained and state.server is not None and state.server.launch_argv:  # what ranking costs launches by
+        update["startups"] = {**state.startups, " ".join(state.server.launch_argv): state.server.startup_s}
     if not ok:
         return Command(update=update, goto="rollback")
     edit = state.approval.diff if state.approval is not None else None  # not None: `state.edited`
@@ -159,11 +162,13 @@ def decide(
         "proposal": None,
         "iteration": state.iteration + 1,
     }
+    kept = sum(1 for d in state.decisions if d.verdict == "accepted") + 1
+    end: Literal["chain", "finish"] = "chain" if chained and kept >= 2 else "finish"
     if state.iteration + 1 > state.options.max_iterations:
         update["stop_reason"] = f"reached --max-iterations {state.options.max_iterations}"
-        return Command(update=update, goto="finish")
+        return Command(update=update, goto=end)
     near = near_floor(candidate.tpot_ms.median, state.options.floor_ms, state.options.floor_factor)
     if near is not None:
         update["stop_reason"] = near
-        return Command(update=update, goto="finish")
+        return Command(update=update, goto=end)
     return Command(update=update, goto="profile")

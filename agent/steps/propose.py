@@ -21,6 +21,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from agent.context import LoopContext, call, need, step, transition
+from agent.proposer.chain import rank, ranking_note
 from agent.decision.gate.correctness import refusal
 from agent.proposer.chat.asking import LLM, ask_round, needs_human, no_model_reason
 from agent.proposer.tuning.search import is_trial, search_proposal
@@ -35,7 +36,7 @@ from state.sessions.loop import LoopState, Proposal
 from state.sessions.updates import LoopUpdate
 from tools.hosts import info
 
-Goto = Literal["approve", "propose", "trial", "finish", "abort"]
+Goto = Literal["approve", "propose", "trial", "chain", "finish", "abort"]
 
 
 def files_of(diff: str) -> list[str]:
@@ -115,7 +116,7 @@ def playbook_proposal(
 def parallel_candidates(state: LoopState) -> list[Proposal]:
     """Every playbook proposal for this iteration, best first, when they are to be tried at once
     on the target's `[[hosts]]` (playbook proposals); else none."""
-    if not state.target.hosts or state.target.proposer.mode in (LLM, "search"):
+    if not state.target.hosts or state.target.proposer.mode in (LLM, "search", "chain"):
         return []
     found: list[Proposal] = []
     while (p := playbook_proposal(state, [], frozenset(q.source for q in found))) is not None:
@@ -144,11 +145,52 @@ def _proposed(p: Proposal, state: LoopState) -> Command[Goto]:
     )
 
 
-def _stop(reason: str) -> Command[Goto]:
+def chain_links(state: LoopState) -> int:
+    """How many changes a chain session kept so far (pure)."""
+    return sum(1 for d in state.decisions if d.verdict == "accepted")
+
+
+def ending(state: LoopState) -> Literal["chain", "finish"]:
+    """Where a session whose rounds are over goes: a chain session with two or more kept links to
+    `chain` (the whole chain measured against the baseline), every other to `finish` (pure)."""
+    return "chain" if state.target.proposer.mode == "chain" and chain_links(state) >= 2 else "finish"
+
+
+def _stop(reason: str, state: LoopState | None = None) -> Command[Goto]:
     return Command(
         update=LoopUpdate(proposal=None, stop_reason=reason, transitions=transition("propose", reason)),
-        goto="finish",
+        goto=ending(state) if state is not None else "finish",
     )
+
+
+def chain_proposal(
+    state: LoopState, runtime: Runtime[LoopContext], skipped: list[str]
+) -> Command[Goto] | None:
+    """`--proposer chain`: every playbook proposal that fits and the search's next trial, ranked by
+    predicted gain per launch-minute (agent/proposer/chain.py); the best is proposed, with the
+    ranking in its note. None when there is none (the model, if any, is asked next)."""
+    found: list[Proposal] = []
+    while (p := playbook_proposal(state, skipped if not found else [], frozenset(q.source for q in found))) is not None:
+        found.append(p)
+    cfg, now = state.target.search, None
+    if cfg is not None:
+        now = call(runtime, info.clock, ClockArgs()).epoch_s if cfg.max_minutes is not None else None
+        trial, what = search_proposal(state, now)
+        if trial is not None:
+            found.append(trial)
+        else:
+            skipped.append(f"search ({what})")
+    if not found:
+        return None
+    ranked = rank(state, found)
+    best = ranked[0].proposal
+    cmd = _proposed(best, state)
+    update = dict(cmd.update or {})
+    note = update["transitions"][0]
+    update["transitions"] = [note.model_copy(update={"note": f"{note.note}; {ranking_note(ranked)}"})]
+    if is_trial(best.source) and now is not None:
+        update["search_clock"] = [*state.search_clock, now]
+    return Command(update=LoopUpdate(**update), goto=cmd.goto)
 
 
 def _at_once(state: LoopState, batch: list[Proposal], update: LoopUpdate) -> Command[Goto]:
@@ -173,11 +215,15 @@ def propose(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Goto]:
     if len(batch) >= 2:
         return _at_once(state, batch, {})
     mode = state.target.proposer.mode
-    if mode not in (LLM, "search"):
+    if mode == "chain":
+        chained = chain_proposal(state, runtime, skipped)
+        if chained is not None:
+            return chained
+    elif mode not in (LLM, "search"):
         proposal = playbook_proposal(state, skipped)
         if proposal is not None:
             return _proposed(proposal, state)
-    if mode not in (LLM, "playbook") and state.target.search is not None:  # the search (`[search]`)
+    if mode not in (LLM, "playbook", "chain") and state.target.search is not None:  # the search (`[search]`)
         cfg = state.target.search
         now = call(runtime, info.clock, ClockArgs()).epoch_s if cfg.max_minutes is not None else None
         trial, what = search_proposal(state, now)
@@ -199,7 +245,7 @@ def propose(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Goto]:
         reason += "; skipped " + ", ".join(skipped)
     why_not = no_model_reason(state)
     if why_not is not None:
-        return _stop(f"{reason}; {why_not}" if why_not else reason)
+        return _stop(f"{reason}; {why_not}" if why_not else reason, state)
     asked = ask_round(state, runtime, findings[0], skipped, playbooks_of(state))
     update: LoopUpdate = {"llm_usage": state.llm_usage.add(asked.usage), "decisions": asked.failed}
     if len(asked.proposals) >= 2:

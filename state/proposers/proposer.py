@@ -15,7 +15,7 @@ from pydantic import Field, field_validator
 from state.base import Model
 from state.proposers.llm_tools import ChatReply
 
-ProposerMode = Literal["playbook", "llm", "auto", "search"]
+ProposerMode = Literal["playbook", "llm", "auto", "search", "chain"]
 
 DEFAULT_PROTECTED = [
     "tests/**",

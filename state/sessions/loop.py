@@ -23,6 +23,7 @@ from state.measurement.tolerance import ScoreResult, ToleranceResult
 from state.measurement.trials import Trial
 from state.profiling.diagnosis import Diagnosis, Evidence
 from state.proposers.proposer import LlmOrigin, LlmUsage, ModelTrial
+from state.sessions.chain import ChainCheck
 from state.sessions.ids import ForkStep, SessionId
 from state.sessions.session import SessionStatus
 
@@ -257,6 +258,13 @@ class LoopState(Model):
     search_clock: list[float] = Field(default_factory=list)
     """`[search] max_minutes`: when each search trial was proposed (seconds since the epoch, read
     through the door's `host.clock`, so a replay sees the recorded times)."""
+    startups: dict[str, float] = Field(default_factory=dict)
+    """`--proposer chain`: each launch command's measured start-up to healthy in seconds (the
+    door-recorded `startup_s` of a server started with it, keyed by the command joined with
+    spaces): what ranking costs a candidate's launches by (agent/proposer/chain.py)."""
+    chain_check: ChainCheck | None = None
+    """`--proposer chain`: the final tree and launch judged against the baseline's, once the rounds
+    ended with two or more kept links (agent/steps/chain.py)."""
     calls_done: int = 0
     """Door sequence number when the last completed node finished (later calls were superseded)."""
     status: SessionStatus = "running"

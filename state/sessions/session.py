@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Literal
 
 from state.base import Model
+from state.sessions.chain import Chain
 from state.sessions.ids import SessionId
 
 SessionStatus = Literal["running", "paused", "done", "failed", "interrupted", "abandoned"]
@@ -128,6 +129,11 @@ class Summary(Model):
     search_trials: list[str] = []
     """The launch-option search's trials (`[search]`): config, TPOT with the speedup CI against
     the reference, verdict; one line each."""
+    chain: Chain | None = None
+    """`--proposer chain`: each kept link (patch or launch option) with its judged speedup against
+    the tree before it, and the whole chain's judged speedup against the baseline, measured by a
+    final comparison of the baseline's tree and launch command with the final ones (`whole`; when
+    two or more links were kept); None in other modes."""
 
 
 class SessionInfo(Model):

@@ -22,6 +22,7 @@ from state.measurement.tolerance import ScoreResult, ToleranceResult
 from state.measurement.trials import Trial
 from state.profiling.diagnosis import Diagnosis
 from state.proposers.proposer import LlmUsage, ModelTrial
+from state.sessions.chain import ChainCheck
 from state.sessions.ids import SessionId
 from state.sessions.loop import Approval, Decision, ForkStep, ProfileResult, Proposal, Transition
 from state.sessions.session import SessionStatus
@@ -75,6 +76,8 @@ class LoopUpdate(TypedDict, total=False):
     llm_usage: LlmUsage
     model_trials: list[ModelTrial]
     search_clock: list[float]
+    startups: dict[str, float]
+    chain_check: ChainCheck | None
     calls_done: int
     status: SessionStatus
     stop_reason: str | None

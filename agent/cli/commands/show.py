@@ -138,6 +138,7 @@ def show_json(info: SessionInfo, state: LoopState, calls: list[ToolCallRecord], 
     one), its transitions, measurements, decisions, and the attempts cut short (`interruptions`)."""
     from agent.cli.render import session_json
     from agent.proposer.tuning.search import trial_lines
+    from agent.sessions.summary import chain_of
 
     return {
         "session": session_json(info),
@@ -154,6 +155,7 @@ def show_json(info: SessionInfo, state: LoopState, calls: list[ToolCallRecord], 
         "mechanisms": [m.model_dump(mode="json") for m in state.mechanisms],
         "trials": [t.model_dump(mode="json") for t in state.trials],
         "search_trials": trial_lines(state),
+        "chain": chain.model_dump(mode="json") if (chain := chain_of(state)) is not None else None,
         "accepted_commits": [c.model_dump(mode="json") for c in state.accepted],
         "profiles": [p.model_dump(mode="json") for p in state.profiles],
         "tool_calls": len(calls),
