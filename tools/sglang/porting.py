@@ -1,8 +1,10 @@
 """The door tool that scores a port of the kv-cast patch: `sglang.equivalence`.
 
-The patch is applied with `git apply` to a scratch copy of the files it touches (the checkout is
-never changed), and the equivalence harness (tools/sglang/equivalence.py, imported here only, as
-it needs torch) runs the backend's decode path unpatched and patched on CPU. Model code that raises
+The patch passes the patch gate (tools/workspace/patch_check.py), is applied with `git apply` to a
+scratch copy of the files it touches (the checkout is never changed), and the equivalence harness
+(tools/sglang/equivalence.py) runs the backend's decode path unpatched and patched on CPU in a
+confined child process (tools/sglang/sandbox.py: the probe's minimal environment, writes only in
+its own folder, a time limit), never in perfloop's process: the patched code is a model's. Model code that raises
 counts as a changed output. Through the door it is recorded, so a replay answers it from the
 recording without running anything.
 """
@@ -15,15 +17,21 @@ import tempfile
 from pathlib import Path
 
 from state.engines.sglang import EquivalenceArgs, EquivalenceResult
+from state.engines.workspace import PatchPolicy
 from tools.door import tool
 from tools.errors import PatchError, one_line
 from tools.workspace.commands import APPLY
 from tools.workspace.git import GitWorkspace
+from tools.workspace.patch_check import scan_patch
 
 
 @tool("sglang.equivalence")
 def equivalence(args: EquivalenceArgs) -> EquivalenceResult:
     """Apply the patch to a scratch copy and run the harness on the backend before and after."""
+    try:
+        scan_patch(args.diff, PatchPolicy())  # the patch gate's rules (git's are the apply below)
+    except PatchError as exc:
+        return EquivalenceResult(applied=False, line=one_line(exc))
     try:
         with GitWorkspace(args.repo) as ws:
             files = ws.changed_files(args.diff)
@@ -44,12 +52,13 @@ def equivalence(args: EquivalenceArgs) -> EquivalenceResult:
             why = done.stderr.strip().replace(tmp + "/", "") or "git apply failed"
             return EquivalenceResult(applied=False, line=f"git apply: {why}")
         after = (Path(tmp) / args.backend).read_text()
-    from tools.sglang.equivalence import check  # torch: only when a port is scored
+    from tools.sglang.sandbox import PortRaised, check  # the model's code: in a confined child
 
     try:
         identical, active, line = check((args.repo / args.backend).read_text(), after, args.backend)
-    except Exception as exc:  # the patched code's own error: the port is wrong
+    except Exception as exc:  # the patched code's own error (in the child), or the child's end
+        said = str(exc) if isinstance(exc, PortRaised) else one_line(exc)
         return EquivalenceResult(
-            applied=True, identical=False, active_rows_only=False, line=f"decode raised {one_line(exc)}"
+            applied=True, identical=False, active_rows_only=False, line=f"decode raised {said}"
         )
     return EquivalenceResult(applied=True, identical=identical, active_rows_only=active, line=line)
