@@ -21,6 +21,8 @@ def match_playbook(playbook: Playbook, profile: ProfileSummary, ctx: DiagnosisCo
         for op in profile.ops
         if op.self_us > 0 and op_matches(op, sig, ctx.active_tokens, profile.rank_steps)
     ]
+    if sig.dense_experts:
+        groups = dense_experts(groups, profile)
     share = min(sum(op.share for op in groups), 1.0)
     if sig.op_names and (not groups or share < sig.min_share):
         return match_graph(playbook, profile, ctx)
@@ -155,6 +157,28 @@ def op_matches(op: OpStat, sig: Signature, active_tokens: int, steps: int = 1) -
         return False
     ratio_min = sig.first_dim_over_active_tokens_min
     return ratio_min is None or (bool(dims) and dims[0] / active_tokens >= ratio_min)
+
+
+ACTIVATIONS = r"^aten::(silu|gelu)"
+"""The expert activations a dense mixture runs on `[tokens, experts, ffn]`."""
+
+
+def dense_experts(groups: list[OpStat], profile: ProfileSummary) -> list[OpStat]:
+    """The groups (matmuls) that project every expert's gate and up for every token: their weight
+    (second input) has E x 2 x ffn outputs where the profile routes top-k over E experts
+    (`aten::topk` on `[tokens, E]`) and runs an activation on `[tokens, E, ffn]` (pure)."""
+    experts = {d[-1] for op in profile.ops if op.name == "aten::topk" and (d := primary_dims(op))}
+    widths = {
+        d[1] * 2 * d[2]
+        for op in profile.ops
+        if re.search(ACTIVATIONS, op.name)
+        and len(d := primary_dims(op)) == 3
+        and d[1] in experts
+        and d[1] > 1
+    }
+    return [
+        op for op in groups if len(op.input_dims) > 1 and op.input_dims[1] and max(op.input_dims[1]) in widths
+    ]
 
 
 def dtype_change(op: OpStat) -> str | None:

@@ -82,6 +82,10 @@ class Signature(Model):
     straggler_wait_min: float | None = Field(default=None, ge=0)
     """Least time the ranks wait in collectives for the last one to arrive, as a fraction of the
     median rank step (CollectiveStats.wait_us / median rank_step_us)."""
+    dense_experts: bool = False
+    """Keep only matmul groups that project every expert for every token: the profile routes top-k
+    over E experts (`aten::topk` on `[tokens, E]`), runs an activation on `[tokens, E, ffn]`, and the
+    group's weight has E x 2 x ffn outputs (every expert's gate and up; `playbooks.match.dense_experts`)."""
 
     @model_validator(mode="after")
     def _something_to_match(self) -> "Signature":
