@@ -56,7 +56,11 @@ class Ranked:
 
     def words(self) -> str:
         """`kv-cache-full-pool-cast 4.20x predicted (gain model), 0.05 launch-min`."""
-        gain = f"{self.predicted:.2f}x predicted ({self.basis})" if self.predicted else f"no prediction ({self.basis})"
+        gain = (
+            f"{self.predicted:.2f}x predicted ({self.basis})"
+            if self.predicted
+            else f"no prediction ({self.basis})"
+        )
         cost = f", {self.minutes:.2f} launch-min" if self.minutes is not None else ""
         return f"{self.proposal.source} {gain}{cost}"
 
@@ -144,7 +148,7 @@ def rank(state: LoopState, candidates: list[Proposal]) -> list[Ranked]:
 
     def order(r: Ranked) -> tuple:
         score = r.score
-        launch_first = 0 if r.proposal.launch_argv is not None else 1
+        launch_first = 0 if r.proposal.launch_argv is not None and score is not None else 1
         return (score is None, -(score or 0.0), launch_first, r.order)
 
     return sorted(ranked, key=order)

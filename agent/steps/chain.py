@@ -90,9 +90,13 @@ def chain(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal["f
     try:
         handle = start_server(at, runtime, instrumented=at.instrumentation is not None)
     except ServerError as exc:
-        check = ChainCheck(**before, tpot_ms_after=None, judgement=None, problem=f"the final server failed: {exc}")
+        check = ChainCheck(
+            **before, tpot_ms_after=None, judgement=None, problem=f"the final server failed: {exc}"
+        )
         update |= {"launches": state.launches + 1, "chain_check": check}
-        return Command(update=LoopUpdate(**update, transitions=transition("chain", check.line())), goto="finish")
+        return Command(
+            update=LoopUpdate(**update, transitions=transition("chain", check.line())), goto="finish"
+        )
     at = at.model_copy(update={"server": handle, "launches": handle.launch_number})
     judged = rule_for(state.options.decision_rule).judge(at, runtime, "chain")
     check = ChainCheck(

@@ -21,8 +21,8 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from agent.context import LoopContext, call, need, step, transition
-from agent.proposer.chain import rank, ranking_note
 from agent.decision.gate.correctness import refusal
+from agent.proposer.chain import rank, ranking_note
 from agent.proposer.chat.asking import LLM, ask_round, needs_human, no_model_reason
 from agent.proposer.tuning.search import is_trial, search_proposal
 from agent.steps.actions import playbooks_of
@@ -170,7 +170,9 @@ def chain_proposal(
     predicted gain per launch-minute (agent/proposer/chain.py); the best is proposed, with the
     ranking in its note. None when there is none (the model, if any, is asked next)."""
     found: list[Proposal] = []
-    while (p := playbook_proposal(state, skipped if not found else [], frozenset(q.source for q in found))) is not None:
+    while (
+        p := playbook_proposal(state, skipped if not found else [], frozenset(q.source for q in found))
+    ) is not None:
         found.append(p)
     cfg, now = state.target.search, None
     if cfg is not None:

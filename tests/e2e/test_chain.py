@@ -51,7 +51,11 @@ def test_chain_keeps_a_launch_option_and_a_patch_and_measures_the_whole(
     assert whole is not None and whole["problem"] is None, whole
     j = whole["judgement"]
     last = j["looks"][-1]
-    assert j["verdict"] == "accepted" and last["ci_low"] > 1.0 and last["ci_low"] <= last["speedup"] <= last["ci_high"]
+    assert (
+        j["verdict"] == "accepted"
+        and last["ci_low"] > 1.0
+        and last["ci_low"] <= last["speedup"] <= last["ci_high"]
+    )
     # measured, not multiplied: its own arms (the baseline's median against the fresh launch's)
     assert whole["tpot_ms_before"] == pytest.approx(s["tpot_ms_before"])
     assert whole["launch_argv_before"][-2:] != ["--max-total-tokens", "4096"]
