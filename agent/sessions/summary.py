@@ -13,8 +13,8 @@ from agent.proposer.tuning.search import trial_lines
 from state.door.records import ToolCallRecord
 from state.measurement.measure import Measurement
 from state.measurement.workload import OBJECTIVES
-from state.sessions.loop import LoopState
 from state.sessions.chain import Chain, ChainLink
+from state.sessions.loop import LoopState
 from state.sessions.session import Summary
 
 
