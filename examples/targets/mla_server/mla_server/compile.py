@@ -90,8 +90,10 @@ class CompiledDecode:
         gr = runner.graph_runner
         sizes = sorted({*gr.batch_sizes, gr.max_bs}) if gr is not None else [runner.cfg.max_running]
         self.batch_sizes = [bs for bs in sizes if bs <= max_bs]
-        # one compile per batch size and side of the attention call
-        torch._dynamo.config.recompile_limit = max(8, 2 * len(sizes) + 2)
+        # one compile per batch size and side of the attention call (`cache_size_limit`: older name)
+        for name in ("recompile_limit", "cache_size_limit"):
+            if hasattr(torch._dynamo.config, name):
+                setattr(torch._dynamo.config, name, max(8, 2 * len(sizes) + 2))
         model, backend = runner.model, runner.attn_backend
         self.views = []
         for w in model.layers:
