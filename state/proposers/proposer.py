@@ -92,7 +92,9 @@ class ProposerConfig(Model):
     """`playbook`: stored patches only, never a model; `llm`: a model writes every patch (playbooks
     still diagnose); `auto`: a playbook's patch when one fits, else the model; `search`: launch
     configs of `[search]` only (agent/proposer/tuning/search.py; under `playbook` and `auto` the search
-    follows the playbooks)."""
+    follows the playbooks); `chain`: the playbooks' patches and launch changes and the search's trial
+    ranked together by predicted gain per launch-minute, the model last, and two or more kept changes
+    measured together against the baseline at the end (agent/proposer/chain.py, agent/steps/chain.py)."""
     model: str | None = None
     """Model name sent to the endpoint (needed for `llm`, and for `auto` to fall back to a model)."""
     base_url: str | None = None
