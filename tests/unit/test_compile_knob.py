@@ -59,3 +59,13 @@ def test_many_small_kernels_put_the_compile_path_in_the_first_trial(tmp_path: Pa
 def test_a_cast_finding_does_not_implicate_the_compile_path(tmp_path: Path) -> None:
     proposal, _ = search_proposal(glm5_state(tmp_path, "mla_server_glm5.toml", "kv-cache-full-pool-cast"))
     assert proposal is not None and "implicates" not in proposal.explanation
+
+
+def test_the_fusion_patch_is_not_proposed_where_the_launch_compiles_already() -> None:
+    from playbooks.engine import launch_conflict, load_playbooks
+
+    fusion = next(b for b in load_playbooks() if b.id == "decode-step-fusion")
+    argv = ["bash", "launch.sh", "--port", "{port}", "--preset", "glm5", "--device", "cuda"]
+    assert launch_conflict(fusion, "mla_server", argv) is None
+    reason = launch_conflict(fusion, "mla_server", [*argv, "--enable-torch-compile"])
+    assert reason is not None and "--enable-torch-compile" in reason
