@@ -6,6 +6,7 @@ says how long that took."""
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tests.target.conftest import SMALL, TARGET, Server, free_port, launch, wait_healthy
@@ -98,14 +99,17 @@ def test_without_the_exact_settings_inductor_moves_the_logits() -> None:
 
 
 def test_the_server_compiles_before_it_is_ready_and_reports_it(tmp_path: Path) -> None:
+    healthy_after: dict[str, float] = {}
+
     def serve(*flags: str) -> Server:
-        port = free_port()
+        port, started = free_port(), time.monotonic()
         server = Server(
             launch(TARGET, ["--port", str(port), *SMALL, *flags], tmp_path / f"{port}.log"),
             port,
             tmp_path / f"{port}.log",
         )
         wait_healthy(server, timeout_s=300)
+        healthy_after[" ".join(flags)] = time.monotonic() - started  # what a launcher times
         return server
 
     plain, compiled = serve(), serve("--enable-torch-compile")
@@ -113,6 +117,7 @@ def test_the_server_compiles_before_it_is_ready_and_reports_it(tmp_path: Path) -
         status, info = compiled.get("/get_server_info")
         assert status == 200 and info["enable_torch_compile"] is True
         assert info["torch_compile_batch_sizes"] == [4] and info["torch_compile_s"] > 0
+        assert healthy_after["--enable-torch-compile"] > info["torch_compile_s"]  # inside the launch
         assert "emulate_precision_casts=True" in info["torch_compile_settings"]
         assert "torch.compile: decode batch sizes [4] compiled" in compiled.log_path.read_text()
         assert plain.get("/get_server_info")[1]["torch_compile_s"] is None
