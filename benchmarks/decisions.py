@@ -109,11 +109,11 @@ WRAPPER = '''
 '''
 
 EXTRA = '''
-    def run_layers(self, h, positions, attend):
+    def run_layers(self, h, positions, attend, decode: bool = False):
         """Benchmark copy: the layers, then BENCH_EXTRA_LAYERS passes whose result is discarded."""
         import os as _os
 
-        out = self._run_layers_unextended(h, positions, attend)
+        out = self._run_layers_unextended(h, positions, attend, decode)
         for i in range(int(_os.environ.get("BENCH_EXTRA_LAYERS", "0"))):
             w = self.model.layers[i % self.cfg.layers]
             self.model.layer_forward(i % self.cfg.layers, out, positions, _no_cache(w))
@@ -157,9 +157,13 @@ def make_tree(dest: Path, fixed: bool) -> Path:
     old = "    def forward_decode(self, batch):\n"
     assert old in text, "the demo's ModelRunner.forward_decode changed: update the benchmark"
     text = text.replace(old, WRAPPER + "\n    def _forward_decode_unslowed(self, batch):\n", 1)
-    old = "    def run_layers(self, h, positions, attend):\n"
+    old = "    def run_layers(self, h, positions, attend, decode: bool = False):\n"
     assert old in text, "the demo's ModelRunner.run_layers changed: update the benchmark"
-    text = text.replace(old, EXTRA + "\n    def _run_layers_unextended(self, h, positions, attend):\n", 1)
+    text = text.replace(
+        old,
+        EXTRA + "\n    def _run_layers_unextended(self, h, positions, attend, decode: bool = False):\n",
+        1,
+    )
     runner.write_text(text + NO_CACHE)
     return dest
 
