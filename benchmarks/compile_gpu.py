@@ -5,6 +5,7 @@ difference from eager's over the same greedy steps, and its start-up (model, com
 
     python3 benchmarks/compile_gpu.py                 # about 3-5 minutes on an H100 (cold compile)
     python3 benchmarks/compile_gpu.py --inexact       # also compile with inductor's defaults
+    python3 benchmarks/compile_gpu.py --default-sizes # also the launch a session makes (bs 1, 2, 4, 8)
     python3 benchmarks/compile_gpu.py --fixed-target DIR   # a copy with the cast fix (no git there)
 
 Each variant runs in its own process (one glm5 runner at a time: a 21 GiB KV pool and 13.6 GB of
@@ -117,6 +118,11 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--fixed-target", type=Path, help="a copy of the demo with the cast fix applied")
     p.add_argument("--inexact", action="store_true", help="also the compile with inductor's defaults")
+    p.add_argument(
+        "--default-sizes",
+        action="store_true",
+        help="also the compiled launch with the preset's CUDA-graph sizes (1, 2, 4, 8): its start-up",
+    )
     p.add_argument("--prompt", default="Explain the KV cache in one sentence.")
     p.add_argument("--record-steps", type=int, default=16, help="greedy steps whose logits are compared")
     p.add_argument("--timed-steps", type=int, default=30)
@@ -139,6 +145,15 @@ def main() -> None:
             ("cast fix + CUDA graph", fixed, [], False),
             ("cast fix + torch.compile (exact) + CUDA graph", fixed, ["--enable-torch-compile"], False),
         ]
+        if a.default_sizes:  # the launch a session makes: every CUDA-graph size compiled and captured
+            variants.append(
+                (
+                    "cast fix + torch.compile (exact), graphs and compiles for bs 1, 2, 4, 8",
+                    fixed,
+                    ["--enable-torch-compile", "--cuda-graph-bs", "1", "2", "4", "8"],
+                    False,
+                )
+            )
         if a.inexact:
             variants.append(
                 (
