@@ -181,13 +181,17 @@ class Signing(BaseCheckpointSaver):
                 ledger.signed_writes(self.home, where["thread_id"], where["checkpoint_id"], kept)
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        asked = str(config.get("configurable", {}).get("thread_id", ""))
+        # The ledger first, then the store: what the ledger says was written (committed before
+        # the ledger was) is then in what the store gives, even while another process writes.
+        local = ledger.read(self.home, asked) if self.home is not None and asked else {}
         found = super().get_tuple(config)
         if found is None or self.home is None:
             return found
         sid, key = str(found.config["configurable"]["thread_id"]), key_here(self.home)
         fields = ours(key, sid, (found.metadata or {}).get(SIGNATURE))
         if key is not None and fields is not None and GRAPH in fields:
-            self._check_graph(sid, config, found, fields)
+            self._check_graph(sid, config, found, fields, local if sid == asked else {})
         if not found.pending_writes or self.inputs is None or key is None:
             return found
         if not signs_writes(key, sid, (found.metadata or {}).get(SIGNATURE)):  # older, or not ours
@@ -202,7 +206,7 @@ class Signing(BaseCheckpointSaver):
         return found
 
     def _check_graph(
-        self, sid: str, asked: RunnableConfig, found: CheckpointTuple, fields: dict[str, str]
+        self, sid: str, asked: RunnableConfig, found: CheckpointTuple, fields: dict[str, str], local: dict
     ) -> None:
         """Refuse a checkpoint this key signed whose graph state changed since, or (read as the
         session's latest) that is older than this machine's latest, or that lost a pending write
@@ -218,7 +222,7 @@ class Signing(BaseCheckpointSaver):
             )
         if found.config["configurable"].get("checkpoint_ns"):
             return
-        seq, local = int(fields.get(SEQ, "0") or 0), ledger.read(self.home, sid)
+        seq = int(fields.get(SEQ, "0") or 0)
         latest = not asked.get("configurable", {}).get("checkpoint_id")
         if latest and seq < int(local.get("seq", 0) or 0):
             raise ConfigError(

@@ -12,6 +12,7 @@ import os
 import secrets
 from pathlib import Path
 
+from tools.errors import ToolError
 from tools.paths import session_id as checked_id
 
 FOLDER = "signed"
@@ -26,7 +27,7 @@ def read(home: Path, session_id: str) -> dict:
     """{"seq": int, "checkpoint": id, "writes": {"TASK|IDX": [channel, digest]}}, or {} if none."""
     try:
         doc = json.loads(_path(home, session_id).read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, ToolError):  # none yet, unreadable, or not a session's id
         return {}
     return doc if isinstance(doc, dict) else {}
 
