@@ -73,3 +73,52 @@ def test_a_later_tpe_trial_has_no_prediction_and_follows_every_predicted_candida
     assert [r.proposal.source for r in ranked] == [CAST, "other-playbook", "search-2"]
     assert ranked[0].predicted == pytest.approx(2.0)
     assert ranked[-1].predicted is None and ranked[-1].basis == "TPE trial" and ranked[-1].score is None
+
+
+def test_the_summary_has_a_chain_only_under_chain_and_names_a_check_without_looks(tmp_path: Path) -> None:
+    from agent.sessions.summary import chain_of
+    from state.sessions.chain import Chain, ChainCheck, ChainLink
+
+    kept = decided(1, [*ARGV, "--max-total-tokens", "4096"], 10.0, "accepted").model_copy(
+        update={"tpot_ms_before": 40.0}
+    )
+    s = state(tmp_path, [kept], findings=(CAST,))
+    assert s.target.proposer.mode != "chain" and chain_of(s) is None  # other modes: no chain field
+    chained = s.model_copy(
+        update={
+            "target": s.target.model_copy(
+                update={"proposer": s.target.proposer.model_copy(update={"mode": "chain"})}
+            )
+        }
+    )
+    got = chain_of(chained)
+    assert got is not None and got.whole is None
+    (link,) = got.links
+    assert (
+        link.kind == "launch option"
+        and link.speedup is None
+        and link.line() == "search-1 (launch option) (not timed)"
+    )
+    check = ChainCheck(
+        launch_argv_before=ARGV,
+        launch_argv_after=[*ARGV, "--max-total-tokens", "4096"],
+        commit_before=None,
+        tpot_ms_before=40.0,
+        tpot_ms_after=None,
+        judgement=None,
+        problem="the final server failed: exit 1",
+    )
+    patch_link = ChainLink(
+        source=CAST,
+        kind="patch",
+        tpot_ms_before=10.0,
+        tpot_ms_after=2.0,
+        speedup=5.0,
+        ci=[2.0, 9.0],
+        verdict="accepted",
+    )
+    line = Chain(links=[link, patch_link], whole=check).line()
+    assert line == (
+        "chain: search-1 (launch option) (not timed) -> kv-cache-full-pool-cast (patch) 5.00x [2.00, 9.00]; "
+        "whole chain not judged: the final server failed: exit 1"
+    )
