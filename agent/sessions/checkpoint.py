@@ -213,7 +213,10 @@ class Signing(BaseCheckpointSaver):
         this machine wrote (`ledger.py`)."""
         assert self.home is not None
         now = graph_digest(found.checkpoint, found.config, found.parent_config, self.serde.dumps_typed)
-        fix = f"nothing was run: `perfloop show {sid}` shows what it holds; start a new session with `perfloop run`"
+        fix = (
+            "nothing was run: it cannot continue from the store (`perfloop replay` still plays its "
+            "recording); start a new session with `perfloop run`"
+        )
         if now != fields[GRAPH]:
             raise ConfigError(
                 f"session {sid} changed in the store since this user last ran it: its graph state "
