@@ -13,7 +13,7 @@ from state.profiling.profile import OpStat, ProfileSummary
 
 from .test_playbooks_signals import findings_of
 
-TOKENS, HIDDEN, EXPERTS, FFN, TOP_K = 4, 256, 8, 128, 2
+TOKENS, HIDDEN, EXPERTS, FFN, TOP_K = 4, 1024, 8, 512, 2  # expert matmuls of ms: their share holds under load
 GEN = torch.Generator().manual_seed(0)
 
 
@@ -23,9 +23,9 @@ def weight(rows: int, cols: int) -> torch.Tensor:
 
 X = torch.randn(TOKENS, HIDDEN, generator=GEN).to(torch.bfloat16)
 ROUTER = weight(EXPERTS, HIDDEN)
-GATE_UP = weight(EXPERTS * 2 * FFN, HIDDEN)  # 2048 outputs: every expert's gate and up
+GATE_UP = weight(EXPERTS * 2 * FFN, HIDDEN)  # 8192 outputs: every expert's gate and up
 DOWN = weight(HIDDEN, EXPERTS * FFN)
-Q_PROJ = weight(9 * HIDDEN, HIDDEN)  # as large, not an expert projection (2304 outputs)
+Q_PROJ = weight(9 * HIDDEN, HIDDEN)  # as large, not an expert projection (9216 outputs)
 
 
 def moe_step(pool: torch.Tensor) -> None:
