@@ -23,6 +23,7 @@ flowchart TD
     arms --> stats;
     calibration --> arms;
     calibration --> stats;
+    gate --> stats;
     rules --> arms;
     rules --> calibration;
     rules --> gate;

@@ -25,7 +25,9 @@ from state.sessions.loop import LoopState
 from tools.errors import ConfigError
 
 TARGET_FILE = "target.sha256"
-ADDED_SINCE_SHOWN = frozenset({"short_aa_pairs", "schedule_gate", "first_verdict", "search_grid"})
+ADDED_SINCE_SHOWN = frozenset(
+    {"short_aa_pairs", "schedule_gate", "first_verdict", "search_grid", "output_noise_store"}
+)
 """`LoopOptions` fields added after sessions paused with a digest shown to a person: at their
 default they are left out of the digest, so what a paused session showed stays its digest."""
 

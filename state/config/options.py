@@ -72,6 +72,11 @@ class LoopOptions(Model):
     variation across those schedules, timing texts whose schedule follows the speed not compared
     text by text: True for new sessions; sessions recorded before it carry none and replay with
     the exact gate they were checked by."""
+    output_noise_store: bool = False
+    """Whether the baseline's A/A on outputs (`schedule_gate`) is kept in the session store and the
+    plan states every baseline of its host and engine (agent/decision/gate/outputs.py `published`,
+    one door call): True for new sessions; sessions recorded before it carry none and replay with
+    the calls they made."""
     aa_evidence: bool = False
     """Whether more launches are kept as A/A evidence (agent/decision/arms/aalaunches.py): alternating
     arms' replicate launches, and with sequential arms one A/A launch at the baseline while the

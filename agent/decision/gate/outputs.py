@@ -114,7 +114,10 @@ def reference_outputs(
     taken = take_outputs(state, runtime)
     update: LoopUpdate = {"correctness": taken, "long_prompts": long}
     if state.options.schedule_gate:
-        update["output_noise"] = published(state, runtime, output_noise(state, taken, baseline))
+        noise = output_noise(state, taken, baseline)
+        update["output_noise"] = (
+            published(state, runtime, noise) if state.options.output_noise_store else noise
+        )
     return update
 
 
