@@ -91,7 +91,9 @@ def with_proposer(target: TargetConfig, **overrides: Any) -> TargetConfig:
     cfg = target.proposer
     given = {k: v for k, v in overrides.items() if v is not None}
     if "mode" in given and given["mode"] not in ("playbook", "llm", "auto", "search", "chain"):
-        raise ConfigError(f"--proposer must be one of playbook, llm, auto, search, chain, not {given['mode']!r}")
+        raise ConfigError(
+            f"--proposer must be one of playbook, llm, auto, search, chain, not {given['mode']!r}"
+        )
     if "approve" in given and given["approve"] not in ("manual", "auto"):
         raise ConfigError(f"--llm-approve must be manual or auto, not {given['approve']!r}")
     if cfg.base_url is None and "base_url" not in given and os.environ.get("OPENAI_BASE_URL"):
