@@ -35,7 +35,7 @@ class SSHHostConfig(Model):
     """Seconds between SSH keepalive packets (0: none)."""
     python: str = "python3"
     """Interpreter on the host that runs perfloop's tools and `{python}` in launch commands; it
-    needs pydantic, GitPython and msgspec (and what the server needs, e.g. torch)."""
+    needs pydantic, GitPython, msgspec and regex (and what the server needs, e.g. torch)."""
 
     @field_validator("url")
     @classmethod

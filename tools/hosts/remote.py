@@ -106,7 +106,7 @@ def main(argv: list[str]) -> int:
                 "error": f"ToolError: {sys.executable} on this host cannot import perfloop's "
                 f"tools ({one_line(exc)}); run `perfloop host setup ssh://HOST --python "
                 f"{sys.executable}` (it brings them from your machine), or point host.python at an "
-                "interpreter that has pydantic, GitPython and msgspec"
+                "interpreter that has pydantic, GitPython, msgspec and regex"
             }
     print(RESULT + json.dumps(result), flush=True)
     return 0

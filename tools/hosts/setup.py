@@ -26,14 +26,14 @@ from tools.hosts.client import remote_home
 from tools.hosts.ssh import SSHHost
 from tools.progress import report
 
-HOST_DEPENDENCIES = ("pydantic", "GitPython", "msgspec")
+HOST_DEPENDENCIES = ("pydantic", "GitPython", "msgspec", "regex")
 """What perfloop's tools need on a host besides the standard library (their dependencies follow)."""
 PROBE = (
     "import json, platform, sys; "
     "print(json.dumps({'version': '%d.%d' % sys.version_info[:2], 'machine': platform.machine(), "
     "'libc': platform.libc_ver()}))"
 )
-CHECK = "import pydantic, git, msgspec; print(pydantic.VERSION)"
+CHECK = "import pydantic, git, msgspec, regex; print(pydantic.VERSION)"
 FIRST_USE = (
     "import pathlib, sys; p = pathlib.Path.home() / '.cache' / 'perfloop' / "
     "('env-cp%d%d' % sys.version_info[:2]) / 'site'; p.is_dir() and sys.path.insert(0, str(p)); " + CHECK
