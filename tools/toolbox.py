@@ -50,8 +50,9 @@ TOOLS = (
     bench.outputs,
     # the tolerance output gate's teacher-forced scores (tools/tolerance/score.py)
     score.score,
-    # launch noise: the A/A store beside the session store
+    # launch and output noise: the A/A store beside the session store
     aa.record,
+    aa.record_output_noise,  # the baseline's A/A on outputs, per host and engine (issue 55)
     # profiles: taken where the server runs, read here
     profiling.take,
     profiling.read,
