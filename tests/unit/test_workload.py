@@ -187,6 +187,12 @@ def test_the_shipped_serving_target_loads_at_concurrency_8() -> None:
         "output_throughput",
         "alternating",  # one glm5 server at a time: paired blocks
     )
-    assert t.search.max_minutes == 7 and len(t.search.knobs) == 3 and "glm5" in t.launch.argv
+    assert t.search.max_minutes == 7 and "glm5" in t.launch.argv
+    assert [k.name for k in t.search.knobs] == [
+        "--max-total-tokens",
+        "--cuda-graph-max-bs",
+        "--num-continuous-decode-steps",
+        "--enable-torch-compile",  # issue 58: the compile path, exact on the demo
+    ]
     assert t.search.max_launches == 34  # the baseline's two and four blocks a trial
     assert "--max-running-requests" not in {k.name for k in t.search.knobs}  # it changed numerics
