@@ -118,7 +118,7 @@ def test_the_cli_says_which_lines_are_worded_differently_and_exits_0(tmp_path: P
         home, "import", str(ROOT / "benchmarks/h200-2026-11-30-ci-rule/c-eager-ci-session.json.gz")
     )
     assert proc.returncode == 0, proc.stderr
-    told = perfloop(home, "replay", "last")
+    told = perfloop(home, "replay", "last", env={"COLUMNS": "60"})  # one line even on a narrow terminal
     assert told.returncode == 0, told.stderr[-2000:]
     assert told.stderr.endswith(
         ": same decisions as recorded (worded differently now: decision, mechanisms)\n"

@@ -87,7 +87,9 @@ def replay(session: SessionArg, as_json: Json = False) -> None:
         verdict = "same summary as recorded" if same else "DIFFERENT summary than recorded"
         if same and worded:
             verdict = f"same decisions as recorded (worded differently now: {', '.join(worded)})"
-        terminal.console(stderr=True).print(f"replayed {len(state.transitions)} transitions: {verdict}")
+        terminal.console(stderr=True).print(
+            f"replayed {len(state.transitions)} transitions: {verdict}", soft_wrap=True
+        )  # one line at any width: a script reads it
         if as_json:
             emit({**summary_json(summary), "matches_recording": same, "worded_differently": worded})
         if not same:
