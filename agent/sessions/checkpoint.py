@@ -34,8 +34,8 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from pydantic import BaseModel
 
 import state
-from agent.sessions import ledger
-from agent.sessions.signing import (
+from agent.sessions.trust import ledger
+from agent.sessions.trust.signing import (
     GRAPH,
     SEQ,
     SIGNATURE,
@@ -144,7 +144,7 @@ class Renaming(BaseCheckpointSaver):
 
 
 class Signing(BaseCheckpointSaver):
-    """Signs each checkpoint of a session it writes (agent/sessions/signing.py): the digests of
+    """Signs each checkpoint of a session it writes (agent/sessions/trust/signing.py): the digests of
     its state's fields, of the whole checkpoint as LangGraph stores it (`GRAPH`: channel values
     and versions, `versions_seen`, pending tasks, its id and parent's) and its number in the
     session (`SEQ`), with their HMAC under this user's key, in the checkpoint's metadata; and each

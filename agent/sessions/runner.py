@@ -22,8 +22,8 @@ from agent.sessions.checkpoint import open_checkpointer, serializer
 from agent.sessions.interrupts import running_line, settled, stopped_after
 from agent.sessions.remote import close_hosts, executor_for, host_executors, remote_options
 from agent.sessions.revive import forked, lineage, repo_missing_here, resume_point
-from agent.sessions.signing import check
 from agent.sessions.summary import summarize as summarize_session
+from agent.sessions.trust.signing import check
 from agent.steps.setup import FORK_STEPS
 from state.base import utcnow
 from state.config.options import LoopOptions

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from agent.sessions.approving import approval_number, batch_refusal
 from agent.sessions.runner import Sessions
-from agent.sessions.signing import status
+from agent.sessions.trust.signing import status
 from tools.errors import ToolError
 
 
@@ -117,7 +117,7 @@ def last_answer_log(sessions: Sessions, session: str) -> str | None:
 
 def unsigned(sessions: Sessions, session: str) -> str | None:
     """Why this user's key did not sign what the paused session would run (the page says so
-    above its approval, which is refused), or None (agent/sessions/signing.py)."""
+    above its approval, which is refused), or None (agent/sessions/trust/signing.py)."""
     snap = sessions.graph.get_state(sessions.config(session))
     if not snap.values:
         return None

@@ -3,7 +3,7 @@ by two "machines" (two $PERFLOOP_HOMEs): a peer with write access to the databas
 session's launch command in its checkpoint (LangGraph's own tables, through a connection of its
 own). `perfloop show` displays what is stored now; `perfloop approve` on the machine that created
 the session refuses in one line naming the field that changed (its checkpoints are signed with the
-user's key, agent/sessions/signing.py), and on the other machine (another key) `approve --digest D`
+user's key, agent/sessions/trust/signing.py), and on the other machine (another key) `approve --digest D`
 with the digest its view showed before the rewrite refuses too, as not signed by its user's key,
 and so does `--trust` with the digest of what was reviewed before the rewrite. Nothing is run: no
 answer recorded, the session still paused."""

@@ -28,7 +28,7 @@ from langgraph.types import Send
 
 from agent.sessions.checkpoint import open_checkpointer
 from agent.sessions.runner import thread
-from agent.sessions.signing import GRAPH, SEQ, SIGNATURE, WRITES, digests, graph_digest, seal
+from agent.sessions.trust.signing import GRAPH, SEQ, SIGNATURE, WRITES, digests, graph_digest, seal
 from state.sessions.loop import LoopState
 from tests.procs import processes_in
 from tests.web.test_store_peer import PLANTED, Peer, Victim, launch

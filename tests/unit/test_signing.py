@@ -1,4 +1,4 @@
-"""agent/sessions/signing.py: a checkpoint's state is bound to the user's key field by field; a
+"""agent/sessions/trust/signing.py: a checkpoint's state is bound to the user's key field by field; a
 changed field is named, another key's or a missing signature refused, `--trust` takes exactly
 the digest of what is stored now; a secret in the state hashes alike before and after the
 serializer masks it."""
@@ -14,7 +14,7 @@ import pytest
 
 from agent.cli.target import load_target
 from agent.sessions.checkpoint import serializer
-from agent.sessions.signing import GRAPH, SIGNATURE, binding_digest, check, digests, seal, user_key
+from agent.sessions.trust.signing import GRAPH, SIGNATURE, binding_digest, check, digests, seal, user_key
 from state.config.options import LoopOptions
 from state.sessions.loop import LoopState
 from tools.errors import ConfigError

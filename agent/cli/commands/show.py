@@ -87,8 +87,8 @@ def show(
 
 def runs_here(s: Sessions, session: str, state: LoopState) -> dict:
     """What the session would run on this machine (its whole launch command, environment and the
-    options that drive it) and whether this user's key signed it (agent/sessions/signing.py)."""
-    from agent.sessions.signing import status
+    options that drive it) and whether this user's key signed it (agent/sessions/trust/signing.py)."""
+    from agent.sessions.trust.signing import status
 
     snap = s.graph.get_state(s.config(session))
     digest, why = (

@@ -13,9 +13,7 @@ Before `approve`, `reject`, `resume`, `fork` (and the approval page, which runs 
 stored state must give exactly the signed digests under this key; anything else is refused in one
 line naming the fields that changed, before a file is written or a process started. A session this
 key did not sign (another user's or machine's, a planted copy, one checkpointed before signing)
-is run only with `--trust DIGEST`, the digest `perfloop show` prints beside its whole launch
-command: the human saw what runs. The same user's other machines share the key by copying it.
-"""
+is run only with `--trust DIGEST` (`perfloop show` prints it beside the whole launch command)."""
 
 from __future__ import annotations
 
@@ -45,7 +43,7 @@ channel's value and version, what each node has seen, the updated channels, the 
 its id and its parent's). A checkpoint without it was signed before perfloop signed the graph."""
 SEQ = "~seq"
 """A signed field: the checkpoint's number in its session (the highest this machine signed is
-kept under $PERFLOOP_HOME, `agent/sessions/ledger.py`: a signed checkpoint older than that read
+kept under $PERFLOOP_HOME, `agent/sessions/trust/ledger.py`: a signed checkpoint older than that read
 back as the latest is a rollback)."""
 META = (WRITES, GRAPH, SEQ)
 BEFORE_GRAPH = (
