@@ -1,0 +1,139 @@
+"""Values of the numerics gate: the baseline's greedy texts teacher-forced on a server (the same
+tokens as context on every side, so one early difference does not cascade), the engine's own
+numerical noise under the schedules it varies, and the verdict on a candidate that moved the math."""
+
+from typing import Literal
+
+from pydantic import Field
+
+from state.base import Model
+
+Verdict = Literal["exact", "within", "beyond"]
+"""`exact`: the candidate's greedy texts equal the baseline's where the schedule is controlled;
+`within`: it moves the baseline's tokens no further than the engine moves them itself (the stated
+test of agent/decision/stats/numerics.py); `beyond`: further (refused, unless a task check passes)."""
+
+
+class ForcedToken(Model):
+    """One position of a reference text, as one side scored it given the reference's context."""
+
+    token: str
+    """The reference's token at this position."""
+    logprob: float | None
+    """This side's log-probability of that token; None where the token is not among its top-k."""
+    rank: int = Field(ge=0)
+    """1: this side's most likely token is the reference's; 0: not among its top-k."""
+    top: dict[str, float] = {}
+    """This side's top-k alternatives at this position (token -> log-probability)."""
+
+
+class ForcedText(Model):
+    """One prompt's reference continuation, teacher-forced on one side."""
+
+    prompt: str
+    """The prompt."""
+    continuation: str
+    """The reference's greedy continuation scored after it."""
+    tokens: list[ForcedToken]
+    """Its positions, in order (the decode path: a generated token's logprobs)."""
+    restarts: int = Field(0, ge=0)
+    """Requests sent again from the prompt plus the reference's text so far, after this side's
+    greedy decoding left the reference's text (0 for the reference itself)."""
+    cut: bool = False
+    """The restart limit was reached before the end of the text: the positions after it were not
+    scored (a side that leaves the text that often is beyond the engine's numerics anyway)."""
+
+
+class ForcedScores(Model):
+    """The correctness set teacher-forced on one side under one schedule."""
+
+    schedule: str
+    """How the requests were sent: `alone` (one at a time, the reference), `batch of N` (N in
+    flight at once), `warm prefix cache` (the same requests again), `candidate`."""
+    texts: list[ForcedText]
+    """One per prompt, in the set's order."""
+    duration_s: float = Field(0.0, ge=0)
+    """Wall time of the requests."""
+
+
+class ForcedArgs(Model):
+    """Teacher-force texts on a server through OpenAI text completions with `logprobs`: greedy
+    decoding with the top-k of every generated token; where the server's token leaves the reference's
+    text, the request is sent again from the prompt plus the reference's text up to and including that
+    token (`continuations` None: the server's own greedy texts are the reference)."""
+
+    base_url: str
+    """Server base URL."""
+    model: str
+    """Model name for requests."""
+    prompts: list[str]
+    """The correctness set's prompts (raw text)."""
+    continuations: list[str] | None = None
+    """The reference's continuations to follow; None: generate them here (this side is the reference)."""
+    max_tokens: int = Field(40, ge=1)
+    """Tokens generated per prompt when the continuations are generated here."""
+    top_k: int = Field(5, ge=1, le=20)
+    """Alternatives asked for per position."""
+    concurrent: int = Field(1, ge=1)
+    """Requests in flight at once (1: alone; N: the schedule `batch of N`)."""
+    repeat: bool = False
+    """Send every request twice and keep the second (a warm prefix cache where the engine has one)."""
+    max_restarts: int = Field(8, ge=0)
+    """Most requests sent again per prompt after the server left the reference's text."""
+    timeout_s: float = Field(300.0, gt=0)
+    """Per-request timeout."""
+    schedule: str = "alone"
+    """The schedule's name, kept in the result."""
+
+
+class NumericsNoise(Model):
+    """The engine's own noise at the baseline: the reference and the same texts under other schedules."""
+
+    reference: ForcedScores
+    """The baseline's greedy texts, alone, with their own scores."""
+    schedules: list[ForcedScores]
+    """The same texts teacher-forced under the schedules the engine varies."""
+    key: str = ""
+    """Host, engine and target it was measured for (as the output noise's key); empty: not kept."""
+    session_id: str = ""
+    """The session that measured it (another session's, where it was reused from the store)."""
+
+
+class NumericsVerdict(Model):
+    """The numerics gate's answer on one candidate, with its figures."""
+
+    verdict: Verdict
+    """exact, within the engine's numerics, or beyond."""
+    max_dlogprob: float = 0.0
+    """Largest |log p_candidate - log p_baseline| of the baseline's token over the scored positions."""
+    engine_max_dlogprob: float = 0.0
+    """The same, largest over the engine's own schedules."""
+    engine_schedule: str = ""
+    """The schedule that moved the tokens furthest, e.g. `batch of 4`."""
+    flips: int = Field(0, ge=0)
+    """Positions where the candidate's most likely token is not the baseline's."""
+    engine_flips: int = Field(0, ge=0)
+    """The same, most over the engine's schedules."""
+    max_kl: float = 0.0
+    """Largest KL(baseline || candidate) over the positions, on the baseline's top-k (tail lumped)."""
+    positions: int = Field(0, ge=0)
+    """Positions scored on the candidate."""
+    prompts_beyond: int = Field(0, ge=0)
+    """Prompts whose largest move exceeds the margin times the engine's largest on that prompt."""
+    prompts: int = Field(0, ge=0)
+    """Prompts compared."""
+    needed: int = Field(0, ge=0)
+    """Prompts beyond needed to refuse at the stated false-reject rate."""
+    false_reject: float = 0.0
+    """The test's false-reject rate bound for a candidate that moves tokens as the engine does."""
+    margin: float = 1.0
+    """The margin (times the engine's own largest move per prompt)."""
+    declared_exact: bool = False
+    """The change declared itself exact: only `exact` passes."""
+    note: str = ""
+    """Why, in a few words (e.g. too few prompts for the test)."""
+
+    @property
+    def passed(self) -> bool:
+        """Whether the output gate lets the candidate through on its numerics."""
+        return self.verdict == "exact" or (self.verdict == "within" and not self.declared_exact)
