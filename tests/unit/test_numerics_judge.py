@@ -14,7 +14,12 @@ def side(name: str, logprobs: list[list[float]], ranks: list[list[int]] | None =
     texts = []
     for i, lps in enumerate(logprobs):
         toks = [
-            ForcedToken(token="a", logprob=lp, rank=(ranks[i][j] if ranks else 1), top={"a": lp, "b": lp - 2})
+            ForcedToken(
+                token="a",
+                logprob=lp,
+                rank=(ranks[i][j] if ranks else 1),
+                top={"a": lp, "b": lp - 1 / 256, "c": lp - 2},
+            )
             for j, lp in enumerate(lps)
         ]
         texts.append(ForcedText(prompt=f"p{i}", continuation="a" * len(lps), tokens=toks))
@@ -72,18 +77,31 @@ def test_the_stated_false_reject_rate_holds_for_a_candidate_that_is_one_more_sch
     assert rejected / runs <= bound + 3 * math.sqrt(bound * (1 - bound) / runs) + 0.005
 
 
-def test_a_deterministic_engine_refuses_any_move_and_keeps_none():
+def test_a_deterministic_engine_is_judged_against_its_logits_rounding():
     ref = side("alone", BASE)
     same = side("batch of 2", BASE)
     engine = [same, side("batch of 4", BASE), side("warm prefix cache", BASE)]
-    moved_one = side("candidate", [[lp + (1e-3 if i < 6 else 0) for lp in row] for i, row in enumerate(BASE)])
+    moved_one = side("candidate", [[lp + (0.05 if i < 6 else 0) for lp in row] for i, row in enumerate(BASE)])
     assert (
         numerics.judge(
             ref, [same], same.model_copy(update={"schedule": "candidate"}), texts_equal=False
         ).verdict
         == "within"
     )
-    assert numerics.judge(ref, engine, moved_one, texts_equal=False).verdict == "beyond"
+    assert numerics.rounding(ref) == pytest.approx(1 / 256)
+    v = numerics.judge(ref, engine, moved_one, texts_equal=False)
+    assert v.verdict == "beyond" and "rounding" in v.engine_schedule
+    one_ulp = side("candidate", [[lp + 1 / 256 for lp in row] for row in BASE])
+    assert numerics.judge(ref, engine, one_ulp, texts_equal=False).verdict == "within"
+
+
+def test_a_bug_that_moves_only_the_long_prompts_is_refused_by_the_gross_rule():
+    rng = random.Random(4)
+    ref = side("alone", BASE)
+    noise = [moved(BASE, rng, 0.01, f"batch of {n}") for n in (2, 4, 8)]
+    cut = side("candidate", [[lp - (0.5 if i == 7 else 0) for lp in row] for i, row in enumerate(BASE)])
+    v = numerics.judge(ref, noise, cut, texts_equal=False)
+    assert v.verdict == "beyond" and v.gross == 1 and v.prompts_beyond < v.needed
 
 
 def test_a_token_the_candidate_does_not_list_is_a_move_of_at_least_its_floor():
@@ -109,7 +127,7 @@ def test_too_few_prompts_refuse_on_one_prompt_beyond_and_say_so():
     v = numerics.judge(
         ref,
         [side("batch of 2", BASE[:2])],
-        side("candidate", [[lp - 0.5 for lp in BASE[0]], BASE[1]]),
+        side("candidate", [[lp - 0.01 for lp in BASE[0]], BASE[1]]),
         texts_equal=False,
     )
     assert v.verdict == "beyond" and "too few prompts" in v.note

@@ -13,10 +13,20 @@ probability at most 1/(S+1), so the count of prompts beyond is at most Binomial(
 candidate is refused when that count reaches the smallest k whose tail probability is <= `alpha`
 (the stated false-reject rate, a bound: the margin only lowers it). With too few prompts for any k,
 one prompt beyond refuses, and the bound printed is that rule's (1 - (1 - p)^P).
+
+Two guards beside the count:
+- a bug that moves only some prompts (a window cut, a rope offset past a position: long prompts
+  only) is refused by the gross rule: any prompt moved beyond `GROSS` times the engine's largest
+  move anywhere (its false-reject rate is measured, by benchmarks/numerics_gate.py, not bounded);
+- an engine that moved nothing under any schedule (deterministic on this host: the demo on a CPU
+  pads every step to one shape and stores FP8 KV) is still an engine that rounds: its yardstick is
+  then its logits' rounding, the smallest gap between two distinct top-k logprobs of the reference
+  (one unit in the last place of its logits), never zero.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 
 from state.measurement.numerics import ForcedScores, ForcedText, ForcedToken, NumericsVerdict
@@ -25,6 +35,8 @@ MARGIN = 2.0
 """The candidate may move a prompt's tokens up to this many times the engine's own largest move."""
 ALPHA = 0.01
 """The stated false-reject rate (a bound) for a candidate that moves tokens as the engine does."""
+GROSS = 4.0
+"""A prompt moved beyond this many times the engine's largest move anywhere refuses on its own."""
 
 
 def moves(reference: ForcedText, side: ForcedText) -> list[float]:
@@ -60,6 +72,14 @@ def kl(reference: ForcedToken, side: ForcedToken) -> float:
     if p_tail > 1e-12:
         total += p_tail * (math.log(p_tail) - math.log(q_tail))
     return max(total, 0.0)
+
+
+def rounding(reference: ForcedScores) -> float:
+    """The reference's logits' rounding (pure): the smallest positive gap between two of its top-k
+    logprobs at one position (a difference of logprobs is one of logits); 0 where none is listed."""
+    ranked = [sorted(p.top.values(), reverse=True) for t in reference.texts for p in t.tokens]
+    gaps = [a - b for v in ranked for a, b in itertools.pairwise(v) if a - b > 1e-6]
+    return min(gaps, default=0.0)
 
 
 def tail(n: int, p: float, k: int) -> float:
@@ -99,8 +119,10 @@ def judge(
         for sc in noise
     ]
     per_cand = [max(moves(r, c), default=0.0) for r, c in zip(reference.texts, candidate.texts, strict=True)]
-    engine_by_prompt = [max(col) for col in zip(*per_engine, strict=True)]
+    floor = rounding(reference) if not any(any(row) for row in per_engine) else 0.0
+    engine_by_prompt = [max(*col, floor) for col in zip(*per_engine, strict=True)]
     beyond = sum(1 for c, e in zip(per_cand, engine_by_prompt, strict=True) if c > margin * e)
+    gross = sum(1 for c in per_cand if c > GROSS * max(engine_by_prompt, default=0.0))
     k, bound = needed(n, len(noise), alpha)
     worst = max(range(len(noise)), key=lambda i: max(per_engine[i], default=0.0))
     kls = [
@@ -108,12 +130,17 @@ def judge(
         for rt, ct in zip(reference.texts, candidate.texts, strict=True)
         for r, c in zip(rt.tokens, ct.tokens, strict=False)
     ]
-    verdict = "exact" if texts_equal else "beyond" if beyond >= k or math.inf in per_cand else "within"
+    verdict = (
+        "exact" if texts_equal else "beyond" if beyond >= k or gross or math.inf in per_cand else "within"
+    )
     return NumericsVerdict(
         verdict=verdict,
         max_dlogprob=max(per_cand, default=0.0),
-        engine_max_dlogprob=max(per_engine[worst], default=0.0),
-        engine_schedule=noise[worst].schedule,
+        engine_max_dlogprob=max(max(per_engine[worst], default=0.0), floor),
+        engine_schedule=noise[worst].schedule
+        if not floor
+        else "its logits' rounding: no schedule moved them",
+        gross=gross,
         flips=flips(candidate),
         engine_flips=max(flips(s) for s in noise),
         max_kl=max(kls, default=0.0),
@@ -134,11 +161,12 @@ def line(v: NumericsVerdict) -> str:
     """The verdict in one line, with its figures (pure), e.g. `within the engine's numerics: max
     |dlogprob| 0.012 vs the engine's own 0.020 (batch of 4); 1/8 prompts beyond 2x the engine's
     own (refused at 3; false-reject <= 1.0%)`."""
+    gross = f", {v.gross} beyond {GROSS:g}x its largest anywhere" if v.gross else ""
     figures = (
         f"max |dlogprob| {fmt(v.max_dlogprob)} vs the engine's own {fmt(v.engine_max_dlogprob)} "
         f"({v.engine_schedule}); {v.prompts_beyond}/{v.prompts} prompts beyond {v.margin:g}x the "
-        f"engine's own (refused at {v.needed}; false-reject <= {v.false_reject:.1%}); top-1 flips "
-        f"{v.flips} vs the engine's {v.engine_flips}"
+        f"engine's own (refused at {v.needed}; false-reject <= {v.false_reject:.1%}){gross}; top-1 "
+        f"flips {v.flips} vs the engine's {v.engine_flips}"
     )
     if v.verdict == "exact":
         head = "exact (greedy texts identical)"
