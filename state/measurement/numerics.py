@@ -11,7 +11,7 @@ from state.base import Model
 Verdict = Literal["exact", "within", "beyond"]
 """`exact`: the candidate's greedy texts equal the baseline's where the schedule is controlled;
 `within`: it moves the baseline's tokens no further than the engine moves them itself (the stated
-test of agent/decision/stats/numerics.py); `beyond`: further (refused, unless a task check passes)."""
+test of agent/decision/gate/moves.py); `beyond`: further (refused, unless a task check passes)."""
 
 
 class ForcedToken(Model):
@@ -97,7 +97,39 @@ class NumericsNoise(Model):
     key: str = ""
     """Host, engine and target it was measured for (as the output noise's key); empty: not kept."""
     session_id: str = ""
-    """The session that measured it (another session's, where it was reused from the store)."""
+    """The session that measured it."""
+    host_sessions: int = Field(0, ge=0)
+    """Sessions whose baseline's numerics the store keeps for this host, engine and model (this one
+    included): published beside the output noise, for later sessions to read."""
+    host_max_dlogprob: float = 0.0
+    """The largest move any of them measured under the engine's own schedules."""
+
+
+class NumericsSample(Model):
+    """One baseline's numerics as the store keeps them, per host, engine and model."""
+
+    key: str
+    """Host, engine and model (`outputs:KIND@HOST#DIGEST`)."""
+    session_id: str
+    """The session that measured it."""
+    moves: dict[str, float]
+    """Per schedule: its largest move of the reference's tokens (|dlogprob|)."""
+    positions: int = Field(0, ge=0)
+    """Positions scored per schedule."""
+
+
+class NumericsArgs(Model):
+    """Keep one baseline's numerics in the session store (`outputs.numerics_record`)."""
+
+    sample: NumericsSample
+    """What to keep."""
+
+
+class NumericsSamples(Model):
+    """Every baseline's numerics kept for a host, engine and model, oldest first."""
+
+    samples: list[NumericsSample]
+    """The samples."""
 
 
 class NumericsVerdict(Model):

