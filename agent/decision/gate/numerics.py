@@ -16,8 +16,8 @@ from __future__ import annotations
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, call, need
-from agent.decision.gate.correctness import all_prompts
 from agent.decision.gate import moves as numerics
+from agent.decision.gate.correctness import all_prompts
 from agent.decision.stats.noise import outputs_key
 from state.measurement.numerics import (
     ForcedArgs,
