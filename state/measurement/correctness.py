@@ -6,6 +6,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from state.base import Model
+from state.measurement.numerics import TaskItem
 
 
 class CorrectnessConfig(Model):
@@ -58,6 +59,10 @@ class CorrectnessConfig(Model):
     """Numerics policy: a JSON Lines file of `{"prompt": ..., "answer": ...}` (path relative to the
     target file); a candidate beyond the engine's numerics is still kept when its accuracy on it is
     no worse than the baseline's (a paired interval on the difference, `task_margin`)."""
+    task_items: list[TaskItem] = Field(default_factory=list)
+    """The `task` file's questions, read when the target file is loaded (so a recording carries them)."""
+    task_max_tokens: int = Field(32, ge=1)
+    """Numerics policy: tokens generated per task question."""
     task_margin: float = Field(0.02, ge=0, lt=1)
     """Numerics policy: the accuracy the candidate may lose against the baseline on `task` (the
     interval's lower bound on candidate minus baseline must stay above minus this)."""

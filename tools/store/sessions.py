@@ -196,9 +196,7 @@ class SessionStore:
     def numerics(self, key: str) -> list[NumericsSample]:
         """Every baseline's numerics kept for an engine on a host, oldest first."""
         order = "rowid" if self.db.dialect == "sqlite" else "added"
-        rows = self.db.rows(
-            f"SELECT sample FROM output_noise WHERE noise_key = ? ORDER BY {order}", (f"numerics|{key}",)
-        )
+        rows = self.db.rows(f"SELECT sample FROM numerics_noise WHERE noise_key = ? ORDER BY {order}", (key,))
         return [NumericsSample.model_validate_json(r[0]) for r in rows]
 
     def aa_samples(self, target_key: str) -> list[AASample]:

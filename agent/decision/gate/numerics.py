@@ -17,6 +17,7 @@ from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, call, need
 from agent.decision.gate import moves as numerics
+from agent.decision.gate import task
 from agent.decision.gate.correctness import all_prompts
 from agent.decision.stats.noise import outputs_key
 from state.measurement.numerics import (
@@ -83,7 +84,11 @@ def measure_noise(state: LoopState, runtime: Runtime[LoopContext]) -> NumericsNo
         for name, n, warm in schedules(state)
     ]
     noise = NumericsNoise(
-        reference=reference, schedules=measured, key=outputs_key(state.target), session_id=state.session_id
+        reference=reference,
+        schedules=measured,
+        key=outputs_key(state.target),
+        session_id=state.session_id,
+        task_texts=task.answers(state, runtime) if state.target.correctness.task_items else None,
     )
     return published(state, runtime, noise)
 
@@ -142,4 +147,5 @@ def line(v: NumericsVerdict, texts_problem: str | None) -> str:
     """The output gate's line for a verdict (pure): the test's figures, and what moved the texts."""
     if v.verdict == "exact":
         return "exact: greedy texts identical"
-    return f"{numerics.line(v)} (texts: {texts_problem})"
+    said = f"{numerics.line(v)} (texts: {texts_problem})"
+    return f"{said}; {v.task}" if v.task else said
