@@ -118,6 +118,9 @@ class ForcedArgs(Model):
     """Per-request timeout."""
     schedule: str = "alone"
     """The schedule's name, kept in the result."""
+    path: Literal["decode", "prefill"] = "decode"
+    """`decode`: greedy decoding with restarts (every engine's OpenAI `logprobs`); `prefill`: the text
+    scored in one request through vLLM's `prompt_logprobs` (the engine's prefill kernels)."""
 
 
 class NumericsNoise(Model):

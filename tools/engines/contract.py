@@ -98,6 +98,10 @@ class Engine:
     numerics gate teacher-forces the baseline's texts through them (tools/tolerance/forced.py); an
     engine without them needs `[correctness] policy = "exact"` (refused before any launch)."""
 
+    forced_path: ClassVar[str] = "decode"
+    """How the numerics gate teacher-forces texts: `decode` (greedy decoding with a restart wherever
+    the side leaves the text) or `prefill` (the text scored in one request: vLLM's `prompt_logprobs`)."""
+
     prefix_cache: ClassVar[bool] = False
     """Whether the engine keeps a prefix cache: the numerics gate then also scores a warm one."""
 

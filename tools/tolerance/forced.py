@@ -93,6 +93,37 @@ def follow(args: ForcedArgs, prompt: str, reference: list[str] | None) -> Forced
     )
 
 
+def prefill(args: ForcedArgs, prompt: str, reference: list[str] | None) -> ForcedText:
+    """Score one prompt's reference text in one prefill (vLLM's `prompt_logprobs`): its greedy text
+    first where this side is the reference; the text's positions are the answer's last ones."""
+    if reference is None:
+        own = follow(args.model_copy(update={"top_k": 1}), prompt, None)
+        reference = [t.token for t in own.tokens]
+    body = {
+        "model": args.model,
+        "prompt": prompt + "".join(reference),
+        "max_tokens": 1,
+        "temperature": 0,
+        "prompt_logprobs": args.top_k,
+    }
+    answer = completions(args.base_url, body, args.timeout_s)
+    rows = answer.get("prompt_logprobs")
+    if not isinstance(rows, list) or len(rows) < len(reference) + 1:
+        raise ServerError(
+            "the server returned no `prompt_logprobs` for the text (vLLM's extension); the numerics "
+            'gate cannot score it in a prefill: set [correctness] policy = "exact"'
+        )
+    tokens = []
+    for want, row in zip(reference, rows[-len(reference) :], strict=True):
+        alts = {str(a.get("decoded_token")): float(a["logprob"]) for a in (row or {}).values()}
+        ranked = {str(a.get("decoded_token")): int(a.get("rank", 0)) for a in (row or {}).values()}
+        if want not in alts:
+            raise ServerError(f"the server split the text into other tokens than {want!r} there (prefill)")
+        top = {t: v for t, v in alts.items() if ranked[t] <= args.top_k}
+        tokens.append(ForcedToken(token=want, logprob=alts[want], rank=ranked[want], top=top))
+    return ForcedText(prompt=prompt, continuation="".join(reference), tokens=tokens)
+
+
 @tool("outputs.forced")
 def forced(args: ForcedArgs) -> ForcedScores:
     """The set teacher-forced under the schedule of `args` (module docstring)."""
@@ -105,9 +136,10 @@ def forced(args: ForcedArgs) -> ForcedScores:
 
     def one(i: int) -> ForcedText:
         report(f"numerics ({args.schedule}): prompt {i + 1}/{len(args.prompts)}")
+        way = prefill if args.path == "prefill" else follow
         if args.repeat:
-            follow(args, args.prompts[i], refs[i])
-        return follow(args, args.prompts[i], refs[i])
+            way(args, args.prompts[i], refs[i])
+        return way(args, args.prompts[i], refs[i])
 
     with ThreadPoolExecutor(max_workers=args.concurrent) as pool:
         texts = list(pool.map(one, range(len(args.prompts))))

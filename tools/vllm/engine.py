@@ -26,6 +26,7 @@ class VllmEngine(Engine):
 
     name = "vllm"
     prefix_cache = True  # automatic prefix caching, on by default in V1
+    forced_path = "prefill"  # prompt_logprobs: every position of the text in one request
     changeable_flags = (
         "--max-num-seqs",
         "--max-num-batched-tokens",

@@ -60,6 +60,7 @@ def args(state: LoopState, schedule: str, **more: object) -> ForcedArgs:
         max_tokens=cfg.numerics_tokens,
         timeout_s=cfg.request_timeout_s,
         schedule=schedule,
+        path=engine(state.target.kind).forced_path,
         **more,  # type: ignore[arg-type]
     )
 
@@ -149,3 +150,43 @@ def line(v: NumericsVerdict, texts_problem: str | None) -> str:
         return "exact: greedy texts identical"
     said = f"{numerics.line(v)} (texts: {texts_problem})"
     return f"{said}; {v.task}" if v.task else said
+
+
+def summary_line(state: LoopState) -> str:
+    """The session's output gate in one line (pure): the engine's own moves measured at the baseline,
+    then each judged change's class with its figures, kept ones first."""
+    noise = need(state.numerics_noise, "the baseline's numerics")
+    moves = [
+        max(
+            (
+                max(numerics.moves(r, t), default=0.0)
+                for r, t in zip(noise.reference.texts, s.texts, strict=True)
+            ),
+            default=0.0,
+        )
+        for s in noise.schedules
+    ]
+    worst = max(range(len(moves)), key=moves.__getitem__) if moves else None
+    own = (
+        f"the engine's own largest |dlogprob| {numerics.fmt(moves[worst])} ({noise.schedules[worst].schedule})"
+        if worst is not None and moves[worst] > 0
+        else f"the engine moved nothing under {len(moves)} schedules: its logits' rounding "
+        f"{numerics.fmt(numerics.rounding(noise.reference))} is the yardstick"
+    )
+    host = f", {noise.host_sessions} session(s) on this host" if noise.host_sessions > 1 else ""
+    judged = [d for d in state.decisions if d.numerics is not None]
+    judged.sort(key=lambda d: d.verdict != "accepted")
+    words = [
+        f"{d.label} ({'kept' if d.verdict == 'accepted' else d.verdict}): {short(d.numerics)}"
+        for d in judged
+        if d.numerics
+    ]
+    return f"numerics: exact, or within {own}{host}" + (f"; {'; '.join(words)}" if words else "")
+
+
+def short(v: NumericsVerdict) -> str:
+    """A verdict in a few words with its figures (pure)."""
+    if v.verdict == "exact":
+        return "exact"
+    said = f"{v.verdict} (max |dlogprob| {numerics.fmt(v.max_dlogprob)} vs {numerics.fmt(v.engine_max_dlogprob)})"
+    return said + (f", {v.task}" if v.task else "")
