@@ -133,15 +133,20 @@ class OnCPU(ast.NodeTransformer):
         return node
 
 
-def decode_path(source: str, filename: str) -> dict[str, Any]:
-    """The decode-path classes of a backend source, with only the KEEP methods, compiled."""
+def decode_path(
+    source: str, filename: str, keep: dict[str, set[str] | None] = KEEP, more: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The classes (with only their `keep` methods) and functions named in `keep` of a backend
+    source, compiled; `more` adds or replaces names they read (tools/sglang/graph_paths.py)."""
     body: list[ast.stmt] = []
     for node in ast.parse(source).body:
-        if isinstance(node, ast.ClassDef) and node.name in KEEP:
-            wanted = KEEP[node.name]
+        if isinstance(node, ast.ClassDef) and node.name in keep:
+            wanted = keep[node.name]
             if wanted is not None:
                 node.body = [n for n in node.body if isinstance(n, ast.FunctionDef) and n.name in wanted]
             node.bases = []  # AttentionBackend: the engine's base, unused by these methods
+            body.append(node)
+        elif isinstance(node, ast.FunctionDef) and node.name in keep:
             body.append(node)
     module = ast.fix_missing_locations(OnCPU().visit(ast.Module(body=body, type_ignores=[])))
     names: dict[str, Any] = {
@@ -150,6 +155,7 @@ def decode_path(source: str, filename: str) -> dict[str, Any]:
         "Optional": Optional,
         "create_flashinfer_kv_indices_triton": ReferenceKvIndicesKernel(),
         "get_parallel": lambda: SimpleNamespace(dcp_enabled=False, attn_dcp_size=1),
+        **(more or {}),
     }
     flags = __future__.annotations.compiler_flag  # as upstream: annotations stay strings
     exec(compile(module, filename, "exec", flags=flags, dont_inherit=True), names)
@@ -273,4 +279,10 @@ def check(before: str, after: str, filename: str) -> tuple[bool, bool, str]:
         if active
         else "; the patched decode still reads the whole KV pool"
     )
+    if "def init_forward_metadata_out_graph" in before:  # 0.5.23's layout: graph decode and extend too
+        from tools.sglang.graph_paths import check_paths
+
+        with on_cpu():
+            same, more = check_paths(before, after, filename)
+        identical, line = identical and same, f"eager {line}; {more}"
     return identical, active, line
