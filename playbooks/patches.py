@@ -114,7 +114,7 @@ def covering(playbook: Playbook, kind: str, path: str, version: str | None) -> t
     def paths(key: str) -> list[str]:
         return list(playbook.patch_paths.get(key, PATHS))
 
-    keyed = sorted(tuple(map(int, m.groups())) for k in playbook.patches if (m := _KEY.match(k)))
+    keyed = sorted((int(m[1]), int(m[2]), int(m[3])) for k in playbook.patches if (m := _KEY.match(k)))
     if kind != "sglang" or not keyed:
         if kind not in playbook.patches:
             return None, f"no patch for kind {kind}"

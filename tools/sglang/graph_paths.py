@@ -156,7 +156,8 @@ class GraphRun:
             with self.ops:
                 layers(self.b, world, fb, bs)
             self.captured[bs] = (self.b.forward_metadata, self.handed(bs))
-        self.static, self.gathered, self.pool_rows = True, {}, world.pools[0].shape[0]
+        self.static, self.pool_rows = True, world.pools[0].shape[0]
+        self.gathered: dict[int, int] = {}  # captured bs -> rows its last replay handed the kernel
 
     def handed(self, bs: int) -> tuple:
         """What the last run's layers handed the kernel: shapes, dtypes and buffer addresses."""
@@ -265,9 +266,9 @@ def _check_paths(before: str, after: str, filename: str) -> tuple[bool, str]:
         else "; a host sync or data-shaped op in the captured path"
     )
     ext = "reads only the batch's KV rows" if extend_rows else "casts the whole KV pool"
-    pages = "/".join(str(w[0]) for w in WORLDS)
+    sizes = "/".join(str(w[0]) for w in WORLDS)
     line = "; ".join(
-        f"{path} (page sizes {pages}): outputs {'bit-identical' if same[path] else 'DIFFER'}, {what}"
+        f"{path} (page sizes {sizes}): outputs {'bit-identical' if same[path] else 'DIFFER'}, {what}"
         for path, what in (("graph decode", graph), ("extend", ext))
     )
     return all(same.values()), line

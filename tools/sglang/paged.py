@@ -18,7 +18,12 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 HEADS, RANK, ROPE, SCALE = 4, 512, 64, 0.1
-DATA_DEPENDENT = ("aten::_local_scalar_dense", "aten::nonzero", "aten::masked_select", "aten::unique")
+DATA_DEPENDENT: tuple[str, ...] = (
+    "aten::_local_scalar_dense",
+    "aten::nonzero",
+    "aten::masked_select",
+    "aten::unique",
+)
 DATA_DEPENDENT += ("aten::_unique", "aten::repeat_interleave", "aten::masked_scatter")
 """Operators with a host sync or an output shape read off data: none may run in a captured path."""
 
@@ -39,13 +44,13 @@ class World:
     def fp8(self, rows: int) -> torch.Tensor:
         return (torch.randn(rows, 1, RANK + ROPE, generator=self.gen) * 0.5).to(torch.float8_e4m3fn)
 
-    def admit(self, row: int, tokens: int, share: tuple[int, int] | None = None) -> None:
+    def admit(self, row: int, tokens: int, share: tuple[int, int] | None = None) -> World:
         """Request `row` with `tokens` tokens; `share` = (row, n): its first n tokens are that
         request's (its pages, the last one possibly partly full: shared, not copied)."""
         self.tables[row] = list(self.tables[share[0]][: -(-share[1] // self.page)]) if share else []
-        self.grow(row, tokens)
+        return self.grow(row, tokens)
 
-    def grow(self, row: int, tokens: int) -> None:
+    def grow(self, row: int, tokens: int) -> World:
         """Request `row` decoded up to `tokens` tokens: new pages where its last one is full."""
         table = self.tables[row]
         while len(table) * self.page < tokens:
@@ -53,6 +58,7 @@ class World:
         slots = torch.tensor([p * self.page + i for p in table for i in range(self.page)], dtype=torch.int32)
         self.req_to_token[row] = 0
         self.req_to_token[row, :tokens] = slots[:tokens]
+        return self
 
     def take(self) -> int:
         """A free page, last freed first; it holds the new owner's KV from now on (rewritten)."""
