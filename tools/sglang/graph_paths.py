@@ -23,8 +23,18 @@ from typing import Any
 
 import torch
 
-from tools.sglang.equivalence import KEEP, ReferenceTranslator, decode_path
-from tools.sglang.paged import HEADS, RANK, ROPE, SCALE, Captured, PagedMLA, World
+from tools.sglang.paged import (
+    HEADS,
+    KEEP,
+    RANK,
+    ROPE,
+    SCALE,
+    Captured,
+    PagedMLA,
+    ReferenceTranslator,
+    World,
+    decode_path,
+)
 
 GRAPH_METHODS = {"init_cuda_graph_state", "init_forward_metadata_out_graph", "_apply_cuda_graph_metadata"}
 PATCH_HELPERS = {"_graph_gather_width", "_graph_gather_ids", "_fill_graph_gather", "_gather_kv_in_extend"}

@@ -1,5 +1,6 @@
-"""Plain-torch stand-ins for the equivalence harness's graph and extend paths (graph_paths.py): a
-paged KV world (pages of 1, 16 or 64 slots, shared and reused pages) and FlashInfer's MLA wrapper
+"""The equivalence harness's backend compiler and plain-torch stand-ins: `decode_path` compiles the
+kept classes and functions of a backend's source with the engine's CUDA-only pieces replaced
+(equivalence.py, graph_paths.py); for the graph and extend paths (graph_paths.py), a paged KV world (pages of 1, 16 or 64 slots, shared and reused pages) and FlashInfer's MLA wrapper
 as the kernel reads it, eager or captured in a CUDA graph.
 
 SGLang's FlashInfer MLA backend plans its kernel at page size 1 whatever the server's page size:
@@ -10,9 +11,13 @@ to a new request (a reused page, rewritten) is what the backend's kv_indices the
 """
 
 from __future__ import annotations
+import __future__
 
+import ast
+from collections.abc import Callable
+from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Optional
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
@@ -26,6 +31,110 @@ DATA_DEPENDENT: tuple[str, ...] = (
 )
 DATA_DEPENDENT += ("aten::_unique", "aten::repeat_interleave", "aten::masked_scatter")
 """Operators with a host sync or an output shape read off data: none may run in a captured path."""
+
+
+KEEP = {
+    "DecodeMetadata": None,  # the whole dataclass
+    "FlashInferMLAAttnBackend": {
+        "init_forward_metadata",
+        "forward_decode",
+        "_gather_kv_in_decode",
+        "_decode_kv_buffer",
+    },
+    "FlashInferMLAIndicesUpdaterDecode": {"update", "call_begin_forward"},
+}
+
+
+def fill_kv_indices(
+    req_to_token: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    seq_lens: torch.Tensor,
+    indptr: torch.Tensor,
+    out: torch.Tensor,
+    kv_start_idx: torch.Tensor | None = None,
+) -> bool:
+    """What sglang's kv-index triton kernel / translator writes: each request's slots, in order."""
+    for i in range(int(seq_lens.numel())):
+        start, n = (0 if kv_start_idx is None else int(kv_start_idx[i])), int(seq_lens[i])
+        out[int(indptr[i]) : int(indptr[i]) + n] = req_to_token[req_pool_indices[i], start : start + n]
+    return True
+
+
+class ReferenceKvIndicesKernel:
+    """`create_flashinfer_kv_indices_triton[(bs,)](...)` (sglang 0.5.9) in plain torch."""
+
+    def __getitem__(self, grid: Any) -> Callable[..., None]:
+        def launch(
+            req_to_token: torch.Tensor,
+            req_pool_indices: torch.Tensor,
+            lens: torch.Tensor,
+            indptr: torch.Tensor,
+            kv_start_idx: torch.Tensor | None,
+            out: torch.Tensor,
+            stride: int,
+        ) -> None:
+            fill_kv_indices(req_to_token, req_pool_indices, lens, indptr, out, kv_start_idx)
+
+        return launch
+
+
+class ReferenceTranslator:
+    """`kv_index_translator` (sglang 0.5.23) for a plain pool: req_to_token holds physical rows."""
+
+    needs_read_translate = False
+
+    def __init__(self, req_to_token: torch.Tensor) -> None:
+        self.req_to_token = req_to_token
+
+    def pack_read_stream(
+        self,
+        plan: Any,
+        *,
+        req_pool_indices: torch.Tensor,
+        seq_lens: torch.Tensor,
+        indptr: torch.Tensor,
+        out: torch.Tensor,
+        **_: Any,
+    ) -> bool:
+        return fill_kv_indices(self.req_to_token, req_pool_indices, seq_lens, indptr, out)
+
+
+class OnCPU(ast.NodeTransformer):
+    """`device="cuda"` keyword arguments read as the CPU (this machine has no GPU)."""
+
+    def visit_keyword(self, node: ast.keyword) -> ast.keyword:
+        if node.arg == "device" and isinstance(node.value, ast.Constant) and node.value.value == "cuda":
+            return ast.keyword(arg="device", value=ast.Constant("cpu"))
+        return node
+
+
+def decode_path(
+    source: str, filename: str, keep: dict[str, set[str] | None] = KEEP, more: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The classes (with only their `keep` methods) and functions named in `keep` of a backend
+    source, compiled; `more` adds or replaces names they read (tools/sglang/graph_paths.py)."""
+    body: list[ast.stmt] = []
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.ClassDef) and node.name in keep:
+            wanted = keep[node.name]
+            if wanted is not None:
+                node.body = [n for n in node.body if isinstance(n, ast.FunctionDef) and n.name in wanted]
+            node.bases = []  # AttentionBackend: the engine's base, unused by these methods
+            body.append(node)
+        elif isinstance(node, ast.FunctionDef) and node.name in keep:
+            body.append(node)
+    module = ast.fix_missing_locations(OnCPU().visit(ast.Module(body=body, type_ignores=[])))
+    names: dict[str, Any] = {
+        "torch": torch,
+        "dataclass": dataclass,
+        "Optional": Optional,
+        "create_flashinfer_kv_indices_triton": ReferenceKvIndicesKernel(),
+        "get_parallel": lambda: SimpleNamespace(dcp_enabled=False, attn_dcp_size=1),
+        **(more or {}),
+    }
+    flags = __future__.annotations.compiler_flag  # as upstream: annotations stay strings
+    exec(compile(module, filename, "exec", flags=flags, dont_inherit=True), names)
+    return names
 
 
 class World:
