@@ -192,8 +192,9 @@ class GraphRun:
 def graph_decode(
     names: dict[str, Any], page: int, pages: int, context: int
 ) -> tuple[list[torch.Tensor], GraphRun]:
-    """Six replays of a changing batch: a shared tail page (B forks A's first 37 tokens), growth,
-    a finished request whose pages go to a new one (reused pages), batches of 3, 5, 4 and 1."""
+    """Seven replays of a changing batch, every captured bs: a shared tail page (B forks A's first
+    37 tokens), growth, a finished request whose pages go to a new one (reused pages), batches of 3,
+    3, 3, 5, 4, 2 and 1 requests."""
     w = World(page, pages, context)
     run = GraphRun(names, w)
     w.admit(1, 70), w.admit(2, 90, share=(1, 37)), w.admit(3, 20)
@@ -206,6 +207,7 @@ def graph_decode(
     outs += run.replay([1, 2, 4, 5, 6], [71, 91, 45, 5, 150])
     w.release(5), w.grow(6, 151)
     outs += run.replay([1, 2, 4, 6], [71, 91, 45, 151])
+    outs += run.replay([4, 6], [45, 151])
     outs += run.replay([6], [151])
     return outs, run
 
