@@ -166,10 +166,7 @@ class SessionStore:
     def add_output_noise(self, sample: OutputNoiseSample) -> None:
         """Keep one baseline's output noise; the same session's again replaces it."""
         with self.db.transaction():  # delete + insert: a replaced one moves to the end
-            self.db.run(
-                "DELETE FROM output_noise WHERE session_id = ? AND noise_key = ?",
-                (sample.session_id, sample.key),
-            )
+            self.db.run("DELETE FROM output_noise WHERE session_id = ?", (sample.session_id,))
             self.db.run(
                 "INSERT INTO output_noise (noise_key, session_id, sample) VALUES (?, ?, ?)",
                 (sample.key, sample.session_id, sample.model_dump_json()),
@@ -182,15 +179,12 @@ class SessionStore:
         return [OutputNoiseSample.model_validate_json(r[0]) for r in rows]
 
     def add_numerics(self, sample: NumericsSample) -> None:
-        """Keep one baseline's numerics, in the output noise's table under `numerics|KEY`."""
-        key = f"numerics|{sample.key}"
+        """Keep one baseline's numerics; the same session's again replaces it."""
         with self.db.transaction():
+            self.db.run("DELETE FROM numerics_noise WHERE session_id = ?", (sample.session_id,))
             self.db.run(
-                "DELETE FROM output_noise WHERE session_id = ? AND noise_key = ?", (sample.session_id, key)
-            )
-            self.db.run(
-                "INSERT INTO output_noise (noise_key, session_id, sample) VALUES (?, ?, ?)",
-                (key, sample.session_id, sample.model_dump_json()),
+                "INSERT INTO numerics_noise (noise_key, session_id, sample) VALUES (?, ?, ?)",
+                (sample.key, sample.session_id, sample.model_dump_json()),
             )
 
     def numerics(self, key: str) -> list[NumericsSample]:
