@@ -14,6 +14,7 @@ Standard library HTTP, so it also runs on a bare SSH host.
 
 from __future__ import annotations
 
+import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 from state.measurement.numerics import ForcedArgs, ForcedScores, ForcedText, ForcedToken
 from tools.door import tool
 from tools.errors import ServerError
+from tools.http import post_json
 from tools.progress import report
 from tools.tolerance.score import completions
 
@@ -94,33 +96,54 @@ def follow(args: ForcedArgs, prompt: str, reference: list[str] | None) -> Forced
 
 
 def prefill(args: ForcedArgs, prompt: str, reference: list[str] | None) -> ForcedText:
-    """Score one prompt's reference text in one prefill (vLLM's `prompt_logprobs`): its greedy text
-    first where this side is the reference; the text's positions are the answer's last ones."""
+    """Score one prompt's reference text in one prefill (vLLM's `prompt_logprobs`), by token ids so
+    that no retokenizing moves a boundary: the prompt's ids from `/tokenize`, the text's as the server
+    generated them (`token_id:N`, generated greedily here where this side is the reference)."""
+    status, said = post_json(
+        args.base_url.rstrip("/") + "/tokenize", {"model": args.model, "prompt": prompt}, args.timeout_s
+    )
+    if status != 200:
+        raise ServerError(
+            f"/tokenize answered HTTP {status}: {said[:200]} (the prefill path needs vLLM's /tokenize)"
+        )
+    ids = json.loads(said)["tokens"]
     if reference is None:
-        own = follow(args.model_copy(update={"top_k": 1}), prompt, None)
-        reference = [t.token for t in own.tokens]
+        body = {"model": args.model, "prompt": ids, "max_tokens": args.max_tokens, "temperature": 0}
+        choice = completions(
+            args.base_url, {**body, "logprobs": 1, "return_tokens_as_token_ids": True}, args.timeout_s
+        )
+        reference = [t for t, _, _ in generated(choice)]
+    gen = [int(t.removeprefix("token_id:")) for t in reference]
     body = {
         "model": args.model,
-        "prompt": prompt + "".join(reference),
+        "prompt": ids + gen,
         "max_tokens": 1,
         "temperature": 0,
         "prompt_logprobs": args.top_k,
     }
-    answer = completions(args.base_url, body, args.timeout_s)
-    rows = answer.get("prompt_logprobs")
-    if not isinstance(rows, list) or len(rows) < len(reference) + 1:
+    rows = completions(args.base_url, body, args.timeout_s).get("prompt_logprobs")
+    if not isinstance(rows, list) or len(rows) < len(gen) + 1:
         raise ServerError(
             "the server returned no `prompt_logprobs` for the text (vLLM's extension); the numerics "
             'gate cannot score it in a prefill: set [correctness] policy = "exact"'
         )
     tokens = []
-    for want, row in zip(reference, rows[-len(reference) :], strict=True):
-        alts = {str(a.get("decoded_token")): float(a["logprob"]) for a in (row or {}).values()}
-        ranked = {str(a.get("decoded_token")): int(a.get("rank", 0)) for a in (row or {}).values()}
-        if want not in alts:
-            raise ServerError(f"the server split the text into other tokens than {want!r} there (prefill)")
-        top = {t: v for t, v in alts.items() if ranked[t] <= args.top_k}
-        tokens.append(ForcedToken(token=want, logprob=alts[want], rank=ranked[want], top=top))
+    for want, row in zip(gen, rows[-len(gen) :], strict=True):
+        row = row or {}
+        top = {
+            f"token_id:{k}": float(v["logprob"])
+            for k, v in row.items()
+            if int(v.get("rank", 0)) <= args.top_k
+        }
+        own = row.get(str(want))
+        tokens.append(
+            ForcedToken(
+                token=f"token_id:{want}",
+                logprob=float(own["logprob"]) if own else None,
+                rank=int(own.get("rank", 0)) if own else 0,
+                top=top,
+            )
+        )
     return ForcedText(prompt=prompt, continuation="".join(reference), tokens=tokens)
 
 
