@@ -68,8 +68,9 @@ class ForcedArgs(Model):
     """Model name for requests."""
     prompts: list[str]
     """The correctness set's prompts (raw text)."""
-    continuations: list[str] | None = None
-    """The reference's continuations to follow; None: generate them here (this side is the reference)."""
+    continuations: list[list[str]] | None = None
+    """The reference's continuations to follow, as its tokens (per prompt); None: generate them here
+    (this side is the reference)."""
     max_tokens: int = Field(40, ge=1)
     """Tokens generated per prompt when the continuations are generated here."""
     top_k: int = Field(5, ge=1, le=20)
@@ -120,6 +121,8 @@ class NumericsVerdict(Model):
     """Positions scored on the candidate."""
     prompts_beyond: int = Field(0, ge=0)
     """Prompts whose largest move exceeds the margin times the engine's largest on that prompt."""
+    gross: int = Field(0, ge=0)
+    """Prompts moved beyond the gross margin times the engine's largest move anywhere (each refuses)."""
     prompts: int = Field(0, ge=0)
     """Prompts compared."""
     needed: int = Field(0, ge=0)

@@ -1,0 +1,140 @@
+"""The numerics test (agent/decision/stats/numerics.py) on made scores: its verdicts, its stated
+false-reject rate checked by simulation, and its power against a moved model."""
+
+import math
+import random
+
+import pytest
+
+from agent.decision.stats import numerics
+from state.measurement.numerics import ForcedScores, ForcedText, ForcedToken
+
+
+def side(name: str, logprobs: list[list[float]], ranks: list[list[int]] | None = None) -> ForcedScores:
+    texts = []
+    for i, lps in enumerate(logprobs):
+        toks = [
+            ForcedToken(
+                token="a",
+                logprob=lp,
+                rank=(ranks[i][j] if ranks else 1),
+                top={"a": lp, "b": lp - 1 / 256, "c": lp - 2},
+            )
+            for j, lp in enumerate(lps)
+        ]
+        texts.append(ForcedText(prompt=f"p{i}", continuation="a" * len(lps), tokens=toks))
+    return ForcedScores(schedule=name, texts=texts)
+
+
+def moved(base: list[list[float]], rng: random.Random, scale: float, name: str) -> ForcedScores:
+    return side(name, [[lp + rng.gauss(0, scale) for lp in row] for row in base])
+
+
+BASE = [[-0.1 - 0.05 * j for j in range(12)] for _ in range(8)]
+
+
+def test_texts_equal_is_exact_whatever_the_scores():
+    rng = random.Random(0)
+    ref = side("alone", BASE)
+    v = numerics.judge(
+        ref, [moved(BASE, rng, 0.01, "batch of 2")], moved(BASE, rng, 0.5, "candidate"), texts_equal=True
+    )
+    assert v.verdict == "exact" and v.passed
+
+
+def test_a_candidate_moving_like_the_engine_is_within_and_a_moved_model_beyond():
+    rng = random.Random(1)
+    ref = side("alone", BASE)
+    noise = [moved(BASE, rng, 0.01, f"batch of {n}") for n in (2, 4, 8)]
+    within = numerics.judge(ref, noise, moved(BASE, rng, 0.01, "candidate"), texts_equal=False)
+    beyond = numerics.judge(ref, noise, moved(BASE, rng, 0.1, "candidate"), texts_equal=False)
+    assert within.verdict == "within" and within.passed
+    assert beyond.verdict == "beyond" and not beyond.passed
+    assert beyond.prompts_beyond >= beyond.needed and beyond.max_dlogprob > 2 * beyond.engine_max_dlogprob
+    assert "beyond the engine's numerics: max |dlogprob|" in numerics.line(beyond)
+
+
+def test_a_change_declared_exact_passes_only_as_exact():
+    rng = random.Random(2)
+    ref = side("alone", BASE)
+    noise = [moved(BASE, rng, 0.01, "batch of 2"), moved(BASE, rng, 0.01, "batch of 4")]
+    v = numerics.judge(
+        ref, noise, moved(BASE, rng, 0.005, "candidate"), texts_equal=False, declared_exact=True
+    )
+    assert v.verdict == "within" and not v.passed and "declared itself exact" in numerics.line(v)
+
+
+def test_the_stated_false_reject_rate_holds_for_a_candidate_that_is_one_more_schedule():
+    rng = random.Random(3)
+    ref = side("alone", BASE)
+    rejected, runs = 0, 400
+    for _ in range(runs):
+        sides = [moved(BASE, rng, 0.02, f"s{i}") for i in range(4)]
+        v = numerics.judge(ref, sides[:3], sides[3], texts_equal=False, margin=1.0)
+        rejected += v.verdict == "beyond"
+    _k, bound = numerics.needed(8, 3)
+    assert bound <= numerics.ALPHA
+    assert rejected / runs <= bound + 3 * math.sqrt(bound * (1 - bound) / runs) + 0.005
+
+
+def test_a_deterministic_engine_is_judged_against_its_logits_rounding():
+    ref = side("alone", BASE)
+    same = side("batch of 2", BASE)
+    engine = [same, side("batch of 4", BASE), side("warm prefix cache", BASE)]
+    moved_one = side("candidate", [[lp + (0.05 if i < 6 else 0) for lp in row] for i, row in enumerate(BASE)])
+    assert (
+        numerics.judge(
+            ref, [same], same.model_copy(update={"schedule": "candidate"}), texts_equal=False
+        ).verdict
+        == "within"
+    )
+    assert numerics.rounding(ref) == pytest.approx(1 / 256)
+    v = numerics.judge(ref, engine, moved_one, texts_equal=False)
+    assert v.verdict == "beyond" and "rounding" in v.engine_schedule
+    one_ulp = side("candidate", [[lp + 1 / 256 for lp in row] for row in BASE])
+    assert numerics.judge(ref, engine, one_ulp, texts_equal=False).verdict == "within"
+
+
+def test_a_bug_that_moves_only_the_long_prompts_is_refused_by_the_gross_rule():
+    rng = random.Random(4)
+    ref = side("alone", BASE)
+    noise = [moved(BASE, rng, 0.01, f"batch of {n}") for n in (2, 4, 8)]
+    cut = side("candidate", [[lp - (0.5 if i == 7 else 0) for lp in row] for i, row in enumerate(BASE)])
+    v = numerics.judge(ref, noise, cut, texts_equal=False)
+    assert v.verdict == "beyond" and v.gross == 1 and v.prompts_beyond < v.needed
+
+
+def test_a_token_the_candidate_does_not_list_is_a_move_of_at_least_its_floor():
+    ref = side("alone", [[-0.1]])
+    gone = ForcedScores(
+        schedule="candidate",
+        texts=[
+            ForcedText(
+                prompt="p0",
+                continuation="a",
+                tokens=[ForcedToken(token="a", logprob=None, rank=0, top={"b": -0.05, "c": -3.0})],
+            )
+        ],
+    )
+    assert numerics.moves(ref.texts[0], gone.texts[0]) == [pytest.approx(2.9)]
+    assert numerics.flips(gone) == 1
+
+
+def test_too_few_prompts_refuse_on_one_prompt_beyond_and_say_so():
+    k, bound = numerics.needed(2, 1)
+    assert k == 1 and bound == pytest.approx(0.75)
+    ref = side("alone", BASE[:2])
+    v = numerics.judge(
+        ref,
+        [side("batch of 2", BASE[:2])],
+        side("candidate", [[lp - 0.01 for lp in BASE[0]], BASE[1]]),
+        texts_equal=False,
+    )
+    assert v.verdict == "beyond" and "too few prompts" in v.note
+
+
+def test_sides_on_different_prompt_sets_are_an_error():
+    with pytest.raises(ValueError, match="different sets of prompts"):
+        numerics.judge(side("alone", BASE), [side("b", BASE[:3])], side("c", BASE), texts_equal=False)
+    with pytest.raises(ValueError, match="noise was not measured"):
+        numerics.judge(side("alone", BASE), [], side("c", BASE), texts_equal=False)
