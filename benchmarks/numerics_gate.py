@@ -8,7 +8,7 @@ fed the reference's token, its logits read) under the engine's own schedules on 
 by one prefill, as the demo's echo scoring and a re-sent request score them) - the engine's
 numerical noise - and alone under every variant of benchmarks/numerics_variants.py (benign changes
 and planted bugs, each bug with its effect size). Each variant is judged by the numerics gate's
-pure function (agent/decision/stats/numerics.py `judge`; a local stand-in until it exists).
+pure function (agent/decision/stats/numerics.py `judge`).
 
 Prints per variant its class, effect, verdict, max |dlogprob| against the engine's own and the
 prompts beyond; then benign kept, bugs refused, bugs >= 5% refused and the smallest effect from
@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -38,10 +37,7 @@ from numerics_variants import Variant, variants  # noqa: E402
 
 from state.measurement.numerics import ForcedScores, ForcedText, ForcedToken, NumericsNoise  # noqa: E402
 
-try:
-    from agent.decision.stats.numerics import judge  # the gate's own test
-except ImportError:  # not landed yet: the stand-in below
-    judge = None
+from agent.decision.stats.numerics import judge, line  # noqa: E402  (the gate's own test)
 
 PROMPTS = [
     "Explain the KV cache in one sentence.", "Write a haiku about GPUs.", "List three prime numbers.",
@@ -159,29 +155,6 @@ def scores(schedule: str, prompts, refs, rows, top_k: int, duration: float) -> F
     return ForcedScores(schedule=schedule, texts=texts, duration_s=round(duration, 3))
 
 
-def stand_in(reference, noise, candidate, *, texts_equal: bool, declared_exact: bool = False):
-    """The gate's test until agent/decision/stats/numerics.py lands: a prompt is beyond where the
-    candidate's largest |dlogprob| exceeds the engine's largest on that prompt; refused where more
-    prompts are beyond than a candidate exchangeable with the engine's schedules would give at 5%."""
-    from state.measurement.numerics import NumericsVerdict
-
-    def moves(side):
-        return [[abs(c.logprob - r.logprob) for c, r in zip(ct.tokens, rt.tokens, strict=True)]
-                for ct, rt in zip(side.texts, reference.texts, strict=True)]  # fmt: skip
-
-    cand = [max(m) for m in moves(candidate)]
-    eng = [max(ms) for ms in zip(*[[max(m) for m in moves(s)] for s in noise.schedules], strict=True)]
-    n, p0 = len(cand), 1 / (len(noise.schedules) + 1)
-    needed = next(k for k in range(n + 2) if k > n or sum(
-        math.comb(n, j) * p0**j * (1 - p0) ** (n - j) for j in range(k, n + 1)) <= 0.05)  # fmt: skip
-    beyond = sum(c > e for c, e in zip(cand, eng, strict=True))
-    top = max(cand)
-    verdict = "exact" if texts_equal and top == 0 else "beyond" if beyond >= needed else "within"
-    return NumericsVerdict(verdict=verdict, max_dlogprob=top, engine_max_dlogprob=max(eng),
-                           prompts_beyond=beyond, prompts=n, needed=needed, false_reject=0.05,
-                           declared_exact=declared_exact)  # fmt: skip
-
-
 def run_variant(v: Variant, ctx, other, a, prompts, refs) -> tuple[list[torch.Tensor], float]:
     side = other() if v.static else ctx
     t0 = time.perf_counter()
@@ -240,16 +213,16 @@ def main() -> None:
         scores("prefill (echo)", prompts, refs, echo(ctx, prompts, refs), 5, time.perf_counter() - t0)
     )
     noise = NumericsNoise(reference=reference, schedules=sched, key=f"{a.device}/{a.preset}/{a.layers}")
-    the_judge = judge or stand_in
     eng = {s.schedule: max(abs(c.logprob - r.logprob) for ct, rt in zip(s.texts, reference.texts, strict=True)
                            for c, r in zip(ct.tokens, rt.tokens, strict=True)) for s in sched}  # fmt: skip
     dev = torch.cuda.get_device_name() if static else "cpu"
     print(f"{dev}, torch {torch.__version__}, {a.preset} preset, {a.layers} layer(s), {a.prompts} prompts x "
           f"{a.tokens} tokens; the engine's own max |dlogprob|: "
           + ", ".join(f"{k} {v:.4g}" for k, v in eng.items())
-          + f"; judge: {'agent/decision/stats/numerics.py' if judge else 'local stand-in'}", flush=True)  # fmt: skip
-    print("| variant | class | effect | verdict | max dlogprob | engine's | prompts beyond | s |")
-    print("|---|---|---|---|---|---|---|---|")
+          + " (agent/decision/stats/numerics.py judges)", flush=True)  # fmt: skip
+    print("| variant | class | effect | verdict | max \\|dlogprob\\| | engine's own | prompts beyond (refuse at) "
+          "| gross | top-1 flips | s |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
     out = []
     only = [s for s in a.only.split(",") if s]
     for v in variants(a.past):
@@ -258,15 +231,15 @@ def main() -> None:
         rows, dur = run_variant(v, ctx, other, a, prompts, refs)
         cand = scores("candidate", prompts, refs, rows, 5, dur)
         equal = all(t.rank == 1 for text in cand.texts for t in text.tokens)
-        verdict = the_judge(reference, noise, cand, texts_equal=equal)
+        verdict = judge(reference, noise.schedules, cand, texts_equal=equal)
         eff = v.meter.effect
         row = {"name": v.name, "class": v.cls, "effect_pct": eff, "at": v.at, "texts_equal": equal,
-               "seconds": round(dur, 1), **verdict.model_dump()}  # fmt: skip
+               "seconds": round(dur, 1), "line": line(verdict), **verdict.model_dump()}  # fmt: skip
         out.append(row)
         e = "-" if v.cls == "benign" else "never acted" if eff is None else f"{eff:.2f}% ({v.at})"
         print(f"| {v.name} | {v.cls} | {e} | {verdict.verdict} | {verdict.max_dlogprob:.4g} | "
               f"{verdict.engine_max_dlogprob:.4g} | {verdict.prompts_beyond}/{verdict.prompts} "
-              f"(needed {verdict.needed}) | {dur:.1f} |", flush=True)  # fmt: skip
+              f"({verdict.needed}) | {verdict.gross} | {verdict.flips} | {dur:.1f} |", flush=True)  # fmt: skip
     summary = summarise(out)
     print("\n" + "\n".join(summary["lines"]) + f"\n{time.perf_counter() - t_start:.0f} s in all")
     if a.json:
