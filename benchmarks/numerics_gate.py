@@ -35,9 +35,8 @@ sys.path[:0] = [str(ROOT), str(TARGET), str(ROOT / "benchmarks")]
 import torch  # noqa: E402
 from numerics_variants import Variant, variants  # noqa: E402
 
-from state.measurement.numerics import ForcedScores, ForcedText, ForcedToken, NumericsNoise  # noqa: E402
-
 from agent.decision.stats.numerics import judge, line  # noqa: E402  (the gate's own test)
+from state.measurement.numerics import ForcedScores, ForcedText, ForcedToken, NumericsNoise  # noqa: E402
 
 PROMPTS = [
     "Explain the KV cache in one sentence.", "Write a haiku about GPUs.", "List three prime numbers.",
