@@ -163,7 +163,8 @@ def run_variant(v: Variant, ctx, other, a, prompts, refs) -> tuple[list[torch.Te
     return rows, time.perf_counter() - t0
 
 
-def main() -> None:
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """The benchmark's options."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--preset", choices=["cpu", "glm5"], default="cpu")
@@ -183,13 +184,20 @@ def main() -> None:
         help="torch threads on the CPU (1: 10x faster than 2 on a shared 2-core host)",
     )
     p.add_argument("--json", type=Path, default=None, help="write the rows here")
-    a = p.parse_args()
+    p.add_argument(
+        "--static-decode", action="store_true", help="cuda's static decode step on the CPU (a dry run)"
+    )
+    return p.parse_args(argv)
+
+
+def bench(a: argparse.Namespace) -> dict:
+    """Run the benchmark, printing the table as it goes; the rows, the engine's noise and the summary."""
     if a.device == "cpu" and a.threads:
         torch.set_num_threads(a.threads)
     t_start = time.perf_counter()
     prompts = (PROMPTS * (a.prompts // len(PROMPTS) + 1))[: a.prompts]
     prompts = [q if i < len(PROMPTS) else f"{q} ({i})" for i, q in enumerate(prompts)]
-    static = a.device == "cuda"
+    static = a.device == "cuda" or a.static_decode
     ctx = build(a, static)
     cache = {}
 
@@ -240,10 +248,13 @@ def main() -> None:
               f"{verdict.engine_max_dlogprob:.4g} | {verdict.prompts_beyond}/{verdict.prompts} "
               f"({verdict.needed}) | {verdict.gross} | {verdict.flips} | {dur:.1f} |", flush=True)  # fmt: skip
     summary = summarise(out)
-    print("\n" + "\n".join(summary["lines"]) + f"\n{time.perf_counter() - t_start:.0f} s in all")
+    took = time.perf_counter() - t_start
+    print("\n" + "\n".join(summary["lines"]) + f"\n{took:.0f} s in all", flush=True)
+    result = {"args": {k: str(x) for k, x in vars(a).items()}, "device": dev, "torch": torch.__version__,
+              "engine": eng, "rows": out, "summary": summary, "seconds": round(took, 1)}  # fmt: skip
     if a.json:
-        a.json.write_text(json.dumps({"args": {k: str(x) for k, x in vars(a).items()}, "device": dev,
-                                      "engine": eng, "rows": out, "summary": summary}, indent=1))  # fmt: skip
+        a.json.write_text(json.dumps(result, indent=1))
+    return result
 
 
 def summarise(rows: list[dict]) -> dict:
@@ -262,16 +273,27 @@ def summarise(rows: list[dict]) -> dict:
             smallest = e
             break
 
+    exact_bugs = [r["name"] for r in bugs if r["verdict"] == "exact"]
+    # the line between the classes on max |dlogprob| alone (what any threshold could do here)
+    line_at = min((r["max_dlogprob"] for r in big), default=None)
+    under = sum(r["max_dlogprob"] < line_at for r in benign) if line_at is not None else None
+
     def pct(k, n):
         return f"{k}/{n} ({100 * k / n:.0f}%)" if n else "0/0"
 
     lines = [f"benign kept: {pct(kept, len(benign))}", f"bugs refused: {pct(refused, len(bugs))}",
              f"bugs of >= 5% effect refused: {pct(big_refused, len(big))}",
              "smallest bug effect from which >= 80% are refused: "
-             + (f"{smallest:.2f}%" if smallest is not None else "none")]  # fmt: skip
+             + (f"{smallest:.2f}%" if smallest is not None else "none"),
+             f"bugs judged exact (greedy texts unchanged, so kept whatever their logprobs): {len(exact_bugs)}"
+             + (f" ({', '.join(exact_bugs)})" if exact_bugs else "")]  # fmt: skip
+    if line_at is not None:
+        lines.append(f"on max |dlogprob| alone: the smallest move of a bug >= 5% is {line_at:.4g}; "
+                     f"{pct(under, len(benign))} of the benign changes move less")  # fmt: skip
     return {"benign_kept": kept, "benign": len(benign), "bugs_refused": refused, "bugs": len(bugs),
-            "big_refused": big_refused, "big": len(big), "smallest_80": smallest, "lines": lines}  # fmt: skip
+            "big_refused": big_refused, "big": len(big), "smallest_80": smallest,
+            "exact_bugs": exact_bugs, "lines": lines}  # fmt: skip
 
 
 if __name__ == "__main__":
-    main()
+    bench(parse())
