@@ -14,7 +14,7 @@ Prints per variant its class, effect, verdict, max |dlogprob| against the engine
 prompts beyond; then benign kept, bugs refused, bugs >= 5% refused and the smallest effect from
 which >= 80% of the bugs are refused.
 
-    .venv/bin/python benchmarks/numerics_gate.py                       # CPU: cpu preset, 4 layers
+    .venv/bin/python benchmarks/numerics_gate.py      # CPU: cpu preset, 2 layers, 8 prompts x 24 tokens
     python3 benchmarks/numerics_gate.py --device cuda --preset glm5 --layers 8   # one GPU
 """
 
@@ -168,9 +168,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--preset", choices=["cpu", "glm5"], default="cpu")
-    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--layers", type=int, default=2, help="layers (the cpu preset has 4, glm5 78)")
     p.add_argument("--prompts", type=int, default=8)
-    p.add_argument("--tokens", type=int, default=32)
+    p.add_argument("--tokens", type=int, default=24)
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights")
     p.add_argument("--pool", type=int, default=2048, help="KV pool slots")
     p.add_argument("--past", type=int, default=48, help="the rope bug's position")
@@ -222,7 +222,9 @@ def bench(a: argparse.Namespace) -> dict:
     noise = NumericsNoise(reference=reference, schedules=sched, key=f"{a.device}/{a.preset}/{a.layers}")
     eng = {s.schedule: max(abs(c.logprob - r.logprob) for ct, rt in zip(s.texts, reference.texts, strict=True)
                            for c, r in zip(ct.tokens, rt.tokens, strict=True)) for s in sched}  # fmt: skip
-    dev = torch.cuda.get_device_name() if static else "cpu"
+    dev = (
+        torch.cuda.get_device_name() if a.device == "cuda" else "cpu" + (" (static decode)" if static else "")
+    )
     print(f"{dev}, torch {torch.__version__}, {a.preset} preset, {a.layers} layer(s), {a.prompts} prompts x "
           f"{a.tokens} tokens; the engine's own max |dlogprob|: "
           + ", ".join(f"{k} {v:.4g}" for k, v in eng.items())
@@ -239,11 +241,19 @@ def bench(a: argparse.Namespace) -> dict:
         cand = scores("candidate", prompts, refs, rows, 5, dur)
         equal = all(t.rank == 1 for text in cand.texts for t in text.tokens)
         verdict = judge(reference, noise.schedules, cand, texts_equal=equal)
-        eff = v.meter.effect
-        row = {"name": v.name, "class": v.cls, "effect_pct": eff, "at": v.at, "texts_equal": equal,
+        measured = v.meter.effect
+        eff = v.nominal if v.nominal is not None else measured
+        row = {"name": v.name, "class": v.cls, "effect_pct": eff, "measured_pct": measured, "at": v.at,
+               "texts_equal": equal,
                "seconds": round(dur, 1), "line": line(verdict), **verdict.model_dump()}  # fmt: skip
         out.append(row)
-        e = "-" if v.cls == "benign" else "never acted" if eff is None else f"{eff:.2f}% ({v.at})"
+        e = (
+            "-"
+            if v.cls == "benign"
+            else "never acted"
+            if measured is None
+            else f"{eff:.3g}% ({v.at}: {measured:.3g}%)"
+        )
         print(f"| {v.name} | {v.cls} | {e} | {verdict.verdict} | {verdict.max_dlogprob:.4g} | "
               f"{verdict.engine_max_dlogprob:.4g} | {verdict.prompts_beyond}/{verdict.prompts} "
               f"({verdict.needed}) | {verdict.gross} | {verdict.flips} | {dur:.1f} |", flush=True)  # fmt: skip
