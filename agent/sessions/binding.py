@@ -26,7 +26,7 @@ from tools.errors import ConfigError
 
 TARGET_FILE = "target.sha256"
 ADDED_SINCE_SHOWN = frozenset(
-    {"short_aa_pairs", "schedule_gate", "first_verdict", "search_grid", "output_noise_store"}
+    {"short_aa_pairs", "schedule_gate", "first_verdict", "search_grid", "output_noise_store", "confirm_alone"}
 )
 """`LoopOptions` fields added after sessions paused with a digest shown to a person: at their
 default they are left out of the digest, so what a paused session showed stays its digest."""

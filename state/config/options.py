@@ -66,6 +66,10 @@ class LoopOptions(Model):
     untried one of the knobs' grid, and calls the space exhausted only when every configuration of
     it was tried (agent/proposer/tuning/search.py): True for new sessions; sessions recorded before
     it carry none and replay as they ran (stopped after 20 repeated asks)."""
+    confirm_alone: bool = False
+    """Whether interleaved arms stop the running candidate before a confirming pair of launches, so
+    no more than two servers hold the device at once (three glm5 servers do not fit an 80 GB H100):
+    True for new sessions; sessions recorded before it carry none and replay as they ran."""
     schedule_gate: bool = False
     """Whether the output gate tells the math from the schedule (agent/decision/gate/schedule.py):
     texts alone compared exactly, batched texts (at once and staggered) held to the baseline's own

@@ -149,6 +149,7 @@ def options(
         "aa_evidence": True,
         "short_aa_pairs": True,
         "schedule_gate": True,
+        "confirm_alone": True,
         "output_noise_store": True,
         "first_verdict": True,
         "search_grid": True,

@@ -15,6 +15,7 @@ before the step returns, whatever happened.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from langgraph.runtime import Runtime
 
@@ -98,11 +99,15 @@ def launch_beside(
     return call(runtime, server.launch, args)
 
 
-def stop_reference(state: LoopState, runtime: Runtime[LoopContext]) -> None:
-    """Stop the servers a (possibly killed) attempt launched beside the candidate, and remove the
-    reference copy."""
+def stop_reference(
+    state: LoopState, runtime: Runtime[LoopContext], keep: set[str] | frozenset[str] = frozenset()
+) -> None:
+    """Stop the servers a (possibly killed) attempt launched beside the candidate (but those of
+    `keep`'s pid files), and remove the reference copy."""
     grace = state.target.launch.stop_grace_s
     for name, where in beside_files(state).items():
+        if name in keep:
+            continue
         args = PidFileArgs(pid_file=host_dir(state) / name, repo=where, grace_s=grace)
         call(runtime, server.stop_recorded, args)
     call(
@@ -197,6 +202,7 @@ def judge_interleaved(state: LoopState, runtime: Runtime[LoopContext], label: st
         return JudgedCandidate(m, problem=problem, tolerance=tolerance, launches_beside=0, gate_note=note)
     where, argv = reference_tree(state, runtime)
     launches = 0
+    running: ServerHandle | Literal["unchanged"] | None = "unchanged"
     try:
         ref = launch_beside(state, runtime, where, argv, state.launches + 1, role_of(state, where))
         launches += 1
@@ -208,6 +214,13 @@ def judge_interleaved(state: LoopState, runtime: Runtime[LoopContext], label: st
         verdict, confirmation = with_levels(looks[-1].verdict, others), list[Look]()
         if needs_confirmation(looks[-1], cfg):
             call(runtime, server.stop, ServerArgs(server=ref, grace_s=state.target.launch.stop_grace_s))
+            if state.options.confirm_alone:  # two servers at a time: the pair relaunches the candidate too
+                call(
+                    runtime,
+                    server.stop,
+                    ServerArgs(server=candidate, grace_s=state.target.launch.stop_grace_s),
+                )
+                running = None
             with progress.within(confirming_line(looks[-1], cfg.confirm_below)):  # on every line of the pair
                 ref2 = launch_beside(state, runtime, where, argv, state.launches + 2, role_of(state, where))
                 cand2 = launch_beside(
@@ -217,12 +230,16 @@ def judge_interleaved(state: LoopState, runtime: Runtime[LoopContext], label: st
                 _, _, confirmation, problem = judge_pair(
                     state, runtime, f"{label}-confirm", (ref2, cand2), where, noise
                 )
+                if state.options.confirm_alone:  # the confirming candidate is the session's server now
+                    running = cand2
             if problem is not None:
                 problem = f"on the confirming pair of launches: {problem}"
-                return JudgedCandidate(cand_m, problem=problem, tolerance=tolerance, launches_beside=launches)
+                return JudgedCandidate(
+                    cand_m, problem=problem, tolerance=tolerance, launches_beside=launches, server=running
+                )
             verdict = replicated(verdict, confirmation[-1].verdict)
     finally:
-        stop_reference(state, runtime)
+        stop_reference(state, runtime, keep={"confirm.pid"} if isinstance(running, ServerHandle) else set())
     judgement = judgement_of(
         verdict,
         looks,
@@ -235,4 +252,6 @@ def judge_interleaved(state: LoopState, runtime: Runtime[LoopContext], label: st
         workload=state.target.workload,
         levels=others,
     )
-    return JudgedCandidate(cand_m, judgement, tolerance=tolerance, launches_beside=launches, gate_note=note)
+    return JudgedCandidate(
+        cand_m, judgement, tolerance=tolerance, launches_beside=launches, gate_note=note, server=running
+    )

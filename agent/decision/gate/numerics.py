@@ -168,10 +168,10 @@ def summary_line(state: LoopState) -> str:
     ]
     worst = max(range(len(moves)), key=moves.__getitem__) if moves else None
     own = (
-        f"the engine's own largest |dlogprob| {numerics.fmt(moves[worst])} ({noise.schedules[worst].schedule})"
+        f"the engine's own moves (largest |dlogprob| {numerics.fmt(moves[worst])}, {noise.schedules[worst].schedule})"
         if worst is not None and moves[worst] > 0
-        else f"the engine moved nothing under {len(moves)} schedules: its logits' rounding "
-        f"{numerics.fmt(numerics.rounding(noise.reference))} is the yardstick"
+        else f"the engine's rounding (no schedule of {len(moves)} moved its tokens: largest |dlogprob| its "
+        f"logits' rounding, {numerics.fmt(numerics.rounding(noise.reference))})"
     )
     host = f", {noise.host_sessions} session(s) on this host" if noise.host_sessions > 1 else ""
     judged = [d for d in state.decisions if d.numerics is not None]
