@@ -10,7 +10,15 @@ from rich.console import Console
 from agent.cli.output import diff_text, table
 from agent.cli.targetcheck import dummy_weights
 from agent.cli.terminal import perfloop, styled
-from agent.report.headline import baseline_final, best_command, flag_change, headline, judged, summary_json
+from agent.report.headline import (
+    baseline_final,
+    best_command,
+    flag_change,
+    headline,
+    headline_json,
+    judged,
+    summary_json,
+)
 from state.sessions.session import SessionInfo, Summary
 from tools.secrets import outside
 from tools.workspace.hidden import visible
@@ -110,7 +118,9 @@ def summary(console: Console, s: Summary) -> None:
     if (command := best_command(s)) is not None:  # whole, never cut by the table's width
         label = "best configuration" if s.accepted else "launch command (unchanged)"
         console.print(f"{label}, to copy:", highlight=False)
-        console.print(shell_lines(command, console.width, "  "), highlight=False, soft_wrap=True)
+        console.print(
+            shell_lines(command, console.width, "  "), highlight=False, soft_wrap=True, markup=False
+        )
     me = perfloop()
     console.print(
         f"next: {me} show {s.session}\n      {me} report {s.session} -o report.html",
@@ -255,6 +265,7 @@ def session_json(info: SessionInfo) -> dict:
     out = info.model_dump(mode="json")
     if info.summary is not None:
         out["summary"] = summary_json(info.summary)
+    out["headline"] = headline_json(info.summary, info.id, info.status)
     return out
 
 

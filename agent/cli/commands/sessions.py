@@ -66,12 +66,13 @@ def replay(session: SessionArg, as_json: Json = False) -> None:
 
     def body() -> None:
         from agent.cli import render
-        from agent.report.headline import summary_json
+        from agent.report.headline import headline_json, summary_json
         from agent.sessions.runner import Sessions
         from tools.door.replay import ReplayDivergence
 
         s = Sessions()
         info = s.info(session)
+        session_id = info.id
         try:
             state, summary = s.replay(session)
         except ReplayDivergence as exc:
@@ -91,7 +92,15 @@ def replay(session: SessionArg, as_json: Json = False) -> None:
             f"replayed {len(state.transitions)} transitions: {verdict}", soft_wrap=True
         )  # one line at any width: a script reads it
         if as_json:
-            emit({**summary_json(summary), "matches_recording": same, "worded_differently": worded})
+            head = headline_json(summary, session_id, info.status)
+            emit(
+                {
+                    **summary_json(summary),
+                    "headline": head,
+                    "matches_recording": same,
+                    "worded_differently": worded,
+                }
+            )
         if not same:
             raise typer.Exit(1)
 

@@ -75,7 +75,15 @@ def show(
         pending = s.pending_approval(session)  # as stored now, with the argv it runs and its digest
         bound = runs_here(s, session, state)  # what this machine would run, and whether it is signed
         if as_json:
-            emit(show_json(info, state, calls, cuts) | {"pending_approval": pending, "runs": bound})
+            shown = show_json(info, state, calls, cuts)
+            emit(
+                {
+                    "headline": shown["session"]["headline"],
+                    **shown,
+                    "pending_approval": pending,
+                    "runs": bound,
+                }
+            )
         else:
             out = console()
             session_view(out, info, state, calls, cuts)
