@@ -26,7 +26,7 @@ PIPE_CLOSED = 141
 """The exit status when stdout's reader went away (128 + SIGPIPE, as `seq 1e6 | head -1` gives)."""
 
 
-class PipeConsole(Console):
+class PipeConsole(terminal.Pausing):
     """A console whose closed pipe ends the command as `quiet_pipe` says (rich's own exits 1)."""
 
     def on_broken_pipe(self) -> None:

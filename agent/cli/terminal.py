@@ -20,12 +20,16 @@ import shlex
 import shutil
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, ConsoleOptions, ConsoleRenderable, RenderHook, RenderResult
 from rich.segment import Segment
 from rich.text import Text
 
 from tools.workspace.hidden import visible
+
+if TYPE_CHECKING:
+    from rich.status import Status
 
 
 class _Visible:
@@ -45,7 +49,27 @@ class _ShowHidden(RenderHook):
         return [_Visible(r) for r in renderables]
 
 
-def console(*, stderr: bool = False, cls: type[Console] = Console) -> Console:
+LIVE: list[Status] = []
+"""The terminal's status line (spinner) of the running command, while it runs (agent/cli/running.py)."""
+
+
+class Pausing(Console):
+    """A console that takes the spinner off the terminal while it prints: the status line belongs to
+    the stderr console, and a line printed through another console (stdout's) would otherwise land
+    behind the spinner's text (`⠸ perfloopcalibrate: ...`) and leave a frame above a table."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        live = [s for s in LIVE if s.console is not self and s.console.is_terminal]
+        for status in live:
+            status.stop()  # transient: its line is cleared
+        try:
+            super().print(*objects, **kwargs)
+        finally:
+            for status in live:
+                status.start()
+
+
+def console(*, stderr: bool = False, cls: type[Console] = Pausing) -> Console:
     """A console for a command's output (stderr: its errors and progress line); `cls` a Console
     subclass (agent/cli/output.py's, which ends quietly on a closed pipe)."""
     out = cls(stderr=stderr, markup=False, emoji=False)  # width: the terminal's, else $COLUMNS, else 80

@@ -115,9 +115,9 @@ def export_cmd(
 
     def body() -> None:
         from agent.sessions.archive import export_session
-        from agent.sessions.runner import Sessions
+        from tools.store.sessions import SessionStore, perfloop_home
 
-        n = export_session(Sessions().store, session, output)
+        n = export_session(SessionStore.open(perfloop_home()), session, output)  # no graph to load
         console().print(f"exported session {session} ({n} tool calls) to {output}")
 
     run_command(body)
@@ -172,9 +172,9 @@ def sessions(as_json: Json = False) -> None:
 
     def body() -> None:
         from agent.cli import render
-        from agent.sessions.runner import Sessions
+        from tools.store.sessions import SessionStore, perfloop_home
 
-        store = Sessions().store
+        store = SessionStore.open(perfloop_home())  # the index alone: no graph, no LangGraph to load
         infos, held = store.list_sessions(), store.held()
         if as_json:
             emit([render.session_json(i) | {"held_by": held.get(i.id)} for i in infos])
