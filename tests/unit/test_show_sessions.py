@@ -1,6 +1,7 @@
 """What `perfloop sessions` and `perfloop show` print of one session, as a newcomer met them
-(issue 57): one speedup in both JSON documents (the judged one); a session cut short and resumed counts every launch it made and `show` says
-when and in which step it was cut (piped tables: tests/unit/test_front_door.py). The real CLI on a real store (the demo session's recording
+(issue 57): one speedup in both JSON documents (the judged one); a session cut short and resumed
+counts every launch it made and `show` says when and in which step it was cut (piped tables:
+tests/unit/test_front_door.py). The real CLI on a real store (the demo session's recording
 imported), and the store's own superseded calls."""
 
 from __future__ import annotations
