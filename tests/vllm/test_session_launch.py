@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import time
 from pathlib import Path
@@ -85,7 +86,7 @@ def test_the_search_keeps_more_sequences_per_step_within_its_predicted_bound_and
     best = lines_out[lines_out.index("best configuration, to copy:") + 1].strip()
     assert shlex.split(best)[-2:] == ["--max-num-seqs", "8"] and "{port}" not in best, best
     assert "profiler-config" not in best and "…" not in best, best
-    assert f"next: perfloop show {s['session']}" in table
+    assert re.search(rf"next: \S*perfloop show {s['session']}", table), table[-2000:]  # the one that runs
     print(
         f"\nvLLM tiny Llama launch-option session (session 1): output throughput "
         f"{s['objective_before']:.1f} -> {s['objective_after']:.1f} tok/s at concurrency 8, judged "

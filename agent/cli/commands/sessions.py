@@ -133,7 +133,9 @@ def import_cmd(file: Path) -> None:
         s = Sessions()
         sid = import_session(s.store, file)
         s.session_dir(sid).mkdir(parents=True, exist_ok=True)  # this machine's: `last` names it
-        console().print(f"imported session {sid}; replay it with `perfloop replay {sid}`")
+        console().print(
+            f"imported session {sid}; replay it with `{terminal.perfloop()} replay {sid}`", highlight=False
+        )
 
     run_command(body)
 
