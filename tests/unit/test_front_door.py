@@ -238,3 +238,35 @@ def test_the_spinner_and_messages_never_share_a_line(tmp_path: Path) -> None:
         "session               status",
         "20261130-191508-c7d6  done",
     ], shown
+
+
+def test_the_report_says_outputs_in_words_and_a_baseline_alone_once(home: Path) -> None:
+    """The HTML report said `True` for identical outputs, and the page of a session paused before
+    any candidate `TPOT 408.02 ms -> 408.02 ms` (the final figures are the baseline's own then)."""
+    import html as escaping
+
+    from agent.report.data import gather
+    from agent.report.html import render_report
+    from agent.sessions.runner import Sessions
+
+    sid = infos(home)[0].id
+    data = gather(Sessions(home), sid)
+
+    def summary_text(page: str) -> str:
+        table = re.search(r'<table id="summary">(.*?)</table>', page, flags=re.S)
+        assert table is not None
+        return escaping.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", table.group(1))))
+
+    done = summary_text(render_report(data, link=lambda _p: None))
+    assert "outputs identical to the baseline's" in done and "True" not in done, done
+    s = data.summary
+    paused = s.model_copy(
+        update={"accepted": [], "rejected": [], "decision": None, "commits": [], "status": "paused"}
+        | {"tpot_ms_after": s.tpot_ms_before, "ttft_ms_after": s.ttft_ms_before, "outputs_identical": None}
+    )
+    data.summary = paused
+    shown = summary_text(render_report(data, link=lambda _p: None))
+    before = f"{s.tpot_ms_before:.2f} ms"
+    assert f"TPOT {before} (baseline; no candidate measured)" in shown, shown
+    assert shown.count(before) == 1 and "→" not in shown.split("TTFT")[1].split("outputs")[0], shown
+    assert "outputs not compared (no candidate kept)" in shown, shown
