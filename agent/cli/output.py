@@ -171,15 +171,15 @@ class Tabular:
             for i in moved:
                 if r[i].strip() and r[i] != "-":
                     para = Text(f"{' '.join(r[k] for k in keys)} {self.header[i]}: {r[i]}")
-                    for n, line in enumerate(para.wrap(console, width - 4)):
-                        parts.append(Text("    ") + line if n else line)
+                    for n, wrapped in enumerate(para.wrap(console, width - 4)):
+                        parts.append(Text("    ") + wrapped if n else wrapped)
+        wide = options.update(height=None, width=max(width, sum(shown_widths) + GAP * (len(shown) - 1)))
         for part in parts:
-            wide = options.update(height=None, width=max(width, sum(shown_widths) + GAP * (len(shown) - 1)))
-            for line in console.render_lines(part, wide, pad=False, new_lines=False):
+            for segments in console.render_lines(part, wide, pad=False, new_lines=False):
                 if plain:
-                    yield Segment("".join(seg.text for seg in line if not seg.control).rstrip())
+                    yield Segment("".join(seg.text for seg in segments if not seg.control).rstrip())
                 else:
-                    yield from line
+                    yield from segments
                 yield Segment.line()
 
 
