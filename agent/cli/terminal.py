@@ -59,7 +59,7 @@ class Pausing(Console):
     behind the spinner's text (`⠸ perfloopcalibrate: ...`) and leave a frame above a table."""
 
     def print(self, *objects: Any, **kwargs: Any) -> None:
-        live = [s for s in LIVE if s.console is not self and s.console.is_terminal]
+        live = [s for s in LIVE if s.console is not self and s.console.is_terminal and s._live.is_started]
         for status in live:
             status.stop()  # transient: its line is cleared
         try:

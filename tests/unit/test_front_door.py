@@ -171,7 +171,7 @@ def test_json_gives_one_headline_shape_across_sessions_show_and_replay(home: Pat
 SPIN = """
 import sys, time
 from agent.cli.output import console, table
-from agent.cli.running import run_command
+from agent.cli.running import run_command, status_line
 from tools import progress
 
 def body():
@@ -183,6 +183,9 @@ def body():
     print("a plain line on stderr", file=sys.stderr)
     time.sleep(0.4)
     console().print(table("session", "status", rows=[("20261130-191508-c7d6", "done")]))
+    status_line(False)  # as a command does before its question: the spinner stays off
+    console().print("a question")
+    time.sleep(0.4)
 
 run_command(body)
 """
@@ -237,7 +240,9 @@ def test_the_spinner_and_messages_never_share_a_line(tmp_path: Path) -> None:
         "a plain line on stderr",
         "session               status",
         "20261130-191508-c7d6  done",
+        "a question",
     ], shown
+    assert not any(c in text.rsplit("a question", 1)[1] for c in "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"), "the spinner came back"
 
 
 def test_the_report_says_outputs_in_words_and_a_baseline_alone_once(home: Path) -> None:
