@@ -165,6 +165,13 @@ def test_json_gives_one_headline_shape_across_sessions_show_and_replay(home: Pat
             assert got["session"] == sid and got["status"] == "done" and got["accepted"]
             assert isinstance(got["said"], str) and got["said"]
         assert head == shown["headline"]
+        env = {k: v for k, v in os.environ.items() if k != "PERFLOOP_PROGRESS"} | {"PERFLOOP_HOME": str(home)}
+        quiet = subprocess.run(
+            [str(PERFLOOP), "show", sid, "--json"], env=env, capture_output=True, text=True
+        )
+        assert quiet.returncode == 0 and quiet.stderr == "", (
+            quiet.stderr
+        )  # its replay to read it: no step line
         assert shown["session"]["summary"]["speedup"] == head["speedup"]  # the older key, kept
 
 
