@@ -117,6 +117,11 @@ def main() -> None:
     os.umask(0o077)
     if sys.argv[1:2] == ["help"]:  # `perfloop help [COMMAND]`: the command's -h (the whole list without)
         sys.argv[1:] = [*sys.argv[2:], "-h"]
+    if sys.argv[1:] in (["-V"], ["--version"]):  # the answer alone, without building the app
+        from importlib.metadata import version
+
+        print(f"perfloop {version('perfloop')}")
+        return
     light = len(sys.argv) > 1 and sys.argv[1] in ANALYSIS_COMMANDS
     if not light:
         build()()

@@ -15,6 +15,8 @@ from rich.console import Console
 from rich.prompt import Prompt
 from rich.text import Text
 
+from agent.cli.terminal import perfloop
+
 
 def interactive(as_json: bool) -> bool:
     """Whether a person is at a terminal to answer (stdin and stdout a TTY, no `--json`)."""
@@ -54,5 +56,6 @@ def ask(console: Console, pending: dict, folder: Path) -> dict | None:
             "diff": edited_patch(sid, path),
             "reason": f"edited patch from {path}",
         }
-    console.print(f"paused: perfloop approve {sid}   perfloop reject {sid} --reason TEXT", highlight=False)
+    me = perfloop()
+    console.print(f"paused: {me} approve {sid}\n        {me} reject {sid} --reason TEXT", highlight=False)
     return None

@@ -21,7 +21,7 @@ from agent.cli import render
 from agent.cli.asking import ask, interactive
 from agent.cli.output import console, emit
 from agent.cli.running import status_line
-from agent.report.headline import summary_json
+from agent.report.headline import headline_json, summary_json
 from agent.sessions.approving import answer_session
 from agent.sessions.diffs import keep, proposal_diffs
 from agent.sessions.runner import Sessions
@@ -63,6 +63,7 @@ def finish(sessions: Sessions, state: LoopState, as_json: bool, workspace: Path 
     if as_json:
         payload = summary_json(info.summary) if info.summary else {"session": state.session_id}
         payload["status"] = info.status
+        payload["headline"] = headline_json(info.summary, state.session_id, info.status)
         emit(payload)
     if info.status == "failed":
         raise typer.Exit(1)

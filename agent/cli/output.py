@@ -15,8 +15,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from rich import box
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
@@ -26,7 +26,7 @@ PIPE_CLOSED = 141
 """The exit status when stdout's reader went away (128 + SIGPIPE, as `seq 1e6 | head -1` gives)."""
 
 
-class PipeConsole(Console):
+class PipeConsole(terminal.Pausing):
     """A console whose closed pipe ends the command as `quiet_pipe` says (rich's own exits 1)."""
 
     def on_broken_pipe(self) -> None:
@@ -58,23 +58,143 @@ def quiet_pipe() -> int:
     return PIPE_CLOSED
 
 
-WORD = 5
-"""A column other than the ids is at least this wide (or its header's longest word, if shorter)."""
+WORD_CAP = 30
+"""A wrapped column is never narrower than its longest word up to this many characters (a name
+like `kv-cache-full-pool-cast` stays whole); longer words (a C++ kernel's name) fold."""
+GAP = 2
+"""Spaces between two columns."""
 
 
-def table(*header: str, rows: Sequence[tuple[str, ...]], keep: int = 1, title: str | None = None) -> Table:
-    """A table that never cuts an id: the first `keep` columns (the ids: a session, a task) are
-    never wrapped nor shortened; the others wrap (fold) to fit, at 80 columns or piped too."""
-    t = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1, 0, 0))
-    for n, name in enumerate(header):
-        if n < keep:
-            width = max([len(name), *(len(r[n]) for r in rows)])
-            t.add_column(name, no_wrap=True, min_width=width)
-        else:
-            t.add_column(name, overflow="fold", min_width=min(WORD, max(len(w) for w in name.split())))
-    for r in rows:
-        t.add_row(*r)
-    return t
+class Tabular:
+    """A table laid out at render time for the console's width, as `git`, `kubectl` and `gh` print:
+
+    - the `keep` first columns (the ids: a session, a task) and the `whole` ones (dates, intervals)
+      never wrap nor fold; other columns wrap between words, never narrower than their longest
+      word (up to `WORD_CAP`), so a name is not folded mid-word;
+    - a `below` column (a reason, a list) that does not fit on the row's line goes below the table,
+      one paragraph per row led by the row's ids (`ID HEADER: text`), wrapped between words;
+    - not a terminal (piped, a log): no colour, no lines, no trailing spaces; the width is $COLUMNS,
+      else 80 (agent/cli/terminal.py), so every line fits 80 columns unless one id alone is wider.
+    """
+
+    def __init__(
+        self,
+        header: Sequence[str],
+        rows: Sequence[Sequence[str]],
+        keep: int = 1,
+        whole: Sequence[int] = (),
+        below: Sequence[int] = (),
+        title: str | None = None,
+        show_header: bool = True,
+        lead: int = 1,
+    ) -> None:
+        self.header, self.rows, self.title, self.show_header = (
+            list(header),
+            [list(r) for r in rows],
+            title,
+            show_header,
+        )
+        self.keep, self.fixed = keep, set(range(keep)) | set(whole)
+        self.below, self.lead = list(below), lead
+
+    def _natural(self, i: int) -> int:
+        cells = [c for r in self.rows for c in r[i].splitlines()] + (
+            [self.header[i]] if self.show_header else []
+        )
+        return max([1, *map(len, cells)])
+
+    def _least(self, i: int) -> int:
+        if i in self.fixed:
+            return self._natural(i)
+        words = [w for r in self.rows for w in r[i].split()] + (
+            self.header[i].split() if self.show_header else []
+        )
+        return max([1, *(min(len(w), WORD_CAP) for w in words)])
+
+    def layout(self, width: int) -> tuple[list[int], list[int]]:
+        """The columns shown in the table with their widths, and those moved below (pure)."""
+        shown = list(range(len(self.header)))
+        moved: list[int] = []
+        natural = {i: self._natural(i) for i in shown}
+
+        def total(cols: list[int], widths: dict[int, int]) -> int:
+            return sum(widths[i] for i in cols) + GAP * (len(cols) - 1)
+
+        for i in self.below:  # a long column goes below before any other column wraps
+            if total(shown, natural) <= width:
+                break
+            shown.remove(i)
+            moved.append(i)
+        least = {i: self._least(i) for i in shown}
+        rest = [i for i in reversed(shown) if i >= self.keep]  # too narrow even wrapped: more go below
+        while rest and total(shown, least) > width:
+            shown.remove(rest[0])
+            moved.append(rest.pop(0))
+        widths = dict(natural)
+        excess = total(shown, widths) - width
+        while excess > 0:  # narrow the widest wrappable column, down to its longest word
+            free = [i for i in shown if i not in self.fixed and widths[i] > least[i]]
+            if not free:
+                break
+            widest = max(free, key=lambda i: widths[i] - least[i])
+            cut = min(excess, widths[widest] - least[widest], max(1, (widths[widest] - least[widest]) // 2))
+            widths[widest] -= cut
+            excess -= cut
+        return [widths[i] for i in shown], moved
+
+    def _table(self, widths: list[int], shown: list[int], plain: bool) -> Table:
+        t = Table(
+            box=None,
+            pad_edge=False,
+            padding=(0, GAP, 0, 0),
+            show_header=self.show_header,
+            header_style="" if plain else "bold",
+            title=None,
+        )
+        for w, i in zip(widths, shown, strict=True):
+            t.add_column(self.header[i], width=w, no_wrap=i in self.fixed, overflow="fold")
+        for r in self.rows:
+            t.add_row(*(Text(r[i]) for i in shown))
+        return t
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        width = options.max_width
+        plain = not console.is_terminal
+        shown_widths, moved = self.layout(width)
+        shown = [i for i in range(len(self.header)) if i not in moved]
+        parts: list[Text | Table] = []
+        if self.title:
+            parts.append(Text(self.title, style="" if plain else "bold"))
+        parts.append(self._table(shown_widths, shown, plain))
+        keys = list(range(min(self.lead, self.keep))) or [shown[0]]  # leads a row's paragraph below
+        for r in self.rows:
+            for i in moved:
+                if r[i].strip() and r[i] != "-":
+                    para = Text(f"{' '.join(r[k] for k in keys)} {self.header[i]}: {r[i]}")
+                    for n, wrapped in enumerate(para.wrap(console, width - 4)):
+                        parts.append(Text("    ") + wrapped if n else wrapped)
+        wide = options.update(height=None, width=max(width, sum(shown_widths) + GAP * (len(shown) - 1)))
+        for part in parts:
+            for segments in console.render_lines(part, wide, pad=False, new_lines=False):
+                if plain:
+                    yield Segment("".join(seg.text for seg in segments if not seg.control).rstrip())
+                else:
+                    yield from segments
+                yield Segment.line()
+
+
+def table(
+    *header: str,
+    rows: Sequence[tuple[str, ...]],
+    keep: int = 1,
+    whole: Sequence[int] = (),
+    below: Sequence[int] = (),
+    title: str | None = None,
+    show_header: bool = True,
+    lead: int = 1,
+) -> Tabular:
+    """A table that never cuts an id nor folds a name, at the console's width (`Tabular`)."""
+    return Tabular(header, rows, keep, whole, below, title, show_header, lead)
 
 
 def diff_text(diff: str) -> Text:

@@ -6,13 +6,19 @@ import re
 import shlex
 
 from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from agent.cli.output import diff_text, table
 from agent.cli.targetcheck import dummy_weights
-from agent.cli.terminal import styled
-from agent.report.headline import baseline_final, best_command, flag_change, headline, judged, summary_json
+from agent.cli.terminal import perfloop, styled
+from agent.report.headline import (
+    baseline_final,
+    best_command,
+    flag_change,
+    headline,
+    headline_json,
+    judged,
+    summary_json,
+)
 from state.sessions.session import SessionInfo, Summary
 from tools.secrets import outside
 from tools.workspace.hidden import visible
@@ -66,7 +72,6 @@ def branch_words(branch: str | None, checkout: str | None) -> str:
 
 def summary(console: Console, s: Summary) -> None:
     """The end-of-run summary."""
-    t = Table(title=f"perfloop session {s.session} ({s.status})", show_header=False)
     ratio = baseline_final(s)
     speed = "" if ratio is None else f"{ratio:.2f}x baseline -> final, not judged"
     rows = [
@@ -107,17 +112,38 @@ def summary(console: Console, s: Summary) -> None:
         rows.insert(-1, ("search trials", "\n".join(s.search_trials)))
     if s.chain is not None:  # --proposer chain: each link against the tree before it, the whole measured
         rows.insert(1, ("chain", s.chain.line().removeprefix("chain: ")))
-    for k, v in rows:
-        t.add_row(k, Text(v))  # stored text as written: no markup read in it
-    console.print(t)
+    console.print(
+        table("", "", rows=rows, title=f"perfloop session {s.session} ({s.status})", show_header=False)
+    )
     if (command := best_command(s)) is not None:  # whole, never cut by the table's width
         label = "best configuration" if s.accepted else "launch command (unchanged)"
-        console.print(f"{label}, to copy:\n  {command}", highlight=False, soft_wrap=True, markup=False)
+        console.print(f"{label}, to copy:", highlight=False)
+        console.print(
+            shell_lines(command, console.width, "  "), highlight=False, soft_wrap=True, markup=False
+        )
+    me = perfloop()
     console.print(
-        f"next: perfloop show {s.session}   perfloop report {s.session} -o report.html",
+        f"next: {me} show {s.session}\n      {me} report {s.session} -o report.html",
         highlight=False,
         soft_wrap=True,
     )
+
+
+def shell_lines(command: str, width: int, indent: str) -> str:
+    """A shell command broken between its words with ` \\` continuations so that no line is wider
+    than `width` (a word wider stays whole on its own line); pasted, it runs as written (pure)."""
+    try:
+        words = shlex.split(command)
+    except ValueError:  # not one shell command: as it is
+        return indent + command
+    lines, line = [], indent
+    for word in map(shlex.quote, words):
+        if line.strip() and len(line) + 1 + len(word) + 2 > width:
+            lines.append(line + " \\")
+            line = indent + "  " + word
+        else:
+            line = f"{line} {word}" if line.strip() else line + word
+    return "\n".join([*lines, line])
 
 
 def approval(console: Console, req: dict) -> None:
@@ -165,13 +191,12 @@ def approval(console: Console, req: dict) -> None:
         console.print(f"predicted: {bound}{req['predicted_speedup']:.2f}x{paired}")
     for line in req.get("mechanisms", []):
         console.print(f"earlier accepted patch, predicted vs realized: {line}", highlight=False)
-    t = Table("op", "dims", "share", "self time", "calls", "where", title="evidence")
     if not req["evidence"]:  # the last profile's diagnosis, shown here, or that there is none
         lines = req.get("diagnosis") or []
         said = "the last profile's diagnosis" if lines else "none recorded (no profile diagnosed it)"
         console.print("\n  ".join([f"evidence: {said}", *lines]), highlight=False, soft_wrap=True)
-    for e in req["evidence"]:
-        t.add_row(
+    rows = [
+        (
             e["op"],
             str(e.get("dims")),
             f"{e['share']:.1%}",
@@ -179,8 +204,12 @@ def approval(console: Console, req: dict) -> None:
             str(e["calls"]),
             e.get("location") or "-",
         )
-    if req["evidence"]:
-        console.print(t)
+        for e in req["evidence"]
+    ]
+    if rows:
+        console.print(
+            table("op", "dims", "share", "self time", "calls", "where", rows=rows, keep=0, title="evidence")
+        )
     for e in req["evidence"]:
         console.print(e["note"], highlight=False)
     hunks = re.findall(r"^\+\+\+ b/(\S+)\n@@ -(\d+)", req["diff"], flags=re.M)
@@ -190,8 +219,11 @@ def approval(console: Console, req: dict) -> None:
         diff_text(visible(req["diff"])), soft_wrap=True, end=""
     )  # Text strips controls: show them first
     digest = f" --digest {req['digest']}" if req.get("digest") else ""
+    me = perfloop()
     console.print(
-        f"approve: perfloop approve {req['session']}{digest}\nreject:  perfloop reject {req['session']} --reason TEXT"
+        f"approve: {me} approve {req['session']}{digest}\nreject:  {me} reject {req['session']} --reason TEXT",
+        highlight=False,
+        soft_wrap=True,
     )
     if req.get("candidates"):
         ids = [c["playbook"] for c in req["candidates"]]
@@ -223,7 +255,8 @@ def sessions(console: Console, infos: list[SessionInfo], held: dict[str, str]) -
                 ", ".join(s.accepted) if s else "-",
             )
         )
-    console.print(table("session", "created", "target", "host", "status", "speedup", "accepted", rows=rows))
+    header = ("session", "created", "target", "host", "status", "speedup", "accepted")
+    console.print(table(*header, rows=rows, keep=2, whole=(5,), below=(6,)))
 
 
 def session_json(info: SessionInfo) -> dict:
@@ -232,6 +265,7 @@ def session_json(info: SessionInfo) -> dict:
     out = info.model_dump(mode="json")
     if info.summary is not None:
         out["summary"] = summary_json(info.summary)
+    out["headline"] = headline_json(info.summary, info.id, info.status)
     return out
 
 

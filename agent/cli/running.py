@@ -17,7 +17,7 @@ import typer
 from rich.status import Status
 
 from agent.cli.output import quiet_pipe
-from agent.cli.terminal import console, styled
+from agent.cli.terminal import LIVE, console, styled
 from tools import progress
 from tools.errors import ServerLost, StoreUnreachable, ToolError, one_line
 from tools.interrupts import Interrupted
@@ -46,8 +46,8 @@ def plain_progress() -> bool:
     return not err.is_terminal and os.environ.get("PERFLOOP_PROGRESS", "plain") != "off"
 
 
-_STATUS: list[Status] = []
-"""The terminal's status line of the running command, if any."""
+_STATUS: list[Status] = LIVE
+"""The terminal's status line of the running command, if any (a console pauses it to print)."""
 
 
 def status_line(on: bool) -> None:

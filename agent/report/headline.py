@@ -78,6 +78,31 @@ def summary_json(s: Summary) -> dict:
     return out
 
 
+HEADLINE_KEYS = (
+    "session",
+    "status",
+    "speedup",
+    "speedup_ci",
+    "speedup_baseline_final",
+    "verdict",
+    "accepted",
+    "said",
+)
+"""The `headline` object of `--json` (`sessions`, `show`, `replay`, and a run's summary): one shape."""
+
+
+def headline_json(s: Summary | None, session: str, status: str) -> dict:
+    """A session's headline as every `--json` gives it, under the key `headline` (docs/usage.md):
+    `speedup` the judged figure of the kept candidate (None where nothing was kept or judged),
+    `speedup_ci` its interval, `speedup_baseline_final` the unjudged ratio, `verdict`, `accepted`
+    (the playbooks kept) and `said` (the summary's speedup row in words)."""
+    if s is None:
+        return dict.fromkeys(HEADLINE_KEYS) | {"session": session, "status": status, "accepted": []}
+    full = summary_json(s)
+    out = {k: full.get(k) for k in HEADLINE_KEYS}
+    return out | {"session": session, "status": status, "said": headline(s)}
+
+
 def _flags(argv: list[str]) -> dict[str, str | None]:
     """`--flag value`, `--flag=value` and bare `--flag` of a command line; the last of a repeated
     flag wins, as argparse reads it (pure)."""

@@ -20,7 +20,8 @@ RECORDING = Path(__file__).resolve().parents[1] / "data" / "sessions" / "demo-se
 
 def test_the_summary_prints_the_best_configuration_whole_and_shell_quoted() -> None:
     """The best configuration to copy: shell-quoted, whole at 80 columns (once cut with "…" by the
-    table), without perfloop's own profiling flags and without `'{port}'`; `--json` carries it."""
+    table; now broken with ` \\` continuations, no line wider than 80, so that it pastes as it is),
+    without perfloop's own profiling flags and without `'{port}'`; `--json` carries it."""
     with gzip.open(RECORDING) as f:
         info = SessionInfo.model_validate(json.loads(f.read())["session"])
     assert info.summary is not None
@@ -32,12 +33,17 @@ def test_the_summary_prints_the_best_configuration_whole_and_shell_quoted() -> N
     out = io.StringIO()
     render.summary(Console(file=out, width=80, color_system=None), s)
     lines = out.getvalue().splitlines()
-    command = lines[lines.index("best configuration, to copy:") + 1].strip()
+    block = lines[lines.index("best configuration, to copy:") + 1 : -2]
+    assert len(block) > 1 and all(len(line) <= 80 for line in lines), lines
+    command = "\n".join(block).replace(" \\\n", " ").strip()  # what a shell reads of the pasted lines
     expected = [a.replace("{port}", "8000") for a in argv if a not in own]
     assert shlex.split(command) == expected, command
     assert "…" not in command and "{port}" not in out.getvalue() and "profiler-config" not in out.getvalue()
-    assert summary_json(s)["best_command"] == command
-    assert lines[-1] == f"next: perfloop show {s.session}   perfloop report {s.session} -o report.html"
+    assert shlex.split(summary_json(s)["best_command"]) == expected
+    assert lines[-2:] == [
+        f"next: perfloop show {s.session}",
+        f"      perfloop report {s.session} -o report.html",
+    ]
 
 
 def test_analyze_and_diff_speak_ms_per_step() -> None:

@@ -56,5 +56,5 @@ def test_show_prints_the_noise_the_decisions_used(tmp_path: Path) -> None:
     )  # fmt: skip
     out = io.StringIO()
     session_view(Console(file=out, width=400), info, s, [], [])
-    lines = [x for x in out.getvalue().splitlines() if "launch noise" in x and "│" not in x]
+    lines = [x for x in out.getvalue().splitlines() if x.startswith("the decisions used")]
     assert lines == [session_line(BASELINE, [POOLED])], out.getvalue()[-2000:]

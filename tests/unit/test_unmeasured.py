@@ -36,11 +36,12 @@ def rows(s: Summary) -> dict[str, str]:
     render.summary(Console(file=out, width=400, color_system=None), s)
     table: dict[str, str] = {}
     last = ""
-    for line in out.getvalue().splitlines():
-        cells = [c.strip() for c in line.strip("│").split("│")]
-        if len(cells) == 2:
-            last = cells[0] or last
-            table[last] = (table.get(last, "") + " " + cells[1]).strip()
+    for line in out.getvalue().splitlines()[1:]:  # under the title: `key  value`, continued indented
+        if line.startswith(("best configuration", "next: ")):
+            break
+        key, _, value = line.partition("  ") if not line.startswith(" ") else ("", "", line)
+        last = key.strip() or last
+        table[last] = (table.get(last, "") + " " + value.strip()).strip()
     return table
 
 

@@ -10,12 +10,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from agent.cli import terminal
 from agent.cli.commands.ranks import bounds_line, print_ranks, rank_doc
-from agent.cli.output import console, emit
+from agent.cli.output import console, emit, table
 from agent.cli.running import run_command
 from tools.errors import ToolError
 
@@ -202,21 +200,19 @@ def diff(
 def _print_analysis(console: Console, doc: dict, profile: ProfileSummary) -> None:
     """A table of the rows, then the device and sync lines."""
     unit = "device" if doc["time_basis"] == "device" else "cpu"
-    table = Table(
-        title=f"{doc['source']}: {doc['steps']} steps, {doc['step_us'] / 1e3:.3f} ms {unit} time per step"
-    )
-    for col in ("share", f"self {unit} ms/step", "calls", "name", "input dims"):
-        table.add_column(col, overflow="fold")
-    for row in doc["ops"]:
-        us = row["self_device_us"] if unit == "device" else row["self_us"]
-        table.add_row(
+    title = f"{doc['source']}: {doc['steps']} steps, {doc['step_us'] / 1e3:.3f} ms {unit} time per step"
+    rows = [
+        (
             f"{row['share']:.1%}",
-            f"{us / doc['steps'] / 1e3:.3f}",
+            f"{(row['self_device_us'] if unit == 'device' else row['self_us']) / doc['steps'] / 1e3:.3f}",
             str(row["calls"]),
-            Text(row["name"][:100]),  # op names and dims as written: `[65536, 1, 576]` is not markup
-            Text(str(row["input_dims"])),
+            row["name"][:100],  # op names and dims as written (no markup read in a table's cells)
+            str(row["input_dims"]),
         )
-    console.print(table)
+        for row in doc["ops"]
+    ]
+    header = ("share", f"self {unit} ms/step", "calls", "name", "input dims")
+    console.print(table(*header, rows=rows, keep=0, whole=(0, 1, 2), title=title))
     act = profile.device_activity
     if act is not None:
         console.print(
@@ -277,21 +273,22 @@ def _print_diagnosis(console: Console, result: Diagnosis) -> None:
 
 def _print_diff(console: Console, result: ProfileDiff) -> None:
     """One row per changed group."""
-    table = Table(
-        title=f"{result.before} -> {result.after}: {result.before_step_us / 1e3:.3f} -> "
+    title = (
+        f"{result.before} -> {result.after}: {result.before_step_us / 1e3:.3f} -> "
         f"{result.after_step_us / 1e3:.3f} ms per step ({result.time_basis})"
     )
-    for col in ("status", "before ms/step", "after ms/step", "name", "input dims"):
-        table.add_column(col, overflow="fold")
-    for r in result.ops:
-        table.add_row(
+    rows = [
+        (
             r.status,
             f"{r.before_us_per_step / 1e3:.3f}",
             f"{r.after_us_per_step / 1e3:.3f}",
-            Text(r.name[:100]),
-            Text(str(r.input_dims)),
+            r.name[:100],
+            str(r.input_dims),
         )
-    console.print(table)
+        for r in result.ops
+    ]
+    header = ("status", "before ms/step", "after ms/step", "name", "input dims")
+    console.print(table(*header, rows=rows, keep=0, whole=(0, 1, 2), title=title))
     if result.note:
         console.print(f"note: {result.note}")
 

@@ -151,7 +151,10 @@ def calibrate(
         check_placeholders(target)
         check_port_argv(target)
         check_repo(target)
+        import shlex
+
         from agent.cli.output import console
+        from agent.cli.terminal import perfloop
         from agent.decision.stats.noise import target_key
         from agent.sessions.runner import Sessions, new_session_id
 
@@ -163,7 +166,10 @@ def calibrate(
         timeout_s = target.launch.startup_timeout_s
         out.print(expected(counts, per_launch, starts, timeout_s), highlight=False, soft_wrap=True)
         measure(sessions, target, f"calibrate-{new_session_id()}", launches, as_json)
-        out.print(f"next: perfloop run {target_toml} (its sessions use this noise)", highlight=False)
+        me = perfloop()  # the perfloop that runs, where `perfloop` is not on $PATH
+        out.print(
+            f"next: {me} run {shlex.quote(str(target_toml))} (its sessions use this noise)", highlight=False
+        )
 
     def caught() -> None:  # a signal from the start: a Ctrl-C while it reads the store is one line too
         from tools import interrupts

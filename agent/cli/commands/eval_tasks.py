@@ -10,10 +10,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from rich.table import Table
-
 from agent.cli.commands.flags import options as _options
-from agent.cli.output import table
+from agent.cli.output import Tabular, table
 from agent.cli.preflight import check_setup
 from agent.cli.target import DEMO_CONFIG, DEMO_SOURCE, PROJECT_ROOT, load_target, with_proposer
 from agent.proposer.harness import porting
@@ -97,7 +95,7 @@ def ended(sessions: Sessions, sid: str, task: Task) -> None:
         )
 
 
-def scores_table(scores: list[Score]) -> Table:
+def scores_table(scores: list[Score]) -> Tabular:
     """The scores, task and model never cut (a task name is what --task takes)."""
     return table(*HEADER, rows=[row(s) for s in scores], keep=2)
 

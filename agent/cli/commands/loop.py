@@ -187,9 +187,12 @@ def resume(session: SessionArg, as_json: Json = False, trust: Trust = None) -> N
         sessions = trusting(trust)
         sessions.verify(session)  # first: nothing of an unsigned session is acted on
         if sessions.pending_approval(session) is not None:
+            from agent.cli.terminal import perfloop
+
+            me = perfloop()
             raise ToolError(
-                f"session {session} waits for approval: `perfloop approve {session}` "
-                f"or `perfloop reject {session} --reason TEXT`"
+                f"session {session} waits for approval: `{me} approve {session}` "
+                f"or `{me} reject {session} --reason TEXT`"
             )
         finish(sessions, sessions.resume(session), as_json)
 

@@ -66,12 +66,13 @@ def replay(session: SessionArg, as_json: Json = False) -> None:
 
     def body() -> None:
         from agent.cli import render
-        from agent.report.headline import summary_json
+        from agent.report.headline import headline_json, summary_json
         from agent.sessions.runner import Sessions
         from tools.door.replay import ReplayDivergence
 
         s = Sessions()
         info = s.info(session)
+        session_id = info.id
         try:
             state, summary = s.replay(session)
         except ReplayDivergence as exc:
@@ -91,7 +92,15 @@ def replay(session: SessionArg, as_json: Json = False) -> None:
             f"replayed {len(state.transitions)} transitions: {verdict}", soft_wrap=True
         )  # one line at any width: a script reads it
         if as_json:
-            emit({**summary_json(summary), "matches_recording": same, "worded_differently": worded})
+            head = headline_json(summary, session_id, info.status)
+            emit(
+                {
+                    **summary_json(summary),
+                    "headline": head,
+                    "matches_recording": same,
+                    "worded_differently": worded,
+                }
+            )
         if not same:
             raise typer.Exit(1)
 
@@ -106,9 +115,9 @@ def export_cmd(
 
     def body() -> None:
         from agent.sessions.archive import export_session
-        from agent.sessions.runner import Sessions
+        from tools.store.sessions import SessionStore, perfloop_home
 
-        n = export_session(Sessions().store, session, output)
+        n = export_session(SessionStore.open(perfloop_home()), session, output)  # no graph to load
         console().print(f"exported session {session} ({n} tool calls) to {output}")
 
     run_command(body)
@@ -124,7 +133,9 @@ def import_cmd(file: Path) -> None:
         s = Sessions()
         sid = import_session(s.store, file)
         s.session_dir(sid).mkdir(parents=True, exist_ok=True)  # this machine's: `last` names it
-        console().print(f"imported session {sid}; replay it with `perfloop replay {sid}`")
+        console().print(
+            f"imported session {sid}; replay it with `{terminal.perfloop()} replay {sid}`", highlight=False
+        )
 
     run_command(body)
 
@@ -163,9 +174,9 @@ def sessions(as_json: Json = False) -> None:
 
     def body() -> None:
         from agent.cli import render
-        from agent.sessions.runner import Sessions
+        from tools.store.sessions import SessionStore, perfloop_home
 
-        store = Sessions().store
+        store = SessionStore.open(perfloop_home())  # the index alone: no graph, no LangGraph to load
         infos, held = store.list_sessions(), store.held()
         if as_json:
             emit([render.session_json(i) | {"held_by": held.get(i.id)} for i in infos])

@@ -11,11 +11,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from agent.cli.ids import SessionArg
 from agent.cli.options import Json
-from agent.cli.output import console, emit
+from agent.cli.output import console, emit, table
 from agent.cli.running import run_command
 from tools.errors import ConfigError, NotReplayable, ToolError, one_line
 
@@ -51,6 +50,7 @@ def show(
     def body() -> None:
         from agent.cli.render import approval, runs
         from agent.sessions.runner import Sessions
+        from tools import progress
         from tools.workspace.hidden import visible
 
         s = Sessions()
@@ -64,6 +64,7 @@ def show(
             state = s.state(session)
         except ConfigError as exc:  # an imported session has no checkpoints here: its replay's last state
             try:
+                progress.set_reporter(lambda _message: None)  # a replay to read it: no step shown
                 state = s.history(session)[-1]
             except Exception as bad:
                 raise NotReplayable(
@@ -74,7 +75,15 @@ def show(
         pending = s.pending_approval(session)  # as stored now, with the argv it runs and its digest
         bound = runs_here(s, session, state)  # what this machine would run, and whether it is signed
         if as_json:
-            emit(show_json(info, state, calls, cuts) | {"pending_approval": pending, "runs": bound})
+            shown = show_json(info, state, calls, cuts)
+            emit(
+                {
+                    "headline": shown["session"]["headline"],
+                    **shown,
+                    "pending_approval": pending,
+                    "runs": bound,
+                }
+            )
         else:
             out = console()
             session_view(out, info, state, calls, cuts)
@@ -176,13 +185,12 @@ def session_view(
 
     if info.parent:
         console.print(f"forked from session {info.parent}")
-    t = Table("#", "time (UTC)", "node", "what happened", title=f"session {info.id}: transitions")
-    for n, tr in enumerate(state.transitions, 1):
-        t.add_row(str(n), tr.at.strftime("%H:%M:%S"), tr.node, tr.note)
-    console.print(t)
-    d = Table(
-        "iter", "playbook", "verdict", "speedup [CI]", "looks", "predicted", "reason", title="decisions"
-    )
+    steps = [
+        (str(n), tr.at.strftime("%H:%M:%S"), tr.node, tr.note) for n, tr in enumerate(state.transitions, 1)
+    ]
+    title = f"session {info.id}: transitions"
+    console.print(table("#", "time (UTC)", "node", "what happened", rows=steps, keep=3, title=title))
+    rows = []
     for dec in state.decisions:
         j = dec.judgement
         ci = f"{j.last.speedup:.2f}x [{j.last.ci_low:.2f}, {j.last.ci_high:.2f}]" if j else "-"
@@ -192,8 +200,9 @@ def session_view(
             else "-"
         )
         predicted = "-" if dec.predicted_speedup is None else f"{dec.predicted_speedup:.2f}x"
-        d.add_row(str(dec.iteration), dec.label, dec.verdict, ci, looks, predicted, dec.reason)
-    console.print(d)
+        rows.append((str(dec.iteration), dec.label, dec.verdict, ci, looks, predicted, dec.reason))
+    header = ("iter", "playbook", "verdict", "speedup [CI]", "looks", "predicted", "reason")
+    console.print(table(*header, rows=rows, keep=2, whole=(3,), below=(6,), lead=2, title="decisions"))
     used = [x.judgement.launch_noise for x in state.decisions if x.judgement is not None]
     if (noise := session_line(state.launch_noise, used)) is not None:  # what the decisions used
         console.print(noise, highlight=False)
