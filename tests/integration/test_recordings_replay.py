@@ -28,11 +28,9 @@ RECORDINGS = sorted(
     for p in [*ROOT.glob("benchmarks/**/*.json.gz"), *ROOT.glob("tests/data/sessions/*.json.gz")]
     if "session" in p.name
 )
-CANNOT = {
-    # recorded at 05:47 on 12-04 by the paired blocks of that hour; b98a2aa (06:17) measured each
-    # block's launch with `repeats`, not `repeats x looks`, and no option keeps the old plan (the
-    # sessions of 12-04 recorded after it carry the same options: a flag would break them instead)
-    "benchmarks/h200-2026-12-04-blocks/search-serving-session.json.gz": "call #29 (bench.measure from node measure) has different input: .config.repeats: recorded '6', now '3'",
+CANNOT: dict[str, str] = {
+    # benchmarks/h200-2026-12-04-blocks/search-serving (05:47 on 12-04) ran the first paired-blocks
+    # plan; its session id tells (agent/decision/arms/blocks.py `first_plan`), and it replays as it ran
 }
 PLAYBOOK_DIRS = {
     # noop_sessions.py's comment-only playbook lived in a temporary folder, read from disk (a

@@ -58,7 +58,18 @@ kept and committed, launches) must equal the recording's."""
 def differing(recorded: Summary, replayed: Summary, skip: set[str]) -> set[str]:
     """The compared summary fields whose values differ (pure)."""
     a, b = recorded.model_dump(exclude=skip), replayed.model_dump(exclude=skip)
-    return {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
+    return {k for k in a.keys() | b.keys() if not same(a.get(k), b.get(k))}
+
+
+def same(a: object, b: object) -> bool:
+    """Equal, floats to 1e-12 relative (a sum taken in another order since) (pure)."""
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or abs(a - b) <= 1e-12 * max(abs(a), abs(b))
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    return a == b
 
 
 def replay(session: SessionArg, as_json: Json = False) -> None:
