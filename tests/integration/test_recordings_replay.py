@@ -20,8 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.cli.commands.sessions import WORDING, differing, not_compared
-from agent.sessions.archive import import_session
+from agent.cli.commands.sessions import WORDING, differing, import_recording, not_compared
+from agent.cli.render import session_json
+from agent.report.headline import headline, judged, summary_json
+from agent.sessions.archive import import_session as import_into
 from agent.sessions.runner import Sessions
 from state.sessions.loop import LoopState
 from tools.door.replay import ReplayDivergence
@@ -90,13 +92,17 @@ def test_the_list_is_the_repositorys() -> None:
     assert set(CANNOT) <= set(RECORDINGS), set(CANNOT) - set(RECORDINGS)
 
 
+def import_session(sessions: Sessions, path: Path) -> str:
+    return import_into(sessions.store, path)  # as recorded, nothing filled
+
+
 @pytest.mark.parametrize("recording", RECORDINGS)
 def test_every_recording_replays_and_decides_as_recorded(
     recording: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PERFLOOP_HOME", str(tmp_path / "home"))
     sessions = Sessions()
-    sid = import_session(sessions.store, ROOT / recording)
+    sid = (import_session if recording in CANNOT else import_recording)(sessions, ROOT / recording)
     recorded = sessions.info(sid).summary
     assert recorded is not None
     if recording in CANNOT:
@@ -116,6 +122,15 @@ def test_every_recording_replays_and_decides_as_recorded(
     assert not differ - WORDING, {k: (getattr(recorded, k), getattr(replayed, k)) for k in differ - WORDING}
     for kept in {"verdict", "speedup_ci", "speedup_judged", "accepted", "rejected", "commits"} - skip:
         assert getattr(replayed, kept) == getattr(recorded, kept), kept
+    # one speedup: `sessions` (its column), `sessions --json` and `show --json` (the stored
+    # summary), `replay --json` (the replayed one); an import fills what an old recording lacks
+    assert judged(recorded) == judged(replayed) and headline(recorded) == headline(replayed)
+    listed = session_json(sessions.info(sid))["summary"]
+    assert listed["speedup"] == summary_json(replayed)["speedup"], (
+        listed["speedup"],
+        replayed.speedup_judged,
+    )
+    assert (listed["speedup"] is None) == (not recorded.accepted or recorded.speedup_ci is None)
 
 
 def test_the_cli_says_which_lines_are_worded_differently_and_exits_0(tmp_path: Path) -> None:
@@ -135,3 +150,26 @@ def test_the_cli_says_which_lines_are_worded_differently_and_exits_0(tmp_path: P
     )
     out = last_json(perfloop(home, "replay", "last", "--json"))
     assert out["matches_recording"] is True and out["worded_differently"] == ["decision", "mechanisms"]
+
+
+def _speedups(doc: object) -> list[object]:
+    """Every value under a `speedup` key of a JSON document, at any depth (whatever its shape)."""
+    if isinstance(doc, dict):
+        return [v for k, x in doc.items() for v in ([x] if k == "speedup" else _speedups(x))]
+    return [v for x in doc for v in _speedups(x)] if isinstance(doc, list) else []
+
+
+def test_the_readmes_recording_says_one_speedup_in_every_command(tmp_path: Path) -> None:
+    """The recording the README has a user import (made before the summary kept the judged figure):
+    `sessions` prints it, and `sessions --json`, `show --json`, `replay --json` give the same number."""
+    from tests.e2e.conftest import last_json, perfloop
+
+    home = tmp_path / "home"
+    recording = ROOT / "benchmarks/h200-2026-11-30-interleaved/interleaved-session.json.gz"
+    assert perfloop(home, "import", str(recording)).returncode == 0
+    assert "5.23x [4.35, 6.12]" in perfloop(home, "sessions", env={"COLUMNS": "200"}).stdout
+    said = {
+        cmd: _speedups(last_json(perfloop(home, *cmd.split(), "--json")))
+        for cmd in ("sessions", "show last", "replay last")
+    }
+    assert all(v and {round(x, 9) for x in v} == {5.230542935} for v in said.values()), said
