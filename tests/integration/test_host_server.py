@@ -94,6 +94,17 @@ def test_a_crash_at_start_reports_exit_code_and_log_line(tmp_path: Path) -> None
         server.launch(args)
 
 
+def test_a_launch_again_after_a_resume_quotes_its_own_log_lines_only(tmp_path: Path) -> None:
+    """Issue 63 item 8: a resumed session's launch writes to the log of the attempt cut short (the
+    same launch number), and its lines quoted that server's last one ("shutting down")."""
+    args = launch_args(tmp_path, ["bash", "-c", "exit 7"])
+    args.log_path.parent.mkdir(parents=True, exist_ok=True)
+    args.log_path.write_text("INFO: Uvicorn running\nINFO: shutting down\n")  # the killed server's
+    with pytest.raises(ServerError, match=r"exited with code 7 during start-up .*: \(empty log\)$"):
+        server.launch(args)
+    assert host.tail(args.log_path, 3) == "INFO: Uvicorn running\nINFO: shutting down"  # kept
+
+
 def test_a_hung_start_is_stopped_after_the_timeout(tmp_path: Path) -> None:
     args = launch_args(tmp_path, ["bash", "-c", "echo still loading; sleep 300"], timeout_s=1.5)
     with pytest.raises(ServerError, match=r"did not become healthy within 2s and was stopped.*still loading"):
