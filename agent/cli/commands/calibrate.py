@@ -58,7 +58,8 @@ def plan(arms: str, launches: int, startup_timeout_s: float) -> str:
     )
 
 
-def _span(seconds: float) -> str:
+def span(seconds: float) -> str:
+    """`48 s`, `2 min 05 s`, `12 min` (pure)."""
     if seconds < 120:
         return f"{seconds:.0f} s"
     minutes, rest = divmod(round(seconds), 60)
@@ -85,8 +86,8 @@ def expected(counts: tuple[int, int], t: Timed, requests: int, timeout_s: float)
     any session's), else at least the starts (no seconds), else at `GUESS_S`, said as a guess; with the bound
     every start's timeout gives."""
     low, high = counts
-    both = lambda each: _span(low * each) + (f" ({_span(high * each)} if interleaved)" if high != low else "")
-    bound = f"; at most {_span(high * timeout_s)} if every start took its {timeout_s:.0f} s"
+    both = lambda each: span(low * each) + (f" ({span(high * each)} if interleaved)" if high != low else "")
+    bound = f"; at most {span(high * timeout_s)} if every start took its {timeout_s:.0f} s"
     med = statistics.median
     if t.per_launch:
         each = med(t.per_launch)
@@ -210,8 +211,8 @@ def calibrate(
         began = time.monotonic()
         noise = measure(sessions, target, f"calibrate-{new_session_id()}", launches, as_json)
         took = time.monotonic() - began
-        said = f" (expected {_span(seconds)})" if seconds is not None else ""
-        out.print(f"calibrate took {_span(took)}{said}", highlight=False)
+        said = f" (expected {span(seconds)})" if seconds is not None else ""
+        out.print(f"calibrate took {span(took)}{said}", highlight=False)
         use = (
             "its sessions use this noise"
             if noise.source != "default"
