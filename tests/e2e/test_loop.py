@@ -50,7 +50,8 @@ def quietest_gap_s(stderr: str, ended: float) -> float:
     ]
     assert len(stamps) >= 5, stderr[-3000:]
     gaps = [b - a for a, b in zip(stamps, [*stamps[1:], ended], strict=True)]
-    print(f"{len(stamps)} progress lines, the longest gap {max(gaps):.0f} s")
+    tail = " (the last line to the end)" if gaps[-1] == max(gaps) else ""
+    print(f"{len(stamps)} progress lines, the longest gap {max(gaps):.0f} s{tail}")
     return max(gaps)
 
 
