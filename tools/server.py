@@ -197,7 +197,7 @@ def _launch_once(args: LaunchArgs, port: int) -> ServerHandle:
         args.profile_dir.mkdir(parents=True, exist_ok=True)
         env["PERFLOOP_PROFILE_DIR"] = str(args.profile_dir)
     stop_pid_file(args.pid_file, args.repo, args.launch.stop_grace_s)
-    since = args.log_path.stat().st_size if args.log_path.exists() else 0  # a cut attempt's lines before
+    since = args.log_path.stat().st_size if args.log_path.exists() else 0  # a cut attempt's lines: again
     proc = _spawn(args, port, env)
     base_url = build_argv([args.launch.base_url], port, args.python)[0]
     health_path = args.launch.health_path
@@ -244,7 +244,7 @@ def _launch_once(args: LaunchArgs, port: int) -> ServerHandle:
                 startup_s=time.monotonic() - t0,
             )
         report(
-            f"launch #{args.launch_number}: waiting for {base_url}{health_path} "
+            f"launch #{args.launch_number}{' (again)' if since else ''}: waiting for {base_url}{health_path} "
             f"({time.monotonic() - t0:.0f}s) - {_last_line(host.tail(args.log_path, 3, since))[:80]}"
         )
         time.sleep(0.25)
