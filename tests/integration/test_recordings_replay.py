@@ -172,4 +172,4 @@ def test_the_readmes_recording_says_one_speedup_in_every_command(tmp_path: Path)
         cmd: _speedups(last_json(perfloop(home, *cmd.split(), "--json")))
         for cmd in ("sessions", "show last", "replay last")
     }
-    assert all(v and {round(x, 9) for x in v} == {5.230542935} for v in said.values()), said
+    assert all(v and {round(float(x), 9) for x in v} == {5.230542935} for v in said.values()), said  # type: ignore[arg-type]

@@ -105,7 +105,7 @@ def test_calibrate_says_how_long_it_expects_from_the_launches_this_host_timed(tm
 
     store = SessionStore.open(perfloop_home())  # the autouse fixture's, made here
     t0 = datetime(2026, 12, 5, tzinfo=UTC)
-    sent = {"measurement": {"requests": [{}] * 9}}  # what a measurement's output holds, in part
+    sent: dict[str, dict[str, list[dict]]] = {"measurement": {"requests": [{}] * 9}}  # in part
 
     def calls(sid: str, spans: list[tuple[str, float, float]], node: str = "calibrate") -> None:
         for seq, (name, at, took) in enumerate(spans):
@@ -135,7 +135,7 @@ def test_calibrate_says_how_long_it_expects_from_the_launches_this_host_timed(tm
     assert expected(launch_count("interleaved", 6), Timed([], [50.0], [], []), 10, 300)[0].startswith(
         "expected: at least 10 min, 50 s a start (the median of 1 earlier start(s)"
     )
-    session = [("server.launch", 0, 50.0), ("bench.measure", 50, 30.0), ("server.stop", 80, 4.0)]
+    session = [("server.launch", 0.0, 50.0), ("bench.measure", 50.0, 30.0), ("server.stop", 80.0, 4.0)]
     calls("20261205-000000-abcd", session, node="baseline")  # a session's baseline: 3 s a request
     t = timed(store, "k")
     assert t == Timed([], [50.0], [4.0], [3.0])
