@@ -90,8 +90,8 @@ def import_recording(s: Sessions, file: Path) -> str:
         try:  # no host, no file: the recording alone
             _, replayed = s.replay(sid)
             s.store.put_session(info.model_copy(update={"summary": filled(info.summary, replayed)}))
-        except (ReplayDivergence, ConfigError):
-            pass  # kept as recorded; `perfloop replay` says why
+        except (ReplayDivergence, ConfigError, ValueError, KeyError):
+            pass  # kept as recorded (the import stands); `perfloop replay` says why
     return sid
 
 
