@@ -1,7 +1,7 @@
 """Load the playbook catalog and match it against a profile (the diagnose step)."""
 
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -19,14 +19,20 @@ CATALOG = Path(__file__).parent / "catalog"
 TOP_OPS = 10
 
 
-def load_playbooks(extra_dirs: Sequence[Path] = ()) -> list[Playbook]:
-    """Every `<dir>/<id>/playbook.toml`: the built-in catalog first, then each extra dir in order."""
+def load_playbooks(extra_dirs: Sequence[Path] = (), files: Mapping[str, str] | None = None) -> list[Playbook]:
+    """Every `<dir>/<id>/playbook.toml`: the built-in catalog first, then each extra dir in order.
+    `files` (a session's `playbook_files`) stands in for the extra dirs whose files it holds."""
     found: dict[str, Playbook] = {}
     for catalog in [CATALOG, *map(Path, extra_dirs)]:
-        if not catalog.is_dir():
+        held = sorted(Path(k) for k in (files or {}) if _under(Path(k), catalog))
+        if held:
+            tomls = [f for f in held if f.name == "playbook.toml" and f.parent.parent == catalog]
+        elif catalog.is_dir():
+            tomls = sorted(catalog.glob("*/playbook.toml"))
+        else:
             raise ConfigError(f"playbook dir {catalog} does not exist; pass a folder of <id>/playbook.toml")
-        for file in sorted(catalog.glob("*/playbook.toml")):
-            playbook = load_playbook(file)
+        for file in tomls:
+            playbook = load_playbook(file, (files or {}).get(str(file)))
             if playbook.id in found:
                 raise ConfigError(
                     f"{file}: playbook id {playbook.id!r} is already defined in "
@@ -36,10 +42,31 @@ def load_playbooks(extra_dirs: Sequence[Path] = ()) -> list[Playbook]:
     return list(found.values())
 
 
-def load_playbook(file: Path) -> Playbook:
-    """One playbook.toml, validated; ConfigError naming the file and the offending field."""
+def carried_files(extra_dirs: Sequence[Path], limit: int = 4 << 20) -> dict[str, str]:
+    """The text files of every playbook folder (`<dir>/<id>/` with a playbook.toml) of `extra_dirs`,
+    by path: what a new session carries (`LoopOptions.playbook_files`); at most `limit` bytes."""
+    out: dict[str, str] = {}
+    for catalog in map(Path, extra_dirs):
+        for toml in sorted(catalog.glob("*/playbook.toml")):
+            for f in sorted(p for p in toml.parent.rglob("*") if p.is_file()):
+                try:
+                    out[str(f)] = f.read_text(encoding="utf-8")
+                except (OSError, UnicodeDecodeError):
+                    continue  # not text: a session reads what it names of it from the folder
+    if sum(len(t) for t in out.values()) > limit:
+        raise ConfigError(f"--playbooks: the playbook folders hold over {limit >> 20} MiB of text")
+    return out
+
+
+def _under(path: Path, folder: Path) -> bool:
+    return folder in path.parents
+
+
+def load_playbook(file: Path, text: str | None = None) -> Playbook:
+    """One playbook.toml (or `text`, its content as carried), validated; ConfigError naming the
+    file and the offending field."""
     try:
-        data = tomllib.loads(file.read_text(encoding="utf-8"))
+        data = tomllib.loads(file.read_text(encoding="utf-8") if text is None else text)
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"{file}: cannot read the playbook ({err})") from err
     except tomllib.TOMLDecodeError as err:

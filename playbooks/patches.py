@@ -15,6 +15,7 @@ the patch that covers the path a trace shows (`covering`: the plain one first), 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import NamedTuple
 
@@ -50,7 +51,9 @@ class ChosenPatch(NamedTuple):
     """The patch text, rebased onto the target's layout."""
 
 
-def choose_patch(playbook: Playbook, kind: str, sglang: SglangLayout | None = None) -> ChosenPatch:
+def choose_patch(
+    playbook: Playbook, kind: str, sglang: SglangLayout | None = None, files: Mapping[str, str] | None = None
+) -> ChosenPatch:
     """The playbook's patch for a target of `kind`; for SGLang with a known layout, its release's.
 
     Raises NoPatch when the playbook has none for this kind (or release), ConfigError when the
@@ -63,15 +66,18 @@ def choose_patch(playbook: Playbook, kind: str, sglang: SglangLayout | None = No
             key = release_key(playbook.patches, parse_version(sglang.version))
         except ConfigError as err:
             raise NoPatch(playbook.id, str(err)) from err
-        return ChosenPatch(key, rebase_diff(read_patch(playbook, key), sglang.package_dir))
+        return ChosenPatch(key, rebase_diff(read_patch(playbook, key, files), sglang.package_dir))
     if kind not in playbook.patches:
         raise NoPatch(playbook.id, f"no patch for kind {kind}")
-    return ChosenPatch(kind, read_patch(playbook, kind))
+    return ChosenPatch(kind, read_patch(playbook, kind, files))
 
 
-def read_patch(playbook: Playbook, key: str) -> str:
-    """The text of the patch file `[patches]` names under `key`; ConfigError naming the file if unreadable."""
+def read_patch(playbook: Playbook, key: str, files: Mapping[str, str] | None = None) -> str:
+    """The text of the patch file `[patches]` names under `key` (from `files`, a session's carried
+    playbook files, when it holds it); ConfigError naming the file if unreadable."""
     path = Path(playbook.source_dir) / playbook.patches[key]
+    if files and str(path) in files:
+        return files[str(path)]
     try:
         return path.read_text(encoding="utf-8")
     except OSError as err:

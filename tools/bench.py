@@ -204,7 +204,10 @@ def outputs(args: OutputsArgs) -> OutputsResult:
 
     sequential = []
     for i, prompt in enumerate(args.prompts):
-        report(f"correctness set: request {i + 1}/{len(args.prompts)}")
+        report(
+            f"correctness set: request {i + 1}/{len(args.prompts)} ({len(prompt)} characters in, "
+            f"up to {args.max_tokens} tokens back)"
+        )
         sequential.append(text(prompt))
     chosen = range(args.concurrent) if args.together is None else args.together
     batch = [args.prompts[i] for i in chosen]

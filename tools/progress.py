@@ -82,7 +82,7 @@ def read_latest(folder: Path) -> dict | None:
 class PlainLines:
     """Progress for a log (stderr not a terminal: nohup, CI, a tee): one timestamped line per
     report, at most one every `gap_s`; a report held back by the gap is written when it ends, and
-    while nothing new comes the latest is written again every `quiet_s` (`... still`), so a log
+    while nothing new comes the latest is written again every `quiet_s` (`... (still, 30 s on it)`), so a log
     never stays silent longer than that while something runs. Use as a context manager."""
 
     def __init__(self, write: Callable[[str], None], gap_s: float = 3.0, quiet_s: float = 6.0) -> None:
@@ -90,6 +90,7 @@ class PlainLines:
         self.latest: str | None = None
         self.shown: str | None = None
         self.at = 0.0
+        self.since = 0.0
         self.lock = threading.Lock()
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._watch, name="perfloop-progress", daemon=True)
@@ -104,6 +105,8 @@ class PlainLines:
 
     def __call__(self, message: str) -> None:
         with self.lock:
+            if message != self.latest:
+                self.since = time.monotonic()
             self.latest = message
             if time.monotonic() - self.at >= self.gap_s:
                 self._emit(message)
@@ -111,7 +114,8 @@ class PlainLines:
     def _emit(self, message: str, still: bool = False) -> None:
         self.at, self.shown = time.monotonic(), message
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-        self.write(f"{stamp} perfloop: {message}{' (still)' if still else ''}")
+        on = f" (still, {time.monotonic() - self.since:.0f} s on it)" if still else ""
+        self.write(f"{stamp} perfloop: {message}{on}")
 
     def _watch(self) -> None:
         while not self.done.wait(min(0.5, self.gap_s / 4)):

@@ -197,6 +197,7 @@ def _launch_once(args: LaunchArgs, port: int) -> ServerHandle:
         args.profile_dir.mkdir(parents=True, exist_ok=True)
         env["PERFLOOP_PROFILE_DIR"] = str(args.profile_dir)
     stop_pid_file(args.pid_file, args.repo, args.launch.stop_grace_s)
+    since = args.log_path.stat().st_size if args.log_path.exists() else 0  # a cut attempt's lines: again
     proc = _spawn(args, port, env)
     base_url = build_argv([args.launch.base_url], port, args.python)[0]
     health_path = args.launch.health_path
@@ -209,7 +210,7 @@ def _launch_once(args: LaunchArgs, port: int) -> ServerHandle:
         code = host.exit_code(proc.pid)
         if code is not None or gone:
             secrets.scrub_file(args.log_path)
-            log = host.tail(args.log_path)
+            log = host.tail(args.log_path, 20, since)
             raise ServerError(
                 f"server exited with code {code if code is not None else '?'} during start-up "
                 f"(log {args.log_path}): {_last_line(log)}"
@@ -218,14 +219,14 @@ def _launch_once(args: LaunchArgs, port: int) -> ServerHandle:
         if code == 404 and health_path != "/health":
             health_path = "/health"  # e.g. /health_generate on a build without it
         if code is None and started is not None:
-            if listening_at is None and started.search(host.tail(args.log_path, 50)):
+            if listening_at is None and started.search(host.tail(args.log_path, 50, since)):
                 listening_at = time.monotonic()
             elif listening_at is not None and time.monotonic() - listening_at > LISTEN_GRACE_S:
                 _given_up(args, proc)
                 raise _NeverListened(
                     f"its log said it started, but nothing listened on port {port} for "
                     f"{LISTEN_GRACE_S:.0f}s (log {args.log_path})"
-                    f"{_port_line(host.tail(args.log_path, 200), port)}"
+                    f"{_port_line(host.tail(args.log_path, 200, since), port)}"
                 )
         if code == 200 and (not args.launch.ready_completion or _completes(base_url)):
             _check_listener(args, port, proc)
@@ -243,16 +244,16 @@ def _launch_once(args: LaunchArgs, port: int) -> ServerHandle:
                 startup_s=time.monotonic() - t0,
             )
         report(
-            f"launch #{args.launch_number}: waiting for {base_url}{health_path} "
-            f"({time.monotonic() - t0:.0f}s) - {_last_line(host.tail(args.log_path, 3))[:80]}"
+            f"launch #{args.launch_number}{' (again)' if since else ''}: waiting for {base_url}{health_path} "
+            f"({time.monotonic() - t0:.0f}s) - {_last_line(host.tail(args.log_path, 3, since))[:80]}"
         )
         time.sleep(0.25)
     _given_up(args, proc)
     secrets.scrub_file(args.log_path)
     raise ServerError(
         f"server did not become healthy within {args.launch.startup_timeout_s:.0f}s and was stopped "
-        f"(log {args.log_path}): {_last_line(host.tail(args.log_path))}"
-        f"{_port_line(host.tail(args.log_path, 200), port)}"
+        f"(log {args.log_path}): {_last_line(host.tail(args.log_path, 20, since))}"
+        f"{_port_line(host.tail(args.log_path, 200, since), port)}"
     )
 
 

@@ -48,6 +48,10 @@ def check_playbooks(dirs: list[Path], builtin: bool = True, kind: str | None = N
                 raise ConfigError(f"--playbooks: playbook {book.id}: patch {path}: {exc}") from None
 
 
+PERFLOOP_CHECKOUT = Path(__file__).resolve().parents[2]
+"""The checkout perfloop runs from (an installed wheel's site-packages is never a checkout)."""
+
+
 def check_repo(target: TargetConfig) -> None:
     """The repository exists, is a git checkout's top level (a subfolder of one is told the top
     level to point at) and has a commit to branch from. A repo on an SSH host is not checked here: the first tool run there names
@@ -58,7 +62,16 @@ def check_repo(target: TargetConfig) -> None:
     if not repo.is_dir():
         raise ConfigError(f"target repo {repo} does not exist; set `repo` in the target config")
     if not (repo / ".git").exists():
-        if (top := enclosing_checkout(repo)) is not None:  # `git init` there would nest a repository
+        top = enclosing_checkout(repo)
+        if top is not None and top == PERFLOOP_CHECKOUT:  # the example in place: perfloop's own tree
+            raise ConfigError(
+                f"target repo {repo} is inside perfloop's own checkout ({top}); perfloop branches and "
+                "commits in the repo it tunes, so copy the server into a repository of its own: "
+                f"`cp -r {repo} ~/{repo.name} && git -C ~/{repo.name} init -q && git -C ~/{repo.name} "
+                f"add -A && git -C ~/{repo.name} commit -qm {repo.name}`, then set `repo = "
+                f'"~/{repo.name}"` (`perfloop demo` does this for the demo server)'
+            )
+        if top is not None:  # `git init` there would nest a repository
             raise ConfigError(
                 f"target repo {repo} is a subfolder of the git checkout at {top}: set `repo = "
                 f'"{top}"` in the target config (perfloop branches and commits at the top level; '

@@ -36,7 +36,7 @@ def _num(value: float | None) -> str:
 
 def _change(s: Summary, before: str, after: str, note: str = "", sep: str = " -> ") -> str:
     """`before -> after (note)`; with nothing accepted the final figures are the baseline's own
-    (the JSON repeats them, and its `speedup` is 1.0): the baseline's alone, saying so."""
+    (the stored summary repeats them; `--json`'s `speedup` is null): the baseline's alone, saying so."""
     if s.accepted:
         return f"{before}{sep}{after}" + (f" ({note})" if note else "")
     if before == NOT_MEASURED:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -166,13 +166,24 @@ def running_servers(home: Path) -> list[tuple[str, int]]:
     return found
 
 
-def running_line(home: Path) -> str | None:
-    """One line naming the servers recorded in this store that still run, or None."""
+def running_line(home: Path, running_now: Mapping[str, str] | None = None) -> str | None:
+    """One line naming the servers recorded in this store that still run, or None: those of
+    sessions running now (`running_now`: live leases, id -> holder) said as such, apart from
+    those an ended or stopped session left behind."""
     found = running_servers(home)
     if not found:
         return None
-    named = ", ".join(f"pid {pid} (session {sid})" for sid, pid in found)
-    return f"warning: servers started by earlier sessions still run: {named}"
+    now = running_now or {}
+    live = [(sid, pid) for sid, pid in found if sid in now]
+    left = [(sid, pid) for sid, pid in found if sid not in now]
+    parts = []
+    if left:
+        named = ", ".join(f"pid {pid} (session {sid})" for sid, pid in left)
+        parts.append(f"servers started by earlier sessions still run: {named}")
+    if live:
+        named = ", ".join(f"pid {pid} (session {sid}, running now: {now[sid]})" for sid, pid in live)
+        parts.append(f"another session runs beside this one, its servers too: {named}")
+    return "warning: " + "; ".join(parts)
 
 
 def _boot_time() -> float:

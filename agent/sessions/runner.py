@@ -89,7 +89,7 @@ class Sessions:
     def start_from(self, inp: LoopState, target_path: Path | None, parent: str | None = None) -> LoopState:
         """Record a session whose initial state is `inp`, then run it."""
         sid = inp.session_id
-        if (line := running_line(self.home)) is not None:
+        if (line := running_line(self.home, self.store.held())) is not None:
             print(line, file=sys.stderr)  # e.g. GPU memory another session's server still holds
         self.store.put_session(
             SessionInfo(

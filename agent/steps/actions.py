@@ -53,7 +53,7 @@ def remove_instrumentation(state: LoopState, runtime: Runtime[LoopContext]) -> N
 
 def playbooks_of(state: LoopState) -> list[Playbook]:
     """The playbooks this session searches: the built-in catalog (unless turned off) and --playbooks dirs."""
-    books = load_playbooks(state.options.playbook_dirs)
+    books = load_playbooks(state.options.playbook_dirs, state.options.playbook_files)
     if state.options.builtin_playbooks:
         return books
     extra = {d.resolve() for d in state.options.playbook_dirs}

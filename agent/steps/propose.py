@@ -84,7 +84,7 @@ def playbook_proposal(
             continue
         if argv is None:
             try:
-                diff = choose_patch(book, state.target.kind, state.sglang).diff
+                diff = choose_patch(book, state.target.kind, state.sglang, state.options.playbook_files).diff
             except NoPatch as err:  # reported among the skipped findings, not proposed
                 skipped.append(f"{book.id} ({err.reason})")
                 continue

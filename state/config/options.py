@@ -22,6 +22,11 @@ class LoopOptions(Model):
     """Stop once the accepted TPOT is within this factor of `floor_ms`."""
     playbook_dirs: list[Path] = Field(default_factory=list)
     """Extra playbook directories, searched after the built-in catalog."""
+    playbook_files: dict[str, str] = Field(default_factory=dict)
+    """The extra directories' playbook files as read when the session started (path under a
+    `playbook_dirs` entry -> text): what the session loads and patches with from then on, so that a
+    resume, an export and a replay need no folder outside the recording; sessions recorded before
+    it carry none and read the folders."""
     session_dir: Path
     """Where this session keeps logs, traces and measurements."""
     host_dir: Path | None = None

@@ -11,7 +11,7 @@ from state.config.target import LaunchConfig
 from state.door.calls import LaunchArgs, ServerArgs
 from tests.launching import launch_args as shared_launch_args
 from tests.procs import processes_in
-from tools import server
+from tools import progress, server
 from tools.errors import ServerError
 from tools.hosts import local as host
 
@@ -92,6 +92,29 @@ def test_a_crash_at_start_reports_exit_code_and_log_line(tmp_path: Path) -> None
     args = launch_args(tmp_path, ["bash", "-c", "echo loading; echo 'ImportError: no module x' >&2; exit 7"])
     with pytest.raises(ServerError, match=r"exited with code 7 during start-up .*ImportError: no module x"):
         server.launch(args)
+
+
+def test_a_launch_again_after_a_resume_quotes_its_own_log_lines_only(tmp_path: Path) -> None:
+    """Issue 63 item 8: a resumed session's launch writes to the log of the attempt cut short (the
+    same launch number), and its lines quoted that server's last one ("shutting down")."""
+    args = launch_args(tmp_path, ["bash", "-c", "exit 7"])
+    args.log_path.parent.mkdir(parents=True, exist_ok=True)
+    args.log_path.write_text("INFO: Uvicorn running\nINFO: shutting down\n")  # the killed server's
+    with pytest.raises(ServerError, match=r"exited with code 7 during start-up .*: \(empty log\)$"):
+        server.launch(args)
+    assert host.tail(args.log_path, 3) == "INFO: Uvicorn running\nINFO: shutting down"  # kept
+    lines: list[str] = []
+    progress.set_reporter(lines.append)
+    try:  # the same launch number again: its wait lines say so, and quote its own log
+        script = "echo booting; sleep 0.6; python3 -m http.server $0 --bind 127.0.0.1"
+        again = launch_args(tmp_path, ["bash", "-c", script, "{port}"])
+        handle = server.launch(again)
+    finally:
+        progress.set_reporter(lambda message: None)
+    server.stop(ServerArgs(server=handle, grace_s=1))
+    waits = [ln for ln in lines if ": waiting for " in ln]
+    assert waits and all(ln.startswith("launch #") and " (again): " in ln for ln in waits), lines
+    assert not any("shutting down" in ln for ln in waits), waits
 
 
 def test_a_hung_start_is_stopped_after_the_timeout(tmp_path: Path) -> None:

@@ -91,29 +91,32 @@ def test_run_says_what_a_session_will_cost_and_why_it_launches_again() -> None:
 
 
 def test_calibrate_says_how_long_it_expects_from_the_launches_this_host_timed(tmp_path: Path) -> None:
-    """Issue 57: 12 launches "up to 300 s each" and no expected time. The store's earlier
-    calibration of the target on this host (2 launches over 150 s: 75 s a launch) gives it; only a
-    session's timed starts give a lower bound; nothing timed, a guess said as one."""
+    """Issue 57: 12 launches "up to 300 s each" and no expected time; issue 63: "at least 25 s" from
+    a session's starts alone, 516 s taken (the measurement left out). A session's timed start, its
+    baseline's measurement per request and its stop give each launch; the store's earlier
+    calibration of the target on this host (2 launches over 150 s: 75 s a launch) gives it whole;
+    nothing timed, a guess said as one."""
     from datetime import UTC, datetime, timedelta
 
-    from agent.cli.commands.calibrate import expected, launch_count, timed
+    from agent.cli.commands.calibrate import Timed, expected, launch_count, timed
     from state.door.records import ToolCallRecord
     from state.measurement.aa import AASample
     from tools.store.sessions import SessionStore, perfloop_home
 
     store = SessionStore.open(perfloop_home())  # the autouse fixture's, made here
     t0 = datetime(2026, 12, 5, tzinfo=UTC)
+    sent: dict[str, dict[str, list[dict]]] = {"measurement": {"requests": [{}] * 9}}  # in part
 
-    def calls(sid: str, spans: list[tuple[str, float, float]]) -> None:
+    def calls(sid: str, spans: list[tuple[str, float, float]], node: str = "calibrate") -> None:
         for seq, (name, at, took) in enumerate(spans):
             store.record(
                 ToolCallRecord(
                     session_id=sid,
                     seq=seq,
-                    node="calibrate",
+                    node=node,
                     name=name,
-                    input={},
-                    output={},
+                    input={"config": {"warmup_requests": 1}} if name == "bench.measure" else {},
+                    output=sent if name == "bench.measure" else {},
                     error=None,
                     started_at=t0 + timedelta(seconds=at),
                     duration_s=took,
@@ -123,24 +126,37 @@ def test_calibrate_says_how_long_it_expects_from_the_launches_this_host_timed(tm
             AASample(target_key="k", group="g", session_id=sid, launch_number=1, location_log=2.0, requests=6)
         )
 
-    assert timed(store, "k") == ([], [])
-    assert expected(launch_count("sequential", 6), [], [], 300) == (
+    assert timed(store, "k") == Timed([], [], [], [])
+    assert expected(launch_count("sequential", 6), Timed([], [], [], []), 10, 300) == (
         "expected: about 6 min at a guessed 60 s a launch (no launch of this target timed on this host "
-        "yet); at most 30 min if every start took its 300 s"
+        "yet); at most 30 min if every start took its 300 s",
+        360.0,
     )
-    calls("20261205-000000-abcd", [("server.launch", 0, 50.0), ("bench.measure", 50, 30.0)])  # a session's
-    per_launch, starts = timed(store, "k")
-    assert (per_launch, starts) == ([], [50.0])
-    said = expected(launch_count("interleaved", 6), per_launch, starts, 300)
-    assert said.startswith("expected: at least 10 min, 50 s a start (the median of 1 earlier start(s)")
+    assert expected(launch_count("interleaved", 6), Timed([], [50.0], [], []), 10, 300)[0].startswith(
+        "expected: at least 10 min, 50 s a start (the median of 1 earlier start(s)"
+    )
+    session = [("server.launch", 0.0, 50.0), ("bench.measure", 50.0, 30.0), ("server.stop", 80.0, 4.0)]
+    calls("20261205-000000-abcd", session, node="baseline")  # a session's baseline: 3 s a request
+    t = timed(store, "k")
+    assert t == Timed([], [50.0], [4.0], [3.0])
+    said, seconds = expected(launch_count("sequential", 2), t, 10, 300)
+    assert (
+        said.startswith(
+            "expected: about 2 min 48 s, 84 s a launch: a start 50 s, 10 requests at 3.00 s, a stop 4 s"
+        )
+        and seconds == 168.0
+    ), said
     launches = [("server.launch", 0, 52.0), ("bench.measure", 52, 20.0), ("server.stop", 72, 3.0)]
     calls("calibrate-1", [*launches, *((n, at + 75, d) for n, at, d in launches)])
-    per_launch, starts = timed(store, "k")
-    assert per_launch == [75.0] and sorted(starts) == [50.0, 52.0, 52.0]
-    said = expected(launch_count("auto", 6), per_launch, starts, 300)
-    assert said.startswith(
-        "expected: about 8 min (15 min if interleaved), 75 s a launch (start and measurement), the "
-        "median of 1 earlier calibration(s) of this target on this host; at most 60 min"
+    t = timed(store, "k")
+    assert t.per_launch == [75.0] and sorted(t.starts) == [50.0, 52.0, 52.0]
+    said, seconds = expected(launch_count("auto", 6), t, 10, 300)
+    assert (
+        said.startswith(
+            "expected: about 7 min 30 s (15 min if interleaved), 75 s a launch (start and measurement), "
+            "the median of 1 earlier calibration(s) of this target on this host; at most 60 min"
+        )
+        and seconds == 450.0
     ), said
     store.close()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -41,3 +42,27 @@ def test_a_signal_inside_deferred_waits_for_the_block_and_later_ones_are_only_no
         reached.append("clean-up finished")
         assert interrupts.stopping() == signal.SIGINT  # the door refuses further tools
     assert reached[-1] == "clean-up finished" and interrupts.stopping() is None
+
+
+def test_a_session_running_now_is_not_called_an_earlier_one(tmp_path: Path) -> None:
+    """Issue 63: "servers started by earlier sessions still run" named a session that was running
+    then. A server whose session holds its lease is said to run beside; one left behind, as before."""
+    import json
+    import os
+
+    from agent.sessions.interrupts import running_line
+
+    for sid in ("20261206-080000-aaaa", "20261206-080100-bbbb"):
+        folder = tmp_path / "sessions" / sid
+        folder.mkdir(parents=True)
+        (folder / "server.pid").write_text(json.dumps({"pid": os.getpid(), "pgid": os.getpgid(0)}))
+    line = running_line(tmp_path, {"20261206-080100-bbbb": "vm pid 42"})
+    assert line == (
+        f"warning: servers started by earlier sessions still run: pid {os.getpid()} (session "
+        f"20261206-080000-aaaa); another session runs beside this one, its servers too: pid "
+        f"{os.getpid()} (session 20261206-080100-bbbb, running now: vm pid 42)"
+    )
+    assert running_line(tmp_path, {}) == (
+        f"warning: servers started by earlier sessions still run: pid {os.getpid()} (session "
+        f"20261206-080000-aaaa), pid {os.getpid()} (session 20261206-080100-bbbb)"
+    )

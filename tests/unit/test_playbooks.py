@@ -1,11 +1,12 @@
 """playbooks.engine: loading the catalog and diagnosing real profiles."""
 
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 
-from playbooks.engine import diagnose, load_playbooks
+from playbooks.engine import carried_files, diagnose, load_playbooks
 from playbooks.patches import NoPatch, choose_patch
 from state.profiling.diagnosis import DiagnosisContext
 from state.profiling.profile import ProfileSummary
@@ -188,3 +189,23 @@ def test_duplicate_id_and_missing_dir(tmp_path: Path) -> None:
         load_playbooks([tmp_path / "a"])
     with pytest.raises(ConfigError, match="does not exist"):
         load_playbooks([tmp_path / "absent"])
+
+
+def test_a_sessions_carried_files_stand_in_for_its_folder(tmp_path: Path) -> None:
+    """A session carries its extra playbooks' files (`LoopOptions.playbook_files`): loaded and
+    patched from them with the folder gone, and from them rather than a folder edited since."""
+    write_playbook(tmp_path / "books", "tmp-cast")
+    carried = carried_files([tmp_path / "books"])
+    assert sorted(Path(k).relative_to(tmp_path / "books").as_posix() for k in carried) == [
+        "tmp-cast/patches/demo.diff",
+        "tmp-cast/playbook.toml",
+    ]
+    (tmp_path / "books" / "tmp-cast" / "patches" / "demo.diff").write_text("--- a/y\n+++ b/y\n")
+    book = load_playbooks([tmp_path / "books"], carried)[-1]
+    assert choose_patch(book, "demo", files=carried) == ("demo", "--- a/x\n+++ b/x\n")
+    shutil.rmtree(tmp_path / "books")
+    book = load_playbooks([tmp_path / "books"], carried)[-1]
+    assert book.id == "tmp-cast" and book.source_dir == str(tmp_path / "books" / "tmp-cast")
+    assert choose_patch(book, "demo", files=carried).diff == "--- a/x\n+++ b/x\n"
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_playbooks([tmp_path / "books"])  # a session recorded before carries none: the folder

@@ -156,3 +156,28 @@ def test_a_repo_inside_a_checkout_is_told_the_top_level_not_git_init(tmp_path: P
     plain.mkdir()
     with pytest.raises(ConfigError, match=r"is not a git checkout; run `git init` there"):
         check_repo(target.model_copy(update={"repo": plain}))
+
+
+def test_the_example_inside_perfloops_checkout_is_told_to_be_copied_out(tmp_path: Path) -> None:
+    """Issue 63 item 10: `repo` at the example server inside perfloop's own checkout was told to set
+    `repo` to perfloop's checkout. It is told to copy the server into a repository of its own, with
+    commands that run as written (here, with $HOME a temporary folder), after which it passes."""
+    import os
+    import re
+    import subprocess
+
+    from agent.cli.preflight import PERFLOOP_CHECKOUT, check_repo
+
+    example = PERFLOOP_CHECKOUT / "examples" / "targets" / "mla_server"
+    target = load_target(DEMO).model_copy(update={"repo": example})
+    with pytest.raises(ConfigError) as told:
+        check_repo(target)
+    said = str(told.value)
+    assert said.startswith(f"target repo {example} is inside perfloop's own checkout ({PERFLOOP_CHECKOUT})")
+    assert f'set `repo = "{PERFLOOP_CHECKOUT}"`' not in said and "\n" not in said
+    copy = re.search(r"so copy the server into a repository of its own: `([^`]+)`", said)
+    assert copy, said
+    env = {**os.environ, "HOME": str(tmp_path), "GIT_AUTHOR_NAME": "u", "GIT_AUTHOR_EMAIL": "u@x"}
+    env |= {"GIT_COMMITTER_NAME": "u", "GIT_COMMITTER_EMAIL": "u@x"}
+    subprocess.run(["bash", "-c", copy[1]], env=env, check=True, capture_output=True)
+    check_repo(target.model_copy(update={"repo": tmp_path / "mla_server"}))  # `repo = "~/mla_server"`

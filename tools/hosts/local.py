@@ -162,12 +162,13 @@ def stop_marked(select: Callable[[str], bool], grace_s: float = 10.0) -> list[in
     return sorted(found)
 
 
-def tail(path: Path, lines: int = 20) -> str:
-    """Last lines of a log file ('' if missing)."""
+def tail(path: Path, lines: int = 20, since: int = 0) -> str:
+    """Last lines of a log file ('' if missing), of what was written from byte `since` on (a
+    launch's own lines in a log an earlier attempt of the same launch appended to)."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 16384))
+            f.seek(max(since, f.tell() - 16384))
             return b"\n".join(f.read().splitlines()[-lines:]).decode(errors="replace")
     except OSError:
         return ""

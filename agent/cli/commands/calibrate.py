@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import statistics
 import sys
+import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, NamedTuple
 
 import typer
 
@@ -21,6 +22,7 @@ from agent.cli.running import run_command
 if TYPE_CHECKING:
     from agent.sessions.runner import Sessions
     from state.config.target import TargetConfig
+    from state.measurement.decision import LaunchNoise
     from tools.door.live import Executor
     from tools.store.sessions import SessionStore
 
@@ -56,49 +58,87 @@ def plan(arms: str, launches: int, startup_timeout_s: float) -> str:
     )
 
 
-def _span(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+def span(seconds: float) -> str:
+    """`48 s`, `2 min 05 s`, `12 min` (pure)."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{seconds / 60:.0f} min" if seconds >= 600 or not rest else f"{minutes} min {rest:02d} s"
 
 
-def expected(counts: tuple[int, int], per_launch: list[float], starts: list[float], timeout_s: float) -> str:
-    """The time `counts` launches should take (pure): at the median seconds a launch took in earlier
-    calibrations of this target on this host (`per_launch`: each one's wall time over its launches),
-    else at least their starts' median (`starts`: every timed start of the target there, its
-    sessions' too), else at `GUESS_S`, said as a guess; with the bound every start's timeout gives."""
+class Timed(NamedTuple):
+    """What this host timed of the target before (seconds), read from its earlier sessions."""
+
+    per_launch: list[float]
+    """Each earlier calibration's wall time over its launches."""
+    starts: list[float]
+    """Every timed start (`server.launch`), sessions' too."""
+    stops: list[float]
+    """Every timed stop (`server.stop`)."""
+    per_request: list[float]
+    """Each measurement of the unchanged tree (a baseline's, a calibration's) per request it sent."""
+
+
+def expected(counts: tuple[int, int], t: Timed, requests: int, timeout_s: float) -> tuple[str, float | None]:
+    """The time `counts` launches should take (pure), and its seconds (None where it is a floor):
+    at the median seconds a launch took in earlier calibrations of this target on this host, else
+    at its parts' medians there (`t`: a start, `requests` requests of the unchanged tree, a stop;
+    any session's), else at least the starts (no seconds), else at `GUESS_S`, said as a guess; with the bound
+    every start's timeout gives."""
     low, high = counts
-    both = lambda each: _span(low * each) + (f" ({_span(high * each)} if interleaved)" if high != low else "")
-    bound = f"; at most {_span(high * timeout_s)} if every start took its {timeout_s:.0f} s"
-    if per_launch:
-        each = statistics.median(per_launch)
+    both = lambda each: span(low * each) + (f" ({span(high * each)} if interleaved)" if high != low else "")
+    bound = f"; at most {span(high * timeout_s)} if every start took its {timeout_s:.0f} s"
+    med = statistics.median
+    if t.per_launch:
+        each = med(t.per_launch)
         return (
             f"expected: about {both(each)}, {each:.0f} s a launch (start and measurement), the median "
-            f"of {len(per_launch)} earlier calibration(s) of this target on this host{bound}"
-        )
-    if starts:
-        each = statistics.median(starts)
+            f"of {len(t.per_launch)} earlier calibration(s) of this target on this host{bound}"
+        ), low * each
+    if t.starts and t.per_request:
+        start, stop, req = med(t.starts), med(t.stops) if t.stops else 0.0, med(t.per_request)
+        each = start + requests * req + stop
         return (
-            f"expected: at least {both(each)}, {each:.0f} s a start (the median of {len(starts)} "
+            f"expected: about {both(each)}, {each:.0f} s a launch: a start {start:.0f} s, {requests} "
+            f"requests at {req:.2f} s, a stop {stop:.0f} s (the medians of {len(t.starts)} earlier "
+            f"launch(es) of this target on this host){bound}"
+        ), low * each
+    if t.starts:
+        each = med(t.starts)
+        return (
+            f"expected: at least {both(each)}, {each:.0f} s a start (the median of {len(t.starts)} "
             f"earlier start(s) of this target on this host) plus each launch's measurement{bound}"
-        )
+        ), None
     return (
         f"expected: about {both(GUESS_S)} at a guessed {GUESS_S:.0f} s a launch (no launch of this "
         f"target timed on this host yet){bound}"
-    )
+    ), low * GUESS_S
 
 
-def timed(store: SessionStore, key: str) -> tuple[list[float], list[float]]:
-    """(each earlier calibration's seconds per launch, every timed start) of the target and host
-    `key` names, read from the sessions its kept A/A launches came from (the newest `EARLIER`)."""
+UNCHANGED = ("baseline", "calibrate")
+"""Nodes whose measurements are of the tree as found (what `calibrate` measures)."""
+
+
+def timed(store: SessionStore, key: str) -> Timed:
+    """What the sessions the target's kept A/A launches came from (the newest `EARLIER`) timed on
+    the host `key` names."""
     sids = list(dict.fromkeys(s.session_id for s in reversed(store.aa_samples(key))))[:EARLIER]
-    per_launch, starts = [], []
+    t = Timed([], [], [], [])
     for sid in sids:
-        calls = store.tool_calls(sid)
-        launched = [c.duration_s for c in calls if c.name == "server.launch" and c.error is None]
-        starts += launched
-        if sid.startswith("calibrate-") and launched:
+        calls = [c for c in store.tool_calls(sid) if c.error is None]
+        launched = [c.duration_s for c in calls if c.name == "server.launch"]
+        t.starts.extend(launched)
+        t.stops.extend(c.duration_s for c in calls if c.name == "server.stop")
+        for c in calls:
+            if c.name == "bench.measure" and c.node in UNCHANGED and isinstance(c.output, dict):
+                sent = len((c.output.get("measurement") or {}).get("requests") or [])
+                warm = (c.input.get("config") or {}).get("warmup_requests") or 0
+                if sent:
+                    t.per_request.append(c.duration_s / (sent + warm))
+        if sid.startswith("calibrate-") and launched and calls:
             end = max(c.started_at.timestamp() + c.duration_s for c in calls)
-            per_launch.append((end - calls[0].started_at.timestamp()) / len(launched))
-    return per_launch, starts
+            t.per_launch.append((end - calls[0].started_at.timestamp()) / len(launched))
+    return t
 
 
 def stopped_line(exc: BaseException, executor: Executor | None, folder: Path, grace_s: float) -> None:
@@ -162,14 +202,27 @@ def calibrate(
         out = console(as_json)
         out.print(plan(target.decide.arms, launches, target.launch.startup_timeout_s), highlight=False)
         counts = launch_count(target.decide.arms, launches)
-        per_launch, starts = timed(sessions.store, target_key(target))
-        timeout_s = target.launch.startup_timeout_s
-        out.print(expected(counts, per_launch, starts, timeout_s), highlight=False, soft_wrap=True)
-        measure(sessions, target, f"calibrate-{new_session_id()}", launches, as_json)
-        me = perfloop()  # the perfloop that runs, where `perfloop` is not on $PATH
-        out.print(
-            f"next: {me} run {shlex.quote(str(target_toml))} (its sessions use this noise)", highlight=False
+        m = target.measure
+        requests = (
+            len(m.prompts) * m.repeats * (1 if target.decide.arms == "interleaved" else target.decide.looks)
         )
+        line, seconds = expected(
+            counts, timed(sessions.store, target_key(target)), requests + m.warmup_requests,
+            target.launch.startup_timeout_s,
+        )  # fmt: skip
+        out.print(line, highlight=False, soft_wrap=True)
+        began = time.monotonic()
+        noise = measure(sessions, target, f"calibrate-{new_session_id()}", launches, as_json)
+        took = time.monotonic() - began
+        said = f" (expected {span(seconds)})" if seconds is not None else ""
+        out.print(f"calibrate took {span(took)}{said}", highlight=False)
+        use = (
+            "its sessions use this noise"
+            if noise.source != "default"
+            else "its sessions start at the default noise"
+        )
+        me = perfloop()  # the perfloop that runs, where `perfloop` is not on $PATH
+        out.print(f"next: {me} run {shlex.quote(str(target_toml))} ({use})", highlight=False)
 
     def caught() -> None:  # a signal from the start: a Ctrl-C while it reads the store is one line too
         from tools import interrupts
@@ -180,7 +233,7 @@ def calibrate(
     run_command(caught)
 
 
-def measure(sessions: Sessions, target: TargetConfig, sid: str, launches: int, as_json: bool) -> None:
+def measure(sessions: Sessions, target: TargetConfig, sid: str, launches: int, as_json: bool) -> LaunchNoise:
     """Run the calibration under session id `sid` (signals caught by the caller: any ending stops
     the servers it started); print its noise and what it publishes (with `--json`, one document)."""
     from agent.cli.output import console, emit
@@ -216,6 +269,7 @@ def measure(sessions: Sessions, target: TargetConfig, sid: str, launches: int, a
     out.print(shown.line(), highlight=False)
     if as_json:
         emit({"calibration": sid, "arms": arms, **noise.model_dump(mode="json"), **shown.as_json()})
+    return noise
 
 
 COMMANDS = {"calibrate": calibrate}

@@ -133,6 +133,8 @@ def options(
     keep_servers: bool = False,
 ) -> dict:
     """A new session's `LoopOptions` values (also `eval proposer`'s sessions)."""
+    from playbooks.engine import carried_files  # the catalog's imports only where a session starts
+
     choice("approve", approve, ("auto", "manual"))
     choice("profile-method", method, ("patch", "api"))
     return {
@@ -141,6 +143,7 @@ def options(
         "floor_ms": floor[0],
         "floor_factor": floor[1],
         "playbook_dirs": playbooks,
+        "playbook_files": carried_files(playbooks),
         "builtin_playbooks": not no_builtin,
         "python": sys.executable,
         "decision_rule": "ci-v1",

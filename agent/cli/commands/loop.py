@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import os
 import shlex
+import socket
+import statistics
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from agent.cli.asking import default_approve
+from agent.cli.commands.calibrate import span
 from agent.cli.commands.flags import LoopFlags, loop_flags
 from agent.cli.ids import SessionArg
 from agent.cli.options import Json, Method, Parallel, Trust
@@ -19,6 +23,7 @@ from tools.errors import ConfigError, ToolError
 if TYPE_CHECKING:  # the loop (LangGraph, the store, the state) loads inside the commands that run it
     from agent.sessions.runner import Sessions
     from state.config.target import TargetConfig
+    from tools.store.sessions import SessionStore
 
 
 def demo(
@@ -78,14 +83,48 @@ def demo(
         check_setup(target, opts, repo_exists=False)  # the demo makes its repo
         if device == "cuda" and target.host.kind == "local":
             check_gpu()
+        said, seconds = demo_expected(sessions.store, target.name, argv, preset)
+        err.print(said, highlight=False, soft_wrap=True)
+        began = time.monotonic()
         state = sessions.start(target, {**opts, "demo_source": DEMO_SOURCE}, sid, None)
         local = target.host.kind == "local"  # an SSH host's copy stays there (the session names it)
         finish(sessions, state, flags.as_json, workspace=target.repo.parent if local else None)
+        err.print(
+            f"the demo took {span(time.monotonic() - began)} (expected {span(seconds)})", highlight=False
+        )
 
     run_command(body)
 
 
 demo = loop_flags(demo)
+
+
+DEMO_GUESS_S = {"cpu": 300.0, "glm5": 240.0}
+"""A demo's wall time when this host ran none with the same flags yet: a guess, said as one (the CPU
+preset took 179-318 s on a shared 2-core machine at load 0-8; the glm5 preset ~4 min on one H200)."""
+
+
+def demo_expected(store: SessionStore, name: str, argv: list[str], preset: str) -> tuple[str, float]:
+    """What `perfloop demo` says before it starts (a line, its seconds): the median wall time of the
+    newest five demos this host ran to the end with the same launch flags and no approval asked,
+    from their records (start to last call); else `DEMO_GUESS_S`, said as a guess."""
+    host, took = socket.gethostname(), []
+    for info in reversed(store.list_sessions()):
+        s = info.summary
+        if info.target_name != name or info.host != host or info.status != "done" or s is None:
+            continue
+        if s.launch_argv != argv or store.inputs(info.id, "answer"):
+            continue
+        if calls := store.tool_calls(info.id):
+            end = max(c.started_at.timestamp() + c.duration_s for c in calls)
+            took.append(end - info.created_at.timestamp())
+        if len(took) == 5:
+            break
+    if took:
+        each = statistics.median(took)
+        return f"expected: about {span(each)}, the median of {len(took)} earlier demo(s) on this host", each
+    guess = DEMO_GUESS_S.get(preset, DEMO_GUESS_S["cpu"])
+    return f"expected: about {span(guess)} (a guess: no demo with these flags timed on this host yet)", guess
 
 
 def _tp_size(argv: list[str]) -> int:

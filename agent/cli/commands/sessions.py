@@ -15,6 +15,7 @@ from agent.cli.output import console, emit
 from agent.cli.running import choice, err, run_command
 
 if TYPE_CHECKING:  # the store, the loop and the state load inside the commands that read them
+    from agent.sessions.runner import Sessions
     from state.sessions.session import Summary
 
 
@@ -58,7 +59,51 @@ kept and committed, launches) must equal the recording's."""
 def differing(recorded: Summary, replayed: Summary, skip: set[str]) -> set[str]:
     """The compared summary fields whose values differ (pure)."""
     a, b = recorded.model_dump(exclude=skip), replayed.model_dump(exclude=skip)
-    return {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
+    return {k for k in a.keys() | b.keys() if not same(a.get(k), b.get(k))}
+
+
+FILLED = ("speedup_judged", "launch_argv")
+"""Summary fields an import takes from the recording's replay where its perfloop did not record
+them yet (`not_compared`): so that `sessions`, `show` and `replay` give one speedup."""
+
+
+def filled(recorded: Summary, replayed: Summary) -> Summary:
+    """The recorded summary with the `FILLED` fields it lacks taken from a replay that decided as
+    it did (else unchanged) (pure)."""
+    skip = not_compared(recorded, replayed)
+    if differing(recorded, replayed, skip) - WORDING:
+        return recorded
+    return recorded.model_copy(update={k: getattr(replayed, k) for k in FILLED if k in skip})
+
+
+def import_recording(s: Sessions, file: Path) -> str:
+    """`perfloop import`: the recording into the store, its summary `filled` from its replay where
+    its perfloop did not record a field yet; the session id."""
+    from agent.sessions.archive import import_session
+    from tools.door.replay import ReplayDivergence
+    from tools.errors import ConfigError
+
+    sid = import_session(s.store, file)
+    s.session_dir(sid).mkdir(parents=True, exist_ok=True)  # this machine's: `last` names it
+    info = s.info(sid)
+    if info.summary is not None and any(k in not_compared(info.summary) for k in FILLED):
+        try:  # no host, no file: the recording alone
+            _, replayed = s.replay(sid)
+            s.store.put_session(info.model_copy(update={"summary": filled(info.summary, replayed)}))
+        except (ReplayDivergence, ConfigError, ValueError, KeyError):
+            pass  # kept as recorded (the import stands); `perfloop replay` says why
+    return sid
+
+
+def same(a: object, b: object) -> bool:
+    """Equal, floats to 1e-12 relative (a sum taken in another order since) (pure)."""
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or abs(a - b) <= 1e-12 * max(abs(a), abs(b))
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    return a == b
 
 
 def replay(session: SessionArg, as_json: Json = False) -> None:
@@ -127,12 +172,9 @@ def import_cmd(file: Path) -> None:
     """Import a session exported with `perfloop export`; then `perfloop replay` it."""
 
     def body() -> None:
-        from agent.sessions.archive import import_session
         from agent.sessions.runner import Sessions
 
-        s = Sessions()
-        sid = import_session(s.store, file)
-        s.session_dir(sid).mkdir(parents=True, exist_ok=True)  # this machine's: `last` names it
+        sid = import_recording(Sessions(), file)
         console().print(
             f"imported session {sid}; replay it with `{terminal.perfloop()} replay {sid}`", highlight=False
         )

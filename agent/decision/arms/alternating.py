@@ -71,9 +71,8 @@ def measure_launch(
     per prompt (windows under `[workload]`; paired blocks: `repeats`, a block's precision coming
     from more launches rather than looks at one), annotated with the tree `where` holds."""
     cfg, w = state.target.measure, state.target.workload
-    per_launch = (
-        cfg.repeats if state.options.paired_blocks else budget(state)
-    )  # blocks: more launches, not looks
+    blocked = state.options.paired_blocks and not blocks.first_plan(state)
+    per_launch = cfg.repeats if blocked else budget(state)  # blocks: more launches, not looks
     update: dict[str, MeasureConfig | WorkloadConfig] = {
         "measure": cfg.model_copy(update={"repeats": per_launch})
     }

@@ -15,8 +15,10 @@ and that launch's own replicate sample keeps the plus.
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import replace
 
 from langgraph.runtime import Runtime
 
@@ -29,6 +31,8 @@ from state.measurement.measure import Measurement
 from state.sessions.loop import LoopState
 from tools.store import aa
 
+_STAMPED = re.compile(r"\d{8}-\d{6}-[0-9a-f]{4}")
+
 
 def history(state: LoopState, runtime: Runtime[LoopContext], leave_out: str | None = None) -> Pool:
     """The pool before a trial: earlier trials' blocks of this shape (the group `leave_out`, a
@@ -39,7 +43,22 @@ def history(state: LoopState, runtime: Runtime[LoopContext], leave_out: str | No
     for s in read.samples:
         if s.group != leave_out:
             groups[s.group].append(s.location_log)
-    return pool_of(list(groups.values()), state.launch_noise or launch_noise([], cfg), cfg)
+    pool = pool_of(list(groups.values()), state.launch_noise or launch_noise([], cfg), cfg)
+    return replace(pool, guard=False) if first_plan(state) else pool
+
+
+FIRST_PLAN_UNTIL = "20261204-061722"
+"""When the first paired-blocks plan (2026-12-04 05:38 UTC) gave way to today's (06:17 UTC): its
+sessions measured each block's launch with `repeats x looks` and pooled a trial with its history
+whatever the trial's own spread. Their options are those of the sessions after it, so a session's
+id, which names the second it started (`YYYYMMDD-HHMMSS-xxxx`, its host's clock: UTC there), tells which plan it ran; a replay
+reads it from the recording itself (benchmarks/h200-2026-12-04-blocks)."""
+
+
+def first_plan(state: LoopState) -> bool:
+    """Whether the session started under the first paired-blocks plan (pure)."""
+    sid = state.session_id
+    return state.options.paired_blocks and bool(_STAMPED.fullmatch(sid)) and sid[:15] < FIRST_PLAN_UNTIL
 
 
 def measured_seconds(m: Measurement) -> float:

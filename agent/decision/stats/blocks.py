@@ -72,6 +72,9 @@ class Pool:
     """The prior's SD of one launch (the conservative default launch noise)."""
     nu0: int
     """The prior's weight in degrees of freedom."""
+    guard: bool = True
+    """Whether a trial louder than its history is judged on its own blocks (`LOUDER`); False only
+    for sessions of the first paired-blocks plan (agent/decision/arms/blocks.py `first_plan`)."""
 
     def variance(self, ss: float = 0.0, df: int = 0) -> tuple[float, int]:
         """(pooled variance of one launch, its df) with `ss`, `df` of the trial's own blocks: the
@@ -79,7 +82,13 @@ class Pool:
         first degree of freedom on (their t quantile is what keeps few df honest)."""
         if self.df + df == 0:
             return self.sigma0**2, self.nu0
-        if self.df and df and self.ss > 0 and ss / (self.ss / self.df) > chi2_quantile(1.0 - LOUDER, df):
+        if (
+            self.guard
+            and self.df
+            and df
+            and self.ss > 0
+            and ss / (self.ss / self.df) > chi2_quantile(1.0 - LOUDER, df)
+        ):
             return ss / df, df  # the trial is noisier than its history: its own blocks alone
         return (self.ss + ss) / (self.df + df), self.df + df
 

@@ -93,14 +93,14 @@ def port_patch(state: LoopState, books: Sequence[Playbook]) -> tuple[str, str, s
         keys = sorted((k for k in book.patches if k == kind or k.startswith(kind + "@")), key=_release)
         if not keys:
             continue
-        diff = read_patch(book, keys[-1])
+        diff = read_patch(book, keys[-1], state.options.playbook_files)
         if state.sglang is not None:
             diff = rebase_diff(diff, state.sglang.package_dir)
         if book.id in failed:
             why = next(d.reason for d in reversed(state.decisions) if d.source == book.id)
             return book.id, why, diff
         try:
-            choose_patch(book, kind, state.sglang)
+            choose_patch(book, kind, state.sglang, state.options.playbook_files)
         except NoPatch as err:
             return book.id, err.reason, diff
     return None
