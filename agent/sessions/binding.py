@@ -26,7 +26,15 @@ from tools.errors import ConfigError
 
 TARGET_FILE = "target.sha256"
 ADDED_SINCE_SHOWN = frozenset(
-    {"short_aa_pairs", "schedule_gate", "first_verdict", "search_grid", "output_noise_store", "confirm_alone"}
+    {
+        "short_aa_pairs",
+        "schedule_gate",
+        "first_verdict",
+        "search_grid",
+        "output_noise_store",
+        "confirm_alone",
+        "playbook_files",
+    }
 )
 """`LoopOptions` fields added after sessions paused with a digest shown to a person: at their
 default they are left out of the digest, so what a paused session showed stays its digest."""
@@ -36,9 +44,29 @@ def _digest(value: object) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
 
 
+TARGET_ADDED = {
+    "correctness": (
+        "numerics_prompts",
+        "numerics_tokens",
+        "task",
+        "task_items",
+        "task_max_tokens",
+        "task_margin",
+    )
+}
+"""Target fields added after sessions were made (issue 61): at their default they are left out of
+the digest, so a session made before them keeps its target digest (and its approval digest)."""
+
+
 def target_digest(state: LoopState) -> str:
     """The digest of what the session's target makes run (pure)."""
-    return _digest(state.target.model_dump(mode="json", exclude={"profile"}))
+    dump = state.target.model_dump(mode="json", exclude={"profile"})
+    for section, names in TARGET_ADDED.items():
+        model = type(getattr(state.target, section))
+        for name in names:
+            if dump[section].get(name) == model.model_fields[name].get_default(call_default_factory=True):
+                dump[section].pop(name, None)
+    return _digest(dump)
 
 
 def rebuilt(state: LoopState, stored: dict) -> dict:
@@ -58,7 +86,9 @@ def view(state: LoopState, pending: dict) -> dict:
     options = {  # approve, max_iterations, python, paths, ...
         k: v
         for k, v in state.options.model_dump(mode="json").items()
-        if not (k in ADDED_SINCE_SHOWN and v == LoopOptions.model_fields[k].default)
+        if not (
+            k in ADDED_SINCE_SHOWN and v == LoopOptions.model_fields[k].get_default(call_default_factory=True)
+        )
     }
     digest = _digest({"target": target_digest(state), "runs": runs, "options": options})[:16]
     out = pending | {"argv_now": runs[0]["argv"], "env_now": env, "digest": digest}
