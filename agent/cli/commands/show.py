@@ -7,7 +7,7 @@ from __future__ import annotations
 import shlex
 import sys
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -88,14 +88,8 @@ def show(
 def runs_here(s: Sessions, session: str, state: LoopState) -> dict:
     """What the session would run on this machine (its whole launch command, environment and the
     options that drive it) and whether this user's key signed it (agent/sessions/trust/signing.py)."""
-    from agent.sessions.trust.signing import status
-
-    snap = s.graph.get_state(s.config(session))
-    digest, why = (
-        status(session, snap.values, dict(snap.metadata or {}), s.home)
-        if snap.values
-        else (None, "no checkpoint")
-    )
+    saver: Any = s.graph.checkpointer
+    digest, why = saver.status(s.config(session))
     opts = state.options
     return {
         "argv": state.argv,
