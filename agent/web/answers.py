@@ -119,5 +119,5 @@ def unsigned(sessions: Sessions, session: str) -> str | None:
     """Why this user's key did not sign what the paused session would run (the page says so
     above its approval, which is refused), or None (agent/sessions/trust/signing.py)."""
     saver: Any = sessions.graph.checkpointer
-    digest, why = saver.status(sessions.config(session))
+    digest, why, _ = saver.status(sessions.config(session))
     return None if digest is None else why

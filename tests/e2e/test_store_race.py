@@ -191,3 +191,46 @@ def test_a_newer_unsigned_copy_planted_by_a_2ms_poll_is_refused(victim: Victim, 
             "SELECT 1 FROM checkpoints WHERE thread_id = %s AND parent_checkpoint_id = %s", (victim.sid, new)
         ).fetchall()
     ), "a checkpoint after the planted one"
+
+
+def test_show_prints_what_runs_next_and_trust_covers_a_send_planted_after_it(
+    victim: Victim, peer: RacePeer, tmp_path
+) -> None:
+    """A session signed before the graph was (issue 56's older signature, no `~graph`: continued
+    only with `--trust`): `show` prints its next node and pending writes; a trial `Send` carrying
+    its own launch planted after `show` is printed by the next `show`, with its argv, and the
+    digest shown before no longer runs it."""
+    from langgraph.types import Send
+
+    from agent.sessions.trust.signing import GRAPH, SIGNATURE, seal
+
+    sid = victim.sid
+    cid, cp, meta = peer.latest(sid)
+    key = (victim.home / "signing.key").read_bytes().strip()
+    fields = {k: v for k, v in meta[SIGNATURE]["fields"].items() if k != GRAPH}
+    peer.put_checkpoint(sid, cid, cp, {**meta, SIGNATURE: seal(key, sid, fields)})  # as before issue 56
+    shown = json.loads(victim.cli("show", sid, "--json").stdout)["runs"]
+    assert shown["signed"] is False and "before perfloop signed the graph" in shown["unsigned_because"], shown
+    assert shown["next"] == ["approve"] and [w["channel"] for w in shown["writes"]] == ["__interrupt__"], (
+        shown
+    )
+    assert shown["tasks"] == [], shown
+    row = peer.conn.execute(
+        "SELECT type, blob FROM checkpoint_blobs WHERE thread_id = %s AND channel = 'target' LIMIT 1", (sid,)
+    ).fetchone()
+    assert row is not None
+    target = launch(victim.evil)(peer.serde.loads_typed((row[0], row[1])))
+    task = {"session_id": sid, "iteration": 1, "target": target.model_dump(mode="json"), "diff": "+x\n"}
+    version = "99999999999999999999999999999999.0.5"
+    peer.blob(sid, "__pregel_tasks", version, [Send("trial", task)])
+    cp["channel_versions"]["__pregel_tasks"] = version
+    peer.put_checkpoint(sid, cid, cp)
+    again = json.loads(victim.cli("show", sid, "--json").stdout)["runs"]
+    assert again["tasks"] == [{"node": "trial", "argv": victim.evil, "diff": "+x\n"}], again
+    assert again["digest"] != shown["digest"]
+    text = victim.cli("show", sid).stdout
+    assert "pending task trial: runs bash -c" in text and "runs next: approve" in text, text[-1500:]
+    err = refused_unrun(
+        victim, peer, ["approve", sid, "--trust", shown["digest"]], says="is not its digest now"
+    )
+    assert f"--trust {again['digest']}" in err, err

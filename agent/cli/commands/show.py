@@ -89,7 +89,8 @@ def runs_here(s: Sessions, session: str, state: LoopState) -> dict:
     """What the session would run on this machine (its whole launch command, environment and the
     options that drive it) and whether this user's key signed it (agent/sessions/trust/signing.py)."""
     saver: Any = s.graph.checkpointer
-    digest, why = saver.status(s.config(session))
+    digest, why, upcoming = saver.status(s.config(session))
+    snap = s.graph.get_state(s.config(session))
     opts = state.options
     return {
         "argv": state.argv,
@@ -98,6 +99,9 @@ def runs_here(s: Sessions, session: str, state: LoopState) -> dict:
         "host": state.target.host.model_dump(mode="json"),
         "options": {k: getattr(opts, k) for k in ("approve", "max_iterations", "python", "launch_allowlist")}
         | {"session_dir": str(opts.session_dir), "playbook_dirs": [str(p) for p in opts.playbook_dirs]},
+        "next": list(snap.next),
+        "tasks": upcoming["tasks"],
+        "writes": upcoming["writes"],
         "digest": digest,
         "signed": why is None,
         "unsigned_because": why,

@@ -175,9 +175,29 @@ class Checking(BaseCheckpointSaver):
             is None
         )
 
-    def status(self, config: RunnableConfig) -> tuple[str | None, str | None]:
-        """(the digest `--trust` takes, why the checkpoint is not this key's or None), for `show`."""
+    def status(self, config: RunnableConfig) -> tuple[str | None, str | None, dict]:
+        """(the digest `--trust` takes, why the checkpoint is not this key's or None, what runs
+        next: `upcoming`), for `show`."""
         found = super().get_tuple(config)
         if found is None or self.home is None or state_values(found) is None:
-            return None, "no checkpoint"
-        return self.shown_digest(found), self.why(found, latest=True)
+            return None, "no checkpoint", {"tasks": [], "writes": []}
+        return self.shown_digest(found), self.why(found, latest=True), self.upcoming(found)
+
+    def upcoming(self, found: CheckpointTuple) -> dict:
+        """What the graph runs from this checkpoint besides its state (pure): every pending task
+        a `Send` made (its node, the argv of the target it carries and its diff) and every pending
+        write (its task, channel and value, cut at 300 characters), as `show` prints them."""
+        tasks = []
+        for send in found.checkpoint["channel_values"].get("__pregel_tasks") or []:
+            arg = getattr(send, "arg", None)
+            arg = arg if isinstance(arg, dict) else getattr(arg, "__dict__", {})
+            target = arg.get("target")
+            launch = target.get("launch", {}) if isinstance(target, dict) else getattr(target, "launch", None)
+            argv = launch.get("argv") if isinstance(launch, dict) else getattr(launch, "argv", None)
+            node = str(getattr(send, "node", send))
+            tasks.append({"node": node, "argv": argv, "diff": arg.get("diff")})
+        writes = [
+            {"task": str(t)[:8], "channel": str(c), "value": repr(v)[:300]}
+            for t, c, v in found.pending_writes or []
+        ]
+        return {"tasks": tasks, "writes": writes}
