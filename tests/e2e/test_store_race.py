@@ -234,3 +234,21 @@ def test_show_prints_what_runs_next_and_trust_covers_a_send_planted_after_it(
         victim, peer, ["approve", sid, "--trust", shown["digest"]], says="is not its digest now"
     )
     assert f"--trust {again['digest']}" in err, err
+
+
+def test_a_done_row_beside_a_signed_waiting_checkpoint_is_shown_as_paused(
+    victim: Victim, peer: RacePeer
+) -> None:
+    """The `sessions` row is not signed: a peer's "done" for a session whose signed checkpoint
+    waits for approval is shown as what it is (paused), the row's word named as unsigned."""
+    peer.conn.execute(
+        "UPDATE sessions SET info = jsonb_set(info::jsonb, '{status}', '\"done\"')::text WHERE id = %s",
+        (victim.sid,),
+    )
+    shown = json.loads(victim.cli("show", victim.sid, "--json").stdout)
+    assert shown["session"]["status"] == "paused" and shown["runs"]["signed"] is True, shown["session"]
+    assert (
+        shown["store_row"]
+        == "the store's row says 'done' (not signed): its signed checkpoint waits for approval"
+    )
+    assert "the store's row says 'done' (not signed)" in victim.cli("show", victim.sid).stdout

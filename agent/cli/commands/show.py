@@ -73,16 +73,34 @@ def show(
         cuts = interruptions(s.store.tool_calls(session, include_superseded=True), calls, state)
         pending = s.pending_approval(session)  # as stored now, with the argv it runs and its digest
         bound = runs_here(s, session, state)  # what this machine would run, and whether it is signed
+        info, row = from_checkpoint(info, pending is not None, bound["signed"])
         if as_json:
-            emit(show_json(info, state, calls, cuts) | {"pending_approval": pending, "runs": bound})
+            emit(
+                show_json(info, state, calls, cuts)
+                | {"pending_approval": pending, "runs": bound, "store_row": row}
+            )
         else:
             out = console()
             session_view(out, info, state, calls, cuts)
             if pending is not None:
                 approval(out, pending)
             runs(out, bound)
+            if row is not None:
+                out.print(row, highlight=False, markup=False)
 
     run_command(body)
+
+
+def from_checkpoint(info: SessionInfo, waits: bool, signed: bool) -> tuple[SessionInfo, str | None]:
+    """The session's row as shown (pure): its status and summary are the store's (not signed);
+    a session whose signed checkpoint waits for approval is shown `paused`, with no summary,
+    whatever the row says, and a line naming what the row said (issue 62)."""
+    if not (signed and waits) or info.status in ("paused", "running"):
+        return info, None
+    said = info.status
+    return info.model_copy(update={"status": "paused", "summary": None}), (
+        f"the store's row says {said!r} (not signed): its signed checkpoint waits for approval"
+    )
 
 
 def runs_here(s: Sessions, session: str, state: LoopState) -> dict:
