@@ -229,7 +229,7 @@ def test_show_prints_what_runs_next_and_trust_covers_a_send_planted_after_it(
     assert again["tasks"] == [{"node": "trial", "argv": victim.evil, "diff": "+x\n"}], again
     assert again["digest"] != shown["digest"]
     text = victim.cli("show", sid).stdout
-    assert "pending task trial: runs bash -c" in text and "runs next: approve" in text, text[-1500:]
+    assert "pending task trial: runs bash -c" in text and "runs next: trial, approve" in text, text[-1500:]
     err = refused_unrun(
         victim, peer, ["approve", sid, "--trust", shown["digest"]], says="is not its digest now"
     )
