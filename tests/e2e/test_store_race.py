@@ -252,3 +252,27 @@ def test_a_done_row_beside_a_signed_waiting_checkpoint_is_shown_as_paused(
         == "the store's row says 'done' (not signed): its signed checkpoint waits for approval"
     )
     assert "the store's row says 'done' (not signed)" in victim.cli("show", victim.sid).stdout
+
+
+def test_a_rollback_to_the_first_unsigned_checkpoint_is_named_a_rollback(
+    victim: Victim, peer: RacePeer
+) -> None:
+    """Every checkpoint deleted but the first (the input, before any step, which carries no
+    signature): `approve` refuses it as rolled back, not with an internal error."""
+    (first,) = peer.conn.execute(
+        "SELECT min(checkpoint_id) FROM checkpoints WHERE thread_id = %s", (victim.sid,)
+    ).fetchone() or (None,)
+    peer.conn.execute(
+        "DELETE FROM checkpoints WHERE thread_id = %s AND checkpoint_id > %s", (victim.sid, first)
+    )
+    err = victim.refused("approve", victim.sid, says=f"session {victim.sid} was rolled back in the store")
+    assert "its latest checkpoint is its first (before any step)" in err, err
+
+
+def test_a_copy_of_this_users_session_is_named_as_one(victim: Victim, peer: RacePeer) -> None:
+    """The user's own session copied under another id, its signature kept: refused as this key's
+    signature for another session (named), not as another key's."""
+    copy = "29991231-235958-cafe"
+    peer.plant_copy(victim.sid, copy, "copy")
+    err = victim.refused("approve", copy, says=f"session {copy} is not signed by this user's key")
+    assert f"its signature is this user's key's for another session ({victim.sid})" in err, err
