@@ -151,8 +151,7 @@ class Sessions:
     def verify(self, session_id: str, config: RunnableConfig | None = None) -> RunnableConfig | None:
         """Refuse a checkpoint this user's key did not sign (`--trust` for one shown) before anything
         runs, and pin it (trust/saver.py): its config with its id (None: no state yet)."""
-        saver: Any = self.graph.checkpointer
-        return saver.verify(config or self.config(checked_id(session_id)), self.trust)
+        return self.graph.checkpointer.verify(config or self.config(checked_id(session_id)), self.trust)  # type: ignore[union-attr]
 
     def _invoke(self, session_id: str, inp: Any, answer: dict | None = None) -> LoopState:
         with self.lock(session_id):
@@ -181,6 +180,7 @@ class Sessions:
             except (Interrupted, Exception) as exc:  # every ending but the loop's own: left resumable
                 if not isinstance(exc, StoreUnreachable):  # (then its status cannot be written)
                     with suppress(Exception):  # a store that is down must not hide why it ended
+                        self.store.put_session(info)  # as it was (a store changed under it: stays so)
                         status = "paused" if self.pending_approval(session_id) is not None else "interrupted"
                         self.store.put_session(self.info(session_id).model_copy(update={"status": status}))
                 raise
