@@ -179,6 +179,8 @@ def test_the_signed_checkpoint_rewritten_in_place_by_trigger_is_refused_naming_t
 
 def test_a_newer_unsigned_copy_planted_by_a_2ms_poll_is_refused(victim: Victim, peer: RacePeer) -> None:
     sql, new = peer.copy_sql(victim.sid, victim.evil)
+    row = peer.conn.execute("SELECT info FROM sessions WHERE id = %s", (victim.sid,)).fetchone()
+    head = victim.repo.joinpath(".git", "HEAD").read_text()
     poller = peer.poll(victim.env["PERFLOOP_STORE"], victim.sid, sql)
     out = victim.cli("approve", victim.sid)
     poller.join(timeout=30)
@@ -191,6 +193,8 @@ def test_a_newer_unsigned_copy_planted_by_a_2ms_poll_is_refused(victim: Victim, 
             "SELECT 1 FROM checkpoints WHERE thread_id = %s AND parent_checkpoint_id = %s", (victim.sid, new)
         ).fetchall()
     ), "a checkpoint after the planted one"
+    assert peer.conn.execute("SELECT info FROM sessions WHERE id = %s", (victim.sid,)).fetchone() == row
+    assert victim.repo.joinpath(".git", "HEAD").read_text() == head
 
 
 def test_show_prints_what_runs_next_and_trust_covers_a_send_planted_after_it(
