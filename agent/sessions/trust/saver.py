@@ -69,7 +69,7 @@ class Signing(Checking):
 
     # -- the check before acting, and the pin ----------------------------------------------------
 
-    def verify(self, config: RunnableConfig, trust: str | None) -> RunnableConfig | None:
+    def verify(self, config: RunnableConfig, trust: str | None, pin: bool = True) -> RunnableConfig | None:
         """Check the checkpoint `config` names (the session's latest without an id) once, here,
         and pin it: its config (with its id), or None when it has no state yet. Refused in one
         line naming what changed, unless `trust` is `shown_digest` of what it holds now (then
@@ -91,7 +91,8 @@ class Signing(Checking):
                     sid, values, dict(found.metadata or {}), self.home, trust, shown, why
                 )  # raises unless trusted
             self.trusted[checkpoint_id_of(found)] = shown
-        self.pinned.setdefault(sid, set()).add(checkpoint_id_of(found))
+        if pin:  # (not by a process that only checks, and lives on: the approval page's server)
+            self.pinned.setdefault(sid, set()).add(checkpoint_id_of(found))
         return found.config
 
     def _head(self, sid: str) -> CheckpointTuple | None:
