@@ -72,6 +72,8 @@ system-deps:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 	@test -x /usr/bin/tmux || { echo "installing tmux (a real terminal for tests/integration/test_hostile_patch.py)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null; }
+	@test -x /usr/bin/bwrap || { echo "installing bubblewrap (the sandbox of ports' code, tools/sglang/confine.py)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; }
 
 # perfloop is installed in .venv, not on PATH: the last line says how to run the next commands.
 DEMO_NEXT = perfloop is in .venv, not on your PATH: run .venv/bin/perfloop sessions (or source .venv/bin/activate, then perfloop sessions)

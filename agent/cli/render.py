@@ -279,6 +279,17 @@ def runs(console: Console, bound: dict) -> None:
     )
     console.print(f"  host: {bound['host']}", highlight=False)
     console.print("  options: " + ", ".join(f"{k}={v}" for k, v in bound["options"].items()), highlight=False)
+    console.print(f"  runs next: {', '.join(bound.get('next') or []) or '(nothing)'}", highlight=False)
+    for task in bound.get("tasks") or []:  # a `Send`: its own target and diff (the digest covers them)
+        argv = shlex.join(task["argv"]) if task.get("argv") else "(no launch)"
+        lines = len((task.get("diff") or "").splitlines())
+        console.print(
+            visible(f"  pending task {task['node']}: runs {argv}; diff of {lines} line(s)"), markup=False
+        )
+    for w in bound.get("writes") or []:
+        console.print(
+            visible(f"  pending write {w['channel']} (task {w['task']}): {w['value']}"), markup=False
+        )
     if bound["signed"]:
         console.print(f"  signed by this user's key: yes (digest {bound['digest']})", highlight=False)
     elif bound["digest"] is not None:

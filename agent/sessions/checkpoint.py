@@ -6,19 +6,16 @@ window (tools/store/db.py), past which it is `StoreUnreachable`."""
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import logging
 import sqlite3
-import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
-    WRITES_IDX_MAP,
     BaseCheckpointSaver,
     ChannelVersions,
     Checkpoint,
@@ -34,30 +31,11 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from pydantic import BaseModel
 
 import state
-from agent.sessions.trust import ledger
-from agent.sessions.trust.signing import (
-    GRAPH,
-    SEQ,
-    SIGNATURE,
-    WRITES,
-    digests,
-    graph_digest,
-    key_here,
-    ours,
-    seal,
-    seal_write,
-    signs_writes,
-    unsigned_writes,
-    user_key,
-)
-from state.sessions.loop import LoopState
+from agent.sessions.trust.saver import Signing
 from tools.errors import ConfigError, first_line
 from tools.secrets import redact, redact_bytes
 from tools.store.db import STORE_ENV, StoreUnreachable, describe, reconnect_seconds
 from tools.store.sessions import SessionStore
-
-WRITE_SIGNATURE = "write-signature"
-"""The kind of the session store's inputs that hold its pending writes' signatures."""
 
 
 def _state_modules() -> list:
@@ -143,152 +121,6 @@ class Renaming(BaseCheckpointSaver):
             yield renamed(found) or found
 
 
-class Signing(BaseCheckpointSaver):
-    """Signs each checkpoint of a session it writes (agent/sessions/trust/signing.py): the digests of
-    its state's fields, of the whole checkpoint as LangGraph stores it (`GRAPH`: channel values
-    and versions, `versions_seen`, pending tasks, its id and parent's) and its number in the
-    session (`SEQ`), with their HMAC under this user's key, in the checkpoint's metadata; and each
-    pending write (`seal_write`, kept as the session's `write-signature` inputs in `inputs`). What
-    it signed is also kept under $PERFLOOP_HOME (`ledger.py`). A checkpoint of this key is read
-    back only as signed: its graph state unchanged, not older than the latest this machine signed
-    (when read as the latest: a rollback), every pending write signed and none this machine wrote
-    missing. Anything else is refused in one line before anything runs."""
-
-    home: Path | None = None
-    """Where the user's key is (made at the first checkpoint); None: nothing signed."""
-    inputs: SessionStore | None = None
-    """The session store the write signatures are kept in; None: writes not signed."""
-    seen: dict[str, int]
-    """The highest checkpoint number of each session read back under this key (its next is past it)."""
-    _lock = threading.Lock()
-
-    def put_writes(
-        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
-    ) -> None:
-        kept: list[tuple[str, str, str, bool]] = []
-        if self.home is not None and self.inputs is not None and writes:  # signed first: a reader
-            key, where = user_key(self.home), _where(config, task_id)  # never sees one unsigned
-            special = all(c in WRITES_IDX_MAP for c, _ in writes)  # LangGraph overwrites these
-            with self._lock:  # branches of a parallel batch write at once
-                for i, (channel, value) in enumerate(writes):
-                    record = seal_write(key, where, channel, self.serde.dumps_typed(value))
-                    self.inputs.add_input(where["thread_id"], WRITE_SIGNATURE, record)
-                    slot = f"{task_id}|{WRITES_IDX_MAP.get(channel, i)}"
-                    kept.append((slot, channel, record["value"], special))
-        super().put_writes(config, writes, task_id, task_path)
-        if kept and self.home is not None and not where["checkpoint_ns"]:
-            with self._lock:
-                ledger.signed_writes(self.home, where["thread_id"], where["checkpoint_id"], kept)
-
-    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        asked = str(config.get("configurable", {}).get("thread_id", ""))
-        # The ledger first, then the store: what the ledger says was written (committed before
-        # the ledger was) is then in what the store gives, even while another process writes.
-        local = ledger.read(self.home, asked) if self.home is not None and asked else {}
-        found = super().get_tuple(config)
-        if found is None or self.home is None:
-            return found
-        sid, key = str(found.config["configurable"]["thread_id"]), key_here(self.home)
-        fields = ours(key, sid, (found.metadata or {}).get(SIGNATURE))
-        if key is not None and fields is not None and GRAPH in fields:
-            self._check_graph(sid, config, found, fields, local if sid == asked else {})
-        if not found.pending_writes or self.inputs is None or key is None:
-            return found
-        if not signs_writes(key, sid, (found.metadata or {}).get(SIGNATURE)):  # older, or not ours
-            return found
-        where = _where(found.config, None)
-        signed = self.inputs.inputs(sid, WRITE_SIGNATURE)
-        if bad := unsigned_writes(key, where, found.pending_writes, signed, self.serde.dumps_typed):
-            raise ConfigError(
-                f"session {sid} changed in the store since this user last ran it: its last step's "
-                f"pending write {', '.join(bad[:4])} is not signed by this user's key; nothing was run"
-            )
-        return found
-
-    def _check_graph(
-        self, sid: str, asked: RunnableConfig, found: CheckpointTuple, fields: dict[str, str], local: dict
-    ) -> None:
-        """Refuse a checkpoint this key signed whose graph state changed since, or (read as the
-        session's latest) that is older than this machine's latest, or that lost a pending write
-        this machine wrote (`ledger.py`)."""
-        assert self.home is not None
-        now = graph_digest(found.checkpoint, found.config, found.parent_config, self.serde.dumps_typed)
-        fix = (
-            "nothing was run: it cannot continue from the store (`perfloop replay` still plays its "
-            "recording); start a new session with `perfloop run`"
-        )
-        if now != fields[GRAPH]:
-            raise ConfigError(
-                f"session {sid} changed in the store since this user last ran it: its graph state "
-                f"(the step that runs next, channel versions, pending tasks) is not what this user's "
-                f"key signed; {fix}"
-            )
-        if found.config["configurable"].get("checkpoint_ns"):
-            return
-        seq = int(fields.get(SEQ, "0") or 0)
-        latest = not asked.get("configurable", {}).get("checkpoint_id")
-        if latest and seq < int(local.get("seq", 0) or 0):
-            raise ConfigError(
-                f"session {sid} was rolled back in the store: its latest checkpoint is number {seq}, "
-                f"this machine signed number {local['seq']} (a store peer deleted the later ones); {fix}"
-            )
-        if latest and local.get("checkpoint") == found.checkpoint["id"]:
-            there = {
-                (t, c, _value_digest(self.serde.dumps_typed(v))) for t, c, v in found.pending_writes or []
-            }
-            gone = [
-                f"{channel} (task {slot.split('|')[0][:8]})"
-                for slot, (channel, digest) in sorted(local.get("writes", {}).items())
-                if (slot.split("|")[0], channel, digest) not in there
-            ]
-            if gone:
-                raise ConfigError(
-                    f"session {sid} changed in the store since this user last ran it: its last "
-                    f"step's pending write {', '.join(gone[:4])} that this machine wrote was deleted; {fix}"
-                )
-        self.seen[sid] = max(self.seen.get(sid, 0), seq)
-
-    def put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        values = checkpoint["channel_values"]
-        seq = 0
-        sid = str(config["configurable"]["thread_id"])
-        if self.home is not None and {"session_id", "target", "options"} <= values.keys():
-            state_values = {
-                k: v for k, v in values.items() if k in LoopState.model_fields
-            }  # no graph channels
-            fields = digests(LoopState.model_validate(state_values))
-            if self.inputs is not None:
-                fields[WRITES] = "signed"
-            if not config["configurable"].get("checkpoint_ns"):
-                seq = ledger.next_seq(self.home, sid, self.seen.get(sid, 0))
-                fields[SEQ] = str(seq)
-            fields[GRAPH] = graph_digest(checkpoint, config, config, self.serde.dumps_typed)
-            metadata = {**metadata, SIGNATURE: seal(user_key(self.home), sid, fields)}  # type: ignore[misc]
-        out = super().put(config, checkpoint, metadata, new_versions)
-        if seq and self.home is not None:
-            with self._lock:
-                ledger.signed_checkpoint(self.home, sid, seq, checkpoint["id"])
-            self.seen[sid] = seq
-        return out
-
-
-def _value_digest(typed: tuple[str, bytes]) -> str:
-    return hashlib.sha256(typed[0].encode() + typed[1]).hexdigest()
-
-
-def _where(config: RunnableConfig, task_id: str | None) -> dict[str, str]:
-    """What a pending write is bound to: its session, checkpoint (and task)."""
-    c = config["configurable"]
-    where = {k: str(c.get(k) or "") for k in ("thread_id", "checkpoint_ns", "checkpoint_id")}
-    return where if task_id is None else {**where, "task_id": task_id}
-
-
 class RenamingSqliteSaver(Signing, Renaming, SqliteSaver):
     """SqliteSaver reading old checkpoints' renamed channels under today's names."""
 
@@ -307,7 +139,7 @@ def open_checkpointer(
     else:
         saver = RedactingPostgresSaver(_pool(url), serde=serializer())
         saver.where = describe(url, Path())
-    saver.home, saver.inputs, saver.seen = home, inputs, {}
+    saver.home, saver.inputs, saver.seen, saver.pinned, saver.trusted = home, inputs, {}, {}, {}
     saver.setup()
     return saver
 

@@ -23,7 +23,6 @@ from agent.sessions.interrupts import running_line, settled, stopped_after
 from agent.sessions.remote import close_hosts, executor_for, host_executors, remote_options
 from agent.sessions.revive import forked, lineage, repo_missing_here, resume_point
 from agent.sessions.summary import summarize as summarize_session
-from agent.sessions.trust.signing import check
 from agent.steps.setup import FORK_STEPS
 from state.base import utcnow
 from state.config.options import LoopOptions
@@ -59,7 +58,7 @@ class Sessions:
     """`--trust DIGEST`: run a session not signed by this user's key if it holds that (signing.py)."""
 
     def __init__(self, home: Path | None = None) -> None:
-        self.home, self.trusted = home or perfloop_home(), set[str]()
+        self.home = home or perfloop_home()
         self.store = SessionStore.open(self.home)
         self.graph = compile_graph(open_checkpointer(self.home, self.store.url, self.store))
 
@@ -114,8 +113,7 @@ class Sessions:
         return self._invoke(session_id, None)
 
     def info(self, session_id: str) -> SessionInfo:
-        info = self.store.get_session(checked_id(session_id))
-        if info is None:
+        if (info := self.store.get_session(checked_id(session_id))) is None:
             raise ConfigError(
                 f"no session {session_id!r} in {self.where()}; list them with `perfloop sessions`"
             )
@@ -150,21 +148,14 @@ class Sessions:
         with hold(self.store.db, checked_id(session_id), self.home):
             yield
 
-    def verify(self, session_id: str, config: RunnableConfig | None = None) -> None:
-        """Refuse a checkpoint this user's key did not sign, before anything runs (signing.py), as
-        signed: by its config (a killed batch's finished tasks' pending writes not applied); once
-        `--trust` accepted a session's latest one, this process takes its others as they are."""
-        snap = self.graph.get_state(config or self.config(checked_id(session_id)))
-        snap, known = (
-            (self.graph.get_state(snap.config), session_id in self.trusted) if snap.values else (snap, True)
-        )
-        if not known and check(session_id, snap.values, dict(snap.metadata or {}), self.home, self.trust):
-            self.trusted.add(session_id)
+    def verify(self, session_id: str, config: RunnableConfig | None = None) -> RunnableConfig | None:
+        """Refuse a checkpoint this user's key did not sign (`--trust` for one shown) before anything
+        runs, and pin it (trust/saver.py): its config with its id (None: no state yet)."""
+        return self.graph.checkpointer.verify(config or self.config(checked_id(session_id)), self.trust)  # type: ignore[union-attr]
 
     def _invoke(self, session_id: str, inp: Any, answer: dict | None = None) -> LoopState:
         with self.lock(session_id):
-            if not isinstance(inp, LoopState):
-                self.verify(session_id)
+            pinned = None if isinstance(inp, LoopState) else self.verify(session_id)
             known = inp if isinstance(inp, LoopState) else self.state(session_id)
             check_target(self.session_dir(session_id), known, new=isinstance(inp, LoopState))
             info = self.info(session_id)
@@ -175,15 +166,21 @@ class Sessions:
                 )
             running = {"status": "running", "host": socket.gethostname()}
             self.store.put_session(info.model_copy(update=running))
+            try:  # the head still the checkpoint verified (a peer may write when it reads `running`)
+                _ = pinned and self.state(session_id)
+            except ConfigError:  # nothing else was written
+                self.store.put_session(info)
+                raise
             if answer is not None:
                 self.store.add_input(session_id, "answer", answer)
             progress.keep_in(known.options.session_dir)  # for the approval page (perfloop serve)
             try:
                 with interrupts.catching(), executor_for(known.target, known.options.session_dir) as ex:
-                    self._run(session_id, inp, known, ex)
+                    self._run(session_id, inp, known, ex, pinned)
             except (Interrupted, Exception) as exc:  # every ending but the loop's own: left resumable
                 if not isinstance(exc, StoreUnreachable):  # (then its status cannot be written)
                     with suppress(Exception):  # a store that is down must not hide why it ended
+                        self.store.put_session(info)  # as it was (a store changed under it: stays so)
                         status = "paused" if self.pending_approval(session_id) is not None else "interrupted"
                         self.store.put_session(self.info(session_id).model_copy(update={"status": status}))
                 raise
@@ -198,10 +195,13 @@ class Sessions:
             self.store.put_session(self.info(session_id).model_copy(update=update))
             return state
 
-    def _run(self, session_id: str, inp: Any, known: LoopState, executor: RemoteExecutor | None) -> None:
-        """Invoke the graph: a resumed session first checks the server it would use (`revive.py`);
-        a signal or an exception stops every server the session started (`interrupts.py`)."""
-        config, executors = self.config(session_id), host_executors(known.options.session_dir)
+    def _run(
+        self, session_id: str, inp: Any, known: LoopState, executor: RemoteExecutor | None, pinned: Any = None
+    ) -> None:
+        """Invoke the graph: an answer from the `pinned` checkpoint, a resume from its head (refused
+        unless pinned) once its server is checked (`revive.py`); stopped servers on any exception."""
+        config = pinned if isinstance(inp, Command) and pinned else self.config(session_id)
+        executors = host_executors(known.options.session_dir)
         try:
             if inp is None or isinstance(inp, Command):
                 if inp is None:

@@ -10,10 +10,10 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 from agent.sessions.approving import approval_number, batch_refusal
 from agent.sessions.runner import Sessions
-from agent.sessions.trust.signing import status
 from tools.errors import ToolError
 
 
@@ -118,7 +118,6 @@ def last_answer_log(sessions: Sessions, session: str) -> str | None:
 def unsigned(sessions: Sessions, session: str) -> str | None:
     """Why this user's key did not sign what the paused session would run (the page says so
     above its approval, which is refused), or None (agent/sessions/trust/signing.py)."""
-    snap = sessions.graph.get_state(sessions.config(session))
-    if not snap.values:
-        return None
-    return status(session, snap.values, dict(snap.metadata or {}), sessions.home)[1]
+    saver: Any = sessions.graph.checkpointer
+    digest, why, _ = saver.status(sessions.config(session))
+    return None if digest is None else why

@@ -197,7 +197,8 @@ class Web:
         """The `perfloop` command that answers; bad input raises ToolError (nothing claimed yet).
         For a batch of candidates, `chosen` are the ones ticked (`approve --only`). A session this
         user's key did not sign is refused first, before a claim or a file is made (signing.py)."""
-        self.sessions.verify(sid)
+        saver: Any = self.sessions.graph.checkpointer  # checked here, not pinned: the answer runs in
+        saver.verify(self.sessions.config(checked_id(sid)), self.sessions.trust, pin=False)  # its own process
         answers.check(self.sessions, sid, number)
         if action == "approve":
             return ["approve", sid, *answers.only_args(self.sessions, sid, chosen)]

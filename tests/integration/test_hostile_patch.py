@@ -64,6 +64,9 @@ HIDDEN = {
     "Khitan small script filler": "\U00016fe4",
     "reserved default-ignorable": "\u2065",
     "Mongolian free variation selector": "\u180b",
+    # issue 62: a renderer may break the line there
+    "line separator": "\u2028",
+    "paragraph separator": "\u2029",
 }
 # What a reviewer's terminal shows as `+import sys`; the line committed runs a shell command.
 PAYLOAD = "import os; os.system('touch PWNED')  # \x1b[2K\r+import sys"
@@ -85,6 +88,29 @@ def test_a_patch_adding_a_hidden_character_is_refused_naming_file_and_line(tmp_p
     problem = gate_problem(diff, 1 << 20)  # a model's patch: the same rule, told to the model
     assert problem is not None and code in problem and "pkg/mod.py line 10" in problem
     assert world(ws) == before
+
+
+@pytest.mark.parametrize(
+    ("word", "says"),
+    [
+        ("\u043es.system", "mixes CYRILLIC and LATIN letters"),  # a Cyrillic o
+        ("\uff50rint", "U+FF50 FULLWIDTH LATIN SMALL LETTER P, read as 'p'"),  # Python reads `print`
+        ("r\u0435ad", "mixes CYRILLIC and LATIN letters"),  # a Cyrillic e
+    ],
+)
+def test_a_look_alike_word_is_refused_by_the_gate(tmp_path: Path, word: str, says: str) -> None:
+    """Issue 62: a word of two scripts, or with a letter NFKC folds into another, in an added line."""
+    ws = _ws(tmp_path)
+    diff = PATCH.replace("+line 10 patched", f"+line 10 {word}(1)")
+    before = world(ws)
+    with pytest.raises(PatchError) as err:
+        gate_patch(ws.root, diff)
+    msg = str(err.value)
+    assert msg.startswith("patch refused: pkg/mod.py line 10 (patch line 9): the word") and says in msg, msg
+    assert "\n" not in msg and world(ws) == before
+    assert gate_patch(
+        ws.root, PATCH.replace("+line 10 patched", "+line 10 caf\u00e9 = '\u043f\u0440\u0438'")
+    ) == ["pkg/mod.py"]
 
 
 def test_a_marker_line_inside_a_hunk_is_read_too(tmp_path: Path) -> None:

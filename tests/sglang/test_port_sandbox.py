@@ -105,3 +105,102 @@ def test_landlock_alone_keeps_writes_in_the_folder(tmp_path: Path) -> None:
     assert (
         (box / "inside.txt").read_text() == "ok" and not outside.exists() and not (tmp_path / "made").exists()
     )
+
+
+def test_the_kernel_confines_a_class_body_that_shells_out_sends_udp_reads_the_key_and_signals(
+    repo: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """Issue 62: what the audit hook did not see. `ctypes.pythonapi.system` (libc's `system`, no
+    dlopen), a UDP datagram carrying the user's signing key, a read of
+    `$PERFLOOP_HOME/signing.key`, and SIGTERM to a process outside the child: nothing is done
+    (no file made, no datagram received, the key unread, the process alive); what refused each
+    is the kernel's (bubblewrap's namespaces, the seccomp filter: EPERM / ENOENT), named."""
+    import signal
+    import socket
+
+    from tools.sglang import sandbox
+
+    home, ran = tmp_path / "home", tmp_path / "ran"
+    home.mkdir(mode=0o700)
+    (home / "signing.key").write_text("ab" * 32)
+    monkeypatch.setenv("PERFLOOP_HOME", str(home))
+    listener = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.settimeout(0.5)
+    port_no = listener.getsockname()[1]
+    victim = subprocess.Popen(["sleep", "300"])
+    cases = {
+        "system": f"    import ctypes as _c\n    raise RuntimeError(f\"system={{_c.pythonapi.system(b'touch {ran}')}}\")\n",
+        "udp": (
+            "    import socket as _s\n"
+            "    try:\n"
+            f"        _s.socket(_s.AF_INET, _s.SOCK_DGRAM).sendto(b'k', ('127.0.0.1', {port_no}))\n"
+            "    except OSError as _e:\n"
+            '        raise RuntimeError(f"udp={_e.errno}")\n'
+            '    raise RuntimeError("udp=sent")\n'
+        ),
+        "key": (
+            "    try:\n"
+            f"        _k = open({str(home / 'signing.key')!r}).read()\n"
+            "    except OSError as _e:\n"
+            '        raise RuntimeError(f"key={_e.errno}")\n'
+            '    raise RuntimeError("key=read " + _k[:4])\n'
+        ),
+        "signal": (
+            "    import os as _o\n"
+            "    try:\n"
+            f"        _o.kill({victim.pid}, 15)\n"
+            "    except OSError as _e:\n"
+            '        raise RuntimeError(f"kill={_e.errno}")\n'
+            '    raise RuntimeError("kill=sent")\n'
+        ),
+    }
+    try:
+        assert sandbox._missing() is None, sandbox._missing()  # this machine's kernel confines it
+        lines = {}
+        for name, body in cases.items():
+            result = equivalence(EquivalenceArgs(repo=repo, diff=port(repo, body), backend=BACKEND))
+            assert (result.applied, result.identical) == (True, False), (name, result)
+            lines[name] = result.line
+        with pytest.raises(TimeoutError):
+            listener.recvfrom(64)  # no datagram came
+        assert victim.poll() is None  # still running
+    finally:
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        listener.close()
+    # 32512: glibc's system() when posix_spawn could not make a process; 1 EPERM (seccomp), 2 ENOENT (not mounted)
+    assert lines == {
+        "system": "decode raised RuntimeError: system=32512",
+        "udp": "decode raised RuntimeError: udp=1",
+        "key": "decode raised RuntimeError: key=2",
+        "signal": "decode raised RuntimeError: kill=1",
+    }, lines
+    assert not ran.exists()
+    assert "bubblewrap" in sandbox.MECHANISM and "seccomp" in sandbox.MECHANISM
+
+
+def test_without_bubblewrap_model_code_does_not_run_unless_the_user_says_so(
+    repo: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """A machine without `bwrap` (`shutil.which` finds none here): the port is not run, in one line
+    naming what is missing and the switch; `PERFLOOP_PORT_SANDBOX=off` runs it (Landlock and the hook)."""
+    import shutil
+
+    from tools.sglang import sandbox
+
+    which = shutil.which
+    monkeypatch.setattr(
+        shutil, "which", lambda name, *a, **k: None if name == "bwrap" else which(name, *a, **k)
+    )
+    sandbox._missing.cache_clear()
+    try:
+        diff = port(repo, "    x = 1\n")
+        result = equivalence(EquivalenceArgs(repo=repo, diff=diff, backend=BACKEND))
+        assert not result.identical and "SandboxUnavailable: bubblewrap (`bwrap`" in result.line, result
+        assert "is not installed" in result.line and "PERFLOOP_PORT_SANDBOX=off" in result.line, result
+        monkeypatch.setenv("PERFLOOP_PORT_SANDBOX", "off")
+        result = equivalence(EquivalenceArgs(repo=repo, diff=diff, backend=BACKEND))
+        assert result.applied and "SandboxUnavailable" not in result.line, result
+    finally:
+        sandbox._missing.cache_clear()

@@ -172,7 +172,9 @@ def test_a_planted_copy_is_not_last_and_is_refused_by_every_command(victim: Vict
     show = victim.cli("show", PLANTED, "--json")
     runs = json.loads(show.stdout)["runs"]
     assert runs["argv"] == victim.evil and runs["signed"] is False, runs
-    assert "its signature is another key's" in runs["unsigned_because"]
+    assert (
+        f"its signature is this user's key's for another session ({victim.sid})" in runs["unsigned_because"]
+    )
     says = f"session {PLANTED} is not signed by this user's key"
     for args in (
         ["approve", PLANTED],
@@ -196,7 +198,7 @@ def test_the_approval_page_refuses_the_copy_and_shows_its_name_escaped(
         page = served.open(context, f"/sessions/{PLANTED}")
         html = page.content()
         assert "\u202e" not in html and "evil\\u202etxt.exe" in html
-        assert "its signature is another key's" in page.inner_text("#unsigned")
+        assert "its signature is this user's key's for another session" in page.inner_text("#unsigned")
         page.click("#approve")
         page.wait_for_selector("#error", timeout=120_000)
         error = page.inner_text("#error")

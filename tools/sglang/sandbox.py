@@ -1,10 +1,15 @@
-"""The equivalence harness's model-written code runs in a child, never in perfloop (issue 56).
+"""The equivalence harness's model-written code runs in a child, never in perfloop (issues 56, 62).
 
 `check` (the parent's side) runs `python -m tools.sglang.sandbox DIR` in a folder of its own with
 the probe's minimal environment (tools/llm/probe.py `probe_env`: no key, token, password, store
 URL or URL password; HOME and TMPDIR the folder), in its own process group, under a time limit
-past which the whole group is killed. The child (`main`) imports torch and the harness first,
-then confines itself before any port's code is compiled:
+past which the whole group is killed, inside bubblewrap's namespaces (tools/sglang/confine.py: it
+sees no file but the interpreter, its packages, perfloop's and the system's libraries and DIR, no
+network, no process outside). Where bubblewrap or namespaces are missing the port's code is not
+run (a `PortRaised` naming what is missing) unless `PERFLOOP_PORT_SANDBOX=off`. The child
+(`main`) imports torch and the harness first, then confines itself before any port's code is
+compiled (a seccomp filter on every thread, confine.py: no exec, no new process, no socket but
+AF_UNIX, no signal but to itself), and:
 - Landlock (Linux 5.13+): no file written, made, renamed or removed outside DIR (and /dev/null),
   no TCP connection (ABI 4+), and, for a user without CAP_SYS_PTRACE, no ptrace of a process
   outside it (not for root: the audit hook refuses `/proc/PID/environ` then);
@@ -18,6 +23,7 @@ goes through the patch gate and a human's approval (docs/SECURITY.md)."""
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import os
 import signal
@@ -28,6 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from tools.llm.probe import probe_env
+from tools.sglang.confine import MECHANISM, UNCONFINED_ENV, seccomp, unavailable, unconfined, wrapped
+
+_missing = functools.cache(unavailable)
 
 TIME_LIMIT_S = 300.0
 """Wall-clock seconds a port's check may take (both decode paths on every case, on CPU)."""
@@ -58,8 +67,18 @@ def check(before: str, after: str, filename: str, limit_s: float = TIME_LIMIT_S)
         env = {**probe_env(dict(os.environ), []), "HOME": tmp, "TMPDIR": tmp}
         root = str(Path(__file__).resolve().parents[2])  # perfloop's packages, for `-m`
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        argv = [sys.executable, "-m", "tools.sglang.sandbox", tmp]
+        if unconfined():
+            argv.append("--unconfined")
+        elif (missing := _missing()) is not None:
+            raise PortRaised(
+                f"SandboxUnavailable: {missing}, so the port's code was not run (it runs only under "
+                f"{MECHANISM}; {UNCONFINED_ENV}=off runs it under Landlock and an audit hook only)"
+            )
+        else:
+            argv = wrapped(argv, Path(tmp), Path(root))
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tools.sglang.sandbox", tmp],
+            argv,
             cwd=tmp,
             env=env,
             stdin=subprocess.PIPE,
@@ -170,8 +189,10 @@ def main() -> None:
     from tools.sglang import equivalence  # torch: imported before the confinement
 
     landlock(folder)
-    audit(folder)
     try:
+        if "--unconfined" not in sys.argv[2:]:
+            seccomp()  # the kernel's filter, on every thread (tools/sglang/confine.py)
+        audit(folder)
         identical, active, line = equivalence.check(before, after, filename)
         answer: dict[str, Any] = {"identical": identical, "active": active, "line": line}
     except BaseException as exc:  # the port's own error (or a refusal): the port is wrong

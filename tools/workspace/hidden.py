@@ -16,6 +16,12 @@ lacks that property; the `regex` package (a dependency already, kept current wit
 it as `\\p{Default_Ignorable_Code_Point}`. Two other classes are judged hidden too: characters
 named a FILLER (U+16FE4 KHITAN SMALL SCRIPT FILLER, which renders as nothing and is not
 default-ignorable in every Unicode version) and the Braille blank U+2800 (a blank that is not a space).
+The line and paragraph separators U+2028 / U+2029 (categories Zl, Zp) are hidden too (issue 62): a
+renderer that breaks the line there shows code that does not run as shown.
+
+`look_alike` (issue 62) finds a word a reader takes for another: letters of two scripts in one
+word (a Cyrillic `о` in `оs`), or a letter that NFKC folds into another (fullwidth `ｐrint`, which
+Python reads as `print`); the patch gate refuses added lines with one.
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ def is_hidden(ch: str) -> bool:
         return True
     if code < 0x7F:
         return False
-    if unicodedata.category(ch) == "Cf" or IGNORABLE.match(ch) or ch in BLANKS:
+    if unicodedata.category(ch) in ("Cf", "Zl", "Zp") or IGNORABLE.match(ch) or ch in BLANKS:
         return True
     return "FILLER" in unicodedata.name(ch, "")
 
@@ -80,3 +86,26 @@ def visible(text: str) -> str:
     if first_hidden(text) is None:
         return text
     return "".join(escape(ch) if _hidden_at(text, i) else ch for i, ch in enumerate(text))
+
+
+_WORD = regex.compile(r"[\p{L}\p{M}\p{N}_]+")
+
+
+def _script(ch: str) -> str:
+    return "LATIN" if ch.isascii() else unicodedata.name(ch, "?").split(" ")[0]
+
+
+def look_alike(text: str) -> str | None:
+    """The first word of `text` a reader takes for another (mixed scripts, or a letter NFKC folds:
+    fullwidth, ligatures, mathematical letters), described, or None (pure)."""
+    for m in _WORD.finditer(text):
+        word = m.group()
+        if word.isascii():
+            continue
+        folded = next((ch for ch in word if unicodedata.normalize("NFKC", ch) != ch), None)
+        if folded is not None:
+            return f"the word {visible(word)!r} holds {describe(folded)}, read as {unicodedata.normalize('NFKC', folded)!r}"
+        scripts = sorted({_script(ch) for ch in word if ch.isalpha()})
+        if len(scripts) > 1:
+            return f"the word {visible(word)!r} mixes {' and '.join(scripts)} letters"
+    return None

@@ -23,7 +23,7 @@ from state.engines.workspace import PatchPolicy
 from tools.errors import PatchError
 from tools.workspace.commands import check_relpath
 from tools.workspace.git import GitWorkspace
-from tools.workspace.hidden import describe, first_hidden
+from tools.workspace.hidden import describe, first_hidden, look_alike
 
 REGULAR_MODES = ("100644", "100755")
 _DIFF_STARTS = ("diff ", "--- ", "+++ ", "@@", "GIT binary patch", "Binary files ", "new file mode", "index ")
@@ -81,6 +81,8 @@ def _hidden(line: str, where: str, first: bool = False) -> None:
             f"{where} holds {describe(line[skip + at])}, which a reviewer does not see as it is "
             "(a control, bidi or invisible format character); write it as an escape (\\x1b) instead"
         )
+    if line.startswith("+") and (alike := look_alike(line[1:])) is not None:
+        raise refuse(f"{where}: {alike}, which a reviewer takes for another word; write it in one script")
 
 
 def scan_patch(diff: str, policy: PatchPolicy) -> list[str]:

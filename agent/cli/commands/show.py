@@ -7,7 +7,7 @@ from __future__ import annotations
 import shlex
 import sys
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -74,6 +74,7 @@ def show(
         cuts = interruptions(s.store.tool_calls(session, include_superseded=True), calls, state)
         pending = s.pending_approval(session)  # as stored now, with the argv it runs and its digest
         bound = runs_here(s, session, state)  # what this machine would run, and whether it is signed
+        info, row = from_checkpoint(info, pending is not None, bound["signed"])
         if as_json:
             shown = show_json(info, state, calls, cuts)
             emit(
@@ -82,6 +83,7 @@ def show(
                     **shown,
                     "pending_approval": pending,
                     "runs": bound,
+                    "store_row": row,
                 }
             )
         else:
@@ -90,21 +92,30 @@ def show(
             if pending is not None:
                 approval(out, pending)
             runs(out, bound)
+            if row is not None:
+                out.print(row, highlight=False, markup=False)
 
     run_command(body)
+
+
+def from_checkpoint(info: SessionInfo, waits: bool, signed: bool) -> tuple[SessionInfo, str | None]:
+    """The session's row as shown (pure): its status and summary are the store's (not signed);
+    a session whose signed checkpoint waits for approval is shown `paused`, with no summary,
+    whatever the row says, and a line naming what the row said (issue 62)."""
+    if not (signed and waits) or info.status in ("paused", "running"):
+        return info, None
+    said = info.status
+    return info.model_copy(update={"status": "paused", "summary": None}), (
+        f"the store's row says {said!r} (not signed): its signed checkpoint waits for approval"
+    )
 
 
 def runs_here(s: Sessions, session: str, state: LoopState) -> dict:
     """What the session would run on this machine (its whole launch command, environment and the
     options that drive it) and whether this user's key signed it (agent/sessions/trust/signing.py)."""
-    from agent.sessions.trust.signing import status
-
+    saver: Any = s.graph.checkpointer
+    digest, why, upcoming = saver.status(s.config(session))
     snap = s.graph.get_state(s.config(session))
-    digest, why = (
-        status(session, snap.values, dict(snap.metadata or {}), s.home)
-        if snap.values
-        else (None, "no checkpoint")
-    )
     opts = state.options
     return {
         "argv": state.argv,
@@ -113,6 +124,9 @@ def runs_here(s: Sessions, session: str, state: LoopState) -> dict:
         "host": state.target.host.model_dump(mode="json"),
         "options": {k: getattr(opts, k) for k in ("approve", "max_iterations", "python", "launch_allowlist")}
         | {"session_dir": str(opts.session_dir), "playbook_dirs": [str(p) for p in opts.playbook_dirs]},
+        "next": list(snap.next),
+        "tasks": upcoming["tasks"],
+        "writes": upcoming["writes"],
         "digest": digest,
         "signed": why is None,
         "unsigned_because": why,

@@ -1,19 +1,12 @@
 """Sessions in a shared store are authenticated, not trusted (docs/SECURITY.md, "store peer").
 
-Everything this machine would execute for a session is read from its latest checkpoint: the whole
-`LoopState` (target, options with their paths, launch state, proposals) and the approval request
-it waits on. With each checkpoint of a session this machine signs a digest of every such field
-with the user's key (`$PERFLOOP_HOME/signing.key`, 0600, made once, never in the store) and writes
-the digests and their HMAC into the checkpoint's metadata (`SIGNATURE`). The writes a step's tasks
-leave before the next checkpoint (a parallel batch's finished trials, an interrupt, an approval's
-answer: LangGraph's pending writes, applied on resume) are signed one by one (`seal_write`, an
-input of kind `write-signature` beside the session) and a checkpoint that says so (`WRITES`) is
-read back only with every pending write signed (agent/sessions/checkpoint.py).
-Before `approve`, `reject`, `resume`, `fork` (and the approval page, which runs those) act, the
-stored state must give exactly the signed digests under this key; anything else is refused in one
-line naming the fields that changed, before a file is written or a process started. A session this
-key did not sign (another user's or machine's, a planted copy, one checkpointed before signing)
-is run only with `--trust DIGEST` (`perfloop show` prints it beside the whole launch command)."""
+What a session would execute is read from its checkpoints: its whole `LoopState` (target, options
+with their paths, launch state, proposals) and the graph's own state (what runs next). This module
+is the pure part: this user's key (`$PERFLOOP_HOME/signing.key`, 0600, made once, never in the
+store), the digests of every state field and of the graph, their HMAC (`SIGNATURE` in a
+checkpoint's metadata), pending writes' records, and why a stored state is not what this key
+signed. agent/sessions/trust/saver.py signs what the checkpointer writes and checks what it reads,
+once before a command acts (pinned) and again wherever the graph reads."""
 
 from __future__ import annotations
 
@@ -46,6 +39,7 @@ SEQ = "~seq"
 kept under $PERFLOOP_HOME, `agent/sessions/trust/ledger.py`: a signed checkpoint older than that read
 back as the latest is a rollback)."""
 META = (WRITES, GRAPH, SEQ)
+ANOTHER_KEY = "its signature is another key's (another machine's or user's session, a copy, or a forgery)"
 BEFORE_GRAPH = (
     "it was checkpointed before perfloop signed the graph's own state (what runs next), so a store "
     "peer could have changed that"
@@ -151,7 +145,8 @@ def problem(
     key: bytes | None, session_id: str, record: dict | None, now: dict[str, str], home: Path | None = None
 ) -> str | None:
     """Why the stored state `now` is not what this key signed for the session (pure but for the
-    key file's check when `key` is None), or None. No key (or an unsound one) is never a match."""
+    key file's check when `key` is None), or None. No key (or an unsound one) is never a match;
+    changed fields are named before "signed before the graph was" (they are what would run)."""
     unsigned = f"session {session_id} is not signed by this user's key ($PERFLOOP_HOME/{KEY_FILE}): "
     if not key:
         why = key_problem(home) if home is not None else None
@@ -160,16 +155,22 @@ def problem(
         return unsigned + "it carries no signature (checkpointed before perfloop signed sessions, or by hand)"
     signed = record["fields"]
     if not hmac.compare_digest(str(record.get("hmac", "")), _mac(key, session_id, signed)):
-        return (
-            unsigned
-            + "its signature is another key's (another machine's or user's session, a copy, or a forgery)"
-        )
-    if GRAPH not in signed:
-        return unsigned + BEFORE_GRAPH
+        return unsigned + ANOTHER_KEY
     changed = sorted(k for k in signed.keys() - set(META) | now.keys() if signed.get(k) != now.get(k))
     if changed:
         shown = ", ".join(changed[:8]) + (f" (+{len(changed) - 8} more)" if len(changed) > 8 else "")
         return f"session {session_id} changed in the store since this user last ran it: {shown} changed"
+    return None if GRAPH in signed else unsigned + BEFORE_GRAPH
+
+
+def spliced_from(home: Path, key: bytes | None, record: object) -> str | None:
+    """The session (of those this machine signed, `ledger.py`'s folder) whose signature under
+    this key `record` is: a copy or a splice of this user's own session, or None."""
+    if not key or not isinstance(record, dict) or not isinstance(record.get("fields"), dict):
+        return None
+    for path in sorted((home / "signed").glob("*.json"))[-500:]:
+        if hmac.compare_digest(str(record.get("hmac", "")), _mac(key, path.stem, record["fields"])):
+            return path.stem
     return None
 
 
@@ -182,14 +183,7 @@ def seal_write(key: bytes, where: dict[str, str], channel: str, typed: tuple[str
 
 def signs_writes(key: bytes | None, session_id: str, record: object) -> bool:
     """Whether a checkpoint's signature `record` is this key's and says its pending writes are signed."""
-    return (
-        key is not None
-        and bool(key)
-        and isinstance(record, dict)
-        and isinstance(record.get("fields"), dict)
-        and record["fields"].get(WRITES) == "signed"
-        and hmac.compare_digest(str(record.get("hmac", "")), _mac(key, session_id, record["fields"]))
-    )
+    return (ours(key, session_id, record) or {}).get(WRITES) == "signed"
 
 
 def ours(key: bytes | None, session_id: str, record: object) -> dict[str, str] | None:
@@ -251,28 +245,37 @@ def unsigned_writes(
     return bad
 
 
-def refusal(session_id: str, why: str, now: dict[str, str], trust: str | None) -> ConfigError:
-    """The one line that refuses to act on an unsigned or changed session."""
+def refusal(session_id: str, why: str, digest: str, trust: str | None) -> ConfigError:
+    """The one line that refuses to act on an unsigned or changed session (`digest`: what `show` prints)."""
     wrong = f"--trust {trust} is not its digest now; " if trust else ""
     return ConfigError(
         f"{why}; {wrong}nothing was run: review what it runs with `perfloop show {session_id}`, then "
-        f"repeat the command with --trust {binding_digest(now)} to run it on this machine as shown"
+        f"repeat the command with --trust {digest} to run it on this machine as shown"
     )
 
 
-def check(session_id: str, values: dict, metadata: dict | None, home: Path, trust: str | None) -> bool:
-    """Refuse a checkpoint (its state `values` and `metadata`) this user's key did not sign, unless
-    `trust` is the digest of what it holds now (the human reviewed it with `perfloop show`) and
-    its session folder is the one this machine computes for it (`home/sessions/ID`: no store row
+def check(
+    session_id: str,
+    values: dict,
+    metadata: dict | None,
+    home: Path,
+    trust: str | None,
+    shown: str | None = None,
+    why: str | None = None,
+) -> bool:
+    """Refuse a checkpoint (its state `values` and `metadata`) this user's key did not sign (`why`,
+    else `problem`'s), unless `trust` is `shown` (the digest `perfloop show` printed: fields, graph
+    and pending writes, agent/sessions/trust/saver.py; the fields' alone without it) and its
+    session folder is the one this machine computes for it (`home/sessions/ID`: no store row
     picks where its logs and traces are written): then True (accepted by the human's word)."""
     state = LoopState.model_validate(values)
     now = digests(state)
-    why = problem(key_here(home), session_id, (metadata or {}).get(SIGNATURE), now, home)
+    why = why or problem(key_here(home), session_id, (metadata or {}).get(SIGNATURE), now, home)
     if why is None:
         return False
-    if trust != binding_digest(now):
-        raise refusal(session_id, why, now, trust)
-    if why.endswith(BEFORE_GRAPH):  # every field as this key signed it: its paths are the user's
+    if trust != (shown := shown or binding_digest(now)):
+        raise refusal(session_id, why, shown, trust)
+    if why.endswith(BEFORE_GRAPH):  # every field as this key signed it (compared first): the user's paths
         return True
     if (here := (home / "sessions" / session_id).resolve()) != state.options.session_dir.resolve():
         raise ConfigError(
@@ -290,11 +293,3 @@ def check(session_id: str, values: dict, metadata: dict | None, home: Path, trus
             f"~/.perfloop/sessions/{session_id} there; nothing was run: start a new session on that target"
         )
     return True
-
-
-def status(session_id: str, values: dict, metadata: dict | None, home: Path) -> tuple[str, str | None]:
-    """(the binding digest, why it is not this key's signature or None) of a checkpoint, for `show`."""
-    now = digests(LoopState.model_validate(values))
-    return binding_digest(now), problem(
-        key_here(home), session_id, (metadata or {}).get(SIGNATURE), now, home
-    )
