@@ -35,8 +35,7 @@ def _num(value: float | None) -> str:
 
 
 def _change(s: Summary, before: str, after: str, note: str = "", sep: str = " -> ") -> str:
-    """`before -> after (note)`; with nothing accepted the final figures are the baseline's own
-    (the stored summary repeats them; `--json`'s `speedup` is null): the baseline's alone, saying so."""
+    """`before -> after (note)`; with nothing accepted, the baseline's figures alone, saying so."""
     if s.accepted:
         return f"{before}{sep}{after}" + (f" ({note})" if note else "")
     if before == NOT_MEASURED:
@@ -46,8 +45,7 @@ def _change(s: Summary, before: str, after: str, note: str = "", sep: str = " ->
 
 
 def _outputs(s: Summary) -> str:
-    """The output gate's comparison of the final outputs with the baseline's, or that none was made;
-    under vLLM's `--load-format dummy` weights, that an exact gate is blind there."""
+    """The final outputs against the baseline's, or that none were compared (blind on dummy weights)."""
     if s.outputs_identical is None:
         if s.accepted and s.output_gate:  # timing texts at concurrency: the schedule moves them
             return "judged by the output gate on the correctness set (timing texts move with the schedule)"
@@ -260,8 +258,7 @@ def sessions(console: Console, infos: list[SessionInfo], held: dict[str, str]) -
 
 
 def session_json(info: SessionInfo) -> dict:
-    """A session as `--json` prints it (`sessions`, `show`): its summary's `speedup` the judged
-    figure, as everywhere (agent/report/headline.py `summary_json`)."""
+    """A session as `--json` prints it (`sessions`, `show`): its summary's `speedup` the judged figure."""
     out = info.model_dump(mode="json")
     if info.summary is not None:
         out["summary"] = summary_json(info.summary)

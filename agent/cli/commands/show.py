@@ -1,6 +1,5 @@
-"""`perfloop show SESSION`: a session's transitions, measurements, decisions, the attempts a signal
-or a kill cut short (when, in which step), its summary, what it would run on this machine, and
-(`--diff [N]`) a proposal's patch alone."""
+"""`perfloop show SESSION`: a session's transitions, measurements, decisions, the attempts cut short,
+its summary, what it would run on this machine, and (`--diff [N]`) a proposal's patch alone."""
 
 from __future__ import annotations
 
@@ -44,8 +43,7 @@ def show(
         typer.Option("--diff", help="Print a proposal's patch as a plain unified diff, and nothing else."),
     ] = False,
 ) -> None:
-    """Show a session: transitions in order, measurements, patches, decisions (--diff [N]: the N-th
-    proposal's patch alone, the last without N)."""
+    """Show a session: transitions, measurements, patches, decisions (--diff [N]: a patch alone)."""
 
     def body() -> None:
         from agent.cli.render import approval, runs
@@ -99,9 +97,8 @@ def show(
 
 
 def from_checkpoint(info: SessionInfo, waits: bool, signed: bool) -> tuple[SessionInfo, str | None]:
-    """The session's row as shown (pure): its status and summary are the store's (not signed);
-    a session whose signed checkpoint waits for approval is shown `paused`, with no summary,
-    whatever the row says, and a line naming what the row said (issue 62)."""
+    """The session's row as shown (pure): a session whose signed checkpoint waits for approval is
+    `paused`, with no summary, whatever the store's unsigned row says (then named in a line)."""
     if not (signed and waits) or info.status in ("paused", "running"):
         return info, None
     said = info.status
@@ -111,8 +108,8 @@ def from_checkpoint(info: SessionInfo, waits: bool, signed: bool) -> tuple[Sessi
 
 
 def runs_here(s: Sessions, session: str, state: LoopState) -> dict:
-    """What the session would run on this machine (its whole launch command, environment and the
-    options that drive it) and whether this user's key signed it (agent/sessions/trust/signing.py)."""
+    """What the session would run here (launch command, environment, the options that drive it,
+    next nodes, tasks, writes) and whether this user's key signed it (agent/sessions/trust/)."""
     saver: Any = s.graph.checkpointer
     digest, why, upcoming = saver.status(s.config(session))
     snap = s.graph.get_state(s.config(session))
@@ -244,8 +241,7 @@ def session_view(
 
 
 def signalled(call: ToolCallRecord) -> bool:
-    """Whether a signal cut this call short: the door recorded it with neither an output nor an
-    error (a signal's `Interrupted` is no error of the tool's) (pure)."""
+    """Whether a signal cut this call short: recorded with neither an output nor an error (pure)."""
     return call.output is None and call.error is None
 
 
