@@ -34,7 +34,7 @@ def read_task(text: str) -> list[TaskItem]:
         try:
             obj = json.loads(raw)
         except ValueError as exc:
-            raise ValueError(f"line {n} is not JSON ({exc.msg})") from None
+            raise ValueError(f"line {n} is not JSON ({getattr(exc, 'msg', exc)})") from None
         if not isinstance(obj, dict) or not all(
             isinstance(obj.get(k), str) and obj[k] for k in ("prompt", "answer")
         ):

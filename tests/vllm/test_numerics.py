@@ -43,7 +43,7 @@ def scores(base_url: str, schedule: str, tokens: list[list[str]] | None, **more:
         schedule=schedule,
         path=VllmEngine.forced_path,
         continuations=tokens,
-        **more,  # type: ignore[arg-type]
+        **more,
     )
     return forced(args)
 

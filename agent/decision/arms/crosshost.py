@@ -66,6 +66,7 @@ from state.measurement.aa import AARecordArgs
 from state.measurement.arms import LaunchLocation
 from state.measurement.decision import LaunchNoise, Look
 from state.measurement.measure import Measurement
+from state.measurement.numerics import NumericsVerdict
 from state.measurement.tolerance import ToleranceResult
 from state.sessions.loop import LoopState
 from tools import progress, server
@@ -230,7 +231,7 @@ class Crossover:
         j = len(self.launches.ms[(there.th.name, other(arm))])
         return None if px is None else f"on {other(arm)} launch {j} on host {there.th.name}: {px}"
 
-    def judge(self, tolerance: ToleranceResult | None) -> JudgedCandidate:
+    def judge(self, tolerance: ToleranceResult | NumericsVerdict | None) -> JudgedCandidate:
         """Prepare the reference host, then the rounds with a look after each once there are df."""
         state, runtime, cfg = self.state, self.runtime, self.state.target.decide
         noise = state.launch_noise or launch_noise([], cfg)

@@ -61,7 +61,7 @@ def args(state: LoopState, schedule: str, **more: object) -> ForcedArgs:
         timeout_s=cfg.request_timeout_s,
         schedule=schedule,
         path=engine(state.target.kind).forced_path,
-        **more,  # type: ignore[arg-type]
+        **more,
     )
 
 
