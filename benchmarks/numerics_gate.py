@@ -8,7 +8,7 @@ fed the reference's token, its logits read) under the engine's own schedules on 
 by one prefill, as the demo's echo scoring and a re-sent request score them) - the engine's
 numerical noise - and alone under every variant of benchmarks/numerics_variants.py (benign changes
 and planted bugs, each bug with its effect size). Each variant is judged by the numerics gate's
-pure function (agent/decision/stats/numerics.py `judge`).
+pure function (agent/decision/gate/moves.py `judge`).
 
 Prints per variant its class, effect, verdict, max |dlogprob| against the engine's own and the
 prompts beyond; then benign kept, bugs refused, bugs >= 5% refused and the smallest effect from
@@ -35,7 +35,7 @@ sys.path[:0] = [str(ROOT), str(TARGET), str(ROOT / "benchmarks")]
 import torch  # noqa: E402
 from numerics_variants import Variant, variants  # noqa: E402
 
-from agent.decision.stats.numerics import judge, line  # noqa: E402  (the gate's own test)
+from agent.decision.gate.moves import judge, line  # noqa: E402  (the gate's own test)
 from state.measurement.numerics import ForcedScores, ForcedText, ForcedToken, NumericsNoise  # noqa: E402
 
 PROMPTS = [
@@ -228,7 +228,7 @@ def bench(a: argparse.Namespace) -> dict:
     print(f"{dev}, torch {torch.__version__}, {a.preset} preset, {a.layers} layer(s), {a.prompts} prompts x "
           f"{a.tokens} tokens; the engine's own max |dlogprob|: "
           + ", ".join(f"{k} {v:.4g}" for k, v in eng.items())
-          + " (agent/decision/stats/numerics.py judges)", flush=True)  # fmt: skip
+          + " (agent/decision/gate/moves.py judges)", flush=True)  # fmt: skip
     print("| variant | class | effect | verdict | max \\|dlogprob\\| | engine's own | prompts beyond (refuse at) "
           "| gross | top-1 flips | s |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|---|")

@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from playbooks.match import GENERIC, generic_finding, match_playbook
+from playbooks.patches import with_patch
 from playbooks.predict import paired, with_prediction
 from playbooks.schema import Playbook
 from playbooks.spread import fitted_for, served_bounds, speedup_range
@@ -61,7 +62,9 @@ def load_playbook(file: Path) -> Playbook:
 
 def diagnose(profile: ProfileSummary, ctx: DiagnosisContext, playbooks: Sequence[Playbook]) -> Diagnosis:
     """Findings of every matching playbook, best first; a generic finding when none matches."""
-    found = [f for pb in playbooks if (f := match_playbook(pb, profile, ctx)) is not None]
+    found = [
+        with_patch(f, pb, ctx) for pb in playbooks if (f := match_playbook(pb, profile, ctx)) is not None
+    ]
     tpot_us = ctx.tpot_ms * 1000 if ctx.tpot_ms is not None else None
     raw = profile.step_bounds
     # A CPU trace's host is what it measures; a GPU trace's host is slowed by the profiler.

@@ -43,6 +43,7 @@ def match_playbook(playbook: Playbook, profile: ProfileSummary, ctx: DiagnosisCo
         evidence=evidence,
         roofline=roofline(groups[0], profile, ctx) if groups else None,
         effect=step_effect(playbook, groups, profile, ctx),
+        decode_path="eager-decode",
     )
 
 
@@ -86,6 +87,7 @@ def match_graph(playbook: Playbook, profile: ProfileSummary, ctx: DiagnosisConte
         explanation=playbook.explanation,
         evidence=evidence,
         effect=StepEffect(device_removed_us=removed),
+        decode_path="graph-decode",
     )
 
 

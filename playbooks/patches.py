@@ -6,6 +6,10 @@ the patch from release X.Y.Z on, until the next key; a plain `sglang` is the new
 checkout's release is not known. SGLang patches are written against the upstream layout
 (`python/sglang/...`) and rebased onto the checkout's package folder. The loop's propose step and
 `perfloop playbook apply` both call `choose_patch`; applying is the tools' job.
+
+A release may have variants, `"sglang@X.Y.Z+name"`, and `[patch_paths]` says which paths
+(`eager-decode`, `graph-decode`, `extend`) each patch changes: the diagnosis (`with_patch`) names
+the patch that covers the path a trace shows (`covering`: the plain one first), or why none does.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import NamedTuple
 
 from playbooks.schema import Playbook
 from state.engines.sglang import SglangLayout
+from state.profiling.diagnosis import DiagnosisContext, Finding
 from tools.errors import ConfigError
 from tools.sglang.layout import parse_version
 
@@ -23,6 +28,8 @@ UPSTREAM_PACKAGE_DIR = "python/sglang"
 """Package folder the catalog's SGLang patches are written against."""
 
 _KEY = re.compile(r"^sglang@(\d+)\.(\d+)\.(\d+)$")
+PATHS = ["eager-decode", "graph-decode", "extend"]
+"""The paths a patch may cover; a key `[patch_paths]` does not list covers them all."""
 
 
 class NoPatch(ConfigError):
@@ -97,3 +104,41 @@ def rebase_diff(diff: str, package_dir: str) -> str:
         re.M,
     )
     return pattern.sub(lambda m: (m[1] or m[3]) + package_dir + "/", diff)
+
+
+def covering(playbook: Playbook, kind: str, path: str, version: str | None) -> tuple[str | None, str]:
+    """The `[patches]` key whose patch covers `path` on a target of `kind` (SGLang: of this release,
+    or the newest keyed one when None; its plain key first, then its `+name` variants), with one
+    line saying so; (None, why) when none does (pure: reads no patch file)."""
+
+    def paths(key: str) -> list[str]:
+        return list(playbook.patch_paths.get(key, PATHS))
+
+    keyed = sorted((int(m[1]), int(m[2]), int(m[3])) for k in playbook.patches if (m := _KEY.match(k)))
+    if kind != "sglang" or not keyed:
+        if kind not in playbook.patches:
+            return None, f"no patch for kind {kind}"
+        if path in paths(kind):
+            return kind, f"{kind} ({playbook.patches[kind]}) covers {path}"
+        return None, f"the {kind} patch covers {', '.join(paths(kind))}, not {path}"
+    try:
+        release = parse_version(version) if version else keyed[-1]
+        base = release_key(playbook.patches, release)
+    except ConfigError as err:
+        return None, str(err)
+    shown = version or f"{base.split('@')[1]} and later (no release given)"
+    candidates = [base, *sorted(k for k in playbook.patches if k.startswith(base + "+"))]
+    for key in candidates:
+        if path in paths(key):
+            return key, f"{key} ({playbook.patches[key]}) covers {path} on sglang {shown}"
+    have = "; ".join(f"{k} covers {', '.join(paths(k))}" for k in candidates)
+    return None, f"no patch for sglang {shown} covers {path} ({have})"
+
+
+def with_patch(finding: Finding, playbook: Playbook, ctx: DiagnosisContext) -> Finding:
+    """The finding with the patch covering its decode path on the target (where the playbook says
+    which paths its patches cover)."""
+    if not playbook.patch_paths or finding.decode_path is None:
+        return finding
+    key, note = covering(playbook, ctx.target_kind, finding.decode_path, ctx.sglang_version)
+    return finding.model_copy(update={"patch": key, "patch_note": note})

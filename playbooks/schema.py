@@ -164,8 +164,7 @@ class FusionGain(Model):
     device_factor: float = Field(default=0.5, ge=0, le=1)
     """Fraction of the matching kernels' device time the fusion removes (fewer memory passes)."""
     factor: float = Field(default=0.3, ge=0, le=1)
-    """Expected gain share where the trace has no step bounds (a CPU trace): factor x the
-    matching share."""
+    """Expected gain share where the trace has no step bounds (a CPU trace): factor x the matching share."""
 
 
 class CollectiveGain(Model):
@@ -231,8 +230,7 @@ class Playbook(Model):
     """A known bottleneck and its fix, as stored in the catalog."""
 
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
-    """Stable id; equals the playbook's folder name. `llm` and `llm-N` name model-written
-    candidates and are refused."""
+    """Stable id, the playbook's folder name; never `llm`, `llm-N` (model-written candidates)."""
     title: str
     """One-line title of the finding."""
     titles: dict[str, str] = {}
@@ -251,6 +249,8 @@ class Playbook(Model):
     """Where the step replays CUDA graphs and `signature` finds no operators: match by kernel names."""
     patches: dict[str, str] = {}
     """Target kind (SGLang's by release, "sglang@X.Y.Z": playbooks/patches.py) -> patch file."""
+    patch_paths: dict[str, list[Literal["eager-decode", "graph-decode", "extend"]]] = {}
+    """`patches` key -> the paths its patch changes (playbooks/patches.py `covering`); unlisted: all."""
     launch_limits: list[LaunchLimit] = []
     """Launch options under which a patch is not proposed (see LaunchLimit)."""
     launch: dict[str, list[LaunchEdit]] = {}

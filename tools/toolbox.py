@@ -15,7 +15,7 @@ from tools.hosts import info, transfer
 from tools.llm import chat, code, probe
 from tools.sglang import porting
 from tools.store import aa
-from tools.tolerance import score
+from tools.tolerance import forced, score
 from tools.workspace import reference, repo
 
 TOOLS = (
@@ -50,6 +50,9 @@ TOOLS = (
     bench.outputs,
     # the tolerance output gate's teacher-forced scores (tools/tolerance/score.py)
     score.score,
+    # the numerics gate's teacher-forced decode (tools/tolerance/forced.py, issue 61)
+    forced.forced,
+    aa.record_numerics,  # the engine's own numerics, per host, engine and model (issue 61)
     # launch and output noise: the A/A store beside the session store
     aa.record,
     aa.record_output_noise,  # the baseline's A/A on outputs, per host and engine (issue 55)

@@ -13,8 +13,9 @@ from agent.cli.targetcheck import example_for, said
 from playbooks.flags import fixed_problem
 from state.config.target import TargetConfig
 from state.engines.ssh import SSHHostConfig
+from state.measurement.numerics import read_task
 from state.proposers.proposer import ProposerConfig, cleartext_refusal
-from tools.engines.registry import with_launch_defaults
+from tools.engines.registry import engine, with_launch_defaults
 from tools.errors import ConfigError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -42,6 +43,7 @@ def load_target(path: Path, **overrides: Any) -> TargetConfig:
         where = ".".join(str(p) for p in err["loc"]) or "(top level)"
         raise ConfigError(f"{path}: field `{where}`: {err['msg']} (see {example_for(text)})") from exc
     target = with_launch_defaults(target)
+    target = with_task(path, target)
     knobs = [k.name for k in target.search.knobs if not k.env] if target.search else []
     for where, flag in [
         *(("[search] knob", k) for k in knobs),
@@ -57,6 +59,30 @@ def load_target(path: Path, **overrides: Any) -> TargetConfig:
     if not repo.is_absolute():
         repo = (path.parent / repo).resolve()
     return target.model_copy(update={"repo": repo})
+
+
+def with_task(path: Path, target: TargetConfig) -> TargetConfig:
+    """The `[correctness] task` file read into the target (its questions travel with the session);
+    the numerics policy on an engine that returns no logprobs refused: both before any launch."""
+    cfg = target.correctness
+    if cfg.policy == "numerics" and not engine(target.kind).logprobs:
+        raise ConfigError(
+            f"{path}: engine {target.kind} returns no completion logprobs, which the numerics output gate "
+            'needs: set [correctness] policy = "exact"'
+        )
+    if cfg.task is None:
+        return target
+    where = Path(cfg.task).expanduser()
+    where = where if where.is_absolute() else (path.parent / where).resolve()
+    try:
+        items = read_task(where.read_text())
+    except OSError as exc:
+        raise ConfigError(f"{path}: [correctness] task {where}: cannot read it ({exc.strerror})") from None
+    except ValueError as exc:
+        raise ConfigError(f"{path}: [correctness] task {where}: {exc}") from None
+    return target.model_copy(
+        update={"correctness": cfg.model_copy(update={"task": str(where), "task_items": items})}
+    )
 
 
 def with_host(

@@ -17,6 +17,7 @@ from agent.context import LoopContext
 from state.engines.process import ServerHandle
 from state.measurement.decision import Judgement, Verdict
 from state.measurement.measure import Measurement
+from state.measurement.numerics import NumericsVerdict
 from state.measurement.tolerance import ToleranceResult
 from state.sessions.loop import LoopState
 from state.sessions.updates import LoopUpdate
@@ -32,8 +33,8 @@ class JudgedCandidate:
     """The CI rule's answer with its evidence; None by the IQR rule, or when `problem` stopped it."""
     problem: str | None = None
     """Why it was not timed further: its outputs failed the gate, or the arms were measured unlike."""
-    tolerance: ToleranceResult | None = None
-    """The tolerance gate's result, when it scored the candidate."""
+    tolerance: ToleranceResult | NumericsVerdict | None = None
+    """The tolerance gate's result, or the numerics gate's verdict, when it scored the candidate."""
     gate_note: str | None = None
     """The output gate's line: why the candidate passed or failed (schedule-aware sessions)."""
     launches_beside: int | None = None

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from agent.decision.arms.arms import arms_line
 from agent.decision.arms.measuring import beside_note, serving_note, texts_compared
+from agent.decision.gate import numerics
 from agent.decision.gate.correctness import refusal
 from agent.decision.stats.levels import at_level
 from agent.decision.stats.rule import percentile, pooled_metric, serving_stats
@@ -32,6 +33,8 @@ def summarize(state: LoopState, status: str, calls: Sequence[ToolCallRecord] = (
     gate = None  # the default exact policy, as in sessions recorded before the tolerance policy
     if state.target.correctness.policy == "tolerance":
         gate = "tolerance" + (f": {gated.tolerance.line()}" if gated and gated.tolerance else "")
+    elif state.numerics_noise is not None:  # the numerics policy: each change's class, with its figures
+        gate = numerics.summary_line(state)
     elif state.output_noise is not None:  # schedule-aware: the plan, why the last candidate passed or failed
         said = [d for d in state.decisions if d.output_gate]
         last = next((d for d in reversed(said) if d.verdict == "accepted"), said[-1] if said else None)

@@ -14,6 +14,8 @@ from agent.decision.arms.measuring import beside_note, serving_note, texts_compa
 from agent.decision.rules import rule_for
 from agent.decision.stats.mechanism import past_bound, predict
 from state.measurement.decision import Look
+from state.measurement.numerics import NumericsVerdict
+from state.measurement.tolerance import ToleranceResult
 from state.sessions.loop import Decision, LoopState
 from state.sessions.updates import LoopUpdate
 
@@ -63,15 +65,17 @@ def measure(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal[
             note += f"; {why}: {looks_words(judgement.confirmation)}"
     elif judged.problem is not None:
         note += f"; not timed further: {judged.problem}"
-    if judged.tolerance is not None and judged.tolerance.passed:
-        note += f"; {judged.tolerance.line()}"
+    scored = judged.tolerance
+    if isinstance(scored, ToleranceResult) and scored.passed:
+        note += f"; {scored.line()}"
     update: LoopUpdate = {
         "candidate_measurement": m,
         "judgement": judgement,
         "gate_problem": judged.problem,
-        "tolerance": judged.tolerance,
+        "tolerance": scored if isinstance(scored, ToleranceResult) else None,
+        "numerics": scored if isinstance(scored, NumericsVerdict) else None,
     }
-    if state.options.schedule_gate:
+    if state.options.schedule_gate or isinstance(scored, NumericsVerdict):
         update["gate_note"] = judged.gate_note
         if judged.gate_note and judged.problem is None:
             note += f"; {judged.gate_note}"
@@ -138,6 +142,7 @@ def decide(
         prediction=predict(p, state.diagnosis) if ok and j is not None else None,
         tolerance=state.tolerance,
         output_gate=state.gate_note,
+        numerics=state.numerics,
         launch_argv=p.launch_argv,
         predicted_speedup=p.predicted_speedup,
     )

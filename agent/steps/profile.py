@@ -83,6 +83,7 @@ def diagnose(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal
     summary = call(runtime, profiling.read, PathArgs(path=latest.trace_path))
     ctx = DiagnosisContext(
         target_kind=state.target.kind,
+        sglang_version=state.sglang.version if state.sglang is not None else None,
         active_tokens=latest.active_tokens,
         tpot_ms=need(state.reference, "reference measurement").tpot_ms.median,
     )

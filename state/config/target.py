@@ -248,11 +248,12 @@ class TargetConfig(Model):
 
     @model_validator(mode="after")
     def _numerics_need_tolerance(self) -> "TargetConfig":
-        """A knob that changes numerics is searched only under the tolerance output policy."""
+        """A knob that changes numerics is searched only where outputs may move (not `exact`)."""
         bad = [k.name for k in self.search.knobs if k.numerics] if self.search else []
-        if bad and self.correctness.policy != "tolerance":
+        if bad and self.correctness.policy == "exact":
             raise ValueError(
-                f'[search] knob {bad[0]} changes numerics: it needs [correctness] policy = "tolerance"'
+                f'[search] knob {bad[0]} changes numerics: it needs [correctness] policy = "numerics" '
+                '(the default) or "tolerance", not "exact"'
             )
         return self
 

@@ -6,6 +6,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from state.base import Model
+from state.measurement.numerics import TaskItem
 
 
 class CorrectnessConfig(Model):
@@ -41,13 +42,30 @@ class CorrectnessConfig(Model):
     stated here nor learned says so and waits for a human to approve each candidate."""
     request_timeout_s: float = Field(300.0, gt=0)
     """Per-request timeout."""
-    policy: Literal["exact", "tolerance"] = "exact"
-    """`exact` (the default): greedy outputs identical. `tolerance`, opt-in for patches that
-    legitimately change numerics (kernel fusion, reordered reductions): the reference's greedy
+    policy: Literal["numerics", "exact", "tolerance"] = "numerics"
+    """`numerics` (the default): greedy outputs identical (`exact`), or, where they moved, moved no
+    further than the engine moves them itself (the baseline's texts teacher-forced under the
+    schedules the engine varies: agent/decision/gate/numerics.py), else refused unless `task`
+    passes. `exact`: identical only. `tolerance` (opt-in, fixed thresholds): the reference's greedy
     continuation of each prompt of the set is scored by both arms on the same contexts (teacher
     forcing through `/v1/completions` echo + logprobs); kept only when the candidate's top-1
     agreement reaches `min_top1_agreement` and its largest logprob difference stays within
     `max_logprob_diff`."""
+    numerics_prompts: int = Field(6, ge=1)
+    """Numerics policy: prompts of the set teacher-forced (the first ones: timing prompts first)."""
+    numerics_tokens: int = Field(16, ge=2)
+    """Numerics policy: tokens per prompt (the decode steps scored)."""
+    task: str | None = None
+    """Numerics policy: a JSON Lines file of `{"prompt": ..., "answer": ...}` (path relative to the
+    target file); a candidate beyond the engine's numerics is still kept when its accuracy on it is
+    no worse than the baseline's (a paired interval on the difference, `task_margin`)."""
+    task_items: list[TaskItem] = Field(default_factory=list)
+    """The `task` file's questions, read when the target file is loaded (so a recording carries them)."""
+    task_max_tokens: int = Field(32, ge=1)
+    """Numerics policy: tokens generated per task question."""
+    task_margin: float = Field(0.02, ge=0, lt=1)
+    """Numerics policy: the accuracy the candidate may lose against the baseline on `task` (the
+    interval's lower bound on candidate minus baseline must stay above minus this)."""
     min_top1_agreement: float | None = Field(None, gt=0, le=1)
     """Tolerance policy: smallest fraction of scored positions whose most likely token must be
     the reference's (e.g. 0.95)."""
@@ -64,10 +82,12 @@ class CorrectnessConfig(Model):
                 'policy = "tolerance" needs both min_top1_agreement (e.g. 0.95) and '
                 "max_logprob_diff (e.g. 0.1) in [correctness]"
             )
-        if self.policy == "exact" and given:
+        if self.policy != "tolerance" and given:
             raise ValueError(
                 f'{" and ".join(given)} apply to policy = "tolerance" only; add it or remove them'
             )
+        if self.task is not None and self.policy != "numerics":
+            raise ValueError('task applies to policy = "numerics" only; set it or remove task')
         return self
 
 

@@ -2,6 +2,7 @@
 tokens as context on every side, so one early difference does not cascade), the engine's own
 numerical noise under the schedules it varies, and the verdict on a candidate that moved the math."""
 
+import json
 from typing import Literal
 
 from pydantic import Field
@@ -11,7 +12,39 @@ from state.base import Model
 Verdict = Literal["exact", "within", "beyond"]
 """`exact`: the candidate's greedy texts equal the baseline's where the schedule is controlled;
 `within`: it moves the baseline's tokens no further than the engine moves them itself (the stated
-test of agent/decision/stats/numerics.py); `beyond`: further (refused, unless a task check passes)."""
+test of agent/decision/gate/moves.py); `beyond`: further (refused, unless a task check passes)."""
+
+
+class TaskItem(Model):
+    """One question of a `[correctness] task` file (JSON Lines)."""
+
+    prompt: str = Field(min_length=1)
+    """Sent as a raw text completion, greedy."""
+    answer: str = Field(min_length=1)
+    """Counted right when it appears in the generated text (case and surrounding space ignored)."""
+
+
+def read_task(text: str) -> list[TaskItem]:
+    """A task file's questions (pure): one JSON object a line with `prompt` and `answer` strings
+    (blank lines skipped); ValueError naming the first bad line and what it lacks."""
+    items = []
+    for n, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except ValueError as exc:
+            raise ValueError(f"line {n} is not JSON ({exc.msg})") from None
+        if not isinstance(obj, dict) or not all(
+            isinstance(obj.get(k), str) and obj[k] for k in ("prompt", "answer")
+        ):
+            raise ValueError(
+                f'line {n} needs "prompt" and "answer" strings, e.g. {{"prompt": "2+2=", "answer": "4"}}'
+            )
+        items.append(TaskItem(prompt=obj["prompt"], answer=obj["answer"]))
+    if not items:
+        raise ValueError("it holds no questions")
+    return items
 
 
 class ForcedToken(Model):
@@ -85,6 +118,9 @@ class ForcedArgs(Model):
     """Per-request timeout."""
     schedule: str = "alone"
     """The schedule's name, kept in the result."""
+    path: Literal["decode", "prefill"] = "decode"
+    """`decode`: greedy decoding with restarts (every engine's OpenAI `logprobs`); `prefill`: the text
+    scored in one request through vLLM's `prompt_logprobs` (the engine's prefill kernels)."""
 
 
 class NumericsNoise(Model):
@@ -97,7 +133,41 @@ class NumericsNoise(Model):
     key: str = ""
     """Host, engine and target it was measured for (as the output noise's key); empty: not kept."""
     session_id: str = ""
-    """The session that measured it (another session's, where it was reused from the store)."""
+    """The session that measured it."""
+    host_sessions: int = Field(0, ge=0)
+    """Sessions whose baseline's numerics the store keeps for this host, engine and model (this one
+    included): published beside the output noise, for later sessions to read."""
+    host_max_dlogprob: float = 0.0
+    """The largest move any of them measured under the engine's own schedules."""
+    task_texts: list[str] | None = None
+    """The baseline's greedy answers to the target's `task` questions (None: no task)."""
+
+
+class NumericsSample(Model):
+    """One baseline's numerics as the store keeps them, per host, engine and model."""
+
+    key: str
+    """Host, engine and model (`outputs:KIND@HOST#DIGEST`)."""
+    session_id: str
+    """The session that measured it."""
+    moves: dict[str, float]
+    """Per schedule: its largest move of the reference's tokens (|dlogprob|)."""
+    positions: int = Field(0, ge=0)
+    """Positions scored per schedule."""
+
+
+class NumericsArgs(Model):
+    """Keep one baseline's numerics in the session store (`outputs.numerics_record`)."""
+
+    sample: NumericsSample
+    """What to keep."""
+
+
+class NumericsSamples(Model):
+    """Every baseline's numerics kept for a host, engine and model, oldest first."""
+
+    samples: list[NumericsSample]
+    """The samples."""
 
 
 class NumericsVerdict(Model):
@@ -135,8 +205,14 @@ class NumericsVerdict(Model):
     """The change declared itself exact: only `exact` passes."""
     note: str = ""
     """Why, in a few words (e.g. too few prompts for the test)."""
+    task: str = ""
+    """A candidate beyond: the task check's line (accuracies, the paired interval), or why it cannot tell."""
+    task_passed: bool | None = None
+    """Whether the task check found no loss of accuracy (None: not run)."""
 
     @property
     def passed(self) -> bool:
-        """Whether the output gate lets the candidate through on its numerics."""
-        return self.verdict == "exact" or (self.verdict == "within" and not self.declared_exact)
+        """Whether the output gate lets the candidate through on its numerics (or its task check)."""
+        if self.verdict == "exact":
+            return True
+        return not self.declared_exact and (self.verdict == "within" or bool(self.task_passed))

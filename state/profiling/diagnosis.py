@@ -80,6 +80,14 @@ class Finding(Model):
     """The bandwidth cost of the heaviest evidence operator, where its bytes are known."""
     step_ms: float | None = None
     """The profiled decode step, in ms (ProfilerStep wall time; else device or CPU time per step)."""
+    decode_path: Literal["eager-decode", "graph-decode"] | None = None
+    """How the matched decode ran: `graph-decode` when matched by kernels replayed in CUDA graphs
+    (playbooks/match.py `match_graph`), `eager-decode` when by operators; None for generic."""
+    patch: str | None = None
+    """The `[patches]` key whose patch covers that path on the target (playbooks/patches.py
+    `covering`); None when none does, or the playbook does not say which paths its patches cover."""
+    patch_note: str | None = None
+    """One line: which patch covers the path, or why none does; None where `patch` is not chosen."""
     predicted_step_ms: float | None = None
     """The step predicted after this fix alone, in ms: with the trace's step bounds, the bound that
     remains (removing device work from a launch-bound step predicts little); else step_ms x
@@ -146,6 +154,8 @@ class DiagnosisContext(Model):
     playbooks.roofline.DEVICE_BANDWIDTH_GBS (no roofline if it is not there)."""
     bandwidth_source: str = "flag"
     """Where bandwidth_gbs came from (`flag`, `measured host copy`), shown in the roofline line."""
+    sglang_version: str | None = None
+    """The SGLang release of the target (X.Y.Z), for the patch covering a path; None: the newest."""
     host_inflation: float | None = Field(default=None, gt=0)
     """How many times longer the profiler made the host's part of a GPU trace's step than serving
     takes, used when no TPOT is given; None: playbooks.spread.HOST_INFLATION (fitted on H200

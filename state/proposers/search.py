@@ -51,8 +51,9 @@ class Knob(Model):
     choices: list[int | float | str] = Field(default_factory=list)
     """Values of a `choice` knob, in the launch command's spelling."""
     numerics: bool = False
-    """Whether the knob may change the server's numerics (an attention backend, a kernel): such a
-    knob is searched only under `[correctness] policy = "tolerance"`."""
+    """Whether the knob may change the server's numerics (an attention backend, a kernel, a compile):
+    not searched under `[correctness] policy = "exact"`; after a trial refused for its math, the
+    same trial is tried without it (agent/proposer/tuning/refusals.py)."""
     implicated_by: list[str] | None = None
     """Playbook ids whose finding in the diagnosis puts this knob in the first trial; None: the
     built-in table (`IMPLICATED`)."""

@@ -18,6 +18,7 @@ from state.measurement.arms import ArmsChoice
 from state.measurement.correctness import OutputNoise, OutputsResult
 from state.measurement.decision import Judgement, LaunchNoise, MechanismCheck, Prediction
 from state.measurement.measure import Measurement
+from state.measurement.numerics import NumericsNoise, NumericsVerdict
 from state.measurement.power import Power
 from state.measurement.tolerance import ScoreResult, ToleranceResult
 from state.measurement.trials import Trial
@@ -69,17 +70,17 @@ class Proposal(Model):
     evidence: list[Evidence]
     """Ops and numbers behind the finding."""
     launch_argv: list[str] | None = None
-    """For a fix by launch options (then `diff` is empty): the launch command to run with; None
-    for a code patch."""
+    """For a fix by launch options (then `diff` is empty): the launch command to run with."""
     predicted_speedup: float | None = None
     """The finding's predicted speedup of the decode step with this fix alone."""
     paired_with: str | None = None
-    """A finding whose fix together with this one is predicted to gain far more (the bound this
-    one leaves is the one that fix removes)."""
+    """A finding whose fix together with this one is predicted to gain far more."""
     paired_speedup: float | None = None
     """The predicted speedup of both fixes together."""
     binary: bool = False
     """Whether the playbook declares binary hunks in its patch (the patch gate lets them through)."""
+    exact: bool = False
+    """The playbook or launch knob declares the change exact: the output gate passes only `exact`."""
     proposer: Literal["playbook", "llm"] = "playbook"
     """Who wrote the patch: a playbook's stored diff, or a model."""
     origin: LlmOrigin | None = None
@@ -107,9 +108,8 @@ class Decision(Model):
     source: str = Field(alias="playbook")
     """The proposal's `source`: a playbook id, or `llm` / `llm-N` for a model's patch."""
     verdict: Literal["accepted", "rejected", "regression", "inconclusive", "failed"]
-    """accepted: kept; rejected: by a human, or by measurement (outputs changed, or no gain worth
-    keeping); regression: measurably slower; inconclusive: the budget of looks was spent without
-    a decision (not kept); failed: did not apply or crashed."""
+    """accepted: kept; rejected: by a human, or by measurement (outputs, or no gain worth keeping);
+    regression: measurably slower; inconclusive: the looks were spent undecided; failed: did not apply."""
     reason: str
     """One line: why."""
     tpot_ms_before: float | None = None
@@ -136,6 +136,8 @@ class Decision(Model):
     """The tolerance gate's result (`[correctness] policy = "tolerance"`), when it scored one."""
     output_gate: str | None = None
     """Why it passed or failed the output gate, in one line (`LoopOptions.schedule_gate` sessions)."""
+    numerics: NumericsVerdict | None = None
+    """The numerics gate's verdict, with its figures (`policy = "numerics"`), when it judged one."""
 
     @property
     def label(self) -> str:
@@ -175,7 +177,7 @@ class LoopState(Model):
     branch: str | None = None
     """Session branch `perfloop/<session>`."""
     checkout: str | None = None
-    """Where the ended session gave the checkout back: the branch (or short commit) it was found on."""
+    """Where the ended session gave the checkout back (the branch or short commit it was found on)."""
     sglang: SglangLayout | None = None
     """For `kind = "sglang"`: where the package lies in the repo and its release."""
     instrumentation: InstrumentationRecord | None = None
@@ -197,11 +199,15 @@ class LoopState(Model):
     tolerance_reference: ScoreResult | None = None
     """Tolerance gate: the baseline's greedy continuations of the correctness set, scored by it."""
     tolerance: ToleranceResult | None = None
-    """Tolerance gate: the current candidate's result (set by `measure`, kept by `decide`)."""
+    """Tolerance gate: the current candidate's result (set by `measure`)."""
     output_noise: OutputNoise | None = None
-    """How the baseline's own outputs moved with the schedule (A/A on outputs; schedule_gate)."""
+    """How the baseline's own outputs moved with the schedule (A/A on outputs)."""
     gate_note: str | None = None
     """The output gate's line on the current candidate: why it passed or failed (set by `measure`)."""
+    numerics_noise: NumericsNoise | None = None
+    """The engine's own numerics at the baseline, teacher-forced (`policy = "numerics"`)."""
+    numerics: NumericsVerdict | None = None
+    """The numerics gate's verdict on the current candidate (set by `measure`, kept by `decide`)."""
     launch_noise: LaunchNoise | None = None
     """Launch-to-launch noise of this target on this host (A/A store, read after the baseline)."""
     power: Power | None = None
@@ -211,8 +217,8 @@ class LoopState(Model):
     judgement: Judgement | None = None
     """The CI rule's answer on the current candidate (set by `measure`, used by `decide`)."""
     gate_problem: str | None = None
-    """Why the current candidate failed the output gate or was measured unlike the reference
-    (set by `measure`; then it is rejected without a timing verdict)."""
+    """Why the current candidate failed the output gate or was measured unlike the reference (set by
+    `measure`; then it is rejected without a timing verdict)."""
     profiles: Annotated[list[ProfileResult], operator.add] = Field(default_factory=list)
     """Profiles taken, in order."""
     diagnosis: Diagnosis | None = None
@@ -225,10 +231,9 @@ class LoopState(Model):
     """Commit of the candidate patch, until it is accepted or rolled back."""
     launch_argv: list[str] | None = None
     """The session's launch command once a launch-option fix was accepted (None: the target's
-    `launch.argv`). Launch-option fixes are kept here, in the session, not committed to the repo."""
+    `launch.argv`), kept in the session, not committed to the repo."""
     pending_launch: list[str] | None = None
-    """The candidate's launch command while a launch-option fix is measured, until it is
-    accepted (then it becomes `launch_argv`) or rolled back."""
+    """The candidate's launch command while a launch-option fix is measured (then `launch_argv`)."""
     accepted: list[CommitInfo] = Field(default_factory=list)
     """Accepted commits, in order."""
     decisions: Annotated[list[Decision], operator.add] = Field(default_factory=list)
@@ -244,27 +249,23 @@ class LoopState(Model):
     kept_diffs: list[str] = Field(default_factory=list)
     """The diffs of the accepted patches, in order (what a trial host applies before its baseline)."""
     mechanisms: Annotated[list[MechanismCheck], operator.add] = Field(default_factory=list)
-    """Predicted vs realized for accepted patches, from the next profile (CI rule sessions)."""
+    """Predicted vs realized for accepted patches, from the next profile."""
     fork_at: ForkStep | None = None
     """Set in a forked session's initial state: the step to continue at after reconciling."""
     seed_session: str | None = None
-    """A fork's: the session whose id seeds the correctness set (the first of its ancestors), so
-    that its candidates are checked on the prompts its inherited reference outputs answer. None:
-    the session's own id (every session but a fork, and forks recorded before this field)."""
+    """A fork's: the session whose id seeds the correctness set (the first of its ancestors), so its
+    candidates meet its inherited reference's prompts. None: the session's own id."""
     llm_usage: LlmUsage = Field(default_factory=LlmUsage)
     """Model calls and tokens spent in this session (the token budget counts against it)."""
     model_trials: Annotated[list[ModelTrial], operator.add] = Field(default_factory=list)
     """Model-written candidates tried and not kept, with their diffs and trial feedback (`rollback`)."""
     search_clock: list[float] = Field(default_factory=list)
-    """`[search] max_minutes`: when each search trial was proposed (seconds since the epoch, read
-    through the door's `host.clock`, so a replay sees the recorded times)."""
+    """`[search] max_minutes`: when each search trial was proposed (epoch seconds, door-read)."""
     startups: dict[str, float] = Field(default_factory=dict)
-    """`--proposer chain`: each launch command's measured start-up to healthy in seconds (the
-    door-recorded `startup_s` of a server started with it, keyed by the command joined with
-    spaces): what ranking costs a candidate's launches by (agent/proposer/chain.py)."""
+    """`--proposer chain`: each launch command's start-up to healthy in seconds (keyed by the command
+    joined with spaces): what ranking costs a candidate's launches by (agent/proposer/chain.py)."""
     chain_check: ChainCheck | None = None
-    """`--proposer chain`: the final tree and launch judged against the baseline's, once the rounds
-    ended with two or more kept links (agent/steps/chain.py)."""
+    """`--proposer chain`: the final tree and launch against the baseline's (agent/steps/chain.py)."""
     calls_done: int = 0
     """Door sequence number when the last completed node finished (later calls were superseded)."""
     status: SessionStatus = "running"
@@ -277,9 +278,8 @@ class LoopState(Model):
     @model_validator(mode="before")
     @classmethod
     def _drop_legacy(cls, data: Any) -> Any:
-        """States recorded before `tried` was derived carry it; it is implied by `decisions`. A
-        target recorded before `[decide] arms` existed was measured with sequential arms, the only
-        ones then (today's default, `auto`, would measure it otherwise on replay)."""
+        """States recorded before `tried` was derived carry it (implied by `decisions`). A target
+        recorded before `[decide] arms` existed was measured with sequential arms, the only ones then."""
         if not isinstance(data, dict):
             return data
         decide = data.get("target", {}).get("decide") if isinstance(data.get("target"), dict) else None

@@ -17,6 +17,7 @@ from state.measurement.arms import ArmsChoice
 from state.measurement.correctness import OutputNoise, OutputsResult
 from state.measurement.decision import Judgement, LaunchNoise, MechanismCheck
 from state.measurement.measure import Measurement
+from state.measurement.numerics import NumericsNoise, NumericsVerdict
 from state.measurement.power import Power
 from state.measurement.tolerance import ScoreResult, ToleranceResult
 from state.measurement.trials import Trial
@@ -51,6 +52,8 @@ class LoopUpdate(TypedDict, total=False):
     tolerance: ToleranceResult | None
     output_noise: OutputNoise | None
     gate_note: str | None
+    numerics_noise: NumericsNoise | None
+    numerics: NumericsVerdict | None
     launch_noise: LaunchNoise | None
     power: Power | None
     arms: ArmsChoice | None

@@ -53,11 +53,36 @@ def test_echo_scores_every_position_of_a_greedy_continuation_in_line_with_genera
     assert score().choices[0].logprobs.token_logprobs == lp.token_logprobs
 
 
+def test_generated_tokens_carry_their_logprobs_over_the_printable_ids(small_server):
+    """`logprobs` on a generating request (what the numerics gate teacher-forces through): each
+    generated token's log-probability and its top alternatives, the token itself the most likely
+    (greedy), normalised over the printable ids the server samples from; the same request twice
+    gives the same numbers, and a stop string's tokens are cut with the text."""
+    client = small_server.client()
+
+    def ask(**more):
+        return client.completions.create(
+            model="mla-demo", prompt="The KV cache", max_tokens=12, temperature=0, logprobs=5, **more
+        ).choices[0]
+
+    choice = ask()
+    lp = choice.logprobs
+    assert "".join(lp.tokens) == choice.text and len(lp.tokens) == 12
+    for tok, own, alts in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs, strict=True):
+        assert len(alts) == 5 and set(alts) <= PRINTABLE
+        assert alts[tok] == max(alts.values()) and alts[tok] == pytest.approx(own)  # greedy (ties: any)
+        assert sum(math.exp(v) for v in alts.values()) <= 1 + 1e-4
+    assert ask().logprobs.token_logprobs == lp.token_logprobs
+    stop = choice.text[5]
+    cut = ask(stop=[stop])
+    assert "".join(cut.logprobs.tokens) == cut.text == choice.text[: choice.text.index(stop)]
+
+
 @pytest.mark.parametrize(
     ("body", "message"),
     [
         ({"prompt": "x", "max_tokens": 0}, "'max_tokens' 0 needs 'echo': true"),
-        ({"prompt": "x", "max_tokens": 4, "logprobs": 1}, "logprobs only when scoring a prompt"),
+        ({"prompt": "x", "max_tokens": 4, "echo": True, "logprobs": 1}, "drop 'echo'"),
         ({"prompt": "x", "max_tokens": 0, "echo": True, "logprobs": 21}, "between 0 and 20"),
         ({"prompt": "x", "stream": True}, "does not stream"),
         ({"prompt": ""}, "'prompt' must be a non-empty string"),

@@ -1,4 +1,4 @@
-"""The numerics test (agent/decision/stats/numerics.py) on made scores: its verdicts, its stated
+"""The numerics test (agent/decision/gate/moves.py) on made scores: its verdicts, its stated
 false-reject rate checked by simulation, and its power against a moved model."""
 
 import math
@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from agent.decision.stats import numerics
+from agent.decision.gate import moves as numerics
 from state.measurement.numerics import ForcedScores, ForcedText, ForcedToken
 
 

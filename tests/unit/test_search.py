@@ -14,11 +14,13 @@ from langgraph.types import Command
 from agent.cli.target import ConfigError, load_target, with_proposer
 from agent.context import LoopContext
 from agent.proposer.tuning.knobs import config_of, describe_config, with_config
+from agent.proposer.tuning.refusals import math_movers, refused_for_math
 from agent.proposer.tuning.search import budget_left, next_config, search_proposal, trial_lines
 from agent.steps.propose import Goto, propose
 from playbooks.predict import batching_gain_bound
 from state.config.options import LoopOptions
 from state.engines.vllm import DecodePhases
+from state.measurement.numerics import NumericsVerdict
 from state.measurement.workload import WorkloadConfig
 from state.profiling.diagnosis import Diagnosis, Finding
 from state.proposers.proposer import ProposerConfig
@@ -165,11 +167,13 @@ def test_budget_and_exhaustion_stop_the_search(tmp_path: Path) -> None:
 def test_bad_search_config_is_one_clear_line(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="type int needs low < high"):
         Knob(name="--x", type="int", low=4, high=2)
-    with pytest.raises(ValueError, match='needs \\[correctness\\] policy = "tolerance"'):
-        data = load_target(SEARCH_TOML).model_dump()
-        data["search"]["knobs"].append(
-            {"name": "--attention-backend", "type": "choice", "choices": ["a", "b"], "numerics": True}
-        )
+    data = load_target(SEARCH_TOML).model_dump()
+    data["search"]["knobs"].append(
+        {"name": "--attention-backend", "type": "choice", "choices": ["a", "b"], "numerics": True}
+    )
+    type(load_target(SEARCH_TOML)).model_validate(data)  # the default policy judges the math it moves
+    data["correctness"]["policy"] = "exact"
+    with pytest.raises(ValueError, match='needs \\[correctness\\] policy = "numerics"'):
         type(load_target(SEARCH_TOML)).model_validate(data)
     plain = load_target(SEARCH_TOML.with_name("mla_server.toml"))
     with pytest.raises(ConfigError, match="--proposer search needs a \\[search\\] section"):
@@ -278,3 +282,46 @@ def test_host_bound_decode_implicates_the_batch_cap_and_predicts_its_gain_bound(
     )
     no_phases = host_bound.model_copy(update={"diagnosis": s.diagnosis})  # e.g. an SGLang trace
     assert search_proposal(no_phases)[0].predicted_speedup is None  # type: ignore[union-attr]
+
+
+def beyond(n: int, argv: list[str], tpot: float) -> Decision:
+    """A trial the numerics gate refused: its texts moved further than the engine moves them."""
+    v = NumericsVerdict(verdict="beyond", max_dlogprob=0.9, engine_max_dlogprob=0.02)
+    return decided(n, argv, tpot).model_copy(update={"numerics": v, "outputs_identical": False})
+
+
+def test_a_trial_refused_for_its_math_is_tried_again_without_the_knob_that_moved_it(tmp_path: Path) -> None:
+    """Issue 61: the pool and a math-moving knob bundled in one trial; the gate refuses the math, so the
+    next trial is the same one without the declared knob, and a win there names that knob as measured."""
+    math_knob = Knob(name="--enable-torch-compile", type="bool", first=True, numerics=True)
+    s = state(tmp_path, findings=("kv-cache-full-pool-cast",))
+    cfg = s.target.search.model_copy(update={"knobs": [*knobs(), math_knob]})  # type: ignore[union-attr]
+    math_knob_implicated = math_knob.model_copy(update={"implicated_by": ["kv-cache-full-pool-cast"]})
+    cfg = cfg.model_copy(update={"knobs": [*knobs(), math_knob_implicated]})
+    s = s.model_copy(update={"target": s.target.model_copy(update={"search": cfg})})
+    first, _ = search_proposal(s)
+    assert first is not None and "--enable-torch-compile" in (first.launch_argv or [])
+    refused = beyond(1, first.launch_argv or [], 5.0)
+    s = s.model_copy(update={"decisions": [refused]})
+    again, what = search_proposal(s)
+    assert again is not None and again.launch_argv == [*ARGV, "--max-total-tokens", "4096"], what
+    assert "without the knobs that moved the math" in again.explanation
+    kept = decided(2, again.launch_argv or [], 4.0, verdict="accepted")
+    s = s.model_copy(update={"decisions": [refused, kept]})
+    assert math_movers(s, s.decisions) == ["--enable-torch-compile"]
+    assert search_proposal(s)[0] is not None  # and the search goes on with TPE
+
+
+def test_undeclared_knobs_are_dropped_one_at_a_time_and_a_passing_trial_is_no_refusal(tmp_path: Path) -> None:
+    both = [*ARGV, "--max-total-tokens", "8192", "--disable-cuda-graph"]
+    s = state(tmp_path, [beyond(1, both, 5.0)])
+    again, _ = search_proposal(s)  # none declared: each changed knob dropped in turn, the first first
+    assert again is not None and again.launch_argv == [*ARGV, "--disable-cuda-graph"]
+    s = s.model_copy(update={"decisions": [*s.decisions, beyond(2, again.launch_argv, 5.0)]})
+    third, _ = search_proposal(s)  # that one refused too: no follow-up of a follow-up of the same kind
+    assert third is not None and third.launch_argv != again.launch_argv
+    within = decided(1, both, 5.0).model_copy(
+        update={"numerics": NumericsVerdict(verdict="within"), "outputs_identical": False}
+    )
+    assert not refused_for_math(within) and refused_for_math(beyond(1, both, 5.0))
+    assert refused_for_math(decided(1, both, 5.0).model_copy(update={"outputs_identical": False}))

@@ -93,6 +93,18 @@ class Engine:
     server each of them: `/v1/models max_model_len`, `/get_server_info context_len`, ...); empty: it
     states none, and `[correctness] context_tokens` says it."""
 
+    logprobs: ClassVar[bool] = True
+    """Whether the server returns OpenAI text-completion `logprobs` (top-k) of generated tokens: the
+    numerics gate teacher-forces the baseline's texts through them (tools/tolerance/forced.py); an
+    engine without them needs `[correctness] policy = "exact"` (refused before any launch)."""
+
+    forced_path: ClassVar[str] = "decode"
+    """How the numerics gate teacher-forces texts: `decode` (greedy decoding with a restart wherever
+    the side leaves the text) or `prefill` (the text scored in one request: vLLM's `prompt_logprobs`)."""
+
+    prefix_cache: ClassVar[bool] = False
+    """Whether the engine keeps a prefix cache: the numerics gate then also scores a warm one."""
+
     def normalise_flag(self, flag: str) -> str:
         """`flag` as the engine's parser reads it. Default: `_` in the name read as `-` (vLLM's
         argparse does; the flag checks read that spelling for every engine, to be safe)."""

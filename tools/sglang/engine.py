@@ -21,6 +21,7 @@ class SglangEngine(Engine):
     """An SGLang server, from an upstream checkout or an installed site-packages tree."""
 
     name = "sglang"
+    prefix_cache = True  # RadixAttention
     changeable_flags = (
         "--mem-fraction-static",
         "--max-total-tokens",

@@ -10,33 +10,23 @@ triton kernel (0.5.9) or translator (0.5.23) that writes each request's KV slot 
 ids; a right patch plans on 0..n-1 over the gathered rows and gives bit-identical outputs. A patch
 that gathered the wrong rows, planned the wrong ids or cast the wrong buffer changes the outputs.
 
+From 0.5.23's layout on (a backend with `init_forward_metadata_out_graph`), `check` also runs the
+CUDA-graph decode and eager extend paths on paged KV (graph_paths.py) and says how in its line.
+
 tests/sglang/test_patched_backend.py runs it on the playbook's stored patches; the eval's
 `sglang-port` task (`check`, through the door tool in tools/sglang/porting.py) on a model's port.
 """
 
 from __future__ import annotations
-import __future__
 
-import ast
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
-HEADS, RANK, ROPE, SCALE = 4, 512, 64, 0.1
-KEEP = {
-    "DecodeMetadata": None,  # the whole dataclass
-    "FlashInferMLAAttnBackend": {
-        "init_forward_metadata",
-        "forward_decode",
-        "_gather_kv_in_decode",
-        "_decode_kv_buffer",
-    },
-    "FlashInferMLAIndicesUpdaterDecode": {"update", "call_begin_forward"},
-}
+from tools.sglang.paged import HEADS, RANK, ROPE, SCALE, ReferenceTranslator, decode_path
 
 
 class ReferenceMLAWrapper:
@@ -68,92 +58,6 @@ class ReferenceMLAWrapper:
             logits = (q_nope[i].float() @ c.T + q_pe[i].float() @ k.T) * self.scale
             out[i] = (logits.softmax(-1) @ c).to(out.dtype)
         return out
-
-
-def fill_kv_indices(
-    req_to_token: torch.Tensor,
-    req_pool_indices: torch.Tensor,
-    seq_lens: torch.Tensor,
-    indptr: torch.Tensor,
-    out: torch.Tensor,
-    kv_start_idx: torch.Tensor | None = None,
-) -> bool:
-    """What sglang's kv-index triton kernel / translator writes: each request's slots, in order."""
-    for i in range(int(seq_lens.numel())):
-        start, n = (0 if kv_start_idx is None else int(kv_start_idx[i])), int(seq_lens[i])
-        out[int(indptr[i]) : int(indptr[i]) + n] = req_to_token[req_pool_indices[i], start : start + n]
-    return True
-
-
-class ReferenceKvIndicesKernel:
-    """`create_flashinfer_kv_indices_triton[(bs,)](...)` (sglang 0.5.9) in plain torch."""
-
-    def __getitem__(self, grid: Any) -> Callable[..., None]:
-        def launch(
-            req_to_token: torch.Tensor,
-            req_pool_indices: torch.Tensor,
-            lens: torch.Tensor,
-            indptr: torch.Tensor,
-            kv_start_idx: torch.Tensor | None,
-            out: torch.Tensor,
-            stride: int,
-        ) -> None:
-            fill_kv_indices(req_to_token, req_pool_indices, lens, indptr, out, kv_start_idx)
-
-        return launch
-
-
-class ReferenceTranslator:
-    """`kv_index_translator` (sglang 0.5.23) for a plain pool: req_to_token holds physical rows."""
-
-    needs_read_translate = False
-
-    def __init__(self, req_to_token: torch.Tensor) -> None:
-        self.req_to_token = req_to_token
-
-    def pack_read_stream(
-        self,
-        plan: Any,
-        *,
-        req_pool_indices: torch.Tensor,
-        seq_lens: torch.Tensor,
-        indptr: torch.Tensor,
-        out: torch.Tensor,
-        **_: Any,
-    ) -> bool:
-        return fill_kv_indices(self.req_to_token, req_pool_indices, seq_lens, indptr, out)
-
-
-class OnCPU(ast.NodeTransformer):
-    """`device="cuda"` keyword arguments read as the CPU (this machine has no GPU)."""
-
-    def visit_keyword(self, node: ast.keyword) -> ast.keyword:
-        if node.arg == "device" and isinstance(node.value, ast.Constant) and node.value.value == "cuda":
-            return ast.keyword(arg="device", value=ast.Constant("cpu"))
-        return node
-
-
-def decode_path(source: str, filename: str) -> dict[str, Any]:
-    """The decode-path classes of a backend source, with only the KEEP methods, compiled."""
-    body: list[ast.stmt] = []
-    for node in ast.parse(source).body:
-        if isinstance(node, ast.ClassDef) and node.name in KEEP:
-            wanted = KEEP[node.name]
-            if wanted is not None:
-                node.body = [n for n in node.body if isinstance(n, ast.FunctionDef) and n.name in wanted]
-            node.bases = []  # AttentionBackend: the engine's base, unused by these methods
-            body.append(node)
-    module = ast.fix_missing_locations(OnCPU().visit(ast.Module(body=body, type_ignores=[])))
-    names: dict[str, Any] = {
-        "torch": torch,
-        "dataclass": dataclass,
-        "Optional": Optional,
-        "create_flashinfer_kv_indices_triton": ReferenceKvIndicesKernel(),
-        "get_parallel": lambda: SimpleNamespace(dcp_enabled=False, attn_dcp_size=1),
-    }
-    flags = __future__.annotations.compiler_flag  # as upstream: annotations stay strings
-    exec(compile(module, filename, "exec", flags=flags, dont_inherit=True), names)
-    return names
 
 
 class Decode:
@@ -273,4 +177,10 @@ def check(before: str, after: str, filename: str) -> tuple[bool, bool, str]:
         if active
         else "; the patched decode still reads the whole KV pool"
     )
+    if "def init_forward_metadata_out_graph" in before:  # 0.5.23's layout: graph decode and extend too
+        from tools.sglang.graph_paths import check_paths
+
+        with on_cpu():
+            same, more = check_paths(before, after, filename)
+        identical, line = identical and same, f"eager {line}; {more}"
     return identical, active, line

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from state.measurement.aa import AARecordArgs, AASamples
 from state.measurement.correctness import OutputNoiseArgs, OutputNoiseSamples
+from state.measurement.numerics import NumericsArgs, NumericsSamples
 from tools.door.registry import tool
 from tools.store.sessions import SessionStore, perfloop_home
 
@@ -35,5 +36,17 @@ def record_output_noise(args: OutputNoiseArgs) -> OutputNoiseSamples:
     try:
         store.add_output_noise(args.sample)
         return OutputNoiseSamples(samples=store.output_noise(args.sample.key))
+    finally:
+        store.close()
+
+
+@tool("outputs.numerics_record", where="local")
+def record_numerics(args: NumericsArgs) -> NumericsSamples:
+    """Keep one baseline's numerics (its session's earlier one replaced); return every sample of its
+    host, engine and model, oldest first (issue 61: beside the output noise)."""
+    store = SessionStore.open(perfloop_home())
+    try:
+        store.add_numerics(args.sample)
+        return NumericsSamples(samples=store.numerics(args.sample.key))
     finally:
         store.close()

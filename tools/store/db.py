@@ -66,16 +66,21 @@ _OUTPUT_NOISE = """
 CREATE TABLE IF NOT EXISTS output_noise (
     noise_key TEXT NOT NULL, session_id TEXT PRIMARY KEY, sample TEXT NOT NULL);
 """
+_NUMERICS = """
+CREATE TABLE IF NOT EXISTS numerics_noise (
+    noise_key TEXT NOT NULL, session_id TEXT PRIMARY KEY, sample TEXT NOT NULL);
+"""
 MIGRATIONS: dict[str, list[str]] = {
     # v1: the tables SQLite stores had before versioning (created by `IF NOT EXISTS`, so a store
     # made by an older perfloop is adopted as v1); v2: leases for the per-session lock; v3: each
-    # baseline's output noise, published per host and engine.
-    "sqlite": [_V1, _LEASES, _OUTPUT_NOISE],
+    # baseline's output noise, published per host and engine; v4: each baseline's numerics (issue 61).
+    "sqlite": [_V1, _LEASES, _OUTPUT_NOISE, _NUMERICS],
     # Postgres has no rowid: `added` keeps the A/A store's (and the output noise's) insertion order.
     "postgres": [
         _V1.replace("sample TEXT NOT NULL,", "sample TEXT NOT NULL, added BIGSERIAL,"),
         _LEASES,
         _OUTPUT_NOISE.replace("sample TEXT NOT NULL)", "sample TEXT NOT NULL, added BIGSERIAL)"),
+        _NUMERICS.replace("sample TEXT NOT NULL)", "sample TEXT NOT NULL, added BIGSERIAL)"),
     ],
 }
 SCHEMA_VERSION = len(MIGRATIONS["sqlite"])

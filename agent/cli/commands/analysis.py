@@ -136,6 +136,7 @@ def diagnose(
     ] = DEFAULT_ACTIVE_TOKENS,
     tpot_ms: Annotated[float | None, typer.Option(help="Baseline TPOT in ms (gains in ms).")] = None,
     target_kind: Annotated[str, typer.Option(help="Target kind, for which patches exist.")] = "sglang",
+    sglang_version: Annotated[str | None, typer.Option(help="The target's SGLang release (patches).")] = None,
     bandwidth_gbs: Annotated[
         float | None,
         typer.Option(help="Memory bandwidth for roofline lines, GB/s (default: by GPU name; CPU: measured)."),
@@ -161,6 +162,7 @@ def diagnose(
             bw, source = measure_copy_bandwidth_gbs(), "measured host copy"
         ctx = DiagnosisContext(
             target_kind=target_kind,
+            sglang_version=sglang_version,
             active_tokens=active_tokens,
             tpot_ms=tpot_ms,
             bandwidth_gbs=bw,
@@ -245,6 +247,8 @@ def _print_diagnosis(console: Console, result: Diagnosis) -> None:
             ),
             highlight=False,
         )
+        if f.patch_note:
+            console.print(f"   {f.decode_path}: {f.patch_note}", highlight=False, soft_wrap=True)
         if f.predicted_step_ms is not None:
             bound = f"; bound: {f.bound} -> {f.bound_after}" if f.bound_after else ""
             spread = (

@@ -93,7 +93,7 @@ def location(state: LoopState, m: Measurement) -> float:
 def judge_alternating(state: LoopState, runtime: Runtime[LoopContext], label: str) -> JudgedCandidate:
     """Judge the running candidate against the reference tree launched in turn with it."""
     cfg, ref0 = state.target.decide, need(state.reference, "reference measurement")
-    n, exact = len(ref0.outputs), not outputs.tolerant(state)
+    n, exact = len(ref0.outputs), not outputs.scored(state)
     noise = state.launch_noise or launch_noise([], cfg)
     k, prior = launches_per_arm(noise, cfg), prior_of(noise)
     pool = (

@@ -236,7 +236,7 @@ class Crossover:
         noise = state.launch_noise or launch_noise([], cfg)
         rounds, prior = rounds_planned(noise, cfg), prior_of(noise)
         first, of = first_look(prior[1]), looks_of(rounds, prior[1])
-        exact = not outputs.tolerant(state)
+        exact = not outputs.scored(state)
         self.pool.submit(self.there.prepare).result()
         where, argv = reference_tree(state, runtime)
         looks: list[Look] = []

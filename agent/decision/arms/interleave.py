@@ -158,7 +158,7 @@ def judge_pair(
         r = annotate(pair.reference, snaps[0], state, servers[0].instrumented, warm)
         c = annotate(pair.candidate, snaps[1], state, servers[1].instrumented, warm)
         ref_m, cand_m = (r, c) if ref_m is None or cand_m is None else (merge(ref_m, r), merge(cand_m, c))
-        problem = outputs_problem(ref0, cand_m, not outputs.tolerant(state), state.options.schedule_gate)
+        problem = outputs_problem(ref0, cand_m, not outputs.scored(state), state.options.schedule_gate)
         if (
             problem is None
             and ref_m.outputs != ref0.outputs

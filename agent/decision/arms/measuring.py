@@ -255,7 +255,7 @@ def judge_candidate(state: LoopState, runtime: Runtime[LoopContext], label: str)
     """Measure the candidate look by look on its own launch, and judge it."""
     ref, cfg = need(state.reference, "reference measurement"), state.target.decide
     noise = state.launch_noise or launch_noise([], cfg)
-    reps, exact = state.target.measure.repeats, not outputs.tolerant(state)
+    reps, exact = state.target.measure.repeats, not outputs.scored(state)
     with progress.within(f"look 1/{cfg.looks}"):
         m = measure_arm(state, runtime, label, reps, warm_up=True)
     sg = state.options.schedule_gate

@@ -4,6 +4,8 @@
   reference's (agent/decision/gate/correctness.py); in sessions that tell the math from the
   schedule (`LoopOptions.schedule_gate`), exactly where the schedule is controlled (each prompt
   alone) and, for the batch, within the baseline's own variation (agent/decision/gate/schedule.py).
+- `numerics` (the default): `exact` where the texts did not move, else the candidate's move of the
+  baseline's tokens against the engine's own (agent/decision/gate/numerics.py).
 - `tolerance` (opt-in): the baseline's greedy continuation of each prompt of the set, generated
   and scored on the baseline server, is scored by the candidate on the same contexts (teacher
   forcing, tools/tolerance/score.py: logprobs from one prefill, greedy agreement on the decode path);
@@ -19,7 +21,7 @@ from typing import NamedTuple
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, call, need
-from agent.decision.gate import schedule
+from agent.decision.gate import numerics, schedule
 from agent.decision.gate.correctness import (
     all_prompts,
     batch_indices,
@@ -37,6 +39,7 @@ from state.measurement.correctness import (
     OutputsResult,
 )
 from state.measurement.measure import Measurement
+from state.measurement.numerics import NumericsVerdict
 from state.measurement.tolerance import ScoreArgs, ScoreResult, ToleranceResult
 from state.sessions.loop import LoopState
 from state.sessions.updates import LoopUpdate
@@ -83,6 +86,12 @@ def tolerant(state: LoopState) -> bool:
     return state.target.correctness.policy == "tolerance"
 
 
+def scored(state: LoopState) -> bool:
+    """Whether the gate may pass texts that moved, on scores (tolerance, numerics): timing texts are
+    then not compared one by one, only the correctness set judges them (pure)."""
+    return state.target.correctness.policy != "exact"
+
+
 def scores(state: LoopState, runtime: Runtime[LoopContext], continuations: list[str] | None) -> ScoreResult:
     """The running server's scores of the correctness set (continuations generated when None)."""
     cfg = state.target.correctness
@@ -118,6 +127,8 @@ def reference_outputs(
         update["output_noise"] = (
             published(state, runtime, noise) if state.options.output_noise_store else noise
         )
+    if numerics.applies(state):
+        update["numerics_noise"] = numerics.measure_noise(state, runtime)
     return update
 
 
@@ -169,8 +180,8 @@ class GateAnswer(NamedTuple):
 
     problem: str | None
     """Why it fails the gate, or None."""
-    tolerance: ToleranceResult | None
-    """The tolerance policy's result, when it scored the candidate."""
+    tolerance: ToleranceResult | NumericsVerdict | None
+    """The tolerance policy's result, or the numerics policy's verdict, when it scored the candidate."""
     note: str | None = None
     """Why it passed or failed, in one line (schedule-aware sessions)."""
 
@@ -195,6 +206,21 @@ def check(state: LoopState, runtime: Runtime[LoopContext], n_timing: int) -> Gat
             problem, note = schedule.judge(
                 state.output_noise, taken, take_outputs(state, runtime), batch, named
             )
-            return GateAnswer(problem, None, note)
-        return GateAnswer(differences(taken, take_outputs(state, runtime), named, batch), None)
+        else:
+            problem, note = differences(taken, take_outputs(state, runtime), named, batch), None
+        if numerics.applies(state) and state.numerics_noise is not None:
+            return by_numerics(state, runtime, problem, note)
+        return GateAnswer(problem, None, note)
     return GateAnswer(None, None)
+
+
+def by_numerics(
+    state: LoopState, runtime: Runtime[LoopContext], problem: str | None, note: str | None
+) -> GateAnswer:
+    """The numerics policy's answer: the exact gate's `problem` (texts moved) judged by how far the
+    candidate moves the baseline's tokens against the engine's own (agent/decision/gate/numerics.py)."""
+    verdict = numerics.judge(state, runtime, problem)
+    said = numerics.line(verdict, problem)
+    if verdict.verdict == "exact" and note:
+        said = f"{said}; {note}"
+    return GateAnswer(None if verdict.passed else f"outputs {said}", verdict, said)

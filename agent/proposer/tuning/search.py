@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from agent.decision.stats.mechanism import past_bound
 from agent.proposer.tuning import grid
 from agent.proposer.tuning.knobs import config_of, describe_config, with_config
+from agent.proposer.tuning.refusals import without_math
 from playbooks.engine import flag_value
 from playbooks.predict import batching_gain_bound
 from playbooks.schema import SEARCH_ID
@@ -73,7 +74,7 @@ def distribution(knob: Knob) -> BaseDistribution:
 
 def searched(state: LoopState, cfg: SearchConfig) -> list[Knob]:
     """The knobs searched: all, less those that change numerics when outputs must be identical."""
-    exact = state.target.correctness.policy != "tolerance"
+    exact = state.target.correctness.policy == "exact"
     return [k for k in cfg.knobs if not (k.numerics and exact)]
 
 
@@ -94,7 +95,8 @@ def _objective(d: Decision, workload: WorkloadConfig | None = None) -> float | N
     """The trial's objective, lower is better, None if it failed (or regressed at a concurrency
     level other than the primary): the candidate's median TPOT (ms), or under `[workload]` the log
     of its objective's cost at the primary level (minus the log of a throughput)."""
-    if d.verdict == "failed" or d.outputs_identical is False or d.tpot_ms_after is None:
+    moved = not d.numerics.passed if d.numerics is not None else d.outputs_identical is False
+    if d.verdict == "failed" or moved or d.tpot_ms_after is None:
         return None
     if d.judgement and any(lk.verdict == "regression" for lk in d.judgement.levels):
         return None  # a regression at another concurrency level: a FAIL, as changed outputs are
@@ -165,6 +167,8 @@ def picked(state: LoopState, cfg: SearchConfig) -> tuple[dict[str, KnobValue] | 
         first = first_config(state, knobs)
         if first and tuple(with_config(state.argv, knobs, first)) not in seen:
             return first, "first"
+    if (again := without_math(state, knobs, seen, trials_of(state))) is not None:
+        return again, "without-math"
     dists = {k.name: distribution(k) for k in knobs}
     for attempt in range(ASKS):
         study = _study(state, knobs, cfg, cfg.seed + done + 1000 * attempt)
@@ -220,7 +224,7 @@ def search_proposal(state: LoopState, now: float | None = None) -> tuple[Proposa
         return None, spent
     knobs = searched(state, cfg)
     if not knobs:
-        return None, '[search]: every knob changes numerics; they need [correctness] policy = "tolerance"'
+        return None, '[search]: every knob changes numerics; they need [correctness] policy = "numerics"'
     config, source = picked(state, cfg)
     if config is None:
         return None, source
@@ -230,6 +234,8 @@ def search_proposal(state: LoopState, now: float | None = None) -> tuple[Proposa
     why = "the knobs the diagnosis implicates" if implicated else "optuna TPE over the search's history"
     if source == "grid":
         why = f"an untried configuration of the grid: optuna TPE asked for tried ones {ASKS} times"
+    if source == "without-math":
+        why = "the last trial without the knobs that moved the math: the output gate refused it for them"
     argv = with_config(state.argv, knobs, config)
     predicted = batching_prediction(state, argv)
     bound = ""

@@ -30,7 +30,8 @@ class DecodeBatch:
 
 
 def sample(logits: torch.Tensor, reqs: list) -> list[int]:
-    """Greedy (temperature 0) or temperature sampling, restricted to printable ASCII ids."""
+    """Greedy (temperature 0) or temperature sampling, restricted to printable ASCII ids; a request
+    that wants logprobs gets its token's and the top `score_top` (over the printable ids)."""
     printable = logits[:, PRINTABLE_FIRST : PRINTABLE_LAST + 1].cpu()
     tokens = []
     for row, req in zip(printable, reqs):
@@ -40,6 +41,11 @@ def sample(logits: torch.Tensor, reqs: list) -> list[int]:
             probs = (row / req.temperature).softmax(dim=-1)
             choice = int(torch.multinomial(probs, 1, generator=req.generator))
         tokens.append(PRINTABLE_FIRST + choice)
+        if getattr(req, "want_logprobs", False):
+            logprobs = row.float().log_softmax(dim=-1)
+            values, ids = logprobs.topk(min(req.score_top, logprobs.numel()))
+            top = [(PRINTABLE_FIRST + i, v) for i, v in zip(ids.tolist(), values.tolist())]
+            req.token_logprobs.append((float(logprobs[choice]), top))
     return tokens
 
 

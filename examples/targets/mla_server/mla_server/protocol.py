@@ -55,8 +55,8 @@ class CompletionRequest:
     """A validated /v1/completions request (text in, no chat template).
 
     `echo` with `max_tokens: 0` scores the prompt: `logprobs` (0-20) top alternatives and the
-    prompt tokens' own log-probabilities, OpenAI-shaped; the demo returns logprobs for that case
-    only (generated tokens come from the unchanged greedy/sampling path without logprobs)."""
+    prompt tokens' own log-probabilities, OpenAI-shaped. With `max_tokens` > 0, `logprobs` gives
+    the generated tokens' (over the printable ids the server samples from); `echo` then is a 400."""
 
     prompt_ids: list[int]
     max_tokens: int
@@ -161,9 +161,10 @@ def parse_completion_request(body: dict, encode, max_tokens_limit: int,
         raise bad_request("'max_tokens' 0 needs 'echo': true (scoring the prompt)", "max_tokens")
     if max_tokens != 0:
         max_tokens = _max_tokens(max_tokens, default_max_tokens, max_tokens_limit, "max_tokens")
-        if logprobs is not None:
-            raise bad_request("the demo server returns logprobs only when scoring a prompt "
-                              "('echo': true, 'max_tokens': 0)", "logprobs")
+        if logprobs is not None and echo:
+            raise bad_request("the demo server returns the prompt's logprobs only when scoring it "
+                              "('echo': true, 'max_tokens': 0); drop 'echo' for the generated "
+                              "tokens' logprobs", "logprobs")
     return CompletionRequest(prompt_ids=encode(prompt), max_tokens=max_tokens,
                              temperature=_temperature(body), seed=field_of(body, "seed", (int,)),
                              stop=_stop(body), echo=echo, logprobs=logprobs)

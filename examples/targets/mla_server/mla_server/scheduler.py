@@ -35,6 +35,8 @@ class Request:
     done: bool = False
     score_top: int = 0  # a scoring request (max_tokens 0): top alternatives kept per position
     scores: tuple | None = None  # (own log-probabilities, top alternatives), set by a scoring prefill
+    want_logprobs: bool = False  # a generating request that asked for its tokens' logprobs
+    token_logprobs: list = field(default_factory=list)  # per generated token: (own, top alternatives)
 
     def __post_init__(self):
         self.generator = torch.Generator()

@@ -56,6 +56,7 @@ class Engine:
         req = Request(prompt_ids, ask.max_tokens, ask.temperature, ask.seed, ask.stop)
         if isinstance(ask, CompletionRequest):
             req.score_top = ask.logprobs or 0
+            req.want_logprobs = ask.logprobs is not None and ask.max_tokens > 0
         try:
             self.scheduler.submit(req)
         except PoolExhausted as exc:
@@ -173,6 +174,13 @@ class Handler(BaseHTTPRequestHandler):
             tokens = [decode([t]) for t in req.prompt_ids]
             top = [None] + [[(decode([i]), v) for i, v in a] for a in alts]
             logprobs = completion_logprobs(tokens, [None, *own], top)
+        elif req.want_logprobs:
+            n = len(req.final_text())  # one token per character: the stop string's tokens cut
+            kept = req.token_logprobs[:n]
+            tokens = [decode([t]) for t in req.output_ids[:n]]
+            logprobs = completion_logprobs(
+                tokens, [own for own, _ in kept], [[(decode([i]), v) for i, v in top] for _, top in kept]
+            )
         out = ResponseBuilder(cfg.model_name)
         usage = out.usage(len(req.prompt_ids), len(req.output_ids))
         self._send_json(200, out.text_completion(text, last[1], usage, logprobs))

@@ -1,0 +1,192 @@
+"""The numerics policy (`[correctness] policy = "numerics"`, the default): three verdicts for outputs.
+
+- `exact`: the candidate's greedy texts equal the baseline's where the schedule is controlled (the
+  exact or schedule-aware gate of agent/decision/gate/outputs.py finds nothing);
+- `within` the engine's numerics: its texts moved, but teacher-forced on the baseline's own texts it
+  moves their tokens no further than the engine moves them itself (agent/decision/gate/moves.py,
+  against the baseline's texts scored under the schedules the engine varies, measured here at the
+  baseline: batches of two sizes, a warm prefix cache where the engine keeps one);
+- `beyond`: refused with its figures, unless the target's `task` shows no loss of accuracy.
+
+A proposal that declares itself exact (a playbook's or a knob's `exact = true`) passes only `exact`.
+"""
+
+from __future__ import annotations
+
+from langgraph.runtime import Runtime
+
+from agent.context import LoopContext, call, need
+from agent.decision.gate import moves as numerics
+from agent.decision.gate import task
+from agent.decision.gate.correctness import all_prompts
+from agent.decision.stats.noise import outputs_key
+from state.measurement.numerics import (
+    ForcedArgs,
+    ForcedScores,
+    NumericsArgs,
+    NumericsNoise,
+    NumericsSample,
+    NumericsVerdict,
+)
+from state.sessions.loop import LoopState
+from tools.engines.registry import engine
+from tools.store import aa
+from tools.tolerance import forced
+
+
+def applies(state: LoopState) -> bool:
+    """Whether the session's output gate is the numerics policy (pure)."""
+    return state.target.correctness.policy == "numerics"
+
+
+def prompts(state: LoopState) -> list[str]:
+    """The prompts teacher-forced (pure): the set's first ones (timing prompts first) and its long
+    prompts last, `numerics_prompts` in all, so a bug that moves long contexts only is scored."""
+    cfg = state.target.correctness
+    long = state.long_prompts.prompts if state.long_prompts else []
+    every = all_prompts(state)
+    short = [p for p in every if p not in long]
+    keep_long = long[-min(len(long), max(cfg.numerics_prompts // 3, 1)) :] if long else []
+    return short[: cfg.numerics_prompts - len(keep_long)] + keep_long
+
+
+def args(state: LoopState, schedule: str, **more: object) -> ForcedArgs:
+    """The forced decode's arguments on the running server (pure)."""
+    cfg = state.target.correctness
+    return ForcedArgs(
+        base_url=need(state.server, "running server").base_url,
+        model=state.target.model,
+        prompts=prompts(state),
+        max_tokens=cfg.numerics_tokens,
+        timeout_s=cfg.request_timeout_s,
+        schedule=schedule,
+        path=engine(state.target.kind).forced_path,
+        **more,  # type: ignore[arg-type]
+    )
+
+
+def schedules(state: LoopState) -> list[tuple[str, int, bool]]:
+    """The engine's own schedules: (name, requests in flight, warm) (pure). Two batch sizes, the
+    second every prompt at once; a warm prefix cache where the engine keeps one."""
+    n = len(prompts(state))
+    out = [("batch of 2", 2, False), (f"batch of {max(n, 3)}", max(n, 3), False)]
+    if engine(state.target.kind).prefix_cache:
+        out.append(("warm prefix cache", 1, True))
+    return out
+
+
+def measure_noise(state: LoopState, runtime: Runtime[LoopContext]) -> NumericsNoise:
+    """On the baseline server: its greedy texts alone (the reference), then the same texts
+    teacher-forced under each of the engine's schedules."""
+    reference = call(runtime, forced.forced, args(state, "alone"))
+    tokens = [[t.token for t in text.tokens] for text in reference.texts]
+    measured = [
+        call(runtime, forced.forced, args(state, name, continuations=tokens, concurrent=n, repeat=warm))
+        for name, n, warm in schedules(state)
+    ]
+    noise = NumericsNoise(
+        reference=reference,
+        schedules=measured,
+        key=outputs_key(state.target),
+        session_id=state.session_id,
+        task_texts=task.answers(state, runtime) if state.target.correctness.task_items else None,
+    )
+    return published(state, runtime, noise)
+
+
+def published(state: LoopState, runtime: Runtime[LoopContext], noise: NumericsNoise) -> NumericsNoise:
+    """`noise` kept in the session store under its host, engine and model (through the door: a
+    replay reads what the session read), with every session's kept there counted beside it."""
+    moves = {
+        s.schedule: max(
+            (
+                max(numerics.moves(r, t), default=0.0)
+                for r, t in zip(noise.reference.texts, s.texts, strict=True)
+            ),
+            default=0.0,
+        )
+        for s in noise.schedules
+    }
+    sample = NumericsSample(
+        key=noise.key,
+        session_id=state.session_id,
+        moves=moves,
+        positions=sum(len(t.tokens) for t in noise.reference.texts),
+    )
+    kept = call(runtime, aa.record_numerics, NumericsArgs(sample=sample)).samples
+    return noise.model_copy(
+        update={
+            "host_sessions": len(kept),
+            "host_max_dlogprob": max((m for k in kept for m in k.moves.values()), default=0.0),
+        }
+    )
+
+
+def candidate_scores(state: LoopState, runtime: Runtime[LoopContext]) -> ForcedScores:
+    """The running candidate's scores of the baseline's texts, each prompt alone."""
+    noise = need(state.numerics_noise, "the baseline's numerics")
+    tokens = [[t.token for t in text.tokens] for text in noise.reference.texts]
+    return call(runtime, forced.forced, args(state, "candidate", continuations=tokens))
+
+
+def judge(state: LoopState, runtime: Runtime[LoopContext], texts_problem: str | None) -> NumericsVerdict:
+    """The verdict on the running candidate: exact where `texts_problem` is None, else the test."""
+    declared = state.proposal.exact if state.proposal is not None else False
+    if texts_problem is None:
+        return NumericsVerdict(verdict="exact", declared_exact=declared)
+    noise = need(state.numerics_noise, "the baseline's numerics")
+    return numerics.judge(
+        noise.reference,
+        noise.schedules,
+        candidate_scores(state, runtime),
+        texts_equal=False,
+        declared_exact=declared,
+    )
+
+
+def line(v: NumericsVerdict, texts_problem: str | None) -> str:
+    """The output gate's line for a verdict (pure): the test's figures, and what moved the texts."""
+    if v.verdict == "exact":
+        return "exact: greedy texts identical"
+    said = f"{numerics.line(v)} (texts: {texts_problem})"
+    return f"{said}; {v.task}" if v.task else said
+
+
+def summary_line(state: LoopState) -> str:
+    """The session's output gate in one line (pure): the engine's own moves measured at the baseline,
+    then each judged change's class with its figures, kept ones first."""
+    noise = need(state.numerics_noise, "the baseline's numerics")
+    moves = [
+        max(
+            (
+                max(numerics.moves(r, t), default=0.0)
+                for r, t in zip(noise.reference.texts, s.texts, strict=True)
+            ),
+            default=0.0,
+        )
+        for s in noise.schedules
+    ]
+    worst = max(range(len(moves)), key=moves.__getitem__) if moves else None
+    own = (
+        f"the engine's own largest |dlogprob| {numerics.fmt(moves[worst])} ({noise.schedules[worst].schedule})"
+        if worst is not None and moves[worst] > 0
+        else f"the engine moved nothing under {len(moves)} schedules: its logits' rounding "
+        f"{numerics.fmt(numerics.rounding(noise.reference))} is the yardstick"
+    )
+    host = f", {noise.host_sessions} session(s) on this host" if noise.host_sessions > 1 else ""
+    judged = [d for d in state.decisions if d.numerics is not None]
+    judged.sort(key=lambda d: d.verdict != "accepted")
+    words = [
+        f"{d.label} ({'kept' if d.verdict == 'accepted' else d.verdict}): {short(d.numerics)}"
+        for d in judged
+        if d.numerics
+    ]
+    return f"numerics: exact, or within {own}{host}" + (f"; {'; '.join(words)}" if words else "")
+
+
+def short(v: NumericsVerdict) -> str:
+    """A verdict in a few words with its figures (pure)."""
+    if v.verdict == "exact":
+        return "exact"
+    said = f"{v.verdict} (max |dlogprob| {numerics.fmt(v.max_dlogprob)} vs {numerics.fmt(v.engine_max_dlogprob)})"
+    return said + (f", {v.task}" if v.task else "")
