@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -154,6 +155,18 @@ def scores(schedule: str, prompts, refs, rows, top_k: int, duration: float) -> F
     return ForcedScores(schedule=schedule, texts=texts, duration_s=round(duration, 3))
 
 
+class Cut(Exception):
+    """SIGTERM: stop after the variant being run, keep what was judged."""
+
+
+CUT = []
+
+
+def _cut(*_):
+    CUT.append(True)  # seen between variants, where torch.compile swallowed the exception
+    raise Cut
+
+
 def run_variant(v: Variant, ctx, other, a, prompts, refs) -> tuple[list[torch.Tensor], float]:
     side = other() if v.static else ctx
     t0 = time.perf_counter()
@@ -232,39 +245,54 @@ def bench(a: argparse.Namespace) -> dict:
     print("| variant | class | effect | verdict | max \\|dlogprob\\| | engine's own | prompts beyond (refuse at) "
           "| gross | top-1 flips | s |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|---|")
-    out = []
+    out, cut = [], False
     only = [s for s in a.only.split(",") if s]
-    for v in variants(a.past):
-        if (only and not any(s in v.name for s in only)) or (v.compiles and a.no_compile):
-            continue
-        rows, dur = run_variant(v, ctx, other, a, prompts, refs)
-        cand = scores("candidate", prompts, refs, rows, 5, dur)
-        equal = all(t.rank == 1 for text in cand.texts for t in text.tokens)
-        verdict = judge(reference, noise.schedules, cand, texts_equal=equal)
-        measured = v.meter.effect
-        eff = v.nominal if v.nominal is not None else measured
-        row = {"name": v.name, "class": v.cls, "effect_pct": eff, "measured_pct": measured, "at": v.at,
-               "texts_equal": equal,
-               "seconds": round(dur, 1), "line": line(verdict), **verdict.model_dump()}  # fmt: skip
-        out.append(row)
-        e = (
-            "-"
-            if v.cls == "benign"
-            else "never acted"
-            if measured is None
-            else f"{eff:.3g}% ({v.at}: {measured:.3g}%)"
-        )
-        print(f"| {v.name} | {v.cls} | {e} | {verdict.verdict} | {verdict.max_dlogprob:.4g} | "
-              f"{verdict.engine_max_dlogprob:.4g} | {verdict.prompts_beyond}/{verdict.prompts} "
-              f"({verdict.needed}) | {verdict.gross} | {verdict.flips} | {dur:.1f} |", flush=True)  # fmt: skip
+    todo = [v for v in variants(a.past) if not (only and not any(s in v.name for s in only))]
+    todo = [v for v in todo if not (v.compiles and a.no_compile)]
+    todo.sort(key=lambda v: v.compiles)  # the compiles last: a deadline cuts them, not 40 others
+    signal.signal(signal.SIGTERM, _cut)  # a deadline (timeout) ends the run with what it judged
+    try:
+        for v in todo:
+            out.append(judged(v, ctx, other, a, prompts, refs, reference, noise))
+            if CUT:
+                raise Cut
+    except Cut:
+        cut = True
+        print(f"cut (SIGTERM) after {len(out)} of {len(todo)} variants", flush=True)
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
     summary = summarise(out)
     took = time.perf_counter() - t_start
     print("\n" + "\n".join(summary["lines"]) + f"\n{took:.0f} s in all", flush=True)
     result = {"args": {k: str(x) for k, x in vars(a).items()}, "device": dev, "torch": torch.__version__,
-              "engine": eng, "rows": out, "summary": summary, "seconds": round(took, 1)}  # fmt: skip
+              "engine": eng, "rows": out, "summary": summary, "seconds": round(took, 1), "cut": cut}  # fmt: skip
     if a.json:
         a.json.write_text(json.dumps(result, indent=1))
     return result
+
+
+def judged(v: Variant, ctx, other, a, prompts, refs, reference, noise) -> dict:
+    """One variant run, scored and judged: its row (printed as it comes)."""
+    rows, dur = run_variant(v, ctx, other, a, prompts, refs)
+    cand = scores("candidate", prompts, refs, rows, 5, dur)
+    equal = all(t.rank == 1 for text in cand.texts for t in text.tokens)
+    verdict = judge(reference, noise.schedules, cand, texts_equal=equal)
+    measured = v.meter.effect
+    eff = v.nominal if v.nominal is not None else measured
+    row = {"name": v.name, "class": v.cls, "effect_pct": eff, "measured_pct": measured, "at": v.at,
+           "texts_equal": equal,
+           "seconds": round(dur, 1), "line": line(verdict), **verdict.model_dump()}  # fmt: skip
+    e = (
+        "-"
+        if v.cls == "benign"
+        else "never acted"
+        if measured is None
+        else f"{eff:.3g}% ({v.at}: {measured:.3g}%)"
+    )
+    print(f"| {v.name} | {v.cls} | {e} | {verdict.verdict} | {verdict.max_dlogprob:.4g} | "
+          f"{verdict.engine_max_dlogprob:.4g} | {verdict.prompts_beyond}/{verdict.prompts} "
+          f"({verdict.needed}) | {verdict.gross} | {verdict.flips} | {dur:.1f} |", flush=True)  # fmt: skip
+    return row
 
 
 def summarise(rows: list[dict]) -> dict:

@@ -4,7 +4,9 @@
 # glm5 geometry at LAYERS layers (default 8), PROMPTS x TOKENS (default 8 x 24), the static-shape
 # decode step the server runs on cuda (no CUDA graphs, so each variant's patched code is what runs).
 # perfloop's pure-Python deps (pydantic) from the cp312 wheels in .whl/ (benchmarks/h200_env.sh).
-# Writes numerics-gate.json and numerics-gate.log to $OUT; cut at DEADLINE_S (default 540).
+# Writes numerics-gate.json and numerics-gate.log to $OUT; cut at DEADLINE_S (default 540): the
+# SIGTERM ends the run after the variant being run (the torch.compile ones run last), with the
+# summary and the JSON of what was judged (`"cut": true`).
 set -uo pipefail
 source benchmarks/h200_env.sh
 OUT=${OUT:-/tmp/numerics-gate-out}; mkdir -p "$OUT"
