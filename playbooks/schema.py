@@ -49,8 +49,7 @@ class Signature(Model):
     """What a profile must show for the playbook to apply; all given conditions must hold."""
 
     op_names: list[str] = []
-    """Regular expressions (re.search) for the operator or kernel names involved; empty for a
-    signature on device or sync signals only."""
+    """Regular expressions (re.search) for the operator or kernel names (empty: signals only)."""
     min_share: float = Field(default=0.0, ge=0, le=1)
     """Least combined share (0..1) of the matching operator groups."""
     dims_rank: int | None = None
@@ -152,8 +151,7 @@ class SyncWaitGain(Model):
 
 
 class FusionGain(Model):
-    """Short kernels a compiler fuses (torch.compile): fewer kernels to launch or replay, fewer
-    passes over memory."""
+    """Short kernels a compiler fuses (torch.compile): fewer launches, fewer passes over memory."""
 
     kind: Literal["fusion"]
     """Fewer kernels and less device time among the kernels whose names match `kernel_names`."""
@@ -234,7 +232,7 @@ class Playbook(Model):
     title: str
     """One-line title of the finding."""
     titles: dict[str, str] = {}
-    """Target kind -> the title there, where its case is not the one `title` names (`title_for`)."""
+    """Target kind -> the title there, where `title` does not fit (`title_for`)."""
     explanation: str
     """What the bottleneck is, why it happens and how the patch fixes it."""
     confidence: float = Field(ge=0, le=1)
@@ -242,7 +240,7 @@ class Playbook(Model):
     signature: Signature
     """What the profile must show."""
     evidence_note: str
-    """Template (str.format) of each evidence line; may use the names in NOTE_FIELDS."""
+    """Template (str.format) of each evidence line (names in NOTE_FIELDS)."""
     gain: Gain
     """How to estimate the share of decode time the fix removes."""
     graph_signature: GraphSignature | None = None
@@ -257,6 +255,8 @@ class Playbook(Model):
     """Target kind -> the launch-command change that is the fix there (instead of a patch)."""
     binary_patches: bool = False
     """Whether its patches may hold binary hunks (the patch gate refuses them otherwise)."""
+    exact: bool = False
+    """The fix declares itself exact: the numerics gate then passes only an `exact` verdict."""
     source_dir: str = ""
     """Folder the playbook was loaded from; set by load_playbooks, never written in playbook.toml."""
 

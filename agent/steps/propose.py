@@ -105,6 +105,7 @@ def playbook_proposal(
             expected_gain_ms=finding.expected_gain_ms,
             evidence=finding.evidence,
             binary=book.binary_patches,
+            exact=book.exact,
             launch_argv=argv,
             predicted_speedup=finding.predicted_speedup,
             paired_with=finding.paired_with,

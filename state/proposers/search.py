@@ -50,6 +50,9 @@ class Knob(Model):
     """Step of an `int` range (e.g. 8 for batch sizes); None: 1."""
     choices: list[int | float | str] = Field(default_factory=list)
     """Values of a `choice` knob, in the launch command's spelling."""
+    exact: bool = False
+    """Whether the knob declares itself exact (a pool size, a batch cap): a trial that sets only such
+    knobs passes the numerics gate only as `exact`."""
     numerics: bool = False
     """Whether the knob may change the server's numerics (an attention backend, a kernel, a compile):
     not searched under `[correctness] policy = "exact"`; after a trial refused for its math, the

@@ -33,13 +33,16 @@ def moved(base: list[list[float]], rng: random.Random, scale: float, name: str) 
 BASE = [[-0.1 - 0.05 * j for j in range(12)] for _ in range(8)]
 
 
-def test_texts_equal_is_exact_whatever_the_scores():
+def test_exact_needs_the_texts_and_their_logprobs_unmoved():
     rng = random.Random(0)
     ref = side("alone", BASE)
-    v = numerics.judge(
-        ref, [moved(BASE, rng, 0.01, "batch of 2")], moved(BASE, rng, 0.5, "candidate"), texts_equal=True
-    )
-    assert v.verdict == "exact" and v.passed
+    noise = [moved(BASE, rng, 0.01, f"batch of {n}") for n in (2, 4, 8)]
+    same = side("candidate", BASE)
+    v = numerics.judge(ref, noise, same, texts_equal=True)
+    assert v.verdict == "exact" and v.passed and "logprobs identical" in numerics.line(v)
+    scaled = moved(BASE, rng, 0.5, "candidate")  # an lm_head scale error: no greedy token flips
+    v = numerics.judge(ref, noise, scaled, texts_equal=True)
+    assert v.verdict == "beyond" and not v.passed
 
 
 def test_a_candidate_moving_like_the_engine_is_within_and_a_moved_model_beyond():

@@ -107,7 +107,8 @@ def judge(
     alpha: float = ALPHA,
 ) -> NumericsVerdict:
     """The verdict on `candidate` (pure): `exact` when its greedy texts equal the reference's
-    (`texts_equal`, where the schedule is controlled), else `within` or `beyond` by the test above.
+    (`texts_equal`, where the schedule is controlled) and it moved no token's logprob; else `within`
+    or `beyond` by the test above (a scale error that flips no greedy token still moves them all).
     A candidate that `declared_exact` itself passes only as `exact` (the verdict says which it is)."""
     if not noise:
         raise ValueError("the engine's own noise was not measured: no schedule to judge against")
@@ -130,9 +131,9 @@ def judge(
         for rt, ct in zip(reference.texts, candidate.texts, strict=True)
         for r, c in zip(rt.tokens, ct.tokens, strict=False)
     ]
-    verdict = (
-        "exact" if texts_equal else "beyond" if beyond >= k or gross or math.inf in per_cand else "within"
-    )
+    moved = any(c > 0 for c in per_cand)
+    refused = beyond >= k or gross or math.inf in per_cand
+    verdict = "exact" if texts_equal and not moved else "beyond" if refused else "within"
     return NumericsVerdict(
         verdict=verdict,
         max_dlogprob=max(per_cand, default=0.0),
@@ -169,7 +170,7 @@ def line(v: NumericsVerdict) -> str:
         f"flips {v.flips} vs the engine's {v.engine_flips}"
     )
     if v.verdict == "exact":
-        head = "exact (greedy texts identical)"
+        head = "exact (greedy texts and their logprobs identical)"
     elif v.verdict == "within":
         head = "within the engine's numerics"
         if v.declared_exact:

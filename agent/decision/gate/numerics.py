@@ -130,25 +130,30 @@ def candidate_scores(state: LoopState, runtime: Runtime[LoopContext]) -> ForcedS
 
 
 def judge(state: LoopState, runtime: Runtime[LoopContext], texts_problem: str | None) -> NumericsVerdict:
-    """The verdict on the running candidate: exact where `texts_problem` is None, else the test."""
+    """The verdict on the running candidate: its teacher-forced scores against the engine's own
+    moves (exact where its texts did not move, `texts_problem` None, and no logprob moved); a
+    candidate beyond them answers the target's task, where it has one."""
     declared = state.proposal.exact if state.proposal is not None else False
-    if texts_problem is None:
-        return NumericsVerdict(verdict="exact", declared_exact=declared)
     noise = need(state.numerics_noise, "the baseline's numerics")
-    return numerics.judge(
+    verdict = numerics.judge(
         noise.reference,
         noise.schedules,
         candidate_scores(state, runtime),
-        texts_equal=False,
+        texts_equal=texts_problem is None,
         declared_exact=declared,
     )
+    cfg = state.target.correctness
+    if verdict.verdict != "beyond" or declared or not cfg.task_items or noise.task_texts is None:
+        return verdict
+    ok, said = task.judge(cfg.task_items, noise.task_texts, task.answers(state, runtime), cfg.task_margin)
+    return verdict.model_copy(update={"task": said, "task_passed": ok})
 
 
 def line(v: NumericsVerdict, texts_problem: str | None) -> str:
     """The output gate's line for a verdict (pure): the test's figures, and what moved the texts."""
     if v.verdict == "exact":
-        return "exact: greedy texts identical"
-    said = f"{numerics.line(v)} (texts: {texts_problem})"
+        return "exact: greedy texts and their logprobs identical"
+    said = f"{numerics.line(v)} (texts: {texts_problem or 'identical'})"
     return f"{said}; {v.task}" if v.task else said
 
 

@@ -256,6 +256,7 @@ def search_proposal(state: LoopState, now: float | None = None) -> tuple[Proposa
         evidence=[],
         launch_argv=argv,
         predicted_speedup=predicted,
+        exact=bool(config) and all(k.exact for k in knobs if k.name in config),
     ), what
 
 
