@@ -223,4 +223,7 @@ def by_numerics(
     said = numerics.line(verdict, problem)
     if verdict.verdict == "exact" and note:
         said = f"{said}; {note}"
-    return GateAnswer(None if verdict.passed else f"outputs {said}", verdict, said)
+    if verdict.passed:
+        return GateAnswer(None, verdict, said)
+    refusal = numerics.line(verdict, None).removesuffix(" (texts: identical)")
+    return GateAnswer(f"{problem}; {refusal}" if problem else f"outputs moved: {refusal}", verdict, said)
