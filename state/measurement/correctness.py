@@ -42,11 +42,12 @@ class CorrectnessConfig(Model):
     stated here nor learned says so and waits for a human to approve each candidate."""
     request_timeout_s: float = Field(300.0, gt=0)
     """Per-request timeout."""
-    policy: Literal["numerics", "exact", "tolerance"] = "numerics"
-    """`numerics` (the default): greedy outputs identical (`exact`), or, where they moved, moved no
-    further than the engine moves them itself (the baseline's texts teacher-forced under the
-    schedules the engine varies: agent/decision/gate/numerics.py), else refused unless `task`
-    passes. `exact`: identical only. `tolerance` (opt-in, fixed thresholds): the reference's greedy
+    policy: Literal["exact", "numerics", "tolerance"] = "exact"
+    """`exact` (the default): greedy outputs identical. `numerics` (the GPU examples and `perfloop demo
+    --device cuda` set it): identical, or, where they moved, moved no further than the engine moves
+    them itself (the baseline's texts teacher-forced under the schedules the engine varies:
+    agent/decision/gate/numerics.py), else refused unless `task` passes. `tolerance` (opt-in, fixed
+    thresholds): the reference's greedy
     continuation of each prompt of the set is scored by both arms on the same contexts (teacher
     forcing through `/v1/completions` echo + logprobs); kept only when the candidate's top-1
     agreement reaches `min_top1_agreement` and its largest logprob difference stays within

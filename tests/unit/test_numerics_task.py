@@ -58,7 +58,9 @@ def test_the_target_file_reads_its_task_or_says_in_one_line_what_is_wrong(tmp_pa
     good = tmp_path / "qa.jsonl"
     good.write_text('{"prompt": "2+2=", "answer": "4"}\n{"prompt": "3+3=", "answer": "6"}\n')
     toml = tmp_path / "t.toml"
-    toml.write_text(DEMO.read_text().replace("[correctness]", '[correctness]\ntask = "qa.jsonl"', 1))
+    toml.write_text(
+        DEMO.read_text().replace("[correctness]", '[correctness]\npolicy = "numerics"\ntask = "qa.jsonl"', 1)
+    )
     target = load_target(toml, repo=str(ROOT / "examples/targets/mla_server"))
     assert [q.answer for q in target.correctness.task_items] == ["4", "6"]
     assert target.correctness.task == str(good)
@@ -74,8 +76,8 @@ def test_an_engine_without_logprobs_needs_the_exact_policy_before_any_launch(tmp
     from tools.engines.demo import DemoEngine
 
     monkeypatch.setattr(DemoEngine, "logprobs", False)  # an engine of a user's that returns none
-    with pytest.raises(ConfigError, match='returns no completion logprobs.*policy = "exact"'):
-        load_target(DEMO, repo=str(ROOT / "examples/targets/mla_server"))
     toml = tmp_path / "t.toml"
-    toml.write_text(DEMO.read_text().replace("[correctness]", '[correctness]\npolicy = "exact"', 1))
-    assert load_target(toml, repo=str(ROOT / "examples/targets/mla_server")).correctness.policy == "exact"
+    toml.write_text(DEMO.read_text().replace("[correctness]", '[correctness]\npolicy = "numerics"', 1))
+    with pytest.raises(ConfigError, match='returns no completion logprobs.*policy = "exact"'):
+        load_target(toml, repo=str(ROOT / "examples/targets/mla_server"))
+    assert load_target(DEMO, repo=str(ROOT / "examples/targets/mla_server")).correctness.policy == "exact"

@@ -110,7 +110,7 @@ def test_an_answer_without_logprobs_is_one_clear_error() -> None:
 
 
 def test_policy_and_thresholds_are_validated() -> None:
-    assert CorrectnessConfig().policy == "numerics"  # tolerance, with its fixed thresholds, never the default
+    assert CorrectnessConfig().policy == "exact"  # numerics and tolerance are chosen by the target
     with pytest.raises(ValidationError, match='task applies to policy = "numerics" only'):
         CorrectnessConfig(policy="exact", task="gsm8k.jsonl")
     with pytest.raises(ValidationError, match='policy = "tolerance" needs both'):

@@ -171,7 +171,8 @@ def test_bad_search_config_is_one_clear_line(tmp_path: Path) -> None:
     data["search"]["knobs"].append(
         {"name": "--attention-backend", "type": "choice", "choices": ["a", "b"], "numerics": True}
     )
-    type(load_target(SEARCH_TOML)).model_validate(data)  # the default policy judges the math it moves
+    data["correctness"]["policy"] = "numerics"
+    type(load_target(SEARCH_TOML)).model_validate(data)  # the numerics policy judges the math it moves
     data["correctness"]["policy"] = "exact"
     with pytest.raises(ValueError, match='needs \\[correctness\\] policy = "numerics"'):
         type(load_target(SEARCH_TOML)).model_validate(data)
@@ -298,7 +299,8 @@ def test_a_trial_refused_for_its_math_is_tried_again_without_the_knob_that_moved
     cfg = s.target.search.model_copy(update={"knobs": [*knobs(), math_knob]})  # type: ignore[union-attr]
     math_knob_implicated = math_knob.model_copy(update={"implicated_by": ["kv-cache-full-pool-cast"]})
     cfg = cfg.model_copy(update={"knobs": [*knobs(), math_knob_implicated]})
-    s = s.model_copy(update={"target": s.target.model_copy(update={"search": cfg})})
+    numerics = s.target.correctness.model_copy(update={"policy": "numerics"})
+    s = s.model_copy(update={"target": s.target.model_copy(update={"search": cfg, "correctness": numerics})})
     first, _ = search_proposal(s)
     assert first is not None and "--enable-torch-compile" in (first.launch_argv or [])
     refused = beyond(1, first.launch_argv or [], 5.0)
