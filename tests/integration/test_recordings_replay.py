@@ -68,14 +68,20 @@ def files_opened() -> Iterator[list[str]]:
 
 
 def _perfloops(path: Path, home: Path) -> bool:
-    """Whether a file is perfloop's own or the fresh home's: its code and built-in catalog, the
-    interpreter's, the test's $PERFLOOP_HOME; never examples/, benchmarks/, a session's folders."""
+    """Whether a file is perfloop's own or the fresh home's: its code, built-in catalog and installed
+    metadata, the interpreter's, the test's $PERFLOOP_HOME; never examples/, benchmarks/, a session's."""
     p = path.resolve()
     if p.is_relative_to(home.resolve()) or p.is_relative_to(Path(sys.prefix).resolve()):
         return True
     if p.is_relative_to(Path(sys.base_prefix).resolve()) or str(p).startswith(("/proc/", "/dev/", "/sys/")):
         return True
-    own = ("agent", "tools", "state", "playbooks")
+    own = (
+        "agent",
+        "tools",
+        "state",
+        "playbooks",
+        "perfloop.egg-info",
+    )  # the egg-info: its engines' entry points
     return any(p.is_relative_to(ROOT / d) for d in own) or ".venv" in p.parts or "site-packages" in p.parts
 
 
