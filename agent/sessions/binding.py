@@ -33,6 +33,7 @@ ADDED_SINCE_SHOWN = frozenset(
         "search_grid",
         "output_noise_store",
         "confirm_alone",
+        "search_without_math",
         "playbook_files",
     }
 )

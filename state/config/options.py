@@ -71,6 +71,10 @@ class LoopOptions(Model):
     untried one of the knobs' grid, and calls the space exhausted only when every configuration of
     it was tried (agent/proposer/tuning/search.py): True for new sessions; sessions recorded before
     it carry none and replay as they ran (stopped after 20 repeated asks)."""
+    search_without_math: bool = False
+    """Whether a search trial refused for its math is followed by the same trial without the knobs
+    that moved it (agent/proposer/tuning/refusals.py): True for new sessions; recorded sessions
+    carry none and replay as they ran."""
     confirm_alone: bool = False
     """Whether interleaved arms stop the running candidate before a confirming pair of launches, so
     no more than two servers hold the device at once (three glm5 servers do not fit an 80 GB H100):

@@ -86,7 +86,7 @@ def state(
         top_ops=[],
         time_basis="cpu",
     )
-    opts = LoopOptions(session_dir=tmp_path, python="python3")
+    opts = LoopOptions(session_dir=tmp_path, python="python3", search_without_math=True)
     return LoopState(
         session_id="s1", target=target, options=opts, diagnosis=diagnosis, decisions=list(decisions)
     )

@@ -153,6 +153,7 @@ def options(
         "short_aa_pairs": True,
         "schedule_gate": True,
         "confirm_alone": True,
+        "search_without_math": True,
         "output_noise_store": True,
         "first_verdict": True,
         "search_grid": True,

@@ -167,7 +167,7 @@ def picked(state: LoopState, cfg: SearchConfig) -> tuple[dict[str, KnobValue] | 
         first = first_config(state, knobs)
         if first and tuple(with_config(state.argv, knobs, first)) not in seen:
             return first, "first"
-    if (again := without_math(state, knobs, seen, trials_of(state))) is not None:
+    if state.options.search_without_math and (again := without_math(state, knobs, seen, trials_of(state))):
         return again, "without-math"
     dists = {k.name: distribution(k) for k in knobs}
     for attempt in range(ASKS):
