@@ -87,7 +87,7 @@ def leftovers_named(cli: ForkedCli, tmp_path: Path, home: Path, faults: Path) ->
     faults.write_text("")
     started = run(cli, home, faults, "run", "--approve", "auto", str(broken), "--json")
     assert started.returncode != 0
-    return [ln for ln in started.stderr.splitlines() if "still run" in ln]
+    return [ln for ln in started.stderr.splitlines() if "still run" in ln or "runs beside this one" in ln]
 
 
 @pytest.mark.timeout(1500)
@@ -111,9 +111,8 @@ def test_interrupts_leave_nothing_running_and_resume_relaunches_dead_servers(
     killed = run(cli, home, faults, "resume", session, "--json")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     [left] = processes_in(repo)
-    assert leftovers_named(cli, tmp_path, home, faults) == [
-        f"warning: servers started by earlier sessions still run: pid {left} (session {session})"
-    ]
+    [warned] = leftovers_named(cli, tmp_path, home, faults)  # its lease may not have expired yet
+    assert warned.startswith("warning: ") and f"pid {left} (session {session})" in warned, warned
     assert kill_servers(repo) == [left]  # while perfloop is down
 
     faults.write_text("node:measure INT\n")  # the candidate server runs

@@ -93,7 +93,7 @@ def test_an_older_sqlite_store_is_migrated_and_keeps_its_sessions(tmp_path: Path
     old.commit()
     old.close()
     store = SessionStore(path)
-    assert store.db.version() == SCHEMA_VERSION == 3
+    assert store.db.version() == SCHEMA_VERSION == 4
     assert store.get_session(SID) == info()
     store.db.run("INSERT INTO perfloop_schema VALUES (99)")
     store.close()
@@ -291,12 +291,12 @@ def test_a_postgres_store_at_v1_is_migrated_and_new_ones_open_concurrently(pg_se
                   "INSERT INTO perfloop_schema VALUES (1);", old)  # fmt: skip
     pg_server.sql(f"INSERT INTO sessions VALUES ('{SID}', '2026-11-30', '{info().model_dump_json()}')", old)
     store = SessionStore(Path("/nonexistent"), pg_server.url(old))
-    assert store.db.version() == 3 and store.get_session(SID) == info() and store.held() == {}
+    assert store.db.version() == 4 and store.get_session(SID) == info() and store.held() == {}
     store.close()
     fresh = pg_server.url(pg_server.new_db())  # four processes' first open at once: one migrates
     with ThreadPoolExecutor(4) as pool:
         stores = list(pool.map(lambda _: SessionStore(Path("/nonexistent"), fresh), range(4)))
-    assert [s.db.version() for s in stores] == [3, 3, 3, 3]
+    assert [s.db.version() for s in stores] == [4, 4, 4, 4]
     assert pg_server.sql(
         "SELECT version FROM perfloop_schema ORDER BY version", fresh.rsplit("/", 1)[1]
     ).split() == ["1", "2", "3"]
