@@ -98,7 +98,7 @@ def test_an_older_sqlite_store_is_migrated_and_keeps_its_sessions(tmp_path: Path
     store.db.run("INSERT INTO perfloop_schema VALUES (99)")
     store.close()
     with pytest.raises(
-        ConfigError, match="schema version 99, newer than this perfloop's 3; upgrade perfloop"
+        ConfigError, match="schema version 99, newer than this perfloop's 4; upgrade perfloop"
     ):
         SessionStore(path)
 
@@ -299,6 +299,6 @@ def test_a_postgres_store_at_v1_is_migrated_and_new_ones_open_concurrently(pg_se
     assert [s.db.version() for s in stores] == [4, 4, 4, 4]
     assert pg_server.sql(
         "SELECT version FROM perfloop_schema ORDER BY version", fresh.rsplit("/", 1)[1]
-    ).split() == ["1", "2", "3"]
+    ).split() == ["1", "2", "3", "4"]
     for s in stores:
         s.close()
