@@ -112,7 +112,7 @@ def test_interrupts_leave_nothing_running_and_resume_relaunches_dead_servers(
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     [left] = processes_in(repo)
     [warned] = leftovers_named(cli, tmp_path, home, faults)  # its lease may not have expired yet
-    assert warned.startswith("warning: ") and f"pid {left} (session {session})" in warned, warned
+    assert warned.startswith("warning: ") and f"pid {left} (session {session}" in warned, warned
     assert kill_servers(repo) == [left]  # while perfloop is down
 
     faults.write_text("node:measure INT\n")  # the candidate server runs
