@@ -34,7 +34,7 @@ TARGET = ROOT / "examples" / "targets" / "mla_server"
 sys.path[:0] = [str(ROOT), str(TARGET), str(ROOT / "benchmarks")]
 
 import torch  # noqa: E402
-from numerics_variants import Variant, variants  # noqa: E402
+from numerics_variants import Variant, precise, variants  # noqa: E402
 
 from agent.decision.gate.moves import judge, line  # noqa: E402  (the gate's own test)
 from state.measurement.numerics import ForcedScores, ForcedText, ForcedToken, NumericsNoise  # noqa: E402
@@ -182,14 +182,19 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--preset", choices=["cpu", "glm5"], default="cpu")
     p.add_argument("--layers", type=int, default=2, help="layers (the cpu preset has 4, glm5 78)")
-    p.add_argument("--prompts", type=int, default=8)
+    p.add_argument("--prompts", type=int, default=16)
     p.add_argument("--tokens", type=int, default=24)
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights")
     p.add_argument("--pool", type=int, default=2048, help="KV pool slots")
-    p.add_argument("--past", type=int, default=48, help="the rope bug's position")
+    p.add_argument(
+        "--past", type=int, default=32, help="the rope bug's position (every prompt reaches past 32)"
+    )
     p.add_argument("--batches", default="2,4", help="the engine's batch schedules")
     p.add_argument("--only", default="", help="comma-separated substrings: run only matching variants")
     p.add_argument("--no-compile", action="store_true", help="leave out the torch.compile variants")
+    p.add_argument(
+        "--no-precise", action="store_true", help="no float32 precision reference: the schedules alone"
+    )
     p.add_argument(
         "--threads",
         type=int,
@@ -197,6 +202,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         help="torch threads on the CPU (1: 10x faster than 2 on a shared 2-core host)",
     )
     p.add_argument("--json", type=Path, default=None, help="write the rows here")
+    p.add_argument("--dump", type=Path, default=None, help="write every side's teacher-forced scores here")
     p.add_argument(
         "--static-decode", action="store_true", help="cuda's static decode step on the CPU (a dry run)"
     )
@@ -232,6 +238,12 @@ def bench(a: argparse.Namespace) -> dict:
     sched.append(
         scores("prefill (echo)", prompts, refs, echo(ctx, prompts, refs), 5, time.perf_counter() - t0)
     )
+    if not a.no_precise:
+        t0 = time.perf_counter()
+        with contextlib.ExitStack() as stack:
+            precise(ctx, stack)
+            rows = forced(ctx, prompts, refs, a.tokens, 1)
+        sched.append(scores("float32 precision reference", prompts, refs, rows, 5, time.perf_counter() - t0))
     noise = NumericsNoise(reference=reference, schedules=sched, key=f"{a.device}/{a.preset}/{a.layers}")
     eng = {s.schedule: max(abs(c.logprob - r.logprob) for ct, rt in zip(s.texts, reference.texts, strict=True)
                            for c, r in zip(ct.tokens, rt.tokens, strict=True)) for s in sched}  # fmt: skip
@@ -242,9 +254,9 @@ def bench(a: argparse.Namespace) -> dict:
           f"{a.tokens} tokens; the engine's own max |dlogprob|: "
           + ", ".join(f"{k} {v:.4g}" for k, v in eng.items())
           + " (agent/decision/gate/moves.py judges)", flush=True)  # fmt: skip
-    print("| variant | class | effect | verdict | max \\|dlogprob\\| | engine's own | prompts beyond (refuse at) "
-          "| gross | top-1 flips | s |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| variant | class | effect | verdict | mean \\|dlogprob\\| | engine's own | x per prompt (>= at 99%) "
+          "| max \\|dlogprob\\| | gross | top-1 flips | s |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     out, cut = [], False
     only = [s for s in a.only.split(",") if s]
     todo = [v for v in variants(a.past) if not (only and not any(s in v.name for s in only))]
@@ -266,6 +278,11 @@ def bench(a: argparse.Namespace) -> dict:
     print("\n" + "\n".join(summary["lines"]) + f"\n{took:.0f} s in all", flush=True)
     result = {"args": {k: str(x) for k, x in vars(a).items()}, "device": dev, "torch": torch.__version__,
               "engine": eng, "rows": out, "summary": summary, "seconds": round(took, 1), "cut": cut}  # fmt: skip
+    if a.dump:
+        sides = {"reference": reference.model_dump(), "schedules": [s.model_dump() for s in sched],
+                 "candidates": {r["name"]: {"class": r["class"], "effect_pct": r["effect_pct"],
+                                            "scores": r.pop("_scores")} for r in out}}  # fmt: skip
+        a.dump.write_text(json.dumps(sides))
     if a.json:
         a.json.write_text(json.dumps(result, indent=1))
     return result
@@ -282,6 +299,8 @@ def judged(v: Variant, ctx, other, a, prompts, refs, reference, noise) -> dict:
     row = {"name": v.name, "class": v.cls, "effect_pct": eff, "measured_pct": measured, "at": v.at,
            "texts_equal": equal,
            "seconds": round(dur, 1), "line": line(verdict), **verdict.model_dump()}  # fmt: skip
+    if a.dump:
+        row["_scores"] = cand.model_dump()
     e = (
         "-"
         if v.cls == "benign"
@@ -289,9 +308,9 @@ def judged(v: Variant, ctx, other, a, prompts, refs, reference, noise) -> dict:
         if measured is None
         else f"{eff:.3g}% ({v.at}: {measured:.3g}%)"
     )
-    print(f"| {v.name} | {v.cls} | {e} | {verdict.verdict} | {verdict.max_dlogprob:.4g} | "
-          f"{verdict.engine_max_dlogprob:.4g} | {verdict.prompts_beyond}/{verdict.prompts} "
-          f"({verdict.needed}) | {verdict.gross} | {verdict.flips} | {dur:.1f} |", flush=True)  # fmt: skip
+    print(f"| {v.name} | {v.cls} | {e} | {verdict.verdict} | {verdict.mean_dlogprob:.3g} | "
+          f"{verdict.engine_mean_dlogprob:.3g} | {verdict.ratio:.2f} ({verdict.ratio_low:.2f}) | "
+          f"{verdict.max_dlogprob:.3g} | {verdict.gross} | {verdict.flips} | {dur:.1f} |", flush=True)  # fmt: skip
     return row
 
 

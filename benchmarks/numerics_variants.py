@@ -62,6 +62,24 @@ def setp(stack: contextlib.ExitStack, obj, name: str, value) -> None:
     setattr(obj, name, value)
 
 
+def precise(ctx, stack: contextlib.ExitStack) -> None:
+    """The precision reference: the same model (its bfloat16 weights, upcast exactly) computed in
+    float32, rope tables included; the KV cache stays FP8 (the engine's format). How far the engine's
+    own rounding puts the baseline from its math: the numerics gate's yardstick on a host where no
+    schedule moves the tokens."""
+    m = ctx.model
+    for name in ("embed", "final_norm", "lm_head"):
+        setp(stack, m, name, getattr(m, name).float())
+    for w in m.layers:
+        for k, v in list(vars(w).items()):
+            if torch.is_tensor(v) and v.is_floating_point():
+                setp(stack, w, k, v.float())
+    setp(stack, ctx.mod, "DTYPE", torch.float32)
+    cos, sin = m._rope_table(m.cos.shape[0])
+    setp(stack, m, "cos", cos)
+    setp(stack, m, "sin", sin)
+
+
 # --- attention: the demo's `_attend` (per request; prefill causal) and `_attend_masked` (static step)
 
 

@@ -189,18 +189,26 @@ class NumericsVerdict(Model):
     """Largest KL(baseline || candidate) over the positions, on the baseline's top-k (tail lumped)."""
     positions: int = Field(0, ge=0)
     """Positions scored on the candidate."""
+    mean_dlogprob: float = 0.0
+    """The candidate's typical move: mean |dlogprob| a position, over every scored position."""
+    engine_mean_dlogprob: float = 0.0
+    """The same for the engine's own side that moved the tokens furthest on average."""
+    ratio: float = 0.0
+    """Geometric mean over the prompts of (candidate's mean move / the engine's own on that prompt)."""
+    ratio_low: float = 0.0
+    """Its one-sided lower confidence bound at 1 - the stated false-reject rate (Student's t)."""
     prompts_beyond: int = Field(0, ge=0)
-    """Prompts whose largest move exceeds the margin times the engine's largest on that prompt."""
+    """Prompts whose mean move exceeds the margin times the engine's own on that prompt."""
     gross: int = Field(0, ge=0)
     """Prompts moved beyond the gross margin times the engine's largest move anywhere (each refuses)."""
     prompts: int = Field(0, ge=0)
     """Prompts compared."""
     needed: int = Field(0, ge=0)
-    """Prompts beyond needed to refuse at the stated false-reject rate."""
+    """Before 2026-12-06 (third session): prompts beyond needed to refuse (the count test); 0 since."""
     false_reject: float = 0.0
-    """The test's false-reject rate bound for a candidate that moves tokens as the engine does."""
+    """The test's false-reject rate for a candidate whose typical move is the margin times the engine's."""
     margin: float = 1.0
-    """The margin (times the engine's own largest move per prompt)."""
+    """The margin (times the engine's own mean move per prompt)."""
     declared_exact: bool = False
     """The change declared itself exact: only `exact` passes."""
     note: str = ""

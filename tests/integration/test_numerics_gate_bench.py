@@ -28,7 +28,8 @@ def test_two_benign_changes_and_two_bugs_of_20_percent(tmp_path: Path) -> None:
     # the cast fix changes no number: the same greedy texts, every logprob equal
     fix = rows["cast fix (gather, then cast the rows)"]
     assert fix["verdict"] == "exact" and fix["max_dlogprob"] == 0.0
-    # float32 attention moves the logprobs (it is not the baseline's rounding) but stays within
+    # float32 attention moves the logprobs (it is not the baseline's rounding) but less than the
+    # baseline's own distance from its math computed in float32 (the precision reference): within
     f32 = rows["attention in float32"]
     assert 0 < f32["max_dlogprob"] < 0.1
     assert f32["verdict"] != "beyond", f32["line"]
@@ -37,7 +38,7 @@ def test_two_benign_changes_and_two_bugs_of_20_percent(tmp_path: Path) -> None:
         bug = rows[name]
         assert abs(bug["effect_pct"] - 20) < 0.5, bug
         assert bug["verdict"] == "beyond", bug["line"]
-        assert bug["max_dlogprob"] > 10 * f32["max_dlogprob"]
+        assert bug["mean_dlogprob"] > 5 * f32["mean_dlogprob"]
     s = result["summary"]
     assert (s["bugs_refused"], s["bugs"], s["big_refused"], s["big"]) == (2, 2, 2, 2)
     assert out.exists() and '"summary"' in out.read_text()

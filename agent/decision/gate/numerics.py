@@ -193,5 +193,8 @@ def short(v: NumericsVerdict) -> str:
     """A verdict in a few words with its figures (pure)."""
     if v.verdict == "exact":
         return "exact"
-    said = f"{v.verdict} (max |dlogprob| {numerics.fmt(v.max_dlogprob)} vs {numerics.fmt(v.engine_max_dlogprob)})"
+    said = (
+        f"{v.verdict} (mean |dlogprob| {numerics.fmt(v.mean_dlogprob)} vs {numerics.fmt(v.engine_mean_dlogprob)}, "
+        f"{v.ratio:.2f}x per prompt)"
+    )
     return said + (f", {v.task}" if v.task else "")
