@@ -7,7 +7,7 @@ import shlex
 
 from rich.console import Console
 
-from agent.cli.output import diff_text, table
+from agent.cli.output import diff_text, shell_lines, table
 from agent.cli.targetcheck import dummy_weights
 from agent.cli.terminal import perfloop, styled
 from agent.report.headline import (
@@ -127,23 +127,6 @@ def summary(console: Console, s: Summary) -> None:
     )
 
 
-def shell_lines(command: str, width: int, indent: str) -> str:
-    """A shell command broken between its words with ` \\` continuations so that no line is wider
-    than `width` (a word wider stays whole on its own line); pasted, it runs as written (pure)."""
-    try:
-        words = shlex.split(command)
-    except ValueError:  # not one shell command: as it is
-        return indent + command
-    lines, line = [], indent
-    for word in map(shlex.quote, words):
-        if line.strip() and len(line) + 1 + len(word) + 2 > width:
-            lines.append(line + " \\")
-            line = indent + "  " + word
-        else:
-            line = f"{line} {word}" if line.strip() else line + word
-    return "\n".join([*lines, line])
-
-
 def approval(console: Console, req: dict) -> None:
     """What a paused session asks a human to approve."""
     title = outside(req["title"])  # a model's words, like the rationale: masked as any child's text
@@ -189,6 +172,8 @@ def approval(console: Console, req: dict) -> None:
         console.print(f"predicted: {bound}{req['predicted_speedup']:.2f}x{paired}")
     for line in req.get("mechanisms", []):
         console.print(f"earlier accepted patch, predicted vs realized: {line}", highlight=False)
+    for line in req.get("output_gate") or []:  # the policy, the engine's own yardstick, verdicts so far
+        console.print(line, highlight=False)
     if not req["evidence"]:  # the last profile's diagnosis, shown here, or that there is none
         lines = req.get("diagnosis") or []
         said = "the last profile's diagnosis" if lines else "none recorded (no profile diagnosed it)"
