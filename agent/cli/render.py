@@ -108,8 +108,12 @@ def summary(console: Console, s: Summary) -> None:
         rows.insert(-1, ("parallel trials", "\n".join(s.trials)))
     if s.search_trials:
         rows.insert(-1, ("search trials", "\n".join(s.search_trials)))
+    if s.floors:  # the baseline's and the final step against (weights + live KV) over the bandwidth
+        rows.insert(-1, ("bandwidth floor", "\n".join(floor_lines(s, "baseline", "final"))))
     if s.chain is not None:  # --proposer chain: each link against the tree before it, the whole measured
-        rows.insert(1, ("chain", s.chain.line().removeprefix("chain: ")))
+        rows.insert(
+            1, ("chain", "\n".join([s.chain.line().removeprefix("chain: "), *floor_lines(s, "link")]))
+        )
     console.print(
         table("", "", rows=rows, title=f"perfloop session {s.session} ({s.status})", show_header=False)
     )
@@ -125,6 +129,11 @@ def summary(console: Console, s: Summary) -> None:
         highlight=False,
         soft_wrap=True,
     )
+
+
+def floor_lines(s: Summary, *roles: str) -> list[str]:
+    """`final: step 12.0 ms, floor 4.06 ms (...): 3.0x above`, one per step of `roles` (pure)."""
+    return [f"{f.label}: {f.line()}" for f in s.floors if f.role in roles]
 
 
 def approval(console: Console, req: dict) -> None:
