@@ -79,7 +79,8 @@ def test_a_step_against_its_floor_on_an_h100() -> None:
 
 def test_two_gpus_share_the_bytes_and_a_pcie_card_is_not_an_sxm_one() -> None:
     f = ModelFootprint(weight_bytes=9_600_000_000, kv_bytes_per_token=1000, gpus=2, basis="b")
-    floor = step_floor("final", "final", 5.0, f, 0, spec_bandwidth("NVIDIA H200"))
+    assert spec_bandwidth("NVIDIA H200") == (4800.0, "H200 spec")
+    floor = step_floor("final", "final", 5.0, f, 0, (4800.0, "H200 spec"))
     assert floor.floor_ms == pytest.approx(1.0) and floor.above == pytest.approx(5.0)
     assert "(weights 9.6 GB + KV 0 GB at 2 x 4.8 TB/s, H200 spec): 5.0x above" in floor.line()
     assert spec_bandwidth("NVIDIA H100 PCIe") == (2000.0, "H100 PCIe spec")
