@@ -10,6 +10,11 @@ from state.profiling.diagnosis import DiagnosisContext, Roofline
 from state.profiling.profile import OpStat, ProfileSummary
 
 DEVICE_BANDWIDTH_GBS = {
+    "H100 PCIe": 2000.0,
+    "H100 NVL": 3900.0,
+    "A100-SXM4-40GB": 1555.0,
+    "A100-PCIE-40GB": 1555.0,
+    "A100 80GB PCIe": 1935.0,
     "H200": 4800.0,
     "H100": 3350.0,
     "H20": 4000.0,
@@ -19,8 +24,9 @@ DEVICE_BANDWIDTH_GBS = {
     "L40S": 864.0,
     "A10G": 600.0,
 }
-"""Peak HBM/GDDR bandwidth in GB/s by a substring of the device name (vendor datasheets:
-H200 HBM3e 4.8 TB/s, H100 SXM 3.35 TB/s, A100 80GB 2.04 TB/s, ...)."""
+"""Peak HBM/GDDR bandwidth in GB/s by a substring of the device name, the first that matches
+(vendor datasheets: H200 HBM3e 4.8 TB/s, H100 SXM 3.35 TB/s, H100 PCIe 2.0 TB/s, A100 80GB SXM
+2.04 TB/s, ...; nvidia-smi names an H100 SXM `NVIDIA H100 80GB HBM3`)."""
 
 ITEMSIZE = {
     "c10::Float8_e4m3fn": 1,
@@ -54,6 +60,14 @@ def bandwidth(profile: ProfileSummary, ctx: DiagnosisContext) -> tuple[float, st
     for key, gbs in DEVICE_BANDWIDTH_GBS.items():
         if key in name:
             return gbs, name
+    return None
+
+
+def spec_bandwidth(device: str) -> tuple[float, str] | None:
+    """(GB/s, `H100 spec`) of a device by its name from the datasheet table, or None (pure)."""
+    for key, gbs in DEVICE_BANDWIDTH_GBS.items():
+        if key in device:
+            return gbs, f"{key} spec"
     return None
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -216,3 +217,20 @@ def diff_text(diff: str) -> Text:
         )
         out.append(line, style=style)
     return out
+
+
+def shell_lines(command: str, width: int, indent: str) -> str:
+    """A shell command broken between its words with ` \\` continuations so that no line is wider
+    than `width` (a word wider stays whole on its own line); pasted, it runs as written (pure)."""
+    try:
+        words = shlex.split(command)
+    except ValueError:  # not one shell command: as it is
+        return indent + command
+    lines, line = [], indent
+    for word in map(shlex.quote, words):
+        if line.strip() and len(line) + 1 + len(word) + 2 > width:
+            lines.append(line + " \\")
+            line = indent + "  " + word
+        else:
+            line = f"{line} {word}" if line.strip() else line + word
+    return "\n".join([*lines, line])

@@ -7,7 +7,7 @@ import shlex
 
 from rich.console import Console
 
-from agent.cli.output import diff_text, table
+from agent.cli.output import diff_text, shell_lines, table
 from agent.cli.targetcheck import dummy_weights
 from agent.cli.terminal import perfloop, styled
 from agent.report.headline import (
@@ -108,8 +108,12 @@ def summary(console: Console, s: Summary) -> None:
         rows.insert(-1, ("parallel trials", "\n".join(s.trials)))
     if s.search_trials:
         rows.insert(-1, ("search trials", "\n".join(s.search_trials)))
+    if s.floors:  # the baseline's and the final step against (weights + live KV) over the bandwidth
+        rows.insert(-1, ("bandwidth floor", "\n".join(floor_lines(s, "baseline", "final"))))
     if s.chain is not None:  # --proposer chain: each link against the tree before it, the whole measured
-        rows.insert(1, ("chain", s.chain.line().removeprefix("chain: ")))
+        rows.insert(
+            1, ("chain", "\n".join([s.chain.line().removeprefix("chain: "), *floor_lines(s, "link")]))
+        )
     console.print(
         table("", "", rows=rows, title=f"perfloop session {s.session} ({s.status})", show_header=False)
     )
@@ -127,21 +131,9 @@ def summary(console: Console, s: Summary) -> None:
     )
 
 
-def shell_lines(command: str, width: int, indent: str) -> str:
-    """A shell command broken between its words with ` \\` continuations so that no line is wider
-    than `width` (a word wider stays whole on its own line); pasted, it runs as written (pure)."""
-    try:
-        words = shlex.split(command)
-    except ValueError:  # not one shell command: as it is
-        return indent + command
-    lines, line = [], indent
-    for word in map(shlex.quote, words):
-        if line.strip() and len(line) + 1 + len(word) + 2 > width:
-            lines.append(line + " \\")
-            line = indent + "  " + word
-        else:
-            line = f"{line} {word}" if line.strip() else line + word
-    return "\n".join([*lines, line])
+def floor_lines(s: Summary, *roles: str) -> list[str]:
+    """`final: step 12.0 ms, floor 4.06 ms (...): 3.0x above`, one per step of `roles` (pure)."""
+    return [f"{f.label}: {f.line()}" for f in s.floors if f.role in roles]
 
 
 def approval(console: Console, req: dict) -> None:
@@ -189,6 +181,8 @@ def approval(console: Console, req: dict) -> None:
         console.print(f"predicted: {bound}{req['predicted_speedup']:.2f}x{paired}")
     for line in req.get("mechanisms", []):
         console.print(f"earlier accepted patch, predicted vs realized: {line}", highlight=False)
+    for line in req.get("output_gate") or []:  # the policy, the engine's own yardstick, verdicts so far
+        console.print(line, highlight=False)
     if not req["evidence"]:  # the last profile's diagnosis, shown here, or that there is none
         lines = req.get("diagnosis") or []
         said = "the last profile's diagnosis" if lines else "none recorded (no profile diagnosed it)"

@@ -1,6 +1,6 @@
 """Sessions around the graph: start, resume, fork, replay (`runner`), the checkpointer
-(`checkpoint`), export/import (`archive`), the summary (`summary`), approval answers (`approving`),
-and the SSH hosts' executors (`remote`).
+(`checkpoint`), export/import (`archive`), the summary (`summary`) with its steps' bandwidth floors
+(`floor`), approval answers (`approving`), and the SSH hosts' executors (`remote`).
 
 May import: `agent.graph`, `agent.context`, `agent.steps` (the fork steps), `tools`, `state`.
 Never `agent.cli`, `agent.web`, `agent.report`.

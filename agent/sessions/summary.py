@@ -11,6 +11,7 @@ from agent.decision.gate.correctness import refusal
 from agent.decision.stats.levels import at_level
 from agent.decision.stats.rule import percentile, pooled_metric, serving_stats
 from agent.proposer.tuning.search import trial_lines
+from agent.sessions.floor import floors_of
 from state.door.records import ToolCallRecord
 from state.measurement.measure import Measurement
 from state.measurement.workload import OBJECTIVES
@@ -48,10 +49,11 @@ def summarize(state: LoopState, status: str, calls: Sequence[ToolCallRecord] = (
         reach += f"; {why}" if (why := refusal(state)) is not None else ""
     a, b = timed_tpot(before), timed_tpot(after)  # a merged stream timed nothing: not measured, never 0.0
     timing = {"tpot_ms_before": a, "tpot_ms_after": b, "speedup": a / b if a and b else None}
+    timing |= serving_figures(state, before, after)
     return Summary(
         session=state.session_id,
         status=status,
-        **(timing | serving_figures(state, before, after)),
+        **timing,
         ttft_ms_before=before.ttft_ms.median if before else None,
         ttft_ms_after=after.ttft_ms.median if after else None,
         outputs_identical=(
@@ -93,6 +95,7 @@ def summarize(state: LoopState, status: str, calls: Sequence[ToolCallRecord] = (
         trials=[t.line() for t in state.trials],
         search_trials=trial_lines(state),
         chain=chain_of(state),
+        floors=floors_of(state, timing["tpot_ms_before"], timing["tpot_ms_after"]),
     )
 
 

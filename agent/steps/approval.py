@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from agent.context import need
+from agent.decision.gate import moves, numerics
 from agent.decision.gate.correctness import refusal
+from agent.proposer.tuning.search import is_trial
 from state.sessions.loop import LoopState, Proposal
 
 PAUSED_SERVERS = (
@@ -44,7 +46,57 @@ def approval_request(state: LoopState, proposal: Proposal | None = None) -> dict
         "rationale": p.origin.rationale if p.origin else None,
         "llm_tokens": p.origin.usage.tokens if p.origin else 0,
         "repairs": p.origin.repairs if p.origin else 0,
+        "output_gate": gate_lines(state, [p]),
     }
+
+
+def gate_lines(state: LoopState, proposals: list[Proposal]) -> list[str]:
+    """What the approval view says of the output gate that will judge `proposals` once they run
+    (pure): the policy; under `numerics`, the engine's own moves measured at the baseline with the
+    test's figures, whether each change declares itself exact, and the changes judged so far."""
+    cfg = state.target.correctness
+    if cfg.policy == "tolerance":
+        return [
+            f"output gate: tolerance policy: kept when top-1 agreement >= {cfg.min_top1_agreement:.1%} "
+            f"and max |dlogprob| <= {cfg.max_logprob_diff:.3f} (teacher-forced on the baseline's texts)"
+        ]
+    if cfg.policy == "exact":
+        return ["output gate: exact policy: kept only when its greedy outputs equal the baseline's"]
+    task = ", unless the target's task shows no loss of accuracy" if cfg.task_items else ""
+    lines = [
+        f"output gate: numerics policy: kept when exact or within the engine's numerics; beyond is refused{task}"
+    ]
+    noise = state.numerics_noise
+    if noise is None:
+        lines.append("will be judged against the engine's own moves, not measured yet (at the baseline)")
+    else:
+        n, k = len(noise.reference.texts), moves.needed(len(noise.reference.texts), len(noise.schedules))
+        host = (
+            f"; {noise.host_sessions} session(s) on this host moved them at most "
+            f"{moves.fmt(noise.host_max_dlogprob)}"
+            if noise.host_sessions > 1
+            else ""
+        )
+        lines.append(
+            f"will be judged against {numerics.yardstick(noise)}, measured at the baseline{host}: a "
+            f"prompt is beyond past {moves.MARGIN:g}x the engine's own on it, refused at {k[0]}/{n} "
+            f"prompts beyond (false-reject <= {k[1]:.1%}) or any past {moves.GROSS:g}x"
+        )
+    lines += [declared(p) for p in proposals]
+    if words := numerics.judged_words(state):
+        lines.append("judged so far: " + "; ".join(words))
+    return lines
+
+
+def declared(p: Proposal) -> str:
+    """Whether a change declares itself exact, and what passes then (pure)."""
+    if p.proposer == "llm":
+        return f"{p.source}: a model's patch declares nothing exact: exact or within passes"
+    whose = "every knob it sets says" if is_trial(p.source) else "its playbook says"
+    if p.exact:
+        return f"{p.source} declares itself exact ({whose} `exact = true`): only an exact verdict passes"
+    whose = "a knob it sets lacks" if is_trial(p.source) else "its playbook lacks"
+    return f"{p.source} is not declared exact ({whose} `exact = true`): exact or within passes"
 
 
 def diagnosis_lines(state: LoopState) -> list[str]:
@@ -74,5 +126,6 @@ def batch_request(state: LoopState) -> dict:
         "title": f"{len(ids)} candidates to try at once on the target's [[hosts]]: {', '.join(ids)}",
         "files": sorted({f for v in views for f in v["files"]}),
         "diff": "".join(v["diff"] for v in views),
+        "output_gate": gate_lines(state, state.candidates),
         "candidates": views,
     }

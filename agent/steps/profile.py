@@ -87,7 +87,9 @@ def diagnose(state: LoopState, runtime: Runtime[LoopContext]) -> Command[Literal
         active_tokens=latest.active_tokens,
         tpot_ms=need(state.reference, "reference measurement").tpot_ms.median,
     )
-    result = run_diagnosis(summary, ctx, playbooks_of(state))
+    result = run_diagnosis(summary, ctx, playbooks_of(state)).model_copy(
+        update={"device_name": summary.device_name}
+    )
     update: LoopUpdate = {}
     if rule_for(state.options.decision_rule).checks_mechanisms:
         result = result.model_copy(update={"steps": summary.steps, "step_us": summary.step_us})

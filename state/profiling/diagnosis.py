@@ -138,6 +138,9 @@ class Diagnosis(Model):
     decode_phases: DecodePhases | None = None
     """vLLM's phase scopes over the profile's decode steps: host-bound or model-bound decode (the
     launch-option search predicts a batch-size change's gain from it); None for other traces."""
+    device_name: str | None = None
+    """The GPU the trace names (`NVIDIA H200`, its deviceProperties); None: a CPU trace, or one
+    diagnosed before it was kept (the memory-bandwidth floor looks its bandwidth up by it)."""
 
 
 class DiagnosisContext(Model):

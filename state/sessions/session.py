@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Literal
 
 from state.base import Model
+from state.measurement.floor import StepFloor
 from state.sessions.chain import Chain
 from state.sessions.ids import SessionId
 
@@ -134,6 +135,10 @@ class Summary(Model):
     the tree before it, and the whole chain's judged speedup against the baseline, measured by a
     final comparison of the baseline's tree and launch command with the final ones (`whole`; when
     two or more links were kept); None in other modes."""
+    floors: list[StepFloor] = []
+    """The baseline's decode step, each kept chain link's and the final one's against its
+    memory-bandwidth floor (weights + live KV bytes over the GPUs' bandwidth, agent/sessions/floor.py),
+    or what is missing for one; empty in summaries recorded before it."""
 
 
 class SessionInfo(Model):

@@ -19,6 +19,7 @@ from typing import ClassVar
 
 from state.engines.sglang import HookSite
 from state.engines.vllm import DecodePhases
+from state.measurement.floor import ModelFootprint
 from state.measurement.measure import RequestRecord
 from state.measurement.workload import WorkloadConfig
 from tools.engines.benchrun import BenchRun
@@ -128,4 +129,10 @@ class Engine:
 
     def bench(self) -> BenchClient | None:
         """The engine's own serving benchmark, or None (perfloop's client only)."""
+        return None
+
+    def footprint(self, argv: list[str]) -> ModelFootprint | None:
+        """The bytes a decode step of the model its launch command `argv` serves reads at least
+        (weights, KV per token), for the memory-bandwidth floor (pure); None: the engine does not know
+        its model's size (the floor then says so)."""
         return None

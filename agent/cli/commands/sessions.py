@@ -35,6 +35,8 @@ def not_compared(recorded: Summary, replayed: Summary | None = None) -> set[str]
         skip.add("speedup_judged")
     if recorded.outputs_identical is not None and not recorded.accepted:  # before it was None then
         skip.add("outputs_identical")
+    if not recorded.floors:  # recorded before the summary kept the steps' bandwidth floors
+        skip.add("floors")
     return skip
 
 

@@ -157,10 +157,9 @@ def line(v: NumericsVerdict, texts_problem: str | None) -> str:
     return f"{said}; {v.task}" if v.task else said
 
 
-def summary_line(state: LoopState) -> str:
-    """The session's output gate in one line (pure): the engine's own moves measured at the baseline,
-    then each judged change's class with its figures, kept ones first."""
-    noise = need(state.numerics_noise, "the baseline's numerics")
+def own_move(noise: NumericsNoise) -> tuple[float, str | None]:
+    """The engine's own largest move of the reference's tokens at the baseline and the schedule that
+    made it (pure); (its logits' rounding, None) where no schedule moved them."""
     moves = [
         max(
             (
@@ -172,21 +171,41 @@ def summary_line(state: LoopState) -> str:
         for s in noise.schedules
     ]
     worst = max(range(len(moves)), key=moves.__getitem__) if moves else None
-    own = (
-        f"the engine's own moves (largest |dlogprob| {numerics.fmt(moves[worst])}, {noise.schedules[worst].schedule})"
-        if worst is not None and moves[worst] > 0
-        else f"the engine's rounding (no schedule of {len(moves)} moved its tokens: largest |dlogprob| its "
-        f"logits' rounding, {numerics.fmt(numerics.rounding(noise.reference))})"
+    if worst is None or moves[worst] <= 0:
+        return numerics.rounding(noise.reference), None
+    return moves[worst], noise.schedules[worst].schedule
+
+
+def yardstick(noise: NumericsNoise) -> str:
+    """The engine's own move with its figures (pure): `the engine's own moves (largest |dlogprob|
+    0.536, batch of 2)`, or its rounding where no schedule moved its tokens."""
+    move, schedule = own_move(noise)
+    if schedule is not None:
+        return f"the engine's own moves (largest |dlogprob| {numerics.fmt(move)}, {schedule})"
+    return (
+        f"the engine's rounding (no schedule of {len(noise.schedules)} moved its tokens: largest "
+        f"|dlogprob| its logits' rounding, {numerics.fmt(move)})"
     )
-    host = f", {noise.host_sessions} session(s) on this host" if noise.host_sessions > 1 else ""
-    judged = [d for d in state.decisions if d.numerics is not None]
-    judged.sort(key=lambda d: d.verdict != "accepted")
-    words = [
+
+
+def judged_words(state: LoopState) -> list[str]:
+    """Each change the numerics gate judged so far, kept ones first: `search-1 (kept): within (max
+    |dlogprob| 0.298 vs 0.149)` (pure)."""
+    judged = sorted((d for d in state.decisions if d.numerics), key=lambda d: d.verdict != "accepted")
+    return [
         f"{d.label} ({'kept' if d.verdict == 'accepted' else d.verdict}): {short(d.numerics)}"
         for d in judged
         if d.numerics
     ]
-    return f"numerics: exact, or within {own}{host}" + (f"; {'; '.join(words)}" if words else "")
+
+
+def summary_line(state: LoopState) -> str:
+    """The session's output gate in one line (pure): the engine's own moves measured at the baseline,
+    then each judged change's class with its figures, kept ones first."""
+    noise = need(state.numerics_noise, "the baseline's numerics")
+    host = f", {noise.host_sessions} session(s) on this host" if noise.host_sessions > 1 else ""
+    words = judged_words(state)
+    return f"numerics: exact, or within {yardstick(noise)}{host}" + (f"; {'; '.join(words)}" if words else "")
 
 
 def short(v: NumericsVerdict) -> str:
