@@ -74,7 +74,7 @@ def precise(ctx, stack: contextlib.ExitStack) -> None:
         for k, v in list(vars(w).items()):
             if torch.is_tensor(v) and v.is_floating_point():
                 setp(stack, w, k, v.float())
-    setp(stack, ctx.mod, "DTYPE", torch.float32)
+    setp(stack, m, "dtype", torch.float32)  # what the server's `--dtype float32` builds
     cos, sin = m._rope_table(m.cos.shape[0])
     setp(stack, m, "cos", cos)
     setp(stack, m, "sin", sin)

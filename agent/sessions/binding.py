@@ -49,6 +49,7 @@ TARGET_ADDED = {
     "correctness": (
         "numerics_prompts",
         "numerics_tokens",
+        "precision_reference",
         "task",
         "task_items",
         "task_max_tokens",

@@ -70,7 +70,6 @@ def gate_lines(state: LoopState, proposals: list[Proposal]) -> list[str]:
     if noise is None:
         lines.append("will be judged against the engine's own moves, not measured yet (at the baseline)")
     else:
-        n, k = len(noise.reference.texts), moves.needed(len(noise.reference.texts), len(noise.schedules))
         host = (
             f"; {noise.host_sessions} session(s) on this host moved them at most "
             f"{moves.fmt(noise.host_max_dlogprob)}"
@@ -78,9 +77,10 @@ def gate_lines(state: LoopState, proposals: list[Proposal]) -> list[str]:
             else ""
         )
         lines.append(
-            f"will be judged against {numerics.yardstick(noise)}, measured at the baseline{host}: a "
-            f"prompt is beyond past {moves.MARGIN:g}x the engine's own on it, refused at {k[0]}/{n} "
-            f"prompts beyond (false-reject <= {k[1]:.1%}) or any past {moves.GROSS:g}x"
+            f"will be judged against {numerics.yardstick(noise)}, measured at the baseline{host}: refused "
+            f"when its mean move per prompt is above {moves.MARGIN:g}x the engine's own at "
+            f"{1 - moves.ALPHA:.0%} confidence (false-reject {moves.ALPHA:.0%}), or any prompt's past "
+            f"{moves.GROSS:g}x the engine's largest"
         )
     lines += [declared(p) for p in proposals]
     if words := numerics.judged_words(state):

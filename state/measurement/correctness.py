@@ -56,6 +56,11 @@ class CorrectnessConfig(Model):
     """Numerics policy: prompts of the set teacher-forced (the first ones: timing prompts first)."""
     numerics_tokens: int = Field(16, ge=2)
     """Numerics policy: tokens per prompt (the decode steps scored)."""
+    precision_reference: bool = True
+    """Numerics policy, engines that can compute their model in float32 (the demo: `--dtype
+    float32`): the baseline's texts are also scored by the baseline tree launched that way beside it,
+    once; how far the engine's own rounding puts the baseline from its math joins its yardstick
+    (on a host whose schedules move nothing, the only one that is not the logits' rounding)."""
     task: str | None = None
     """Numerics policy: a JSON Lines file of `{"prompt": ..., "answer": ...}` (path relative to the
     target file); a candidate beyond the engine's numerics is still kept when its accuracy on it is

@@ -44,9 +44,18 @@ NOISE = NumericsNoise(
 )
 WITHIN = NumericsVerdict(
     verdict="within", max_dlogprob=0.298, engine_max_dlogprob=0.149, engine_schedule="batch of 2",
-    flips=4, prompts_beyond=1, prompts=6, needed=6, false_reject=0.0014, margin=2.0,
+    mean_dlogprob=0.0081, engine_mean_dlogprob=0.0125, ratio=0.61, ratio_low=0.45,
+    flips=4, prompts_beyond=1, prompts=6, false_reject=0.01, margin=1.0,
 )  # fmt: skip
-BEYOND = WITHIN.model_copy(update={"verdict": "beyond", "max_dlogprob": 1.7, "prompts_beyond": 6})
+BEYOND = WITHIN.model_copy(
+    update={
+        "verdict": "beyond",
+        "max_dlogprob": 1.7,
+        "mean_dlogprob": 0.04,
+        "ratio": 3.2,
+        "prompts_beyond": 6,
+    }
+)
 TEXTS = "outputs changed on the correctness set: 2/7 alone"
 
 
@@ -100,12 +109,13 @@ def test_the_approval_view_says_which_policy_judges_against_what_and_the_verdict
     req = approval_request(session(tmp_path))
     assert req["output_gate"] == [
         "output gate: numerics policy: kept when exact or within the engine's numerics; beyond is refused",
-        "will be judged against the engine's own moves (largest |dlogprob| 0.536, batch of 2), measured at "
-        "the baseline: a prompt is beyond past 2x the engine's own on it, refused at 6/6 prompts beyond "
-        "(false-reject <= 0.1%) or any past 4x",
+        "will be judged against the engine's own moves (mean |dlogprob| 0.0223 a token, batch of 2; largest "
+        "0.536), measured at the baseline: refused when its mean move per prompt is above 1x the engine's "
+        "own at 99% confidence (false-reject 1%), or any prompt's past 4x the engine's largest",
         "fused-rope declares itself exact (its playbook says `exact = true`): only an exact verdict passes",
-        "judged so far: kv-cache-full-pool-cast (kept): exact; search-1 (kept): within (max |dlogprob| "
-        "0.298 vs 0.149); search-2 (rejected): beyond (max |dlogprob| 1.7 vs 0.149)",
+        "judged so far: kv-cache-full-pool-cast (kept): exact; search-1 (kept): within (mean |dlogprob| "
+        "0.0081 vs 0.0125, 0.61x per prompt); search-2 (rejected): beyond (mean |dlogprob| 0.04 vs 0.0125, "
+        "3.20x per prompt)",
     ]
     view = printed(render.approval, req)
     assert all(line in view for line in req["output_gate"]), view
@@ -141,8 +151,8 @@ def test_unmeasured_or_unmoved_numerics_and_the_other_policies_say_so(tmp_path: 
     still = NOISE.model_copy(update={"schedules": [side("batch of 2", BASE), side("batch of 6", BASE)]})
     rounding = approval_request(session(tmp_path, noise=still))["output_gate"][1]
     assert rounding.startswith(  # the reference's top-k gap: 1/256
-        "will be judged against the engine's rounding (no schedule of 2 moved its tokens: largest "
-        "|dlogprob| its logits' rounding, 0.00391)"
+        "will be judged against the engine's rounding (no side of 2 moved its tokens: |dlogprob| its "
+        "logits' rounding, 0.00391)"
     ), rounding
     exact = approval_request(session(tmp_path, policy="exact"))["output_gate"]
     assert exact == ["output gate: exact policy: kept only when its greedy outputs equal the baseline's"]
@@ -152,23 +162,26 @@ def test_the_summary_show_and_the_report_carry_each_class_with_its_figures(tmp_p
     state = session(tmp_path).model_copy(update={"proposal": None})
     s = summarize(state, "done")
     assert s.output_gate == (
-        "numerics: exact, or within the engine's own moves (largest |dlogprob| 0.536, batch of 2); "
-        "kv-cache-full-pool-cast (kept): exact; search-1 (kept): within (max |dlogprob| 0.298 vs 0.149); "
-        "search-2 (rejected): beyond (max |dlogprob| 1.7 vs 0.149)"
+        "numerics: exact, or within the engine's own moves (mean |dlogprob| 0.0223 a token, batch of 2; "
+        "largest 0.536); kv-cache-full-pool-cast (kept): exact; search-1 (kept): within (mean |dlogprob| "
+        "0.0081 vs 0.0125, 0.61x per prompt); search-2 (rejected): beyond (mean |dlogprob| 0.04 vs 0.0125, "
+        "3.20x per prompt)"
     )
     within = numerics.line(WITHIN, TEXTS)
-    assert within.startswith("within the engine's numerics: max |dlogprob| 0.298 vs the engine's own 0.149")
+    assert within.startswith(
+        "within the engine's numerics: mean |dlogprob| 0.0081 a token vs the engine's own 0.0125"
+    )
     info = SessionInfo(
         id=state.session_id, created_at=datetime.now(UTC), target_name="t", target_path=DEMO_TOML,
         repo=state.target.repo, status="done", summary=s,
     )  # fmt: skip
     shown = printed(session_view, info, state, [], [])
     assert within in shown, shown  # the decision's reason, whole
-    assert "search-1 (kept): within (max |dlogprob| 0.298 vs 0.149)" in shown
+    assert "search-1 (kept): within (mean |dlogprob| 0.0081 vs 0.0125, 0.61x per prompt)" in shown
     views = [ProposalView(proposal(d.source, False), decision=d) for d in state.decisions]
     data = ReportData(info, state, s, arms=[], proposals=views, ops=[], spans=[], calls=0)
     page = html.unescape(render_report(data, link=lambda _p: None))
-    assert within in page and "beyond the engine's numerics: max |dlogprob| 1.7" in page
+    assert within in page and "beyond the engine's numerics: mean |dlogprob| 0.04" in page
     assert s.output_gate in page
 
 

@@ -106,6 +106,10 @@ class Engine:
     prefix_cache: ClassVar[bool] = False
     """Whether the engine keeps a prefix cache: the numerics gate then also scores a warm one."""
 
+    precise: ClassVar[tuple[str, ...]] = ()
+    """Launch flags that compute the same weights in float32 (a precision reference of the model's
+    math, scored by the numerics gate beside the baseline); empty: the engine has none."""
+
     def normalise_flag(self, flag: str) -> str:
         """`flag` as the engine's parser reads it. Default: `_` in the name read as `-` (vLLM's
         argparse does; the flag checks read that spelling for every engine, to be safe)."""

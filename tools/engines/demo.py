@@ -62,6 +62,7 @@ class DemoEngine(Engine):
     batch_flag = "--max-running-requests"
     deterministic = ("--enable-deterministic-inference",)
     context_fields = ("/get_server_info context_len", "/v1/models max_model_len")
+    precise = ("--dtype", "float32")  # the same bfloat16 weights, upcast exactly
 
     def footprint(self, argv: list[str]) -> ModelFootprint | None:
         """Its random-weight MLA + MoE model (mla_server/model.py) from the preset and size flags:

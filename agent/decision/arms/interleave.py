@@ -69,6 +69,7 @@ def beside_files(state: LoopState) -> dict[str, Path]:
         "reference.pid": reference_dir(state),
         "reference-tree.pid": state.target.repo,
         "confirm.pid": state.target.repo,
+        "precise.pid": state.target.repo,  # the numerics gate's float32 precision reference
     }
 
 

@@ -128,7 +128,9 @@ def reference_outputs(
             published(state, runtime, noise) if state.options.output_noise_store else noise
         )
     if numerics.applies(state):
-        update["numerics_noise"] = numerics.measure_noise(state, runtime)
+        update["numerics_noise"] = measured = numerics.measure_noise(state, runtime)
+        if used := numerics.launches_used(measured):
+            update["launches"] = state.launches + used
     return update
 
 

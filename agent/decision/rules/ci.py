@@ -89,7 +89,9 @@ class CiRule:
             note += f"; {published(b.samples, noise, state.target.decide, arms_in_use(state)).line()}"
         elif arms_in_use(state) == "cross-host":
             note += f"; {crossover_plan(noise, state.target.decide)}" + (f"; {kind}" if kind else "")
-        return MeasuredBaseline(m, {**update, **more, "launch_noise": noise}, note)
+        return MeasuredBaseline(
+            m, {**more, **update, "launch_noise": noise}, note
+        )  # (update's launches: later)
 
     def judge(self, state: LoopState, runtime: Runtime[LoopContext], label: str) -> JudgedCandidate:
         arms = arms_in_use(state)

@@ -45,6 +45,7 @@ class ServerConfig:
     enable_deterministic_inference: bool = False
     enable_torch_compile: bool = False
     torch_compile_max_bs: int = 32
+    dtype: str = "bfloat16"
 
     @property
     def static_decode(self) -> bool:
@@ -128,6 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "eager's roundings (mla_server/compile.py)")
     p.add_argument("--torch-compile-max-bs", type=_positive, default=32,
                    help="largest decode batch that runs compiled (SGLang's name); larger ones run eagerly")
+    p.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16",
+                   help="what weights and activations are computed in; float32: the same bfloat16 "
+                        "weights upcast exactly, a precision reference of the model's math")
     return p
 
 

@@ -49,19 +49,20 @@ class MLAModel:
         self.full_cfg = cfg
         self.cfg = dataclasses.replace(cfg, heads=cfg.heads // tp.world(), ffn=cfg.ffn // tp.world())
         self.device = torch.device(cfg.device)
+        self.dtype = torch.float32 if cfg.dtype == "float32" else DTYPE  # the weights stay bf16-valued
         gen = torch.Generator(device=self.device).manual_seed(cfg.seed)
         self.embed = self._rand(gen, (VOCAB_SIZE, cfg.hidden), 1.0)
         self.layers = [self._layer(gen) for _ in range(cfg.layers)]
-        self.final_norm = torch.ones(cfg.hidden, dtype=DTYPE, device=self.device)
+        self.final_norm = torch.ones(cfg.hidden, dtype=self.dtype, device=self.device)
         self.lm_head = self._rand(gen, (VOCAB_SIZE, cfg.hidden), cfg.hidden**-0.5)
         self.cos, self.sin = self._rope_table(cfg.context_len)
 
     def _rand(self, gen, shape, scale):
         t = torch.randn(shape, generator=gen, device=self.device, dtype=torch.float32)
-        return (t * scale).to(DTYPE)
+        return (t * scale).to(DTYPE).to(self.dtype)
 
     def _layer(self, gen) -> LayerWeights:
-        c, ones = self.full_cfg, (lambda n: torch.ones(n, dtype=DTYPE, device=self.device))
+        c, ones = self.full_cfg, (lambda n: torch.ones(n, dtype=self.dtype, device=self.device))
         return LayerWeights(
             attn_norm=ones(c.hidden),
             q_proj=tp.shard(self._rand(gen, (c.heads * KV_CACHE_DIM, c.hidden), c.hidden**-0.5), 0),
@@ -79,7 +80,7 @@ class MLAModel:
         inv = 1.0 / ROPE_THETA ** (torch.arange(0, QK_ROPE_HEAD_DIM, 2, device=self.device) / QK_ROPE_HEAD_DIM)
         freqs = torch.outer(torch.arange(length, device=self.device, dtype=torch.float32), inv)
         angles = torch.cat([freqs, freqs], dim=-1)
-        return angles.cos().to(DTYPE), angles.sin().to(DTYPE)
+        return angles.cos().to(self.dtype), angles.sin().to(self.dtype)
 
     def _rope(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Rotary embedding on the last dim of x `[tokens, ..., 64]`."""
