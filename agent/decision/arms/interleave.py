@@ -42,6 +42,7 @@ from state.measurement.decision import LaunchNoise, Look
 from state.measurement.measure import Measurement
 from state.sessions.loop import LoopState
 from tools import bench, progress, server
+from tools.engines.registry import engine
 from tools.workspace import reference, repo
 
 
@@ -65,12 +66,20 @@ def beside_files(state: LoopState) -> dict[str, Path]:
     """The pid file of each server launched beside the candidate, and where it runs: the reference
     from its copy, the reference from the checkout itself (a launch-option fix, calibration), and
     the candidate's second launch of a confirming pair (pure)."""
-    return {
+    files = {
         "reference.pid": reference_dir(state),
         "reference-tree.pid": state.target.repo,
         "confirm.pid": state.target.repo,
-        "precise.pid": state.target.repo,  # the numerics gate's float32 precision reference
     }
+    if precise_side(state):  # (only then: a recording made without it replays the same calls)
+        files["precise.pid"] = state.target.repo
+    return files
+
+
+def precise_side(state: LoopState) -> bool:
+    """Whether the numerics gate launches the baseline's precision reference beside it (pure)."""
+    cfg = state.target.correctness
+    return cfg.policy == "numerics" and cfg.precision_reference and bool(engine(state.target.kind).precise)
 
 
 def role_of(state: LoopState, where: Path) -> str:
