@@ -62,6 +62,36 @@ def sshd_descendants(pid: int) -> list[int]:
     return found
 
 
+def _sshd_alive(pid: int) -> bool:
+    """Whether `pid` is a live sshd (a zombie's sockets are closed already)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.index("(") + 1 : stat.rindex(")")] == "sshd" and stat[stat.rindex(")") + 2] != "Z"
+
+
+def port_holders(port: int) -> list[int]:
+    """The live sshd processes holding a TCP socket whose local port is `port`: its listener and
+    every connection it accepted, whatever their parent is now (a dead listener's are reparented)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        lines = Path(table).read_text().splitlines()[1:] if Path(table).exists() else []
+        for line in lines:
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[9] != "0":
+                inodes.add(f"socket:[{fields[9]}]")
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and _sshd_alive(int(entry.name)):
+            try:
+                if any(os.readlink(fd) in inodes for fd in (entry / "fd").iterdir()):
+                    found.append(int(entry.name))
+            except OSError:
+                continue  # gone since it was listed
+    return found
+
+
 def remote_calls() -> list[dict]:
     """The tool calls (`name`, `input`) that `python -m tools.hosts.remote` processes on this
     machine run now (the call is argv[3], base64 JSON; one in a request file, `@PATH`, is skipped)."""
@@ -153,20 +183,31 @@ class Sshd:
         raise RuntimeError(f"sshd did not listen on {self.port}: {log.read_text()[-2000:]}")
 
     def stop(self) -> None:
-        """Stop the daemon and every connection it serves (its children), by pid."""
+        """Stop the daemon and every connection it serves, by pid: the listener first, killed (on
+        SIGTERM it still accepts the connections already queued, whose processes a list of its
+        children made beforehand misses), so that no connection can start again once the served
+        ones drop; then every sshd process still holding a connection on its port."""
         if not self.pidfile.exists():
             return
         pid = int(self.pidfile.read_text())
         sessions = sshd_descendants(pid)
-        os.kill(pid, signal.SIGTERM)
-        for child in sessions:
-            try:
-                os.kill(child, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        if _sshd_alive(pid):  # not a stale pid file's number, reused since
+            os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
-            time.sleep(0.05)
+        while _sshd_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.pidfile.unlink(missing_ok=True)
+        while (left := [p for p in sessions if _sshd_alive(p)] + port_holders(self.port)) and (
+            time.monotonic() < deadline
+        ):
+            for child in left:
+                try:
+                    os.kill(child, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.01)
+        if left or _sshd_alive(pid):
+            raise RuntimeError(f"sshd on port {self.port} outlived SIGKILL: processes {[pid, *left]}")
 
     def known_hosts_line(self) -> str:
         key = (self.dir / "host_key.pub").read_text().split()

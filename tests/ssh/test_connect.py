@@ -150,7 +150,7 @@ def test_a_dropped_connection_is_lost_mid_command_then_reconnected(sshd: Sshd, t
     try:
         assert host.run(["echo", "up"], tmp_path).stdout == "up\n"
         threading.Timer(1.0, own.stop).start()
-        with pytest.raises(ConnectionLost, match="dropped while running 'sleep'"):
+        with pytest.raises(ConnectionLost, match="dropped while running 'sleep'") as lost:
             host.run(["sleep", "3"], tmp_path)
         restart = threading.Timer(1.0, own.start)
         restart.start()
@@ -158,6 +158,11 @@ def test_a_dropped_connection_is_lost_mid_command_then_reconnected(sshd: Sshd, t
         assert host.run(["echo", "again"], tmp_path).stdout == "again\n"
         assert host.conn.reconnects == 1 and time.monotonic() - t0 >= 0.9
         restart.join()
+        # The lost command may outlive its connection (sshd leaves it running): stopped by its
+        # group, as the executor stops a lost call's (tools/hosts/client.py).
+        assert lost.value.pgid is not None
+        host.stop_group(lost.value.pgid, 5.0)
+        assert not host.group_members(lost.value.pgid)
     finally:
         host.close()
         own.stop()

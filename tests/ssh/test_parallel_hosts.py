@@ -5,7 +5,9 @@ The session's own target is local; `[[hosts]]` names the two sshd hosts. The bes
 (the built-in gather-then-cast patch) goes to host a, a patch that changes nothing to host b. Host
 b's sshd is stopped for good while b measures its candidate: b is reported failed, its candidate
 is tried again on host a, the best verified candidate is applied and measured again here, and
-`perfloop replay` plays the parallel session back from the recording.
+`perfloop replay` plays the parallel session back from the recording. Once b's candidate server has
+answered a request it is held (SIGSTOP) before b's sshd goes, so that its measurement cannot end first
+however fast the machine is or however late the test's watcher runs.
 """
 
 from __future__ import annotations
@@ -107,12 +109,18 @@ def test_two_candidates_on_two_hosts_one_dropped(sshd: Sshd, tmp_path: Path) -> 
     dropped = threading.Event()
 
     def drop_b() -> None:
-        """Once b's candidate server has answered a request (its trial log on the host says so)."""
+        """Once b's candidate server has answered a request (its trial log on the host says so):
+        that server held, so its measurement cannot end, then b's sshd and its connections gone."""
         logs = other.home / ".perfloop" / "sessions"
         deadline = time.monotonic() + 500
         while time.monotonic() < deadline:
             url = candidate_measured_on(repo_b)
             if url is not None and answered_requests(logs.glob("*/trials/b/logs/*-candidate.log"), url):
+                for pid in processes_in(repo_b):  # killed in `finally`
+                    try:
+                        os.kill(pid, signal.SIGSTOP)
+                    except ProcessLookupError:
+                        pass
                 other.stop()
                 dropped.set()
                 return
@@ -170,8 +178,11 @@ def test_two_candidates_on_two_hosts_one_dropped(sshd: Sshd, tmp_path: Path) -> 
             "decide",
         ], nodes
 
-        # Both baselines were measured at the same time, on their own hosts.
         calls = SessionStore(home / "sessions.sqlite").tool_calls(s["session"])
+        # b's candidate measurement is the one call the drop broke: it returned no measurement.
+        (cut,) = [c for c in calls if c.node == "trial@b" and c.name == "bench.measure" and c.error]
+        assert cut.input["label"].endswith("-candidate") and "lost the connection" in cut.error, cut
+        # Both baselines were measured at the same time, on their own hosts.
         (a0, a1), (b0, b1) = (
             spans(calls, "trial@a", "bench.measure")[0],
             spans(calls, "trial@b", "bench.measure")[0],
