@@ -19,7 +19,7 @@ from agent.context import LoopContext
 from agent.graph import Graph, compile_graph
 from agent.sessions.binding import check_target, rebuilt, view
 from agent.sessions.checkpoint import open_checkpointer, serializer
-from agent.sessions.interrupts import running_line, settled, stopped_after
+from agent.sessions.interrupts import running_lines, settled, stopped_after
 from agent.sessions.remote import close_hosts, executor_for, host_executors, remote_options
 from agent.sessions.revive import forked, lineage, repo_missing_here, resume_point
 from agent.sessions.summary import summarize as summarize_session
@@ -88,7 +88,7 @@ class Sessions:
     def start_from(self, inp: LoopState, target_path: Path | None, parent: str | None = None) -> LoopState:
         """Record a session whose initial state is `inp`, then run it."""
         sid = inp.session_id
-        if (line := running_line(self.home, self.store.held())) is not None:
+        for line in running_lines(self.home, self.store.held()):
             print(line, file=sys.stderr)  # e.g. GPU memory another session's server still holds
         self.store.put_session(
             SessionInfo(

@@ -25,6 +25,7 @@ from state.sessions.session import SessionInfo
 from tools.paths import session_id as checked_id
 from tools.secrets import redact
 from tools.store.db import Db, store_url
+from tools.store.lease import dead_here
 
 
 def perfloop_home() -> Path:
@@ -44,11 +45,15 @@ class SessionStore:
         self.path = path
         self.url = url
         self.db = Db(url, path)
+        self.home: Path | None = None
+        """The $PERFLOOP_HOME it was opened for (`open`): tells this machine's leases (`held`)."""
 
     @classmethod
     def open(cls, home: Path) -> SessionStore:
         """The store this process uses: $PERFLOOP_STORE's database, else `home/sessions.sqlite`."""
-        return cls(home / "sessions.sqlite", store_url())
+        store = cls(home / "sessions.sqlite", store_url())
+        store.home = home
+        return store
 
     def close(self) -> None:
         self.db.close()
@@ -81,11 +86,18 @@ class SessionStore:
         return int(self.db.rows("SELECT COUNT(*) FROM sessions")[0][0])
 
     def held(self) -> dict[str, str]:
-        """Sessions whose lease is live right now (tools/store/lease.py): id -> `HOST pid PID`."""
+        """Sessions running right now (tools/store/lease.py): id -> `HOST pid PID`, each with a
+        live lease but those whose holder ran on this machine and is gone (SIGKILLed: its lease
+        not yet expired), as `hold` takes them over at once."""
         rows = self.db.rows(
-            f"SELECT session_id, host, pid FROM session_leases WHERE expires_at > {self.db.now}"
+            f"SELECT session_id, holder, host, pid FROM session_leases WHERE expires_at > {self.db.now}"
         )
-        return {sid: f"{host} pid {pid}" for sid, host, pid in rows}
+        home = self.home
+        return {
+            sid: f"{host} pid {pid}"
+            for sid, holder, host, pid in rows
+            if home is None or not dead_here(holder, home)
+        }
 
     def add_input(self, session_id: str, kind: str, value: Any) -> None:
         """Append an input of the session: its `initial` state, or an approval `answer`."""
