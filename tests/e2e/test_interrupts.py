@@ -123,7 +123,8 @@ def test_interrupts_leave_nothing_running_and_resume_relaunches_dead_servers(
     faults.write_text("node:measure INT\n")  # the candidate server runs
     second = run(cli, home, faults, "resume", session, "--json")
     assert second.returncode == 130, second.stderr[-2000:]
-    assert f"server #1 (pid {left}) is not running; going back to launch" in second.stderr
+    # launch #1 was cut by SIGTERM: the baseline is #2, and its launch again takes #3 (issue 63 item 8)
+    assert f"server #2 (pid {left}) is not running; going back to launch" in second.stderr
     nothing_left(repo, home, session)
 
     # measure needs the candidate server, which the interrupt stopped: resume launches it again
@@ -133,7 +134,13 @@ def test_interrupts_leave_nothing_running_and_resume_relaunches_dead_servers(
     assert third.returncode == 129, third.stderr[-2000:]
     assert "is not running; going back to relaunch to launch it again" in third.stderr
     assert faults.read_text() == ""
-    assert (home / "sessions" / session / "logs" / "server-3-reference.log").exists()
+    *before, hup = [c for c in store_calls(home, session) if c.name == "server.launch"]
+    number = hup.input["launch_number"]  # the reference's, past every launch made before it
+    assert number > max(c.input["launch_number"] for c in before), [c.input for c in before]
+    assert hup.input["log_path"] == str(
+        home / "sessions" / session / "logs" / f"server-{number}-reference.log"
+    )
+    assert Path(hup.input["log_path"]).exists()
     nothing_left(repo, home, session)
 
     faults.write_text("node:decide\n")  # SIGKILL after the candidate was measured
@@ -150,6 +157,10 @@ def test_interrupts_leave_nothing_running_and_resume_relaunches_dead_servers(
     info = store.get_session(session)
     store.close()
     launched = sum(1 for c in every if c.name == "server.launch" and c.reused_from is None)
+    # issue 63 item 8: each resume numbered its launches past the cut attempts' (their logs and
+    # marks too): no number twice
+    numbers = [c.input["launch_number"] for c in every if c.name == "server.launch"]
+    assert len(numbers) == len(set(numbers)), numbers
     assert info is not None and info.summary is not None and info.summary.server_launches == launched
     shown = last_json(run(cli, home, faults, "show", session, "--json"))
     cuts = shown["interruptions"]

@@ -128,22 +128,37 @@ class SessionStore:
             (call.session_id, call.seq, redact(call.model_dump_json())),
         )
 
-    def supersede_after(self, session_id: str, done: int, finished: Collection[str] = ()) -> int:
+    def supersede_after(
+        self, session_id: str, done: int, finished: Collection[str] = (), spawned: int = 0
+    ) -> int:
         """Mark calls with seq >= done superseded (made by a node that never finished), except
         those of the parallel tasks in `finished` (their writes are in the checkpoint: LangGraph
-        does not run them again, so their calls stay the recording of what they did)."""
+        does not run them again, so their calls stay the recording of what they did). The highest
+        launch number they used, or `spawned` (a launch killed before its call was recorded), is
+        kept as a `cut` input (`cut_launches`)."""
         with self.db.transaction():
             rows = self.db.rows(
                 "SELECT seq, record FROM tool_calls WHERE session_id = ? AND seq >= ? AND superseded = 0",
                 (session_id, done),
             )
             keep = set(finished)
-            gone = [seq for seq, text in rows if ToolCallRecord.model_validate_json(text).task_id not in keep]
+            calls = [ToolCallRecord.model_validate_json(text) for _, text in rows]
+            cut = [r for r in calls if r.task_id not in keep]
+            gone = [r.seq for r in cut]
             for seq in gone:
                 self.db.run(
                     "UPDATE tool_calls SET superseded = 1 WHERE session_id = ? AND seq = ?", (session_id, seq)
                 )
+            numbers = [c.input.get("launch_number") for c in cut if c.name == "server.launch"]
+            high = max([spawned, *(n for n in numbers if isinstance(n, int))])
+            if high:  # from the next call on, launches are numbered past it
+                self.add_input(session_id, "cut", {"seq": self.next_seq(session_id), "launch": high})
         return len(gone)
+
+    def cut_launches(self, session_id: str) -> list[tuple[int, int]]:
+        """(seq, n) of each resume that superseded launches: from call `seq` on, a session with
+        `LoopOptions.launches_past_cuts` numbers its launches past `n`, the highest they used."""
+        return [(int(v["seq"]), int(v["launch"])) for v in self.inputs(session_id, "cut")]
 
     def superseded_call(self, session_id: str, name: str, inp: dict[str, Any]) -> ToolCallRecord | None:
         """The latest superseded, successful call of tool `name` with exactly this input, if any."""
