@@ -118,7 +118,8 @@ def spawned(state: LoopState) -> int:
     local target (a launch killed before its call was recorded: the pid file names its number
     before the server starts), else 0."""
     if state.target.host.kind != "local":
-        return 0  # on an SSH host the recorded calls alone tell (docs/FAULTS.md)
+        return 0  # on an SSH host the recorded calls alone tell: a launch killed before its
+        # record there is made again under its number (`launch #N (again)`, tools/server.py)
     numbers = [0]
     for pid_file in host_dir(state).glob("*.pid"):
         try:
