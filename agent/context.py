@@ -56,7 +56,8 @@ def transition(node: str, note: str) -> list[Transition]:
 def step(fn: Node | None = None, *, guarded: bool = True) -> Any:
     """Decorate a node (`@step` or `@step(guarded=False)`); its name is the function's name.
 
-    At entry: a fault point, and the door learns which node calls. `calls_done` (the door's
+    At entry: a fault point, the door learns which node calls, and the launch count passes the
+    numbers attempts cut short used (`past_cuts`). `calls_done` (the door's
     sequence number when the node finished) is checkpointed with the node's update, so on resume
     the calls of a killed attempt can be marked superseded. When `guarded`, an unexpected
     ToolError ends the loop through `abort`, which cleans up; errors a node expects (a patch that
@@ -73,7 +74,7 @@ def step(fn: Node | None = None, *, guarded: bool = True) -> Any:
             door = door_of(runtime)
             door.node = node
             try:
-                cmd = node_fn(state, runtime)
+                cmd = node_fn(past_cuts(state, door), runtime)
             except ToolError as exc:
                 if not guarded:
                     raise
@@ -90,6 +91,17 @@ def step(fn: Node | None = None, *, guarded: bool = True) -> Any:
         return run
 
     return decorate(fn) if fn is not None else decorate
+
+
+def past_cuts(state: LoopState, door: Door) -> LoopState:
+    """`state` with its launch count past every number an attempt cut short used (`launch_floor`
+    of the door), so the step's launches take numbers (logs, marks) no earlier launch had; as it
+    is where `LoopOptions.launches_past_cuts` is off (recorded before it) or nothing was cut."""
+    floor = getattr(door, "launch_floor", None)
+    if not isinstance(state, LoopState) or not state.options.launches_past_cuts or floor is None:
+        return state
+    high = floor()
+    return state.model_copy(update={"launches": high}) if high > state.launches else state
 
 
 def door_of(runtime: Runtime[LoopContext]) -> Door:

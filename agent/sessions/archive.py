@@ -42,6 +42,7 @@ def export_session(store: SessionStore, session_id: str, out: Path) -> int:
         "session": info.model_dump(mode="json"),
         "initial": store.inputs(session_id, "initial"),
         "answers": store.inputs(session_id, "answer"),
+        "cuts": store.inputs(session_id, "cut"),  # where a resume numbered launches past a cut attempt's
         "tool_calls": [c.model_dump(mode="json") for c in calls],
     }
     data = redact(json.dumps(doc)).encode()
@@ -123,10 +124,24 @@ def parse_export(doc: Any) -> tuple[SessionInfo, list[dict], list[dict], list[To
     return info, initial, answers, calls
 
 
+def parse_cuts(doc: dict) -> list[dict]:
+    """The export's `cuts` (none in exports made before them), each `{"seq": N, "launch": N}`."""
+    cuts = doc.get("cuts", [])
+    ok = isinstance(cuts, list) and all(
+        isinstance(c, dict) and set(c) == {"seq", "launch"} and all(type(v) is int for v in c.values())
+        for c in cuts
+    )
+    if not ok:
+        raise ConfigError('malformed session export: field `cuts` must be a list of {"seq": N, "launch": N}')
+    return cuts
+
+
 def import_session(store: SessionStore, path: Path) -> str:
     """Load an export into this store; refuses to overwrite an existing session."""
     try:
-        info, initial, answers, calls = parse_export(_read(path))
+        doc = _read(path)
+        info, initial, answers, calls = parse_export(doc)
+        cuts = parse_cuts(doc)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}" if str(path) not in str(exc) else str(exc)) from None
     if store.get_session(info.id) is not None:
@@ -141,6 +156,8 @@ def import_session(store: SessionStore, path: Path) -> str:
                 store.add_input(info.id, "initial", value)
             for value in answers:
                 store.add_input(info.id, "answer", value)
+            for value in cuts:
+                store.add_input(info.id, "cut", value)
             for call in calls:
                 store.record(call)
     except refused as exc:  # what the database refuses (a NUL byte in Postgres)

@@ -35,6 +35,7 @@ ADDED_SINCE_SHOWN = frozenset(
         "confirm_alone",
         "search_without_math",
         "playbook_files",
+        "launches_past_cuts",
     }
 )
 """`LoopOptions` fields added after sessions paused with a digest shown to a person: at their

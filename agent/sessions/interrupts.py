@@ -1,7 +1,8 @@
 """After SIGINT, SIGTERM or SIGHUP (`tools/interrupts.py`), or any exception that ends a session
 (a bug, a library's or a tool's error): stop every server the session started
 and remove its reference worktree, on the target's host and on its `[[hosts]]`; and, when a
-session starts, name the servers recorded in this store that still run. "Every server" is what
+session starts, name the servers recorded in this store that still run (those of a session
+running now as its own, the others as left behind). "Every server" is what
 the pid files name and every process marked as the session's in its environment (`server.
 stop_marked`), so a server spawned as a SIGKILL fell, before any record of it, is stopped too; a
 session that ends (`settled`) sweeps its host the same way.
@@ -147,9 +148,9 @@ def unrecorded(state: LoopState, executor: Executor | None, keep: str | None) ->
     return StoppedServers.model_validate(run_tool(executor, server.stop_marked, args).model_dump()).pids
 
 
-def running_servers(home: Path) -> list[tuple[str, int]]:
-    """(session, pid) of each server a pid file under `home/sessions` names whose process group
-    still runs on this machine (pid files older than the boot are not looked at)."""
+def running_servers(home: Path) -> list[tuple[str, int, int]]:
+    """(session, pid, pgid) of each server a pid file under `home/sessions` names whose process
+    group still runs on this machine (pid files older than the boot are not looked at)."""
     booted = _boot_time()
     found = []
     sessions = home / "sessions"
@@ -162,28 +163,28 @@ def running_servers(home: Path) -> list[tuple[str, int]]:
         except (OSError, ValueError, KeyError, TypeError):
             continue
         if local_host.group_members(pgid):
-            found.append((pid_file.relative_to(sessions).parts[0], pid))
+            found.append((pid_file.relative_to(sessions).parts[0], pid, pgid))
     return found
 
 
-def running_line(home: Path, running_now: Mapping[str, str] | None = None) -> str | None:
-    """One line naming the servers recorded in this store that still run, or None: those of
-    sessions running now (`running_now`: live leases, id -> holder) said as such, apart from
-    those an ended or stopped session left behind."""
-    found = running_servers(home)
-    if not found:
-        return None
-    now = running_now or {}
-    live = [(sid, pid) for sid, pid in found if sid in now]
-    left = [(sid, pid) for sid, pid in found if sid not in now]
-    parts = []
+def running_lines(home: Path, running_now: Mapping[str, str] | None = None) -> list[str]:
+    """The lines naming the servers recorded in this store that still run: one warning for those
+    sessions no longer running left behind (killed, crashed, or ended), with the command that stops
+    them; one line for each session running now (`running_now`: id -> holder, `SessionStore.held`),
+    whose servers are its own."""
+    found, now = running_servers(home), running_now or {}
+    left = [(sid, pid, pgid) for sid, pid, pgid in found if sid not in now]
+    lines = []
     if left:
-        named = ", ".join(f"pid {pid} (session {sid})" for sid, pid in left)
-        parts.append(f"servers started by earlier sessions still run: {named}")
-    if live:
-        named = ", ".join(f"pid {pid} (session {sid}, running now: {now[sid]})" for sid, pid in live)
-        parts.append(f"another session runs beside this one, its servers too: {named}")
-    return "warning: " + "; ".join(parts)
+        named = ", ".join(f"pid {pid} (session {sid})" for sid, pid, _ in left)
+        groups = " ".join(f"-{pgid}" for pgid in dict.fromkeys(pgid for _, _, pgid in left))
+        lines.append(
+            f"warning: servers started by earlier sessions still run: {named}; stop them with `kill -- {groups}`"
+        )
+    for sid in dict.fromkeys(sid for sid, _, _ in found if sid in now):
+        pids = ", ".join(f"pid {pid}" for s, pid, _ in found if s == sid)
+        lines.append(f"session {sid} is running now ({now[sid]}); its servers are its own: {pids}")
+    return lines
 
 
 def _boot_time() -> float:

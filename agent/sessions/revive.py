@@ -15,12 +15,14 @@ file), found by the mark in its environment (`server.stop_marked`), recorded or 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.types import StateSnapshot
 
+from agent.context import host_dir
 from agent.graph import Graph
 from agent.sessions.interrupts import run_tool, unrecorded
 from state.door.calls import ServerArgs, ServerStatus
@@ -109,6 +111,22 @@ def _continue_at(
         f"going back to {', '.join(back.next)} to launch it again"
     )
     return back.config, LoopState.model_validate(back.values), why
+
+
+def spawned(state: LoopState) -> int:
+    """The highest launch number past `state`'s count that a pid file of the session names on a
+    local target (a launch killed before its call was recorded: the pid file names its number
+    before the server starts), else 0."""
+    if state.target.host.kind != "local":
+        return 0  # on an SSH host the recorded calls alone tell: a launch killed before its
+        # record there is made again under its number (`launch #N (again)`, tools/server.py)
+    numbers = [0]
+    for pid_file in host_dir(state).glob("*.pid"):
+        try:
+            numbers.append(int(json.loads(pid_file.read_text())["launch_number"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return max(numbers) if max(numbers) > state.launches else 0
 
 
 def repo_missing_here(inp: Any, known: LoopState) -> bool:

@@ -19,9 +19,9 @@ from agent.context import LoopContext
 from agent.graph import Graph, compile_graph
 from agent.sessions.binding import check_target, rebuilt, view
 from agent.sessions.checkpoint import open_checkpointer, serializer
-from agent.sessions.interrupts import running_line, settled, stopped_after
+from agent.sessions.interrupts import running_lines, settled, stopped_after
 from agent.sessions.remote import close_hosts, executor_for, host_executors, remote_options
-from agent.sessions.revive import forked, lineage, repo_missing_here, resume_point
+from agent.sessions.revive import forked, lineage, repo_missing_here, resume_point, spawned
 from agent.sessions.summary import summarize as summarize_session
 from agent.steps.setup import FORK_STEPS
 from state.base import utcnow
@@ -88,7 +88,7 @@ class Sessions:
     def start_from(self, inp: LoopState, target_path: Path | None, parent: str | None = None) -> LoopState:
         """Record a session whose initial state is `inp`, then run it."""
         sid = inp.session_id
-        if (line := running_line(self.home, self.store.held())) is not None:
+        for line in running_lines(self.home, self.store.held()):
             print(line, file=sys.stderr)  # e.g. GPU memory another session's server still holds
         self.store.put_session(
             SessionInfo(
@@ -210,7 +210,7 @@ class Sessions:
                         self.verify(session_id, config)  # the earlier checkpoint it goes back to
                         print(why, file=sys.stderr)
                 done = self.finished_tasks(session_id, config)
-                self.store.supersede_after(session_id, known.calls_done, done)
+                self.store.supersede_after(session_id, known.calls_done, done, spawned(known))
             door = LiveDoor(session_id, self.store, executor, executors)
             self.graph.invoke(inp, config, context=LoopContext(door=door), durability="sync")
             paused = self.pending_approval(session_id) is not None  # no GPU held while a human reads
@@ -274,7 +274,7 @@ class Sessions:
         if not initial:
             raise ConfigError(f"session {session_id} has no recorded initial state; it cannot be replayed")
         answers = self.store.inputs(session_id, "answer")
-        door = ReplayDoor(session_id, self.store.tool_calls(session_id))
+        door = ReplayDoor(session_id, self.store.tool_calls(session_id), self.store.cut_launches(session_id))
         graph = compile_graph(InMemorySaver(serde=serializer()))
         cfg = thread(f"replay-{session_id}")
         ctx = LoopContext(door=door)

@@ -125,3 +125,8 @@ class LoopOptions(Model):
     """Whether an ended session (done or failed) switches the checkout back to the branch it was
     found on, its accepted commits kept on the session branch (`agent/steps/end.py`): True for new
     `run` sessions (the demo's copy stays on its branch); sessions recorded before end on their branch."""
+    launches_past_cuts: bool = False
+    """Whether a resumed session numbers its launches past every number an attempt cut short had
+    used (the store's `cut` inputs, `SessionStore.supersede_after`; `agent/context.py` `step`), so
+    no launch number, log or server mark is used twice: True for new sessions; sessions recorded
+    before it replay numbering from the checkpoint (a cut attempt's numbers again)."""

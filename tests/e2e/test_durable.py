@@ -264,8 +264,13 @@ def test_sigkill_at_every_point_then_resume_matches_uninterrupted(
     assert [d["verdict"] for d in shown["decisions"]] == ["rejected", "accepted" if kept else "inconclusive"]
     # The recording holds every killed attempt's calls, marked superseded; replay follows the rest.
     store = SessionStore.open(home)
-    superseded = len(store.tool_calls(session, include_superseded=True)) - len(store.tool_calls(session))
+    every = store.tool_calls(session, include_superseded=True)
+    superseded = len(every) - len(store.tool_calls(session))
     assert superseded > 0
+    # Each resume numbered its launches past the killed attempts' (issue 63 item 8), those killed
+    # before their record too (their pid file): no launch number, log or server mark twice
+    numbers = [c.input["launch_number"] for c in every if c.name == "server.launch"]
+    assert len(numbers) == len(set(numbers)), numbers
     replayed = cli("replay", session, "--json")
     assert replayed.returncode == 0, replayed.stderr[-2000:]
     assert last_json(replayed)["matches_recording"] is True

@@ -51,10 +51,12 @@ def test_sigkill_at_each_point_of_a_launch_then_resume_leaves_no_server(
     )
     session = last_json(run(cli, home, faults, "sessions", "--json"))[0]["id"]
     folder, left = home / "sessions" / session, set[int]()
-    for point, after in zip(POINTS, [*POINTS[1:], None], strict=True):
+    for number, (point, after) in enumerate(zip(POINTS, [*POINTS[1:], None], strict=True), start=3):
         assert killed.returncode == -signal.SIGKILL and faults.read_text() == "", killed.stderr[-2000:]
         record = json.loads((folder / "reference.pid").read_text())
-        assert record["mark"] == f"{folder / 'reference.pid'}#3", point  # the intent, recorded first
+        # the intent, recorded first; each resume numbers the launch past the one its pid file
+        # names (issue 63 item 8: the killed launch's call was never recorded)
+        assert record["mark"] == f"{folder / 'reference.pid'}#{number}", point
         assert ("pid" in record) == (point == "server:spawned"), point
         # The server this kill left (from the reference copy), and not the last one's: the resume
         # stopped that before it made the copy again.
@@ -68,7 +70,9 @@ def test_sigkill_at_each_point_of_a_launch_then_resume_leaves_no_server(
     assert killed.returncode == 0, killed.stderr[-3000:]
     assert "stopped the killed attempt's servers that still ran" in killed.stderr
     s = last_json(killed)
-    assert s["status"] == "done" and s["server_launches"] == 3
+    assert s["status"] == "done" and s["server_launches"] == 6  # #3 killed before its spawn
+    assert (folder / "logs" / "server-6-reference.log").exists()
+    assert not (folder / "logs" / "server-3-reference.log").exists()
     if kept_unless_drifted(s["accepted"] == [CAST_FIX], s["decision"]):
         assert s["outputs_identical"] is True
     assert processes_in(repo) == [] and processes_in(home) == [], "a server of the session still runs"

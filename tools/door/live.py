@@ -32,7 +32,8 @@ class Recorder(Protocol):
 
 
 # A recorder may also offer `superseded_call(session_id, name, input) -> ToolCallRecord | None`
-# (the session store does): then `reuse` tools are not called again after a crash.
+# (the session store does): then `reuse` tools are not called again after a crash; and
+# `cut_launches(session_id) -> list[tuple[int, int]]`, the launch numbers attempts cut short used.
 
 
 class Executor(Protocol):
@@ -66,6 +67,7 @@ class LiveDoor:
         self.lock = lock or threading.Lock()
         self.node = "-"
         self.task_id: str | None = None
+        self.floor: int | None = None
 
     def branch(self, node: str, host: Any = None, task_id: str | None = None) -> LiveDoor:
         """A door for one parallel branch: its own node label (`trial@HOST`), the executor of
@@ -81,6 +83,14 @@ class LiveDoor:
     def next_seq(self) -> int:
         """Sequence number the next recorded call will get."""
         return self.recorder.next_seq(self.session_id)
+
+    def launch_floor(self) -> int:
+        """The highest launch number an attempt cut short used (0: none); the calls a resume
+        supersedes are all made before it runs, so it is read once."""
+        if self.floor is None:
+            cuts = getattr(self.recorder, "cut_launches", None)
+            self.floor = max((n for _, n in cuts(self.session_id)), default=0) if cuts else 0
+        return self.floor
 
     def call(self, fn: Callable[[In], Out], args: In) -> Out:
         """Run tool `fn` with `args`; record it; return its output or re-raise its error."""

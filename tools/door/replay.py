@@ -73,8 +73,12 @@ class ReplayDoor:
     replaying = True
     """Answered from a recording (tools/door `Door.replaying`)."""
 
-    def __init__(self, session_id: str, calls: list[ToolCallRecord]) -> None:
+    def __init__(
+        self, session_id: str, calls: list[ToolCallRecord], cuts: list[tuple[int, int]] | None = None
+    ) -> None:
+        """`cuts`: (seq, n) of each resume past launches cut short (`SessionStore.cut_launches`)."""
         self.session_id = session_id
+        self.cuts = cuts or []
         self.calls = [c for c in calls if "@" not in c.node]
         self.branches: dict[str, list[ToolCallRecord]] = {}
         for c in calls:
@@ -87,6 +91,14 @@ class ReplayDoor:
 
     def next_seq(self) -> int:
         return self.position
+
+    def launch_floor(self) -> int:
+        """The highest launch number an attempt cut short used before the next recorded call: the
+        resumes made before it (a step that makes no call of the main sequence sees those before
+        the next one that does)."""
+        k = self.position
+        before = self.calls[k].seq if k < len(self.calls) else math.inf
+        return max((n for seq, n in self.cuts if seq <= before), default=0)
 
     def branch(self, node: str, host: Any = None, task_id: str | None = None) -> ReplayBranch:
         """The door of one parallel branch: it plays that branch's calls in their order."""

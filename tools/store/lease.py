@@ -67,6 +67,16 @@ def _holder_dead_here(holder: str, here: str) -> bool:
     return mid == here and pid.isdigit() and _start_ticks(int(pid)) != ticks
 
 
+def dead_here(holder: str, home: Path) -> bool:
+    """Whether a lease's holder ran on this machine (`home`'s machine-id) and its process is gone:
+    a SIGKILLed session before its lease expires, running no longer."""
+    try:
+        here = (home / "machine-id").read_text().strip()
+    except OSError:  # no session ever held a lease from this home
+        return False
+    return _holder_dead_here(holder, here)
+
+
 @contextmanager
 def hold(db: Db, session_id: str, home: Path) -> Iterator[None]:
     """Hold the session's lease while the block runs; SessionBusy if someone else holds it."""

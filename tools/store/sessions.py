@@ -25,6 +25,7 @@ from state.sessions.session import SessionInfo
 from tools.paths import session_id as checked_id
 from tools.secrets import redact
 from tools.store.db import Db, store_url
+from tools.store.lease import dead_here
 
 
 def perfloop_home() -> Path:
@@ -44,11 +45,15 @@ class SessionStore:
         self.path = path
         self.url = url
         self.db = Db(url, path)
+        self.home: Path | None = None
+        """The $PERFLOOP_HOME it was opened for (`open`): tells this machine's leases (`held`)."""
 
     @classmethod
     def open(cls, home: Path) -> SessionStore:
         """The store this process uses: $PERFLOOP_STORE's database, else `home/sessions.sqlite`."""
-        return cls(home / "sessions.sqlite", store_url())
+        store = cls(home / "sessions.sqlite", store_url())
+        store.home = home
+        return store
 
     def close(self) -> None:
         self.db.close()
@@ -81,11 +86,18 @@ class SessionStore:
         return int(self.db.rows("SELECT COUNT(*) FROM sessions")[0][0])
 
     def held(self) -> dict[str, str]:
-        """Sessions whose lease is live right now (tools/store/lease.py): id -> `HOST pid PID`."""
+        """Sessions running right now (tools/store/lease.py): id -> `HOST pid PID`, each with a
+        live lease but those whose holder ran on this machine and is gone (SIGKILLed: its lease
+        not yet expired), as `hold` takes them over at once."""
         rows = self.db.rows(
-            f"SELECT session_id, host, pid FROM session_leases WHERE expires_at > {self.db.now}"
+            f"SELECT session_id, holder, host, pid FROM session_leases WHERE expires_at > {self.db.now}"
         )
-        return {sid: f"{host} pid {pid}" for sid, host, pid in rows}
+        home = self.home
+        return {
+            sid: f"{host} pid {pid}"
+            for sid, holder, host, pid in rows
+            if home is None or not dead_here(holder, home)
+        }
 
     def add_input(self, session_id: str, kind: str, value: Any) -> None:
         """Append an input of the session: its `initial` state, or an approval `answer`."""
@@ -116,22 +128,37 @@ class SessionStore:
             (call.session_id, call.seq, redact(call.model_dump_json())),
         )
 
-    def supersede_after(self, session_id: str, done: int, finished: Collection[str] = ()) -> int:
+    def supersede_after(
+        self, session_id: str, done: int, finished: Collection[str] = (), spawned: int = 0
+    ) -> int:
         """Mark calls with seq >= done superseded (made by a node that never finished), except
         those of the parallel tasks in `finished` (their writes are in the checkpoint: LangGraph
-        does not run them again, so their calls stay the recording of what they did)."""
+        does not run them again, so their calls stay the recording of what they did). The highest
+        launch number they used, or `spawned` (a launch killed before its call was recorded), is
+        kept as a `cut` input (`cut_launches`)."""
         with self.db.transaction():
             rows = self.db.rows(
                 "SELECT seq, record FROM tool_calls WHERE session_id = ? AND seq >= ? AND superseded = 0",
                 (session_id, done),
             )
             keep = set(finished)
-            gone = [seq for seq, text in rows if ToolCallRecord.model_validate_json(text).task_id not in keep]
+            calls = [ToolCallRecord.model_validate_json(text) for _, text in rows]
+            cut = [r for r in calls if r.task_id not in keep]
+            gone = [r.seq for r in cut]
             for seq in gone:
                 self.db.run(
                     "UPDATE tool_calls SET superseded = 1 WHERE session_id = ? AND seq = ?", (session_id, seq)
                 )
+            numbers = [c.input.get("launch_number") for c in cut if c.name == "server.launch"]
+            high = max([spawned, *(n for n in numbers if isinstance(n, int))])
+            if high:  # from the next call on, launches are numbered past it
+                self.add_input(session_id, "cut", {"seq": self.next_seq(session_id), "launch": high})
         return len(gone)
+
+    def cut_launches(self, session_id: str) -> list[tuple[int, int]]:
+        """(seq, n) of each resume that superseded launches: from call `seq` on, a session with
+        `LoopOptions.launches_past_cuts` numbers its launches past `n`, the highest they used."""
+        return [(int(v["seq"]), int(v["launch"])) for v in self.inputs(session_id, "cut")]
 
     def superseded_call(self, session_id: str, name: str, inp: dict[str, Any]) -> ToolCallRecord | None:
         """The latest superseded, successful call of tool `name` with exactly this input, if any."""

@@ -164,6 +164,7 @@ def options(
         "mechanism_ms": True,
         "mechanism_range": True,
         "give_back_checkout": True,
+        "launches_past_cuts": True,
     }
 
 

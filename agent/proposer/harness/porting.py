@@ -188,7 +188,7 @@ def replayed(store: SessionStore, session_id: str) -> LoopState:
     initial = store.inputs(session_id, "initial")
     if not initial:
         raise ConfigError(f"session {session_id} has no recorded initial state; it cannot be replayed")
-    door = ReplayDoor(session_id, store.tool_calls(session_id))
+    door = ReplayDoor(session_id, store.tool_calls(session_id), store.cut_launches(session_id))
     state = run(LoopState.model_validate(initial[0]), door)
     if door.unplayed():
         nxt = door.unplayed()[0]
