@@ -157,8 +157,8 @@ def show_json(info: SessionInfo, state: LoopState, calls: list[ToolCallRecord], 
     """`perfloop show --json`: the session as `sessions --json` lists it (one speedup, the judged
     one), its transitions, measurements, decisions, and the attempts cut short (`interruptions`)."""
     from agent.cli.render import session_json
+    from agent.proposer.chain import chain_of
     from agent.proposer.tuning.search import trial_lines
-    from agent.sessions.summary import chain_of
 
     return {
         "session": session_json(info),
