@@ -4,8 +4,8 @@ one line for the key, then one state per line, oldest first, as `Sessions.histor
 
 A replay reads nothing but the recording and perfloop (tests/integration/test_recordings_replay.py),
 so the key is the digest of the two: the session's inputs and tool calls as the store holds them,
-perfloop's sources (`agent`, `state`, `tools`, `playbooks`), and the versions of Python and of the
-libraries the graph runs on. A file of another key (the recording or perfloop changed since) is not
+perfloop's sources (`agent`, `state`, `tools`, `playbooks`: each file's size and change time), and
+the versions of Python and of the libraries the graph runs on. A file of another key (the recording or perfloop changed since) is not
 read: the recording is replayed again and the file replaced. A session whose engine is not one of
 perfloop's own (its code is another package's) is never kept, nor states that hold a secret known
 here (`tools.secrets`), which nothing under $PERFLOOP_HOME keeps. Light: no LangGraph, no graph."""
@@ -37,15 +37,16 @@ ENGINES = ("mla_server", "sglang", "vllm")
 
 
 def sources_digest() -> str:
-    """The digest of perfloop's source files (their paths and contents)."""
+    """The digest of perfloop's source files: each one's path, size and change time, as Python's
+    own bytecode cache tells a changed source (a stat each: reading them all would cost more)."""
     digest = hashlib.sha256()
     for pkg in SOURCES:
         for folder, subfolders, files in os.walk(ROOT / pkg):
             subfolders[:] = sorted(d for d in subfolders if d != "__pycache__")
             for name in sorted(files):
-                path = Path(folder) / name
-                digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0")
-                digest.update(hashlib.sha256(path.read_bytes()).digest())
+                seen = os.stat(os.path.join(folder, name))
+                where = os.path.relpath(os.path.join(folder, name), ROOT)
+                digest.update(f"{where}\0{seen.st_size}\0{seen.st_mtime_ns}\n".encode())
     return digest.hexdigest()
 
 
