@@ -11,8 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agent.cli import ANALYSIS_COMMANDS
-from agent.cli.commands import analysis
+from agent.cli import ALONE, ANALYSIS_COMMANDS
+from agent.cli.commands import analysis, report, sessions
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACE = ROOT / "tests/data/traces/full_pool_cast_cuda.json.gz"
@@ -156,6 +156,7 @@ def test_show_and_report_of_an_imported_recording_read_its_kept_replay(tmp_path:
 
 def test_the_light_commands_are_the_analysis_group() -> None:
     assert tuple(analysis.COMMANDS) == ANALYSIS_COMMANDS
+    assert {"sessions": tuple(sessions.COMMANDS), "report": tuple(report.COMMANDS)} == ALONE
 
 
 def test_an_analysis_command_leaves_with_its_exit_code_and_its_output_flushed(tmp_path: Path) -> None:
