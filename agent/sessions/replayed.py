@@ -5,10 +5,11 @@ one line for the key, then one state per line, oldest first, as `Sessions.histor
 A replay reads nothing but the recording and perfloop (tests/integration/test_recordings_replay.py),
 so the key is the digest of the two: the session's inputs and tool calls as the store holds them,
 perfloop's sources (`agent`, `state`, `tools`, `playbooks`: each file's size and change time), and
-the versions of Python and of the libraries the graph runs on. A file of another key (the recording or perfloop changed since) is not
-read: the recording is replayed again and the file replaced. A session whose engine is not one of
-perfloop's own (its code is another package's) is never kept, nor states that hold a secret known
-here (`tools.secrets`), which nothing under $PERFLOOP_HOME keeps. Light: no LangGraph, no graph."""
+the versions of Python and of the libraries the graph runs on. A file of another key (the recording
+or perfloop changed since) is not read: the recording is replayed again and the file replaced. A
+session whose engine is not one of perfloop's own (its code is another package's) is never kept,
+nor states that hold a secret known here (`tools.secrets`: the store and the checkpoints hold none
+either). Light: no LangGraph, no graph."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from state.config.target import TARGET_KINDS
 from tools.paths import session_id as checked_id
 
 if TYPE_CHECKING:
@@ -32,8 +34,6 @@ SOURCES = ("agent", "state", "tools", "playbooks")
 """perfloop's packages, whose files the key digests."""
 LIBRARIES = ("langgraph", "langgraph-checkpoint", "langchain-core", "pydantic", "pydantic-core")
 """The libraries a replay runs on, whose versions the key holds."""
-ENGINES = ("mla_server", "sglang", "vllm")
-"""The engines perfloop ships (tools/engines/registry.py `BUILTINS`): a session of another is not kept."""
 
 
 def sources_digest() -> str:
@@ -62,7 +62,7 @@ def key(store: SessionStore, session_id: str) -> str | None:
     is not perfloop's, or it has no initial state)."""
     initial = store.inputs(session_id, "initial")
     kind = initial[0].get("target", {}).get("kind") if initial and isinstance(initial[0], dict) else None
-    if kind not in ENGINES:
+    if kind not in TARGET_KINDS:  # the engines perfloop ships; another's code is not digested here
         return None
     libraries = " ".join(f"{name}={_version(name)}" for name in LIBRARIES)
     made = f"python={sys.version}\n{libraries}\nsources={sources_digest()}\n"
