@@ -11,7 +11,9 @@ the trace readers with numpy) inside the commands that use them, so `--version`,
 target file answer in a fraction of a second (tests/unit/test_cli_startup.py checks which modules
 load; benchmarks/startup.py times it). `main()` (the `perfloop` script) builds an app of the
 analysis group alone for `analyze`, `diagnose` and `diff` and leaves them without tearing the
-interpreter down (`_leave`); `app` (the full app, what tests and scripts import) is built on first use.
+interpreter down (`_leave`), and one of the sessions or report group alone (with the global
+options) for theirs, so `show` or `report` imports and converts no other group's commands;
+`app` (the full app, what tests and scripts import) is built on first use.
 """
 
 from __future__ import annotations
@@ -25,6 +27,12 @@ import typer
 
 ANALYSIS_COMMANDS = ("analyze", "diagnose", "diff")
 """Commands served by the analysis group alone (kept equal to analysis.COMMANDS by a test)."""
+ALONE = {
+    "sessions": ("sessions", "show", "replay", "export", "import", "fork", "abandon"),
+    "report": ("report", "serve"),
+}
+"""Groups whose commands a `perfloop` run builds alone, by the command named first (kept equal to
+each group's COMMANDS by a test)."""
 
 
 def print_version(value: bool) -> None:
@@ -77,10 +85,11 @@ def store_option(
         os.environ["PERFLOOP_STORE"] = store
 
 
-def build(*, analysis_only: bool = False) -> typer.Typer:
+def build(*, analysis_only: bool = False, alone: str | None = None) -> typer.Typer:
     """The `perfloop` app: each group's commands, then the `playbook` and `host` sub-command groups;
-    with `analysis_only`, the analysis commands alone."""
-    from agent.cli.commands import analysis
+    with `analysis_only`, the analysis commands alone; with `alone` (a key of ALONE), that group's
+    commands and the global options alone."""
+    from importlib import import_module
 
     cli = typer.Typer(
         add_completion=False,
@@ -90,9 +99,12 @@ def build(*, analysis_only: bool = False) -> typer.Typer:
         help="Profile, diagnose, patch and measure an LLM inference server, in a loop.",
     )
     if analysis_only:
-        groups: tuple[Any, ...] = (analysis,)
+        groups: tuple[Any, ...] = (import_module("agent.cli.commands.analysis"),)
+    elif alone is not None:
+        groups = (import_module(f"agent.cli.commands.{alone}"),)
+        cli.callback()(store_option)
     else:
-        from agent.cli.commands import calibrate, evaluate, host, loop, report, sessions, sglang
+        from agent.cli.commands import analysis, calibrate, evaluate, host, loop, report, sessions, sglang
         from tools.store.db import STORE_ENV
 
         groups = (loop, calibrate, sessions, report, analysis, sglang)
@@ -103,7 +115,7 @@ def build(*, analysis_only: bool = False) -> typer.Typer:
     for group in groups:
         for name, fn in group.COMMANDS.items():
             cli.command(name)(fn)
-    if not analysis_only:
+    if not analysis_only and alone is None:
         cli.add_typer(sglang.playbook_app, name="playbook")
         cli.add_typer(host.host_app, name="host")
         cli.add_typer(evaluate.eval_app, name="eval")
@@ -122,9 +134,9 @@ def main() -> None:
 
         print(f"perfloop {version('perfloop')}")
         return
-    light = len(sys.argv) > 1 and sys.argv[1] in ANALYSIS_COMMANDS
-    if not light:
-        build()()
+    named = sys.argv[1] if len(sys.argv) > 1 else None
+    if named not in ANALYSIS_COMMANDS:
+        build(alone=next((group for group, names in ALONE.items() if named in names), None))()
         return
     try:
         build(analysis_only=True)()

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from agent.proposer.tuning.search import is_trial, trials_of
 from state.profiling.diagnosis import Finding
+from state.sessions.chain import Chain, ChainLink
 from state.sessions.loop import LoopState, Proposal
 
 
@@ -157,3 +158,28 @@ def rank(state: LoopState, candidates: list[Proposal]) -> list[Ranked]:
 def ranking_note(ranked: list[Ranked]) -> str:
     """`ranked by predicted gain per launch-minute: a ...; b ...` (pure)."""
     return "ranked by predicted gain per launch-minute: " + "; ".join(r.words() for r in ranked)
+
+
+def chain_of(state: LoopState) -> Chain | None:
+    """`--proposer chain`: the kept links, each as its decision judged it against the tree before
+    it, and the whole chain's measured check; None in other modes (pure)."""
+    if state.target.proposer.mode != "chain":
+        return None
+    links = []
+    for d in state.decisions:
+        if d.verdict != "accepted" or d.tpot_ms_after is None or d.tpot_ms_before is None:
+            continue
+        j = d.judgement
+        last = j.last if j is not None and j.looks else None
+        links.append(
+            ChainLink(
+                source=d.source,
+                kind="launch option" if d.launch_argv is not None else "patch",
+                tpot_ms_before=d.tpot_ms_before,
+                tpot_ms_after=d.tpot_ms_after,
+                speedup=last.speedup if last else None,
+                ci=[last.ci_low, last.ci_high] if last else None,
+                verdict=d.verdict,
+            )
+        )
+    return Chain(links=links, whole=state.chain_check)

@@ -11,8 +11,7 @@ import numpy as np
 
 from agent.decision.stats.levels import at_level
 from agent.decision.stats.rule import percentile, window_metric
-from agent.sessions.runner import Sessions
-from agent.sessions.summary import summarize as summarize_session
+from agent.sessions.stored import StoredSessions
 from state.door.records import ToolCallRecord
 from state.measurement.measure import Measurement
 from state.measurement.workload import WorkloadConfig
@@ -103,10 +102,11 @@ class ReportData:
     transition times are then the replay's, not the session's."""
 
 
-def gather(sessions: Sessions, session_id: str) -> ReportData:
-    """The report's data for a live, paused, finished or imported session (reads only)."""
+def gather(sessions: StoredSessions, session_id: str) -> ReportData:
+    """The report's data for a live, paused, finished or imported session (reads only; LangGraph
+    loaded only for a session with checkpoints: a `Sessions` has it loaded)."""
     info = sessions.info(session_id)
-    replayed = not sessions.graph.get_state(sessions.config(session_id)).values
+    replayed = not sessions.has_state(session_id)
     try:
         history = sessions.history(session_id)
     except ReplayDivergence as exc:  # an altered or foreign import: one line, a 4xx page
@@ -119,7 +119,7 @@ def gather(sessions: Sessions, session_id: str) -> ReportData:
     return ReportData(
         info=info,
         state=state,
-        summary=info.summary or summarize_session(state, info.status),
+        summary=sessions.summary(info, state),
         arms=arms(calls, state.decisions, state.target.workload),
         proposals=proposals(history),
         ops=ops_changes(calls, state.decisions),

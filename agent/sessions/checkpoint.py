@@ -1,12 +1,12 @@
 """LangGraph checkpointing: SQLite in $PERFLOOP_HOME, or LangGraph's PostgresSaver on the database
-of $PERFLOOP_STORE (shared by every machine on it); our state types allow-listed, secrets masked.
+of $PERFLOOP_STORE (shared by every machine on it); our state types allow-listed, secrets masked
+(the serializer, serde.py, which a replay in memory uses alone).
 PostgresSaver takes its connection from a one-connection pool that checks it before each use, so a
 connection the server dropped (a restart) is opened again, waited for up to the store's reconnect
 window (tools/store/db.py), past which it is `StoreUnreachable`."""
 
 from __future__ import annotations
 
-import inspect
 import logging
 import sqlite3
 from collections.abc import Iterator
@@ -23,64 +23,17 @@ from langgraph.checkpoint.base import (
     CheckpointTuple,
 )
 from langgraph.checkpoint.postgres import PostgresSaver
-from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite import SqliteSaver
 from psycopg import Connection, Cursor
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
-from pydantic import BaseModel
 
-import state
+from agent.sessions.serde import serializer
 from agent.sessions.trust.saver import Signing
 from tools.errors import ConfigError, first_line
-from tools.secrets import redact, redact_bytes
+from tools.secrets import redact
 from tools.store.db import STORE_ENV, StoreUnreachable, describe, reconnect_seconds
 from tools.store.sessions import SessionStore
-
-
-def _state_modules() -> list:
-    """Every module of the `state` package and its sub-packages (`state.modules`)."""
-    return state.modules()
-
-
-def state_types() -> list[type]:
-    """Every pydantic model defined in our state modules: the serializer's allow-list."""
-    return [
-        obj
-        for mod in _state_modules()
-        for _, obj in inspect.getmembers(mod, inspect.isclass)
-        if issubclass(obj, BaseModel) and obj.__module__ == mod.__name__
-    ]
-
-
-class RedactingSerializer(JsonPlusSerializer):
-    """JsonPlusSerializer whose output has every secret value known at write time masked
-    (`tools.secrets.redact_bytes`): checkpoints never hold a secret, even one a server printed."""
-
-    def dumps_typed(self, obj: object) -> tuple[str, bytes]:
-        kind, data = super().dumps_typed(obj)
-        return kind, redact_bytes(data)
-
-
-def moved_types() -> list[tuple[str, str]]:
-    """(module, name) of every state model a state module imports from another one: a checkpoint
-    written before a model moved names it where it was (e.g. `state.sessions.loop.LoopOptions`, now in
-    `state.config.options` and still imported there), and must load."""
-    return [
-        (mod.__name__, name)
-        for mod in _state_modules()
-        for name, obj in inspect.getmembers(mod, inspect.isclass)
-        if issubclass(obj, BaseModel)
-        and obj.__module__ != mod.__name__
-        and obj.__module__.startswith("state.")
-    ]
-
-
-def serializer() -> JsonPlusSerializer:
-    """A serializer that revives exactly our state types (no 'unregistered type' warnings) and
-    scrubs secrets from what it writes."""
-    return RedactingSerializer(allowed_msgpack_modules=[*state_types(), *moved_types(), *state.moved()])
-
 
 RENAMED_CHANNELS = {"candidate": "candidate_measurement"}
 """LoopState fields renamed since checkpoints were first written (old name: new). A field is a

@@ -25,6 +25,7 @@ from langgraph.types import StateSnapshot
 from agent.context import host_dir
 from agent.graph import Graph
 from agent.sessions.interrupts import run_tool, unrecorded
+from agent.sessions.replaying import lineage
 from state.door.calls import ServerArgs, ServerStatus
 from state.sessions.loop import LoopState
 from tools import server
@@ -49,23 +50,6 @@ def healthy(state: LoopState, executor: Executor | None) -> bool:
         return True
     status = run_tool(executor, server.status, ServerArgs(server=state.server))
     return ServerStatus.model_validate(status.model_dump()).healthy
-
-
-def lineage(graph: Graph, config: RunnableConfig) -> list[StateSnapshot]:
-    """The thread's checkpoints from its first to its latest, following parents: a session that
-    went back to a launch has abandoned checkpoints in its history, which are left out."""
-    snaps = list(graph.get_state_history(config))
-    if not snaps:
-        return []
-    by_id = {s.config["configurable"]["checkpoint_id"]: s for s in snaps}
-    chain, snap = [], snaps[0]
-    while True:
-        chain.append(snap)
-        parent = snap.parent_config
-        found = by_id.get(parent["configurable"]["checkpoint_id"]) if parent else None
-        if found is None:
-            return chain[::-1]
-        snap = found
 
 
 def launch_point(graph: Graph, config: RunnableConfig) -> StateSnapshot | None:

@@ -12,34 +12,32 @@ from pathlib import Path
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
 from agent.context import LoopContext
-from agent.graph import Graph, compile_graph
-from agent.sessions.binding import check_target, rebuilt, view
-from agent.sessions.checkpoint import open_checkpointer, serializer
+from agent.graph import compile_graph
+from agent.sessions.binding import check_target
+from agent.sessions.checkpoint import open_checkpointer
 from agent.sessions.interrupts import running_lines, settled, stopped_after
 from agent.sessions.remote import close_hosts, executor_for, host_executors, remote_options
-from agent.sessions.revive import forked, lineage, repo_missing_here, resume_point, spawned
+from agent.sessions.replaying import lineage, pending, states, thread
+from agent.sessions.revive import forked, repo_missing_here, resume_point, spawned
+from agent.sessions.stored import StoredSessions
 from agent.sessions.summary import summarize as summarize_session
 from agent.steps.setup import FORK_STEPS
 from state.base import utcnow
 from state.config.options import LoopOptions
 from state.config.target import TargetConfig
 from state.sessions.loop import LoopState
-from state.sessions.session import SessionInfo, Summary
+from state.sessions.session import SessionInfo
 from tools import interrupts, progress
 from tools.door.live import LiveDoor
-from tools.door.replay import ReplayDivergence, ReplayDoor
 from tools.errors import ConfigError, StoreUnreachable
 from tools.hosts.client import RemoteExecutor
 from tools.interrupts import Interrupted
-from tools.paths import inside
 from tools.paths import session_id as checked_id
-from tools.store.db import describe as describe_store
 from tools.store.lease import SessionBusy, hold
-from tools.store.sessions import SessionStore, perfloop_home
+from tools.store.sessions import SessionStore
 
 
 def new_session_id() -> str:
@@ -50,25 +48,17 @@ def new_session_id() -> str:
 __all__ = ["SessionBusy", "Sessions", "new_session_id", "thread"]
 
 
-class Sessions:
+class Sessions(StoredSessions):
     """The sessions of this store ($PERFLOOP_STORE's database, else SQLite under $PERFLOOP_HOME):
     their index, recordings, checkpoints and graph. Session folders stay under $PERFLOOP_HOME."""
 
     trust: str | None = None
     """`--trust DIGEST`: run a session not signed by this user's key if it holds that (signing.py)."""
 
-    def __init__(self, home: Path | None = None) -> None:
-        self.home = home or perfloop_home()
-        self.store = SessionStore.open(self.home)
+    def __init__(self, home: Path | None = None, store: SessionStore | None = None) -> None:
+        super().__init__(home, store)
         self.graph = compile_graph(open_checkpointer(self.home, self.store.url, self.store))
-
-    def where(self) -> str:
-        """The store, for messages (no password)."""
-        return describe_store(self.store.url, self.home)
-
-    def session_dir(self, session_id: str) -> Path:
-        """The session's folder under $PERFLOOP_HOME (its id checked, the result inside home)."""
-        return inside(self.home / "sessions" / checked_id(session_id), [self.home], "session folder")
+        self._graphed = self
 
     def start(
         self,
@@ -112,23 +102,16 @@ class Sessions:
             return self._invoke(session_id, Command(resume=answer), answer=answer)
         return self._invoke(session_id, None)
 
-    def info(self, session_id: str) -> SessionInfo:
-        if (info := self.store.get_session(checked_id(session_id))) is None:
-            raise ConfigError(
-                f"no session {session_id!r} in {self.where()}; list them with `perfloop sessions`"
-            )
-        return info
-
     def config(self, session_id: str) -> RunnableConfig:
         return thread(session_id)
+
+    def has_state(self, session_id: str) -> bool:
+        return bool(self.graph.get_state(self.config(checked_id(session_id))).values)
 
     def state(self, session_id: str) -> LoopState:
         snap = self.graph.get_state(self.config(checked_id(session_id)))
         if not snap.values:
-            raise ConfigError(
-                f"session {session_id} has no checkpoints in {self.where()} (imported?); "
-                f"use `perfloop replay {session_id}`"
-            )
+            raise self.no_checkpoints(session_id)
         return LoopState.model_validate(snap.values)
 
     def finished_tasks(self, session_id: str, config: RunnableConfig | None = None) -> set[str]:
@@ -139,7 +122,7 @@ class Sessions:
 
     def pending_approval(self, session_id: str) -> dict | None:
         """The approval request a paused session waits on, if any."""
-        return _pending(self.graph, self.config(checked_id(session_id)))
+        return pending(self.graph, self.config(checked_id(session_id)))
 
     @contextmanager
     def lock(self, session_id: str) -> Iterator[None]:
@@ -247,54 +230,8 @@ class Sessions:
 
     def history(self, session_id: str) -> list[LoopState]:
         """Every state the session went through, oldest first: from its checkpoints, or, for an
-        imported recording (no checkpoints here), from a replay in memory (no host touched)."""
-        graph, cfg = self.graph, self.config(checked_id(session_id))
-        if not graph.get_state(cfg).values:
-            graph, cfg, _ = self._replayed(session_id)
-        snaps = lineage(graph, cfg)
-        return [LoopState.model_validate(s.values) for s in snaps if "session_id" in s.values]
-
-    def replay(self, session_id: str) -> tuple[LoopState, Summary]:
-        """Run the graph again with every tool call answered from the recording."""
-        graph, cfg, door = self._replayed(session_id)
-        if door.unplayed():
-            nxt = door.unplayed()[0]
-            raise ReplayDivergence(
-                f"the replay ended but the recording has {len(door.unplayed())} more "
-                f"call(s), next: #{door.position} {nxt.name} from node {nxt.node}"
-            )
-        state = LoopState.model_validate(graph.get_state(cfg).values)
-        status = "paused" if _pending(graph, cfg) is not None else state.status
-        every = self.store.tool_calls(session_id, include_superseded=True)  # cut attempts' launches
-        return state, summarize_session(state, status, every)
-
-    def _replayed(self, session_id: str) -> tuple[Graph, RunnableConfig, ReplayDoor]:
-        """The graph run in memory with every tool call answered from the recording."""
-        initial = self.store.inputs(session_id, "initial")
-        if not initial:
-            raise ConfigError(f"session {session_id} has no recorded initial state; it cannot be replayed")
-        answers = self.store.inputs(session_id, "answer")
-        door = ReplayDoor(session_id, self.store.tool_calls(session_id), self.store.cut_launches(session_id))
-        graph = compile_graph(InMemorySaver(serde=serializer()))
-        cfg = thread(f"replay-{session_id}")
-        ctx = LoopContext(door=door)
-        graph.invoke(LoopState.model_validate(initial[0]), cfg, context=ctx)
-        for answer in answers:
-            if _pending(graph, cfg) is None:
-                msg = f"the recording has an approval answer ({answer}) but the replayed session did not pause for one"
-                raise ReplayDivergence(msg)
-            graph.invoke(Command(resume=answer), cfg, context=ctx)
-        return graph, cfg, door
-
-
-def thread(thread_id: str) -> RunnableConfig:
-    """The LangGraph config of one thread (a session's checkpoints)."""
-    return {"configurable": {"thread_id": thread_id}}
-
-
-def _pending(graph: Graph, cfg: RunnableConfig) -> dict | None:
-    """The approval request waited on, as shown: with the exact argv and its digest (binding.py)."""
-    for task in (snap := graph.get_state(cfg)).tasks:
-        for intr in task.interrupts:
-            return view(state := LoopState.model_validate(snap.values), rebuilt(state, intr.value))
-    return None
+        imported recording (no checkpoints here), from its replay (kept, else run in memory)."""
+        cfg = self.config(checked_id(session_id))
+        if not self.graph.get_state(cfg).values:
+            return self.replayed_history(session_id)
+        return states(self.graph, cfg)

@@ -10,12 +10,12 @@ from agent.decision.gate import numerics
 from agent.decision.gate.correctness import refusal
 from agent.decision.stats.levels import at_level
 from agent.decision.stats.rule import percentile, pooled_metric, serving_stats
+from agent.proposer.chain import chain_of
 from agent.proposer.tuning.search import trial_lines
 from agent.sessions.floor import floors_of
 from state.door.records import ToolCallRecord
 from state.measurement.measure import Measurement
 from state.measurement.workload import OBJECTIVES
-from state.sessions.chain import Chain, ChainLink
 from state.sessions.loop import LoopState
 from state.sessions.session import Summary
 
@@ -97,31 +97,6 @@ def summarize(state: LoopState, status: str, calls: Sequence[ToolCallRecord] = (
         chain=chain_of(state),
         floors=floors_of(state, timing["tpot_ms_before"], timing["tpot_ms_after"]),
     )
-
-
-def chain_of(state: LoopState) -> Chain | None:
-    """`--proposer chain`: the kept links, each as its decision judged it against the tree before
-    it, and the whole chain's measured check; None in other modes (pure)."""
-    if state.target.proposer.mode != "chain":
-        return None
-    links = []
-    for d in state.decisions:
-        if d.verdict != "accepted" or d.tpot_ms_after is None or d.tpot_ms_before is None:
-            continue
-        j = d.judgement
-        last = j.last if j is not None and j.looks else None
-        links.append(
-            ChainLink(
-                source=d.source,
-                kind="launch option" if d.launch_argv is not None else "patch",
-                tpot_ms_before=d.tpot_ms_before,
-                tpot_ms_after=d.tpot_ms_after,
-                speedup=last.speedup if last else None,
-                ci=[last.ci_low, last.ci_high] if last else None,
-                verdict=d.verdict,
-            )
-        )
-    return Chain(links=links, whole=state.chain_check)
 
 
 def launches_made(calls: Sequence[ToolCallRecord]) -> int:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.sessions.stored import StoredSessions
 from tests.e2e.conftest import (
     PERFLOOP,
     assert_clean,
@@ -28,6 +29,7 @@ from tests.e2e.conftest import (
 )
 from tests.pg import PgServer
 from tools.store.db import Db
+from tools.store.sessions import SessionStore
 
 pytestmark = pytest.mark.e2e
 SAME = ("status", "accepted", "rejected", "outputs_identical", "server_launches", "iterations", "verdict")
@@ -102,6 +104,12 @@ def test_export_and_import_between_postgres_and_sqlite(runs: dict, tmp_path: Pat
             last_json(rep)["matches_recording"] is True
             and last_json(rep)["accepted"] == runs[name]["accepted"]
         )
+        shown = last_json(perfloop(home, "show", sid, "--json", env={"PERFLOOP_STORE": dst}))
+        assert shown["session"]["id"] == sid and shown["runs"]["unsigned_because"] == "no checkpoint"
+        if dst:  # LangGraph's checkpoint table read without LangGraph: none of the imported session,
+            stored = StoredSessions(home, SessionStore(home / "sessions.sqlite", dst))  # one of A's
+            assert not stored.checkpointed(sid) and stored.checkpointed(runs["postgres"]["session"])
+            stored.store.close()
 
 
 KILLED_LEASE_S = 20

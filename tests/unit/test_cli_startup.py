@@ -1,8 +1,9 @@
 """`perfloop` starts without the loop's heavy modules (LangGraph and the session store, the loop's
 state, openai, paramiko, git, torch, numpy): `--version`, `-h` and a bad target file answer at
-once, and `analyze | diagnose | diff` read a trace without paying for the loop. Checked by the
-modules a fresh interpreter loaded, not by timing, so it holds on a slow machine too
-(benchmarks/startup.py times it)."""
+once, and `analyze | diagnose | diff` read a trace without paying for the loop; `sessions`, and
+`show` and `report` of an imported recording, read the store without LangGraph, and `replay` loads
+the graph alone (issue 63). Checked by the modules a fresh interpreter loaded, not by timing, so it
+holds on a slow machine too (benchmarks/startup.py times it)."""
 
 import json
 import os
@@ -10,11 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agent.cli import ANALYSIS_COMMANDS
-from agent.cli.commands import analysis
+from agent.cli import ALONE, ANALYSIS_COMMANDS
+from agent.cli.commands import analysis, report, sessions
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACE = ROOT / "tests/data/traces/full_pool_cast_cuda.json.gz"
+RECORDING = ROOT / "tests/data/sessions/demo-session.json.gz"
 HEAVY = (
     "langgraph",
     "langchain_core",
@@ -67,11 +69,14 @@ main()
 """
 
 
-def started(tmp: Path, *argv: str) -> tuple[list[str], subprocess.CompletedProcess]:
-    """(the modules of START loaded, the process) after `perfloop ARGV` in a fresh interpreter,
+def started(
+    tmp: Path, *argv: str, heavy: tuple[str, ...] = START
+) -> tuple[list[str], subprocess.CompletedProcess]:
+    """(the modules of `heavy` loaded, the process) after `perfloop ARGV` in a fresh interpreter,
     its store under `tmp`."""
     env = {**os.environ, "PERFLOOP_HOME": str(tmp / "home"), "LOADED_TO": str(tmp / "loaded.json")}
-    code = STARTED.format(heavy=START, argv=list(argv))
+    env |= {"PERFLOOP_PROGRESS": "off"}
+    code = STARTED.format(heavy=heavy, argv=list(argv))
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120, env=env
     )
@@ -102,8 +107,56 @@ def test_listing_sessions_reads_the_index_alone(tmp_path: Path) -> None:
     assert mods == [], f"perfloop sessions --json loaded {mods}"
 
 
+LOOP = (*HEAVY, "langsmith", "agent.sessions.replaying", "agent.sessions.checkpoint", "psycopg")
+"""What reading a session's states without replaying it must not load: LangGraph, the graph, the
+checkpointers and their database drivers, the SSH and git layers."""
+REPLAY = (
+    "agent.sessions.runner",
+    "agent.sessions.checkpoint",
+    "psycopg",
+    "paramiko",
+    "git",
+    "openai",
+    "torch",
+)
+"""What a replay in memory must not load besides LangGraph and the graph (agent/sessions/replaying.py)."""
+
+
+def test_show_and_report_of_an_imported_recording_read_its_kept_replay(tmp_path: Path) -> None:
+    """Issue 63: `show` and `report` of an imported recording replayed it, LangGraph and the whole
+    graph loaded (3-5 s); they read the states its import kept (agent/sessions/replayed.py), the
+    same as a replay gives, and `replay` loads the graph without the checkpointers, the database
+    drivers, the SSH or git layers (its one unavoidable cost: LangGraph)."""
+    mods, proc = started(tmp_path, "import", str(RECORDING), heavy=LOOP)
+    assert proc.returncode == 0 and "imported session" in proc.stdout, proc.stderr
+    for argv in (
+        ["show", "last"],
+        ["show", "last", "--json"],
+        ["report", "last", "-o", str(tmp_path / "r.html")],
+    ):
+        mods, proc = started(tmp_path, *argv, heavy=LOOP)
+        assert proc.returncode == 0, proc.stderr
+        assert mods == [], f"perfloop {' '.join(argv)} loaded {mods}"
+    kept = json.loads(started(tmp_path, "show", "last", "--json", heavy=LOOP)[1].stdout)
+    for states in (tmp_path / "home" / "replayed").iterdir():  # none kept: `show` replays it again
+        states.unlink()
+    mods, proc = started(tmp_path, "show", "last", "--json", heavy=LOOP)
+    assert "agent.graph" in mods and "agent.sessions.runner" not in mods, mods
+    replayed = json.loads(proc.stdout)
+    for shown in (kept, replayed):  # a transition's time is its replay's, not the session's
+        shown["transitions"] = [{**t, "at": None} for t in shown["transitions"]]
+    assert kept == replayed and kept["decisions"]
+    assert [p.name for p in (tmp_path / "home" / "replayed").iterdir()] == [
+        f"{kept['session']['id']}.jsonl.gz"
+    ]
+    mods, proc = started(tmp_path, "replay", "last", heavy=REPLAY)
+    assert proc.returncode == 0 and "transitions: same" in proc.stderr, proc.stderr
+    assert mods == [], f"perfloop replay loaded {mods}"
+
+
 def test_the_light_commands_are_the_analysis_group() -> None:
     assert tuple(analysis.COMMANDS) == ANALYSIS_COMMANDS
+    assert {"sessions": tuple(sessions.COMMANDS), "report": tuple(report.COMMANDS)} == ALONE
 
 
 def test_an_analysis_command_leaves_with_its_exit_code_and_its_output_flushed(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """Where an SSH target points: `ssh://user@host:port` or `ssh://ALIAS` resolved through the OpenSSH
 client config (HostName, Port, User, IdentityFile, ProxyJump); the SSH errors; the reconnect backoff.
-Pure apart from reading the config file."""
+Pure apart from reading the config file; paramiko loads when a config is read (`load_config`)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,13 @@ import getpass
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-import paramiko
-
 from tools.errors import ToolError
+
+if TYPE_CHECKING:
+    import paramiko
 
 DEFAULT_KEYS = ("id_ed25519", "id_ecdsa", "id_rsa")
 
@@ -81,6 +83,8 @@ def resolve(spec: str, config: paramiko.SSHConfig, *, follow_jumps: bool = True)
 
 def load_config(path: Path | None) -> paramiko.SSHConfig:
     """The OpenSSH client config at `path` (default ~/.ssh/config; empty when absent)."""
+    import paramiko
+
     path = path or Path.home() / ".ssh" / "config"
     if path.is_file():
         return paramiko.SSHConfig.from_path(str(path))

@@ -1,4 +1,5 @@
-"""Door tools that move files between this machine and an SSH host; they always run here."""
+"""Door tools that move files between this machine and an SSH host; they always run here.
+paramiko and the connection load when a transfer runs, not with the graph that names these tools."""
 
 from __future__ import annotations
 
@@ -7,16 +8,15 @@ import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
-
-import paramiko
+from typing import TYPE_CHECKING, TypeVar
 
 from state.door.calls import Done, FetchArgs, PathArgs, PushTreeArgs
 from tools.door import tool
 from tools.errors import ToolError
-from tools.hosts.connect import connect
-from tools.hosts.ssh import ConnectionLost, SSHHost
 from tools.progress import report
+
+if TYPE_CHECKING:
+    from tools.hosts.ssh import SSHHost
 
 T = TypeVar("T")
 
@@ -31,6 +31,10 @@ def dropped(host: SSHHost, exc: BaseException) -> bool:
     SFTP reports a killed connection (EOF on its channel) before the transport's thread notices, so
     the transport can look alive for a moment: those errors always count as a drop; any other
     OSError (e.g. a local disk error) only once the transport is seen down."""
+    import paramiko
+
+    from tools.hosts.ssh import ConnectionLost
+
     if isinstance(exc, ConnectionLost | paramiko.SSHException | EOFError):
         return True
     deadline = time.monotonic() + DROP_NOTICE_S
@@ -41,6 +45,10 @@ def dropped(host: SSHHost, exc: BaseException) -> bool:
 
 def once_more_after_a_drop(host: SSHHost, action: Callable[[], T]) -> T:
     """Run an idempotent transfer; if the connection drops during it, reconnect and run it again."""
+    import paramiko
+
+    from tools.hosts.ssh import ConnectionLost
+
     try:
         return action()
     except FileNotFoundError:
@@ -55,6 +63,8 @@ def once_more_after_a_drop(host: SSHHost, action: Callable[[], T]) -> T:
 @tool("host.fetch", where="local")
 def fetch(args: FetchArgs) -> PathArgs:
     """Copy a remote file, or every file of a remote folder, to `local` (streamed, with progress)."""
+    from tools.hosts.connect import connect
+
     host = connect(args.host)
     return once_more_after_a_drop(host, lambda: _fetch(host, args))
 
@@ -91,6 +101,8 @@ def _progress(what: str) -> Callable[[int, int], None]:
 @tool("host.push_tree", where="local")
 def push_tree(args: PushTreeArgs) -> Done:
     """Upload a source tree (files replaced atomically, modes kept; no __pycache__ or .git)."""
+    from tools.hosts.connect import connect
+
     host = connect(args.host)
     return once_more_after_a_drop(host, lambda: _push_tree(host, args))
 

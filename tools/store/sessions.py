@@ -11,6 +11,7 @@ again on resume, and replay follows the calls of the attempts that completed.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Collection
@@ -179,6 +180,18 @@ class SessionStore:
             sql += " AND superseded = 0"
         rows = self.db.rows(sql + " ORDER BY seq", (checked_id(session_id),))
         return [ToolCallRecord.model_validate_json(r[0]) for r in rows]
+
+    def recording_digest(self, session_id: str) -> str:
+        """A digest of what a replay of the session reads: its inputs and its tool calls, as stored."""
+        sid, digest = checked_id(session_id), hashlib.sha256()
+        for row in [
+            *self.db.rows("SELECT n, kind, value FROM inputs WHERE session_id = ? ORDER BY n", (sid,)),
+            *self.db.rows(
+                "SELECT seq, superseded, record FROM tool_calls WHERE session_id = ? ORDER BY seq", (sid,)
+            ),
+        ]:
+            digest.update(json.dumps(list(row)).encode() + b"\n")
+        return digest.hexdigest()
 
     def add_aa(self, sample: AASample) -> None:
         """Keep one A/A launch (a baseline launch); the same launch again replaces itself."""

@@ -13,8 +13,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from git import Repo
-
 from state.engines.workspace import CommitInfo, WorkspaceSnapshot
 from tools.door.faults import fault_point
 from tools.errors import PatchError
@@ -39,6 +37,8 @@ class GitWorkspace(GitPlumbing):
     @classmethod
     def create_from_tree(cls, src: Path, dest: Path) -> GitWorkspace:
         """Copy `src` (without __pycache__/.git) to `dest` and commit it on `main`; reopen if done."""
+        from git import Repo  # GitPython loads with a checkout, not with the graph (plumbing.py)
+
         if not (dest / ".git").exists():
             shutil.copytree(
                 src, dest, ignore=shutil.ignore_patterns("__pycache__", ".git"), dirs_exist_ok=True

@@ -1,5 +1,6 @@
 """The plumbing under GitWorkspace: the one `git` call that turns GitCommandError into PatchError,
 the current and session branch, scratch indexes, and applying a patch to index and worktree as a pair.
+GitPython loads when a checkout is opened, not with the graph whose door tools name these classes.
 """
 
 from __future__ import annotations
@@ -9,8 +10,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Self
-
-from git import GitCommandError, InvalidGitRepositoryError, NoSuchPathError, Repo
 
 from state.engines.workspace import CommitInfo
 from tools.errors import PatchError
@@ -27,6 +26,8 @@ class GitPlumbing:
     """A git checkout, opened once; used as a context manager so its Repo is closed."""
 
     def __init__(self, path: Path) -> None:
+        from git import InvalidGitRepositoryError, NoSuchPathError, Repo
+
         try:
             self.repo = Repo(path)
         except (InvalidGitRepositoryError, NoSuchPathError) as err:
@@ -53,6 +54,8 @@ class GitPlumbing:
 
         `hint` replaces the generic advice of the error line; kwargs go to `Git.execute`.
         """
+        from git import GitCommandError
+
         try:
             return self.repo.git.execute(["git", *args], **kwargs)
         except GitCommandError as err:

@@ -28,9 +28,9 @@ def report(
     def body() -> None:
         from agent.report.data import gather
         from agent.report.html import render_report
-        from agent.sessions.runner import Sessions
+        from agent.sessions.stored import StoredSessions
 
-        html = render_report(gather(Sessions(), session))
+        html = render_report(gather(StoredSessions(), session))  # LangGraph only for checkpoints
         out = output or Path(f"perfloop-{session}.html")
         try:
             out.write_text(html, encoding="utf-8")

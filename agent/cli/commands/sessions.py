@@ -15,7 +15,7 @@ from agent.cli.output import console, emit
 from agent.cli.running import choice, err, run_command
 
 if TYPE_CHECKING:  # the store, the loop and the state load inside the commands that read them
-    from agent.sessions.runner import Sessions
+    from agent.sessions.stored import StoredSessions
     from state.sessions.session import Summary
 
 
@@ -78,22 +78,30 @@ def filled(recorded: Summary, replayed: Summary) -> Summary:
     return recorded.model_copy(update={k: getattr(replayed, k) for k in FILLED if k in skip})
 
 
-def import_recording(s: Sessions, file: Path) -> str:
+def import_recording(s: StoredSessions, file: Path) -> str:
     """`perfloop import`: the recording into the store, its summary `filled` from its replay where
-    its perfloop did not record a field yet; the session id."""
+    its perfloop did not record a field yet; the session id. The replay's states are kept for
+    `show` and `report` (agent/sessions/replayed.py), which then read them without replaying."""
     from agent.sessions.archive import import_session
+    from tools import progress
     from tools.door.replay import ReplayDivergence
     from tools.errors import ConfigError
 
     sid = import_session(s.store, file)
     s.session_dir(sid).mkdir(parents=True, exist_ok=True)  # this machine's: `last` names it
     info = s.info(sid)
-    if info.summary is not None and any(k in not_compared(info.summary) for k in FILLED):
-        try:  # no host, no file: the recording alone
-            _, replayed = s.replay(sid)
+    fill = info.summary is not None and any(k in not_compared(info.summary) for k in FILLED)
+    if not fill:  # replayed only to keep its states: no step shown, nothing it raises told
+        progress.set_reporter(lambda _message: None)
+    try:  # no host, no file: the recording alone
+        _, replayed = s.replay(sid, kept=True)
+        if fill and info.summary is not None:
             s.store.put_session(info.model_copy(update={"summary": filled(info.summary, replayed)}))
-        except (ReplayDivergence, ConfigError, ValueError, KeyError):
-            pass  # kept as recorded (the import stands); `perfloop replay` says why
+    except (ReplayDivergence, ConfigError, ValueError, KeyError):
+        pass  # kept as recorded (the import stands); `perfloop replay` says why
+    except Exception:
+        if fill:
+            raise
     return sid
 
 
@@ -114,10 +122,10 @@ def replay(session: SessionArg, as_json: Json = False) -> None:
     def body() -> None:
         from agent.cli import render
         from agent.report.headline import headline_json, summary_json
-        from agent.sessions.runner import Sessions
+        from agent.sessions.stored import StoredSessions
         from tools.door.replay import ReplayDivergence
 
-        s = Sessions()
+        s = StoredSessions()  # a replay in memory: no checkpointer (agent/sessions/replaying.py)
         info = s.info(session)
         session_id = info.id
         try:
@@ -174,9 +182,9 @@ def import_cmd(file: Path) -> None:
     """Import a session exported with `perfloop export`; then `perfloop replay` it."""
 
     def body() -> None:
-        from agent.sessions.runner import Sessions
+        from agent.sessions.stored import StoredSessions
 
-        sid = import_recording(Sessions(), file)
+        sid = import_recording(StoredSessions(), file)
         console().print(
             f"imported session {sid}; replay it with `{terminal.perfloop()} replay {sid}`", highlight=False
         )

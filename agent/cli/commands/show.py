@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 import sys
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -17,8 +17,8 @@ from agent.cli.output import console, emit, table
 from agent.cli.running import run_command
 from tools.errors import ConfigError, NotReplayable, ToolError, one_line
 
-if TYPE_CHECKING:  # the store, the loop and the state load inside the command
-    from agent.sessions.runner import Sessions
+if TYPE_CHECKING:  # the store and the state load inside the command; LangGraph only for checkpoints
+    from agent.sessions.stored import StoredSessions
     from state.door.records import ToolCallRecord
     from state.sessions.loop import LoopState
     from state.sessions.session import SessionInfo
@@ -47,11 +47,11 @@ def show(
 
     def body() -> None:
         from agent.cli.render import approval, runs
-        from agent.sessions.runner import Sessions
+        from agent.sessions.stored import StoredSessions
         from tools import progress
         from tools.workspace.hidden import visible
 
-        s = Sessions()
+        s = StoredSessions()  # an imported recording's states as kept: no LangGraph, no replay
         if number is not None and not diff:
             raise ToolError(f"N ({number}) selects a proposal's patch: add --diff (show SESSION --diff N)")
         if diff:  # applied if a human edited it, else proposed; `approve --patch` takes it back
@@ -63,7 +63,7 @@ def show(
         except ConfigError as exc:  # an imported session has no checkpoints here: its replay's last state
             try:
                 progress.set_reporter(lambda _message: None)  # a replay to read it: no step shown
-                state = s.history(session)[-1]
+                state = s.last_state(session)
             except Exception as bad:
                 raise NotReplayable(
                     f"{exc}; and its recording does not replay here ({one_line(bad)})"
@@ -107,12 +107,10 @@ def from_checkpoint(info: SessionInfo, waits: bool, signed: bool) -> tuple[Sessi
     )
 
 
-def runs_here(s: Sessions, session: str, state: LoopState) -> dict:
+def runs_here(s: StoredSessions, session: str, state: LoopState) -> dict:
     """What the session would run here (launch command, environment, the options that drive it,
     next nodes, tasks, writes) and whether this user's key signed it (agent/sessions/trust/)."""
-    saver: Any = s.graph.checkpointer
-    digest, why, upcoming = saver.status(s.config(session))
-    snap = s.graph.get_state(s.config(session))
+    digest, why, upcoming, nxt = s.checkpoint_status(session)
     opts = state.options
     return {
         "argv": state.argv,
@@ -121,7 +119,7 @@ def runs_here(s: Sessions, session: str, state: LoopState) -> dict:
         "host": state.target.host.model_dump(mode="json"),
         "options": {k: getattr(opts, k) for k in ("approve", "max_iterations", "python", "launch_allowlist")}
         | {"session_dir": str(opts.session_dir), "playbook_dirs": [str(p) for p in opts.playbook_dirs]},
-        "next": list(snap.next),
+        "next": nxt,
         "tasks": upcoming["tasks"],
         "writes": upcoming["writes"],
         "digest": digest,
@@ -157,8 +155,8 @@ def show_json(info: SessionInfo, state: LoopState, calls: list[ToolCallRecord], 
     """`perfloop show --json`: the session as `sessions --json` lists it (one speedup, the judged
     one), its transitions, measurements, decisions, and the attempts cut short (`interruptions`)."""
     from agent.cli.render import session_json
+    from agent.proposer.chain import chain_of
     from agent.proposer.tuning.search import trial_lines
-    from agent.sessions.summary import chain_of
 
     return {
         "session": session_json(info),

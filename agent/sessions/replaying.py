@@ -1,0 +1,97 @@
+"""A recorded session run again in memory, every tool call answered from its recording: no host,
+no file, no checkpointer (`perfloop replay`, `import`, and the states of an imported recording that
+`show` and `report` read, replayed.py). LangGraph and the graph load here; the checkpointers, the
+database drivers, the SSH hosts and the live door do not (runner.py has those)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command, StateSnapshot
+
+from agent.context import LoopContext
+from agent.graph import Graph, compile_graph
+from agent.sessions.binding import rebuilt, view
+from agent.sessions.replayed import keep, key
+from agent.sessions.serde import serializer
+from agent.sessions.summary import summarize as summarize_session
+from state.sessions.loop import LoopState
+from state.sessions.session import Summary
+from tools.door.replay import ReplayDivergence, ReplayDoor
+from tools.errors import ConfigError
+from tools.store.sessions import SessionStore
+
+
+def thread(thread_id: str) -> RunnableConfig:
+    """The LangGraph config of one thread (a session's checkpoints)."""
+    return {"configurable": {"thread_id": thread_id}}
+
+
+def lineage(graph: Graph, config: RunnableConfig) -> list[StateSnapshot]:
+    """The thread's checkpoints from its first to its latest, following parents: a session that
+    went back to a launch has abandoned checkpoints in its history, which are left out."""
+    snaps = list(graph.get_state_history(config))
+    if not snaps:
+        return []
+    by_id = {s.config["configurable"]["checkpoint_id"]: s for s in snaps}
+    chain, snap = [], snaps[0]
+    while True:
+        chain.append(snap)
+        parent = snap.parent_config
+        found = by_id.get(parent["configurable"]["checkpoint_id"]) if parent else None
+        if found is None:
+            return chain[::-1]
+        snap = found
+
+
+def states(graph: Graph, cfg: RunnableConfig) -> list[LoopState]:
+    """The thread's states from its first checkpoint to its latest (`lineage`)."""
+    return [LoopState.model_validate(s.values) for s in lineage(graph, cfg) if "session_id" in s.values]
+
+
+def pending(graph: Graph, cfg: RunnableConfig) -> dict | None:
+    """The approval request waited on, as shown: with the exact argv and its digest (binding.py)."""
+    for task in (snap := graph.get_state(cfg)).tasks:
+        for intr in task.interrupts:
+            return view(state := LoopState.model_validate(snap.values), rebuilt(state, intr.value))
+    return None
+
+
+def replayed(store: SessionStore, session_id: str) -> tuple[Graph, RunnableConfig, ReplayDoor]:
+    """The graph run in memory with every tool call answered from the recording."""
+    initial = store.inputs(session_id, "initial")
+    if not initial:
+        raise ConfigError(f"session {session_id} has no recorded initial state; it cannot be replayed")
+    answers = store.inputs(session_id, "answer")
+    door = ReplayDoor(session_id, store.tool_calls(session_id), store.cut_launches(session_id))
+    graph = compile_graph(InMemorySaver(serde=serializer()))
+    cfg = thread(f"replay-{session_id}")
+    ctx = LoopContext(door=door)
+    graph.invoke(LoopState.model_validate(initial[0]), cfg, context=ctx)
+    for answer in answers:
+        if pending(graph, cfg) is None:
+            msg = f"the recording has an approval answer ({answer}) but the replayed session did not pause for one"
+            raise ReplayDivergence(msg)
+        graph.invoke(Command(resume=answer), cfg, context=ctx)
+    return graph, cfg, door
+
+
+def replay(store: SessionStore, home: Path, session_id: str, kept: bool = False) -> tuple[LoopState, Summary]:
+    """Run the graph again with every tool call answered from the recording (`kept`: its states
+    kept under `home` for `show` and `report`, replayed.py): its last state and its summary."""
+    made = key(store, session_id) if kept else None
+    graph, cfg, door = replayed(store, session_id)
+    if made is not None:
+        keep(home, session_id, made, states(graph, cfg))
+    if door.unplayed():
+        nxt = door.unplayed()[0]
+        raise ReplayDivergence(
+            f"the replay ended but the recording has {len(door.unplayed())} more "
+            f"call(s), next: #{door.position} {nxt.name} from node {nxt.node}"
+        )
+    state = LoopState.model_validate(graph.get_state(cfg).values)
+    status = "paused" if pending(graph, cfg) is not None else state.status
+    every = store.tool_calls(session_id, include_superseded=True)  # cut attempts' launches
+    return state, summarize_session(state, status, every)

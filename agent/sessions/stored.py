@@ -1,0 +1,156 @@
+"""The sessions of a store as `show`, `report` and `replay` read them, LangGraph loaded only when a
+session needs it (issue 63): its index row, whether the checkpointer holds any checkpoint of it (its
+table read directly), and the states of one that has none here (an imported recording) from its
+replay kept by `replayed.py`. A replay runs in memory without a checkpointer (replaying.py). A
+session with checkpoints is read through `Sessions` (runner.py: the graph and its checkpointer),
+opened on first need; `Sessions` is a `StoredSessions` that has them open.
+
+Light: the store and the state models; never LangGraph, the graph or the checkpointer at its top."""
+
+from __future__ import annotations
+
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agent.sessions import replayed
+from tools.errors import ConfigError
+from tools.paths import inside
+from tools.paths import session_id as checked_id
+from tools.store.db import describe as describe_store
+from tools.store.sessions import SessionStore, perfloop_home
+
+if TYPE_CHECKING:
+    from agent.sessions.runner import Sessions
+    from state.sessions.loop import LoopState
+    from state.sessions.session import SessionInfo, Summary
+
+
+class StoredSessions:
+    """The sessions of this store ($PERFLOOP_STORE's database, else SQLite under $PERFLOOP_HOME):
+    their index, recordings and states. Session folders stay under $PERFLOOP_HOME."""
+
+    def __init__(self, home: Path | None = None, store: SessionStore | None = None) -> None:
+        self.home = home or perfloop_home()
+        self.store = store or SessionStore.open(self.home)
+        self._graphed: Sessions | None = None
+
+    def where(self) -> str:
+        """The store, for messages (no password)."""
+        return describe_store(self.store.url, self.home)
+
+    def session_dir(self, session_id: str) -> Path:
+        """The session's folder under $PERFLOOP_HOME (its id checked, the result inside home)."""
+        return inside(self.home / "sessions" / checked_id(session_id), [self.home], "session folder")
+
+    def info(self, session_id: str) -> SessionInfo:
+        if (info := self.store.get_session(checked_id(session_id))) is None:
+            raise ConfigError(
+                f"no session {session_id!r} in {self.where()}; list them with `perfloop sessions`"
+            )
+        return info
+
+    def graphed(self) -> Sessions:
+        """These sessions with the graph and its checkpointer (LangGraph loaded here, once)."""
+        if self._graphed is None:
+            from agent.sessions.runner import Sessions
+
+            self._graphed = Sessions(self.home, self.store)
+        return self._graphed
+
+    def checkpointed(self, session_id: str) -> bool:
+        """Whether the checkpointer holds any checkpoint of the session, read in its table without
+        LangGraph; True when that cannot be told (then LangGraph reads it, as for one that has)."""
+        sid, sql = checked_id(session_id), "SELECT 1 FROM checkpoints WHERE thread_id = ? LIMIT 1"
+        if self.store.url is not None:  # LangGraph's PostgresSaver: its tables in the store's database
+            try:
+                return bool(self.store.db.rows(sql, (sid,)))
+            except self.store.db.errors:
+                return True
+        path = self.home / "checkpoints.sqlite"
+        if not path.is_file():
+            return False  # no checkpoint written here yet
+        try:
+            with closing(sqlite3.connect(path, timeout=30)) as db:
+                return bool(db.execute(sql, (sid,)).fetchall())
+        except sqlite3.Error:
+            return True
+
+    def has_state(self, session_id: str) -> bool:
+        """Whether the session's latest checkpoint holds a state (else its states are its replay's)."""
+        return self.checkpointed(session_id) and self.graphed().has_state(session_id)
+
+    def no_checkpoints(self, session_id: str) -> ConfigError:
+        """The error of reading the state of a session without checkpoints here."""
+        return ConfigError(
+            f"session {session_id} has no checkpoints in {self.where()} (imported?); "
+            f"use `perfloop replay {session_id}`"
+        )
+
+    def state(self, session_id: str) -> LoopState:
+        """The session's state at its latest checkpoint (ConfigError when it has none here)."""
+        if not self.checkpointed(session_id):
+            raise self.no_checkpoints(session_id)
+        return self.graphed().state(session_id)
+
+    def history(self, session_id: str) -> list[LoopState]:
+        """Every state the session went through, oldest first: from its checkpoints, or, for an
+        imported recording (no checkpoints here), from its replay (kept, else run in memory)."""
+        if not self.checkpointed(session_id):
+            return self.replayed_history(session_id)
+        return self.graphed().history(session_id)
+
+    def replayed_history(self, session_id: str, last: bool = False) -> list[LoopState]:
+        """The states of the recording's replay: kept ones (`last`: the latest alone), else those
+        of a replay run now in memory (no host touched), then kept."""
+        made = replayed.key(self.store, session_id)
+        if (kept := replayed.read(self.home, session_id, made, last)) is not None:
+            return kept
+        states = self.replay_states(session_id)
+        replayed.keep(self.home, session_id, made, states)
+        return states[-1:] if last else states
+
+    def replay_states(self, session_id: str) -> list[LoopState]:
+        """The states of a replay of the recording run now in memory (no host touched, no
+        checkpointer: replaying.py, LangGraph and the graph loaded here), oldest first."""
+        from agent.sessions.replaying import replayed, states
+
+        graph, cfg, _ = replayed(self.store, session_id)
+        return states(graph, cfg)
+
+    def replay(self, session_id: str, kept: bool = False) -> tuple[LoopState, Summary]:
+        """Run the graph again with every tool call answered from the recording (replaying.py;
+        `kept`: its states kept for `show` and `report`): its last state and its summary."""
+        from agent.sessions.replaying import replay
+
+        return replay(self.store, self.home, session_id, kept)
+
+    def last_state(self, session_id: str) -> LoopState:
+        """`history(session_id)[-1]`, the latest state alone read when it was kept."""
+        if not self.checkpointed(session_id):
+            return self.replayed_history(session_id, last=True)[-1]
+        return self.graphed().history(session_id)[-1]
+
+    def summary(self, info: SessionInfo, state: LoopState) -> Summary:
+        """The session's summary: its row's, else (a session running now) its `state`'s."""
+        if info.summary is not None:
+            return info.summary
+        from agent.sessions.summary import summarize  # the loop's rules: loaded for that one alone
+
+        return summarize(state, info.status)
+
+    def checkpoint_status(self, session_id: str) -> tuple[str | None, str | None, dict, list[str]]:
+        """(the digest `--trust` takes, why its checkpoint is not this key's or None, its pending
+        tasks and writes, its next nodes) for `show` (`Checking.status`); none without checkpoints."""
+        if not self.checkpointed(session_id):
+            return None, "no checkpoint", {"tasks": [], "writes": []}, []
+        graph, cfg = self.graphed().graph, self.graphed().config(session_id)
+        saver: Any = graph.checkpointer
+        return (*saver.status(cfg), list(graph.get_state(cfg).next))
+
+    def pending_approval(self, session_id: str) -> dict | None:
+        """The approval request a paused session waits on, if any (none without a checkpoint)."""
+        if not self.checkpointed(session_id):
+            return None
+        return self.graphed().pending_approval(session_id)
