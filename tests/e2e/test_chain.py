@@ -32,7 +32,8 @@ first = 8192
 def test_chain_keeps_a_launch_option_and_a_patch_and_measures_the_whole(
     tmp_path: Path, home: Path, repo: Path
 ) -> None:
-    target = write_target(tmp_path / "t.toml", repo, looks=1)
+    # looks=3: the second link can need a second look on a loaded machine (host drift widens its CI)
+    target = write_target(tmp_path / "t.toml", repo, looks=3)
     text = target.read_text().replace('"--layers", "1"]', '"--layers", "1", "--pool-slots", "49152"]', 1)
     assert "49152" in text
     target.write_text(text + SEARCH)
