@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import typer
 from rich.status import Status
@@ -22,6 +22,9 @@ from tools import progress
 from tools.errors import ServerLost, StoreUnreachable, ToolError, one_line
 from tools.interrupts import Interrupted
 from tools.secrets import outside
+
+if TYPE_CHECKING:
+    from agent.sessions.reading.stored import StoredSessions
 
 err = console(stderr=True)
 T = TypeVar("T")
@@ -108,3 +111,16 @@ def _note(exc: BaseException) -> str:
     """What the session did about an exception that ended it (its servers stopped, how to resume;
     `agent/sessions/runner.py`), or "" when none ran."""
     return str(getattr(exc, "perfloop_session_note", ""))  # agent.sessions.interrupts.NOTE
+
+
+def stored_sessions() -> StoredSessions:
+    """The store's sessions read without LangGraph, opened with the graph and its checkpointer
+    (agent.sessions.runner) only when a session with checkpoints needs them."""
+    from agent.sessions.reading.stored import StoredSessions
+
+    def graphed(s: StoredSessions) -> StoredSessions:
+        from agent.sessions.runner import Sessions
+
+        return Sessions(s.home, s.store)
+
+    return StoredSessions(graphed=graphed)

@@ -11,7 +11,7 @@ import numpy as np
 
 from agent.decision.stats.levels import at_level
 from agent.decision.stats.rule import percentile, window_metric
-from agent.sessions.stored import StoredSessions
+from agent.sessions.reading.stored import StoredSessions
 from state.door.records import ToolCallRecord
 from state.measurement.measure import Measurement
 from state.measurement.workload import WorkloadConfig

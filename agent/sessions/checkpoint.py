@@ -28,7 +28,7 @@ from psycopg import Connection, Cursor
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from agent.sessions.serde import serializer
+from agent.sessions.reading.serde import serializer
 from agent.sessions.trust.saver import Signing
 from tools.errors import ConfigError, first_line
 from tools.secrets import redact

@@ -25,7 +25,7 @@ from langgraph.types import StateSnapshot
 from agent.context import host_dir
 from agent.graph import Graph
 from agent.sessions.interrupts import run_tool, unrecorded
-from agent.sessions.replaying import lineage
+from agent.sessions.reading.replaying import lineage
 from state.door.calls import ServerArgs, ServerStatus
 from state.sessions.loop import LoopState
 from tools import server

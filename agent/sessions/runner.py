@@ -19,10 +19,10 @@ from agent.graph import compile_graph
 from agent.sessions.binding import check_target
 from agent.sessions.checkpoint import open_checkpointer
 from agent.sessions.interrupts import running_lines, settled, stopped_after
+from agent.sessions.reading.replaying import lineage, pending, states, thread
+from agent.sessions.reading.stored import StoredSessions
 from agent.sessions.remote import close_hosts, executor_for, host_executors, remote_options
-from agent.sessions.replaying import lineage, pending, states, thread
 from agent.sessions.revive import forked, repo_missing_here, resume_point, spawned
-from agent.sessions.stored import StoredSessions
 from agent.sessions.summary import summarize as summarize_session
 from agent.steps.setup import FORK_STEPS
 from state.base import utcnow
@@ -119,6 +119,14 @@ class Sessions(StoredSessions):
         mid-way, whose writes LangGraph keeps and does not run again): those with a `result`."""
         snap = self.graph.get_state(config or self.config(checked_id(session_id)))
         return {t.id for t in snap.tasks if t.result is not None}
+
+    def checkpoint_status(self, session_id: str) -> tuple[str | None, str | None, dict, list[str]]:
+        """StoredSessions.checkpoint_status, read through the checkpointer (`Checking.status`)."""
+        if not self.checkpointed(session_id):
+            return super().checkpoint_status(session_id)
+        cfg = self.config(session_id)
+        saver: Any = self.graph.checkpointer
+        return (*saver.status(cfg), list(self.graph.get_state(cfg).next))
 
     def pending_approval(self, session_id: str) -> dict | None:
         """The approval request a paused session waits on, if any."""

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.sessions.stored import StoredSessions
+from agent.sessions.reading.stored import StoredSessions
 from tests.e2e.conftest import (
     PERFLOOP,
     assert_clean,

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from agent.cli.target import load_target
+from agent.sessions.reading.serde import serializer, state_types
 from agent.sessions.runner import Sessions, thread
-from agent.sessions.serde import serializer, state_types
 from state.config.options import LoopOptions
 from state.config.target import TargetConfig
 from state.engines.sglang import SglangLayout

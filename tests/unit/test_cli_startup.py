@@ -107,7 +107,7 @@ def test_listing_sessions_reads_the_index_alone(tmp_path: Path) -> None:
     assert mods == [], f"perfloop sessions --json loaded {mods}"
 
 
-LOOP = (*HEAVY, "langsmith", "agent.sessions.replaying", "agent.sessions.checkpoint", "psycopg")
+LOOP = (*HEAVY, "langsmith", "agent.sessions.reading.replaying", "agent.sessions.checkpoint", "psycopg")
 """What reading a session's states without replaying it must not load: LangGraph, the graph, the
 checkpointers and their database drivers, the SSH and git layers."""
 REPLAY = (
@@ -119,12 +119,12 @@ REPLAY = (
     "openai",
     "torch",
 )
-"""What a replay in memory must not load besides LangGraph and the graph (agent/sessions/replaying.py)."""
+"""What a replay in memory must not load besides LangGraph and the graph (agent/sessions/reading/replaying.py)."""
 
 
 def test_show_and_report_of_an_imported_recording_read_its_kept_replay(tmp_path: Path) -> None:
     """Issue 63: `show` and `report` of an imported recording replayed it, LangGraph and the whole
-    graph loaded (3-5 s); they read the states its import kept (agent/sessions/replayed.py), the
+    graph loaded (3-5 s); they read the states its import kept (agent/sessions/reading/replayed.py), the
     same as a replay gives, and `replay` loads the graph without the checkpointers, the database
     drivers, the SSH or git layers (its one unavoidable cost: LangGraph)."""
     mods, proc = started(tmp_path, "import", str(RECORDING), heavy=LOOP)

@@ -11,7 +11,7 @@ import typer
 
 from agent.cli.ids import SessionArg
 from agent.cli.output import console
-from agent.cli.running import fail, run_command
+from agent.cli.running import fail, run_command, stored_sessions
 from tools.errors import ConfigError
 
 
@@ -28,9 +28,8 @@ def report(
     def body() -> None:
         from agent.report.data import gather
         from agent.report.html import render_report
-        from agent.sessions.stored import StoredSessions
 
-        html = render_report(gather(StoredSessions(), session))  # LangGraph only for checkpoints
+        html = render_report(gather(stored_sessions(), session))  # LangGraph only for checkpoints
         out = output or Path(f"perfloop-{session}.html")
         try:
             out.write_text(html, encoding="utf-8")

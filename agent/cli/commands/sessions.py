@@ -12,10 +12,10 @@ from agent.cli.commands.show import show
 from agent.cli.ids import SessionArg
 from agent.cli.options import Json, Trust
 from agent.cli.output import console, emit
-from agent.cli.running import choice, err, run_command
+from agent.cli.running import choice, err, run_command, stored_sessions
 
 if TYPE_CHECKING:  # the store, the loop and the state load inside the commands that read them
-    from agent.sessions.stored import StoredSessions
+    from agent.sessions.reading.stored import StoredSessions
     from state.sessions.session import Summary
 
 
@@ -81,7 +81,7 @@ def filled(recorded: Summary, replayed: Summary) -> Summary:
 def import_recording(s: StoredSessions, file: Path) -> str:
     """`perfloop import`: the recording into the store, its summary `filled` from its replay where
     its perfloop did not record a field yet; the session id. The replay's states are kept for
-    `show` and `report` (agent/sessions/replayed.py), which then read them without replaying."""
+    `show` and `report` (agent/sessions/reading/replayed.py), which then read them without replaying."""
     from agent.sessions.archive import import_session
     from tools import progress
     from tools.door.replay import ReplayDivergence
@@ -122,10 +122,9 @@ def replay(session: SessionArg, as_json: Json = False) -> None:
     def body() -> None:
         from agent.cli import render
         from agent.report.headline import headline_json, summary_json
-        from agent.sessions.stored import StoredSessions
         from tools.door.replay import ReplayDivergence
 
-        s = StoredSessions()  # a replay in memory: no checkpointer (agent/sessions/replaying.py)
+        s = stored_sessions()  # a replay in memory: no checkpointer (agent/sessions/reading/replaying.py)
         info = s.info(session)
         session_id = info.id
         try:
@@ -182,9 +181,8 @@ def import_cmd(file: Path) -> None:
     """Import a session exported with `perfloop export`; then `perfloop replay` it."""
 
     def body() -> None:
-        from agent.sessions.stored import StoredSessions
 
-        sid = import_recording(StoredSessions(), file)
+        sid = import_recording(stored_sessions(), file)
         console().print(
             f"imported session {sid}; replay it with `{terminal.perfloop()} replay {sid}`", highlight=False
         )

@@ -14,11 +14,11 @@ from rich.console import Console
 from agent.cli.ids import SessionArg
 from agent.cli.options import Json
 from agent.cli.output import console, emit, table
-from agent.cli.running import run_command
+from agent.cli.running import run_command, stored_sessions
 from tools.errors import ConfigError, NotReplayable, ToolError, one_line
 
 if TYPE_CHECKING:  # the store and the state load inside the command; LangGraph only for checkpoints
-    from agent.sessions.stored import StoredSessions
+    from agent.sessions.reading.stored import StoredSessions
     from state.door.records import ToolCallRecord
     from state.sessions.loop import LoopState
     from state.sessions.session import SessionInfo
@@ -47,11 +47,10 @@ def show(
 
     def body() -> None:
         from agent.cli.render import approval, runs
-        from agent.sessions.stored import StoredSessions
         from tools import progress
         from tools.workspace.hidden import visible
 
-        s = StoredSessions()  # an imported recording's states as kept: no LangGraph, no replay
+        s = stored_sessions()  # an imported recording's states as kept: no LangGraph, no replay
         if number is not None and not diff:
             raise ToolError(f"N ({number}) selects a proposal's patch: add --diff (show SESSION --diff N)")
         if diff:  # applied if a human edited it, else proposed; `approve --patch` takes it back

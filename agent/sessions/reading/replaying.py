@@ -14,8 +14,8 @@ from langgraph.types import Command, StateSnapshot
 from agent.context import LoopContext
 from agent.graph import Graph, compile_graph
 from agent.sessions.binding import rebuilt, view
-from agent.sessions.replayed import keep, key
-from agent.sessions.serde import serializer
+from agent.sessions.reading.replayed import keep, key
+from agent.sessions.reading.serde import serializer
 from agent.sessions.summary import summarize as summarize_session
 from state.sessions.loop import LoopState
 from state.sessions.session import Summary

@@ -10,11 +10,12 @@ Light: the store and the state models; never LangGraph, the graph or the checkpo
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from agent.sessions import replayed
+from agent.sessions.reading import replayed
 from tools.errors import ConfigError
 from tools.paths import inside
 from tools.paths import session_id as checked_id
@@ -22,7 +23,6 @@ from tools.store.db import describe as describe_store
 from tools.store.sessions import SessionStore, perfloop_home
 
 if TYPE_CHECKING:
-    from agent.sessions.runner import Sessions
     from state.sessions.loop import LoopState
     from state.sessions.session import SessionInfo, Summary
 
@@ -31,10 +31,18 @@ class StoredSessions:
     """The sessions of this store ($PERFLOOP_STORE's database, else SQLite under $PERFLOOP_HOME):
     their index, recordings and states. Session folders stay under $PERFLOOP_HOME."""
 
-    def __init__(self, home: Path | None = None, store: SessionStore | None = None) -> None:
+    def __init__(
+        self,
+        home: Path | None = None,
+        store: SessionStore | None = None,
+        graphed: Callable[[StoredSessions], StoredSessions] | None = None,
+    ) -> None:
+        """`graphed`: opens these sessions with the graph and its checkpointer (runner.Sessions;
+        the caller passes it, so this module never imports the runner)."""
         self.home = home or perfloop_home()
         self.store = store or SessionStore.open(self.home)
-        self._graphed: Sessions | None = None
+        self._open_graph = graphed
+        self._graphed: StoredSessions | None = None
 
     def where(self) -> str:
         """The store, for messages (no password)."""
@@ -51,12 +59,12 @@ class StoredSessions:
             )
         return info
 
-    def graphed(self) -> Sessions:
-        """These sessions with the graph and its checkpointer (LangGraph loaded here, once)."""
+    def graphed(self) -> StoredSessions:
+        """These sessions with the graph and its checkpointer (LangGraph loaded then, once)."""
         if self._graphed is None:
-            from agent.sessions.runner import Sessions
-
-            self._graphed = Sessions(self.home, self.store)
+            if self._open_graph is None:
+                raise ConfigError(f"the sessions of {self.where()} were opened without the graph")
+            self._graphed = self._open_graph(self)
         return self._graphed
 
     def checkpointed(self, session_id: str) -> bool:
@@ -114,7 +122,7 @@ class StoredSessions:
     def replay_states(self, session_id: str) -> list[LoopState]:
         """The states of a replay of the recording run now in memory (no host touched, no
         checkpointer: replaying.py, LangGraph and the graph loaded here), oldest first."""
-        from agent.sessions.replaying import replayed, states
+        from agent.sessions.reading.replaying import replayed, states
 
         graph, cfg, _ = replayed(self.store, session_id)
         return states(graph, cfg)
@@ -122,7 +130,7 @@ class StoredSessions:
     def replay(self, session_id: str, kept: bool = False) -> tuple[LoopState, Summary]:
         """Run the graph again with every tool call answered from the recording (replaying.py;
         `kept`: its states kept for `show` and `report`): its last state and its summary."""
-        from agent.sessions.replaying import replay
+        from agent.sessions.reading.replaying import replay
 
         return replay(self.store, self.home, session_id, kept)
 
@@ -145,9 +153,7 @@ class StoredSessions:
         tasks and writes, its next nodes) for `show` (`Checking.status`); none without checkpoints."""
         if not self.checkpointed(session_id):
             return None, "no checkpoint", {"tasks": [], "writes": []}, []
-        graph, cfg = self.graphed().graph, self.graphed().config(session_id)
-        saver: Any = graph.checkpointer
-        return (*saver.status(cfg), list(graph.get_state(cfg).next))
+        return self.graphed().checkpoint_status(session_id)
 
     def pending_approval(self, session_id: str) -> dict | None:
         """The approval request a paused session waits on, if any (none without a checkpoint)."""
