@@ -254,8 +254,8 @@ def bench(a: argparse.Namespace) -> dict:
           f"{a.tokens} tokens; the engine's own max |dlogprob|: "
           + ", ".join(f"{k} {v:.4g}" for k, v in eng.items())
           + " (agent/decision/gate/moves.py judges)", flush=True)  # fmt: skip
-    print("| variant | class | effect | verdict | mean \\|dlogprob\\| | engine's own | x per prompt (>= at 99%) "
-          "| max \\|dlogprob\\| | gross | top-1 flips | s |")  # fmt: skip
+    print("| variant | class | effect | verdict | from the float32 math (the baseline's) | x per prompt (>= at 99%) "
+          "| mean \\|dlogprob\\| (the engine's own) | max \\|dlogprob\\| | gross | top-1 flips | s |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     out, cut = [], False
     only = [s for s in a.only.split(",") if s]
@@ -308,8 +308,10 @@ def judged(v: Variant, ctx, other, a, prompts, refs, reference, noise) -> dict:
         if measured is None
         else f"{eff:.3g}% ({v.at}: {measured:.3g}%)"
     )
-    print(f"| {v.name} | {v.cls} | {e} | {verdict.verdict} | {verdict.mean_dlogprob:.3g} | "
-          f"{verdict.engine_mean_dlogprob:.3g} | {verdict.ratio:.2f} ({verdict.ratio_low:.2f}) | "
+    far = (f"{verdict.precise_dlogprob:.3g} ({verdict.baseline_precise_dlogprob:.3g})"
+           if verdict.yardstick == "precise" else "- (no precision reference)")  # fmt: skip
+    print(f"| {v.name} | {v.cls} | {e} | {verdict.verdict} | {far} | {verdict.ratio:.2f} ({verdict.ratio_low:.2f}) | "
+          f"{verdict.mean_dlogprob:.3g} ({verdict.engine_mean_dlogprob:.3g}) | "
           f"{verdict.max_dlogprob:.3g} | {verdict.gross} | {verdict.flips} | {dur:.1f} |", flush=True)  # fmt: skip
     return row
 

@@ -7,7 +7,9 @@ by 5%: `nominal`), else the relative RMS error it puts into the tensor it corrup
 ||bug - right|| / ||right|| over the rows (tokens) it changes, measured in the run on the same
 inputs (the right tensor computed beside the wrong one; named per bug in `at`). The measured figure
 is kept for every bug (for a scale error it is the scale error, within bf16 and FP8 rounding: a
-5% dequantization-scale error measures 4.95%). Benign changes have no effect size. Standard library + torch only (the GPU machine's Python)."""
+5% dequantization-scale error measures 4.95%). kv_proj's scale error is measured on the KV rows as
+stored: the model renormalises the 512 latent dims right after the projection, so only the 64 rope
+dims keep it (a 5% scale reaches the cache at ~1.7%). Benign changes have no effect size. Standard library + torch only (the GPU machine's Python)."""
 
 from __future__ import annotations
 
@@ -188,10 +190,21 @@ class _Linear:
         scale = o.get("scale", {}).get(role)
         if scale is not None:
             wrong = out * (1 + scale)
-            if self.meter is not None:
+            if self.meter is not None and role == "kv_proj":  # measured on the KV rows as stored
+                self.meter.add(_key_rows(out), _key_rows(wrong))
+            elif self.meter is not None:
                 self.meter.add(out, wrong)
             out = wrong
         return out
+
+
+def _key_rows(kv: torch.Tensor) -> torch.Tensor:
+    """kv_proj's output as the KV cache stores it, but for the rope's rotation (which keeps norms):
+    its 512 latent dims through the model's RMSNorm (weight 1, eps 1e-6), the 64 rope dims as they are;
+    a scale of the whole output is undone on the latent, so a bug there reaches the cache at ~1/3 size."""
+    lat = kv[..., :512].float()
+    lat = lat * torch.rsqrt(lat.pow(2).mean(-1, keepdim=True) + 1e-6)
+    return torch.cat([lat, kv[..., 512:].float()], dim=-1)
 
 
 def linear(ctx, stack, o: dict, meter: Meter | None) -> None:
@@ -395,8 +408,9 @@ def variants(past: int) -> list[Variant]:
                        ("lm_head", (5,))]:  # fmt: skip
         for pct in pcts:
             add(f"{role} output scale +{pct}%", "bug",
-                lambda c, s, m, r=role, p=pct: linear(c, s, {"scale": {r: p / 100}}, m), at=f"{role} output",
-                nominal=pct)  # fmt: skip
+                lambda c, s, m, r=role, p=pct: linear(c, s, {"scale": {r: p / 100}}, m),
+                at="KV rows as stored (its latent renormalised)" if role == "kv_proj" else f"{role} output",
+                nominal=None if role == "kv_proj" else pct)  # fmt: skip
     for pct in (5, 10):
         add(f"softmax temperature off {pct}%", "bug",
             lambda c, s, m, p=pct: attention(c, s, {"temperature": 1 + p / 100}, m), at="attention scores",

@@ -36,6 +36,7 @@ ADDED_SINCE_SHOWN = frozenset(
         "search_without_math",
         "playbook_files",
         "launches_past_cuts",
+        "numerics_math_distance",
     }
 )
 """`LoopOptions` fields added after sessions paused with a digest shown to a person: at their

@@ -130,3 +130,7 @@ class LoopOptions(Model):
     used (the store's `cut` inputs, `SessionStore.supersede_after`; `agent/context.py` `step`), so
     no launch number, log or server mark is used twice: True for new sessions; sessions recorded
     before it replay numbering from the checkpoint (a cut attempt's numbers again)."""
+    numerics_math_distance: bool = False
+    """Whether the numerics gate, where a float32 precision reference was measured, judges a candidate
+    by its distance from the float32 math over the baseline's (agent/decision/gate/moves.py): True
+    for new sessions; sessions recorded before it replay judged by the engine's own moves alone."""

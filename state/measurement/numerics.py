@@ -15,6 +15,10 @@ Verdict = Literal["exact", "within", "beyond"]
 test of agent/decision/gate/moves.py); `beyond`: further (refused, unless a task check passes)."""
 
 
+PRECISE = "float32 precision reference"
+"""The name of the side scored by the baseline's tree computed in float32."""
+
+
 class TaskItem(Model):
     """One question of a `[correctness] task` file (JSON Lines)."""
 
@@ -194,9 +198,19 @@ class NumericsVerdict(Model):
     engine_mean_dlogprob: float = 0.0
     """The same for the engine's own side that moved the tokens furthest on average."""
     ratio: float = 0.0
-    """Geometric mean over the prompts of (candidate's mean move / the engine's own on that prompt)."""
+    """Geometric mean over the prompts of the test's ratio: (the candidate's distance from the float32
+    math / the baseline's) where `yardstick` is `precise`, else (the candidate's mean move / the
+    engine's own on that prompt)."""
     ratio_low: float = 0.0
     """Its one-sided lower confidence bound at 1 - the stated false-reject rate (Student's t)."""
+    yardstick: Literal["engine", "precise"] = "engine"
+    """What the ratio divides by: `precise`, the baseline's own distance from the model's float32
+    math (the precision reference), per prompt; `engine`, the engine's furthest own move there."""
+    precise_dlogprob: float = 0.0
+    """`precise`: the candidate's mean distance a token from the float32 math (|dlogprob| of the
+    baseline's tokens against the precision reference)."""
+    baseline_precise_dlogprob: float = 0.0
+    """`precise`: the baseline's own mean distance a token from the float32 math."""
     prompts_beyond: int = Field(0, ge=0)
     """Prompts whose mean move exceeds the margin times the engine's own on that prompt."""
     gross: int = Field(0, ge=0)

@@ -77,8 +77,8 @@ def test_the_stated_false_reject_rate_holds_for_a_candidate_that_moves_as_far_as
     rejected, caught, runs = 0, 0, 400
     for _ in range(runs):
         own = [rng.uniform(0.005, 0.05) for _ in BASE]
-        engine = side(
-            "float32 precision reference", [[lp + d for lp in row] for d, row in zip(own, BASE, strict=True)]
+        engine = side(  # a schedule's side: the precision reference is a yardstick of its own (below)
+            "batch of 8", [[lp + d for lp in row] for d, row in zip(own, BASE, strict=True)]
         )
         at = [d * math.exp(rng.gauss(0, 0.3)) for d in own]
         same = side("candidate", [[lp - d for lp in row] for d, row in zip(at, BASE, strict=True)])
@@ -150,3 +150,59 @@ def test_sides_on_different_prompt_sets_are_an_error():
         numerics.judge(side("alone", BASE), [side("b", BASE[:3])], side("c", BASE), texts_equal=False)
     with pytest.raises(ValueError, match="noise was not measured"):
         numerics.judge(side("alone", BASE), [], side("c", BASE), texts_equal=False)
+
+
+def _math_and_baseline(rng: random.Random, rounding: float) -> tuple[list[list[float]], ForcedScores]:
+    """The model's float32 math (exact logprobs) and a baseline that rounds it by `rounding`."""
+    exact = [[-0.1 - 0.05 * j + rng.gauss(0, 0.3) for j in range(12)] for _ in range(16)]
+    return exact, side("alone", [[lp + rng.gauss(0, rounding) for lp in row] for row in exact])
+
+
+def test_beside_a_precision_reference_a_more_precise_change_is_within_and_a_bug_beyond():
+    """The float32 attention vs the 10% scale bug of the issue: both move the baseline's tokens
+    further than the engine's own schedules (which barely move them), but the precise change lands
+    nearer the float32 math than the baseline and the bug further."""
+    rng = random.Random(5)
+    exact, ref = _math_and_baseline(rng, 0.05)
+    noise = [moved(exact, rng, 0.001, "batch of 2"), side(numerics.PRECISE, exact)]
+    precise = side("candidate", [[lp + rng.gauss(0, 0.01) for lp in row] for row in exact])
+    rerounded = side("candidate", [[lp + rng.gauss(0, 0.05) for lp in row] for row in exact])
+    bug = side("candidate", [[lp * 1.1 + rng.gauss(0, 0.05) for lp in row] for row in exact])
+    for cand, want in [(precise, "within"), (rerounded, "within"), (bug, "beyond")]:
+        v = numerics.judge(ref, noise, cand, texts_equal=False)
+        assert v.yardstick == "precise" and v.verdict == want, numerics.line(v)
+    v = numerics.judge(ref, noise, precise, texts_equal=False)
+    assert v.precise_dlogprob < v.baseline_precise_dlogprob and v.ratio < 1
+    assert "distance from the float32 math" in numerics.line(v)
+    bug_v = numerics.judge(ref, noise, bug, texts_equal=False)
+    assert bug_v.ratio_low > 1 and bug_v.precise_dlogprob > bug_v.baseline_precise_dlogprob
+
+
+def test_the_stated_false_reject_rate_holds_beside_a_precision_reference():
+    """A change of rounding exactly as coarse as the baseline's is refused at the stated rate."""
+    rng = random.Random(6)
+    rejected, runs = 0, 300
+    for _ in range(runs):
+        exact, ref = _math_and_baseline(rng, 0.05)
+        noise = [side("batch of 2", [[t.logprob or 0.0 for t in x.tokens] for x in ref.texts])]
+        noise.append(side(numerics.PRECISE, exact))
+        cand = side("candidate", [[lp + rng.gauss(0, 0.05) for lp in row] for row in exact])
+        rejected += numerics.judge(ref, noise, cand, texts_equal=False).verdict == "beyond"
+    assert rejected / runs <= 0.04, rejected
+
+
+def test_sessions_recorded_before_the_math_distance_keep_the_engines_yardstick():
+    rng = random.Random(7)
+    exact, ref = _math_and_baseline(rng, 0.05)
+    noise = [moved(exact, rng, 0.001, "batch of 2"), side(numerics.PRECISE, exact)]
+    cand = side("candidate", [[lp + rng.gauss(0, 0.01) for lp in row] for row in exact])
+    old = numerics.judge(ref, noise, cand, texts_equal=False, math_distance=False)
+    new = numerics.judge(ref, noise, cand, texts_equal=False)
+    assert old.yardstick == "engine" and new.yardstick == "precise" and old.ratio != new.ratio
+    few = numerics.judge(
+        ForcedScores(schedule="alone", texts=ref.texts[:3]),
+        [ForcedScores(schedule=s.schedule, texts=s.texts[:3]) for s in noise],
+        ForcedScores(schedule="candidate", texts=cand.texts[:3]),
+        texts_equal=False,
+    )
+    assert few.yardstick == "engine" and few.note  # too few prompts for the interval

@@ -165,6 +165,7 @@ def options(
         "mechanism_range": True,
         "give_back_checkout": True,
         "launches_past_cuts": True,
+        "numerics_math_distance": True,
     }
 
 

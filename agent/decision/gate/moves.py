@@ -10,12 +10,18 @@ token; a prompt's move is its mean over the prompt's positions (a typical move, 
 change of rounding at random weights moves one near-tied position as far as a real bug does, while
 a bug moves every position further).
 
-The test: per prompt the ratio of the candidate's move to the engine's own there (its furthest
-side on that prompt); the candidate is *beyond* when the one-sided lower confidence bound of the
-geometric mean of those ratios (Student's t over the prompts, at 1 - `alpha`) exceeds `margin`: a
-candidate whose typical move is the engine's own is refused with probability `alpha` (the stated
-false-reject rate), one that moves every prompt further is refused once the prompts show it. A
-prompt the candidate did not move counts at 1/16 of the engine's move (the log stays finite).
+The test, where the engine computed the same model in float32 beside the baseline (the precision
+reference) and there are at least FEW prompts: per prompt the ratio of the candidate's distance from
+the float32 math to the baseline's own (the mean |dlogprob| of the baseline's tokens against the
+reference's scores). A change of rounding (compile, fusion, a reordered or re-split reduction) is
+another computation of the same math, as far from it as the baseline on average, or nearer (float32
+attention); a bug adds its own move to the rounding and lands further. The candidate is *beyond*
+when the one-sided lower confidence bound of the geometric mean of those ratios (Student's t over the
+prompts, at 1 - `alpha`) exceeds `margin`: one exactly as precise as the baseline is refused with
+probability `alpha` (the stated false-reject rate). Without a precision reference (or too few
+prompts) the ratio is the candidate's move of the baseline's tokens over the engine's own there (its
+furthest side on that prompt), the same bound: a candidate that moves them no more than the engine's
+own schedules do passes. A prompt the candidate did not move counts at 1/16 (the log stays finite).
 
 Two guards beside it:
 - a bug that moves only some prompts (a window cut, a rope offset past a position: long prompts
@@ -33,7 +39,7 @@ import math
 import statistics
 
 from agent.decision.stats.replicates import t_quantile
-from state.measurement.numerics import ForcedScores, ForcedText, ForcedToken, NumericsVerdict
+from state.measurement.numerics import PRECISE, ForcedScores, ForcedText, ForcedToken, NumericsVerdict
 
 MARGIN = 1.0
 """The candidate's typical move may be up to this many times the engine's own (geometric mean)."""
@@ -120,13 +126,16 @@ def judge(
     *,
     texts_equal: bool,
     declared_exact: bool = False,
+    math_distance: bool = True,
     margin: float = MARGIN,
     alpha: float = ALPHA,
 ) -> NumericsVerdict:
     """The verdict on `candidate` (pure): `exact` when its greedy texts equal the reference's
     (`texts_equal`, where the schedule is controlled) and it moved no token's logprob; else `within`
     or `beyond` by the test above (a scale error that flips no greedy token still moves them all).
-    A candidate that `declared_exact` itself passes only as `exact` (the verdict says which it is)."""
+    A candidate that `declared_exact` itself passes only as `exact` (the verdict says which it is).
+    `math_distance` False: the engine's own moves are the yardstick even beside a precision reference
+    (sessions recorded before the distance from the float32 math)."""
     if not noise:
         raise ValueError("the engine's own noise was not measured: no schedule to judge against")
     n = len(reference.texts)
@@ -136,10 +145,21 @@ def judge(
     cand = typical(reference, candidate)
     floor = rounding(reference) if not any(any(row) for row in engine) else 0.0
     own = [max(*col, floor, 1e-9) for col in zip(*engine, strict=True)]
-    logs = [
-        math.inf if math.isinf(c) else math.log(max(c, e * UNMOVED) / e)
-        for c, e in zip(cand, own, strict=True)
-    ]
+    precise = next((s for s in noise if s.schedule == PRECISE), None)
+    math_base, math_cand = ([], [])
+    if (
+        precise is not None and math_distance and n >= FEW
+    ):  # distance from the float32 math, candidate over baseline
+        math_base, math_cand = typical(precise, reference), typical(precise, candidate)
+        logs = [
+            math.inf if math.isinf(c) else math.log(max(c, b * UNMOVED, 1e-12) / max(b, 1e-12))
+            for c, b in zip(math_cand, math_base, strict=True)
+        ]
+    else:
+        logs = [
+            math.inf if math.isinf(c) else math.log(max(c, e * UNMOVED) / e)
+            for c, e in zip(cand, own, strict=True)
+        ]
     mean, low = bound(logs, alpha)
     beyond = sum(1 for c, e in zip(cand, own, strict=True) if c > margin * e)
     gross = sum(1 for c in cand if c > GROSS * max(own))
@@ -161,6 +181,9 @@ def judge(
         engine_schedule=noise[furthest].schedule if not floor else "its logits' rounding: no side moved them",
         mean_dlogprob=statistics.fmean(every) if every else 0.0,
         engine_mean_dlogprob=max(statistics.fmean(engine[furthest]) if engine[furthest] else 0.0, floor),
+        yardstick="precise" if math_base else "engine",
+        precise_dlogprob=statistics.fmean(math_cand) if math_cand else 0.0,
+        baseline_precise_dlogprob=statistics.fmean(math_base) if math_base else 0.0,
         ratio=math.exp(min(mean, 700.0)),
         ratio_low=math.exp(min(low, 700.0)),
         gross=gross,
@@ -180,16 +203,27 @@ def judge(
 
 
 def line(v: NumericsVerdict) -> str:
-    """The verdict in one line, with its figures (pure), e.g. `within the engine's numerics: mean
-    |dlogprob| 0.012 a token vs the engine's own 0.013 (float32 precision reference); 0.91x per prompt
-    (>= 0.62x at 99%, refused above 1x); max 0.24 vs 0.15; top-1 flips 4 vs 0`."""
+    """The verdict in one line, with its figures (pure), e.g. `within the engine's numerics: distance
+    from the float32 math 0.073 a token vs the baseline's own 0.068; 1.08x per prompt (>= 0.96x at 99%,
+    refused above 1x); moved the baseline's tokens: mean |dlogprob| 0.033 a token vs the engine's own
+    0.068 (float32 precision reference); max 0.84 vs 0.71; top-1 flips 30 vs 0`."""
     gross = f"; {v.gross} prompt(s) beyond {GROSS:g}x its largest anywhere" if v.gross else ""
-    figures = (
-        f"mean |dlogprob| {fmt(v.mean_dlogprob)} a token vs the engine's own {fmt(v.engine_mean_dlogprob)} "
-        f"({v.engine_schedule}); {v.ratio:.2f}x per prompt (>= {v.ratio_low:.2f}x at "
-        f"{1 - v.false_reject:.0%}, refused above {v.margin:g}x){gross}; max {fmt(v.max_dlogprob)} vs "
-        f"{fmt(v.engine_max_dlogprob)}; top-1 flips {v.flips} vs the engine's {v.engine_flips}"
+    test = (
+        f"{v.ratio:.2f}x per prompt (>= {v.ratio_low:.2f}x at {1 - v.false_reject:.0%}, refused above "
+        f"{v.margin:g}x){gross}"
     )
+    moved = (
+        f"mean |dlogprob| {fmt(v.mean_dlogprob)} a token vs the engine's own {fmt(v.engine_mean_dlogprob)} "
+        f"({v.engine_schedule})"
+    )
+    if v.yardstick == "precise":
+        figures = (
+            f"distance from the float32 math {fmt(v.precise_dlogprob)} a token vs the baseline's own "
+            f"{fmt(v.baseline_precise_dlogprob)}; {test}; moved the baseline's tokens: {moved}"
+        )
+    else:
+        figures = f"{moved}; {test}"
+    figures += f"; max {fmt(v.max_dlogprob)} vs {fmt(v.engine_max_dlogprob)}; top-1 flips {v.flips} vs the engine's {v.engine_flips}"
     if v.note:
         figures += f" ({v.note})"
     if v.verdict == "exact":

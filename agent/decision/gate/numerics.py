@@ -23,6 +23,7 @@ from agent.decision.stats.noise import outputs_key
 from agent.serving import launch_args
 from state.door.calls import RepoArgs, ServerArgs
 from state.measurement.numerics import (
+    PRECISE,
     ForcedArgs,
     ForcedScores,
     NumericsArgs,
@@ -36,9 +37,6 @@ from tools.engines.registry import engine
 from tools.store import aa
 from tools.tolerance import forced
 from tools.workspace import repo
-
-PRECISE = "float32 precision reference"
-"""The name of the side scored by the baseline's tree computed in float32."""
 
 
 def applies(state: LoopState) -> bool:
@@ -188,6 +186,7 @@ def judge(state: LoopState, runtime: Runtime[LoopContext], texts_problem: str | 
         candidate_scores(state, runtime),
         texts_equal=texts_problem is None,
         declared_exact=declared,
+        math_distance=state.options.numerics_math_distance,
     )
     cfg = state.target.correctness
     if verdict.verdict != "beyond" or declared or not cfg.task_items or noise.task_texts is None:
@@ -256,8 +255,14 @@ def short(v: NumericsVerdict) -> str:
     """A verdict in a few words with its figures (pure)."""
     if v.verdict == "exact":
         return "exact"
-    said = (
-        f"{v.verdict} (mean |dlogprob| {numerics.fmt(v.mean_dlogprob)} vs {numerics.fmt(v.engine_mean_dlogprob)}, "
-        f"{v.ratio:.2f}x per prompt)"
-    )
+    if v.yardstick == "precise":
+        said = (
+            f"{v.verdict} (from the float32 math {numerics.fmt(v.precise_dlogprob)} vs the baseline's "
+            f"{numerics.fmt(v.baseline_precise_dlogprob)}, {v.ratio:.2f}x per prompt)"
+        )
+    else:
+        said = (
+            f"{v.verdict} (mean |dlogprob| {numerics.fmt(v.mean_dlogprob)} vs "
+            f"{numerics.fmt(v.engine_mean_dlogprob)}, {v.ratio:.2f}x per prompt)"
+        )
     return said + (f", {v.task}" if v.task else "")
