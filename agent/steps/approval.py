@@ -6,6 +6,7 @@ from agent.context import need
 from agent.decision.gate import moves, numerics
 from agent.decision.gate.correctness import refusal
 from agent.proposer.tuning.search import is_trial
+from state.measurement.numerics import PRECISE
 from state.sessions.loop import LoopState, Proposal
 
 PAUSED_SERVERS = (
@@ -76,11 +77,21 @@ def gate_lines(state: LoopState, proposals: list[Proposal]) -> list[str]:
             if noise.host_sessions > 1
             else ""
         )
+        math = (
+            state.options.numerics_math_distance
+            and any(s.schedule == PRECISE for s in noise.schedules)
+            and len(noise.reference.texts) >= moves.FEW
+        )
+        test = (
+            "when its distance from the float32 math per prompt is above "
+            f"{moves.MARGIN:g}x the baseline's own"
+            if math
+            else f"when its mean move per prompt is above {moves.MARGIN:g}x the engine's own"
+        )
         lines.append(
             f"will be judged against {numerics.yardstick(noise)}, measured at the baseline{host}: refused "
-            f"when its mean move per prompt is above {moves.MARGIN:g}x the engine's own at "
-            f"{1 - moves.ALPHA:.0%} confidence (false-reject {moves.ALPHA:.0%}), or any prompt's past "
-            f"{moves.GROSS:g}x the engine's largest"
+            f"{test} at {1 - moves.ALPHA:.0%} confidence (false-reject {moves.ALPHA:.0%}), or any "
+            f"prompt's past {moves.GROSS:g}x the engine's largest"
         )
     lines += [declared(p) for p in proposals]
     if words := numerics.judged_words(state):

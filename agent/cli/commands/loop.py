@@ -71,7 +71,7 @@ def demo(
         correctness = target.correctness
         if device == "cuda":  # the demo target file turns them off for the CPU's slow prefills; on a GPU
             default = CorrectnessConfig.model_fields["long_prompts"].default  # the schedule moves the math:
-            correctness = correctness.model_copy(  # (no float32 copy beside it: not yet measured on a GPU)
+            correctness = correctness.model_copy(  # (no float32 copy beside it: 78 layers do not fit twice)
                 update={"long_prompts": default, "policy": "numerics", "precision_reference": False}
             )
         target = target.model_copy(
