@@ -203,6 +203,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--json", type=Path, default=None, help="write the rows here")
     p.add_argument("--dump", type=Path, default=None, help="write every side's teacher-forced scores here")
+    p.add_argument("--rejudge", type=Path, default=None,
+                   help="no model: judge the sides a --dump recorded (.json or .json.gz) with today's test")  # fmt: skip
     p.add_argument(
         "--static-decode", action="store_true", help="cuda's static decode step on the CPU (a dry run)"
     )
@@ -354,5 +356,38 @@ def summarise(rows: list[dict]) -> dict:
             "exact_bugs": exact_bugs, "lines": lines}  # fmt: skip
 
 
+def rejudge(path: Path) -> dict:
+    """The candidates a `--dump` recorded, judged again by today's `judge` (pure: no model runs); the
+    effects are the recorded ones. Prints the table and the summary."""
+    import gzip
+
+    d = json.loads(gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_text())
+    reference = ForcedScores.model_validate(d["reference"])
+    sched = [ForcedScores.model_validate(x) for x in d["schedules"]]
+    print(f"{path}: {len(reference.texts)} prompts; sides: {', '.join(x.schedule for x in sched)}")
+    print("| variant | class | effect (recorded) | verdict | from the float32 math (the baseline's) | x per prompt "
+          "(>= at 99%) | mean \\|dlogprob\\| (the engine's own) | max \\|dlogprob\\| | gross |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|")
+    rows = []
+    for name, c in d["candidates"].items():
+        cand = ForcedScores.model_validate(c["scores"])
+        equal = all(t.rank == 1 for text in cand.texts for t in text.tokens)
+        v = judge(reference, sched, cand, texts_equal=equal)
+        eff = c["effect_pct"]
+        far = (
+            f"{v.precise_dlogprob:.3g} ({v.baseline_precise_dlogprob:.3g})"
+            if v.yardstick == "precise"
+            else "-"
+        )
+        print(f"| {name} | {c['class']} | {'-' if eff is None else f'{eff:.3g}%'} | {v.verdict} | {far} | "
+              f"{v.ratio:.2f} ({v.ratio_low:.2f}) | {v.mean_dlogprob:.3g} ({v.engine_mean_dlogprob:.3g}) | "
+              f"{v.max_dlogprob:.3g} | {v.gross} |")  # fmt: skip
+        rows.append({"name": name, "class": c["class"], "effect_pct": eff, **v.model_dump()})
+    summary = summarise(rows)
+    print("\n" + "\n".join(summary["lines"]))
+    return {"rows": rows, "summary": summary}
+
+
 if __name__ == "__main__":
-    bench(parse())
+    args = parse()
+    rejudge(args.rejudge) if args.rejudge else bench(args)
