@@ -224,8 +224,11 @@ def approval(console: Console, req: dict) -> None:
         )
 
 
-def sessions(console: Console, infos: list[SessionInfo], held: dict[str, str]) -> None:
-    """`perfloop sessions`: a `running` session nobody holds was stopped (resume it)."""
+def sessions(
+    console: Console, infos: list[SessionInfo], held: dict[str, str], unverified: set[str] | None = None
+) -> None:
+    """`perfloop sessions`: a `running` session nobody holds was stopped (resume it); the rows of
+    `unverified` (their status not backed by this user's signed checkpoint) say so."""
     rows = []
     for i in infos:
         s = i.summary
@@ -236,6 +239,7 @@ def sessions(console: Console, infos: list[SessionInfo], held: dict[str, str]) -
             status = "stopped (resume it)"
         elif status == "interrupted":
             status = "interrupted (resume it)"
+        status += " (unverified)" if i.id in (unverified or ()) else ""
         rows.append(
             (
                 i.id,

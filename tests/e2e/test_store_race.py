@@ -258,6 +258,51 @@ def test_a_done_row_beside_a_signed_waiting_checkpoint_is_shown_as_paused(
     assert "the store's row says 'done' (not signed)" in victim.cli("show", victim.sid).stdout
 
 
+def forge_row(peer: RacePeer, sid: str, **update: object) -> None:
+    """The peer rewrites the session's `sessions` row: its summary (the one written at the pause)
+    claims a kept fix, a commit and a speedup, and `update` sets the row's own fields."""
+    (info,) = peer.conn.execute("SELECT info FROM sessions WHERE id = %s", (sid,)).fetchone() or (None,)
+    row = json.loads(info)
+    claims = {"accepted": ["peer-fix"], "commits": ["deadbeef00"], "speedup": 9.87, "speedup_judged": 9.87}
+    row["summary"] = {**row["summary"], **claims, "speedup_ci": [9.5, 10.25], "status": "done"}
+    peer.conn.execute("UPDATE sessions SET info = %s WHERE id = %s", (json.dumps(row | update), sid))
+
+
+def listed(victim: Victim) -> tuple[dict, str]:
+    """(the session's entry in `perfloop sessions --json`, `perfloop sessions`'s text)."""
+    out, text = victim.cli("sessions", "--json"), victim.cli("sessions")
+    assert out.returncode == 0 and text.returncode == 0, (out.stderr, text.stderr)
+    (entry,) = [e for e in json.loads(out.stdout) if e["id"] == victim.sid]
+    return entry, text.stdout
+
+
+def test_the_sessions_list_shows_a_forged_done_row_as_its_signed_checkpoint_says(
+    victim: Victim, peer: RacePeer
+) -> None:
+    """`perfloop sessions` (and `--json`): a peer's "done / accepted / commits deadbeef00" row for
+    a session whose signed checkpoint waits for approval is listed as paused, with none of the
+    peer's summary, the row's word named as unsigned; so is a forged summary alone beside the
+    row's `paused` (commits the signed state has none of)."""
+    forge_row(peer, victim.sid, status="done")
+    entry, text = listed(victim)
+    assert entry["status"] == "paused" and entry["summary"] is None and entry["signed"] is True, entry
+    said = "the store's row says 'done' (not signed): its signed checkpoint waits for approval"
+    assert entry["store_row"] == said, entry
+    assert not {"deadbeef00", "peer-fix", "9.87"} & set(json.dumps(entry).replace('"', " ").split()), entry
+    (line,) = [x for x in text.splitlines() if x.startswith(victim.sid) and "  " in x]
+    assert "paused" in line and "done" not in line, text
+    assert f"{victim.sid}: {said}\n" in text, text
+    assert not any(x in text for x in ("deadbeef00", "peer-fix", "9.87")), text
+
+    forge_row(peer, victim.sid, status="paused")
+    entry, text = listed(victim)
+    assert entry["status"] == "paused" and entry["summary"] is None and entry["signed"] is True, entry
+    assert entry["store_row"] == (
+        "the store's row's summary (not signed) names commits deadbeef00: its signed checkpoint has none"
+    )
+    assert not any(x in text for x in ("peer-fix", "9.87")), text
+
+
 def test_a_rollback_to_the_first_unsigned_checkpoint_is_named_a_rollback(
     victim: Victim, peer: RacePeer
 ) -> None:

@@ -129,6 +129,9 @@ def test_show_and_report_of_an_imported_recording_read_its_kept_replay(tmp_path:
     drivers, the SSH or git layers (its one unavoidable cost: LangGraph)."""
     mods, proc = started(tmp_path, "import", str(RECORDING), heavy=LOOP)
     assert proc.returncode == 0 and "imported session" in proc.stdout, proc.stderr
+    for argv in (["sessions"], ["sessions", "--json"]):  # rows beside their signatures: no state read
+        mods, proc = started(tmp_path, *argv, heavy=(*LOOP, "state.sessions.loop"))
+        assert proc.returncode == 0 and mods == [], (mods, proc.stderr)
     for argv in (
         ["show", "last"],
         ["show", "last", "--json"],

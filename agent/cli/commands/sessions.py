@@ -226,12 +226,29 @@ def sessions(as_json: Json = False) -> None:
         from agent.cli import render
         from tools.store.sessions import SessionStore, perfloop_home
 
-        store = SessionStore.open(perfloop_home())  # the index alone: no graph, no LangGraph to load
+        home = perfloop_home()
+        store = SessionStore.open(home)  # the index and the signatures: no graph, no LangGraph to load
         infos, held = store.list_sessions(), store.held()
-        if as_json:
-            emit([render.session_json(i) | {"held_by": held.get(i.id)} for i in infos])
+        if infos:  # each row beside what this user's key signed of it (its rows are not signed)
+            from agent.sessions.trust.listed import checked
+
+            rows = checked(store, home, infos)
         else:
-            render.sessions(console(), infos, held)
+            rows = []
+        if as_json:
+            emit(
+                [
+                    render.session_json(i) | {"held_by": held.get(i.id), "signed": signed, "store_row": row}
+                    for i, signed, row in rows
+                ]
+            )
+            return
+        out = console()
+        unverified = {i.id for i, signed, row in rows if row is not None and not signed}
+        render.sessions(out, [i for i, _, _ in rows], held, unverified)
+        for i, _, row in rows:
+            if row is not None:
+                out.print(f"{i.id}: {row}", highlight=False, markup=False, soft_wrap=True)
 
     run_command(body)
 

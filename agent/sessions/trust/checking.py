@@ -24,7 +24,6 @@ from agent.sessions.trust.signing import (
     ours,
     problem,
     signs_writes,
-    spliced_from,
     unsigned_writes,
 )
 from state.sessions.loop import LoopState
@@ -35,6 +34,17 @@ FIX = (
     "nothing was run: it cannot continue from the store (`perfloop replay` still plays its "
     "recording); start a new session with `perfloop run`"
 )
+
+
+def spliced_from(home: Path, key: bytes | None, record: object) -> str | None:
+    """The session (of those this machine signed, `ledger.py`'s folder) whose signature under
+    this key `record` is: a copy or a splice of this user's own session, or None."""
+    if not key or not isinstance(record, dict):
+        return None
+    for path in sorted((home / ledger.FOLDER).glob("*.json"))[-500:]:
+        if ours(key, path.stem, record) is not None:
+            return path.stem
+    return None
 
 
 def state_values(found: CheckpointTuple) -> dict | None:

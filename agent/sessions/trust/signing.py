@@ -19,11 +19,13 @@ import secrets
 import stat
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from state.sessions.loop import LoopState
 from tools.errors import ConfigError
 from tools.secrets import redact_bytes
+
+if TYPE_CHECKING:  # loaded where a state is read: `perfloop sessions` checks signatures without it
+    from state.sessions.loop import LoopState
 
 KEY_FILE = "signing.key"
 SIGNATURE = "perfloop_signature"
@@ -123,8 +125,12 @@ def bound_fields(state: LoopState) -> dict[str, object]:
 def digests(state: LoopState) -> dict[str, str]:
     """sha256 of each bound field, with known secrets masked as the checkpoint serializer masks
     them (same-length `*`), so a state hashes alike before it is stored and once read back."""
-    fields = bound_fields(state).items()
-    return {k: hashlib.sha256(redact_bytes(_canon(v).encode())).hexdigest() for k, v in fields}
+    return {k: field_digest(v) for k, v in bound_fields(state).items()}
+
+
+def field_digest(value: object) -> str:
+    """The signed digest of one bound field's value (`digests`) (pure)."""
+    return hashlib.sha256(redact_bytes(_canon(value).encode())).hexdigest()
 
 
 def binding_digest(fields: dict[str, str]) -> str:
@@ -163,17 +169,6 @@ def problem(
     return None if GRAPH in signed else unsigned + BEFORE_GRAPH
 
 
-def spliced_from(home: Path, key: bytes | None, record: object) -> str | None:
-    """The session (of those this machine signed, `ledger.py`'s folder) whose signature under
-    this key `record` is: a copy or a splice of this user's own session, or None."""
-    if not key or not isinstance(record, dict) or not isinstance(record.get("fields"), dict):
-        return None
-    for path in sorted((home / "signed").glob("*.json"))[-500:]:
-        if hmac.compare_digest(str(record.get("hmac", "")), _mac(key, path.stem, record["fields"])):
-            return path.stem
-    return None
-
-
 def seal_write(key: bytes, where: dict[str, str], channel: str, typed: tuple[str, bytes]) -> dict:
     """The record that binds one pending write (its channel and serialized value `typed`) to its
     session, checkpoint and task (`where`: thread_id, checkpoint_ns, checkpoint_id, task_id)."""
@@ -202,6 +197,8 @@ def graph_digest(
     channel that is not a state field (as the serializer writes it: control channels such as
     `branch:to:*` and `__pregel_tasks` with the `Send`s of trials; state fields are bound one by
     one by `digests`, so a changed one is named), `versions_seen` and `updated_channels`."""
+    from state.sessions.loop import LoopState  # not at the top: see there
+
     c, p = config.get("configurable", {}), (parent or {}).get("configurable", {})
     values = {
         k: hashlib.sha256(t.encode() + b).hexdigest()
@@ -268,6 +265,8 @@ def check(
     and pending writes, agent/sessions/trust/saver.py; the fields' alone without it) and its
     session folder is the one this machine computes for it (`home/sessions/ID`: no store row
     picks where its logs and traces are written): then True (accepted by the human's word)."""
+    from state.sessions.loop import LoopState  # not at the top: see there
+
     state = LoopState.model_validate(values)
     now = digests(state)
     why = why or problem(key_here(home), session_id, (metadata or {}).get(SIGNATURE), now, home)
