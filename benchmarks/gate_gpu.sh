@@ -50,7 +50,7 @@ search)
   tail -40 "$L/search-show.txt"
   ;;
 esac
-pkill -f "mla_server" 2>/dev/null
+pkill -f -- "-m [m]la_server[.]server" 2>/dev/null  # the servers only, not a shell that names them
 done
 tar czf "$OUT/gate-logs-$(date +%H%M%S).tar.gz" -C $L .
 exit 0

@@ -10,7 +10,7 @@ set -uo pipefail
 OUT=${OUT:-/tmp/numerics-gpu-out}; mkdir -p "$OUT"; export OUT
 DEADLINE_S=${BENCH_S:-230} bash benchmarks/numerics_gate_gpu.sh "$@"
 DEADLINE_S=${DEMO_S:-330} bash benchmarks/gate_gpu.sh demo:1
-pkill -f mla_server 2>/dev/null
+pkill -f -- "-m [m]la_server[.]server" 2>/dev/null  # the servers only, not a shell that names them
 python3 - "$OUT/numerics-gate.json" <<'PY'
 import json, sys
 try:
