@@ -93,16 +93,28 @@ class Checking(BaseCheckpointSaver):
         what = json.dumps({"fields": fields, "graph": graph, "writes": writes}, sort_keys=True)
         return hashlib.sha256(what.encode()).hexdigest()[:16]
 
-    def why(self, found: CheckpointTuple, latest: bool, fields: bool = True) -> str | None:
+    def signed_here(self, config: RunnableConfig) -> dict:
+        """The ledger of the session `config` names, to be read BEFORE the store is: a writer puts
+        a checkpoint or a pending write in the store first and in the ledger after, so all that a
+        ledger read first holds is in what the store returns next, unless a peer deleted it. Read
+        after, a writer that moved on in between (a running session, read by `show`, the approval
+        page or a test polling it) looked like a rollback or a deleted write."""
+        sid = config.get("configurable", {}).get("thread_id")
+        return ledger.read(self.home, str(sid)) if self.home is not None and sid else {}
+
+    def why(
+        self, found: CheckpointTuple, latest: bool, fields: bool = True, local: dict | None = None
+    ) -> str | None:
         """Why a checkpoint of a session is not what this user's key signed (its signature, every
         state field, its graph, its pending writes; read as the session's latest, not older than
-        what this machine signed last), or None. The one check, for `verify` and every read;
-        `fields` False (a read outside any command, e.g. `show`'s): this key's checkpoints' graph,
-        number and writes only, the rest left to `show` to name."""
+        what this machine signed last: `local`, `signed_here` read before `found` was), or None.
+        The one check, for `verify` and every read; `fields` False (a read outside any command,
+        e.g. `show`'s): this key's checkpoints' graph, number and writes only, the rest left to
+        `show` to name."""
         assert self.home is not None
         sid, cid = str(found.config["configurable"]["thread_id"]), checkpoint_id_of(found)
         latest = latest and not found.config["configurable"].get("checkpoint_ns")
-        local = ledger.read(self.home, sid) if latest else {}
+        local = (ledger.read(self.home, sid) if local is None else local) if latest else {}
         values, key = state_values(found), key_here(self.home)
         if values is None:  # before the first step: only a rollback if this machine signed later ones
             if local.get("seq"):
@@ -188,10 +200,11 @@ class Checking(BaseCheckpointSaver):
     def status(self, config: RunnableConfig) -> tuple[str | None, str | None, dict]:
         """(the digest `--trust` takes, why the checkpoint is not this key's or None, what runs
         next: `upcoming`), for `show`."""
+        local = self.signed_here(config)  # first (`signed_here`)
         found = super().get_tuple(config)
         if found is None or self.home is None or state_values(found) is None:
             return None, "no checkpoint", {"tasks": [], "writes": []}
-        return self.shown_digest(found), self.why(found, latest=True), self.upcoming(found)
+        return self.shown_digest(found), self.why(found, latest=True, local=local), self.upcoming(found)
 
     def upcoming(self, found: CheckpointTuple) -> dict:
         """What the graph runs from this checkpoint besides its state (pure): every pending task

@@ -76,10 +76,12 @@ class Signing(Checking):
         accepted at that digest, and the session's other checkpoints as they are when read)."""
         assert self.home is not None
         sid = str(config["configurable"]["thread_id"])
+        local = self.signed_here(config)  # before the store (checking.py `signed_here`)
         found = super().get_tuple(config)
         if found is None:
             return None
-        values, why = state_values(found), self.why(found, not config["configurable"].get("checkpoint_id"))
+        latest = not config["configurable"].get("checkpoint_id")
+        values, why = state_values(found), self.why(found, latest, local=local)
         if why is not None and (values is None or "rolled back" in why or self.signed_as_is(found)):
             raise ConfigError(f"{why}; {FIX}")  # this key's fields, its graph or writes not: no --trust
         if values is None:
@@ -103,10 +105,13 @@ class Signing(Checking):
         finally:
             getattr(listing, "close", lambda: None)()
 
-    def _read(self, found: CheckpointTuple, head: CheckpointTuple | None, full: bool) -> None:
+    def _read(
+        self, found: CheckpointTuple, head: CheckpointTuple | None, full: bool, local: dict | None = None
+    ) -> None:
         """Check a checkpoint read while this process acts on its session (`pinned`): the thread's
         `head` one this process verified or wrote, and `found` as `why` says (`full`: read to be
-        used; listed, only this key's checkpoints are checked: the others are verified before use)."""
+        used, `local` the ledger read before it; listed, only this key's checkpoints are checked:
+        the others are verified before use)."""
         sid = str(found.config["configurable"]["thread_id"])
         if found.config["configurable"].get("checkpoint_ns"):
             return
@@ -121,23 +126,22 @@ class Signing(Checking):
                 f"{checkpoint_id_of(head)} ({kind}), not {max(pins)}, the one verified; {FIX}"
             )
         latest = full and head is not None and checkpoint_id_of(head) == checkpoint_id_of(found)
-        if state_values(found) is not None and (why := self.why(found, latest, fields=full)):
+        if state_values(found) is not None and (why := self.why(found, latest, full, local)):
             raise ConfigError(f"{why}; {FIX}")
 
     # -- LangGraph's saver -----------------------------------------------------------------------
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        local = self.signed_here(config)  # before the store (checking.py `signed_here`)
         found = super().get_tuple(config)
         if found is None or self.home is None:
             return found
         sid = str(found.config["configurable"]["thread_id"])
+        latest = not config.get("configurable", {}).get("checkpoint_id")
         if sid in self.pinned:
-            latest = not config.get("configurable", {}).get("checkpoint_id")
-            self._read(found, found if latest else self._head(sid), full=True)
-        elif state_values(found) is not None:
-            latest = not config.get("configurable", {}).get("checkpoint_id")
-            if (why := self.why(found, latest, fields=False)) is not None:
-                raise ConfigError(f"{why}; {FIX}")
+            self._read(found, found if latest else self._head(sid), full=True, local=local)
+        elif state_values(found) is not None and (why := self.why(found, latest, False, local)) is not None:
+            raise ConfigError(f"{why}; {FIX}")
         return found
 
     def list(self, config: RunnableConfig | None, **kwargs: Any) -> Iterator[CheckpointTuple]:
