@@ -20,11 +20,13 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
+from tests.e2e.conftest import make_repo, perfloop, write_target
 from tests.e2e.test_store_graph import GraphPeer
 from tests.procs import processes_in
 from tests.web.test_store_peer import Victim, launch
@@ -268,11 +270,17 @@ def forge_row(peer: RacePeer, sid: str, **update: object) -> None:
     peer.conn.execute("UPDATE sessions SET info = %s WHERE id = %s", (json.dumps(row | update), sid))
 
 
-def listed(victim: Victim) -> tuple[dict, str]:
+def info_of(peer: RacePeer, sid: str) -> dict:
+    """The session's `sessions` row as stored."""
+    (info,) = peer.conn.execute("SELECT info FROM sessions WHERE id = %s", (sid,)).fetchone() or ("{}",)
+    return json.loads(info)
+
+
+def listed(victim: Victim, sid: str | None = None) -> tuple[dict, str]:
     """(the session's entry in `perfloop sessions --json`, `perfloop sessions`'s text)."""
     out, text = victim.cli("sessions", "--json"), victim.cli("sessions")
     assert out.returncode == 0 and text.returncode == 0, (out.stderr, text.stderr)
-    (entry,) = [e for e in json.loads(out.stdout) if e["id"] == victim.sid]
+    (entry,) = [e for e in json.loads(out.stdout) if e["id"] == (sid or victim.sid)]
     return entry, text.stdout
 
 
@@ -301,6 +309,68 @@ def test_the_sessions_list_shows_a_forged_done_row_as_its_signed_checkpoint_says
         "the store's row's summary (not signed) names commits deadbeef00: its signed checkpoint has none"
     )
     assert not any(x in text for x in ("peer-fix", "9.87")), text
+
+
+def shown(victim: Victim, sid: str | None = None) -> tuple[dict, str]:
+    """(`perfloop show SESSION --json`, `perfloop show SESSION`'s text)."""
+    sid = sid or victim.sid
+    out, text = victim.cli("show", sid, "--json"), victim.cli("show", sid)
+    assert out.returncode == 0 and text.returncode == 0, (out.stderr, text.stderr)
+    return json.loads(out.stdout), text.stdout
+
+
+FORGED = ("deadbeef00", "peer-fix")
+"""The peer's words; its figures (9.87x) are in the summary, which is not shown at all."""
+TABLE = "stopped because"
+"""A row of the summary's table (`render.summary`): printed only with a summary."""
+
+
+def test_show_drops_a_forged_summary_beside_a_genuine_paused_row(victim: Victim, peer: RacePeer) -> None:
+    """`perfloop show` (and `--json`), as the list: the row's status is the signed one (`paused`)
+    but its summary, not signed, claims a kept fix, commit deadbeef00 and a 9.87x speedup the
+    signed state has none of: none of it is shown, the summary named as unsigned (the one line
+    that names the commit it claims)."""
+    forge_row(peer, victim.sid, status="paused")
+    out, text = shown(victim)
+    said = "the store's row's summary (not signed) names commits deadbeef00: its signed checkpoint has none"
+    assert out["session"]["status"] == "paused" and out["store_row"] == said, out["session"]
+    assert out["session"]["summary"] is None and "9.87" not in json.dumps(out["session"]["headline"])
+    rest = json.dumps({k: v for k, v in out.items() if k != "store_row"})  # that line names the commit
+    assert not [x for x in FORGED if x in rest], out["session"]
+    assert f"\n{said}\n" in text and not [x for x in FORGED if x in text.replace(said, "")], text[-2000:]
+    assert "status paused" in text and TABLE not in text, text[-2000:]
+    assert (listed(victim)[0]["status"], listed(victim)[0]["store_row"]) == ("paused", said)
+
+
+def test_show_says_interrupted_for_a_done_row_of_a_signed_session_that_neither_ended_nor_waits(
+    victim: Victim, peer: RacePeer, tmp_path: Path
+) -> None:
+    """A second session of this user, interrupted (SIGINT as `profile` starts): its latest
+    checkpoint is signed, has not ended and no approval waits on it. A row forged to `done` with
+    the peer's summary: `show` (and `--json`) says what the list says, `interrupted`, not done,
+    without the row's summary, the row's word named as unsigned."""
+    repo, faults = make_repo(tmp_path / "engine"), tmp_path / "faults"
+    faults.write_text("node:profile INT\n")
+    before = {e["id"] for e in json.loads(victim.cli("sessions", "--json").stdout)}
+    run = perfloop(
+        victim.home, "run", str(write_target(tmp_path / "t.toml", repo, looks=1)), "--approve", "manual",
+        "--json", "--max-iterations", "1", env={**victim.env, "PERFLOOP_FAULTS_FILE": str(faults)},
+    )  # fmt: skip
+    assert run.returncode == 130 and faults.read_text() == "", run.stderr[-2000:]
+    (sid,) = {e["id"] for e in json.loads(victim.cli("sessions", "--json").stdout)} - before
+    row = info_of(peer, sid) | {"summary": info_of(peer, victim.sid)["summary"] | {"session": sid}}
+    peer.conn.execute("UPDATE sessions SET info = %s WHERE id = %s", (json.dumps(row), sid))
+    forge_row(peer, sid, status="done")
+    out, text = shown(victim, sid)
+    said = "the store's row says 'done' (not signed): its signed checkpoint has not ended"
+    assert out["session"]["status"] == "interrupted" and out["pending_approval"] is None, out["session"]
+    assert out["store_row"] == said and out["session"]["summary"] is None and out["runs"]["signed"], out
+    assert not [x for x in FORGED if x in json.dumps(out)], out["session"]
+    assert "9.87" not in json.dumps(out["session"]["headline"]), out["session"]
+    assert "status interrupted" in text and "status done" not in text and f"\n{said}\n" in text, text[-2000:]
+    assert not [x for x in FORGED if x in text] and TABLE not in text, text[-2000:]
+    entry, _ = listed(victim, sid)
+    assert (entry["status"], entry["store_row"]) == ("interrupted", said), entry
 
 
 def test_a_rollback_to_the_first_unsigned_checkpoint_is_named_a_rollback(

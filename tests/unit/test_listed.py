@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from agent.sessions.trust import ledger
-from agent.sessions.trust.listed import checked
+from agent.sessions.trust.listed import checked, one
 from agent.sessions.trust.signing import SEQ, SIGNATURE, field_digest, seal, user_key
 from state.sessions.session import SessionInfo, Summary
 from tools.store.sessions import SessionStore
@@ -103,6 +103,7 @@ def test_each_row_is_listed_as_its_signed_checkpoint_supports(tmp_path: Path) ->
             ledger.signed_checkpoint(home, sid, 2, "1f0-" + sid[-4:])
     store.put_session(row("20260101-000000-0009", "done"))  # an imported recording: no checkpoint here
     listed = checked(store, home, store.list_sessions())
+    assert [one(store, home, i) for i in store.list_sessions()] == listed  # `show`'s, one at a time
     shown = {i.id: (i.status, i.summary is not None, signed, line) for i, signed, line in listed}
     says = "the store's row says 'done' (not signed)"
     assert shown == {

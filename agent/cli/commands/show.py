@@ -47,6 +47,7 @@ def show(
 
     def body() -> None:
         from agent.cli.render import approval, runs
+        from agent.sessions.trust.listed import one
         from tools import progress
         from tools.workspace.hidden import visible
 
@@ -71,7 +72,9 @@ def show(
         cuts = interruptions(s.store.tool_calls(session, include_superseded=True), calls, state)
         pending = s.pending_approval(session)  # as stored now, with the argv it runs and its digest
         bound = runs_here(s, session, state)  # what this machine would run, and whether it is signed
-        info, row = from_checkpoint(info, pending is not None, bound["signed"])
+        # the row is not signed: its status and summary as the signed checkpoint supports, as
+        # `perfloop sessions` lists it, what of the row is not shown named in a line
+        info, _, row = one(s.store, s.home, info)
         if as_json:
             shown = show_json(info, state, calls, cuts)
             emit(
@@ -90,20 +93,9 @@ def show(
                 approval(out, pending)
             runs(out, bound)
             if row is not None:
-                out.print(row, highlight=False, markup=False)
+                out.print(row, highlight=False, markup=False, soft_wrap=True)
 
     run_command(body)
-
-
-def from_checkpoint(info: SessionInfo, waits: bool, signed: bool) -> tuple[SessionInfo, str | None]:
-    """The session's row as shown (pure): a session whose signed checkpoint waits for approval is
-    `paused`, with no summary, whatever the store's unsigned row says (then named in a line)."""
-    if not (signed and waits) or info.status in ("paused", "running"):
-        return info, None
-    said = info.status
-    return info.model_copy(update={"status": "paused", "summary": None}), (
-        f"the store's row says {said!r} (not signed): its signed checkpoint waits for approval"
-    )
 
 
 def runs_here(s: StoredSessions, session: str, state: LoopState) -> dict:

@@ -1,5 +1,6 @@
-"""What `perfloop sessions` shows of each store row, checked against the session's latest
-checkpoint as this user's key signed it (issue 62; docs/SECURITY.md, "A store peer").
+"""What `perfloop sessions` and `perfloop show` show of each store row, checked against the
+session's latest checkpoint as this user's key signed it (issue 62; docs/SECURITY.md, "A store
+peer").
 
 The `sessions` row (status, summary) is not signed: a store peer can write "done" with its own
 speedup and commits beside a session whose signed checkpoint waits for approval. So each row of a
@@ -11,8 +12,8 @@ support is shown as the checkpoint says (`paused` when an approval waits on it, 
 naming commits the signed state has none of. A session this machine signed (`ledger.py`) whose
 latest checkpoint is not this key's, is gone or was rolled back is shown without its summary,
 marked unverified. Other keys' sessions, and imported recordings (no checkpoint here), are shown
-as their rows say. A summary's figures are not signed: `perfloop show` recomputes them from the
-state; this list reads no state (no LangGraph, no loop state: it stays light, issue 63)."""
+as their rows say. A summary's figures are not signed, nor checked here: no state is read (no
+LangGraph, no loop state: the list stays light, issue 63); `show` applies the same rule (`one`)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,8 @@ LATEST = (
     "AND c.checkpoint_id = (SELECT max(d.checkpoint_id) FROM checkpoints d "
     "WHERE d.thread_id = c.thread_id AND d.checkpoint_ns = '')"
 )
+ONE = " AND c.thread_id = ?"
+"""`LATEST` of one session (`show`)."""
 WAITS = (
     "SELECT 1 FROM {writes} WHERE thread_id = ? AND checkpoint_ns = '' AND checkpoint_id = ? "
     "AND channel = '__interrupt__' LIMIT 1"
@@ -47,11 +50,17 @@ WAITS = (
 Row = tuple["SessionInfo", bool | None, str | None]
 
 
-def checked(store: SessionStore, home: Path, infos: list[SessionInfo]) -> list[Row]:
+def one(store: SessionStore, home: Path, info: SessionInfo) -> Row:
+    """`checked` of one session's row (`perfloop show`): its latest checkpoint alone read."""
+    return checked(store, home, [info], only=info.id)[0]
+
+
+def checked(store: SessionStore, home: Path, infos: list[SessionInfo], only: str | None = None) -> list[Row]:
     """Each row as `perfloop sessions` shows it: (the row, or as its signed checkpoint says;
     whether its latest checkpoint here is this user's key's, None when it has none here; the line
-    that names what of the row is not shown, or None)."""
-    key, latest = key_here(home), _latest(store, home)
+    that names what of the row is not shown, or None). `only`: the one session whose checkpoint
+    is read."""
+    key, latest = key_here(home), _latest(store, home, only)
     out: list[Row] = []
     for info in infos:
         here = ledger.read(home, info.id)  # what this machine signed of it ({}: nothing)
@@ -112,12 +121,12 @@ def _seq(value: object) -> int:
         return 0
 
 
-def _latest(store: SessionStore, home: Path) -> dict[str, tuple[str, dict]]:
-    """Each session's latest checkpoint here: (its id, its metadata), read in the checkpointer's
-    own table (PostgreSQL: the store's database; else `checkpoints.sqlite` under the home), none
-    when it cannot be read."""
+def _latest(store: SessionStore, home: Path, only: str | None = None) -> dict[str, tuple[str, dict]]:
+    """Each session's (`only`'s) latest checkpoint here: (its id, its metadata), read in the
+    checkpointer's own table (PostgreSQL: the store's database; else `checkpoints.sqlite` under
+    the home), none when it cannot be read."""
     try:
-        rows = _read(store, home, LATEST, ())
+        rows = _read(store, home, LATEST + ONE, (only,)) if only else _read(store, home, LATEST, ())
     except _errors(store):
         return {}
     out = {}
