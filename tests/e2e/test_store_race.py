@@ -265,7 +265,12 @@ def forge_row(peer: RacePeer, sid: str, **update: object) -> None:
     claims a kept fix, a commit and a speedup, and `update` sets the row's own fields."""
     (info,) = peer.conn.execute("SELECT info FROM sessions WHERE id = %s", (sid,)).fetchone() or (None,)
     row = json.loads(info)
-    claims = {"accepted": ["peer-fix"], "commits": ["deadbeef00"], "speedup": 9.87, "speedup_judged": 9.87}
+    claims = {
+        "accepted": ["peer-fix"],
+        "commits": ["deadbeef00"],
+        "speedup": 987.65,
+        "speedup_judged": 987.65,
+    }
     row["summary"] = {**row["summary"], **claims, "speedup_ci": [9.5, 10.25], "status": "done"}
     peer.conn.execute("UPDATE sessions SET info = %s WHERE id = %s", (json.dumps(row | update), sid))
 
@@ -296,11 +301,11 @@ def test_the_sessions_list_shows_a_forged_done_row_as_its_signed_checkpoint_says
     assert entry["status"] == "paused" and entry["summary"] is None and entry["signed"] is True, entry
     said = "the store's row says 'done' (not signed): its signed checkpoint waits for approval"
     assert entry["store_row"] == said, entry
-    assert not {"deadbeef00", "peer-fix", "9.87"} & set(json.dumps(entry).replace('"', " ").split()), entry
+    assert not {"deadbeef00", "peer-fix", "987.65"} & set(json.dumps(entry).replace('"', " ").split()), entry
     (line,) = [x for x in text.splitlines() if x.startswith(victim.sid) and "  " in x]
     assert "paused" in line and "done" not in line, text
     assert f"{victim.sid}: {said}\n" in text, text
-    assert not any(x in text for x in ("deadbeef00", "peer-fix", "9.87")), text
+    assert not any(x in text for x in ("deadbeef00", "peer-fix", "987.65")), text
 
     forge_row(peer, victim.sid, status="paused")
     entry, text = listed(victim)
@@ -308,7 +313,7 @@ def test_the_sessions_list_shows_a_forged_done_row_as_its_signed_checkpoint_says
     assert entry["store_row"] == (
         "the store's row's summary (not signed) names commits deadbeef00: its signed checkpoint has none"
     )
-    assert not any(x in text for x in ("peer-fix", "9.87")), text
+    assert not any(x in text for x in ("peer-fix", "987.65")), text
 
 
 def shown(victim: Victim, sid: str | None = None) -> tuple[dict, str]:
@@ -320,21 +325,21 @@ def shown(victim: Victim, sid: str | None = None) -> tuple[dict, str]:
 
 
 FORGED = ("deadbeef00", "peer-fix")
-"""The peer's words; its figures (9.87x) are in the summary, which is not shown at all."""
+"""The peer's words; its figures (987.65x) are in the summary, which is not shown at all."""
 TABLE = "stopped because"
 """A row of the summary's table (`render.summary`): printed only with a summary."""
 
 
 def test_show_drops_a_forged_summary_beside_a_genuine_paused_row(victim: Victim, peer: RacePeer) -> None:
     """`perfloop show` (and `--json`), as the list: the row's status is the signed one (`paused`)
-    but its summary, not signed, claims a kept fix, commit deadbeef00 and a 9.87x speedup the
+    but its summary, not signed, claims a kept fix, commit deadbeef00 and a 987.65x speedup the
     signed state has none of: none of it is shown, the summary named as unsigned (the one line
     that names the commit it claims)."""
     forge_row(peer, victim.sid, status="paused")
     out, text = shown(victim)
     said = "the store's row's summary (not signed) names commits deadbeef00: its signed checkpoint has none"
     assert out["session"]["status"] == "paused" and out["store_row"] == said, out["session"]
-    assert out["session"]["summary"] is None and "9.87" not in json.dumps(out["session"]["headline"])
+    assert out["session"]["summary"] is None and "987.65" not in json.dumps(out["session"]["headline"])
     rest = json.dumps({k: v for k, v in out.items() if k != "store_row"})  # that line names the commit
     assert not [x for x in FORGED if x in rest], out["session"]
     assert f"\n{said}\n" in text and not [x for x in FORGED if x in text.replace(said, "")], text[-2000:]
@@ -366,7 +371,7 @@ def test_show_says_interrupted_for_a_done_row_of_a_signed_session_that_neither_e
     assert out["session"]["status"] == "interrupted" and out["pending_approval"] is None, out["session"]
     assert out["store_row"] == said and out["session"]["summary"] is None and out["runs"]["signed"], out
     assert not [x for x in FORGED if x in json.dumps(out)], out["session"]
-    assert "9.87" not in json.dumps(out["session"]["headline"]), out["session"]
+    assert "987.65" not in json.dumps(out["session"]["headline"]), out["session"]
     assert "status interrupted" in text and "status done" not in text and f"\n{said}\n" in text, text[-2000:]
     assert not [x for x in FORGED if x in text] and TABLE not in text, text[-2000:]
     entry, _ = listed(victim, sid)

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.sqlite import SqliteSaver
 
@@ -64,7 +65,7 @@ def reading(monkeypatch: pytest.MonkeyPatch, meanwhile: Callable[[], object]) ->
     read = SqliteSaver.get_tuple
     left = [meanwhile]
 
-    def read_then_write(self: SqliteSaver, config: dict) -> object:
+    def read_then_write(self: SqliteSaver, config: RunnableConfig) -> object:
         found = read(self, config)
         if left and not config["configurable"].get("checkpoint_id"):
             left.pop()()
@@ -77,15 +78,15 @@ def test_a_reader_the_writer_overtook_is_not_told_of_a_rollback(sides, monkeypat
     writer, reader = sides
     first = writer.checkpoint()
     reading(monkeypatch, writer.checkpoint)
-    found = reader.get_tuple(thread(SID))  # type: ignore[attr-defined]
+    found = reader.get_tuple(thread(SID))
     assert found.config["configurable"]["checkpoint_id"] == first  # read before the writer moved on
-    assert reader.status(thread(SID))[1] is None  # type: ignore[attr-defined]
+    assert reader.status(thread(SID))[1] is None
     monkeypatch.undo()
     db = sqlite3.connect(tmp_path / "checkpoints.sqlite")  # a peer deletes the newest checkpoint
     db.execute("DELETE FROM checkpoints WHERE checkpoint_id != ?", (first,))
     db.commit()
     with pytest.raises(ConfigError, match=r"rolled back in the store.*signed number 2"):
-        reader.get_tuple(thread(SID))  # type: ignore[attr-defined]
+        reader.get_tuple(thread(SID))
 
 
 def test_a_reader_the_trials_writes_overtook_is_not_told_they_were_deleted(
@@ -94,15 +95,15 @@ def test_a_reader_the_trials_writes_overtook_is_not_told_they_were_deleted(
     writer, reader = sides
     writer.checkpoint()
     reading(monkeypatch, writer.trial_done)
-    found = reader.get_tuple(thread(SID))  # type: ignore[attr-defined]
+    found = reader.get_tuple(thread(SID))
     assert found.pending_writes == []  # read before the trial's writes were
-    assert reader.status(thread(SID))[1] is None  # type: ignore[attr-defined]
+    assert reader.status(thread(SID))[1] is None
     monkeypatch.undo()
-    assert len(reader.get_tuple(thread(SID)).pending_writes) == 2  # type: ignore[attr-defined]
+    assert len(reader.get_tuple(thread(SID)).pending_writes) == 2
     db = sqlite3.connect(tmp_path / "checkpoints.sqlite")  # a peer deletes them
     db.execute("DELETE FROM writes")
     db.commit()
     with pytest.raises(
         ConfigError, match=r"pending write trials \(task 00000000\), branch:to:join .*was deleted"
     ):
-        reader.get_tuple(thread(SID))  # type: ignore[attr-defined]
+        reader.get_tuple(thread(SID))

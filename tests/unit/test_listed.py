@@ -51,7 +51,7 @@ def row(sid: str, status: str, commits: tuple[str, ...] = ()) -> SessionInfo:
         target_name="t",
         target_path=None,
         repo=Path("/r"),
-        status=status,  # type: ignore[arg-type]
+        status=status,
         summary=summary,
     )
 
