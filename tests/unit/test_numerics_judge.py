@@ -206,3 +206,14 @@ def test_sessions_recorded_before_the_math_distance_keep_the_engines_yardstick()
         texts_equal=False,
     )
     assert few.yardstick == "engine" and few.note  # too few prompts for the interval
+
+
+def test_a_baseline_already_computing_the_float32_math_is_judged_by_the_engines_moves():
+    """A server launched in float32 already: the precision reference scores what the baseline does,
+    so it is no yardstick of rounding (every ratio would divide by zero); the engine's moves judge."""
+    rng = random.Random(8)
+    exact, _ = _math_and_baseline(rng, 0.05)
+    ref = side("alone", exact)
+    noise = [moved(exact, rng, 0.01, "batch of 2"), side(numerics.PRECISE, exact)]
+    v = numerics.judge(ref, noise, moved(exact, rng, 0.005, "candidate"), texts_equal=False)
+    assert v.yardstick == "engine" and v.verdict == "within", numerics.line(v)

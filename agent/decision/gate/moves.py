@@ -146,13 +146,14 @@ def judge(
     floor = rounding(reference) if not any(any(row) for row in engine) else 0.0
     own = [max(*col, floor, 1e-9) for col in zip(*engine, strict=True)]
     precise = next((s for s in noise if s.schedule == PRECISE), None)
-    math_base, math_cand = ([], [])
-    if (
-        precise is not None and math_distance and n >= FEW
-    ):  # distance from the float32 math, candidate over baseline
-        math_base, math_cand = typical(precise, reference), typical(precise, candidate)
+    math_base: list[float] = []
+    math_cand: list[float] = []
+    base = typical(precise, reference) if precise is not None and math_distance and n >= FEW else []
+    if precise is not None and any(base):  # the distance from the float32 math, over the baseline's
+        unit = rounding(reference) or 1e-9  # a prompt the reference computes as its math: one unit
+        math_base, math_cand = [max(b, unit) for b in base], typical(precise, candidate)
         logs = [
-            math.inf if math.isinf(c) else math.log(max(c, b * UNMOVED, 1e-12) / max(b, 1e-12))
+            math.inf if math.isinf(c) else math.log(max(c, b * UNMOVED) / b)
             for c, b in zip(math_cand, math_base, strict=True)
         ]
     else:
