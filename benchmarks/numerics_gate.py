@@ -37,7 +37,14 @@ import torch  # noqa: E402
 from numerics_variants import Variant, precise, variants  # noqa: E402
 
 from agent.decision.gate.moves import judge, line  # noqa: E402  (the gate's own test)
-from state.measurement.numerics import ForcedScores, ForcedText, ForcedToken, NumericsNoise  # noqa: E402
+from state.measurement.numerics import (  # noqa: E402
+    PRECISE,
+    ForcedScores,
+    ForcedText,
+    ForcedToken,
+    NumericsNoise,
+    NumericsVerdict,
+)
 
 PROMPTS = [
     "Explain the KV cache in one sentence.", "Write a haiku about GPUs.", "List three prime numbers.",
@@ -245,7 +252,7 @@ def bench(a: argparse.Namespace) -> dict:
         with contextlib.ExitStack() as stack:
             precise(ctx, stack)
             rows = forced(ctx, prompts, refs, a.tokens, 1)
-        sched.append(scores("float32 precision reference", prompts, refs, rows, 5, time.perf_counter() - t0))
+        sched.append(scores(PRECISE, prompts, refs, rows, 5, time.perf_counter() - t0))
     noise = NumericsNoise(reference=reference, schedules=sched, key=f"{a.device}/{a.preset}/{a.layers}")
     eng = {s.schedule: max(abs(c.logprob - r.logprob) for ct, rt in zip(s.texts, reference.texts, strict=True)
                            for c, r in zip(ct.tokens, rt.tokens, strict=True)) for s in sched}  # fmt: skip
@@ -310,12 +317,17 @@ def judged(v: Variant, ctx, other, a, prompts, refs, reference, noise) -> dict:
         if measured is None
         else f"{eff:.3g}% ({v.at}: {measured:.3g}%)"
     )
-    far = (f"{verdict.precise_dlogprob:.3g} ({verdict.baseline_precise_dlogprob:.3g})"
-           if verdict.yardstick == "precise" else "- (no precision reference)")  # fmt: skip
-    print(f"| {v.name} | {v.cls} | {e} | {verdict.verdict} | {far} | {verdict.ratio:.2f} ({verdict.ratio_low:.2f}) | "
-          f"{verdict.mean_dlogprob:.3g} ({verdict.engine_mean_dlogprob:.3g}) | "
-          f"{verdict.max_dlogprob:.3g} | {verdict.gross} | {verdict.flips} | {dur:.1f} |", flush=True)  # fmt: skip
+    print(f"| {v.name} | {v.cls} | {e} | {cells(verdict)} | {verdict.flips} | {dur:.1f} |", flush=True)
     return row
+
+
+def cells(v: NumericsVerdict) -> str:
+    """A verdict's columns of the table: verdict, distance from the float32 math (the baseline's),
+    the ratio (its bound), the mean move (the engine's own), the largest move, gross prompts."""
+    far = (f"{v.precise_dlogprob:.3g} ({v.baseline_precise_dlogprob:.3g})"
+           if v.yardstick == "precise" else "- (no precision reference)")  # fmt: skip
+    return (f"{v.verdict} | {far} | {v.ratio:.2f} ({v.ratio_low:.2f}) | {v.mean_dlogprob:.3g} "
+            f"({v.engine_mean_dlogprob:.3g}) | {v.max_dlogprob:.3g} | {v.gross}")  # fmt: skip
 
 
 def summarise(rows: list[dict]) -> dict:
@@ -374,14 +386,7 @@ def rejudge(path: Path) -> dict:
         equal = all(t.rank == 1 for text in cand.texts for t in text.tokens)
         v = judge(reference, sched, cand, texts_equal=equal)
         eff = c["effect_pct"]
-        far = (
-            f"{v.precise_dlogprob:.3g} ({v.baseline_precise_dlogprob:.3g})"
-            if v.yardstick == "precise"
-            else "-"
-        )
-        print(f"| {name} | {c['class']} | {'-' if eff is None else f'{eff:.3g}%'} | {v.verdict} | {far} | "
-              f"{v.ratio:.2f} ({v.ratio_low:.2f}) | {v.mean_dlogprob:.3g} ({v.engine_mean_dlogprob:.3g}) | "
-              f"{v.max_dlogprob:.3g} | {v.gross} |")  # fmt: skip
+        print(f"| {name} | {c['class']} | {'-' if eff is None else f'{eff:.3g}%'} | {cells(v)} |")
         rows.append({"name": name, "class": c["class"], "effect_pct": eff, **v.model_dump()})
     summary = summarise(rows)
     print("\n" + "\n".join(summary["lines"]))

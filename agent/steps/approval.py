@@ -6,7 +6,6 @@ from agent.context import need
 from agent.decision.gate import moves, numerics
 from agent.decision.gate.correctness import refusal
 from agent.proposer.tuning.search import is_trial
-from state.measurement.numerics import PRECISE
 from state.sessions.loop import LoopState, Proposal
 
 PAUSED_SERVERS = (
@@ -77,11 +76,7 @@ def gate_lines(state: LoopState, proposals: list[Proposal]) -> list[str]:
             if noise.host_sessions > 1
             else ""
         )
-        math = (
-            state.options.numerics_math_distance
-            and any(s.schedule == PRECISE for s in noise.schedules)
-            and len(noise.reference.texts) >= moves.FEW
-        )
+        math = state.options.numerics_math_distance and moves.from_math(noise.reference, noise.schedules)
         test = (
             "when its distance from the float32 math per prompt is above "
             f"{moves.MARGIN:g}x the baseline's own"

@@ -109,6 +109,17 @@ def largest(reference: ForcedScores, side: ForcedScores) -> list[float]:
     return [max(moves(r, s), default=0.0) for r, s in zip(reference.texts, side.texts, strict=True)]
 
 
+def from_math(reference: ForcedScores, noise: list[ForcedScores]) -> list[float]:
+    """Per prompt, the baseline's distance from the float32 math (a unit of its logits' rounding at
+    least) where that is the test's yardstick: a precision reference among `noise`, FEW prompts or
+    more, and a reference that is not already the math (a server in float32); else [] (pure)."""
+    precise = next((s for s in noise if s.schedule == PRECISE), None)
+    if precise is None or len(reference.texts) < FEW or not any(base := typical(precise, reference)):
+        return []
+    unit = rounding(reference) or 1e-9  # a prompt the reference computes as its math: one unit
+    return [max(b, unit) for b in base]
+
+
 def bound(logs: list[float], alpha: float) -> tuple[float, float]:
     """(mean, one-sided lower bound at 1 - alpha) of `logs` by Student's t (pure); the mean twice
     below FEW values."""
@@ -146,12 +157,9 @@ def judge(
     floor = rounding(reference) if not any(any(row) for row in engine) else 0.0
     own = [max(*col, floor, 1e-9) for col in zip(*engine, strict=True)]
     precise = next((s for s in noise if s.schedule == PRECISE), None)
-    math_base: list[float] = []
-    math_cand: list[float] = []
-    base = typical(precise, reference) if precise is not None and math_distance and n >= FEW else []
-    if precise is not None and any(base):  # the distance from the float32 math, over the baseline's
-        unit = rounding(reference) or 1e-9  # a prompt the reference computes as its math: one unit
-        math_base, math_cand = [max(b, unit) for b in base], typical(precise, candidate)
+    math_base = from_math(reference, noise) if math_distance else []
+    math_cand = typical(precise, candidate) if precise is not None and math_base else []
+    if math_base:  # the distance from the float32 math, over the baseline's
         logs = [
             math.inf if math.isinf(c) else math.log(max(c, b * UNMOVED) / b)
             for c, b in zip(math_cand, math_base, strict=True)
