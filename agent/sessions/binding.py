@@ -37,6 +37,8 @@ ADDED_SINCE_SHOWN = frozenset(
         "playbook_files",
         "launches_past_cuts",
         "numerics_math_distance",
+        "precise_small",
+        "search_worst_trial",
     }
 )
 """`LoopOptions` fields added after sessions paused with a digest shown to a person: at their

@@ -134,3 +134,12 @@ class LoopOptions(Model):
     """Whether the numerics gate, where a float32 precision reference was measured, judges a candidate
     by its distance from the float32 math over the baseline's (agent/decision/gate/moves.py): True
     for new sessions; sessions recorded before it replay judged by the engine's own moves alone."""
+    search_worst_trial: bool = False
+    """Whether the search's `max_minutes` counts the next trial at its plan's most blocks when that
+    is longer than any trial so far (agent/proposer/tuning/budget.py), so no trial starts that could
+    end past it: True for new sessions; sessions recorded before it counted the longest so far."""
+    precise_small: bool = False
+    """Whether the precision reference launches with the engine's flags that shrink what it holds
+    (`EngineContract.precise_small`: the demo's KV pool), so a float32 copy of glm5's 78 layers fits
+    beside the baseline on one 80 GB card: True for new sessions; sessions recorded before launched
+    it with the float32 flags alone, and replay so."""

@@ -110,6 +110,11 @@ class Engine:
     """Launch flags that compute the same weights in float32 (a precision reference of the model's
     math, scored by the numerics gate beside the baseline); empty: the engine has none."""
 
+    precise_small: ClassVar[tuple[str, ...]] = ()
+    """Launch flags added after `precise` that shrink what the precision reference holds beside the
+    baseline and cannot change its math (its KV pool: it scores a few short texts one at a time), so
+    a float32 copy of a large model fits on the baseline's card."""
+
     def normalise_flag(self, flag: str) -> str:
         """`flag` as the engine's parser reads it. Default: `_` in the name read as `-` (vLLM's
         argparse does; the flag checks read that spelling for every engine, to be safe)."""

@@ -63,6 +63,7 @@ class DemoEngine(Engine):
     deterministic = ("--enable-deterministic-inference",)
     context_fields = ("/get_server_info context_len", "/v1/models max_model_len")
     precise = ("--dtype", "float32")  # the same bfloat16 weights, upcast exactly
+    precise_small = ("--max-total-tokens", "16384")  # glm5: 0.7 GB of pool, not 22 GB (78 layers)
 
     def footprint(self, argv: list[str]) -> ModelFootprint | None:
         """Its random-weight MLA + MoE model (mla_server/model.py) from the preset and size flags:

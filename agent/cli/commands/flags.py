@@ -166,6 +166,8 @@ def options(
         "give_back_checkout": True,
         "launches_past_cuts": True,
         "numerics_math_distance": True,
+        "precise_small": True,
+        "search_worst_trial": True,
     }
 
 

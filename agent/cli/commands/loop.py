@@ -70,10 +70,8 @@ def demo(
         launch = target.launch.model_copy(update={"argv": argv})
         correctness = target.correctness
         if device == "cuda":  # the demo target file turns them off for the CPU's slow prefills; on a GPU
-            default = CorrectnessConfig.model_fields["long_prompts"].default  # the schedule moves the math:
-            correctness = correctness.model_copy(  # (no float32 copy beside it: 78 layers do not fit twice)
-                update={"long_prompts": default, "policy": "numerics", "precision_reference": False}
-            )
+            default = CorrectnessConfig.model_fields["long_prompts"].default  # the schedule moves the math
+            correctness = correctness.model_copy(update={"long_prompts": default, "policy": "numerics"})
         target = target.model_copy(
             update={
                 "launch": launch,

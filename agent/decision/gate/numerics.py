@@ -107,10 +107,12 @@ def precise_scores(
 ) -> ForcedScores | None:
     """The reference's texts scored by the baseline's tree launched beside it with the engine's
     float32 flags (launch `state.launches + 1`), stopped right after; None where the engine has no
-    such flags or the target turned `precision_reference` off."""
-    flags = engine(state.target.kind).precise
-    if not flags or not state.target.correctness.precision_reference:
+    such flags or the target turned `precision_reference` off. Its KV pool made small where the
+    engine says how (`precise_small`, new sessions: `LoopOptions.precise_small`)."""
+    contract = engine(state.target.kind)
+    if not contract.precise or not state.target.correctness.precision_reference:
         return None
+    flags = [*contract.precise, *(contract.precise_small if state.options.precise_small else ())]
     number, files = state.launches + 1, host_dir(state)
     snap = call(runtime, repo.snapshot, RepoArgs(repo=state.target.repo))
     handle = call(
