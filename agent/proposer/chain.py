@@ -28,7 +28,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from agent.proposer.tuning.search import is_trial, trials_of
+from agent.proposer.tuning.budget import is_trial, trials_of
 from state.profiling.diagnosis import Finding
 from state.sessions.chain import Chain, ChainLink
 from state.sessions.loop import LoopState, Proposal

@@ -5,7 +5,7 @@ from __future__ import annotations
 from agent.context import need
 from agent.decision.gate import moves, numerics
 from agent.decision.gate.correctness import refusal
-from agent.proposer.tuning.search import is_trial
+from agent.proposer.tuning.budget import is_trial
 from state.sessions.loop import LoopState, Proposal
 
 PAUSED_SERVERS = (

@@ -24,7 +24,8 @@ from agent.context import LoopContext, call, need, step, transition
 from agent.decision.gate.correctness import refusal
 from agent.proposer.chain import rank, ranking_note
 from agent.proposer.chat.asking import LLM, ask_round, needs_human, no_model_reason
-from agent.proposer.tuning.search import is_trial, search_proposal
+from agent.proposer.tuning.budget import is_trial
+from agent.proposer.tuning.search import search_proposal
 from agent.steps.actions import playbooks_of
 from agent.steps.fanout import fan_out
 from playbooks import launch

@@ -13,9 +13,10 @@ from langgraph.types import Command
 
 from agent.cli.target import ConfigError, load_target, with_proposer
 from agent.context import LoopContext
+from agent.proposer.tuning.budget import budget_left, worst_trial_s
 from agent.proposer.tuning.knobs import config_of, describe_config, with_config
 from agent.proposer.tuning.refusals import math_movers, refused_for_math
-from agent.proposer.tuning.search import budget_left, next_config, search_proposal, trial_lines
+from agent.proposer.tuning.search import next_config, search_proposal, trial_lines
 from agent.steps.propose import Goto, propose
 from playbooks.predict import batching_gain_bound
 from state.config.options import LoopOptions
@@ -327,3 +328,38 @@ def test_undeclared_knobs_are_dropped_one_at_a_time_and_a_passing_trial_is_no_re
     )
     assert not refused_for_math(within) and refused_for_math(beyond(1, both, 5.0))
     assert refused_for_math(decided(1, both, 5.0).model_copy(update={"outputs_identical": False}))
+
+
+def test_max_minutes_counts_the_next_trial_at_its_plans_most_blocks(tmp_path: Path) -> None:
+    """A first trial decided at its first look (50 s) says little of the next, which may run every
+    block it plans: new sessions stop when that would end past `max_minutes` (the H100 search of
+    2026-12-06 started a second trial 6 min into a 7-minute budget, cut at 9.4 min); recorded ones
+    count the longest trial so far."""
+    from tests.unit.aa_door import handle, measurement
+
+    now = time.time()
+    s = state(tmp_path, [decided(1, [*ARGV, "--max-total-tokens", "4096"], 5.0)], max_minutes=10)
+    decide = s.target.decide.model_copy(update={"arms": "alternating", "max_launches_per_arm": 4})
+    server = handle(2).model_copy(update={"startup_s": 20.0})
+    reference = measurement("reference", tpot_ms=10_000.0)  # 6 requests of 3 x 10 s: 180 s measured
+    s = s.model_copy(
+        update={
+            "target": s.target.model_copy(update={"decide": decide}),
+            "server": server,
+            "reference": reference,
+            "search_clock": [now - 100],
+            "options": s.options.model_copy(update={"search_worst_trial": True}),
+        }
+    )
+    assert s.target.search is not None
+    assert worst_trial_s(s, "alternating") == 4 * 2 * (20.0 + 180.03)  # 4 blocks of 2 launches
+    assert worst_trial_s(s, "interleaved") == 0.0
+    spent = budget_left(s, s.target.search, now)
+    assert spent == (
+        "search budget spent: 1.7 of 10 minutes, and the next may take 26.7 (its plan's most blocks; "
+        "a trial took up to 1.7)"
+    )
+    cheap = s.model_copy(update={"reference": measurement("reference", tpot_ms=100.0)})  # 2 s a window
+    assert budget_left(cheap, s.target.search, now) is None  # 100 s + 4 x 2 x 22 s < 600 s
+    recorded = s.model_copy(update={"options": s.options.model_copy(update={"search_worst_trial": False})})
+    assert budget_left(recorded, s.target.search, now) is None  # 100 s + the longest, 100 s

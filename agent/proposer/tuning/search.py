@@ -21,17 +21,16 @@ every configuration was tried; sessions recorded before stop after the asks, as 
 
 from __future__ import annotations
 
-import itertools
 import math
 from typing import TYPE_CHECKING
 
 from agent.decision.stats.mechanism import past_bound
 from agent.proposer.tuning import grid
+from agent.proposer.tuning.budget import budget_left, trials_of
 from agent.proposer.tuning.knobs import config_of, describe_config, with_config
 from agent.proposer.tuning.refusals import without_math
 from playbooks.engine import flag_value
 from playbooks.predict import batching_gain_bound
-from playbooks.schema import SEARCH_ID
 from state.measurement.decision import ArmStats
 from state.measurement.workload import OBJECTIVES, Objective, WorkloadConfig
 from state.proposers.search import HOST_BOUND, Knob, KnobValue, SearchConfig
@@ -44,16 +43,6 @@ ASKS = 20
 if TYPE_CHECKING:  # optuna is imported when a trial is picked (it takes seconds to import)
     import optuna
     from optuna.distributions import BaseDistribution
-
-
-def is_trial(playbook: str) -> bool:
-    """Whether a proposal or decision id names a search trial (pure)."""
-    return SEARCH_ID.fullmatch(playbook) is not None
-
-
-def trials_of(state: LoopState) -> list[Decision]:
-    """The session's search trials, in order."""
-    return [d for d in state.decisions if is_trial(d.source)]
 
 
 def distribution(knob: Knob) -> BaseDistribution:
@@ -185,32 +174,6 @@ def picked(state: LoopState, cfg: SearchConfig) -> tuple[dict[str, KnobValue] | 
     if size is None:  # (a continuous or very large space: random draws all tried)
         return None, f"search stopped after {done} trials: {grid.DRAWS} random configurations were all tried"
     return None, f"{exhausted}: every one of the {size} configurations tried"
-
-
-def budget_left(state: LoopState, cfg: SearchConfig, now: float | None = None) -> str | None:
-    """Why no further trial is started (the budget is spent), or None; `now` (seconds since the
-    epoch, from the door's clock) for `max_minutes`: the next trial is not started when the
-    longest one so far (the time between two trials' proposals) would end past the budget."""
-    done = len(trials_of(state))
-    if done >= cfg.max_trials:
-        return f"search budget spent: {done} of {cfg.max_trials} trials"
-    arms = state.arms.arms if state.arms is not None else state.target.decide.arms  # `auto` resolved
-    most = 2 * state.target.decide.max_launches_per_arm
-    per_trial = {"interleaved": 2, "alternating": most, "cross-host": most}.get(arms, 1)
-    if cfg.max_launches is not None and state.launches + per_trial > cfg.max_launches:
-        return (
-            f"search budget spent: {state.launches} launches, a trial needs {per_trial} more "
-            f"(max_launches {cfg.max_launches})"
-        )
-    if cfg.max_minutes is not None and now is not None and state.search_clock:
-        starts = [*state.search_clock, now]
-        elapsed, longest = now - starts[0], max(b - a for a, b in itertools.pairwise(starts))
-        if elapsed + longest > cfg.max_minutes * 60:
-            return (
-                f"search budget spent: {elapsed / 60:.1f} of {cfg.max_minutes:g} minutes, and a "
-                f"trial took up to {longest / 60:.1f}"
-            )
-    return None
 
 
 def search_proposal(state: LoopState, now: float | None = None) -> tuple[Proposal | None, str]:
