@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 
-from agent.decision.arms.blocks import cost
+from agent.decision.stats.blocks import cost
 from playbooks.schema import SEARCH_ID
 from state.proposers.search import SearchConfig
 from state.sessions.loop import Decision, LoopState
