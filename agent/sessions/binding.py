@@ -39,6 +39,7 @@ ADDED_SINCE_SHOWN = frozenset(
         "numerics_math_distance",
         "precise_small",
         "search_worst_trial",
+        "numerics_unit_floor",
     }
 )
 """`LoopOptions` fields added after sessions paused with a digest shown to a person: at their

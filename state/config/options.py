@@ -134,6 +134,10 @@ class LoopOptions(Model):
     """Whether the numerics gate, where a float32 precision reference was measured, judges a candidate
     by its distance from the float32 math over the baseline's (agent/decision/gate/moves.py): True
     for new sessions; sessions recorded before it replay judged by the engine's own moves alone."""
+    numerics_unit_floor: bool = False
+    """Whether the engine-moves numerics test holds a prompt no schedule moved to one unit of the
+    logits' rounding rather than to zero (agent/decision/gate/moves.py): True for new sessions;
+    sessions recorded before it replay judged against zero there."""
     search_worst_trial: bool = False
     """Whether the search's `max_minutes` counts the next trial at its plan's most blocks when that
     is longer than any trial so far (agent/proposer/tuning/budget.py), so no trial starts that could

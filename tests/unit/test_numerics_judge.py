@@ -217,3 +217,21 @@ def test_a_baseline_already_computing_the_float32_math_is_judged_by_the_engines_
     noise = [moved(exact, rng, 0.01, "batch of 2"), side(numerics.PRECISE, exact)]
     v = numerics.judge(ref, noise, moved(exact, rng, 0.005, "candidate"), texts_equal=False)
     assert v.yardstick == "engine" and v.verdict == "within", numerics.line(v)
+
+
+def test_a_prompt_no_schedule_moved_is_held_to_one_unit_of_rounding_not_zero():
+    """A GPU batch moves some prompts and leaves others bit-identical: a candidate one ulp off on
+    those was refused at ~10^5 times the engine's move (an H100 chain); held to one unit of the
+    logits' rounding (1/256 here) it is within, a real error is still beyond, and recorded sessions
+    (`unit_floor=False`) keep the old verdict."""
+    rng = random.Random(5)
+    ref = side("alone", BASE)
+    some = [[lp + (rng.gauss(0, 0.01) if i < 2 else 0.0) for lp in row] for i, row in enumerate(BASE)]
+    noise = [side("batch of 6", some)]
+    ulp = side("candidate", [[lp + 0.5 / 256 for lp in row] for row in BASE])  # half a unit, everywhere
+    v = numerics.judge(ref, noise, ulp, texts_equal=False)
+    assert v.verdict == "within" and v.ratio < 1, numerics.line(v)
+    old = numerics.judge(ref, noise, ulp, texts_equal=False, unit_floor=False)
+    assert old.verdict == "beyond" and old.ratio > 1e3, numerics.line(old)
+    bug = numerics.judge(ref, noise, moved(BASE, rng, 0.1, "candidate"), texts_equal=False)
+    assert bug.verdict == "beyond" and bug.ratio_low > 1, numerics.line(bug)

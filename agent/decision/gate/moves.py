@@ -22,6 +22,9 @@ probability `alpha` (the stated false-reject rate). Without a precision referenc
 prompts) the ratio is the candidate's move of the baseline's tokens over the engine's own there (its
 furthest side on that prompt), the same bound: a candidate that moves them no more than the engine's
 own schedules do passes. A prompt the candidate did not move counts at 1/16 (the log stays finite).
+A prompt no schedule moved is held to one unit of the logits' rounding (below), not to zero (new
+sessions; `unit_floor`): on a GPU a batch moves some prompts and leaves others bit-identical, and a
+compile moving those was refused at 10^5 times the engine's move (an H100 chain, 2026-12-06).
 
 Two guards beside it:
 - a bug that moves only some prompts (a window cut, a rope offset past a position: long prompts
@@ -138,6 +141,7 @@ def judge(
     texts_equal: bool,
     declared_exact: bool = False,
     math_distance: bool = True,
+    unit_floor: bool = True,
     margin: float = MARGIN,
     alpha: float = ALPHA,
 ) -> NumericsVerdict:
@@ -146,7 +150,8 @@ def judge(
     or `beyond` by the test above (a scale error that flips no greedy token still moves them all).
     A candidate that `declared_exact` itself passes only as `exact` (the verdict says which it is).
     `math_distance` False: the engine's own moves are the yardstick even beside a precision reference
-    (sessions recorded before the distance from the float32 math)."""
+    (sessions recorded before the distance from the float32 math); `unit_floor` False: a prompt no
+    schedule moved is held to zero, not to one unit of rounding (sessions recorded before it)."""
     if not noise:
         raise ValueError("the engine's own noise was not measured: no schedule to judge against")
     n = len(reference.texts)
@@ -155,7 +160,8 @@ def judge(
     engine = [typical(reference, s) for s in noise]
     cand = typical(reference, candidate)
     floor = rounding(reference) if not any(any(row) for row in engine) else 0.0
-    own = [max(*col, floor, 1e-9) for col in zip(*engine, strict=True)]
+    unit = rounding(reference) if unit_floor else 0.0
+    own = [max(*col, floor, unit, 1e-9) for col in zip(*engine, strict=True)]
     precise = next((s for s in noise if s.schedule == PRECISE), None)
     math_base = from_math(reference, noise) if math_distance else []
     math_cand = typical(precise, candidate) if precise is not None and math_base else []

@@ -189,6 +189,7 @@ def judge(state: LoopState, runtime: Runtime[LoopContext], texts_problem: str | 
         texts_equal=texts_problem is None,
         declared_exact=declared,
         math_distance=state.options.numerics_math_distance,
+        unit_floor=state.options.numerics_unit_floor,
     )
     cfg = state.target.correctness
     if verdict.verdict != "beyond" or declared or not cfg.task_items or noise.task_texts is None:
