@@ -29,11 +29,21 @@ if TYPE_CHECKING:
     from state.sessions.loop import LoopState
     from tools.store.sessions import SessionStore
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
+"""The repository (this module is agent/sessions/reading/replayed.py)."""
 SOURCES = ("agent", "state", "tools", "playbooks")
 """perfloop's packages, whose files the key digests."""
-LIBRARIES = ("langgraph", "langgraph-checkpoint", "langchain-core", "pydantic", "pydantic-core")
-"""The libraries a replay runs on, whose versions the key holds."""
+LIBRARIES = (
+    "langgraph",
+    "langgraph-checkpoint",
+    "langchain-core",
+    "pydantic",
+    "pydantic-core",
+    "numpy",
+    "optuna",
+)
+"""The libraries a replay runs on, whose versions the key holds (numpy: the decision rules'
+statistics; optuna: the launch-option search's sampler)."""
 
 
 def sources_digest() -> str:
