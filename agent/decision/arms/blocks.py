@@ -23,7 +23,7 @@ from dataclasses import replace
 from langgraph.runtime import Runtime
 
 from agent.context import LoopContext, call
-from agent.decision.stats.blocks import BlockPlan, Pool, plan_blocks, pool_of
+from agent.decision.stats.blocks import BlockPlan, Pool, cost, plan_blocks, pool_of
 from agent.decision.stats.noise import launch_noise, shape_key
 from state.measurement.aa import AARecordArgs, AASample
 from state.measurement.arms import LaunchLocation
@@ -59,21 +59,6 @@ def first_plan(state: LoopState) -> bool:
     """Whether the session started under the first paired-blocks plan (pure)."""
     sid = state.session_id
     return state.options.paired_blocks and bool(_STAMPED.fullmatch(sid)) and sid[:15] < FIRST_PLAN_UNTIL
-
-
-def measured_seconds(m: Measurement) -> float:
-    """Seconds a launch's measurement took, from what it recorded (its windows' wall time, or its
-    requests' times one after another) (pure)."""
-    if m.windows:
-        return sum(w.wall_s for w in m.windows)
-    return sum(r.ttft_ms + sum(r.itl_ms) for r in m.requests) / 1000.0
-
-
-def cost(state: LoopState, reference: Measurement | None = None) -> tuple[float, float]:
-    """(seconds the running server's launch took, seconds the reference measurement took) (pure)."""
-    launch_s = state.server.startup_s if state.server is not None else 0.0
-    m = reference or state.reference
-    return launch_s, measured_seconds(m) if m is not None else 0.0
 
 
 FIRST_VERDICT_LOOKS = 3

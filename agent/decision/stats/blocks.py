@@ -44,10 +44,15 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
+from typing import TYPE_CHECKING
 
 from agent.decision.stats.noise import chi2_quantile
 from agent.decision.stats.replicates import launches_look, t_quantile
 from state.measurement.decision import DecisionConfig, LaunchNoise, Look
+
+if TYPE_CHECKING:
+    from state.measurement.measure import Measurement
+    from state.sessions.loop import LoopState
 
 EARLY_DF = 4
 """Pooled df from which a trial looks already after its first block."""
@@ -229,3 +234,18 @@ def plan_blocks(
     else:
         why = f"enough for {1.0 + (cfg.keep_gain or 0.05):.2f}x"
     return BlockPlan(n, looks_planned(pool, n), block_s, kept, why, cfg.keep_power)
+
+
+def measured_seconds(m: Measurement) -> float:
+    """Seconds a launch's measurement took, from what it recorded (its windows' wall time, or its
+    requests' times one after another) (pure)."""
+    if m.windows:
+        return sum(w.wall_s for w in m.windows)
+    return sum(r.ttft_ms + sum(r.itl_ms) for r in m.requests) / 1000.0
+
+
+def cost(state: LoopState, reference: Measurement | None = None) -> tuple[float, float]:
+    """(seconds the running server's launch took, seconds the reference measurement took) (pure)."""
+    launch_s = state.server.startup_s if state.server is not None else 0.0
+    m = reference or state.reference
+    return launch_s, measured_seconds(m) if m is not None else 0.0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 
+from agent.decision.stats.blocks import cost
 from playbooks.schema import SEARCH_ID
 from state.proposers.search import SearchConfig
 from state.sessions.loop import Decision, LoopState
@@ -29,8 +30,6 @@ def worst_trial_s(state: LoopState, arms: str) -> float:
     """Seconds the next trial may take at most (pure): its most blocks (`max_launches_per_arm`, or
     fewer where `[decide] trial_budget_s` affords fewer; never under 2) at two launches and two
     measurements a block, as the baseline's launch and measurement cost; 0 for arms without blocks."""
-    from agent.decision.arms.blocks import cost  # LangGraph's types: not for `show`'s `trial_lines`
-
     if arms not in ("alternating", "cross-host"):
         return 0.0
     decide = state.target.decide
