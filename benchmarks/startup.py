@@ -2,7 +2,9 @@
 an empty home; then the commands that read the store (`sessions`, `show last`, `replay last`,
 `report last`, `export last`) on a home holding one imported recording (`--recording`, default
 the interleaved session the README imports), each against its budget (issue 63: 1 s, `report` and
-`export` 3 s; `replay` runs the whole graph again).
+`export` 3 s). `replay last --again` runs the whole graph (a first replay: it keeps its states);
+`replay last` after it reads that replay back (kept under the same sources, libraries and
+recording, agent/sessions/reading/replayed.py), and each run is checked to have said which it did.
 
 Each command runs `--repeats` times (default 5) as its own process, the installed console script
 (`.venv/bin/perfloop`, or `--perfloop PATH`), piped; the table gives the median and the slowest
@@ -51,7 +53,8 @@ def store_commands(out: Path) -> list[tuple[str, list[str], int, float | None]]:
         ("sessions", ["sessions"], 0, 1.0),
         ("sessions --json", ["sessions", "--json"], 0, 1.0),
         ("show last", ["show", "last"], 0, 1.0),
-        ("replay last", ["replay", "last"], 0, 1.0),
+        ("replay last --again (runs the graph)", ["replay", "last", "--again"], 0, None),
+        ("replay last (2nd: read back)", ["replay", "last"], 0, 1.0),
         ("report last", ["report", "last", "-o", str(out / "r.html")], 0, 3.0),
         ("export last", ["export", "last", "-o", str(out / "e.json.gz")], 0, 3.0),
     ]
@@ -71,6 +74,8 @@ def measure(
             times.append(time.perf_counter() - start)
             if done.returncode != status:  # a start that failed otherwise is not the one timed
                 sys.exit(f"perfloop {label} exited {done.returncode}, not {status}: {done.stderr[-500:]!r}")
+            if argv[0] == "replay" and (b"read back;" in done.stderr) != ("--again" not in argv):
+                sys.exit(f"perfloop {label} did not do what its label says: {done.stderr[-500:]!r}")
         heavy = ", ".join(imported(python, perfloop, argv, env)) or "none"
         median = statistics.median(times)
         within = "-" if budget is None else f"{'yes' if median <= budget else 'NO'} ({budget:g} s)"

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.cli.commands.sessions import READ_BACK
 from tests.e2e.conftest import perfloop
 
 RECORDING = Path(__file__).resolve().parents[1] / "data" / "sessions" / "demo-session.json.gz"
@@ -63,5 +64,7 @@ def test_replay_exits_1_when_the_replayed_summary_differs_from_the_recorded_one(
     differs = perfloop(home, "replay", sid, "--json")
     assert differs.returncode == 1, (differs.returncode, differs.stderr[-2000:])
     assert json.loads(differs.stdout.strip().splitlines()[-1])["matches_recording"] is False
-    told = perfloop(home, "replay", sid)
-    assert told.returncode == 1 and told.stderr.endswith(" transitions: DIFFERENT summary than recorded\n")
+    told = perfloop(home, "replay", sid)  # the replay kept under the same key, against the row as it is now
+    assert told.returncode == 1 and told.stderr.endswith(
+        f" transitions: DIFFERENT summary than recorded {READ_BACK}\n"
+    )

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.cli.commands.sessions import WORDING, differing, import_recording, not_compared
+from agent.cli.commands.sessions import READ_BACK, WORDING, differing, import_recording, not_compared
 from agent.cli.render import session_json
 from agent.report.headline import headline, judged, summary_json
 from agent.sessions.archive import import_session as import_into
@@ -149,11 +149,11 @@ def test_the_cli_says_which_lines_are_worded_differently_and_exits_0(tmp_path: P
         home, "import", str(ROOT / "benchmarks/h200-2026-11-30-ci-rule/c-eager-ci-session.json.gz")
     )
     assert proc.returncode == 0, proc.stderr
-    told = perfloop(home, "replay", "last", env={"COLUMNS": "60"})  # one line even on a narrow terminal
-    assert told.returncode == 0, told.stderr[-2000:]
-    assert told.stderr.endswith(
-        ": same decisions as recorded (worded differently now: decision, mechanisms)\n"
-    )
+    said = ": same decisions as recorded (worded differently now: decision, mechanisms)"
+    for again in (["--again"], []):  # the graph run; then its replay read back, saying so
+        told = perfloop(home, "replay", "last", *again, env={"COLUMNS": "60"})  # one line, narrow too
+        assert told.returncode == 0, told.stderr[-2000:]
+        assert told.stderr.endswith(f"{said}\n" if again else f"{said} {READ_BACK}\n"), told.stderr
     out = last_json(perfloop(home, "replay", "last", "--json"))
     assert out["matches_recording"] is True and out["worded_differently"] == ["decision", "mechanisms"]
 

@@ -116,7 +116,20 @@ def same(a: object, b: object) -> bool:
     return a == b
 
 
-def replay(session: SessionArg, as_json: Json = False) -> None:
+READ_BACK = (
+    "(replayed earlier with these same sources, libraries and recording: read back; --again runs the graph)"
+)
+"""What `replay` adds to its line when it read the replay kept under the key it would run with."""
+
+
+def replay(
+    session: SessionArg,
+    as_json: Json = False,
+    again: Annotated[
+        bool,
+        typer.Option("--again", help="Run the graph even when a replay with these same sources is kept."),
+    ] = False,
+) -> None:
     """Run a recorded session again with every tool call answered from its recording (no host)."""
 
     def body() -> None:
@@ -127,8 +140,8 @@ def replay(session: SessionArg, as_json: Json = False) -> None:
         s = stored_sessions()  # a replay in memory: no checkpointer (agent/sessions/reading/replaying.py)
         info = s.info(session)
         session_id = info.id
-        try:
-            state, summary = s.replay(session)
+        try:  # read back when kept under the key it would run with (replayed.py), then no LangGraph
+            state, summary, read_back = s.replay_or_read(session, again)
         except ReplayDivergence as exc:
             err.print(
                 terminal.styled(("replay diverged:", "red"), f" {exc}"), highlight=False, soft_wrap=True
@@ -142,8 +155,9 @@ def replay(session: SessionArg, as_json: Json = False) -> None:
         verdict = "same summary as recorded" if same else "DIFFERENT summary than recorded"
         if same and worded:
             verdict = f"same decisions as recorded (worded differently now: {', '.join(worded)})"
+        said = f"replayed {len(state.transitions)} transitions: {verdict}"
         terminal.console(stderr=True).print(
-            f"replayed {len(state.transitions)} transitions: {verdict}", soft_wrap=True
+            f"{said} {READ_BACK}" if read_back else said, soft_wrap=True
         )  # one line at any width: a script reads it
         if as_json:
             head = headline_json(summary, session_id, info.status)
@@ -153,6 +167,7 @@ def replay(session: SessionArg, as_json: Json = False) -> None:
                     "headline": head,
                     "matches_recording": same,
                     "worded_differently": worded,
+                    "read_back": read_back,
                 }
             )
         if not same:

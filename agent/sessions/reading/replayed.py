@@ -1,13 +1,14 @@
-"""The states of an imported recording's replay, kept so that `show` and `report` read them without
-LangGraph and without replaying it again (issue 63): `$PERFLOOP_HOME/replayed/SESSION.jsonl.gz`,
-one line for the key, then one state per line, oldest first, as `Sessions.history` gives them.
+"""The states of a recording's replay, kept so that `show` and `report` of an imported recording,
+and `replay` of any session, read them without LangGraph and without replaying it again (issue 63):
+`$PERFLOOP_HOME/replayed/SESSION.jsonl.gz`, one line for the key and the replay's summary, then
+one state per line, oldest first, as `Sessions.history` gives them.
 
 A replay reads nothing but the recording and perfloop (tests/integration/test_recordings_replay.py),
 so the key is the digest of the two: the session's inputs and tool calls as the store holds them,
 perfloop's sources (`agent`, `state`, `tools`, `playbooks`: each file's size and change time), and
 the versions of Python and of the libraries the graph runs on. A file of another key (the recording
 or perfloop changed since) is not read: the recording is replayed again and the file replaced. A
-session whose engine is not one of perfloop's own (its code is another package's) is never kept,
+replay that diverged from its recording is never kept (replaying.py `run`). A session whose engine is not one of perfloop's own (its code is another package's) is never kept,
 nor states that hold a secret known here (`tools.secrets`: the store and the checkpoints hold none
 either). Light: no LangGraph, no graph."""
 
@@ -27,13 +28,24 @@ from tools.paths import session_id as checked_id
 
 if TYPE_CHECKING:
     from state.sessions.loop import LoopState
+    from state.sessions.session import Summary
     from tools.store.sessions import SessionStore
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
+"""The repository (this module is agent/sessions/reading/replayed.py)."""
 SOURCES = ("agent", "state", "tools", "playbooks")
 """perfloop's packages, whose files the key digests."""
-LIBRARIES = ("langgraph", "langgraph-checkpoint", "langchain-core", "pydantic", "pydantic-core")
-"""The libraries a replay runs on, whose versions the key holds."""
+LIBRARIES = (
+    "langgraph",
+    "langgraph-checkpoint",
+    "langchain-core",
+    "pydantic",
+    "pydantic-core",
+    "numpy",
+    "optuna",
+)
+"""The libraries a replay runs on, whose versions the key holds (numpy: the decision rules'
+statistics; optuna: the launch-option search's sampler)."""
 
 
 def sources_digest() -> str:
@@ -73,30 +85,54 @@ def _file(home: Path, session_id: str) -> Path:
     return home / "replayed" / f"{checked_id(session_id)}.jsonl.gz"
 
 
-def read(home: Path, session_id: str, made: str | None, last: bool = False) -> list[LoopState] | None:
-    """The states kept for the session under the key `made` (with `last`: the latest alone), or
-    None when none are kept under it (or the file does not read back)."""
+def _kept(home: Path, session_id: str, made: str | None, last: bool) -> tuple[list[LoopState], str] | None:
+    """(the states kept under the key `made`, `last`: the latest alone; the summary kept beside the
+    key as JSON, "" in a file that holds none), or None."""
     from state.sessions.loop import LoopState
 
     if made is None:
         return None
     try:
         lines = gzip.decompress(_file(home, session_id).read_bytes()).split(b"\n")
-        if lines[0].decode() != made or len(lines) < 2:
+        kept, _, summary = lines[0].decode().partition(" ")
+        if kept != made or len(lines) < 2:
             return None
-        return [LoopState.model_validate_json(line) for line in (lines[-1:] if last else lines[1:])]
+        return [LoopState.model_validate_json(line) for line in (lines[-1:] if last else lines[1:])], summary
     except (OSError, EOFError, ValueError):  # none, cut short, or not ours (a ValidationError too)
         return None
 
 
-def keep(home: Path, session_id: str, made: str | None, states: Sequence[LoopState]) -> None:
-    """Keep the replay's `states` under the key `made` (nothing when None, no state, or a state
-    holding a known secret); a file that cannot be written is left out (the next read replays)."""
+def read(home: Path, session_id: str, made: str | None, last: bool = False) -> list[LoopState] | None:
+    """The states kept for the session under the key `made` (with `last`: the latest alone), or
+    None when none are kept under it (or the file does not read back)."""
+    kept = _kept(home, session_id, made, last)
+    return None if kept is None else kept[0]
+
+
+def outcome(home: Path, session_id: str, made: str | None) -> tuple[LoopState, Summary] | None:
+    """The last state and the summary of the replay kept under the key `made` (the summary is the
+    loop's rules over the state, its status and the recording, all under the key: read back, their
+    modules and LangGraph, which they import, stay unloaded), or None when none is kept under it."""
+    from state.sessions.session import Summary
+
+    try:
+        kept = _kept(home, session_id, made, last=True)
+        return None if kept is None or not kept[1] else (kept[0][-1], Summary.model_validate_json(kept[1]))
+    except ValueError:  # a summary that does not read back: the graph runs again
+        return None
+
+
+def keep(
+    home: Path, session_id: str, made: str | None, states: Sequence[LoopState], summary: Summary
+) -> None:
+    """Keep the replay's `states` and its `summary` under the key `made` (nothing when None, no
+    state, or a state holding a known secret); a file that cannot be written is left out (the next
+    read replays)."""
     from tools.secrets import redact
 
     if made is None or not states:
         return
-    text = "\n".join([made, *(state.model_dump_json() for state in states)])
+    text = "\n".join([f"{made} {summary.model_dump_json()}", *(state.model_dump_json() for state in states)])
     if redact(text) != text:
         return
     path = _file(home, session_id)

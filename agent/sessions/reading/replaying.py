@@ -14,7 +14,7 @@ from langgraph.types import Command, StateSnapshot
 from agent.context import LoopContext
 from agent.graph import Graph, compile_graph
 from agent.sessions.binding import rebuilt, view
-from agent.sessions.reading.replayed import keep, key
+from agent.sessions.reading.replayed import keep
 from agent.sessions.reading.serde import serializer
 from agent.sessions.summary import summarize as summarize_session
 from state.sessions.loop import LoopState
@@ -78,20 +78,35 @@ def replayed(store: SessionStore, session_id: str) -> tuple[Graph, RunnableConfi
     return graph, cfg, door
 
 
-def replay(store: SessionStore, home: Path, session_id: str, kept: bool = False) -> tuple[LoopState, Summary]:
-    """Run the graph again with every tool call answered from the recording (`kept`: its states
-    kept under `home` for `show` and `report`, replayed.py): its last state and its summary."""
-    made = key(store, session_id) if kept else None
+def run(
+    store: SessionStore, home: Path, session_id: str, made: str | None
+) -> tuple[list[LoopState], Summary, str | None]:
+    """Replay the recording in memory: its states oldest first, its summary (paused when it waits
+    on an approval the recording did not answer), and how it diverged when the recording holds
+    calls it did not make (else None). Its states and summary are kept under the key `made`
+    (replayed.py; none when None) only when it made every call: a diverging replay is never kept."""
     graph, cfg, door = replayed(store, session_id)
-    if made is not None:
-        keep(home, session_id, made, states(graph, cfg))
-    if door.unplayed():
-        nxt = door.unplayed()[0]
-        raise ReplayDivergence(
-            f"the replay ended but the recording has {len(door.unplayed())} more "
-            f"call(s), next: #{door.position} {nxt.name} from node {nxt.node}"
+    every = states(graph, cfg)
+    status = "paused" if pending(graph, cfg) is not None else every[-1].status
+    calls = store.tool_calls(session_id, include_superseded=True)  # cut attempts' launches
+    summary = summarize_session(every[-1], status, calls)
+    diverged = None
+    if unplayed := door.unplayed():
+        diverged = (
+            f"the replay ended but the recording has {len(unplayed)} more "
+            f"call(s), next: #{door.position} {unplayed[0].name} from node {unplayed[0].node}"
         )
-    state = LoopState.model_validate(graph.get_state(cfg).values)
-    status = "paused" if pending(graph, cfg) is not None else state.status
-    every = store.tool_calls(session_id, include_superseded=True)  # cut attempts' launches
-    return state, summarize_session(state, status, every)
+    else:
+        keep(home, session_id, made, every, summary)
+    return every, summary, diverged
+
+
+def replay(
+    store: SessionStore, home: Path, session_id: str, made: str | None = None
+) -> tuple[LoopState, Summary]:
+    """Run the graph again with every tool call answered from the recording (its states kept under
+    `home` with the key `made`, replayed.py, unless it diverged): its last state and its summary."""
+    every, summary, diverged = run(store, home, session_id, made)
+    if diverged is not None:
+        raise ReplayDivergence(diverged)
+    return every[-1], summary

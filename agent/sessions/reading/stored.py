@@ -111,28 +111,40 @@ class StoredSessions:
 
     def replayed_history(self, session_id: str, last: bool = False) -> list[LoopState]:
         """The states of the recording's replay: kept ones (`last`: the latest alone), else those
-        of a replay run now in memory (no host touched), then kept."""
+        of a replay run now in memory (no host touched), then kept unless it diverged."""
         made = replayed.key(self.store, session_id)
         if (kept := replayed.read(self.home, session_id, made, last)) is not None:
             return kept
-        states = self.replay_states(session_id)
-        replayed.keep(self.home, session_id, made, states)
+        states = self.replay_states(session_id, made)
         return states[-1:] if last else states
 
-    def replay_states(self, session_id: str) -> list[LoopState]:
+    def replay_states(self, session_id: str, made: str | None = None) -> list[LoopState]:
         """The states of a replay of the recording run now in memory (no host touched, no
-        checkpointer: replaying.py, LangGraph and the graph loaded here), oldest first."""
-        from agent.sessions.reading.replaying import replayed, states
+        checkpointer: replaying.py, LangGraph and the graph loaded here), oldest first; kept
+        under the key `made` unless it diverged."""
+        from agent.sessions.reading.replaying import run
 
-        graph, cfg, _ = replayed(self.store, session_id)
-        return states(graph, cfg)
+        return run(self.store, self.home, session_id, made)[0]
 
     def replay(self, session_id: str, kept: bool = False) -> tuple[LoopState, Summary]:
         """Run the graph again with every tool call answered from the recording (replaying.py;
-        `kept`: its states kept for `show` and `report`): its last state and its summary."""
+        `kept`: its states kept for `show`, `report` and `replay` unless it diverged): its last
+        state and its summary."""
         from agent.sessions.reading.replaying import replay
 
-        return replay(self.store, self.home, session_id, kept)
+        return replay(
+            self.store, self.home, session_id, replayed.key(self.store, session_id) if kept else None
+        )
+
+    def replay_or_read(self, session_id: str, again: bool = False) -> tuple[LoopState, Summary, bool]:
+        """`perfloop replay`: the last state and summary of the replay kept under the key it would
+        run with now (the same recording, perfloop sources, Python and libraries: running the graph
+        again cannot decide otherwise), read back without LangGraph (True); else, or with `again`,
+        those of the graph run now, its states kept (False). ReplayDivergence when it diverges."""
+        made = replayed.key(self.store, session_id)
+        if not again and (kept := replayed.outcome(self.home, session_id, made)) is not None:
+            return *kept, True
+        return *self.replay(session_id, kept=True), False
 
     def last_state(self, session_id: str) -> LoopState:
         """`history(session_id)[-1]`, the latest state alone read when it was kept."""
