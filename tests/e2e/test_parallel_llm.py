@@ -88,4 +88,5 @@ def test_two_model_candidates_are_tried_at_once_on_two_hosts_then_replay(tmp_pat
     assert rep.returncode == 0, rep.stderr[-2000:]
     again = last_json(rep)
     assert again.pop("matches_recording") is True and again.pop("worded_differently") == []
+    assert again.pop("read_back") is False  # the first replay runs the graph
     assert again == s
