@@ -8,9 +8,10 @@ so the key is the digest of the two: the session's inputs and tool calls as the 
 perfloop's sources (`agent`, `state`, `tools`, `playbooks`: each file's size and change time), and
 the versions of Python and of the libraries the graph runs on. A file of another key (the recording
 or perfloop changed since) is not read: the recording is replayed again and the file replaced. A
-replay that diverged from its recording is never kept (replaying.py `run`). A session whose engine is not one of perfloop's own (its code is another package's) is never kept,
-nor states that hold a secret known here (`tools.secrets`: the store and the checkpoints hold none
-either). Light: no LangGraph, no graph."""
+replay that diverged from its recording is never kept (replaying.py `run`), nor a session whose
+engine is not one of perfloop's own (its code is another package's), nor states that hold a secret
+known here (`tools.secrets`: the store and the checkpoints hold none either). Light: no LangGraph,
+no graph."""
 
 from __future__ import annotations
 
