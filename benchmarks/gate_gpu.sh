@@ -40,7 +40,7 @@ search)
   rm -rf /tmp/mla_server && cp -r examples/targets/mla_server /tmp/mla_server
   (cd /tmp/mla_server && git init -q && git add -A && git -c user.name=perfloop -c user.email=perfloop@localhost commit -qm "mla_server")
   start=$(date +%s)
-  timeout 560 python3 -c "import sys; from agent.cli import app; sys.argv[0] = 'perfloop'; app()" \
+  timeout "$DEADLINE_S" python3 -c "import sys; from agent.cli import app; sys.argv[0] = 'perfloop'; app()" \
     run examples/targets/mla_server_glm5_serving.toml --proposer search --approve auto --json \
     >"$L/search.json" 2>"$L/search.err"
   echo "search: exit $? in $(( $(date +%s) - start )) s"

@@ -187,7 +187,7 @@ def test_the_shipped_serving_target_loads_at_concurrency_8() -> None:
         "output_throughput",
         "alternating",  # one glm5 server at a time: paired blocks
     )
-    assert t.search.max_minutes == 7 and "glm5" in t.launch.argv
+    assert t.search.max_minutes == 6 and "glm5" in t.launch.argv
     assert [k.name for k in t.search.knobs] == [
         "--max-total-tokens",
         "--cuda-graph-max-bs",
