@@ -61,8 +61,9 @@ def run_books(
     books: Path,
     arms: str = "sequential",
     prompts: tuple[str, ...] = PROMPTS,
+    looks: int = 3,
 ) -> tuple[dict, dict]:
-    target = write_target(tmp_path / "t.toml", repo, arms=arms, prompts=prompts)
+    target = write_target(tmp_path / "t.toml", repo, arms=arms, prompts=prompts, looks=looks)
     s, shown = run_playbooks(home, target, books)
     return s, {d["playbook"]: d for d in shown["decisions"]}
 
@@ -99,10 +100,12 @@ def test_wrong_for_one_prompt_slower_and_no_op_are_never_kept(tmp_path: Path, ho
 
 def test_no_op_is_never_accepted_with_interleaved_arms(tmp_path: Path, home: Path, repo: Path) -> None:
     """A comment-only patch in a fresh session with the reference launched beside it (with
-    sequential arms, the test above; benchmarks/noop_sessions.py runs it 20 times)."""
+    sequential arms, the test above; benchmarks/noop_sessions.py runs it 20 times). One look: the
+    no-op kept at none of three looks is the test above's (and test_first_verdict's); three looks
+    here measured both arms three times as long for the same claim."""
     books = tmp_path / "books"
     playbook_variant(books, "no-op", 0.97, edited_diff(repo, tmp_path, {BACKEND: NO_OP}))
-    s, by = run_books(tmp_path, home, repo, books, "interleaved")
+    s, by = run_books(tmp_path, home, repo, books, "interleaved", looks=1)
     noop = by["no-op"]
     assert s["accepted"] == [] and noop["verdict"] != "accepted", noop["reason"]
     assert noop["judgement"]["arms"] == "interleaved" and "arms interleaved" in noop["reason"]
