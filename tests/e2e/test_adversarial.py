@@ -62,7 +62,12 @@ def run_books(
     arms: str = "sequential",
     prompts: tuple[str, ...] = PROMPTS,
 ) -> tuple[dict, dict]:
-    target = write_target(tmp_path / "t.toml", repo, arms=arms, prompts=prompts)
+    # One look per candidate: never kept is the claim, at any look (a no-op undecided for three looks
+    # and never kept is tests/e2e/test_first_verdict.py's, the rule's rates over many sessions are
+    # benchmarks/). Three looks measured the sequential baseline 9 requests per prompt and, under
+    # load, took the slower candidate (200-340 ms a step) through all three when its first was
+    # inconclusive (0.37x [0.12, 1.16] at load 8): 35-75 s more a session for the same claim.
+    target = write_target(tmp_path / "t.toml", repo, arms=arms, prompts=prompts, looks=1)
     s, shown = run_playbooks(home, target, books)
     return s, {d["playbook"]: d for d in shown["decisions"]}
 

@@ -29,7 +29,10 @@ SLEEP = "        __import__('time').sleep(0.15)  # the step waits on its device\
 
 def defaults_target(path: Path, repo: Path) -> Path:
     """A small demo workload with no `[decide]` setting but the host's fact that a second server
-    does not fit: every decision setting at perfloop's default, as a user's new target has."""
+    does not fit: every decision setting at perfloop's default, as a user's new target has. Every
+    decode step here waits 150 ms: one timing prompt (a launch's warm-up and 3 requests, ~5 s; two
+    prompts took ~9 s, and a first session launches 6-10 times) and a 4-token correctness set (2.5 s
+    at the baseline and the candidate's first launch; 16 tokens took 14 s)."""
     path.write_text(f"""
 name = "first verdict"
 kind = "mla_server"
@@ -41,13 +44,13 @@ argv = ["bash", "launch.sh", "--port", "{{port}}", "--preset", "cpu", "--threads
 env = {{ PYTHON = "{{python}}" }}
 startup_timeout_s = 120
 [measure]
-prompts = ["Explain the KV cache.", "Write a haiku about GPUs."]
+prompts = ["Explain the KV cache."]
 max_tokens = 8
 repeats = 3
 [correctness]
 random_prompts = 1
 max_prompt_chars = 300
-max_tokens = 16
+max_tokens = 4
 concurrent = 2
 long_prompts = 0
 [decide]
@@ -67,7 +70,7 @@ def test_a_no_op_in_a_first_session_is_called_the_same(tmp_path: Path, home: Pat
     (d,) = shown["decisions"]
     j, baseline = d["judgement"], next(t["note"] for t in shown["transitions"] if t["node"] == "baseline")
     # the baseline: one look's requests, its A/A launch kept (1 df), a plan of three looks
-    assert "2 prompts x 3 requests" in baseline and "1 A/A launch of the baseline tree (#1 -> #2" in baseline
+    assert "1 prompts x 3 requests" in baseline and "1 A/A launch of the baseline tree (#1 -> #2" in baseline
     assert "up to 4 blocks (8 launches" in baseline and "3 look(s) from block 2" in baseline, baseline
     assert j["arms"] == "alternating" and j["launch_noise"]["source"] == "pooled", d["reason"]
     looks = j["looks"]

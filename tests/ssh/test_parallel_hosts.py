@@ -25,7 +25,6 @@ import pytest
 
 from tests.e2e.conftest import (
     CI_CORRECTNESS,
-    CI_MEASURE,
     edited_diff,
     git,
     last_json,
@@ -40,6 +39,14 @@ from tools.store.sessions import SessionStore
 pytestmark = pytest.mark.e2e
 
 BACKEND = "mla_server/attention/mla_backend.py"
+ONE_PROMPT = """[measure]
+prompts = ["Explain the KV cache."]
+max_tokens = 12
+repeats = 3
+"""
+"""CI's workload (tests/e2e/conftest.CI_MEASURE) at one timing prompt: every launch here is
+measured (the baseline and the winner here, a baseline and a candidate per trial, two hosts' at
+once on the shared two cores), and the trials' verdicts are not the subject."""
 
 
 def host_table(name: str, repo: Path, sshd: Sshd, client: Path) -> str:
@@ -61,7 +68,7 @@ model = "mla-demo"
 argv = ["bash", "launch.sh", "--port", "{{port}}", "--preset", "cpu", "--threads", "1", "--layers", "1"]
 env = {{ PYTHON = "{{python}}", PYTHONDONTWRITEBYTECODE = "1" }}
 startup_timeout_s = 120
-{CI_MEASURE}{CI_CORRECTNESS}[decide]
+{ONE_PROMPT}{CI_CORRECTNESS}[decide]
 looks = 1
 arms = "sequential"  # its behaviour before the `auto` default (interleaved here): 158 s against ~100 in CI
 auto_aa_pairs = 0  # no A/A launch at the baseline (a launch CI's budget has no room for)

@@ -65,10 +65,15 @@ class _Attend:
 
     def __init__(self):
         self.attend, self.layer_id = None, 0
+        # disabled here, not by a decorator on the class: torch._dynamo (~2 s to import on a CPU)
+        # is then imported only by a server that compiles, not by every server's start-up
+        self._eager = torch._dynamo.disable(self._attend)
 
-    @torch._dynamo.disable
-    def __call__(self, q, k, _layer_id):
+    def _attend(self, q, k, _layer_id):
         return self.attend(q, k, self.layer_id)
+
+    def __call__(self, q, k, layer_id):
+        return self._eager(q, k, layer_id)
 
 
 def _layer(view, h, positions, attend):
