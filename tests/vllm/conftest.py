@@ -12,7 +12,8 @@
 
 Every file here that starts a server sets `pytestmark = pytest.mark.xdist_group("vllm")`: `make
 test` (`--dist loadgroup`, tests/conftest.py) then runs them all on one worker, one after another.
-A vLLM server is ~3 GB RSS and 37 s to start on 2 cores (eager): launch as few as possible, and
+A vLLM server is ~3 GB RSS and ~32 s to start on 2 idle cores (eager, its worker in the EngineCore
+process: tools/vllm/target.py): launch as few as possible, start those a test needs together, and
 never leave one running (the suite's guard kills what a test leaves in its tmp_path and fails it).
 """
 

@@ -1,12 +1,13 @@
 """The numerics gate on a real vLLM (CPU wheel), through `prompt_logprobs` (issue 61): the tiny Llama
 with a seeded checkpoint, its own numerics measured teacher-forced under the schedules it varies (two
 batch sizes, a warm prefix cache), then a candidate checkout whose logits carry a planted 10% scale
-error judged against them: beyond, with its figures. A relaunch of the unchanged tree is judged the
-same way and is not beyond. Two launches; both stopped.
+error judged against them: beyond, with its figures. The unchanged tree's server scored again is judged
+the same way and is not beyond. Two launches, started together; both stopped.
 """
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -69,28 +70,29 @@ def test_a_planted_scale_error_is_beyond_vllms_own_numerics_judged_through_promp
         target.read_text().replace(SCALE, "            logits *= self.scale * 1.1  # planted\n")
     )
 
-    server = serve(base, models, tmp_path / "base.log")
+    with ThreadPoolExecutor(2) as pool:  # both launches at once: a launch is one process busy at a time
+        launching = [pool.submit(serve, tree, models, tmp_path / f"{tree.name}.log") for tree in (base, bad)]
+    servers = [f.result() for f in launching if f.exception() is None]
     try:
-        reference = scores(server.base_url, "alone", None)
+        assert len(servers) == 2, [f.exception() for f in launching]
+        url, bad_url = (s.base_url for s in servers)
+        reference = scores(url, "alone", None)
         tokens = [[t.token for t in text.tokens] for text in reference.texts]
         assert all(len(t) >= 6 for t in tokens), tokens
         engine = [
-            scores(server.base_url, "batch of 2", tokens, concurrent=2),
-            scores(server.base_url, "batch of 6", tokens, concurrent=6),
-            scores(server.base_url, "warm prefix cache", tokens, repeat=True),
+            scores(url, "batch of 2", tokens, concurrent=2),
+            scores(url, "batch of 6", tokens, concurrent=6),
+            scores(url, "warm prefix cache", tokens, repeat=True),
         ]
-        again = scores(server.base_url, "candidate", tokens)
+        again = scores(url, "candidate", tokens)
+        planted = scores(bad_url, "candidate", tokens)
     finally:
-        stop_vllm(server)
+        for server in servers:
+            stop_vllm(server)
     assert all(t.restarts == 0 and not t.cut for s in [*engine, again] for t in s.texts)  # one prefill each
     same = moves.judge(reference, engine, again, texts_equal=False)
     assert same.verdict == "within", moves.line(same)
 
-    server = serve(bad, models, tmp_path / "bad.log")
-    try:
-        planted = scores(server.base_url, "candidate", tokens)
-    finally:
-        stop_vllm(server)
     v = moves.judge(reference, engine, planted, texts_equal=False)
     line = moves.line(v)
     print(line)
