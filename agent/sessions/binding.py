@@ -39,6 +39,7 @@ ADDED_SINCE_SHOWN = frozenset(
         "numerics_math_distance",
         "precise_small",
         "search_worst_trial",
+        "search_block_measured",
         "numerics_unit_floor",
     }
 )

@@ -142,6 +142,10 @@ class LoopOptions(Model):
     """Whether the search's `max_minutes` counts the next trial at its plan's most blocks when that
     is longer than any trial so far (agent/proposer/tuning/budget.py), so no trial starts that could
     end past it: True for new sessions; sessions recorded before it counted the longest so far."""
+    search_block_measured: bool = False
+    """Whether that count prices a block at no less than the most a block took in the session's
+    judged trials (`budget.block_taken_s`): True for new sessions; sessions recorded before priced
+    it at the running server's launch and the reference's measurement alone."""
     precise_small: bool = False
     """Whether the precision reference launches with the engine's flags that shrink what it holds
     (`EngineContract.precise_small`: the demo's KV pool), so a float32 copy of glm5's 78 layers fits

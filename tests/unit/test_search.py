@@ -363,3 +363,47 @@ def test_max_minutes_counts_the_next_trial_at_its_plans_most_blocks(tmp_path: Pa
     assert budget_left(cheap, s.target.search, now) is None  # 100 s + 4 x 2 x 22 s < 600 s
     recorded = s.model_copy(update={"options": s.options.model_copy(update={"search_worst_trial": False})})
     assert budget_left(recorded, s.target.search, now) is None  # 100 s + the longest, 100 s
+
+
+def test_a_block_is_priced_at_no_less_than_a_block_took_in_the_sessions_trials(tmp_path: Path) -> None:
+    """The H200 search of 2026-12-06 (`benchmarks/h200-2026-12-06-numerics/`): trial 1 took 143.7 s
+    over 2 blocks, but a block was priced at the kept candidate's launch and measurement, 2 x (8.6 +
+    6.7) s, so trial 2 was counted at 2.4 min (the longest so far) and started 2.4 min into a 7-minute
+    budget, and trial 3 at 4.3: the session was cut at 9.5 min. New sessions price a block at no less
+    than the 71.9 s it took: 4 blocks, 4.8 min, and no second trial; recorded ones replay as run."""
+    from state.measurement.arms import LaunchLocation
+    from state.measurement.decision import Judgement, LaunchNoise
+    from tests.unit.aa_door import handle, measurement
+
+    arms = ["candidate", "reference", "reference", "candidate"]  # (C R | R C): 2 blocks
+    judgement = Judgement(
+        verdict="accepted", looks=[], launch_noise=LaunchNoise(sigma_log=0.01), min_gain=0.02,
+        confidence=0.95, arms="alternating",
+        per_launch=[LaunchLocation(arm=a, launch_number=4 + i, location_log=0.0) for i, a in enumerate(arms)],
+    )  # fmt: skip
+    trial = decided(1, [*ARGV, "--max-total-tokens", "4096"], 5.0, "accepted").model_copy(
+        update={"judgement": judgement}
+    )
+    now = 1796594355.97  # trial 2's proposal, on the recorded clock
+    s = state(tmp_path, [trial], max_minutes=6)
+    decide = s.target.decide.model_copy(update={"arms": "alternating", "max_launches_per_arm": 4})
+    s = s.model_copy(
+        update={
+            "target": s.target.model_copy(update={"decide": decide}),
+            "server": handle(7).model_copy(update={"startup_s": 8.6}),
+            "reference": measurement("reference", tpot_ms=1.0),
+            "search_clock": [1796594212.25],
+            "options": s.options.model_copy(
+                update={"search_worst_trial": True, "search_block_measured": True}
+            ),
+        }
+    )
+    assert s.target.search is not None
+    assert worst_trial_s(s, "alternating", now) == pytest.approx(4 * 143.72 / 2, abs=0.01)
+    assert budget_left(s, s.target.search, now) == (
+        "search budget spent: 2.4 of 6 minutes, and the next may take 4.8 (its plan's most blocks; "
+        "a trial took up to 2.4)"
+    )
+    recorded = s.model_copy(update={"options": s.options.model_copy(update={"search_block_measured": False})})
+    assert worst_trial_s(recorded, "alternating", now) < 143.72  # priced at the launch and measurement
+    assert budget_left(recorded, s.target.search, now) is None  # 2.4 + 2.4 < 6: the second trial starts

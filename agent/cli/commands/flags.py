@@ -168,6 +168,7 @@ def options(
         "numerics_math_distance": True,
         "precise_small": True,
         "search_worst_trial": True,
+        "search_block_measured": True,
         "numerics_unit_floor": True,
     }
 

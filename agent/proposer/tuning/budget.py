@@ -4,7 +4,11 @@
 stops at its first verdict, so the one before may have ended early (a large gain decided at its
 first look) while the next runs every block it planned: new sessions (`LoopOptions.search_worst_trial`)
 count the next trial at the longer of the longest so far and its plan's most blocks at what a block
-costs here (`agent/decision/stats/blocks.py`); sessions recorded before it counted the longest so far."""
+costs here (`agent/decision/stats/blocks.py`); sessions recorded before it counted the longest so far. A block is priced at two launches and two
+measurements as the running server's, and, in sessions since `LoopOptions.search_block_measured`,
+at no less than the most a block took in this session's judged trials (the H200 search of
+2026-12-06: 31 s priced, 71 s taken: a reference arm measures longer than a fast candidate, and a
+block's correctness set and scoring are its time too)."""
 
 from __future__ import annotations
 
@@ -26,15 +30,32 @@ def trials_of(state: LoopState) -> list[Decision]:
     return [d for d in state.decisions if is_trial(d.source)]
 
 
-def worst_trial_s(state: LoopState, arms: str) -> float:
+def block_taken_s(state: LoopState, now: float | None) -> float:
+    """The most seconds a block of paired launches took in this session's judged trials (pure): each
+    trial's time, from its proposal to the next one's (the last one's to `now`), over its blocks; 0
+    before one is judged."""
+    starts = [*state.search_clock, *([] if now is None else [now])]
+    worst = 0.0
+    for trial, (start, end) in zip(trials_of(state), itertools.pairwise(starts), strict=False):
+        blocks = len(trial.judgement.per_launch) // 2 if trial.judgement is not None else 0
+        if blocks:
+            worst = max(worst, (end - start) / blocks)
+    return worst
+
+
+def worst_trial_s(state: LoopState, arms: str, now: float | None = None) -> float:
     """Seconds the next trial may take at most (pure): its most blocks (`max_launches_per_arm`, or
     fewer where `[decide] trial_budget_s` affords fewer; never under 2) at two launches and two
-    measurements a block, as the baseline's launch and measurement cost; 0 for arms without blocks."""
+    measurements a block, as the running server's launch and the reference's measurement cost (and
+    no less than a block took here, `block_taken_s`, in sessions since `search_block_measured`); 0
+    for arms without blocks."""
     if arms not in ("alternating", "cross-host"):
         return 0.0
     decide = state.target.decide
     launch_s, measure_s = cost(state)
     block_s = 2.0 * (max(launch_s, 0.0) + max(measure_s, 0.0))
+    if state.options.search_block_measured:
+        block_s = max(block_s, block_taken_s(state, now))
     if block_s <= 0:
         return 0.0
     blocks = max(2, min(decide.max_launches_per_arm, int(decide.trial_budget_s // block_s)))
@@ -59,7 +80,7 @@ def budget_left(state: LoopState, cfg: SearchConfig, now: float | None = None) -
     if cfg.max_minutes is not None and now is not None and state.search_clock:
         starts = [*state.search_clock, now]
         elapsed, longest = now - starts[0], max(b - a for a, b in itertools.pairwise(starts))
-        planned = worst_trial_s(state, arms) if state.options.search_worst_trial else 0.0
+        planned = worst_trial_s(state, arms, now) if state.options.search_worst_trial else 0.0
         if elapsed + max(longest, planned) > cfg.max_minutes * 60:
             took = f"a trial took up to {longest / 60:.1f}"
             if planned > longest:
