@@ -38,7 +38,10 @@ choices = [1, 2, 4, 8]
 
 
 def test_search_keeps_a_config_within_its_budget_and_replays(tmp_path: Path, home: Path, repo: Path) -> None:
-    target = write_target(tmp_path / "t.toml", repo, looks=1)
+    # three looks (the default): at one, a loaded CI host left the 3x pool win inconclusive
+    # (3.22x [0.97, 9.84]: the baseline's 3 requests a prompt at 40.8 ms, IQR 7.8); a look more adds
+    # requests on the same servers, no launch
+    target = write_target(tmp_path / "t.toml", repo)
     target.write_text(target.read_text() + SEARCH)
     proc = perfloop(
         home,
