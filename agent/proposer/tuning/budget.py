@@ -4,9 +4,9 @@
 stops at its first verdict, so the one before may have ended early (a large gain decided at its
 first look) while the next runs every block it planned: new sessions (`LoopOptions.search_worst_trial`)
 count the next trial at the longer of the longest so far and its plan's most blocks at what a block
-costs here (`agent/decision/stats/blocks.py`); sessions recorded before it counted the longest so far. A block is priced at two launches and two
-measurements as the running server's, and, in sessions since `LoopOptions.search_block_measured`,
-at no less than the most a block took in this session's judged trials (the H200 search of
+costs here (`agent/decision/stats/blocks.py`); sessions recorded before it counted the longest so
+far. A block is priced at two launches and two measurements as the running server's, and, in
+sessions since `LoopOptions.search_block_measured`, at no less than the most a block took in this session's judged trials (the H200 search of
 2026-12-06: 31 s priced, 71 s taken: a reference arm measures longer than a fast candidate, and a
 block's correctness set and scoring are its time too)."""
 
