@@ -36,9 +36,12 @@ x = torch.ones(4, 256)
 for _ in range(12):
     x = forward_decode(x)
 dist.barrier()
-# left to the interpreter's exit, gloo's worker threads can abort the process (SIGABRT, "terminate
-# called without an active exception": rank 0 once, in CI)
 dist.destroy_process_group()
+# torch 2.13's static destructors abort ~3% of the processes that profiled under gloo (SIGABRT,
+# "terminate called without an active exception", with no Python frame; never without the profiler
+# or without gloo, 0 of 60 each): the traces are written, so leave without them
+sys.stdout.flush()
+os._exit(0)
 """
 
 
