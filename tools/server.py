@@ -131,10 +131,12 @@ def _check_listener(args: LaunchArgs, port: int, proc: ProcessHandle) -> None:
 LISTEN_GRACE_S = 15.0
 """Seconds a server may refuse connections after its log said it listens (`launch.started_log`)
 before the launch counts as one that never listens and is retried on a fresh port."""
+PORT_TAKEN = re.compile(r"address already in use", re.IGNORECASE)  # EADDRINUSE, as Python words it
 
 
-class _NeverListened(ServerError):
-    """The log said the server listens; its port refused connections for LISTEN_GRACE_S."""
+class _FreshPort(ServerError):
+    """Worth a launch on a fresh port: the log said it listens while the port refused connections
+    for LISTEN_GRACE_S, or it exited saying its port is in use (bound since `free_port` chose it)."""
 
 
 def _completes(base_url: str) -> bool:
@@ -153,18 +155,17 @@ def launch(args: LaunchArgs) -> ServerHandle:
 
     A process that exits during start-up, or does not become healthy within the timeout, raises
     ServerError with the exit code and the log's last line; a hung one is stopped first. A server
-    whose log says it listens (`launch.started_log`) while its port refuses connections is stopped
-    and launched again on a fresh port, up to `launch.listen_retries` times (ports perfloop picks).
+    whose log says it listens (`launch.started_log`) while its port refuses connections is stopped,
+    and one that exits saying its port is in use is given up, and either is launched again on a
+    fresh port, up to `launch.listen_retries` times (ports perfloop picks).
     """
     retries = args.launch.listen_retries if args.launch.port == 0 else 0
-    for attempt in range(retries + 1):
+    for _ in range(retries):
         try:
             return _launch_once(args, args.launch.port or free_port())
-        except _NeverListened as err:
-            if attempt == retries:
-                raise
+        except _FreshPort as err:
             report(f"launch #{args.launch_number}: {err}; again on a fresh port")
-    raise AssertionError("unreachable")
+    return _launch_once(args, args.launch.port or free_port())
 
 
 def _spawn(args: LaunchArgs, port: int, env: dict[str, str]) -> ProcessHandle:
@@ -211,7 +212,7 @@ def _launch_once(args: LaunchArgs, port: int) -> ServerHandle:
         if code is not None or gone:
             secrets.scrub_file(args.log_path)
             log = host.tail(args.log_path, 20, since)
-            raise ServerError(
+            raise (_FreshPort if PORT_TAKEN.search(log) else ServerError)(  # the next try stops what it left
                 f"server exited with code {code if code is not None else '?'} during start-up "
                 f"(log {args.log_path}): {_last_line(log)}"
             )
@@ -223,7 +224,7 @@ def _launch_once(args: LaunchArgs, port: int) -> ServerHandle:
                 listening_at = time.monotonic()
             elif listening_at is not None and time.monotonic() - listening_at > LISTEN_GRACE_S:
                 _given_up(args, proc)
-                raise _NeverListened(
+                raise _FreshPort(
                     f"its log said it started, but nothing listened on port {port} for "
                     f"{LISTEN_GRACE_S:.0f}s (log {args.log_path})"
                     f"{_port_line(host.tail(args.log_path, 200, since), port)}"

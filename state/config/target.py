@@ -91,7 +91,8 @@ class LaunchConfig(Model):
     `Application startup complete`): a port still refusing connections 15 s after it is a launch
     that never listens, stopped and retried on a fresh port. Set by default where the engine says so (vLLM)."""
     listen_retries: int = Field(2, ge=0)
-    """Fresh-port launches after one that never listened (`started_log`; with `port = 0` only)."""
+    """Fresh-port launches after one that never listened (`started_log`) or that exited saying its
+    port is in use (bound by another process since perfloop chose it); with `port = 0` only."""
 
     @field_validator("base_url")
     @classmethod

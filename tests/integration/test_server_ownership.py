@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.server
 import os
+import socket
 import threading
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from tests.procs import processes_in
 from tools import server
 from tools.errors import ServerError
 from tools.hosts.listeners import holders, owned_by, parse_listeners, port_in_use
+from tools.http import free_port
 
 
 class Healthy(http.server.BaseHTTPRequestHandler):
@@ -70,6 +72,40 @@ def test_our_own_server_owns_its_port(tmp_path: Path) -> None:
         assert owned_by(handle.port, [os.getpid()]) is False
     finally:
         server.stop(server.ServerArgs(server=handle, grace_s=5))
+
+
+def test_a_port_taken_after_it_was_chosen_is_launched_again_on_a_fresh_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race a busy host loses (a CI run's candidate, over SSH): another process binds the port
+    `free_port` chose before the server does. The server exits with EADDRINUSE and the launch is
+    tried again on a fresh port; with no retry left, that exit is the error, and nothing runs."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    chosen: list[int] = []
+
+    def choose() -> int:  # the taken port first, then free ones
+        chosen.append(free_port() if chosen else port)
+        return chosen[-1]
+
+    monkeypatch.setattr(server, "free_port", choose)
+    argv = ["{python}", "-m", "http.server", "{port}", "--bind", "127.0.0.1"]
+    try:
+        handle = server.launch(launch_args(tmp_path, argv))
+        try:
+            assert chosen[0] == port and handle.port == chosen[1] != port
+            assert owned_by(handle.port, [handle.process.pid]) is True
+            assert "Address already in use" in (tmp_path / "logs" / "server.log").read_text()
+        finally:
+            server.stop(server.ServerArgs(server=handle, grace_s=5))
+        chosen.clear()
+        with pytest.raises(ServerError, match="during start-up .*Address already in use"):
+            server.launch(launch_args(tmp_path, argv, listen_retries=0))
+    finally:
+        taken.close()
+    assert processes_in(tmp_path) == [] and chosen == [port]
 
 
 def test_parse_listeners() -> None:
