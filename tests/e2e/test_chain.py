@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import assert_clean, last_json, perfloop, write_target
+from tests.e2e.conftest import assert_clean, kept_unless_drifted, last_json, perfloop, write_target
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -45,6 +45,14 @@ def test_chain_keeps_a_launch_option_and_a_patch_and_measures_the_whole(
     s = last_json(proc)
     # Round 1 ranks the pool knob (implicated by the cast finding, its prediction a bound) beside the
     # patch: a tie goes to the launch option. Round 2's profile still shows the smaller pool's cast.
+    if s["status"] == "done" and s["accepted"] == ["search-1"]:  # the patch's arms on a drifting host
+        detail = last_json(perfloop(home, "show", s["session"], "--json"))
+        (fix,) = [d for d in detail["decisions"] if d["label"] == "kv-cache-full-pool-cast"]
+        # inconclusive only for the load (a fresh-clone CI: the host ran 1.70x faster for one arm,
+        # 3.30x [0.89, 13.57]); the chain's own measurement needs both links, so it ends here
+        assert not kept_unless_drifted(False, fix["reason"])
+        assert_clean(repo, s)
+        return
     assert s["status"] == "done" and s["accepted"] == ["search-1", "kv-cache-full-pool-cast"], s
     assert s["launch_argv"][-2:] == ["--max-total-tokens", "8192"] and len(s["commits"]) == 1, s
     chain = s["chain"]
