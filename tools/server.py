@@ -155,9 +155,9 @@ def launch(args: LaunchArgs) -> ServerHandle:
 
     A process that exits during start-up, or does not become healthy within the timeout, raises
     ServerError with the exit code and the log's last line; a hung one is stopped first. A server
-    whose log says it listens (`launch.started_log`) while its port refuses connections is stopped,
-    and one that exits saying its port is in use is given up, and either is launched again on a
-    fresh port, up to `launch.listen_retries` times (ports perfloop picks).
+    whose log says it listens (`launch.started_log`) while its port refuses connections is stopped;
+    it, or one that exited saying its port is in use (the next attempt stops what it left), is
+    launched again on a fresh port, up to `launch.listen_retries` times (ports perfloop picks).
     """
     retries = args.launch.listen_retries if args.launch.port == 0 else 0
     for _ in range(retries):
