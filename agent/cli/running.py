@@ -114,8 +114,8 @@ def _note(exc: BaseException) -> str:
 
 
 def stored_sessions() -> StoredSessions:
-    """The store's sessions read without LangGraph, opened with the graph and its checkpointer
-    (agent.sessions.runner) only when a session with checkpoints needs them."""
+    """The store's sessions read without LangGraph's graph, opened with the graph and its
+    checkpointer (agent.sessions.runner) only when a session's checkpoints need them."""
     from agent.sessions.reading.stored import StoredSessions
 
     def graphed(s: StoredSessions) -> StoredSessions:

@@ -14,6 +14,7 @@ from langgraph.types import Command, StateSnapshot
 from agent.context import LoopContext
 from agent.graph import Graph, compile_graph
 from agent.sessions.binding import rebuilt, view
+from agent.sessions.reading import direct
 from agent.sessions.reading.replayed import keep
 from agent.sessions.reading.serde import serializer
 from agent.sessions.summary import summarize as summarize_session
@@ -30,20 +31,9 @@ def thread(thread_id: str) -> RunnableConfig:
 
 
 def lineage(graph: Graph, config: RunnableConfig) -> list[StateSnapshot]:
-    """The thread's checkpoints from its first to its latest, following parents: a session that
-    went back to a launch has abandoned checkpoints in its history, which are left out."""
-    snaps = list(graph.get_state_history(config))
-    if not snaps:
-        return []
-    by_id = {s.config["configurable"]["checkpoint_id"]: s for s in snaps}
-    chain, snap = [], snaps[0]
-    while True:
-        chain.append(snap)
-        parent = snap.parent_config
-        found = by_id.get(parent["configurable"]["checkpoint_id"]) if parent else None
-        if found is None:
-            return chain[::-1]
-        snap = found
+    """The thread's checkpoints from its first to its latest, following parents (direct.py
+    `lineage`: abandoned ones left out)."""
+    return direct.lineage(graph.get_state_history(config))
 
 
 def states(graph: Graph, cfg: RunnableConfig) -> list[LoopState]:

@@ -2,8 +2,9 @@
 session needs it (issue 63): its index row, whether the checkpointer holds any checkpoint of it (its
 table read directly), and the states of one that has none here (an imported recording) from its
 replay kept by `replayed.py`. A replay runs in memory without a checkpointer (replaying.py). A
-session with checkpoints is read through `Sessions` (runner.py: the graph and its checkpointer),
-opened on first need; `Sessions` is a `StoredSessions` that has them open.
+session with checkpoints is read from the checkpointer alone (direct.py), or, where only the graph
+can tell, through `Sessions` (runner.py: the graph and its checkpointer), each opened on first
+need; `Sessions` is a `StoredSessions` that has them open.
 
 Light: the store and the state models; never LangGraph, the graph or the checkpointer at its top."""
 
@@ -13,7 +14,7 @@ import sqlite3
 from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from agent.sessions.reading import replayed
 from tools.errors import ConfigError
@@ -23,6 +24,7 @@ from tools.store.db import describe as describe_store
 from tools.store.sessions import SessionStore, perfloop_home
 
 if TYPE_CHECKING:
+    from agent.sessions.reading.direct import Direct
     from state.sessions.loop import LoopState
     from state.sessions.session import SessionInfo, Summary
 
@@ -43,6 +45,7 @@ class StoredSessions:
         self.store = store or SessionStore.open(self.home)
         self._open_graph = graphed
         self._graphed: StoredSessions | None = None
+        self._direct: Direct | None = None
 
     def where(self) -> str:
         """The store, for messages (no password)."""
@@ -67,6 +70,28 @@ class StoredSessions:
             self._graphed = self._open_graph(self)
         return self._graphed
 
+    def direct(self) -> Direct:
+        """The checkpointer read without the graph (direct.py; opened once, LangGraph's savers loaded then)."""
+        if self._direct is None:
+            from agent.sessions.checkpoint import open_checkpointer
+            from agent.sessions.reading.direct import Direct
+
+            self._direct = Direct(open_checkpointer(self.home, self.store.url, self.store))
+        return self._direct
+
+    def read(self, what: str, session_id: str) -> Any:
+        """`what` (a method of `Direct` and of `Sessions`) of a session with checkpoints: read
+        without the graph, else (direct.py could not tell) through it; by `Sessions`, which has
+        the graph open (and pins what it verified), through it alone."""
+        from agent.sessions.reading.direct import unknown
+
+        sid = checked_id(session_id)
+        if self._graphed is self:
+            return getattr(self, what)(sid)
+        if unknown(found := getattr(self.direct(), what)(sid)):
+            return getattr(self.graphed(), what)(sid)
+        return found
+
     def checkpointed(self, session_id: str) -> bool:
         """Whether the checkpointer holds any checkpoint of the session, read in its table without
         LangGraph; True when that cannot be told (then LangGraph reads it, as for one that has)."""
@@ -87,7 +112,7 @@ class StoredSessions:
 
     def has_state(self, session_id: str) -> bool:
         """Whether the session's latest checkpoint holds a state (else its states are its replay's)."""
-        return self.checkpointed(session_id) and self.graphed().has_state(session_id)
+        return self.checkpointed(session_id) and bool(self.read("has_state", session_id))
 
     def no_checkpoints(self, session_id: str) -> ConfigError:
         """The error of reading the state of a session without checkpoints here."""
@@ -100,14 +125,16 @@ class StoredSessions:
         """The session's state at its latest checkpoint (ConfigError when it has none here)."""
         if not self.checkpointed(session_id):
             raise self.no_checkpoints(session_id)
-        return self.graphed().state(session_id)
+        if (found := self.read("state", session_id)) is None:
+            raise self.no_checkpoints(session_id)
+        return found
 
     def history(self, session_id: str) -> list[LoopState]:
         """Every state the session went through, oldest first: from its checkpoints, or, for an
         imported recording (no checkpoints here), from its replay (kept, else run in memory)."""
         if not self.checkpointed(session_id):
             return self.replayed_history(session_id)
-        return self.graphed().history(session_id)
+        return self.read("history", session_id)
 
     def replayed_history(self, session_id: str, last: bool = False) -> list[LoopState]:
         """The states of the recording's replay: kept ones (`last`: the latest alone), else those
@@ -150,7 +177,7 @@ class StoredSessions:
         """`history(session_id)[-1]`, the latest state alone read when it was kept."""
         if not self.checkpointed(session_id):
             return self.replayed_history(session_id, last=True)[-1]
-        return self.graphed().history(session_id)[-1]
+        return self.read("history", session_id)[-1]
 
     def summary(self, info: SessionInfo, state: LoopState) -> Summary:
         """The session's summary: its row's, else (a session running now) its `state`'s."""
@@ -165,10 +192,10 @@ class StoredSessions:
         tasks and writes, its next nodes) for `show` (`Checking.status`); none without checkpoints."""
         if not self.checkpointed(session_id):
             return None, "no checkpoint", {"tasks": [], "writes": []}, []
-        return self.graphed().checkpoint_status(session_id)
+        return self.read("checkpoint_status", session_id)
 
     def pending_approval(self, session_id: str) -> dict | None:
         """The approval request a paused session waits on, if any (none without a checkpoint)."""
         if not self.checkpointed(session_id):
             return None
-        return self.graphed().pending_approval(session_id)
+        return self.read("pending_approval", session_id)
