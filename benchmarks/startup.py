@@ -5,6 +5,9 @@ the interleaved session the README imports), each against its budget (issue 63: 
 `export` 3 s). `replay last --again` runs the whole graph (a first replay: it keeps its states);
 `replay last` after it reads that replay back (kept under the same sources, libraries and
 recording, agent/sessions/reading/replayed.py), and each run is checked to have said which it did.
+Then `show last` and `report last` on a home holding a session run here, with its checkpoints
+(`perfloop run --approve auto --max-iterations 1` of tests/e2e's CPU demo target, about 25 s):
+read from the checkpointer without the graph (agent/sessions/reading/direct.py).
 
 Each command runs `--repeats` times (default 5) as its own process, the installed console script
 (`.venv/bin/perfloop`, or `--perfloop PATH`), piped; the table gives the median and the slowest
@@ -58,6 +61,25 @@ def store_commands(out: Path) -> list[tuple[str, list[str], int, float | None]]:
         ("report last", ["report", "last", "-o", str(out / "r.html")], 0, 3.0),
         ("export last", ["export", "last", "-o", str(out / "e.json.gz")], 0, 3.0),
     ]
+
+
+def checkpointed_commands(out: Path) -> list[tuple[str, list[str], int, float | None]]:
+    """The same, on a home holding a session run here (its checkpoints read)."""
+    return [
+        ("show last", ["show", "last"], 0, 1.0),
+        ("show last --json", ["show", "last", "--json"], 0, 1.0),
+        ("report last", ["report", "last", "-o", str(out / "c.html")], 0, 3.0),
+    ]
+
+
+def run_here(perfloop: Path, tmp: Path, env: dict[str, str]) -> None:
+    """One session of tests/e2e's CPU demo target run in `env`'s home, one iteration, approved."""
+    sys.path.insert(0, str(ROOT))
+    from tests.e2e.conftest import make_repo, write_target
+
+    target = write_target(tmp / "demo.toml", make_repo(tmp / "engine"))
+    argv = [str(perfloop), "run", str(target), "--approve", "auto", "--max-iterations", "1"]
+    subprocess.run(argv, env=env, check=True, capture_output=True, stdin=subprocess.DEVNULL)
 
 
 def measure(
@@ -115,6 +137,10 @@ def main() -> None:
         )
         print(f"{'command (' + args.recording.name + ')':36} {'median s':>9} {'max s':>7} {'budget':>10}")
         met = measure(args.perfloop, store_commands(Path(tmp)), stored, args.repeats)
+        ran = env | {"PERFLOOP_HOME": str(Path(tmp) / "ran")}
+        run_here(args.perfloop, Path(tmp), ran)
+        print(f"{'command (a session run here)':36} {'median s':>9} {'max s':>7} {'budget':>10}")
+        met &= measure(args.perfloop, checkpointed_commands(Path(tmp)), ran, args.repeats)
         print(f"load average after: {os.getloadavg()[0]:.2f}; every budget met: {'yes' if met else 'no'}")
     sys.stdout.flush()
 
