@@ -61,11 +61,16 @@ def run_window(args: MeasureArgs, w: WorkloadConfig, index: int) -> tuple[list[R
                 i, at = next(counter), t0 + next(due)
             if w.requests is not None and i >= w.requests:
                 return done
-            if deadline is not None and i >= len(items) and max(at, time.perf_counter()) >= deadline:
-                return done
+            if deadline is not None and i >= len(items) and at >= deadline:
+                return done  # it would arrive after the window
             time.sleep(max(0.0, at - time.perf_counter()))
+            # The instant checked against the deadline is the start recorded: a thread starved of
+            # the CPU between the two once started a request 1.5 s into a 1.5 s window (load 4).
+            now = time.perf_counter()
+            if deadline is not None and i >= len(items) and now >= deadline:
+                return done
             prompt, max_tokens = items[i % len(items)]
-            start = time.perf_counter() - t0
+            start = now - t0
             times, text, usage = stream_completion(
                 args.base_url, chat_body(args.model, prompt, max_tokens), args.config.request_timeout_s
             )
