@@ -6,6 +6,7 @@ window of that round; each `Window` records its level."""
 from __future__ import annotations
 
 import itertools
+import math
 import random
 import threading
 import time
@@ -52,7 +53,7 @@ def run_window(args: MeasureArgs, w: WorkloadConfig, index: int) -> tuple[list[R
     counter, lock = itertools.count(), threading.Lock()
     due = arrivals(w, index) if w.request_rate is not None else itertools.repeat(0.0)
     t0 = time.perf_counter()
-    deadline = t0 + w.duration_s if w.duration_s is not None else None
+    deadline = t0 + w.duration_s if w.duration_s is not None else math.inf
 
     def worker() -> list[RequestRecord]:
         done: list[RequestRecord] = []
@@ -61,13 +62,13 @@ def run_window(args: MeasureArgs, w: WorkloadConfig, index: int) -> tuple[list[R
                 i, at = next(counter), t0 + next(due)
             if w.requests is not None and i >= w.requests:
                 return done
-            if deadline is not None and i >= len(items) and at >= deadline:
+            if i >= len(items) and at >= deadline:
                 return done  # it would arrive after the window
             time.sleep(max(0.0, at - time.perf_counter()))
             # The instant checked against the deadline is the start recorded: a thread starved of
             # the CPU between the two once started a request 1.5 s into a 1.5 s window (load 4).
             now = time.perf_counter()
-            if deadline is not None and i >= len(items) and now >= deadline:
+            if i >= len(items) and now >= deadline:
                 return done
             prompt, max_tokens = items[i % len(items)]
             start = now - t0
