@@ -122,7 +122,13 @@ def test_calibrate_announces_its_time_within_30_percent(tmp_path: Path, home: Pa
     """Issue 63: `--launches 2` said "at least 25 s" and took 516 s. A first calibration (nothing
     timed: a guess) times the host; the second announces, before it starts, the time it then takes
     within +-30%, and so do the parts of the first (a start, the measurement's requests, a stop:
-    what a session's launches give when no calibration ran). Measured beside the CI suite."""
+    what a session's launches give when no calibration ran).
+
+    At any load: the announcement is the first run's figure, and each run's own figures (what the
+    second would have announced had the host kept its speed) give its time within 30%: nothing the
+    command spends is left out. Where the host kept its speed between the two (within 15%), the
+    announcement itself is within 30%; beside two busy loops a 7-s job moved 1.36x between two
+    runs a second apart (13.5 s, then 10 s), which no figure from the first can foresee."""
     from agent.cli.commands.calibrate import Timed, expected, launch_count, timed
     from agent.cli.target import load_target
     from agent.decision.stats.noise import target_key
@@ -146,7 +152,25 @@ def test_calibrate_announces_its_time_within_30_percent(tmp_path: Path, home: Pa
     _, parts = expected(
         launch_count("sequential", 2), Timed([], t.starts, t.stops, t.per_request), requests, 600
     )
-    print(f"calibrate --launches 2: announced {announced:.0f} s, parts {parts:.0f} s, took {actual:.0f} s")
-    assert parts is not None and abs(parts / actual - 1) <= 0.3, (parts, actual, t)
-    assert abs(announced / actual - 1) <= 0.3, second.stdout
+    store = SessionStore.open(home)
+    try:
+        both = timed(store, target_key(load_target(target)))  # the newest calibration first
+    finally:
+        store.close()
+    assert both.per_launch[1:] == t.per_launch and both.starts[2:] == t.starts, (both, t)
+    first_each, second_each = t.per_launch[0], both.per_launch[0]
+    _, own_parts = expected(
+        launch_count("sequential", 2), Timed([], both.starts[:2], both.stops[:2], both.per_request[:2]),
+        requests, 600,
+    )  # fmt: skip
+    print(
+        f"calibrate --launches 2: announced {announced:.0f} s, parts {parts:.0f} s, took {actual:.0f} s; "
+        f"a launch {first_each:.1f} s in the first run, {second_each:.1f} s in the second"
+    )
+    assert announced == pytest.approx(2 * first_each, abs=1), (announced, t)
+    assert abs(2 * second_each / actual - 1) <= 0.3, (actual, both)
+    assert own_parts is not None and abs(own_parts / actual - 1) <= 0.3, (own_parts, actual, both)
+    if abs(second_each / first_each - 1) <= 0.15:  # the host kept its speed between the two runs
+        assert parts is not None and abs(parts / actual - 1) <= 0.3, (parts, actual, t)
+        assert abs(announced / actual - 1) <= 0.3, second.stdout
     assert "(its sessions start at the default noise)" in second.stdout  # 4 launches: still the default
