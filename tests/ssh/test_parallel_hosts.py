@@ -47,7 +47,7 @@ repeats = 6
 """CI's six requests a launch (tests/e2e/conftest.CI_MEASURE) at one timing prompt: every launch
 here is measured (the baseline and the winner here, a baseline and a candidate per trial, two
 hosts' at once on the shared two cores), and the trials' verdicts are not the subject. The
-winner's verdict here is: at three requests, one stalled 284 ms beside a busy loop left the cast
+winner's verdict here is asserted, so six: at three requests, one stalled 284 ms beside a busy loop left the cast
 fix at 18.71x [0.58, 54.23] (TPOT 27.3, 2.7, 1.6 ms a request), inconclusive."""
 
 
