@@ -38,11 +38,14 @@ choices = [1, 2, 4, 8]
 
 
 def test_search_keeps_a_config_within_its_budget_and_replays(tmp_path: Path, home: Path, repo: Path) -> None:
-    # three looks (the default): at one, a loaded CI host left the 3x pool win inconclusive
-    # (3.22x [0.97, 9.84]: the baseline's 3 requests a prompt at 40.8 ms, IQR 7.8); a look more adds
-    # requests on the same servers, no launch
+    # the baseline's pool doubled (49152 slots), so the 4096-slot trial's win is ~6x, not ~3x: at the
+    # preset's pool a loaded CI host left the 3x win inconclusive at one look (3.22x [0.97, 9.84]) and
+    # at three (3.11x [0.97, 10.33] at load 4.5, the host 1.42x faster for one arm); the launch noise
+    # is the 25% default (no A/A launches here), under which 80% power needs about 3.2x
     target = write_target(tmp_path / "t.toml", repo)
-    target.write_text(target.read_text() + SEARCH)
+    text = target.read_text().replace('"--layers", "1"]', '"--layers", "1", "--pool-slots", "49152"]', 1)
+    assert "49152" in text
+    target.write_text(text + SEARCH)
     proc = perfloop(
         home,
         "run",
