@@ -13,7 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import assert_clean, git, last_json, make_repo, perfloop, write_target
+from tests.e2e.conftest import (
+    assert_clean,
+    git,
+    kept_unless_untimed,
+    last_json,
+    make_repo,
+    perfloop,
+    write_target,
+)
 from tests.e2e.test_llm_proposer import MODEL_ONLY, llm_env, reads_then_answers
 from tests.e2e.test_parallel_resume import with_local_hosts
 from tests.llm.conftest import BACKEND, OLD, WRONG, edit_block, fix_answer
@@ -44,20 +52,29 @@ def test_two_model_candidates_are_tried_at_once_on_two_hosts_then_replay(tmp_pat
     args = (*MODEL_ONLY, "--max-iterations", "1")
     with ScriptedModel([*reads_then_answers(fix_answer()), a_different_patch]) as model:
         proc = perfloop(home, "run", "--approve", "auto", str(target), *args, "--json", env=llm_env(model))
-        assert len(model.requests) == 3
     assert proc.returncode == 0, proc.stderr[-3000:]
     s = last_json(proc)
-    assert s["status"] == "done" and s["accepted"] == ["llm-1"] and s["outputs_identical"] is True, s
-    assert s["speedup"] >= 3.0 and s["llm_calls"] == 3, s
     shown = last_json(perfloop(home, "show", s["session"], "--json"))
     trials = sorted((t["playbook"], t["host"], t["status"]) for t in shown["trials"])
     assert trials == [("llm-1", "a", "measured"), ("llm-2", "b", "measured")], shown["trials"]
     by_id = {t["playbook"]: t for t in shown["trials"]}
-    assert by_id["llm-1"]["verdict"] == "accepted" and by_id["llm-1"]["speedup"] >= 2.0, by_id
     assert by_id["llm-2"]["verdict"] == "rejected" and by_id["llm-2"]["speedup"] is None, by_id
-    assert [d["playbook"] for d in shown["decisions"] if d["verdict"] == "accepted"] == ["llm-1"]
+    # kept, or inconclusive with no interval (beside two busy loops, once: 8.58x [0.00, 1e9], a
+    # prompt's streams untimed on host a); then the loop asks the model again (the script exhausted)
+    kept = kept_unless_untimed(s["accepted"] == ["llm-1"], by_id["llm-1"])
+    assert s["status"] == "done", s
+    if kept:
+        assert (
+            len(model.requests) == 3
+            and s["outputs_identical"] is True
+            and s["speedup"] >= 3.0
+            and s["llm_calls"] == 3
+        ), s
+        assert by_id["llm-1"]["verdict"] == "accepted" and by_id["llm-1"]["speedup"] >= 2.0, by_id
+        assert [d["playbook"] for d in shown["decisions"] if d["verdict"] == "accepted"] == ["llm-1"]
+        assert len(shown["model_trials"]) == 1, shown["model_trials"]
     # what llm-2's trial on host b showed is kept for the model's next round, as on one host
-    (told,) = shown["model_trials"]
+    told = next(t for t in shown["model_trials"] if t["candidate"] == "llm-2")
     assert told["candidate"] == "llm-2" and "kv_indices[-4:]" in told["diff"], told
     assert told["feedback"][0].startswith("rejected: trial on b: outputs"), told
     assert any(
@@ -76,14 +93,16 @@ def test_two_model_candidates_are_tried_at_once_on_two_hosts_then_replay(tmp_pat
         assert len(launches) == 2 and all(
             c.input["launch"]["env"].get("PERFLOOP_TEST_GPU") == gpu for c in launches
         )
-    log = git(repo, "log", "-1", "--format=%B", s["branch"])  # the checkout given back: the kept branch
-    assert "Perfloop-Proposer: llm scripted-coder" in log and "Perfloop-Playbook: llm-1" in log
     assert_clean(repo, s)
     for r in (repo, repo_a, repo_b):
         assert processes_in(r) == [], r
     for r in (repo_a, repo_b):  # each host's checkout given back as it was
         assert git(r, "rev-parse", "--abbrev-ref", "HEAD").strip() == "main"
         assert git(r, "status", "--porcelain") == ""
+    if not kept:  # the rest is the kept branch's and its replay
+        return
+    log = git(repo, "log", "-1", "--format=%B", s["branch"])  # the checkout given back: the kept branch
+    assert "Perfloop-Proposer: llm scripted-coder" in log and "Perfloop-Playbook: llm-1" in log
     rep = perfloop(home, "replay", s["session"], "--json", env={"OPENAI_BASE_URL": model.base_url})
     assert rep.returncode == 0, rep.stderr[-2000:]
     again = last_json(rep)
