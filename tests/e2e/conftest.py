@@ -77,6 +77,7 @@ def write_target(
     arms: str = "sequential",
     prompts: tuple[str, ...] = ("Explain the KV cache.", "Write a haiku about GPUs."),
     long_prompts: int = 0,
+    pool_slots: int | None = None,
 ) -> Path:
     """A target TOML with a smaller workload than the demo's, to keep CI quick (one layer of the
     demo's four: the unpatched server casts a quarter as much per step, the fix gains as much;
@@ -86,7 +87,9 @@ def write_target(
     prefills near its 1024-token limit take tens of seconds on a loaded 2-core machine;
     `auto_aa_pairs = 0`: no A/A pairs launched beside an interleaved baseline, a launch and a
     measured pair each that CI's budget has no room for, tests/integration/test_auto_aa.py runs
-    them)."""
+    them); `pool_slots`: the demo server's KV pool instead of the preset's 24576 slots (49152 doubles
+    what the cast fix saves a step, for a test that asserts the fix is kept at any load)."""
+    pool = f', "--pool-slots", "{pool_slots}"' if pool_slots else ""
     path.write_text(f"""
 name = "e2e mla_server"
 kind = "mla_server"
@@ -94,7 +97,7 @@ repo = "{repo}"
 model = "mla-demo"
 tp_size = {tp_size}
 [launch]
-argv = ["bash", "launch.sh", "--port", "{{port}}", "--preset", "cpu", "--threads", "1", "--layers", "1"]
+argv = ["bash", "launch.sh", "--port", "{{port}}", "--preset", "cpu", "--threads", "1", "--layers", "1"{pool}]
 env = {{ PYTHON = "{{python}}" }}
 startup_timeout_s = {startup_timeout_s}
 [measure]

@@ -42,10 +42,8 @@ def test_search_keeps_a_config_within_its_budget_and_replays(tmp_path: Path, hom
     # preset's pool a loaded CI host left the 3x win inconclusive at one look (3.22x [0.97, 9.84]) and
     # at three (3.11x [0.97, 10.33] at load 4.5, the host 1.42x faster for one arm); the launch noise
     # is the 25% default (no A/A launches here), under which 80% power needs about 3.2x
-    target = write_target(tmp_path / "t.toml", repo)
-    text = target.read_text().replace('"--layers", "1"]', '"--layers", "1", "--pool-slots", "49152"]', 1)
-    assert "49152" in text
-    target.write_text(text + SEARCH)
+    target = write_target(tmp_path / "t.toml", repo, pool_slots=49152)
+    target.write_text(target.read_text() + SEARCH)
     proc = perfloop(
         home,
         "run",
